@@ -1,0 +1,40 @@
+"""gRPC channels to peers, one per address, closed by their owner."""
+
+from __future__ import annotations
+
+import grpc
+
+#: Batches can be large; every Tamto hop allows this much per message.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+]
+
+
+class ChannelPool:
+    """Caches one `grpc.aio.Channel` per address; `close()` closes them all."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            self._channels[address] = channel
+        return channel
+
+    async def discard(self, address: str) -> None:
+        """Drop a channel to a peer that went away."""
+        channel = self._channels.pop(address, None)
+        if channel is not None:
+            await channel.close()
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()

@@ -1,0 +1,172 @@
+"""Configuration built once at the process edge, frozen and validated.
+
+A service declares a frozen dataclass whose fields are made with `setting()`.
+`load_config` fills it from, in order of precedence: command-line flags
+(`--lease-ttl-s 5`), the service's environment (`TAMTO_ROUTER_LEASE_TTL_S`), the
+shared environment (`TAMTO_LEASE_TTL_S`), then the default. Every value is
+parsed by its annotated type and checked; the first bad one raises
+`ConfigError` naming the setting, which the process edge prints as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import secrets
+import socket
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tamto_common.errors import ConfigError
+
+T = TypeVar("T")
+Check = Callable[[Any], str | None]
+
+
+def setting(default: Any, help: str, check: Check | None = None) -> Any:
+    """Declare a config field: its default, its help text, and an optional check.
+
+    `check` returns None when the (parsed) value is fine, or the problem.
+    """
+    return dataclasses.field(default=default, metadata={"help": help, "check": check})
+
+
+def port_check(value: int) -> str | None:
+    return None if 0 <= value <= 65535 else f"must be a port number 0-65535, got {value}"
+
+
+def positive(value: float) -> str | None:
+    return None if value > 0 else f"must be positive, got {value}"
+
+
+def one_of(*choices: str) -> Check:
+    def check(value: str) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}, got {value!r}"
+
+    return check
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ServiceConfig:
+    """Settings every Tamto service has."""
+
+    host: str = setting("127.0.0.1", "address the gRPC server binds")
+    port: int = setting(0, "gRPC port (0: any free port, registered in etcd)", port_check)
+    advertise_host: str = setting("", "host other processes dial (default: --host)")
+    metrics_port: int = setting(0, "Prometheus metrics port (0: any free port)", port_check)
+    etcd_endpoints: str = setting(
+        "127.0.0.1:2379", "comma-separated etcd host:port list", lambda v: endpoints_check(v)
+    )
+    nats_url: str = setting("nats://127.0.0.1:4222", "internal bus URL")
+    instance_id: str = setting("", "member id in etcd (default: host-pid-random)")
+    lease_ttl_s: int = setting(5, "membership lease TTL in seconds", positive)
+    log_level: str = setting("info", "log level", one_of("debug", "info", "warning", "error"))
+    trace_exporter: str = setting("none", "trace exporter", one_of("none", "console", "otlp"))
+    otlp_endpoint: str = setting("http://127.0.0.1:4317", "OTLP collector endpoint")
+    shutdown_grace_s: float = setting(5.0, "seconds to drain in-flight calls on SIGTERM", positive)
+
+    @property
+    def dial_host(self) -> str:
+        return self.advertise_host or self.host
+
+    @property
+    def member_id(self) -> str:
+        return self.instance_id or _default_instance_id()
+
+    def etcd_hosts(self) -> list[tuple[str, int]]:
+        return parse_endpoints(self.etcd_endpoints)
+
+
+_INSTANCE_ID = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def _default_instance_id() -> str:
+    return _INSTANCE_ID
+
+
+def parse_endpoints(text: str) -> list[tuple[str, int]]:
+    """Parse `host:port,host:port`; raises ValueError naming the bad entry."""
+    out = []
+    for part in text.split(","):
+        host, sep, port = part.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"expected host:port, got {part.strip()!r}")
+        out.append((host, int(port)))
+    return out
+
+
+def endpoints_check(text: str) -> str | None:
+    try:
+        parse_endpoints(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _parse(kind: Any, raw: str) -> Any:
+    if kind is bool:
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"expected true or false, got {raw!r}")
+    if kind is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"expected an integer, got {raw!r}") from None
+    if kind is float:
+        try:
+            return float(raw)
+        except ValueError:
+            raise ValueError(f"expected a number, got {raw!r}") from None
+    if kind is Path:
+        return Path(raw).expanduser()
+    return raw
+
+
+def load_config(
+    cls: type[T],
+    service: str,
+    argv: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> T:
+    """Build `cls` from flags, environment and defaults; raise ConfigError on a bad value."""
+    env = os.environ if environ is None else environ
+    hints = typing.get_type_hints(cls)
+    fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
+    parser = argparse.ArgumentParser(prog=f"tamto-{service}", exit_on_error=False)
+    for f in fields:
+        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, help=f.metadata["help"])
+    try:
+        flags = vars(parser.parse_args(list(argv or [])))
+    except argparse.ArgumentError as exc:
+        raise ConfigError("(command line)", str(exc)) from None
+
+    values: dict[str, Any] = {}
+    for f in fields:
+        flag = f"--{f.name.replace('_', '-')}"
+        own_env = f"TAMTO_{service.upper()}_{f.name.upper()}"
+        shared_env = f"TAMTO_{f.name.upper()}"
+        for source, raw in (
+            (flag, flags.get(f.name)),
+            (own_env, env.get(own_env)),
+            (shared_env, env.get(shared_env)),
+        ):
+            if raw is None:
+                continue
+            try:
+                values[f.name] = _parse(hints[f.name], raw)
+            except ValueError as exc:
+                raise ConfigError(source, str(exc)) from None
+            break
+        value = values.get(f.name, f.default)
+        check = f.metadata.get("check")
+        problem = check(value) if check else None
+        if problem:
+            raise ConfigError(f"{flag} / {own_env}", problem)
+    return cls(**values)

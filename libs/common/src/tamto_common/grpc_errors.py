@@ -1,0 +1,129 @@
+"""Server-side translation of Tamto errors to gRPC statuses: the one place it happens.
+
+Wrap every servicer with `TranslateErrorsInterceptor` (the service runner does):
+a `TamtoError` becomes its status and message; anything else is logged and
+answered as INTERNAL without leaking internals. Errors from a downstream
+service (`grpc.aio.AioRpcError`) keep their status so a client sees the cause.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+import structlog
+
+from tamto_common import errors
+from tamto_common.errors import TamtoError, Unavailable
+
+log = structlog.get_logger(__name__)
+
+
+def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
+    """The status and message for an exception, or None for an unexpected one."""
+    if isinstance(exc, TamtoError):
+        return exc.code, str(exc)
+    if isinstance(exc, grpc.aio.AioRpcError):
+        code = exc.code()
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return grpc.StatusCode.UNAVAILABLE, f"upstream unavailable: {exc.details()}"
+        return code, exc.details() or code.name
+    return None
+
+
+def downstream_error(exc: grpc.aio.AioRpcError, what: str) -> TamtoError:
+    """A downstream call failed: the matching TamtoError, for domain code to raise."""
+    status = status_for(exc)
+    assert status is not None
+    code, message = status
+    return _BY_CODE.get(code, Unavailable)(f"{what}: {message}")
+
+
+_BY_CODE: dict[grpc.StatusCode, type[TamtoError]] = {
+    cls.code: cls
+    for cls in (
+        errors.InvalidArgument,
+        errors.NotFound,
+        errors.AlreadyExists,
+        errors.FailedPrecondition,
+        errors.Unauthenticated,
+        errors.PermissionDenied,
+        errors.Unavailable,
+        errors.ResourceExhausted,
+        errors.DataCorruption,
+    )
+}
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
+    status = status_for(exc)
+    if status is None:
+        log.exception("unhandled error", method=method)
+        await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+    else:
+        await context.abort(status[0], status[1])
+
+
+def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Any]:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await behavior(request, context)
+        except Exception as exc:
+            if isinstance(exc, grpc.aio.AbortError):
+                raise
+            await _abort(context, exc, method)
+
+    return wrapper
+
+
+def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str) -> Callable[..., Any]:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        try:
+            async for item in behavior(request, context):
+                yield item
+        except Exception as exc:
+            if isinstance(exc, grpc.aio.AbortError):
+                raise
+            await _abort(context, exc, method)
+
+    return wrapper
+
+
+class TranslateErrorsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Maps exceptions raised by servicers to gRPC statuses."""
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return None
+        method = handler_call_details.method
+        if handler.unary_unary:
+            return grpc.unary_unary_rpc_method_handler(
+                _wrap_unary(handler.unary_unary, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream:
+            return grpc.unary_stream_rpc_method_handler(
+                _wrap_stream(handler.unary_stream, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_unary:
+            return grpc.stream_unary_rpc_method_handler(
+                _wrap_unary(handler.stream_unary, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.stream_stream:
+            return grpc.stream_stream_rpc_method_handler(
+                _wrap_stream(handler.stream_stream, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler

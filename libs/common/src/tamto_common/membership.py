@@ -1,0 +1,172 @@
+"""Cluster membership in etcd: register under a lease, and look members up.
+
+Each instance lives at `/tamto/members/<service>/<instance-id>` as JSON, bound
+to a lease with a TTL of a few seconds that a keep-alive loop refreshes. A
+process that dies stops refreshing, and its key vanishes when the lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from types import TracebackType
+from typing import Any
+
+import aetcd
+import structlog
+
+from tamto_common.errors import Unavailable
+
+MEMBERS_PREFIX = "/tamto/members/"
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One running service instance as registered in etcd."""
+
+    service: str
+    instance_id: str
+    address: str
+    metrics_address: str
+    version: str
+    pid: int
+    started_at: float
+
+    @property
+    def key(self) -> str:
+        return f"{MEMBERS_PREFIX}{self.service}/{self.instance_id}"
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self)).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Member:
+        return cls(**json.loads(data))
+
+
+async def connect_etcd(endpoints: list[tuple[str, int]], timeout_s: float = 10.0) -> aetcd.Client:
+    """Connect to the first etcd endpoint that answers within the deadline."""
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        for host, port in endpoints:
+            client = aetcd.Client(host=host, port=port, timeout=2)
+            try:
+                await client.connect()
+                await client.status()
+                return client
+            except Exception as exc:  # any failure: try the next endpoint
+                last = exc
+                with contextlib.suppress(Exception):
+                    await client.close()
+        await asyncio.sleep(0.2)
+    where = ",".join(f"{h}:{p}" for h, p in endpoints)
+    raise Unavailable(f"etcd at {where} not reachable: {last}")
+
+
+class Registration:
+    """Keeps one member registered under a lease until closed.
+
+    The keep-alive loop refreshes the lease every third of its TTL; if the lease
+    was lost (etcd restarted, a long pause), it grants a new one and registers again.
+    """
+
+    def __init__(self, client: aetcd.Client, member: Member, ttl_s: int) -> None:
+        self._client = client
+        self._member = member
+        self._ttl = ttl_s
+        self._lease: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Registration:
+        await self._register()
+        self._task = asyncio.create_task(self._keep_alive(), name="membership-keepalive")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(Exception):
+            await self._lease.revoke()
+
+    async def _register(self) -> None:
+        self._lease = await self._client.lease(self._ttl)
+        await self._client.put(self._member.key.encode(), self._member.to_json(), lease=self._lease)
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await asyncio.sleep(self._ttl / 3)
+            try:
+                response = await self._lease.refresh()
+                if response.TTL <= 0:
+                    log.warning("membership lease lost, registering again")
+                    await self._register()
+            except Exception as exc:
+                log.warning("membership keep-alive failed", error=str(exc))
+                with contextlib.suppress(Exception):
+                    await self._register()
+
+
+async def list_members(client: aetcd.Client, service: str | None = None) -> list[Member]:
+    """Every registered member, or those of one service, sorted by service and id."""
+    prefix = MEMBERS_PREFIX + (f"{service}/" if service else "")
+    result = await client.get_prefix(prefix.encode())
+    members = [Member.from_json(kv.value) for kv in result]
+    return sorted(members, key=lambda m: (m.service, m.instance_id))
+
+
+class MemberDirectory:
+    """A local, periodically refreshed view of the members of some services.
+
+    Owned by the process that needs it; `refresh()` can also be called when a
+    lookup misses (a member just joined) or a peer fails (it just left).
+    """
+
+    def __init__(self, client: aetcd.Client, interval_s: float = 1.0) -> None:
+        self._client = client
+        self._interval = interval_s
+        self._members: dict[str, list[Member]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.changed = asyncio.Event()
+
+    def members(self, service: str) -> list[Member]:
+        return self._members.get(service, [])
+
+    async def refresh(self) -> None:
+        grouped: dict[str, list[Member]] = {}
+        for member in await list_members(self._client):
+            grouped.setdefault(member.service, []).append(member)
+        if grouped != self._members:
+            self._members = grouped
+            self.changed.set()
+            self.changed = asyncio.Event()
+
+    async def __aenter__(self) -> MemberDirectory:
+        await self.refresh()
+        self._task = asyncio.create_task(self._loop(), name="member-directory")
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.refresh()
+            except Exception as exc:
+                log.warning("member directory refresh failed", error=str(exc))

@@ -1,0 +1,152 @@
+"""The life of a service process: start, serve, register, stop gracefully.
+
+`run_service` is the one way a Tamto service runs. It builds the gRPC server
+(health service, error translation), connects to etcd and NATS, lets the
+service wire its servicers and background work, registers the instance in
+etcd, then waits for SIGTERM or SIGINT. Shutdown goes in order: report
+NOT_SERVING, deregister (peers stop routing here), stop accepting and drain
+in-flight calls for the grace period, close the service's own resources, then
+the bus and etcd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import TypeVar
+
+import aetcd
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from nats.aio.client import Client as NatsClient
+
+from tamto_common.bus import connect_bus, publish_event
+from tamto_common.channels import CHANNEL_OPTIONS
+from tamto_common.config import ServiceConfig, load_config
+from tamto_common.errors import ConfigError, TamtoError
+from tamto_common.grpc_errors import TranslateErrorsInterceptor
+from tamto_common.logging import configure_logging
+from tamto_common.membership import Member, Registration, connect_etcd
+from tamto_common.telemetry import setup_tracing, start_metrics_server
+
+C = TypeVar("C", bound=ServiceConfig)
+log = structlog.get_logger(__name__)
+
+
+def package_version() -> str:
+    try:
+        return version("tamto-common")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a service's setup gets: its server, its peers' infrastructure, a place for cleanups."""
+
+    service: str
+    server: grpc.aio.Server
+    etcd: aetcd.Client
+    bus: NatsClient
+    resources: contextlib.AsyncExitStack
+
+
+Setup = Callable[[C, Runtime], Awaitable[None]]
+
+
+def _bind(server: grpc.aio.Server, host: str, port: int) -> int:
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:
+        bound = 0
+    if bound == 0:
+        raise ConfigError("--port", f"cannot listen on {host}:{port}: address already in use")
+    return int(bound)
+
+
+async def serve(service: str, config: C, setup: Setup[C]) -> None:
+    """Run one service until SIGTERM/SIGINT, then shut it down in order."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    server = grpc.aio.server(
+        interceptors=[TranslateErrorsInterceptor()],
+        options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
+    )
+    port = _bind(server, config.host, config.port)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    metrics_port = start_metrics_server(config.host, config.metrics_port)
+
+    etcd = await connect_etcd(config.etcd_hosts())
+    bus = await connect_bus(config.nats_url, name=f"tamto-{service}-{config.member_id}")
+    member = Member(
+        service=service,
+        instance_id=config.member_id,
+        address=f"{config.dial_host}:{port}",
+        metrics_address=f"{config.dial_host}:{metrics_port}",
+        version=package_version(),
+        pid=os.getpid(),
+        started_at=time.time(),
+    )
+    async with contextlib.AsyncExitStack() as resources:
+        resources.push_async_callback(etcd.close)
+        resources.push_async_callback(bus.close)
+        await setup(config, Runtime(service, server, etcd, bus, resources))
+        await server.start()
+        async with Registration(etcd, member, config.lease_ttl_s):
+            for name in ("", f"tamto.v1.{service.capitalize()}"):
+                await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+            await publish_event(bus, "member.up", **_fields(member))
+            log.info("serving", address=member.address, metrics=member.metrics_address)
+            await stop.wait()
+            log.info("shutting down", grace_s=config.shutdown_grace_s)
+            await health_servicer.enter_graceful_shutdown()
+        # Deregistered: peers stop routing here. Drain in-flight calls, then close resources.
+        await server.stop(config.shutdown_grace_s)
+        with contextlib.suppress(Exception):
+            await publish_event(bus, "member.down", **_fields(member))
+            await bus.flush(timeout=1)
+    log.info("stopped")
+
+
+def _fields(member: Member) -> dict[str, object]:
+    return {
+        "service": member.service,
+        "instance_id": member.instance_id,
+        "address": member.address,
+    }
+
+
+def main(
+    service: str, config_cls: type[C], setup: Setup[C], argv: Sequence[str] | None = None
+) -> None:
+    """The process edge: load config, set up logs and traces, serve; one line on a fatal error."""
+    try:
+        config = load_config(config_cls, service, sys.argv[1:] if argv is None else argv)
+    except ConfigError as exc:
+        print(f"tamto-{service}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    configure_logging(service, config.member_id, config.log_level)
+    provider = setup_tracing(service, config.trace_exporter, config.otlp_endpoint)
+    try:
+        asyncio.run(serve(service, config, setup))
+    except ConfigError as exc:
+        print(f"tamto-{service}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except TamtoError as exc:
+        print(f"tamto-{service}: cannot start: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
+    finally:
+        if provider is not None:
+            provider.shutdown()

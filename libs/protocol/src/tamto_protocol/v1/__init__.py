@@ -1,0 +1,1 @@
+"""Generated from proto/tamto/v1. Do not edit."""

@@ -1,0 +1,78 @@
+from tamto_protocol.v1 import messages_pb2 as _messages_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class AuthenticateRequest(_message.Message):
+    __slots__ = ("api_key",)
+    API_KEY_FIELD_NUMBER: _ClassVar[int]
+    api_key: str
+    def __init__(self, api_key: _Optional[str] = ...) -> None: ...
+
+class AuthenticateResponse(_message.Message):
+    __slots__ = ("token", "expires_at_unix")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_UNIX_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    expires_at_unix: int
+    def __init__(self, token: _Optional[str] = ..., expires_at_unix: _Optional[int] = ...) -> None: ...
+
+class EnsureStreamRequest(_message.Message):
+    __slots__ = ("name", "config", "overwrite")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    OVERWRITE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    config: _messages_pb2.StreamConfig
+    overwrite: bool
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[_messages_pb2.StreamConfig, _Mapping]] = ..., overwrite: _Optional[bool] = ...) -> None: ...
+
+class EnsureStreamResponse(_message.Message):
+    __slots__ = ("stream", "created", "differences")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    DIFFERENCES_FIELD_NUMBER: _ClassVar[int]
+    stream: _messages_pb2.StreamInfo
+    created: bool
+    differences: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream: _Optional[_Union[_messages_pb2.StreamInfo, _Mapping]] = ..., created: _Optional[bool] = ..., differences: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribeStreamRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListStreamsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListStreamsResponse(_message.Message):
+    __slots__ = ("streams",)
+    STREAMS_FIELD_NUMBER: _ClassVar[int]
+    streams: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StreamInfo]
+    def __init__(self, streams: _Optional[_Iterable[_Union[_messages_pb2.StreamInfo, _Mapping]]] = ...) -> None: ...
+
+class PublishRequest(_message.Message):
+    __slots__ = ("stream", "partition", "batch")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    partition: int
+    batch: _messages_pb2.RecordBatch
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ...) -> None: ...
+
+class PublishResponse(_message.Message):
+    __slots__ = ("partition", "base_offset", "count")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    base_offset: int
+    count: int
+    def __init__(self, partition: _Optional[int] = ..., base_offset: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...

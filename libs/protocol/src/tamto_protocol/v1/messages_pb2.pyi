@@ -1,0 +1,121 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StreamKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STREAM_KIND_UNSPECIFIED: _ClassVar[StreamKind]
+    STREAM_KIND_PERSISTENT: _ClassVar[StreamKind]
+STREAM_KIND_UNSPECIFIED: StreamKind
+STREAM_KIND_PERSISTENT: StreamKind
+
+class RecordBatch(_message.Message):
+    __slots__ = ("arrow_ipc", "count")
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    arrow_ipc: bytes
+    count: int
+    def __init__(self, arrow_ipc: _Optional[bytes] = ..., count: _Optional[int] = ...) -> None: ...
+
+class StoredBatch(_message.Message):
+    __slots__ = ("base_offset", "count", "publish_time_us", "arrow_ipc")
+    BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_US_FIELD_NUMBER: _ClassVar[int]
+    ARROW_IPC_FIELD_NUMBER: _ClassVar[int]
+    base_offset: int
+    count: int
+    publish_time_us: int
+    arrow_ipc: bytes
+    def __init__(self, base_offset: _Optional[int] = ..., count: _Optional[int] = ..., publish_time_us: _Optional[int] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
+
+class StreamConfig(_message.Message):
+    __slots__ = ("kind", "partitions")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    kind: StreamKind
+    partitions: int
+    def __init__(self, kind: _Optional[_Union[StreamKind, str]] = ..., partitions: _Optional[int] = ...) -> None: ...
+
+class StreamInfo(_message.Message):
+    __slots__ = ("name", "config")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    config: StreamConfig
+    def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[StreamConfig, _Mapping]] = ...) -> None: ...
+
+class StartPosition(_message.Message):
+    __slots__ = ("earliest", "latest", "offset")
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    earliest: bool
+    latest: bool
+    offset: int
+    def __init__(self, earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class OffsetRange(_message.Message):
+    __slots__ = ("first", "last")
+    FIRST_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    first: int
+    last: int
+    def __init__(self, first: _Optional[int] = ..., last: _Optional[int] = ...) -> None: ...
+
+class PartitionAcks(_message.Message):
+    __slots__ = ("partition", "ranges")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    ranges: _containers.RepeatedCompositeFieldContainer[OffsetRange]
+    def __init__(self, partition: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ...) -> None: ...
+
+class Subscribe(_message.Message):
+    __slots__ = ("stream", "subscription", "start", "partitions")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    subscription: str
+    start: StartPosition
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., start: _Optional[_Union[StartPosition, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Credit(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: int
+    def __init__(self, messages: _Optional[int] = ...) -> None: ...
+
+class ConsumeRequest(_message.Message):
+    __slots__ = ("subscribe", "credit", "ack")
+    SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
+    CREDIT_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    subscribe: Subscribe
+    credit: Credit
+    ack: PartitionAcks
+    def __init__(self, subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., ack: _Optional[_Union[PartitionAcks, _Mapping]] = ...) -> None: ...
+
+class Delivery(_message.Message):
+    __slots__ = ("stream", "partition", "batch")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    partition: int
+    batch: StoredBatch
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[StoredBatch, _Mapping]] = ...) -> None: ...
+
+class ConsumeResponse(_message.Message):
+    __slots__ = ("delivery",)
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    delivery: Delivery
+    def __init__(self, delivery: _Optional[_Union[Delivery, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,102 @@
+from tamto_protocol.v1 import messages_pb2 as _messages_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class PartitionRef(_message.Message):
+    __slots__ = ("stream", "partition")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    partition: int
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class OpenPartitionRequest(_message.Message):
+    __slots__ = ("partition", "epoch")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    epoch: int
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class OpenPartitionResponse(_message.Message):
+    __slots__ = ("next_offset", "start_offset")
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    next_offset: int
+    start_offset: int
+    def __init__(self, next_offset: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
+
+class StorageAppendRequest(_message.Message):
+    __slots__ = ("partition", "epoch", "batch")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    epoch: int
+    batch: _messages_pb2.StoredBatch
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., batch: _Optional[_Union[_messages_pb2.StoredBatch, _Mapping]] = ...) -> None: ...
+
+class StorageAppendResponse(_message.Message):
+    __slots__ = ("next_offset",)
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    next_offset: int
+    def __init__(self, next_offset: _Optional[int] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("partition", "from_offset", "max_messages")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    from_offset: int
+    max_messages: int
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., from_offset: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class ReadResponse(_message.Message):
+    __slots__ = ("batches", "next_offset")
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredBatch]
+    next_offset: int
+    def __init__(self, batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ..., next_offset: _Optional[int] = ...) -> None: ...
+
+class CommitCursorRequest(_message.Message):
+    __slots__ = ("partition", "subscription", "epoch", "ack_floor", "acked_above_floor")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    ACK_FLOOR_FIELD_NUMBER: _ClassVar[int]
+    ACKED_ABOVE_FLOOR_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    subscription: str
+    epoch: int
+    ack_floor: int
+    acked_above_floor: _containers.RepeatedCompositeFieldContainer[_messages_pb2.OffsetRange]
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., subscription: _Optional[str] = ..., epoch: _Optional[int] = ..., ack_floor: _Optional[int] = ..., acked_above_floor: _Optional[_Iterable[_Union[_messages_pb2.OffsetRange, _Mapping]]] = ...) -> None: ...
+
+class CommitCursorResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetCursorRequest(_message.Message):
+    __slots__ = ("partition", "subscription")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    subscription: str
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., subscription: _Optional[str] = ...) -> None: ...
+
+class GetCursorResponse(_message.Message):
+    __slots__ = ("exists", "ack_floor", "acked_above_floor")
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    ACK_FLOOR_FIELD_NUMBER: _ClassVar[int]
+    ACKED_ABOVE_FLOOR_FIELD_NUMBER: _ClassVar[int]
+    exists: bool
+    ack_floor: int
+    acked_above_floor: _containers.RepeatedCompositeFieldContainer[_messages_pb2.OffsetRange]
+    def __init__(self, exists: _Optional[bool] = ..., ack_floor: _Optional[int] = ..., acked_above_floor: _Optional[_Iterable[_Union[_messages_pb2.OffsetRange, _Mapping]]] = ...) -> None: ...

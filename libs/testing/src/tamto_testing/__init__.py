@@ -1,0 +1,1 @@
+"""tamto_testing."""
