@@ -1,0 +1,26 @@
+"""Rules for names users choose: streams and subscriptions."""
+
+from __future__ import annotations
+
+import re
+
+from tamto_common.errors import InvalidArgument
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+MAX_NAME_LENGTH = 128
+
+
+def check_name(kind: str, name: str) -> str:
+    """Return `name` if it is a legal stream or subscription name, else raise InvalidArgument.
+
+    Legal: 1-128 characters, letters, digits, `.`, `_`, `-`, starting with a letter
+    or digit. The rule keeps names safe as etcd keys and as directory names.
+    """
+    if not name:
+        raise InvalidArgument(f"{kind} name must not be empty")
+    if not _NAME.fullmatch(name):
+        raise InvalidArgument(
+            f"illegal {kind} name {name[:200]!r}: use 1-{MAX_NAME_LENGTH} letters, digits, "
+            "'.', '_' or '-', starting with a letter or digit"
+        )
+    return name
