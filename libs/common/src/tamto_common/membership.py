@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from types import TracebackType
 from typing import Any
 
 import aetcd
@@ -68,54 +68,67 @@ async def connect_etcd(endpoints: list[tuple[str, int]], timeout_s: float = 10.0
     raise Unavailable(f"etcd at {where} not reachable: {last}")
 
 
-class Registration:
-    """Keeps one member registered under a lease until closed.
+class KeptLease:
+    """An etcd lease kept alive by a loop this object owns.
 
-    The keep-alive loop refreshes the lease every third of its TTL; if the lease
-    was lost (etcd restarted, a long pause), it grants a new one and registers again.
+    The loop refreshes every third of the TTL. If the lease is lost (etcd
+    restarted, a long pause), it grants a new one and calls `on_new_lease`, so
+    the owner can put its lease-bound keys again.
     """
 
-    def __init__(self, client: aetcd.Client, member: Member, ttl_s: int) -> None:
+    def __init__(
+        self,
+        client: aetcd.Client,
+        ttl_s: int,
+        on_new_lease: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> None:
         self._client = client
-        self._member = member
         self._ttl = ttl_s
-        self._lease: Any = None
+        self._on_new_lease = on_new_lease
+        self.lease: Any = None
         self._task: asyncio.Task[None] | None = None
 
-    async def __aenter__(self) -> Registration:
-        await self._register()
-        self._task = asyncio.create_task(self._keep_alive(), name="membership-keepalive")
+    async def __aenter__(self) -> KeptLease:
+        await self._grant()
+        self._task = asyncio.create_task(self._keep_alive(), name="lease-keepalive")
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         with contextlib.suppress(Exception):
-            await self._lease.revoke()
+            await self.lease.revoke()
 
-    async def _register(self) -> None:
-        self._lease = await self._client.lease(self._ttl)
-        await self._client.put(self._member.key.encode(), self._member.to_json(), lease=self._lease)
+    async def _grant(self) -> None:
+        self.lease = await self._client.lease(self._ttl)
+        if self._on_new_lease is not None:
+            await self._on_new_lease(self.lease)
 
     async def _keep_alive(self) -> None:
         while True:
             await asyncio.sleep(self._ttl / 3)
             try:
-                response = await self._lease.refresh()
+                response = await self.lease.refresh()
                 if response.TTL <= 0:
-                    log.warning("membership lease lost, registering again")
-                    await self._register()
+                    log.warning("lease lost, granting a new one")
+                    await self._grant()
             except Exception as exc:
-                log.warning("membership keep-alive failed", error=str(exc))
+                log.warning("lease keep-alive failed", error=str(exc))
                 with contextlib.suppress(Exception):
-                    await self._register()
+                    await self._grant()
+
+
+class Registration(KeptLease):
+    """Keeps one member registered under its own lease until closed."""
+
+    def __init__(self, client: aetcd.Client, member: Member, ttl_s: int) -> None:
+        super().__init__(client, ttl_s, self._put)
+        self._member = member
+
+    async def _put(self, lease: Any) -> None:
+        await self._client.put(self._member.key.encode(), self._member.to_json(), lease=lease)
 
 
 async def list_members(client: aetcd.Client, service: str | None = None) -> list[Member]:

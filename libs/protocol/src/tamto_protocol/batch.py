@@ -101,3 +101,16 @@ def validate_batch(data: bytes, count: int, max_message_bytes: int) -> pa.Record
                 f"a message payload of {largest} bytes exceeds the limit of {max_message_bytes}"
             )
     return batch
+
+
+def slice_batch(data: bytes, start: int, length: int) -> bytes:
+    """Re-encode rows [start, start+length) of an IPC batch as a new IPC stream.
+
+    Used only where a consumer must not see part of a stored batch (already
+    acked messages, a start offset inside a batch); whole batches travel as-is.
+    """
+    batch = decode_batch(data).slice(start, length)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())

@@ -32,14 +32,14 @@ class OpenPartitionResponse(_message.Message):
     def __init__(self, next_offset: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
 class StorageAppendRequest(_message.Message):
-    __slots__ = ("partition", "epoch", "batch")
+    __slots__ = ("partition", "epoch", "batches")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
-    BATCH_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
     partition: PartitionRef
     epoch: int
-    batch: _messages_pb2.StoredBatch
-    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., batch: _Optional[_Union[_messages_pb2.StoredBatch, _Mapping]] = ...) -> None: ...
+    batches: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredBatch]
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ...) -> None: ...
 
 class StorageAppendResponse(_message.Message):
     __slots__ = ("next_offset",)

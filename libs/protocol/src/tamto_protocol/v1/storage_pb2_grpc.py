@@ -73,7 +73,7 @@ class StorageServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Append(self, request, context):
-        """Appends one sequenced batch; answers once it is fsynced.
+        """Appends sequenced batches, in order; answers once all are fsynced.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,97 @@
+"""A client's consume session fanned out to the routers that own its partitions.
+
+The gateway opens one router stream per router, sends each the subscribe for
+its partitions, splits the client's credits between them, routes each ack to
+the router owning that partition, and merges the routers' deliveries into the
+client's stream. If any router stream fails, the client's stream ends with
+that error, and the SDK reconnects (the routers redeliver what was unacked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+from tamto_common.errors import InvalidArgument, Unavailable
+from tamto_common.grpc_errors import downstream_error
+from tamto_protocol.v1 import messages_pb2
+
+from tamto_gateway.upstream import Upstream
+
+
+class FanOut:
+    def __init__(self, upstream: Upstream, subscribe: messages_pb2.Subscribe) -> None:
+        self._upstream = upstream
+        self._subscribe = subscribe
+        self._calls: dict[str, grpc.aio.StreamStreamCall] = {}
+        self._owner_of: dict[int, str] = {}
+        self._out: asyncio.Queue[messages_pb2.ConsumeResponse | BaseException] = asyncio.Queue(8)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def open(self, partitions: list[int]) -> None:
+        by_router: dict[str, list[int]] = {}
+        for p in partitions:
+            address = await self._upstream.routes.router_for(self._subscribe.stream, p)
+            by_router.setdefault(address, []).append(p)
+            self._owner_of[p] = address
+        for address, owned in by_router.items():
+            call = self._upstream.router_consume(address)
+            self._calls[address] = call
+            sub = messages_pb2.Subscribe()
+            sub.CopyFrom(self._subscribe)
+            del sub.partitions[:]
+            sub.partitions.extend(owned)
+            await call.write(messages_pb2.ConsumeRequest(subscribe=sub))
+            self._tasks.append(asyncio.create_task(self._pump(address, call)))
+
+    async def _pump(self, address: str, call: grpc.aio.StreamStreamCall) -> None:
+        try:
+            async for response in call:
+                await self._out.put(response)
+            await self._out.put(Unavailable(f"router {address} ended the consume stream"))
+        except grpc.aio.AioRpcError as exc:
+            await self._out.put(downstream_error(exc, f"router {address}"))
+        except asyncio.CancelledError:
+            raise
+
+    async def forward(self, request: messages_pb2.ConsumeRequest) -> None:
+        kind = request.WhichOneof("request")
+        if kind == "credit":
+            shares = _split(request.credit.messages, len(self._calls))
+            for call, share in zip(self._calls.values(), shares, strict=True):
+                if share:
+                    await call.write(
+                        messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=share))
+                    )
+        elif kind == "ack":
+            address = self._owner_of.get(request.ack.partition)
+            if address is None:
+                raise InvalidArgument(
+                    f"ack for partition {request.ack.partition}, which this session does not read"
+                )
+            await self._calls[address].write(request)
+        else:
+            raise InvalidArgument("subscribe may be sent only once per consume stream")
+
+    async def responses(self) -> AsyncIterator[messages_pb2.ConsumeResponse]:
+        while True:
+            item = await self._out.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for call in self._calls.values():
+            call.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def _split(total: int, parts: int) -> list[int]:
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]

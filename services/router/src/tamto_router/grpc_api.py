@@ -1,0 +1,95 @@
+"""The router's gRPC adapter: protobuf in, domain calls, protobuf out."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import grpc
+from tamto_common.aio import until_done
+from tamto_common.errors import InvalidArgument
+from tamto_common.names import check_name
+from tamto_protocol.v1 import messages_pb2, router_pb2, router_pb2_grpc
+
+from tamto_router.consume import ActiveSessions, ConsumeSession, Start, SubscribeSpec
+from tamto_router.partitions import Partitions
+
+
+def start_from_proto(start: messages_pb2.StartPosition) -> Start:
+    which = start.WhichOneof("position")
+    if which == "latest":
+        return Start("latest")
+    if which == "offset":
+        if start.offset < 0:
+            raise InvalidArgument(f"start offset must be >= 0, got {start.offset}")
+        return Start("offset", start.offset)
+    return Start("earliest")
+
+
+def spec_from_proto(sub: messages_pb2.Subscribe) -> SubscribeSpec:
+    check_name("stream", sub.stream)
+    check_name("subscription", sub.subscription)
+    if not sub.partitions:
+        raise InvalidArgument("a router consume session must name its partitions")
+    return SubscribeSpec(
+        sub.stream,
+        sub.subscription,
+        start_from_proto(sub.start),
+        tuple(sorted(set(sub.partitions))),
+    )
+
+
+class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
+    def __init__(self, partitions: Partitions, read_max: int) -> None:
+        self._partitions = partitions
+        self._active = ActiveSessions()
+        self._read_max = read_max
+
+    async def Append(
+        self, request: router_pb2.RouterAppendRequest, context: grpc.aio.ServicerContext
+    ) -> router_pb2.RouterAppendResponse:
+        check_name("stream", request.stream)
+        if request.batch.count == 0 or not request.batch.arrow_ipc:
+            raise InvalidArgument("append needs a non-empty batch")
+        log = await self._partitions.get(request.stream, request.partition)
+        base = await log.append(request.batch.arrow_ipc, request.batch.count)
+        return router_pb2.RouterAppendResponse(base_offset=base, count=request.batch.count)
+
+    async def Consume(
+        self,
+        request_iterator: AsyncIterator[messages_pb2.ConsumeRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[messages_pb2.ConsumeResponse]:
+        first = await anext(aiter(request_iterator), None)
+        if first is None or first.WhichOneof("request") != "subscribe":
+            raise InvalidArgument("a consume stream must start with subscribe")
+        spec = spec_from_proto(first.subscribe)
+        async with ConsumeSession(spec, self._partitions, self._active, self._read_max) as session:
+            reader = asyncio.create_task(_read_requests(request_iterator, session))
+            try:
+                async for partition, batch in until_done(session.deliveries(), reader):
+                    yield messages_pb2.ConsumeResponse(
+                        delivery=messages_pb2.Delivery(
+                            stream=spec.stream, partition=partition, batch=batch.to_proto()
+                        )
+                    )
+            finally:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+
+
+async def _read_requests(
+    requests: AsyncIterator[messages_pb2.ConsumeRequest], session: ConsumeSession
+) -> None:
+    async for request in requests:
+        kind = request.WhichOneof("request")
+        if kind == "credit":
+            session.credit.grant(request.credit.messages)
+        elif kind == "ack":
+            await session.ack(
+                request.ack.partition, [(r.first, r.last) for r in request.ack.ranges]
+            )
+        else:
+            raise InvalidArgument("subscribe may be sent only once per consume stream")

@@ -1,0 +1,97 @@
+"""A partition this router owns: sequencing, the append pipeline, the durable tail.
+
+Appends get offsets synchronously, in call order, then wait in a queue. One
+sender task (owned here) sends everything queued in one storage RPC while the
+previous one is in flight, so a busy partition costs one RPC and one fsync per
+round trip, and order holds because exactly one append is in flight. A failed
+append poisons the log: every waiting append fails, and the owner reopens the
+partition (learning the true end of the log from storage) on the next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import structlog
+from tamto_common.errors import TamtoError, Unavailable
+
+from tamto_router.storage_client import Batch, LogBounds, StorageClient
+
+log = structlog.get_logger(__name__)
+
+
+class PartitionLog:
+    def __init__(
+        self, stream: str, partition: int, epoch: int, storage: StorageClient, bounds: LogBounds
+    ) -> None:
+        self.stream = stream
+        self.partition = partition
+        self.epoch = epoch
+        self.storage = storage
+        self.start_offset = bounds.start_offset
+        self._next_offset = bounds.next_offset
+        self.durable_offset = bounds.next_offset
+        self.failure: TamtoError | None = None
+        self._queue: list[tuple[Batch, asyncio.Future[int]]] = []
+        self._wake = asyncio.Event()
+        self._grown = asyncio.Event()
+        self._sender = asyncio.create_task(self._send_loop(), name=f"append-{stream}/{partition}")
+
+    async def append(self, arrow_ipc: bytes, count: int) -> int:
+        """Sequence a batch and wait until storage holds it durably; returns its base offset."""
+        if self.failure is not None:
+            raise self.failure
+        batch = Batch(self._next_offset, count, time.time_ns() // 1000, arrow_ipc)
+        self._next_offset += count
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._queue.append((batch, future))
+        self._wake.set()
+        return await future
+
+    async def wait_beyond(self, offset: int) -> None:
+        """Return once durable data extends past `offset` (or the log failed)."""
+        while self.durable_offset <= offset and self.failure is None:
+            await self._grown.wait()
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            pending, self._queue = self._queue, []
+            if not pending:
+                continue
+            try:
+                await self.storage.append(
+                    self.stream, self.partition, self.epoch, [b for b, _ in pending]
+                )
+            except TamtoError as exc:
+                self._fail(exc, pending)
+                return
+            except Exception as exc:
+                log.exception("append failed", stream=self.stream, partition=self.partition)
+                self._fail(Unavailable(f"append failed: {exc}"), pending)
+                return
+            self.durable_offset = pending[-1][0].end
+            for batch, future in pending:
+                if not future.done():
+                    future.set_result(batch.base_offset)
+            self._grown.set()
+            self._grown = asyncio.Event()
+
+    def _fail(self, exc: TamtoError, pending: list[tuple[Batch, asyncio.Future[int]]]) -> None:
+        self.failure = exc
+        for _, future in [*pending, *self._queue]:
+            if not future.done():
+                future.set_exception(exc)
+        self._queue = []
+        self._grown.set()
+
+    async def close(self) -> None:
+        """Finish what is queued, then stop the sender."""
+        while self._queue and self.failure is None:
+            await self.wait_beyond(self._queue[-1][0].base_offset)
+        self._sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._sender

@@ -1,0 +1,132 @@
+"""The router's adapter to the storage service: the only module that builds
+storage protobufs. Failures come back as TamtoError subclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+from tamto_common.grpc_errors import downstream_error
+from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
+
+from tamto_router.acks import AckSet
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """A sequenced batch: the producer's Arrow bytes and what the router assigned."""
+
+    base_offset: int
+    count: int
+    publish_time_us: int
+    arrow_ipc: bytes
+
+    @property
+    def end(self) -> int:
+        """One past the last offset."""
+        return self.base_offset + self.count
+
+    def to_proto(self) -> messages_pb2.StoredBatch:
+        return messages_pb2.StoredBatch(
+            base_offset=self.base_offset,
+            count=self.count,
+            publish_time_us=self.publish_time_us,
+            arrow_ipc=self.arrow_ipc,
+        )
+
+    @classmethod
+    def from_proto(cls, b: messages_pb2.StoredBatch) -> Batch:
+        return cls(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc)
+
+
+@dataclass(frozen=True, slots=True)
+class LogBounds:
+    start_offset: int
+    next_offset: int
+
+
+class StorageClient:
+    """Calls one storage node for partitions of streams."""
+
+    def __init__(self, channel: grpc.aio.Channel, timeout_s: float = 30.0) -> None:
+        self._stub = storage_pb2_grpc.StorageStub(channel)
+        self._timeout = timeout_s
+
+    @staticmethod
+    def _ref(stream: str, partition: int) -> storage_pb2.PartitionRef:
+        return storage_pb2.PartitionRef(stream=stream, partition=partition)
+
+    async def open_partition(self, stream: str, partition: int, epoch: int) -> LogBounds:
+        try:
+            r = await self._stub.OpenPartition(
+                storage_pb2.OpenPartitionRequest(
+                    partition=self._ref(stream, partition), epoch=epoch
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise downstream_error(exc, f"storage open {stream}/{partition}") from exc
+        return LogBounds(r.start_offset, r.next_offset)
+
+    async def append(self, stream: str, partition: int, epoch: int, batches: list[Batch]) -> int:
+        try:
+            r = await self._stub.Append(
+                storage_pb2.StorageAppendRequest(
+                    partition=self._ref(stream, partition),
+                    epoch=epoch,
+                    batches=[b.to_proto() for b in batches],
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise downstream_error(exc, f"storage append {stream}/{partition}") from exc
+        return int(r.next_offset)
+
+    async def read(
+        self, stream: str, partition: int, from_offset: int, max_messages: int
+    ) -> tuple[list[Batch], int]:
+        try:
+            r = await self._stub.Read(
+                storage_pb2.ReadRequest(
+                    partition=self._ref(stream, partition),
+                    from_offset=from_offset,
+                    max_messages=max_messages,
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise downstream_error(exc, f"storage read {stream}/{partition}") from exc
+        return [Batch.from_proto(b) for b in r.batches], int(r.next_offset)
+
+    async def get_cursor(self, stream: str, partition: int, subscription: str) -> AckSet | None:
+        try:
+            r = await self._stub.GetCursor(
+                storage_pb2.GetCursorRequest(
+                    partition=self._ref(stream, partition), subscription=subscription
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise downstream_error(exc, f"storage cursor {stream}/{partition}") from exc
+        if not r.exists:
+            return None
+        return AckSet(r.ack_floor, [(x.first, x.last) for x in r.acked_above_floor])
+
+    async def commit_cursor(
+        self, stream: str, partition: int, subscription: str, epoch: int, acks: AckSet
+    ) -> None:
+        try:
+            await self._stub.CommitCursor(
+                storage_pb2.CommitCursorRequest(
+                    partition=self._ref(stream, partition),
+                    subscription=subscription,
+                    epoch=epoch,
+                    ack_floor=acks.floor,
+                    acked_above_floor=[
+                        messages_pb2.OffsetRange(first=a, last=b) for a, b in acks.ranges
+                    ],
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise downstream_error(exc, f"storage commit cursor {stream}/{partition}") from exc
