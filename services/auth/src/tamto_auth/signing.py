@@ -1,0 +1,146 @@
+"""Ed25519 signing keys for tokens, persisted as PEM files in the data directory.
+
+Layout: `<dir>/<kid>.pem`, one PKCS#8 private key per file, mode 0600, in a
+directory of mode 0700. A key's `kid` is its RFC 7638 JWK thumbprint, so it is
+derived from the key itself and the same key always has the same id. Files are
+written to a temporary name, fsynced and renamed: a crash never leaves a
+half-written key that would stop the service from starting.
+
+The newest file (by modification time) signs; every key loaded is published
+in the JWKS so tokens signed by an older key keep verifying until they expire.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from tamto_common.errors import ConfigError
+
+log = structlog.get_logger(__name__)
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _public_bytes(key: Ed25519PrivateKey) -> bytes:
+    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def thumbprint(key: Ed25519PrivateKey) -> str:
+    """The RFC 7638 JWK thumbprint (SHA-256, base64url) of the key's public half."""
+    # Members in lexicographic order, no whitespace: the canonical form RFC 7638 hashes.
+    canonical = json.dumps(
+        {"crv": "Ed25519", "kty": "OKP", "x": _b64url(_public_bytes(key))},
+        separators=(",", ":"),
+        sort_keys=True,
+    )
+    return _b64url(hashlib.sha256(canonical.encode()).digest())
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKey:
+    """One Ed25519 key and its id."""
+
+    kid: str
+    private_key: Ed25519PrivateKey
+
+    def public_jwk(self) -> dict[str, str]:
+        """The public half as a JWK (RFC 8037)."""
+        return {
+            "kty": "OKP",
+            "crv": "Ed25519",
+            "x": _b64url(_public_bytes(self.private_key)),
+            "kid": self.kid,
+            "alg": "EdDSA",
+            "use": "sig",
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKeys:
+    """The keys the service knows: `current` signs, all of `keys` verify."""
+
+    current: SigningKey
+    keys: tuple[SigningKey, ...]
+
+    def jwks(self) -> str:
+        """The JWKS JSON document of every public key."""
+        return json.dumps({"keys": [k.public_jwk() for k in self.keys]}, sort_keys=True)
+
+
+def load_or_create(directory: Path) -> SigningKeys:
+    """Load every key under `directory`, creating the directory and a first key if none."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    loaded = [_load(path) for path in _key_files(directory)]
+    if not loaded:
+        key = Ed25519PrivateKey.generate()
+        loaded = [(_write(directory, key), 0.0)]
+        log.info("signing key created", kid=loaded[0][0].kid)
+    # Newest signs; the kid breaks ties so the choice is deterministic.
+    ordered = sorted(loaded, key=lambda pair: (pair[1], pair[0].kid), reverse=True)
+    keys = tuple(key for key, _ in ordered)
+    log.info("signing keys loaded", current=keys[0].kid, count=len(keys))
+    return SigningKeys(current=keys[0], keys=keys)
+
+
+def _key_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("*.pem") if p.is_file())
+
+
+def _load(path: Path) -> tuple[SigningKey, float]:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError("--data-dir", f"unreadable signing key {path}: {exc}") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ConfigError("--data-dir", f"signing key {path} is not an Ed25519 key")
+    kid = thumbprint(key)
+    if path.stem != kid:
+        # A renamed file would publish a kid that no longer matches the key.
+        raise ConfigError("--data-dir", f"signing key {path} does not match its name (kid {kid})")
+    return SigningKey(kid=kid, private_key=key), path.stat().st_mtime
+
+
+def _write(directory: Path, key: Ed25519PrivateKey) -> SigningKey:
+    kid = thumbprint(key)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    final = directory / f"{kid}.pem"
+    tmp = directory / f".{kid}.{secrets.token_hex(4)}.tmp"
+    # O_EXCL and mode 0600 from the first byte: the key is never readable by others.
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(pem)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    _fsync_dir(directory)
+    return SigningKey(kid=kid, private_key=key)
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename is durable only once the directory entry is.
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

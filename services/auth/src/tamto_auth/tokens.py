@@ -1,0 +1,55 @@
+"""Token issue: a short-lived JWT signed with the current Ed25519 key."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import jwt
+
+from tamto_auth.signing import SigningKeys
+
+ALGORITHM = "EdDSA"
+
+
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    """A signed token and what it says."""
+
+    token: str
+    subject: str
+    expires_at: int
+
+
+class TokenIssuer:
+    """Signs tokens with claims `iss`, `aud`, `sub`, `iat`, `exp` and header `kid`."""
+
+    def __init__(
+        self,
+        keys: SigningKeys,
+        issuer: str,
+        audience: str,
+        ttl_s: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._keys = keys
+        self._issuer = issuer
+        self._audience = audience
+        self._ttl_s = ttl_s
+        self._clock = clock
+
+    def issue(self, subject: str) -> IssuedToken:
+        """A token for `subject`, valid from now for the configured lifetime."""
+        now = int(self._clock())
+        expires_at = now + self._ttl_s
+        key = self._keys.current
+        claims = {
+            "iss": self._issuer,
+            "aud": self._audience,
+            "sub": subject,
+            "iat": now,
+            "exp": expires_at,
+        }
+        token = jwt.encode(claims, key.private_key, algorithm=ALGORITHM, headers={"kid": key.kid})
+        return IssuedToken(token=token, subject=subject, expires_at=expires_at)

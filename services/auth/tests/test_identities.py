@@ -1,0 +1,160 @@
+"""API-key identities against a real etcd: salted hashes only, one answer for every refusal."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import AsyncIterator
+
+import aetcd
+import pytest
+from tamto_auth.identities import KEYS_PREFIX, ApiKeyStore, KeyRecord
+from tamto_common.apikeys import ApiKey, new_api_key
+from tamto_common.config import parse_endpoints
+from tamto_common.errors import DataCorruption, NotFound, Unauthenticated
+from tamto_common.membership import connect_etcd
+
+
+@pytest.fixture
+async def etcd(etcd_endpoint: str) -> AsyncIterator[aetcd.Client]:
+    client = await connect_etcd(parse_endpoints(etcd_endpoint))
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"/tamto/test/auth/{uuid.uuid4().hex}/"
+
+
+@pytest.fixture
+def store(etcd: aetcd.Client, prefix: str) -> ApiKeyStore:
+    return ApiKeyStore(etcd, prefix=prefix)
+
+
+async def raw(etcd: aetcd.Client, prefix: str, key: ApiKey) -> bytes:
+    got = await etcd.get(f"{prefix}{key.key_id}".encode())
+    assert got is not None
+    value: bytes = got.value
+    return value
+
+
+async def refusal(store: ApiKeyStore, key: ApiKey) -> str:
+    with pytest.raises(Unauthenticated) as info:
+        await store.verify(key)
+    return str(info.value)
+
+
+async def test_ensured_key_verifies_as_its_subject(store: ApiKeyStore) -> None:
+    key = new_api_key()
+    await store.ensure_key(key, "alice")
+    assert await store.verify(key) == "alice"
+
+
+async def test_default_layout_is_tamto_auth_keys(etcd: aetcd.Client) -> None:
+    key = new_api_key()
+    await ApiKeyStore(etcd).ensure_key(key, "bob")
+    try:
+        record = KeyRecord.from_json(await raw(etcd, KEYS_PREFIX, key))
+        assert record.subject == "bob"
+        assert KEYS_PREFIX == "/tamto/auth/keys/"
+    finally:
+        await etcd.delete(f"{KEYS_PREFIX}{key.key_id}".encode())
+
+
+async def test_etcd_holds_a_salted_hash_never_the_secret(
+    store: ApiKeyStore, etcd: aetcd.Client, prefix: str
+) -> None:
+    key, other = new_api_key(), new_api_key()
+    await store.ensure_key(key, "alice")
+    await store.ensure_key(other, "alice")
+    data = await raw(etcd, prefix, key)
+    assert key.secret.encode() not in data
+    assert str(key).encode() not in data
+    stored = json.loads(data)
+    assert set(stored) == {
+        "subject",
+        "salt",
+        "hash",
+        "created_at",
+        "disabled",
+        "kdf",
+        "n",
+        "r",
+        "p",
+    }
+    assert stored["kdf"] == "scrypt"
+    assert stored["n"] >= 2**14
+    assert len(base64.b64decode(stored["hash"])) == 32
+    # Per-key salts: equal subjects never give comparable records.
+    other_stored = json.loads(await raw(etcd, prefix, other))
+    assert stored["salt"] != other_stored["salt"]
+
+
+async def test_ensure_is_idempotent(store: ApiKeyStore, etcd: aetcd.Client, prefix: str) -> None:
+    key = new_api_key()
+    await store.ensure_key(key, "alice")
+    before = await raw(etcd, prefix, key)
+    await store.ensure_key(key, "alice")
+    assert await raw(etcd, prefix, key) == before
+
+
+async def test_ensure_with_a_new_subject_replaces_the_record(store: ApiKeyStore) -> None:
+    key = new_api_key()
+    await store.ensure_key(key, "alice")
+    await store.ensure_key(key, "carol")
+    assert await store.verify(key) == "carol"
+
+
+async def test_ensure_with_a_new_secret_replaces_the_old_one(store: ApiKeyStore) -> None:
+    old = new_api_key()
+    new = ApiKey(key_id=old.key_id, secret=new_api_key().secret)
+    await store.ensure_key(old, "alice")
+    await store.ensure_key(new, "alice")
+    assert await store.verify(new) == "alice"
+    assert await refusal(store, old) == "invalid API key"
+
+
+async def test_unknown_disabled_and_wrong_secret_get_the_same_answer(store: ApiKeyStore) -> None:
+    unknown = new_api_key()
+    wrong = new_api_key()
+    await store.ensure_key(wrong, "alice")
+    wrong_secret = ApiKey(key_id=wrong.key_id, secret=new_api_key().secret)
+    disabled = new_api_key()
+    await store.ensure_key(disabled, "alice")
+    await store.set_disabled(disabled.key_id, True)
+    answers = {
+        await refusal(store, unknown),
+        await refusal(store, wrong_secret),
+        await refusal(store, disabled),
+    }
+    assert answers == {"invalid API key"}
+
+
+async def test_disable_and_enable(store: ApiKeyStore) -> None:
+    key = new_api_key()
+    await store.ensure_key(key, "alice")
+    await store.set_disabled(key.key_id, True)
+    await refusal(store, key)
+    # Ensuring the same key again does not undo an operator's disable.
+    await store.ensure_key(key, "alice")
+    await refusal(store, key)
+    await store.set_disabled(key.key_id, False)
+    assert await store.verify(key) == "alice"
+
+
+async def test_disabling_an_unknown_key_is_not_found(store: ApiKeyStore) -> None:
+    with pytest.raises(NotFound):
+        await store.set_disabled(new_api_key().key_id, True)
+
+
+async def test_corrupt_record_is_data_corruption(
+    store: ApiKeyStore, etcd: aetcd.Client, prefix: str
+) -> None:
+    key = new_api_key()
+    await etcd.put(f"{prefix}{key.key_id}".encode(), b"{not json")
+    with pytest.raises(DataCorruption):
+        await store.verify(key)

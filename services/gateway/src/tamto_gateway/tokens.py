@@ -1,0 +1,201 @@
+"""Local verification of auth-issued tokens: the gateway never calls auth per request.
+
+`TokenVerifier` keeps the auth service's public keys (its JWKS) in memory and
+checks signatures and claims itself. A token naming an unknown `kid` triggers a
+refetch, which is how a key rotation reaches the gateway; refetches are limited
+to one per `refetch_interval_s`, so a flood of tokens with made-up kids costs
+auth at most one call per interval.
+
+Only EdDSA over Ed25519 is accepted. The algorithm is decided by the verifier
+and the key, never by the token's header, which shuts out `alg: none` and the
+HS256-keyed-with-the-public-key confusion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+import structlog
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from tamto_common.errors import TamtoError, Unauthenticated, Unavailable
+
+ALGORITHM = "EdDSA"
+REQUIRED_CLAIMS = ("iss", "aud", "sub", "iat", "exp")
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a verified token speaks for, and until when (unix seconds)."""
+
+    subject: str
+    expires_at: float
+
+
+def parse_jwks(text: str) -> dict[str, Ed25519PublicKey]:
+    """The Ed25519 signing keys of a JWKS document by kid; other kinds of key are skipped."""
+    try:
+        document = json.loads(text)
+        entries = document["keys"]
+        if not isinstance(entries, list):
+            raise TypeError("keys is not a list")
+    except (ValueError, TypeError, KeyError) as exc:
+        raise Unavailable(f"malformed JWKS from auth: {exc}") from None
+    keys: dict[str, Ed25519PublicKey] = {}
+    for entry in entries:
+        if not isinstance(entry, dict) or not _is_ed25519_signing_key(entry):
+            continue
+        try:
+            raw = base64.urlsafe_b64decode(entry["x"] + "=" * (-len(entry["x"]) % 4))
+            keys[entry["kid"]] = Ed25519PublicKey.from_public_bytes(raw)
+        except (ValueError, binascii.Error):
+            log.warning("skipping unreadable JWK", kid=entry["kid"])
+    return keys
+
+
+def _is_ed25519_signing_key(entry: dict[str, Any]) -> bool:
+    return (
+        entry.get("kty") == "OKP"
+        and entry.get("crv") == "Ed25519"
+        and entry.get("alg", ALGORITHM) == ALGORITHM
+        and entry.get("use", "sig") == "sig"
+        and isinstance(entry.get("kid"), str)
+        and isinstance(entry.get("x"), str)
+    )
+
+
+class TokenVerifier:
+    """Verifies tokens against a cached JWKS fetched with `fetch_jwks`."""
+
+    def __init__(
+        self,
+        fetch_jwks: Callable[[], Awaitable[str]],
+        issuer: str,
+        audience: str,
+        leeway_s: float = 5,
+        refetch_interval_s: float = 5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._fetch_jwks = fetch_jwks
+        self._issuer = issuer
+        self._audience = audience
+        self._leeway_s = leeway_s
+        self._refetch_interval_s = refetch_interval_s
+        self._clock = clock
+        self._keys: dict[str, Ed25519PublicKey] = {}
+        self._fetched = False
+        self._last_fetch: float | None = None
+        self._lock = asyncio.Lock()
+
+    async def verify(self, token: str) -> Principal:
+        """The principal of a valid token; `Unauthenticated` saying why otherwise."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.DecodeError:
+            raise Unauthenticated("malformed token") from None
+        if header.get("alg") != ALGORITHM:
+            raise Unauthenticated("token algorithm not allowed")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise Unauthenticated("token has no key id")
+        key = await self._key(kid)
+        claims = self._decode(token, key)
+        subject = claims["sub"]
+        if not isinstance(subject, str) or not subject:
+            raise Unauthenticated("token subject invalid")
+        return Principal(subject=subject, expires_at=float(claims["exp"]))
+
+    def _decode(self, token: str, key: Ed25519PublicKey) -> dict[str, Any]:
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key,
+                algorithms=[ALGORITHM],
+                issuer=self._issuer,
+                audience=self._audience,
+                leeway=self._leeway_s,
+                options={"require": list(REQUIRED_CLAIMS)},
+            )
+        except jwt.ExpiredSignatureError:
+            raise Unauthenticated("token expired") from None
+        except jwt.ImmatureSignatureError:
+            raise Unauthenticated("token not yet valid") from None
+        except jwt.InvalidIssuerError:
+            raise Unauthenticated("token issuer mismatch") from None
+        except jwt.InvalidAudienceError:
+            raise Unauthenticated("token audience mismatch") from None
+        except jwt.InvalidSignatureError:
+            raise Unauthenticated("token signature invalid") from None
+        except jwt.MissingRequiredClaimError as exc:
+            raise Unauthenticated(f"token missing claim {exc.claim}") from None
+        except jwt.DecodeError:
+            raise Unauthenticated("malformed token") from None
+        except jwt.InvalidTokenError as exc:
+            raise Unauthenticated(f"invalid token: {exc}") from None
+        return claims
+
+    async def _key(self, kid: str) -> Ed25519PublicKey:
+        key = self._keys.get(kid)
+        if key is not None:
+            return key
+        async with self._lock:
+            # Another caller may have refetched while this one waited.
+            key = self._keys.get(kid)
+            if key is None and self._may_refetch():
+                await self._refetch()
+                key = self._keys.get(kid)
+        if key is None:
+            if not self._fetched:
+                raise Unavailable("token signing keys not available yet")
+            raise Unauthenticated("token signed by unknown key")
+        return key
+
+    def _may_refetch(self) -> bool:
+        return (
+            self._last_fetch is None or self._clock() - self._last_fetch >= self._refetch_interval_s
+        )
+
+    async def _refetch(self) -> None:
+        # Recorded before the call: a failing auth service is not retried faster either.
+        self._last_fetch = self._clock()
+        try:
+            text = await self._fetch_jwks()
+        except TamtoError:
+            raise
+        except Exception as exc:
+            raise Unavailable(f"cannot fetch token signing keys: {exc}") from None
+        # Replaced, not merged: a key auth withdrew stops verifying here too.
+        self._keys = parse_jwks(text)
+        self._fetched = True
+        log.info("token signing keys refreshed", kids=sorted(self._keys))
+
+
+Metadata = Iterable[tuple[str, str | bytes]]
+
+
+def bearer_token(metadata: Metadata | None) -> str:
+    """The token of the `authorization: Bearer <token>` entry of gRPC metadata."""
+    values = [value for key, value in metadata or () if key.lower() == "authorization"]
+    if not values:
+        raise Unauthenticated("missing bearer token")
+    if len(values) > 1:
+        # Two credentials on one call: refuse rather than guess which one counts.
+        raise Unauthenticated("more than one authorization header")
+    value = values[0]
+    text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+    scheme, _, token = text.strip().partition(" ")
+    if scheme.lower() != "bearer":
+        raise Unauthenticated("authorization is not a bearer token")
+    token = token.strip()
+    if not token:
+        raise Unauthenticated("missing bearer token")
+    return token
