@@ -1,0 +1,32 @@
+"""Where the CLI finds a running system: flags, then environment, then the local defaults."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_DATA_DIR = Path(".tamto")
+DEFAULT_GATEWAY = "127.0.0.1:7400"
+DEFAULT_ETCD = "127.0.0.1:7379"
+
+
+def data_dir(value: Path | None) -> Path:
+    return value or Path(os.environ.get("TAMTO_DATA_DIR", DEFAULT_DATA_DIR))
+
+
+def gateway_url(value: str | None) -> str:
+    return value or os.environ.get("TAMTO_URL", f"tamto://{DEFAULT_GATEWAY}")
+
+
+def api_key(value: str | None, data: Path) -> str:
+    """The API key: --api-key, TAMTO_API_KEY, or the local system's development credential."""
+    if value:
+        return value
+    if env := os.environ.get("TAMTO_API_KEY"):
+        return env
+    path = data / "dev-credential"
+    if path.exists():
+        return path.read_text().strip()
+    raise SystemExit(
+        "no API key: pass --api-key, set TAMTO_API_KEY, or run `tamto up` in this directory"
+    )

@@ -1,0 +1,59 @@
+"""`tamto up`: the local launcher, with an optional demo."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from rich.console import Console
+from rich.text import Text
+from tamto_local.cluster import ClusterConfig, LaunchError, LocalCluster
+
+from tamto_cli.demo import run_demo
+
+COLORS = {
+    "etcd": "cyan",
+    "nats": "magenta",
+    "auth": "yellow",
+    "storage": "green",
+    "router": "blue",
+    "gateway": "bright_red",
+}
+
+
+async def run_up(
+    config: ClusterConfig, console: Console, demo: bool, once: bool, quiet: bool
+) -> int:
+    def sink(name: str, line: str) -> None:
+        if not quiet:
+            prefix = Text(f"{name:>8} | ", style=COLORS.get(name, "white"))
+            console.print(prefix + Text(line), soft_wrap=True, highlight=False)
+
+    def notify(message: str) -> None:
+        console.print(f"[bold]launcher[/] | {message}", highlight=False)
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+    cluster = LocalCluster(config, sink, notify)
+    try:
+        started = loop.time()
+        await cluster.start()
+        notify(f"all services healthy in {loop.time() - started:.1f}s")
+        console.print(f"[bold green]Tamto is up.[/] gateway: tamto://{config.gateway_address}")
+        console.print(f"development API key: [bold]{cluster.credential}[/]")
+        console.print(f"data directory: {config.data_dir.resolve()}")
+        if demo:
+            await run_demo(f"tamto://{config.gateway_address}", cluster.credential, console)
+        if not once:
+            console.print("press Ctrl-C to stop")
+            await stop.wait()
+        return 0
+    except LaunchError as exc:
+        console.print(f"[bold red]tamto up: {exc}[/]")
+        return 1
+    finally:
+        notify("stopping")
+        await cluster.stop()

@@ -1,0 +1,264 @@
+"""A whole Tamto system on one machine, each part a supervised process.
+
+`LocalCluster` starts etcd and nats-server, then auth, storage, router and
+gateway (in that order, each waiting for the one before it to report healthy
+over the gRPC health service), restarts any service that dies, and stops
+everything in reverse order. Every byte of state lives under one data
+directory: starting again on the same directory reuses etcd's data, the
+partitions' logs and the development credential.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tamto_common.apikeys import new_api_key
+
+from tamto_local.infra import (
+    EtcdSpec,
+    NatsSpec,
+    etcd_argv,
+    nats_argv,
+    port_in_use,
+    tcp_open,
+    wait_until,
+)
+from tamto_local.ports import free_port
+from tamto_local.process import LineSink, ManagedProcess
+
+SERVICES = ("auth", "storage", "router", "gateway")
+
+
+class LaunchError(Exception):
+    """The cluster could not start; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    data_dir: Path
+    host: str = "127.0.0.1"
+    gateway_port: int = 7400
+    etcd_port: int = 7379
+    etcd_peer_port: int = 7380
+    nats_port: int = 7422
+    lease_ttl_s: int = 5
+    log_level: str = "info"
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def etcd_endpoint(self) -> str:
+        return f"{self.host}:{self.etcd_port}"
+
+    @property
+    def nats_url(self) -> str:
+        return f"nats://{self.host}:{self.nats_port}"
+
+    @property
+    def gateway_address(self) -> str:
+        return f"{self.host}:{self.gateway_port}"
+
+
+def dev_credential(data_dir: Path) -> str:
+    """The development API key of this data directory, created on first use (mode 0600)."""
+    path = data_dir / "dev-credential"
+    if path.exists():
+        return path.read_text().strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = str(new_api_key())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key
+
+
+async def grpc_healthy(address: str, service: str = "") -> bool:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
+        return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+@dataclass(frozen=True)
+class ServiceEnv:
+    """What every service process of one system is told through its environment."""
+
+    etcd_endpoint: str
+    nats_url: str
+    data_dir: Path
+    credential: str
+    lease_ttl_s: int = 5
+    log_level: str = "info"
+    host: str = "127.0.0.1"
+
+
+def service_env(
+    name: str, shared: ServiceEnv, port: int, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment that configures service `name` (see each service's config)."""
+    env = {
+        **os.environ,
+        "TAMTO_ETCD_ENDPOINTS": shared.etcd_endpoint,
+        "TAMTO_NATS_URL": shared.nats_url,
+        "TAMTO_LEASE_TTL_S": str(shared.lease_ttl_s),
+        "TAMTO_LOG_LEVEL": shared.log_level,
+        "TAMTO_HOST": shared.host,
+        f"TAMTO_{name.upper()}_PORT": str(port),
+        f"TAMTO_{name.upper()}_INSTANCE_ID": f"{name}-1",
+        "TAMTO_DATA_DIR": str(shared.data_dir / name),
+        "PYTHONUNBUFFERED": "1",
+        **(extra or {}),
+    }
+    if name == "auth":
+        env["TAMTO_AUTH_DEV_API_KEY"] = shared.credential
+    return env
+
+
+def service_argv(name: str) -> list[str]:
+    return [sys.executable, "-m", f"tamto_{name}"]
+
+
+class LocalCluster:
+    """Owns every process of a local system and the task that supervises them."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        sink: LineSink,
+        notify: Callable[[str], None],
+        ready_timeout_s: float = 60.0,
+    ) -> None:
+        self.config = config
+        self._sink = sink
+        self._notify = notify
+        self._ready_timeout = ready_timeout_s
+        self.credential = ""
+        self.ports: dict[str, int] = {}
+        self.processes: dict[str, ManagedProcess] = {}
+        self._supervisor: asyncio.Task[None] | None = None
+        self._stopping = False
+        self.restarts: dict[str, int] = dict.fromkeys(SERVICES, 0)
+
+    def _check_ports(self) -> None:
+        c = self.config
+        for what, port in (
+            ("--gateway-port", c.gateway_port),
+            ("--etcd-port", c.etcd_port),
+            ("etcd peer port", c.etcd_peer_port),
+            ("--nats-port", c.nats_port),
+        ):
+            if port_in_use(c.host, port):
+                raise LaunchError(f"{what} {c.host}:{port} is already in use")
+
+    def _service_env(self, name: str) -> dict[str, str]:
+        c = self.config
+        return service_env(
+            name,
+            ServiceEnv(
+                c.etcd_endpoint,
+                c.nats_url,
+                c.data_dir,
+                self.credential,
+                c.lease_ttl_s,
+                c.log_level,
+                c.host,
+            ),
+            self.ports[name],
+            c.extra_env,
+        )
+
+    async def start(self) -> None:
+        """Start everything and wait until every service reports SERVING."""
+        c = self.config
+        self._check_ports()
+        c.data_dir.mkdir(parents=True, exist_ok=True)
+        self.credential = dev_credential(c.data_dir)
+        self.ports = {name: free_port(c.host) for name in SERVICES}
+        self.ports["gateway"] = c.gateway_port
+
+        etcd = EtcdSpec(c.data_dir / "etcd", c.etcd_port, c.etcd_peer_port, c.host)
+        await self._start_infra("etcd", etcd_argv(etcd), c.etcd_port)
+        await self._start_infra("nats", nats_argv(NatsSpec(c.nats_port, c.host)), c.nats_port)
+        for name in SERVICES:
+            await self._start_service(name)
+        self._supervisor = asyncio.create_task(self._supervise(), name="supervisor")
+
+    async def _start_infra(self, name: str, argv: list[str], port: int) -> None:
+        proc = ManagedProcess(name, argv, sink=self._sink)
+        self.processes[name] = proc
+        await proc.start()
+        await self._wait(name, lambda: tcp_open(self.config.host, port))
+
+    async def _start_service(self, name: str) -> None:
+        proc = ManagedProcess(
+            name, service_argv(name), env=self._service_env(name), sink=self._sink
+        )
+        self.processes[name] = proc
+        await proc.start()
+        address = f"{self.config.host}:{self.ports[name]}"
+        await self._wait(name, lambda: grpc_healthy(address))
+
+    async def _wait(self, name: str, check: Callable[[], object]) -> None:
+        proc = self.processes[name]
+
+        async def ready() -> bool:
+            if not proc.running():
+                tail = proc.tail[-1] if proc.tail else "no output"
+                raise LaunchError(f"{name} exited with code {proc.returncode}: {tail}")
+            return bool(await check())  # type: ignore[misc]
+
+        try:
+            await wait_until(ready, self._ready_timeout, name)
+        except TimeoutError as exc:
+            raise LaunchError(str(exc)) from None
+
+    async def _supervise(self) -> None:
+        """Restart any service that exits while the cluster is up."""
+        while not self._stopping:
+            waits = {
+                asyncio.ensure_future(p.wait()): name
+                for name, p in self.processes.items()
+                if name in SERVICES
+            }
+            done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for fut in pending:
+                fut.cancel()
+            if self._stopping:
+                return
+            for fut in done:
+                name = waits[fut]
+                self.restarts[name] += 1
+                self._notify(f"{name} exited with code {fut.result()}; restarting it")
+                backoff = min(5.0, 0.5 * self.restarts[name])
+                await asyncio.sleep(backoff)  # a crash loop must not spin the CPU
+                try:
+                    await self._start_service(name)
+                    self._notify(f"{name} is back (restart {self.restarts[name]})")
+                except LaunchError as exc:
+                    self._notify(f"{name} failed to restart: {exc}")
+
+    async def kill(self, name: str) -> None:
+        """Crash one process with SIGKILL (for demos and tests of recovery)."""
+        await self.processes[name].kill()
+
+    async def stop(self) -> None:
+        """Stop services, then NATS and etcd, each with SIGTERM (SIGKILL after a timeout)."""
+        self._stopping = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        for name in (*reversed(SERVICES), "nats", "etcd"):
+            proc = self.processes.get(name)
+            if proc is not None and proc.running():
+                started = time.monotonic()
+                code = await proc.stop()
+                self._notify(f"{name} stopped (code {code}, {time.monotonic() - started:.1f}s)")
