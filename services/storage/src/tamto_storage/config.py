@@ -1,0 +1,43 @@
+"""Storage service configuration: where partitions live and how hard we sync."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from tamto_common.config import ServiceConfig, one_of, positive, setting
+
+from tamto_storage.wal import WalOptions
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageConfig(ServiceConfig):
+    """Settings of a storage node, on top of those every service has."""
+
+    # setting() builds a dataclass field, so the call-in-default rule does not apply.
+    data_dir: Path = setting(  # noqa: RUF009
+        Path(".tamto/data"), "directory holding every partition's log"
+    )
+    fsync: str = setting(
+        "group",
+        "when appends are fsynced: 'group' (one fsync per group commit) or 'interval' "
+        "(at most one fsync every --fsync-interval-ms; acks still wait for it)",
+        one_of("group", "interval"),
+    )
+    fsync_interval_ms: int = setting(
+        50, "minimum milliseconds between fsyncs in interval mode", positive
+    )
+    wal_file_bytes: int = setting(64 * MIB, "size at which a WAL file rolls to a new one", positive)
+    read_max_bytes: int = setting(
+        8 * MIB, "cap on batch bytes per Read response (one larger batch still goes)", positive
+    )
+
+    def wal_options(self) -> WalOptions:
+        """The write-ahead log settings these config values describe."""
+        return WalOptions(
+            file_bytes=self.wal_file_bytes,
+            group_commit=self.fsync == "group",
+            fsync_interval_s=self.fsync_interval_ms / 1000,
+        )

@@ -1,0 +1,26 @@
+"""Prometheus metrics of the storage service (registered once, on import)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+APPENDED_MESSAGES = Counter(
+    "tamto_storage_appended_messages",
+    "Messages appended durably (acked) per stream",
+    ["stream"],
+)
+APPENDED_BYTES = Counter(
+    "tamto_storage_appended_bytes",
+    "Arrow IPC bytes appended durably (acked) per stream",
+    ["stream"],
+)
+FSYNC_SECONDS = Histogram(
+    "tamto_storage_fsync_seconds",
+    "Latency of one WAL fsync",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+GROUP_COMMIT_BATCHES = Histogram(
+    "tamto_storage_group_commit_batches",
+    "Batches made durable by one group commit (one fsync)",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+)

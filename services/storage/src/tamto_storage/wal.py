@@ -1,0 +1,400 @@
+"""The write-ahead log of one partition: CRC-framed Arrow batches, group-committed.
+
+On disk: ``<partition-dir>/wal/<first-offset:020d>.log``, each file a run of
+frames (format in `tamto_storage.frame`: a 36-byte header — body length u32,
+crc32 u32 over the rest of the header and the body, base_offset i64, count u32,
+publish_time_us i64, epoch i64 — then the producer's Arrow IPC bytes unchanged).
+A file is named by the offset of its first frame; the next file starts where the
+previous one ends. A new file is started when the next frame would push the
+current one past `WalOptions.file_bytes`; the old file is fsynced first, so only
+the last file can ever end in a torn frame (see `tamto_storage.wal_recovery`).
+
+Group commit: `append` places the frame (file, position) synchronously and
+queues it. One writer task — started by `Wal.open`, stopped by `Wal.close` —
+takes everything queued, writes it, runs one fsync in a worker thread, then adds
+the batches to the in-memory index and resolves every waiting append. An append
+is acknowledged only after the fsync that covers its bytes; readers only see
+acknowledged batches. In interval mode the writer fsyncs at most once per
+`fsync_interval_s`, letting more appends join each commit.
+
+The in-memory index holds one entry per batch (not per message); reads find the
+batches covering an offset by bisection and re-verify each frame's CRC.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+from tamto_common.errors import FailedPrecondition, TamtoError, Unavailable
+
+from tamto_storage import metrics
+from tamto_storage.durable import fsync_dir, make_dirs
+from tamto_storage.frame import HEADER_SIZE, crc_matches, decode_header, encode_header
+from tamto_storage.model import StoredBatch
+from tamto_storage.wal_index import Corruption, IndexEntry
+from tamto_storage.wal_recovery import recover, wal_file_name
+
+log = structlog.get_logger(__name__)
+
+_IOV_MAX = 512  # buffers per pwritev call, well under the kernel's IOV_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class WalOptions:
+    """How a WAL writes: file size at which it rolls, and its fsync policy."""
+
+    file_bytes: int = 64 * 1024 * 1024
+    group_commit: bool = True  # False: interval mode
+    fsync_interval_s: float = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    entry: IndexEntry
+    header: bytes
+    body: bytes
+    done: asyncio.Future[None] | None  # set on the last batch of each append call
+
+
+class Wal:
+    """The write-ahead log of one partition. Create with `Wal.open`, stop with `close`."""
+
+    def __init__(self, directory: Path, options: WalOptions, label: str) -> None:
+        self._dir = directory
+        self._options = options
+        self._label = label
+        self._entries: list[IndexEntry] = []
+        self._bases: list[int] = []  # entries' base offsets, for bisection
+        self._start_offset = 0
+        self._durable_end = 0
+        self._reserved_end = 0
+        self._max_epoch = 0
+        self._corruption: Corruption | None = None
+        self._failure: TamtoError | None = None
+        self._tail: Path | None = None  # file the next frame goes to
+        self._tail_size = 0  # bytes placed in it, written or queued
+        self._pending: list[_Pending] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._writer_fd: int | None = None
+        self._writer_path: Path | None = None
+        self._last_sync = 0.0
+        self._fsyncs = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, directory: Path, options: WalOptions, *, label: str) -> Wal:
+        """Open (creating if needed) the WAL in `directory`, recover it, start its writer."""
+        await asyncio.to_thread(make_dirs, directory)
+        recovered = await asyncio.to_thread(recover, directory)
+        wal = cls(directory, options, label)
+        wal._entries = list(recovered.entries)
+        wal._bases = [e.base_offset for e in recovered.entries]
+        wal._start_offset = recovered.start_offset
+        wal._durable_end = wal._reserved_end = recovered.next_offset
+        wal._max_epoch = recovered.max_epoch
+        wal._corruption = recovered.corruption
+        if recovered.tail is not None:
+            wal._tail, wal._tail_size = recovered.tail
+        wal._task = asyncio.create_task(wal._run(), name=f"wal-writer {label}")
+        return wal
+
+    @property
+    def start_offset(self) -> int:
+        """The oldest offset stored."""
+        return self._start_offset
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended batch must start at (includes queued appends)."""
+        return self._reserved_end
+
+    @property
+    def durable_offset(self) -> int:
+        """The offset just past the last fsynced (readable) batch."""
+        return self._durable_end
+
+    @property
+    def max_epoch(self) -> int:
+        """The highest epoch found on any frame at recovery."""
+        return self._max_epoch
+
+    @property
+    def corruption(self) -> Corruption | None:
+        """Where the log stops being trustworthy, if anywhere."""
+        return self._corruption
+
+    @property
+    def fsyncs(self) -> int:
+        """Group commits (fsyncs) done since open — lets tests see commits being shared."""
+        return self._fsyncs
+
+    def check_writable(self) -> None:
+        """Raise if appends cannot be accepted (corrupt, failed or closed log)."""
+        if self._corruption is not None:
+            raise self._corruption.error()
+        if self._failure is not None:
+            raise self._failure
+        if self._closing:
+            raise Unavailable(f"partition {self._label} is closing")
+
+    def append(self, batches: Sequence[StoredBatch], epoch: int) -> asyncio.Future[None]:
+        """Queue contiguous `batches`; the future resolves once all of them are fsynced.
+
+        Placement is decided here, synchronously, so appends keep call order.
+        The first base offset must be `next_offset`; the caller has checked
+        counts and bodies.
+        """
+        self.check_writable()
+        expected = self._reserved_end
+        for batch in batches:
+            if batch.base_offset != expected:
+                raise FailedPrecondition(
+                    f"base offset {batch.base_offset} does not match next offset {expected}"
+                )
+            expected = batch.end_offset
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # The caller may be cancelled and stop waiting; retrieve the outcome anyway
+        # so a failure is not reported as "never retrieved".
+        done.add_done_callback(lambda f: f.cancelled() or f.exception())
+        for i, batch in enumerate(batches):
+            entry, header = self._place(batch, epoch)
+            last = i == len(batches) - 1
+            self._pending.append(_Pending(entry, header, batch.arrow_ipc, done if last else None))
+        self._wake.set()
+        return done
+
+    def _place(self, batch: StoredBatch, epoch: int) -> tuple[IndexEntry, bytes]:
+        """Decide the batch's file and position, rolling to a new file when full."""
+        frame_length = HEADER_SIZE + len(batch.arrow_ipc)
+        if self._tail is None or (
+            self._tail_size > 0 and self._tail_size + frame_length > self._options.file_bytes
+        ):
+            self._tail = self._dir / wal_file_name(batch.base_offset)
+            self._tail_size = 0
+        entry = IndexEntry(
+            base_offset=batch.base_offset,
+            count=batch.count,
+            publish_time_us=batch.publish_time_us,
+            epoch=epoch,
+            file=self._tail,
+            position=self._tail_size,
+            body_length=len(batch.arrow_ipc),
+        )
+        header = encode_header(
+            base_offset=batch.base_offset,
+            count=batch.count,
+            publish_time_us=batch.publish_time_us,
+            epoch=epoch,
+            body=batch.arrow_ipc,
+        )
+        self._tail_size += frame_length
+        self._reserved_end = batch.end_offset
+        return entry, header
+
+    async def read(self, from_offset: int, max_messages: int, max_bytes: int) -> list[StoredBatch]:
+        """Acknowledged batches covering `from_offset` onwards, within the limits.
+
+        The first batch may start before `from_offset`. At least one batch is
+        returned when any exists at or after `from_offset`, however large.
+        `max_messages` 0 means no message limit. The caller checks the range.
+        """
+        if self._corruption is not None and from_offset >= self._corruption.offset:
+            raise self._corruption.error()
+        chosen = self._select(from_offset, max_messages, max_bytes)
+        if not chosen:
+            return []
+        batches, corruption = await asyncio.to_thread(_read_frames, chosen)
+        if corruption is not None:
+            self._record_corruption(corruption)
+            if not batches:
+                raise corruption.error()
+        return batches
+
+    def _select(self, from_offset: int, max_messages: int, max_bytes: int) -> list[IndexEntry]:
+        i = max(bisect.bisect_right(self._bases, from_offset) - 1, 0)
+        limit = self._corruption.offset if self._corruption is not None else None
+        chosen: list[IndexEntry] = []
+        messages = 0
+        size = 0
+        for entry in self._entries[i:]:
+            if entry.end_offset <= from_offset:
+                continue
+            if limit is not None and entry.end_offset > limit:
+                break
+            if chosen and (size + entry.body_length > max_bytes):
+                break
+            chosen.append(entry)
+            size += entry.body_length
+            messages += entry.end_offset - max(entry.base_offset, from_offset)
+            if max_messages and messages >= max_messages:
+                break
+        return chosen
+
+    def _record_corruption(self, corruption: Corruption) -> None:
+        if self._corruption is None or corruption.offset < self._corruption.offset:
+            log.error(
+                "wal corruption found by a read",
+                partition=self._label,
+                file=str(corruption.file),
+                position=corruption.position,
+                offset=corruption.offset,
+            )
+            self._corruption = corruption
+
+    async def close(self) -> None:
+        """Flush queued appends (they are still acknowledged), stop the writer, close files."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+        if self._writer_fd is not None:
+            os.close(self._writer_fd)
+            self._writer_fd = None
+
+    async def _run(self) -> None:
+        """The writer: one group commit per round until closed and drained."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._pending:
+                if self._closing:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if not self._options.group_commit and not self._closing:
+                # Interval mode: let appends pile up until the next fsync is due.
+                delay = self._last_sync + self._options.fsync_interval_s - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            group, self._pending = self._pending, []
+            await self._commit(group)
+            self._last_sync = loop.time()
+
+    async def _commit(self, group: list[_Pending]) -> None:
+        try:
+            fsync_seconds = await asyncio.to_thread(self._write_group, group)
+        except Exception as exc:  # the writer must survive to fail later appends, not hang them
+            self._fail(group, exc)
+            return
+        self._fsyncs += 1
+        for seconds in fsync_seconds:
+            metrics.FSYNC_SECONDS.observe(seconds)
+        metrics.GROUP_COMMIT_BATCHES.observe(len(group))
+        for item in group:
+            self._entries.append(item.entry)
+            self._bases.append(item.entry.base_offset)
+            self._durable_end = item.entry.end_offset
+            if item.done is not None and not item.done.done():
+                item.done.set_result(None)  # a cancelled waiter's batches are stored all the same
+
+    def _fail(self, group: list[_Pending], exc: Exception) -> None:
+        # The log now has a hole at the first failed offset: refuse everything
+        # until a reopen recovers what reached the disk.
+        log.error("wal write failed", partition=self._label, error=str(exc))
+        self._failure = Unavailable(f"partition {self._label} write failed: {exc}")
+        for item in [*group, *self._pending]:
+            if item.done is not None and not item.done.done():
+                item.done.set_exception(self._failure)
+        self._pending = []
+
+    def _write_group(self, group: Sequence[_Pending]) -> list[float]:
+        """Write and fsync a group (worker thread). Returns each fsync's seconds."""
+        fsync_seconds: list[float] = []
+        run: list[_Pending] = []
+        for item in group:
+            if run and item.entry.file != run[0].entry.file:
+                self._write_run(run, fsync_seconds)
+                run = []
+            run.append(item)
+        if run:
+            self._write_run(run, fsync_seconds)
+        assert self._writer_fd is not None
+        fsync_seconds.append(_timed_fsync(self._writer_fd))
+        return fsync_seconds
+
+    def _write_run(self, run: Sequence[_Pending], fsync_seconds: list[float]) -> None:
+        """Write frames that go to one file, contiguously, from the first's position."""
+        path = run[0].entry.file
+        fd = self._writer_fd
+        if fd is None or path != self._writer_path:
+            if fd is not None:
+                # Roll: the old file must be durable before the new one gets data,
+                # so only the last file can end torn.
+                fsync_seconds.append(_timed_fsync(fd))
+                os.close(fd)
+                self._writer_fd = None
+            fd = self._writer_fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            self._writer_path = path
+            fsync_dir(path.parent)
+        buffers: list[bytes] = []
+        for item in run:
+            buffers += (item.header, item.body)
+        position = run[0].entry.position
+        for i in range(0, len(buffers), _IOV_MAX):
+            position += _pwrite_all(fd, buffers[i : i + _IOV_MAX], position)
+
+
+def _timed_fsync(fd: int) -> float:
+    started = time.perf_counter()
+    os.fsync(fd)
+    return time.perf_counter() - started
+
+
+def _pwrite_all(fd: int, buffers: Sequence[bytes], position: int) -> int:
+    total = sum(len(b) for b in buffers)
+    written = os.pwritev(fd, buffers, position)
+    if written < total:  # rare short write: finish the rest plainly
+        rest = memoryview(b"".join(buffers))[written:]
+        while rest:
+            n = os.pwrite(fd, rest, position + written)
+            written += n
+            rest = rest[n:]
+    return total
+
+
+def _read_frames(entries: Sequence[IndexEntry]) -> tuple[list[StoredBatch], Corruption | None]:
+    """Read and CRC-check frames (worker thread); stops at the first bad one."""
+    batches: list[StoredBatch] = []
+    i = 0
+    while i < len(entries):
+        # Entries in one file are contiguous: read the run with one read.
+        j = i
+        while j + 1 < len(entries) and entries[j + 1].file == entries[i].file:
+            j += 1
+        first, last = entries[i], entries[j]
+        length = last.position + last.frame_length - first.position
+        with first.file.open("rb") as f:
+            f.seek(first.position)
+            data = memoryview(f.read(length))
+        for entry in entries[i : j + 1]:
+            at = entry.position - first.position
+            header_bytes = data[at : at + HEADER_SIZE]
+            body = data[at + HEADER_SIZE : at + entry.frame_length]
+            problem = _frame_problem(entry, header_bytes, body)
+            if problem is not None:
+                return batches, Corruption(entry.base_offset, entry.file, entry.position, problem)
+            batches.append(
+                StoredBatch(entry.base_offset, entry.count, entry.publish_time_us, bytes(body))
+            )
+        i = j + 1
+    return batches, None
+
+
+def _frame_problem(entry: IndexEntry, header_bytes: memoryview, body: memoryview) -> str | None:
+    if len(body) != entry.body_length or len(header_bytes) != HEADER_SIZE:
+        return "frame is shorter than indexed"
+    if not crc_matches(header_bytes, body):
+        return "frame checksum mismatch"
+    header = decode_header(header_bytes)
+    if (header.base_offset, header.count) != (entry.base_offset, entry.count):
+        return f"frame holds offset {header.base_offset}, expected {entry.base_offset}"
+    return None

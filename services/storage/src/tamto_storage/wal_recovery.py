@@ -1,0 +1,165 @@
+"""Rebuilding a partition's WAL index from its files when the partition opens.
+
+Files are scanned in offset order and every frame's CRC and offsets are checked.
+A torn tail — an incomplete frame, or a CRC failure on the very last frame of the
+last file — is what a crash mid-write leaves behind; nothing after it was ever
+acknowledged, so it is truncated away (and logged). Anything else that fails a
+check is corruption: indexing stops there and the partition refuses to serve it.
+Blocking: run through a thread.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import structlog
+
+from tamto_storage.frame import HEADER_SIZE, crc_matches, decode_header
+from tamto_storage.wal_index import Corruption, IndexEntry
+
+log = structlog.get_logger(__name__)
+
+SUFFIX = ".log"
+
+
+def wal_file_name(first_offset: int) -> str:
+    """The name of a WAL file whose first frame holds `first_offset`."""
+    return f"{first_offset:020d}{SUFFIX}"
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A WAL as found on disk."""
+
+    entries: tuple[IndexEntry, ...]
+    start_offset: int
+    next_offset: int  # where the valid log ends (the corrupt offset, if any)
+    max_epoch: int
+    tail: tuple[Path, int] | None  # last file and its size, where appends continue
+    corruption: Corruption | None
+
+
+def list_wal_files(wal_dir: Path) -> list[tuple[int, Path]]:
+    """The WAL files in `wal_dir`, by first offset; other names are ignored."""
+    found = []
+    for path in wal_dir.iterdir():
+        stem = path.name.removesuffix(SUFFIX)
+        if path.name.endswith(SUFFIX) and stem.isdigit():
+            found.append((int(stem), path))
+    return sorted(found)
+
+
+class _Scan:
+    def __init__(self) -> None:
+        self.entries: list[IndexEntry] = []
+        self.max_epoch = 0
+        self.corruption: Corruption | None = None
+
+
+def recover(wal_dir: Path) -> Recovered:
+    """Scan, check and index every WAL file; truncate a torn tail."""
+    files = list_wal_files(wal_dir)
+    scan = _Scan()
+    start = files[0][0] if files else 0
+    expected = start
+    for i, (first, path) in enumerate(files):
+        if first != expected:
+            scan.corruption = Corruption(
+                expected, path, 0, f"file starts at offset {first}, expected {expected}"
+            )
+            break
+        expected = _scan_file(path, expected, last_file=i == len(files) - 1, scan=scan)
+        if scan.corruption is not None:
+            break
+    tail = None
+    if files and scan.corruption is None:
+        tail = (files[-1][1], files[-1][1].stat().st_size)
+    if scan.corruption is not None:
+        c = scan.corruption
+        log.error(
+            "wal corruption",
+            file=str(c.file),
+            position=c.position,
+            offset=c.offset,
+            reason=c.reason,
+        )
+    return Recovered(
+        entries=tuple(scan.entries),
+        start_offset=start,
+        next_offset=expected,
+        max_epoch=scan.max_epoch,
+        tail=tail,
+        corruption=scan.corruption,
+    )
+
+
+def _scan_file(path: Path, expected: int, *, last_file: bool, scan: _Scan) -> int:
+    """Index the frames of one file; returns the offset after its last good frame."""
+    size = path.stat().st_size
+    position = 0
+    with path.open("rb") as f:
+        while position < size:
+            problem = _check_frame(f, path, size, position, expected, last_file=last_file)
+            if isinstance(problem, IndexEntry):
+                scan.entries.append(problem)
+                scan.max_epoch = max(scan.max_epoch, problem.epoch)
+                expected = problem.end_offset
+                position += problem.frame_length
+                continue
+            torn, reason = problem
+            if torn and last_file:
+                _truncate(path, position, size, reason)
+            else:
+                scan.corruption = Corruption(expected, path, position, reason)
+            break
+    return expected
+
+
+def _check_frame(
+    f: BinaryIO, path: Path, size: int, position: int, expected: int, *, last_file: bool
+) -> IndexEntry | tuple[bool, str]:
+    """The frame at `position` as an index entry, or (torn?, what is wrong)."""
+    f.seek(position)
+    header_bytes = f.read(HEADER_SIZE)
+    if len(header_bytes) < HEADER_SIZE:
+        return True, f"incomplete frame header ({len(header_bytes)} of {HEADER_SIZE} bytes)"
+    header = decode_header(header_bytes)
+    end = position + header.frame_length
+    if end > size:
+        return True, f"incomplete frame ({size - position} of {header.frame_length} bytes)"
+    body = f.read(header.body_length)
+    if not crc_matches(header_bytes, body):
+        # Only the final frame of the last file can be a write the crash cut short.
+        return (last_file and end == size), "frame checksum mismatch"
+    if header.base_offset != expected:
+        return False, f"frame holds offset {header.base_offset}, expected {expected}"
+    if header.count < 1 or header.body_length == 0:
+        return False, f"frame holds {header.count} messages in {header.body_length} bytes"
+    return IndexEntry(
+        base_offset=header.base_offset,
+        count=header.count,
+        publish_time_us=header.publish_time_us,
+        epoch=header.epoch,
+        file=path,
+        position=position,
+        body_length=header.body_length,
+    )
+
+
+def _truncate(path: Path, position: int, size: int, reason: str) -> None:
+    log.warning(
+        "wal torn tail truncated",
+        file=str(path),
+        position=position,
+        dropped_bytes=size - position,
+        reason=reason,
+    )
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, position)
+        os.fsync(fd)
+    finally:
+        os.close(fd)

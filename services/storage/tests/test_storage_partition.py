@@ -1,0 +1,156 @@
+"""Partition rules: epoch fencing, offsets, argument checks, cursors; and the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import OpenPartition
+from storage_testkit import DEFAULT_OPTIONS, make_batch
+from tamto_common.errors import FailedPrecondition, InvalidArgument
+from tamto_storage.model import Cursor, OffsetRange, StoredBatch
+from tamto_storage.store import PartitionStore
+
+
+async def test_open_returns_offsets_and_stores_the_epoch(load: OpenPartition, pdir: Path) -> None:
+    partition = await load()
+    offsets = await partition.open(3)
+    assert (offsets.start_offset, offsets.next_offset) == (0, 0)
+    assert (pdir / "epoch").read_text().strip() == "3"
+    await partition.append(3, [make_batch(0)])
+    assert (await partition.open(3)).next_offset == 3  # reopening with the same epoch is fine
+
+
+async def test_stale_epoch_is_fenced_and_stays_fenced_after_reopen(load: OpenPartition) -> None:
+    partition = await load()
+    await partition.open(1)
+    await partition.append(1, [make_batch(0)])
+    await partition.open(2)  # a new owner
+    with pytest.raises(FailedPrecondition, match="stale epoch 1 < current 2"):
+        await partition.append(1, [make_batch(3)])
+    with pytest.raises(FailedPrecondition, match="stale epoch 1 < current 2"):
+        await partition.open(1)
+    await partition.close()
+
+    partition = await load()
+    assert partition.epoch == 2
+    with pytest.raises(FailedPrecondition, match="stale epoch 1 < current 2"):
+        await partition.open(1)
+    with pytest.raises(FailedPrecondition, match="stale epoch 1 < current 2"):
+        await partition.append(1, [make_batch(3)])
+    assert await partition.append(2, [make_batch(3)]) == 6
+
+
+async def test_lost_epoch_file_falls_back_to_the_log(load: OpenPartition, pdir: Path) -> None:
+    partition = await load()
+    await partition.open(4)
+    await partition.append(4, [make_batch(0)])
+    await partition.close()
+    (pdir / "epoch").unlink()
+    partition = await load()
+    with pytest.raises(FailedPrecondition, match="stale epoch 3 < current 4"):
+        await partition.open(3)
+
+
+async def test_newer_epoch_must_open_first(load: OpenPartition) -> None:
+    partition = await load()
+    await partition.open(1)
+    with pytest.raises(FailedPrecondition, match="open the partition first"):
+        await partition.append(2, [make_batch(0)])
+
+
+async def test_base_offset_must_match_next_offset(load: OpenPartition) -> None:
+    partition = await load()
+    await partition.open(1)
+    await partition.append(1, [make_batch(0)])
+    for base in (0, 2, 4):
+        with pytest.raises(
+            FailedPrecondition, match=f"base offset {base} does not match .* next offset 3"
+        ):
+            await partition.append(1, [make_batch(base)])
+    assert partition.offsets().next_offset == 3
+
+
+@pytest.mark.parametrize(
+    ("batches", "message"),
+    [
+        ([], "at least one batch"),
+        ([StoredBatch(0, 0, 1, b"x")], "count must be at least 1"),
+        ([StoredBatch(0, 1, 1, b"")], "arrow_ipc must not be empty"),
+        ([make_batch(0), make_batch(4)], "batch 1: base offset 4 does not follow .* ends at 3"),
+    ],
+)
+async def test_bad_batches_are_invalid(
+    load: OpenPartition, batches: list[StoredBatch], message: str
+) -> None:
+    partition = await load()
+    await partition.open(1)
+    with pytest.raises(InvalidArgument, match=message):
+        await partition.append(1, batches)
+    assert partition.offsets().next_offset == 0
+
+
+async def test_cursor_commit_get_and_overwrite(load: OpenPartition, pdir: Path) -> None:
+    partition = await load()
+    await partition.open(1)
+    assert await partition.get_cursor("billing") is None
+    first = Cursor(10, (OffsetRange(12, 14), OffsetRange(20, 20)))
+    await partition.commit_cursor(1, "billing", first)
+    assert await partition.get_cursor("billing") == first
+    second = Cursor(30)
+    await partition.commit_cursor(1, "billing", second)
+    path = pdir / "cursors" / "billing.json"
+    assert json.loads(path.read_text())["ack_floor"] == 30
+    assert [p.name for p in path.parent.iterdir()] == ["billing.json"]  # no temp files left
+    await partition.close()
+    partition = await load()
+    assert await partition.get_cursor("billing") == second
+    assert await partition.get_cursor("other") is None
+
+
+async def test_cursor_commit_is_fenced(load: OpenPartition) -> None:
+    partition = await load()
+    await partition.open(2)
+    with pytest.raises(FailedPrecondition, match="stale epoch 1 < current 2"):
+        await partition.commit_cursor(1, "billing", Cursor(5))
+    assert await partition.get_cursor("billing") is None
+
+
+@pytest.mark.parametrize(
+    ("cursor", "message"),
+    [
+        (Cursor(-1), "ack_floor must not be negative"),
+        (Cursor(5, (OffsetRange(9, 7),)), "reversed"),
+        (Cursor(5, (OffsetRange(5, 7),)), "must start above 5"),
+        (Cursor(5, (OffsetRange(7, 9), OffsetRange(9, 10))), "must start above 9"),
+    ],
+)
+async def test_bad_cursors_are_invalid(load: OpenPartition, cursor: Cursor, message: str) -> None:
+    partition = await load()
+    await partition.open(1)
+    with pytest.raises(InvalidArgument, match=message):
+        await partition.commit_cursor(1, "billing", cursor)
+    with pytest.raises(InvalidArgument, match="illegal subscription name"):
+        await partition.commit_cursor(1, "../escape", Cursor(1))
+
+
+async def test_store_opens_each_partition_once_and_closes_all(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "data", DEFAULT_OPTIONS)
+    a = await store.get("orders", 0)
+    assert await store.get("orders", 0) is a
+    b = await store.get("orders", 1)
+    assert b is not a
+    await a.open(1)
+    await a.append(1, [make_batch(0)])
+    assert (tmp_path / "data" / "streams" / "orders" / "partition=0" / "wal").is_dir()
+    with pytest.raises(InvalidArgument, match="illegal stream name"):
+        await store.get("../etc", 0)
+    with pytest.raises(InvalidArgument, match="stream name must not be empty"):
+        await store.get("", 0)
+    with pytest.raises(InvalidArgument, match="partition must be in 0-99999, got 100000"):
+        await store.get("orders", 100_000)
+    await store.close()
+    store = PartitionStore(tmp_path / "data", DEFAULT_OPTIONS)
+    assert (await store.get("orders", 0)).offsets().next_offset == 3
+    await store.close()

@@ -1,0 +1,59 @@
+"""`server.setup`: the servicer is registered and shutdown closes (flushes) the store."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any
+
+import grpc
+from storage_testkit import check_batch, make_batch
+from tamto_common.config import load_config
+from tamto_common.grpc_errors import TranslateErrorsInterceptor
+from tamto_common.service import Runtime
+from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
+from tamto_storage.config import StorageConfig
+from tamto_storage.model import PartitionId, StoredBatch
+from tamto_storage.partition import Partition
+from tamto_storage.server import setup
+from tamto_storage.store import partition_dir
+
+
+def vars_of(batch: StoredBatch) -> dict[str, Any]:
+    return {f: getattr(batch, f) for f in ("base_offset", "count", "publish_time_us", "arrow_ipc")}
+
+
+async def test_setup_serves_storage_and_closes_on_shutdown(tmp_path: Path) -> None:
+    config = load_config(StorageConfig, "storage", ["--data-dir", str(tmp_path / "data")], {})
+    server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
+    port = server.add_insecure_port("127.0.0.1:0")
+    ref = storage_pb2.PartitionRef(stream="orders", partition=2)
+    async with contextlib.AsyncExitStack() as resources:
+        # setup touches only the server and the resources; etcd and the bus stay unused.
+        none: Any = None
+        await setup(config, Runtime("storage", server, none, none, resources))
+        await server.start()
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = storage_pb2_grpc.StorageStub(channel)
+            opened = await stub.OpenPartition(
+                storage_pb2.OpenPartitionRequest(partition=ref, epoch=7)
+            )
+            assert opened.next_offset == 0
+            appended = await stub.Append(
+                storage_pb2.StorageAppendRequest(
+                    partition=ref,
+                    epoch=7,
+                    batches=[messages_pb2.StoredBatch(**vars_of(make_batch(0)))],
+                )
+            )
+            assert appended.next_offset == 3
+        await server.stop(None)
+    # The exit stack closed the store: the partition reopens with its epoch.
+    directory = partition_dir(tmp_path / "data", PartitionId("orders", 2))
+    partition = await Partition.load(PartitionId("orders", 2), directory, config.wal_options())
+    try:
+        assert partition.epoch == 7
+        (batch,) = (await partition.read(0, 0, 1 << 20)).batches
+        check_batch(batch)
+    finally:
+        await partition.close()
