@@ -44,7 +44,7 @@ async def consume_all(cluster: TestCluster, stream: str, sub: str, n: int) -> li
                 batch = await consumer.receive_batch(max_messages=n, timeout_s=15)
                 assert len(batch) > 0, f"only {len(got)} of {n} messages delivered"
                 got.extend(m.payload for m in batch)
-                await consumer.ack(batch)
+                consumer.ack(batch)
     return got
 
 

@@ -27,7 +27,7 @@ async def consume_n(
             batch = await consumer.receive_batch(max_messages=n - len(got), timeout_s=10)
             assert len(batch) > 0, f"only {len(got)} of {n} messages arrived"
             got.extend(batch)
-            await consumer.ack(batch)
+            consumer.ack(batch)
     return got
 
 

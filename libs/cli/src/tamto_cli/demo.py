@@ -55,7 +55,7 @@ async def run_demo(url: str, api_key: str, console: Console) -> None:
                     if message.key is not None:
                         keys.add(message.key)
                 consumed += len(batch)
-                await consumer.ack(batch)
+                consumer.ack(batch)
         console.print(
             f"consumed and acked [bold]{consumed}[/] messages with subscription "
             f"[bold]{DEMO_SUBSCRIPTION}[/] ({len(keys)} distinct keys). A second run consumes "

@@ -123,7 +123,7 @@ def sub(
                     key = message.key.decode(errors="replace") if message.key else ""
                     text = message.payload.decode(errors="replace")
                     console.print(f"{stream}/{message.partition}@{message.offset}\t{key}\t{text}")
-                    await consumer.ack(message)
+                    consumer.ack(message)
                     seen += 1
                     if count and seen >= count:
                         return

@@ -29,6 +29,7 @@ class FanOut:
         self._owner_of: dict[int, str] = {}
         self._out: asyncio.Queue[messages_pb2.ConsumeResponse | BaseException] = asyncio.Queue(8)
         self._tasks: list[asyncio.Task[None]] = []
+        self._finishing = False
 
     async def open(self, partitions: list[int]) -> None:
         by_router: dict[str, list[int]] = {}
@@ -49,7 +50,8 @@ class FanOut:
     async def _pump(self, address: str, call: grpc.aio.StreamStreamCall) -> None:
         try:
             async for response in call:
-                await self._out.put(response)
+                if not self._finishing:  # after the client's half-close, nobody reads these
+                    await self._out.put(response)
             await self._out.put(Unavailable(f"router {address} ended the consume stream"))
         except grpc.aio.AioRpcError as exc:
             await self._out.put(downstream_error(exc, f"router {address}"))
@@ -81,6 +83,21 @@ class FanOut:
             if isinstance(item, BaseException):
                 raise item
             yield item
+
+    async def finish(self, timeout_s: float = 10.0) -> None:
+        """The client half-closed: half-close every router stream and let them end.
+
+        Routers apply (and persist) every ack they were sent before their stream
+        ends, so waiting here is what makes a consumer's final acks stick.
+        """
+        self._finishing = True
+        while not self._out.empty():
+            self._out.get_nowait()  # unblock a pump waiting to hand over a delivery
+        for call in self._calls.values():
+            with contextlib.suppress(Exception):
+                await call.done_writing()
+        if self._tasks:
+            await asyncio.wait(self._tasks, timeout=timeout_s)
 
     async def close(self) -> None:
         for task in self._tasks:

@@ -126,6 +126,7 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
             try:
                 async for response in until_done(fan_out.responses(), reader):
                     yield response
+                await fan_out.finish()
             finally:
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
