@@ -1,0 +1,41 @@
+"""Authenticated unary calls with retries and error translation (internal)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from tamto_sdk._retry import with_retries
+from tamto_sdk.auth import TokenAuth
+from tamto_sdk.errors import TamtoError, Unauthenticated, from_rpc_error
+from tamto_sdk.options import ClientOptions
+
+
+class Calls:
+    """Makes unary gateway calls: bearer metadata, one re-auth, retries, typed errors."""
+
+    def __init__(self, stub: Any, auth: TokenAuth, options: ClientOptions) -> None:
+        self.stub = stub
+        self.auth = auth
+        self.options = options
+
+    async def unary(self, method: Callable[..., Any], request: Any, *, retry: bool = True) -> Any:
+        """Invoke `method(request)` and return its response or raise a `TamtoError`."""
+        reauthenticated = False
+
+        async def attempt() -> Any:
+            nonlocal reauthenticated
+            metadata = await self.auth.metadata()
+            try:
+                return await method(request, metadata=metadata, timeout=self.options.rpc_timeout_s)
+            except grpc.aio.AioRpcError as exc:
+                error: TamtoError = from_rpc_error(exc)
+            if isinstance(error, Unauthenticated) and not reauthenticated:
+                reauthenticated = True
+                await self.auth.renew_after_rejection(metadata)
+                return await attempt()
+            raise error
+
+        return await with_retries(attempt, self.options, retry=retry)

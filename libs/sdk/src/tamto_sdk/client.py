@@ -1,0 +1,150 @@
+"""The client: one channel to a gateway, authenticated, owning producers and consumers."""
+
+from __future__ import annotations
+
+import asyncio
+from types import TracebackType
+
+import grpc
+from tamto_protocol.v1 import gateway_pb2_grpc
+
+from tamto_sdk._calls import Calls
+from tamto_sdk.admin import Streams
+from tamto_sdk.auth import TokenAuth
+from tamto_sdk.consumer import Consumer
+from tamto_sdk.errors import Closed
+from tamto_sdk.options import ClientOptions
+from tamto_sdk.positions import Start, StartPosition
+from tamto_sdk.producer import Producer
+from tamto_sdk.url import parse_url
+
+__all__ = ["Client", "connect"]
+
+
+async def connect(url: str, *, api_key: str, options: ClientOptions | None = None) -> Client:
+    """Connect to a Tamto gateway and authenticate with `api_key`.
+
+    `url` is ``tamto://host:port``, ``tamtos://host:port`` (TLS) or ``host:port``.
+    Raises `Unauthenticated` if the key is refused, `Unavailable` if the gateway
+    cannot be reached within `ClientOptions.retry_deadline_s`.
+    """
+    options = options if options is not None else ClientOptions()
+    endpoint = parse_url(url)
+    channel_options = list(options.channel_options)
+    if endpoint.tls or options.tls:
+        credentials = grpc.ssl_channel_credentials(root_certificates=options.root_certificates)
+        channel = grpc.aio.secure_channel(endpoint.target, credentials, options=channel_options)
+    else:
+        channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options)
+    client = Client(channel, api_key=api_key, options=options)
+    try:
+        await client._auth.authenticate()
+    except BaseException:
+        await client.close()
+        raise
+    return client
+
+
+class Client:
+    """A connection to Tamto; create it with `connect`.
+
+    Use as an async context manager; `close` closes every producer (flushing
+    them) and consumer created from it, then the channel.
+    """
+
+    def __init__(self, channel: grpc.aio.Channel, *, api_key: str, options: ClientOptions) -> None:
+        self._channel = channel
+        self._options = options
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        self._auth = TokenAuth(stub, api_key, options)
+        self._calls = Calls(stub, self._auth, options)
+        self._streams = Streams(self._calls)
+        self._producers: list[Producer] = []
+        self._consumers: list[Consumer] = []
+        self._closed = False
+
+    @property
+    def options(self) -> ClientOptions:
+        """The options this client was created with."""
+        return self._options
+
+    @property
+    def streams(self) -> Streams:
+        """Stream administration: ensure, describe, list."""
+        return self._streams
+
+    def producer(
+        self,
+        stream: str,
+        *,
+        linger_ms: float = 5,
+        max_batch_messages: int = 1000,
+        max_batch_bytes: int = 1 << 20,
+        max_pending_messages: int = 100_000,
+    ) -> Producer:
+        """A producer for `stream`; use it as an async context manager."""
+        self._check_open()
+        producer = Producer(
+            self._calls,
+            self._streams,
+            stream,
+            linger_ms=linger_ms,
+            max_batch_messages=max_batch_messages,
+            max_batch_bytes=max_batch_bytes,
+            max_pending_messages=max_pending_messages,
+            producer_name=self._options.producer_name,
+        )
+        self._producers.append(producer)
+        return producer
+
+    def consumer(
+        self,
+        stream: str,
+        subscription: str,
+        *,
+        start: StartPosition | None = None,
+        credits: int = 1000,
+    ) -> Consumer:
+        """A consumer of `subscription` on `stream`; use it as an async context manager.
+
+        `start` (default `Start.earliest()`) applies when the subscription is created.
+        """
+        self._check_open()
+        consumer = Consumer(
+            self._calls,
+            stream,
+            subscription,
+            start=start if start is not None else Start.earliest(),
+            credits=credits,
+        )
+        self._consumers.append(consumer)
+        return consumer
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise Closed("client is closed")
+
+    async def close(self) -> None:
+        """Close producers (flushing them), consumers, then the channel. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.gather(
+            *(p.close() for p in self._producers),
+            *(c.close() for c in self._consumers),
+            return_exceptions=True,
+        )
+        self._producers.clear()
+        self._consumers.clear()
+        await self._channel.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

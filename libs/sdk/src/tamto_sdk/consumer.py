@@ -1,0 +1,490 @@
+"""The consumer: one credit-controlled Consume stream, batches decoded once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+import grpc
+from tamto_protocol.batch import BatchFormatError
+from tamto_protocol.v1 import gateway_pb2, messages_pb2
+
+from tamto_sdk._calls import Calls
+from tamto_sdk._retry import Backoff
+from tamto_sdk.auth import Metadata
+from tamto_sdk.errors import (
+    Closed,
+    DataLoss,
+    Internal,
+    InvalidArgument,
+    TamtoError,
+    Unauthenticated,
+    Unavailable,
+    from_rpc_error,
+)
+from tamto_sdk.messages import Message, MessageBatch
+from tamto_sdk.positions import Start, StartPosition
+
+__all__ = ["Consumer"]
+
+_CLOSE_FLUSH_TIMEOUT_S = 5.0
+# A stream that stayed up this long counts as healthy: retrying starts afresh.
+_HEALTHY_SESSION_S = 5.0
+
+
+class Consumer:
+    """Receives messages of one subscription on one stream.
+
+    Use as an async context manager (``async with client.consumer("s", "sub") as c``).
+    Iterate (``async for message in c``) for `Message` objects, or call
+    `receive_batch` for vectorised `MessageBatch` objects backed by pyarrow.
+
+    Flow control: the consumer grants `credits` messages up front and grants more
+    as the application takes messages, so at most `credits` messages are buffered
+    or in flight at any time. Acks are coalesced into offset ranges and sent in
+    the background shortly after `ack` (and on close). If the stream fails with a
+    retriable error the consumer reconnects with backoff and subscribes again; the
+    server then redelivers whatever was not acked, so delivery is at-least-once.
+    """
+
+    def __init__(
+        self,
+        calls: Calls,
+        stream: str,
+        subscription: str,
+        *,
+        start: StartPosition | None = None,
+        credits: int = 1000,
+    ) -> None:
+        if credits <= 0:
+            raise ValueError("credits must be positive")
+        self._calls = calls
+        self._stream = stream
+        self._subscription = subscription
+        self._start = start if start is not None else Start.earliest()
+        self._credits = credits
+        self._refill_at = max(1, credits // 2)
+        self._options = calls.options
+
+        self._buffer: deque[MessageBatch] = deque()
+        self._data = asyncio.Event()
+        self._iter_batch: MessageBatch | None = None
+        self._iter_messages: list[Message] = []
+        self._iter_pos = 0
+        self._taken_since_grant = 0
+
+        self._pending_acks: dict[int, list[tuple[int, int]]] = {}
+        self._low_water: dict[int, int] = {}
+        self._acks_flushed = asyncio.Event()
+        self._acks_flushed.set()
+        self._flush_now = False
+
+        self._call: Any = None
+        self._session_id = 0
+        self._state = asyncio.Condition()
+        self._wake_writer = asyncio.Event()
+        self._reconnects = 0
+        self._received_in_session = False
+        self._session_started = 0.0
+
+        self._error: TamtoError | None = None
+        self._closing = False
+        self._runner: asyncio.Task[None] | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._close_task: asyncio.Task[None] | None = None
+
+    @property
+    def stream(self) -> str:
+        """The stream consumed."""
+        return self._stream
+
+    @property
+    def subscription(self) -> str:
+        """The subscription name."""
+        return self._subscription
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the consume stream has been re-established."""
+        return self._reconnects
+
+    async def start(self) -> None:
+        """Open the consume stream in the background; `__aenter__` calls it."""
+        if self._closing:
+            raise Closed("consumer is closed")
+        if self._runner is None:
+            loop = asyncio.get_running_loop()
+            self._runner = loop.create_task(self._run(), name=f"tamto-consumer-{self._stream}")
+            self._writer = loop.create_task(
+                self._write_loop(), name=f"tamto-consumer-writer-{self._stream}"
+            )
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- receiving ---------------------------------------------------------
+
+    def __aiter__(self) -> Consumer:
+        return self
+
+    async def __anext__(self) -> Message:
+        """The next message; stops when the consumer is closed, raises its fatal error."""
+        while True:
+            if self._iter_pos < len(self._iter_messages):
+                message = self._iter_messages[self._iter_pos]
+                self._iter_pos += 1
+                self._took(1)
+                return message
+            batch = await self._next_batch(None)
+            if batch is None:
+                raise StopAsyncIteration
+            self._iter_batch = batch
+            self._iter_messages = list(batch)
+            self._iter_pos = 0
+
+    async def receive_batch(
+        self, max_messages: int = 1000, timeout_s: float | None = None
+    ) -> MessageBatch:
+        """Up to `max_messages` consecutive messages of one partition, decoded once.
+
+        Waits up to `timeout_s` (forever when None) for data and returns an empty
+        batch if none arrives. Raises `Closed` once the consumer is closed, or the
+        error that stopped it.
+        """
+        if max_messages <= 0:
+            raise ValueError("max_messages must be positive")
+        if self._iter_batch is not None and self._iter_pos < len(self._iter_messages):
+            batch = self._iter_batch.slice(self._iter_pos, max_messages)
+            self._iter_pos += len(batch)
+            self._took(len(batch))
+            return batch
+        batch_or_none = await self._next_batch(timeout_s)
+        if batch_or_none is None:
+            if self._closing:
+                raise Closed("consumer is closed")
+            return MessageBatch.empty(self._stream)
+        batch = batch_or_none
+        if len(batch) > max_messages:
+            self._buffer.appendleft(batch.slice(max_messages))
+            batch = batch.slice(0, max_messages)
+        self._took(len(batch))
+        return batch
+
+    async def _next_batch(self, timeout_s: float | None) -> MessageBatch | None:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        while not self._buffer:
+            if self._error is not None:
+                raise self._error
+            if self._closing:
+                return None
+            self._data.clear()
+            if deadline is None:
+                await self._data.wait()
+            else:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return None
+                try:
+                    await asyncio.wait_for(self._data.wait(), remaining)
+                except TimeoutError:
+                    return None
+        return self._buffer.popleft()
+
+    def _took(self, count: int) -> None:
+        self._taken_since_grant += count
+        if self._taken_since_grant >= self._refill_at:
+            self._wake_writer.set()
+
+    # -- acknowledging -----------------------------------------------------
+
+    def ack(self, item: Message | MessageBatch) -> None:
+        """Acknowledge a message or every message of a batch.
+
+        Acks are coalesced into offset ranges and sent in the background within
+        `ClientOptions.ack_linger_s`; `flush_acks` and `close` send them at once.
+        """
+        self._check_ackable(item.stream)
+        if isinstance(item, MessageBatch):
+            if len(item) == 0:
+                return
+            self._add_ack(item.partition, item.first_offset, item.last_offset)
+        else:
+            self._add_ack(item.partition, item.offset, item.offset)
+
+    def ack_cumulative(self, message: Message) -> None:
+        """Acknowledge `message` and every earlier offset delivered on its partition."""
+        self._check_ackable(message.stream)
+        low = min(self._low_water.get(message.partition, message.offset), message.offset)
+        self._add_ack(message.partition, low, message.offset)
+        self._low_water[message.partition] = max(
+            self._low_water.get(message.partition, 0), message.offset + 1
+        )
+
+    def _check_ackable(self, stream: str) -> None:
+        if self._closing:
+            raise Closed("consumer is closed")
+        if stream != self._stream:
+            raise InvalidArgument(f"{stream!r} is not the stream of this consumer")
+
+    def nack(self, message: Message, delay_s: float = 0.0) -> None:
+        """Ask for `message` to be redelivered (after `delay_s`).
+
+        Not supported yet: the server protocol has no negative acknowledgement.
+        Until it does, leave the message unacked; it is redelivered after the
+        ack timeout or when the consumer reconnects.
+        """
+        raise NotImplementedError(
+            "nack is not supported by the Tamto protocol yet; leave the message unacked "
+            "to have it redelivered after the ack timeout"
+        )
+
+    async def flush_acks(self, timeout_s: float | None = None) -> None:
+        """Send every pending ack now and wait until it has been written to the stream."""
+        if not self._pending_acks:
+            return
+        self._flush_now = True
+        self._wake_writer.set()
+        await asyncio.wait_for(self._acks_flushed.wait(), timeout_s)
+
+    def _add_ack(self, partition: int, first: int, last: int) -> None:
+        self._pending_acks.setdefault(partition, []).append((first, last))
+        self._acks_flushed.clear()
+        self._wake_writer.set()
+
+    def _take_acks(self) -> list[Any]:
+        requests = []
+        for partition, ranges in sorted(self._pending_acks.items()):
+            merged = _merge_ranges(ranges)
+            requests.append(
+                messages_pb2.ConsumeRequest(
+                    ack=messages_pb2.PartitionAcks(
+                        partition=partition,
+                        ranges=[messages_pb2.OffsetRange(first=f, last=la) for f, la in merged],
+                    )
+                )
+            )
+        self._pending_acks.clear()
+        return requests
+
+    # -- background: the stream and its writer -----------------------------
+
+    def _subscribe_request(self) -> Any:
+        return messages_pb2.ConsumeRequest(
+            subscribe=messages_pb2.Subscribe(
+                stream=self._stream,
+                subscription=self._subscription,
+                start=self._start._to_proto(),
+            )
+        )
+
+    async def _run(self) -> None:
+        """Keeps one consume stream open, reconnecting on retriable failures."""
+        backoff: Backoff | None = None  # created at the first failure after a healthy session
+        reauthenticated = False
+        first = True
+        while not self._closing:
+            metadata: Metadata = ()
+            error: TamtoError
+            self._received_in_session = False
+            self._session_started = 0.0
+            try:
+                metadata = await self._calls.auth.metadata()
+                await self._session(metadata, first)
+                error = Unavailable("the server ended the consume stream")
+            except grpc.aio.AioRpcError as exc:
+                error = from_rpc_error(exc)
+            except TamtoError as exc:
+                error = exc
+            except BatchFormatError as exc:
+                error = DataLoss(f"undecodable batch from the server: {exc}")
+            first = False
+            if self._closing:
+                return
+            if self._healthy_session():
+                backoff = None
+                reauthenticated = False
+            if backoff is None:
+                backoff = Backoff(self._options)
+            if isinstance(error, Internal):
+                # grpc reports a write racing with the server ending the call as a
+                # generic INTERNAL error that hides the real status. Ask the server
+                # directly (re-authenticating if needed); reconnect if that works.
+                try:
+                    await self._probe()
+                except TamtoError as exc:
+                    if not exc.retriable:
+                        self._fail(exc)
+                        return
+                error = Unavailable(f"consume stream failed: {error.message}")
+            if isinstance(error, Unauthenticated) and not reauthenticated:
+                reauthenticated = True
+                try:
+                    await self._calls.auth.renew_after_rejection(metadata)
+                except TamtoError as exc:
+                    self._fail(exc)
+                    return
+                continue
+            if not error.retriable:
+                self._fail(error)
+                return
+            delay = backoff.next_delay()
+            if delay is None:
+                self._fail(error)
+                return
+            await asyncio.sleep(delay)
+
+    def _healthy_session(self) -> bool:
+        """Whether the session that just ended worked (so retrying starts over)."""
+        if self._received_in_session:
+            return True
+        lasted = asyncio.get_running_loop().time() - self._session_started
+        return self._session_started > 0 and lasted >= _HEALTHY_SESSION_S
+
+    async def _probe(self) -> None:
+        await self._calls.unary(
+            self._calls.stub.DescribeStream,
+            gateway_pb2.DescribeStreamRequest(name=self._stream),
+            retry=False,
+        )
+
+    async def _session(self, metadata: Metadata, first: bool) -> None:
+        self._session_started = asyncio.get_running_loop().time()
+        call = self._calls.stub.Consume(metadata=metadata)
+        try:
+            await call.write(self._subscribe_request())
+            # Whatever was buffered will be redelivered by the new session.
+            self._buffer.clear()
+            self._iter_batch = None
+            self._iter_messages = []
+            self._iter_pos = 0
+            self._taken_since_grant = 0
+            await call.write(
+                messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=self._credits))
+            )
+            if not first:
+                self._reconnects += 1
+            async with self._state:
+                self._call = call
+                self._session_id += 1
+                self._state.notify_all()
+            self._wake_writer.set()
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    return
+                if response.HasField("delivery"):
+                    self._received_in_session = True
+                    self._on_delivery(response.delivery)
+        finally:
+            async with self._state:
+                self._call = None
+                self._state.notify_all()
+            call.cancel()
+
+    def _on_delivery(self, delivery: Any) -> None:
+        batch = MessageBatch._from_delivery(delivery)
+        if len(batch) == 0:
+            return
+        low = self._low_water.get(batch.partition)
+        if low is None or batch.first_offset < low:
+            self._low_water[batch.partition] = batch.first_offset
+        self._buffer.append(batch)
+        self._data.set()
+
+    async def _write_loop(self) -> None:
+        """Sends credits and coalesced acks on the current stream."""
+        dead_session = -1
+        while True:
+            await self._wake_writer.wait()
+            self._wake_writer.clear()
+            if self._pending_acks and not self._flush_now and self._options.ack_linger_s > 0:
+                await asyncio.sleep(self._options.ack_linger_s)
+            async with self._state:
+                await self._state.wait_for(partial(self._usable_session, dead_session))
+                call, session = self._call, self._session_id
+            requests: list[Any] = []
+            if self._taken_since_grant:
+                credit = self._taken_since_grant
+                self._taken_since_grant = 0
+                requests.append(
+                    messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=credit))
+                )
+            acks = self._take_acks()
+            requests.extend(acks)
+            self._flush_now = False
+            try:
+                for request in requests:
+                    await call.write(request)
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                # The session died; acks go out again on the next one.
+                for request in acks:
+                    for r in request.ack.ranges:
+                        self._add_ack(request.ack.partition, r.first, r.last)
+                dead_session = session
+                self._wake_writer.set()
+                continue
+            if not self._pending_acks:
+                self._acks_flushed.set()
+
+    def _usable_session(self, dead_session: int) -> bool:
+        return self._call is not None and self._session_id != dead_session
+
+    def _fail(self, error: TamtoError) -> None:
+        self._error = error
+        self._data.set()
+
+    # -- closing -----------------------------------------------------------
+
+    async def close(self) -> None:
+        """Send pending acks, end the stream and stop the background tasks. Idempotent."""
+        if self._close_task is None:
+            self._close_task = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
+        if self._pending_acks and self._call is not None and self._error is None:
+            with contextlib.suppress(TimeoutError):
+                await self.flush_acks(_CLOSE_FLUSH_TIMEOUT_S)
+        self._closing = True
+        self._data.set()
+        call = self._call
+        if call is not None and self._runner is not None:
+            # Half-close and let the server end the stream, so that everything
+            # written (the last acks) reaches it before the call is torn down.
+            with contextlib.suppress(Exception):
+                await call.done_writing()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._runner), _CLOSE_FLUSH_TIMEOUT_S)
+        for task in (self._writer, self._runner):
+            if task is not None:
+                task.cancel()
+        for task in (self._writer, self._runner):
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sort inclusive ranges and merge those that overlap or touch."""
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(ranges):
+        if merged and first <= merged[-1][1] + 1:
+            if last > merged[-1][1]:
+                merged[-1] = (merged[-1][0], last)
+        else:
+            merged.append((first, last))
+    return merged

@@ -1,0 +1,159 @@
+"""Errors raised by the SDK: one root type, typed subclasses that carry retry policy.
+
+Every failed RPC is translated by `from_rpc_error`, the only place in the SDK
+that looks at gRPC status codes. Application code catches `TamtoError` (or a
+subclass) and may consult `retriable` to decide whether trying again can help.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+__all__ = [
+    "AlreadyExists",
+    "Closed",
+    "DataLoss",
+    "FailedPrecondition",
+    "Internal",
+    "InvalidArgument",
+    "NotFound",
+    "PermissionDenied",
+    "ResourceExhausted",
+    "TamtoError",
+    "Timeout",
+    "Unauthenticated",
+    "Unavailable",
+    "from_rpc_error",
+]
+
+
+class TamtoError(Exception):
+    """Root of every error the SDK raises.
+
+    Attributes:
+        code: the gRPC status name the error corresponds to (e.g. ``"NOT_FOUND"``).
+        retriable: whether sending the same request again may succeed.
+    """
+
+    default_code: str = "UNKNOWN"
+    default_retriable: bool = False
+
+    def __init__(
+        self, message: str = "", *, code: str | None = None, retriable: bool | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code: str = code if code is not None else self.default_code
+        self.retriable: bool = retriable if retriable is not None else self.default_retriable
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, code={self.code!r})"
+
+
+class InvalidArgument(TamtoError):
+    """The request itself is wrong; sending it again will not help."""
+
+    default_code = "INVALID_ARGUMENT"
+
+
+class NotFound(TamtoError):
+    """A named thing (stream, subscription, partition) does not exist."""
+
+    default_code = "NOT_FOUND"
+
+
+class AlreadyExists(TamtoError):
+    """The thing to create exists already."""
+
+    default_code = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(TamtoError):
+    """The system is not in a state where the request can apply."""
+
+    default_code = "FAILED_PRECONDITION"
+
+
+class Unauthenticated(TamtoError):
+    """The API key or token was refused."""
+
+    default_code = "UNAUTHENTICATED"
+
+
+class PermissionDenied(TamtoError):
+    """The identity is authenticated but not allowed to do this."""
+
+    default_code = "PERMISSION_DENIED"
+
+
+class Unavailable(TamtoError):
+    """The service or a dependency is down or moving; retry with backoff."""
+
+    default_code = "UNAVAILABLE"
+    default_retriable = True
+
+
+class ResourceExhausted(TamtoError):
+    """A quota or buffer is full; retry later."""
+
+    default_code = "RESOURCE_EXHAUSTED"
+    default_retriable = True
+
+
+class DataLoss(TamtoError):
+    """Stored data is corrupt or lost."""
+
+    default_code = "DATA_LOSS"
+
+
+class Timeout(TamtoError):
+    """The operation did not complete in time; it may or may not have taken effect."""
+
+    default_code = "DEADLINE_EXCEEDED"
+    default_retriable = True
+
+
+class Internal(TamtoError):
+    """An unexpected server-side failure."""
+
+    default_code = "INTERNAL"
+
+
+class Closed(TamtoError):
+    """The client, producer or consumer was closed; the operation cannot proceed."""
+
+    default_code = "CANCELLED"
+
+
+_BY_STATUS: dict[grpc.StatusCode, type[TamtoError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.ABORTED: Unavailable,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+    grpc.StatusCode.DATA_LOSS: DataLoss,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Timeout,
+    grpc.StatusCode.INTERNAL: Internal,
+    grpc.StatusCode.UNIMPLEMENTED: Internal,
+    grpc.StatusCode.UNKNOWN: Internal,
+    grpc.StatusCode.CANCELLED: Unavailable,
+}
+
+
+def from_rpc_error(error: grpc.aio.AioRpcError) -> TamtoError:
+    """Translate a failed gRPC call into the matching `TamtoError` subclass.
+
+    The returned error keeps the original status name in ``code`` and chains the
+    gRPC error as its ``__cause__``.
+    """
+    status = error.code()
+    cls = _BY_STATUS.get(status, Internal)
+    details = error.details() or status.name
+    translated = cls(details, code=status.name)
+    translated.__cause__ = error
+    return translated

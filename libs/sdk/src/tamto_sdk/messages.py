@@ -1,0 +1,223 @@
+"""Public value types (streams, publish results, messages, batches) and their
+conversion from protobuf. Protobuf types never leave this module's functions.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+from tamto_protocol.batch import BATCH_SCHEMA, decode_batch
+from tamto_protocol.v1 import messages_pb2
+
+__all__ = [
+    "EnsureResult",
+    "Message",
+    "MessageBatch",
+    "PublishResult",
+    "StreamInfo",
+    "StreamKind",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def us_to_datetime(us: int) -> datetime:
+    """Microseconds since the Unix epoch to an aware UTC datetime (exact)."""
+    return _EPOCH + timedelta(microseconds=us)
+
+
+def datetime_to_us(moment: datetime) -> int:
+    """An aware datetime to microseconds since the Unix epoch (naive means UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+class StreamKind(enum.Enum):
+    """What kind of stream a stream is (DESIGN §3)."""
+
+    UNSPECIFIED = "unspecified"
+    PERSISTENT = "persistent"
+
+
+_KIND_FROM_PROTO = {
+    messages_pb2.STREAM_KIND_UNSPECIFIED: StreamKind.UNSPECIFIED,
+    messages_pb2.STREAM_KIND_PERSISTENT: StreamKind.PERSISTENT,
+}
+_KIND_TO_PROTO = {kind: value for value, kind in _KIND_FROM_PROTO.items()}
+
+
+def kind_to_proto(kind: StreamKind) -> Any:
+    """The protobuf enum value for `kind`."""
+    return _KIND_TO_PROTO[kind]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    """A stream's definition as the server stores it."""
+
+    name: str
+    partitions: int
+    kind: StreamKind = StreamKind.PERSISTENT
+
+    @classmethod
+    def _from_proto(cls, info: Any) -> StreamInfo:
+        return cls(
+            name=info.name,
+            partitions=int(info.config.partitions),
+            kind=_KIND_FROM_PROTO.get(info.config.kind, StreamKind.UNSPECIFIED),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class EnsureResult:
+    """The outcome of `Streams.ensure`.
+
+    Attributes:
+        stream: the stream as stored after the call.
+        created: whether the call created it.
+        differences: how the requested config differs from the stored one (empty
+            when they match or when `overwrite` applied the request).
+    """
+
+    stream: StreamInfo
+    created: bool
+    differences: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PublishResult:
+    """Where a published message was durably stored."""
+
+    stream: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One delivered message.
+
+    Attributes:
+        stream, partition, offset: where it is stored.
+        payload: the message body.
+        key: the routing key, if the producer set one.
+        headers: string headers (trace context travels here).
+        id: the producer-supplied dedup id, if any.
+        event_time: the producer-supplied event time, if any (aware, UTC).
+        publish_time: when the server sequenced it (aware, UTC).
+        delivery_count: how many times it has been delivered.
+    """
+
+    stream: str
+    partition: int
+    offset: int
+    payload: bytes
+    key: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    id: str | None = None
+    event_time: datetime | None = None
+    publish_time: datetime = _EPOCH
+    delivery_count: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class MessageBatch:
+    """A contiguous run of delivered messages from one partition, decoded once.
+
+    Use `record_batch` or `table` for vectorised (pyarrow) processing, or iterate
+    to get `Message` objects. Message ``i`` has offset ``first_offset + i``. An
+    empty batch (``len(batch) == 0``, partition ``-1``) means nothing arrived in time.
+    """
+
+    stream: str
+    partition: int
+    first_offset: int
+    publish_time: datetime
+    record_batch: pa.RecordBatch
+    delivery_count: int = 1
+
+    def __len__(self) -> int:
+        return int(self.record_batch.num_rows)
+
+    @property
+    def last_offset(self) -> int:
+        """Offset of the last message (``first_offset - 1`` when empty)."""
+        return self.first_offset + len(self) - 1
+
+    @property
+    def offsets(self) -> pa.Array:
+        """The offsets of the messages as an int64 array."""
+        return pa.array(range(self.first_offset, self.first_offset + len(self)), pa.int64())
+
+    @property
+    def table(self) -> pa.Table:
+        """The batch as a table with `offset` and `publish_time` columns prepended."""
+        n = len(self)
+        publish = pa.array([self.publish_time] * n, pa.timestamp("us", tz="UTC"))
+        columns = [self.offsets, publish, *self.record_batch.columns]
+        names = ["offset", "publish_time", *self.record_batch.schema.names]
+        return pa.Table.from_arrays(columns, names=names)
+
+    def slice(self, start: int, length: int | None = None) -> MessageBatch:
+        """A zero-copy sub-batch starting at index `start`."""
+        sliced = self.record_batch.slice(start, length)
+        return MessageBatch(
+            stream=self.stream,
+            partition=self.partition,
+            first_offset=self.first_offset + start,
+            publish_time=self.publish_time,
+            record_batch=sliced,
+            delivery_count=self.delivery_count,
+        )
+
+    def __iter__(self) -> Iterator[Message]:
+        rb = self.record_batch
+        keys = rb.column("key").to_pylist()
+        payloads = rb.column("payload").to_pylist()
+        headers = rb.column("headers").to_pylist()
+        ids = rb.column("id").to_pylist()
+        event_times = rb.column("event_time").to_pylist()
+        for i, payload in enumerate(payloads):
+            pairs = headers[i]
+            yield Message(
+                stream=self.stream,
+                partition=self.partition,
+                offset=self.first_offset + i,
+                payload=payload,
+                key=keys[i],
+                headers=dict(pairs) if pairs else {},
+                id=ids[i],
+                event_time=event_times[i],
+                publish_time=self.publish_time,
+                delivery_count=self.delivery_count,
+            )
+
+    @classmethod
+    def empty(cls, stream: str) -> MessageBatch:
+        """A batch with no messages (what a timed-out receive returns)."""
+        return cls(
+            stream=stream,
+            partition=-1,
+            first_offset=0,
+            publish_time=_EPOCH,
+            record_batch=pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA),
+        )
+
+    @classmethod
+    def _from_delivery(cls, delivery: Any) -> MessageBatch:
+        stored = delivery.batch
+        record_batch = decode_batch(stored.arrow_ipc)
+        return cls(
+            stream=delivery.stream,
+            partition=int(delivery.partition),
+            first_offset=int(stored.base_offset),
+            publish_time=us_to_datetime(int(stored.publish_time_us)),
+            record_batch=record_batch,
+        )

@@ -1,0 +1,48 @@
+"""Client-wide settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["ClientOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientOptions:
+    """Settings shared by every call a `Client` makes.
+
+    Attributes:
+        retry_deadline_s: how long retriable failures (UNAVAILABLE, ...) are retried
+            before the error is surfaced; applies to publishes, admin calls and
+            consumer reconnects.
+        retry_initial_backoff_s: first backoff between retries; doubles per attempt.
+        retry_max_backoff_s: cap on a single backoff.
+        rpc_timeout_s: deadline of one unary RPC attempt.
+        token_refresh_margin_s: re-authenticate when the token expires within this margin.
+        ack_linger_s: how long a consumer coalesces acks before sending them.
+        tls: use a TLS channel (also implied by a ``tamtos://`` URL).
+        root_certificates: PEM roots for TLS; None uses the system defaults.
+        channel_options: extra ``grpc.aio`` channel options.
+        producer_name: written into the ``producer`` column of every batch.
+    """
+
+    retry_deadline_s: float = 30.0
+    retry_initial_backoff_s: float = 0.05
+    retry_max_backoff_s: float = 2.0
+    rpc_timeout_s: float = 30.0
+    token_refresh_margin_s: float = 30.0
+    ack_linger_s: float = 0.01
+    tls: bool = False
+    root_certificates: bytes | None = None
+    channel_options: Sequence[tuple[str, Any]] = field(default_factory=tuple)
+    producer_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.retry_deadline_s < 0:
+            raise ValueError("retry_deadline_s must not be negative")
+        if self.retry_initial_backoff_s <= 0 or self.retry_max_backoff_s <= 0:
+            raise ValueError("backoffs must be positive")
+        if self.rpc_timeout_s <= 0:
+            raise ValueError("rpc_timeout_s must be positive")

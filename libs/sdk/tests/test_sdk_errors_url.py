@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import grpc
+import pytest
+from tamto_sdk import errors
+from tamto_sdk.url import Endpoint, parse_url
+
+
+def _rpc_error(code: grpc.StatusCode, details: str = "boom") -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details=details)
+
+
+@pytest.mark.parametrize(
+    ("status", "cls", "retriable"),
+    [
+        (grpc.StatusCode.INVALID_ARGUMENT, errors.InvalidArgument, False),
+        (grpc.StatusCode.NOT_FOUND, errors.NotFound, False),
+        (grpc.StatusCode.ALREADY_EXISTS, errors.AlreadyExists, False),
+        (grpc.StatusCode.FAILED_PRECONDITION, errors.FailedPrecondition, False),
+        (grpc.StatusCode.UNAUTHENTICATED, errors.Unauthenticated, False),
+        (grpc.StatusCode.PERMISSION_DENIED, errors.PermissionDenied, False),
+        (grpc.StatusCode.UNAVAILABLE, errors.Unavailable, True),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, errors.ResourceExhausted, True),
+        (grpc.StatusCode.DATA_LOSS, errors.DataLoss, False),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, errors.Timeout, True),
+        (grpc.StatusCode.INTERNAL, errors.Internal, False),
+    ],
+)
+def test_from_rpc_error_maps_statuses(
+    status: grpc.StatusCode, cls: type[errors.TamtoError], retriable: bool
+) -> None:
+    source = _rpc_error(status)
+    error = errors.from_rpc_error(source)
+    assert type(error) is cls
+    assert isinstance(error, errors.TamtoError)
+    assert error.code == status.name
+    assert error.retriable is retriable
+    assert str(error) == "boom"
+    assert error.__cause__ is source
+
+
+def test_unknown_status_is_internal_but_keeps_its_code() -> None:
+    error = errors.from_rpc_error(_rpc_error(grpc.StatusCode.UNIMPLEMENTED))
+    assert isinstance(error, errors.Internal)
+    assert error.code == "UNIMPLEMENTED"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("tamto://127.0.0.1:7400", Endpoint("127.0.0.1", 7400)),
+        ("127.0.0.1:9000", Endpoint("127.0.0.1", 9000)),
+        ("tamto://gw.example", Endpoint("gw.example", 7400)),
+        ("tamtos://gw.example:443", Endpoint("gw.example", 443, tls=True)),
+        ("tamto://[::1]:7401", Endpoint("::1", 7401)),
+    ],
+)
+def test_parse_url(url: str, expected: Endpoint) -> None:
+    assert parse_url(url) == expected
+
+
+def test_endpoint_target_brackets_ipv6() -> None:
+    assert Endpoint("::1", 7400).target == "[::1]:7400"
+
+
+@pytest.mark.parametrize("url", ["http://x:1", "tamto://", "x:notaport", "x:70000", "a/b:1"])
+def test_parse_url_rejects_bad_addresses(url: str) -> None:
+    with pytest.raises(ValueError, match=r"\w"):
+        parse_url(url)

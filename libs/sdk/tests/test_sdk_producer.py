@@ -1,0 +1,202 @@
+from __future__ import annotations
+
+import asyncio
+import itertools
+from datetime import UTC, datetime
+
+import grpc
+import pytest
+from sdk_fake_gateway import API_KEY, FAST, FakeGateway
+from tamto_protocol.batch import decode_batch
+from tamto_protocol.partitioning import partition_for_key
+from tamto_sdk import (
+    Client,
+    ClientOptions,
+    Closed,
+    InvalidArgument,
+    PublishResult,
+    Unavailable,
+    connect,
+)
+
+
+async def test_sends_are_batched_into_few_publish_rpcs(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    async with client.producer("s", linger_ms=50, max_batch_messages=100) as producer:
+        futures = [await producer.send(f"m{i}".encode()) for i in range(1000)]
+        results = await asyncio.gather(*futures)
+    assert [r.offset for r in results] == list(range(1000))
+    assert all(r == PublishResult("s", 0, r.offset) for r in results)
+    assert 10 <= len(gateway.publish_requests) <= 20
+    assert all(r.batch.count <= 100 for r in gateway.publish_requests)
+    assert [row["payload"] for row in gateway.rows("s", 0)] == [
+        f"m{i}".encode() for i in range(1000)
+    ]
+
+
+async def test_batch_carries_every_message_field(client: Client, gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    when = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    async with client.producer("s") as producer:
+        await producer.send_and_wait(
+            b"p", key=b"k", headers={"trace": "t1"}, id="dedup-1", event_time=when
+        )
+    (request,) = gateway.publish_requests
+    row = decode_batch(request.batch.arrow_ipc).to_pylist()[0]
+    assert row["payload"] == b"p"
+    assert row["key"] == b"k"
+    assert row["headers"] == [("trace", "t1")]
+    assert row["id"] == "dedup-1"
+    assert row["event_time"] == when
+
+
+async def test_keyed_messages_go_to_partition_for_key_in_order(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 4)
+    keys = [f"key-{i}".encode() for i in range(12)]
+    async with client.producer("s", linger_ms=20, max_batch_messages=7) as producer:
+        futures = []
+        for seq in range(20):
+            for key in keys:
+                futures.append((key, seq, await producer.send(str(seq).encode(), key=key)))
+        await producer.flush()
+    for key, _, future in futures:
+        assert future.result().partition == partition_for_key(key, 4)
+    used = set()
+    for p in range(4):
+        seen: dict[bytes, list[int]] = {}
+        for row in gateway.rows("s", p):
+            assert partition_for_key(row["key"], 4) == p
+            seen.setdefault(row["key"], []).append(int(row["payload"]))
+            used.add(p)
+        for sequence in seen.values():
+            assert sequence == list(range(20))
+    assert len(used) > 1
+    # Offsets reported to producers match where the fake stored the messages.
+    for key, seq, future in futures:
+        result = future.result()
+        row = gateway.rows("s", result.partition)[result.offset]
+        assert (row["key"], int(row["payload"])) == (key, seq)
+
+
+async def test_keyless_messages_stick_per_batch_and_rotate(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 4)
+    async with client.producer("s", linger_ms=1000, max_batch_messages=10) as producer:
+        futures = [await producer.send(b"x") for _ in range(40)]
+        await producer.flush()
+    partitions = [f.result().partition for f in futures]
+    # Ten consecutive messages share a partition; consecutive batches do not.
+    chunks = [partitions[i : i + 10] for i in range(0, 40, 10)]
+    assert all(len(set(chunk)) == 1 for chunk in chunks)
+    firsts = [chunk[0] for chunk in chunks]
+    assert all(a != b for a, b in itertools.pairwise(firsts))
+    assert len(gateway.publish_requests) == 4
+
+
+async def test_linger_flushes_a_partial_batch(client: Client, gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    producer = client.producer("s", linger_ms=30, max_batch_messages=1000)
+    first = await producer.send(b"a")
+    second = await producer.send(b"b")
+    third = await producer.send(b"c")
+    # Nothing calls flush: only the linger timer can send this batch.
+    results = await asyncio.wait_for(asyncio.gather(first, second, third), 5)
+    assert [r.offset for r in results] == [0, 1, 2]
+    assert len(gateway.publish_requests) == 1
+    await producer.close()
+
+
+async def test_send_blocks_when_max_pending_is_reached(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    gateway.publish_gate = asyncio.Event()
+    async with client.producer("s", linger_ms=0, max_pending_messages=5) as producer:
+        futures = [await producer.send(b"x") for _ in range(5)]
+        assert producer.pending == 5
+        await gateway.wait_for(lambda: len(gateway.publish_requests) == 1)
+        blocked = asyncio.create_task(producer.send(b"y"))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not blocked.done()
+        gateway.publish_gate.set()
+        sixth = await asyncio.wait_for(blocked, 5)
+        assert [f.result().offset for f in await _all(futures)] == [0, 1, 2, 3, 4]
+        assert (await asyncio.wait_for(sixth, 5)).offset == 5
+
+
+async def _all(futures: list[asyncio.Future[PublishResult]]) -> list[asyncio.Future[PublishResult]]:
+    await asyncio.wait_for(asyncio.gather(*futures), 5)
+    return futures
+
+
+async def test_unavailable_is_retried_until_success(client: Client, gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    gateway.publish_failures.extend([grpc.StatusCode.UNAVAILABLE] * 3)
+    async with client.producer("s") as producer:
+        result = await producer.send_and_wait(b"x")
+    assert result.offset == 0
+    assert len(gateway.publish_requests) == 4
+    assert len(gateway.rows("s", 0)) == 1
+
+
+async def test_retries_stop_at_the_deadline(gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    gateway.publish_failures.extend([grpc.StatusCode.UNAVAILABLE] * 10_000)
+    options = ClientOptions(
+        retry_deadline_s=0.2, retry_initial_backoff_s=0.01, retry_max_backoff_s=0.02
+    )
+    async with (
+        await connect(gateway.url, api_key=API_KEY, options=options) as client,
+        client.producer("s") as producer,
+    ):
+        future = await producer.send(b"x")
+        with pytest.raises(Unavailable) as info:
+            await asyncio.wait_for(future, 5)
+    assert info.value.retriable
+    assert info.value.code == "UNAVAILABLE"
+    assert len(gateway.publish_requests) > 1
+
+
+async def test_non_retriable_error_fails_the_batch_futures(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    gateway.publish_failures.append(grpc.StatusCode.INVALID_ARGUMENT)
+    async with client.producer("s", linger_ms=1000) as producer:
+        futures = [await producer.send(b"x") for _ in range(3)]
+        await producer.flush()
+        for future in futures:
+            with pytest.raises(InvalidArgument) as info:
+                future.result()
+            assert not info.value.retriable
+            assert info.value.code == "INVALID_ARGUMENT"
+        # The producer keeps working after a failed batch.
+        after = await producer.send(b"y")
+        await producer.flush()
+        assert after.result().offset == 0
+    assert len(gateway.publish_requests) == 2
+
+
+async def test_close_flushes_and_rejects_new_sends(client: Client, gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 2)
+    producer = client.producer("s", linger_ms=10_000)
+    futures = [await producer.send(b"x", key=str(i).encode()) for i in range(10)]
+    await producer.close()
+    assert all(f.done() and f.exception() is None for f in futures)
+    with pytest.raises(Closed):
+        await producer.send(b"late")
+
+
+async def test_client_close_flushes_its_producers(gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    client = await connect(gateway.url, api_key=API_KEY, options=FAST)
+    producer = client.producer("s", linger_ms=10_000)
+    future = await producer.send(b"x")
+    await client.close()
+    assert future.result().offset == 0
