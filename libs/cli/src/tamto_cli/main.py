@@ -76,6 +76,49 @@ def status(
         render_status(rows, console)
 
 
+stream_app = typer.Typer(help="Create, inspect and list streams.")
+app.add_typer(stream_app, name="stream")
+
+
+@stream_app.command("ensure")
+def stream_ensure(
+    name: str,
+    partitions: Annotated[int, typer.Option(help="partition count (fixed at creation)")] = 1,
+    overwrite: Annotated[bool, typer.Option(help="apply a different config if it exists")] = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Create a stream if missing; report how an existing one differs."""
+
+    async def run() -> None:
+        async with await _connect(url, api_key, data_dir) as client:
+            result = await client.streams.ensure(name, partitions=partitions, overwrite=overwrite)
+            state = "created" if result.created else "exists"
+            console.print(f"{name}: {state}, {result.stream.partitions} partitions")
+            for difference in result.differences:
+                console.print(f"  differs: {difference}")
+
+    _run(run())
+
+
+@stream_app.command("list")
+def stream_list(url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None) -> None:
+    """List the streams."""
+
+    async def run() -> None:
+        async with await _connect(url, api_key, data_dir) as client:
+            for info in await client.streams.list():
+                typer.echo(f"{info.name}\t{info.partitions}\t{info.kind.value}")
+
+    _run(run())
+
+
+async def _connect(url: str | None, api_key: str | None, data_dir: Path | None) -> tamto_sdk.Client:
+    creds = settings.api_key(api_key, settings.data_dir(data_dir))
+    return await tamto_sdk.connect(settings.gateway_url(url), api_key=creds)
+
+
 @app.command()
 def pub(
     stream: str,
@@ -92,13 +135,12 @@ def pub(
     key_bytes = key.encode() if key is not None else None
 
     async def run() -> None:
-        creds = settings.api_key(api_key, settings.data_dir(data_dir))
-        async with await tamto_sdk.connect(settings.gateway_url(url), api_key=creds) as client:
+        async with await _connect(url, api_key, data_dir) as client:
             async with client.producer(stream) as producer:
                 futures = [await producer.send(p.encode(), key=key_bytes) for p in payloads]
                 for payload, future in zip(payloads, futures, strict=True):
                     r = await future
-                    console.print(f"{r.stream}/{r.partition}@{r.offset}\t{payload}")
+                    typer.echo(f"{r.stream}/{r.partition}@{r.offset}\t{payload}")
 
     _run(run())
 
@@ -115,14 +157,13 @@ def sub(
     """Consume messages through a subscription, acking each one after printing it."""
 
     async def run() -> None:
-        creds = settings.api_key(api_key, settings.data_dir(data_dir))
-        async with await tamto_sdk.connect(settings.gateway_url(url), api_key=creds) as client:
+        async with await _connect(url, api_key, data_dir) as client:
             async with client.consumer(stream, subscription) as consumer:
                 seen = 0
                 async for message in consumer:
                     key = message.key.decode(errors="replace") if message.key else ""
                     text = message.payload.decode(errors="replace")
-                    console.print(f"{stream}/{message.partition}@{message.offset}\t{key}\t{text}")
+                    typer.echo(f"{stream}/{message.partition}@{message.offset}\t{key}\t{text}")
                     consumer.ack(message)
                     seen += 1
                     if count and seen >= count:

@@ -1,0 +1,171 @@
+"""`tamto up` as a user runs it: the whole system, supervised, on one data directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from tamto_local.ports import free_port
+from tamto_testing.processes import wait_for
+
+pytestmark = pytest.mark.e2e
+
+TAMTO = [sys.executable, "-m", "tamto_cli"]
+
+
+class Launcher:
+    def __init__(self, data_dir: Path, log: Path) -> None:
+        self.data_dir = data_dir
+        self.log = log
+        self.gateway, self.etcd, self.nats = free_port(), free_port(), free_port()
+        while self.etcd + 1 in (self.gateway, self.nats):
+            self.etcd = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def args(self) -> list[str]:
+        return [
+            "--data-dir",
+            str(self.data_dir),
+            "--gateway-port",
+            str(self.gateway),
+            "--etcd-port",
+            str(self.etcd),
+            "--nats-port",
+            str(self.nats),
+        ]
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def start(self, *extra: str) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [*TAMTO, "up", *self.args(), *extra],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, "COLUMNS": "200"},
+            )
+        wait_for(lambda: "Tamto is up" in self.output(), 60, f"tamto up:\n{self.output()[-3000:]}")
+
+    def stop(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+    def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*TAMTO, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={
+                **os.environ,
+                "TAMTO_URL": f"tamto://127.0.0.1:{self.gateway}",
+                "TAMTO_DATA_DIR": str(self.data_dir),
+                "COLUMNS": "200",
+            },
+        )
+
+    def members(self) -> list[dict[str, object]]:
+        result = self.cli("status", "--json", "--etcd", f"127.0.0.1:{self.etcd}")
+        assert result.returncode == 0, result.stderr
+        members: list[dict[str, object]] = json.loads(result.stdout)
+        return members
+
+
+@contextmanager
+def launched(tmp_path: Path, *extra: str) -> Iterator[Launcher]:
+    launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
+    launcher.start(*extra)
+    try:
+        yield launcher
+    finally:
+        if launcher.proc is not None and launcher.proc.poll() is None:
+            launcher.stop()
+
+
+def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Path) -> None:
+    with launched(tmp_path, "--quiet") as up:
+        members = up.members()
+        assert sorted(m["service"] for m in members) == ["auth", "gateway", "router", "storage"]
+        assert all(m["health"] == "SERVING" for m in members)
+
+        storage_pid = next(int(m["pid"]) for m in members if m["service"] == "storage")
+        os.kill(storage_pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+
+        def storage_pids() -> set[int]:
+            return {int(m["pid"]) for m in up.members() if m["service"] == "storage"}
+
+        wait_for(lambda: storage_pid not in storage_pids(), 10, "the killed storage to leave etcd")
+        assert time.monotonic() - killed_at < 5 + 3  # lease TTL 5 s, plus polling slack
+        wait_for(
+            lambda: "storage exited with code -9; restarting it" in up.output(),
+            10,
+            "the launcher to report the crash",
+        )
+        wait_for(lambda: "storage is back" in up.output(), 60, "storage to restart")
+        new = [m for m in up.members() if m["service"] == "storage"]
+        assert len(new) == 1
+        assert new[0]["pid"] != storage_pid
+        assert new[0]["health"] == "SERVING"
+
+        assert up.cli("stream", "ensure", "kept").returncode == 0
+        published = up.cli("pub", "kept", stdin="one\ntwo\nthree\n")
+        assert published.returncode == 0, published.stderr
+        assert published.stdout.count("kept/0@") == 3
+        assert up.stop() == 0
+    assert "etcd stopped" in up.output()
+
+    # Start again on the same data directory: what was acknowledged is still there.
+    with launched(tmp_path, "--quiet") as up:
+        consumed = up.cli("sub", "kept", "--subscription", "after-restart", "--count", "3")
+        assert consumed.returncode == 0, consumed.stderr
+        assert [line.split("\t")[-1] for line in consumed.stdout.splitlines()] == [
+            "one",
+            "two",
+            "three",
+        ]
+
+
+def test_up_demo_publishes_and_consumes_then_stops(tmp_path: Path) -> None:
+    launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
+    result = subprocess.run(
+        [*TAMTO, "up", *launcher.args(), "--demo", "--once", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "published 1000 messages" in result.stdout
+    assert "consumed and acked 1000 messages" in result.stdout
+
+
+def test_up_refuses_a_port_in_use_with_one_line(tmp_path: Path) -> None:
+    launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", launcher.gateway))
+        busy.listen()
+        result = subprocess.run(
+            [*TAMTO, "up", *launcher.args(), "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 1
+    assert f"--gateway-port 127.0.0.1:{launcher.gateway} is already in use" in result.stdout
