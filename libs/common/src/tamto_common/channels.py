@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import grpc
 
+from tamto_common.telemetry import client_interceptors
+
 #: Batches can be large; every Tamto hop allows this much per message.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
@@ -24,7 +26,9 @@ class ChannelPool:
     def get(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
+            channel = grpc.aio.insecure_channel(
+                address, options=CHANNEL_OPTIONS, interceptors=client_interceptors()
+            )
             self._channels[address] = channel
         return channel
 

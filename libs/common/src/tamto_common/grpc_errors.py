@@ -8,11 +8,14 @@ service (`grpc.aio.AioRpcError`) keep their status so a client sees the cause.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 import structlog
+from prometheus_client import Histogram
 
 from tamto_common import errors
 from tamto_common.errors import TamtoError, Unavailable
@@ -56,42 +59,72 @@ _BY_CODE: dict[grpc.StatusCode, type[TamtoError]] = {
 }
 
 
+RPC_SECONDS = Histogram(
+    "tamto_rpc_server_seconds",
+    "Server-side gRPC call duration (streams: the whole stream), by method and status",
+    ["method", "code"],
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60),
+)
+
+
 async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: str) -> None:
+    """Answer the call with the status for `exc` (raises AbortError, as grpc does)."""
     status = status_for(exc)
     if status is None:
         log.exception("unhandled error", method=method)
-        await context.abort(grpc.StatusCode.INTERNAL, "internal error")
-    else:
-        await context.abort(status[0], status[1])
+        status = (grpc.StatusCode.INTERNAL, "internal error")
+    await context.abort(status[0], status[1])
 
 
 def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Any]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        started, code = time.perf_counter(), "OK"
         try:
             return await behavior(request, context)
         except Exception as exc:
             if isinstance(exc, grpc.aio.AbortError):
+                code = "ABORTED_BY_HANDLER"
                 raise
+            code = status_name(exc)
             await _abort(context, exc, method)
+        finally:
+            RPC_SECONDS.labels(method, code).observe(time.perf_counter() - started)
 
     return wrapper
 
 
 def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str) -> Callable[..., Any]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        started, code = time.perf_counter(), "OK"
         try:
             async for item in behavior(request, context):
                 yield item
+        except asyncio.CancelledError:
+            code = "CANCELLED"
+            raise
         except Exception as exc:
             if isinstance(exc, grpc.aio.AbortError):
+                code = "ABORTED_BY_HANDLER"
                 raise
+            code = status_name(exc)
             await _abort(context, exc, method)
+        finally:
+            RPC_SECONDS.labels(method, code).observe(time.perf_counter() - started)
 
     return wrapper
 
 
+def status_name(exc: BaseException) -> str:
+    status = status_for(exc)
+    return status[0].name if status else "INTERNAL"
+
+
 class TranslateErrorsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Maps exceptions raised by servicers to gRPC statuses."""
+    """Maps exceptions raised by servicers to gRPC statuses, and times every call.
+
+    This is where a call's final status is known, so the per-method latency
+    histogram (`tamto_rpc_server_seconds`) is observed here too.
+    """
 
     async def intercept_service(
         self,

@@ -35,7 +35,7 @@ from tamto_common.errors import ConfigError, TamtoError
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.logging import configure_logging
 from tamto_common.membership import Member, Registration, connect_etcd
-from tamto_common.telemetry import setup_tracing, start_metrics_server
+from tamto_common.telemetry import server_interceptors, setup_tracing, start_metrics_server
 
 C = TypeVar("C", bound=ServiceConfig)
 log = structlog.get_logger(__name__)
@@ -80,7 +80,7 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
         loop.add_signal_handler(sig, stop.set)
 
     server = grpc.aio.server(
-        interceptors=[TranslateErrorsInterceptor()],
+        interceptors=[*server_interceptors(), TranslateErrorsInterceptor()],
         options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
     )
     port = _bind(server, config.host, config.port)

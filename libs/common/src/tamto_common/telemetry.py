@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -41,3 +43,26 @@ def start_metrics_server(host: str, port: int) -> int:
             "--metrics-port", f"cannot listen on {host}:{port}: {exc.strerror}"
         ) from None
     return int(server.server_port)
+
+
+def tracing_enabled() -> bool:
+    """True once `setup_tracing` installed an exporting tracer provider in this process."""
+    return isinstance(trace.get_tracer_provider(), TracerProvider)
+
+
+def server_interceptors() -> list[Any]:
+    """gRPC server interceptors that open a span per call (none when tracing is off)."""
+    if not tracing_enabled():
+        return []
+    from opentelemetry.instrumentation.grpc import aio_server_interceptor
+
+    return [aio_server_interceptor()]  # type: ignore[no-untyped-call]
+
+
+def client_interceptors() -> list[Any]:
+    """gRPC client interceptors that carry the trace context to the next hop."""
+    if not tracing_enabled():
+        return []
+    from opentelemetry.instrumentation.grpc import aio_client_interceptors
+
+    return list(aio_client_interceptors())  # type: ignore[no-untyped-call]

@@ -53,8 +53,10 @@ class TestCluster:
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name]}"
 
-    def start(self, name: str, timeout_s: float = 30.0) -> TestProcess:
-        env = service_env(name, self.shared, self.ports[name])
+    def start(
+        self, name: str, timeout_s: float = 30.0, extra_env: dict[str, str] | None = None
+    ) -> TestProcess:
+        env = service_env(name, self.shared, self.ports[name], extra_env)
         env[f"TAMTO_{name.upper()}_INSTANCE_ID"] = f"{name}-{self._suffix}"
         proc = TestProcess(name, service_argv(name), self.workdir / "logs" / f"{name}.log", env)
         self.processes[name] = proc.start()
