@@ -22,7 +22,8 @@ from tamto_testing.processes import tcp_open, wait_for
 
 def ensure_image(name: str) -> str:
     """The tag of a local image running the `name` binary, imported on first use."""
-    tag = f"localhost/tamto-{name}:dev"
+    # podman's Docker API tags an imported image `latest` whatever tag is asked for.
+    tag = f"localhost/tamto-{name}:latest"
     client = docker.from_env()
     try:
         client.images.get(tag)
@@ -30,12 +31,12 @@ def ensure_image(name: str) -> str:
     except docker.errors.ImageNotFound:
         pass
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
+    with tarfile.open(fileobj=buffer, mode="w", dereference=True) as tar:
         tar.add(str(binary(name)), arcname=f"usr/local/bin/{name}")
     client.api.import_image_from_data(
         buffer.getvalue(),
         repository=f"localhost/tamto-{name}",
-        tag="dev",
+        tag="latest",
         changes=[f'ENTRYPOINT ["/usr/local/bin/{name}"]'],
     )
     return tag
