@@ -16,6 +16,7 @@ from pathlib import Path
 import grpc
 import jwt
 import pytest
+
 from tamto_auth.config import AuthConfig
 from tamto_auth.server import setup
 from tamto_common.apikeys import ApiKey, new_api_key

@@ -7,6 +7,7 @@ import asyncio
 import time
 
 import pytest
+
 import tamto_sdk
 from tamto_cli.status import fetch_status
 from tamto_testing.cluster import TestCluster

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
 from tamto_local.ports import free_port
 from tamto_testing.processes import wait_for
 

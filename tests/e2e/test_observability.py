@@ -7,6 +7,7 @@ import urllib.request
 
 import nats
 import pytest
+
 import tamto_sdk
 from tamto_cli.status import fetch_status
 from tamto_common.membership import Member

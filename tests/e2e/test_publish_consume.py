@@ -6,6 +6,7 @@ import uuid
 
 import grpc
 import pytest
+
 import tamto_sdk
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2

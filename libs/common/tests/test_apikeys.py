@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from tamto_common.apikeys import ApiKey, is_api_key, new_api_key, parse_api_key
 from tamto_common.errors import Unauthenticated
 

@@ -5,6 +5,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 from sdk_fake_gateway import API_KEY, FAST, FakeGateway
+
 from tamto_protocol.v1 import gateway_pb2_grpc
 from tamto_sdk import Client, connect
 

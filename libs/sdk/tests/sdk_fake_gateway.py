@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 import pyarrow as pa
+
 from tamto_protocol.batch import BATCH_SCHEMA, BatchFormatError, decode_batch, validate_batch
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_sdk import ClientOptions

@@ -3,6 +3,7 @@ from __future__ import annotations
 import grpc
 import pytest
 from sdk_fake_gateway import API_KEY, FAST, FakeGateway
+
 from tamto_sdk import (
     Client,
     NotFound,

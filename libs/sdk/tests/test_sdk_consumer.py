@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from sdk_fake_gateway import FakeGateway
+
 from tamto_sdk import Client, Closed, Message, NotFound, Start
 
 

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from tamto_sdk import errors
 from tamto_sdk.url import Endpoint, parse_url
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import grpc
 import pytest
 from sdk_fake_gateway import API_KEY, FAST, FakeGateway
+
 from tamto_protocol.batch import decode_batch
 from tamto_protocol.partitioning import partition_for_key
 from tamto_sdk import (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import nats
+
 from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd
 

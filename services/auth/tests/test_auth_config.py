@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tamto_auth.config import AuthConfig
 from tamto_common.apikeys import new_api_key
 from tamto_common.config import load_config

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+
 from tamto_common.apikeys import new_api_key
 from tamto_local.ports import free_port
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc

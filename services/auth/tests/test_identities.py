@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 import aetcd
 import pytest
+
 from tamto_auth.identities import KEYS_PREFIX, ApiKeyStore, KeyRecord
 from tamto_common.apikeys import ApiKey, new_api_key
 from tamto_common.config import parse_endpoints

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jwt
+
 from tamto_auth.signing import load_or_create
 from tamto_auth.tokens import TokenIssuer
 

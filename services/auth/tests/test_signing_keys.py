@@ -11,6 +11,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from tamto_auth.signing import load_or_create, thumbprint
 from tamto_common.errors import ConfigError
 

@@ -14,6 +14,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from tamto_common.errors import Unauthenticated, Unavailable
 from tamto_gateway.tokens import Principal, TokenVerifier, bearer_token, parse_jwks
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from storage_testkit import DEFAULT_OPTIONS
+
 from tamto_storage.model import PartitionId
 from tamto_storage.partition import Partition
 from tamto_storage.store import partition_dir

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from storage_testkit import make_batch
+
 from tamto_storage.model import PartitionId
 from tamto_storage.partition import Partition
 from tamto_storage.wal import WalOptions

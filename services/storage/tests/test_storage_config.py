@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from tamto_common.config import load_config
 from tamto_common.errors import ConfigError
 from tamto_storage.config import StorageConfig

@@ -17,6 +17,7 @@ from storage_testkit import (
     payloads,
     wal_files,
 )
+
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
 from tamto_storage.grpc_api import StorageServicer

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import OpenPartition
 from storage_testkit import DEFAULT_OPTIONS, make_batch
+
 from tamto_common.errors import FailedPrecondition, InvalidArgument
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch
 from tamto_storage.store import PartitionStore

@@ -8,6 +8,7 @@ from typing import Any
 
 import grpc
 from storage_testkit import check_batch, make_batch
+
 from tamto_common.config import load_config
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.service import Runtime

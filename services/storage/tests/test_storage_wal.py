@@ -16,6 +16,7 @@ from storage_testkit import (
     offsets_of,
     wal_files,
 )
+
 from tamto_common.errors import DataCorruption, InvalidArgument
 from tamto_storage.frame import HEADER_SIZE, encode_header
 from tamto_storage.wal import WalOptions

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 
-import tamto_sdk
 from rich.console import Console
 from rich.table import Table
+
+import tamto_sdk
 from tamto_sdk import Start
 
 DEMO_STREAM = "demo"

@@ -9,15 +9,15 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
-import tamto_sdk
 import typer
 from rich.console import Console
-from tamto_common.errors import TamtoError
-from tamto_local.cluster import ClusterConfig
 
+import tamto_sdk
 from tamto_cli import settings
 from tamto_cli.status import fetch_status, render_status
 from tamto_cli.up import run_up
+from tamto_common.errors import TamtoError
+from tamto_local.cluster import ClusterConfig
 
 app = typer.Typer(help="Tamto: durable streams, subscriptions and Parquet, in one system.")
 console = Console(highlight=False)

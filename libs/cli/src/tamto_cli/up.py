@@ -7,9 +7,9 @@ import signal
 
 from rich.console import Console
 from rich.text import Text
-from tamto_local.cluster import ClusterConfig, LaunchError, LocalCluster
 
 from tamto_cli.demo import run_demo
+from tamto_local.cluster import ClusterConfig, LaunchError, LocalCluster
 
 COLORS = {
     "etcd": "cyan",

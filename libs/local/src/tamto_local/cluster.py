@@ -21,8 +21,8 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from tamto_common.apikeys import new_api_key
 
+from tamto_common.apikeys import new_api_key
 from tamto_local.infra import (
     EtcdSpec,
     NatsSpec,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
-
 from tamto_sdk._calls import Calls
 from tamto_sdk.messages import EnsureResult, StreamInfo, StreamKind, kind_to_proto
 

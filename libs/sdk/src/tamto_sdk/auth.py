@@ -7,8 +7,8 @@ import time
 from typing import Any
 
 import grpc
-from tamto_protocol.v1 import gateway_pb2
 
+from tamto_protocol.v1 import gateway_pb2
 from tamto_sdk._retry import with_retries
 from tamto_sdk.errors import from_rpc_error
 from tamto_sdk.options import ClientOptions

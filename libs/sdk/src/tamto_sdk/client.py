@@ -6,8 +6,8 @@ import asyncio
 from types import TracebackType
 
 import grpc
-from tamto_protocol.v1 import gateway_pb2_grpc
 
+from tamto_protocol.v1 import gateway_pb2_grpc
 from tamto_sdk._calls import Calls
 from tamto_sdk.admin import Streams
 from tamto_sdk.auth import TokenAuth

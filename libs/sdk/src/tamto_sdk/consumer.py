@@ -10,9 +10,9 @@ from types import TracebackType
 from typing import Any
 
 import grpc
+
 from tamto_protocol.batch import BatchFormatError
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
-
 from tamto_sdk._calls import Calls
 from tamto_sdk._retry import Backoff
 from tamto_sdk.auth import Metadata

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
+
 from tamto_protocol.batch import BATCH_SCHEMA, decode_batch
 from tamto_protocol.v1 import messages_pb2
 

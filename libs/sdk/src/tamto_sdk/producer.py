@@ -15,7 +15,6 @@ from typing import Any
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.partitioning import partition_for_key
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
-
 from tamto_sdk._calls import Calls
 from tamto_sdk.admin import Streams
 from tamto_sdk.errors import Closed, Internal, InvalidArgument, TamtoError

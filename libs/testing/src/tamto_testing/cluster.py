@@ -11,9 +11,9 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from tamto_local.cluster import SERVICES, ServiceEnv, dev_credential, service_argv, service_env
 from tamto_local.ports import free_port
-
 from tamto_testing.infra import Infra
 from tamto_testing.processes import TestProcess
 

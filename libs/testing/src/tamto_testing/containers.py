@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import docker
-from tamto_local.binaries import binary
 from testcontainers.core.container import DockerContainer
 
+from tamto_local.binaries import binary
 from tamto_testing.processes import tcp_open, wait_for
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from tamto_local.infra import EtcdSpec, NatsSpec, etcd_argv, nats_argv
 from tamto_local.ports import free_port
-
 from tamto_testing.processes import TestProcess, tcp_open, wait_for
 
 

@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import tamto_sdk
 
+import tamto_sdk
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra, running_infra
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import grpc
 import structlog
-from tamto_common.apikeys import parse_api_key
-from tamto_common.errors import Unauthenticated
-from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc
 
 from tamto_auth.identities import ApiKeyStore
 from tamto_auth.signing import SigningKeys
 from tamto_auth.tokens import TokenIssuer
+from tamto_common.apikeys import parse_api_key
+from tamto_common.errors import Unauthenticated
+from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc
 
 log = structlog.get_logger(__name__)
 

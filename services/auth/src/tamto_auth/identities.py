@@ -28,6 +28,7 @@ from typing import Any
 
 import aetcd
 import structlog
+
 from tamto_common.apikeys import ApiKey
 from tamto_common.errors import DataCorruption, NotFound, Unauthenticated
 

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from tamto_common.apikeys import parse_api_key
-from tamto_common.service import Runtime
-
 from tamto_auth.config import AuthConfig
 from tamto_auth.grpc_api import AuthServicer, add_to_server
 from tamto_auth.identities import ApiKeyStore
 from tamto_auth.signing import load_or_create
 from tamto_auth.tokens import TokenIssuer
+from tamto_common.apikeys import parse_api_key
+from tamto_common.service import Runtime
 
 
 async def setup(config: AuthConfig, runtime: Runtime) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import structlog
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from tamto_common.errors import ConfigError
 
 log = structlog.get_logger(__name__)

@@ -1,7 +1,6 @@
 """`python -m tamto_gateway`: run a gateway."""
 
 from tamto_common.service import main
-
 from tamto_gateway.config import GatewayConfig
 from tamto_gateway.server import setup
 

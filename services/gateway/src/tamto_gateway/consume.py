@@ -14,11 +14,11 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import grpc
+
 from tamto_common.errors import InvalidArgument, Unavailable
 from tamto_common.grpc_errors import downstream_error
-from tamto_protocol.v1 import messages_pb2
-
 from tamto_gateway.upstream import Upstream
+from tamto_protocol.v1 import messages_pb2
 
 
 class FanOut:

@@ -7,16 +7,16 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import grpc
+
 from tamto_common.aio import until_done
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
-from tamto_protocol.batch import BatchFormatError, validate_batch
-from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
-
 from tamto_gateway.consume import FanOut
 from tamto_gateway.streams import StreamDef, StreamRegistry
 from tamto_gateway.tokens import Principal, TokenVerifier, bearer_token
 from tamto_gateway.upstream import Upstream
+from tamto_protocol.batch import BatchFormatError, validate_batch
+from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 
 
 def _info(stream: StreamDef) -> messages_pb2.StreamInfo:

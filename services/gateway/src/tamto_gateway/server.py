@@ -5,14 +5,13 @@ from __future__ import annotations
 from tamto_common.channels import ChannelPool
 from tamto_common.membership import MemberDirectory
 from tamto_common.service import Runtime
-from tamto_protocol.v1 import gateway_pb2_grpc
-
 from tamto_gateway.config import GatewayConfig
 from tamto_gateway.grpc_api import GatewayServicer
 from tamto_gateway.routing import Routes
 from tamto_gateway.streams import StreamRegistry
 from tamto_gateway.tokens import TokenVerifier
 from tamto_gateway.upstream import Upstream
+from tamto_protocol.v1 import gateway_pb2_grpc
 
 
 async def setup(config: GatewayConfig, runtime: Runtime) -> None:

@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 
 import aetcd
+
 from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound
 from tamto_common.names import check_name
 

@@ -25,6 +25,7 @@ from typing import Any
 import jwt
 import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from tamto_common.errors import TamtoError, Unauthenticated, Unavailable
 
 ALGORITHM = "EdDSA"

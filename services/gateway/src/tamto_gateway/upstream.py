@@ -4,11 +4,11 @@ builds their protobufs. Failures come back as TamtoError subclasses."""
 from __future__ import annotations
 
 import grpc
+
 from tamto_common.channels import ChannelPool
 from tamto_common.grpc_errors import downstream_error
-from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2, router_pb2_grpc
-
 from tamto_gateway.routing import Routes
+from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2, router_pb2_grpc
 
 
 class Upstream:

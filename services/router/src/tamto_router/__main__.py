@@ -1,7 +1,6 @@
 """`python -m tamto_router`: run a router."""
 
 from tamto_common.service import main
-
 from tamto_router.config import RouterConfig
 from tamto_router.server import setup
 

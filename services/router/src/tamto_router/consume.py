@@ -22,7 +22,6 @@ from typing import Literal
 
 from tamto_common.errors import FailedPrecondition, InvalidArgument
 from tamto_protocol.batch import slice_batch
-
 from tamto_router.acks import AckSet
 from tamto_router.partitions import Partitions
 from tamto_router.storage_client import Batch

@@ -7,11 +7,11 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import grpc
+
 from tamto_common.aio import until_done
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
 from tamto_protocol.v1 import messages_pb2, router_pb2, router_pb2_grpc
-
 from tamto_router.consume import ActiveSessions, ConsumeSession, Start, SubscribeSpec
 from tamto_router.partitions import Partitions
 

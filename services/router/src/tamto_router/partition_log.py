@@ -15,8 +15,8 @@ import contextlib
 import time
 
 import structlog
-from tamto_common.errors import TamtoError, Unavailable
 
+from tamto_common.errors import TamtoError, Unavailable
 from tamto_router.storage_client import Batch, LogBounds, StorageClient
 
 log = structlog.get_logger(__name__)

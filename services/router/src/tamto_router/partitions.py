@@ -9,8 +9,8 @@ from typing import Any
 
 import aetcd
 import structlog
-from tamto_common.errors import Unavailable
 
+from tamto_common.errors import Unavailable
 from tamto_router.ownership import Claim, claim_partition, release_partition
 from tamto_router.partition_log import PartitionLog
 from tamto_router.storage_client import StorageClient

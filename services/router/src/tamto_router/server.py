@@ -8,7 +8,6 @@ from tamto_common.membership import KeptLease, MemberDirectory
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.service import Runtime
 from tamto_protocol.v1 import router_pb2_grpc
-
 from tamto_router.config import RouterConfig
 from tamto_router.grpc_api import RouterServicer
 from tamto_router.partitions import Partitions

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import grpc
+
 from tamto_common.grpc_errors import downstream_error
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
-
 from tamto_router.acks import AckSet
 
 

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tamto_common.config import ServiceConfig, one_of, positive, setting
-
 from tamto_storage.wal import WalOptions
 
 MIB = 1024 * 1024

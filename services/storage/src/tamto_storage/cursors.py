@@ -19,7 +19,6 @@ from typing import Any
 
 from tamto_common.errors import DataCorruption, InvalidArgument
 from tamto_common.names import check_name
-
 from tamto_storage.durable import make_dirs, write_atomic
 from tamto_storage.model import Cursor, OffsetRange
 

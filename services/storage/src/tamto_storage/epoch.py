@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from tamto_common.errors import DataCorruption
-
 from tamto_storage.durable import write_atomic
 
 FILE_NAME = "epoch"

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from typing import Any
 
 import grpc
+
 from tamto_common.errors import InvalidArgument
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
-
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch
 from tamto_storage.partition import Partition
 from tamto_storage.store import PartitionStore

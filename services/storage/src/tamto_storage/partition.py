@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tamto_common.errors import FailedPrecondition, InvalidArgument
-
 from tamto_storage import metrics
 from tamto_storage.cursors import CursorStore
 from tamto_storage.durable import make_dirs

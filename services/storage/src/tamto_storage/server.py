@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from tamto_common.service import Runtime
 from tamto_protocol.v1 import storage_pb2_grpc
-
 from tamto_storage.config import StorageConfig
 from tamto_storage.grpc_api import StorageServicer
 from tamto_storage.store import PartitionStore

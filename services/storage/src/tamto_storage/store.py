@@ -7,7 +7,6 @@ from pathlib import Path
 
 from tamto_common.errors import InvalidArgument, Unavailable
 from tamto_common.names import check_name
-
 from tamto_storage.model import PartitionId
 from tamto_storage.partition import Partition
 from tamto_storage.wal import WalOptions

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
-from tamto_common.errors import FailedPrecondition, TamtoError, Unavailable
 
+from tamto_common.errors import FailedPrecondition, TamtoError, Unavailable
 from tamto_storage import metrics
 from tamto_storage.durable import fsync_dir, make_dirs
 from tamto_storage.frame import HEADER_SIZE, crc_matches, decode_header, encode_header

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tamto_common.errors import DataCorruption
-
 from tamto_storage.frame import HEADER_SIZE
 
 
