@@ -11,8 +11,9 @@ import grpc
 from tamto_common.aio import until_done
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
+from tamto_common.streams import StreamDef
 from tamto_gateway.consume import FanOut
-from tamto_gateway.streams import StreamDef, StreamRegistry
+from tamto_gateway.streams import StreamRegistry
 from tamto_gateway.tokens import Principal, TokenVerifier, bearer_token
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.batch import BatchFormatError, validate_batch

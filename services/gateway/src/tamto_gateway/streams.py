@@ -7,29 +7,13 @@ partition count is fixed at creation (keys would move otherwise).
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 import aetcd
 
 from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound
 from tamto_common.names import check_name
-
-STREAMS = "/tamto/streams/"
-
-
-@dataclass(frozen=True)
-class StreamDef:
-    name: str
-    partitions: int
-    kind: str = "persistent"
-
-    def to_json(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes) -> StreamDef:
-        return cls(**json.loads(data))
+from tamto_common.streams import STREAMS_PREFIX, StreamDef, stream_key
 
 
 @dataclass(frozen=True)
@@ -62,7 +46,7 @@ class StreamRegistry:
 
     async def ensure(self, wanted: StreamDef, overwrite: bool) -> Ensured:
         self.validate(wanted)
-        key = f"{STREAMS}{wanted.name}".encode()
+        key = stream_key(wanted.name)
         tx = self._etcd.transactions
         created, _ = await self._etcd.transaction(
             compare=[tx.version(key) == 0], success=[tx.put(key, wanted.to_json())], failure=[]
@@ -87,7 +71,7 @@ class StreamRegistry:
         check_name("stream", name)
         if not fresh and name in self._cache:
             return self._cache[name]
-        kv = await self._etcd.get(f"{STREAMS}{name}".encode())
+        kv = await self._etcd.get(stream_key(name))
         if kv is None:
             self._cache.pop(name, None)
             raise NotFound(f"stream {name!r} does not exist")
@@ -96,5 +80,5 @@ class StreamRegistry:
         return stream
 
     async def list(self) -> list[StreamDef]:
-        result = await self._etcd.get_prefix(STREAMS.encode())
+        result = await self._etcd.get_prefix(STREAMS_PREFIX.encode())
         return sorted((StreamDef.from_json(kv.value) for kv in result), key=lambda s: s.name)

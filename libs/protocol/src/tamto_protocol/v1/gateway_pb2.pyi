@@ -51,6 +51,18 @@ class ListStreamsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class DeleteStreamRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteStreamResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
 class ListStreamsResponse(_message.Message):
     __slots__ = ("streams",)
     STREAMS_FIELD_NUMBER: _ClassVar[int]

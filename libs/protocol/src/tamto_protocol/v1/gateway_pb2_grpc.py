@@ -55,6 +55,11 @@ class GatewayStub:
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.ListStreamsRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_gateway__pb2.ListStreamsResponse.FromString,
                 _registered_method=True)
+        self.DeleteStream = channel.unary_unary(
+                '/tamto.v1.Gateway/DeleteStream',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.DeleteStreamRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.DeleteStreamResponse.FromString,
+                _registered_method=True)
         self.Publish = channel.unary_unary(
                 '/tamto.v1.Gateway/Publish',
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
@@ -96,6 +101,13 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteStream(self, request, context):
+        """Removes a stream's definition; its data is deleted by storage asynchronously.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Publish(self, request, context):
         """Appends one batch to one partition; answers once the batch is durable.
         """
@@ -132,6 +144,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.ListStreams,
                     request_deserializer=tamto_dot_v1_dot_gateway__pb2.ListStreamsRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_gateway__pb2.ListStreamsResponse.SerializeToString,
+            ),
+            'DeleteStream': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteStream,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.DeleteStreamRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.DeleteStreamResponse.SerializeToString,
             ),
             'Publish': grpc.unary_unary_rpc_method_handler(
                     servicer.Publish,
@@ -252,6 +269,33 @@ class Gateway:
             '/tamto.v1.Gateway/ListStreams',
             tamto_dot_v1_dot_gateway__pb2.ListStreamsRequest.SerializeToString,
             tamto_dot_v1_dot_gateway__pb2.ListStreamsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/DeleteStream',
+            tamto_dot_v1_dot_gateway__pb2.DeleteStreamRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.DeleteStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -11,8 +11,28 @@ class StreamKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STREAM_KIND_UNSPECIFIED: _ClassVar[StreamKind]
     STREAM_KIND_PERSISTENT: _ClassVar[StreamKind]
+
+class Durability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DURABILITY_UNSPECIFIED: _ClassVar[Durability]
+    DURABILITY_GROUP_COMMIT: _ClassVar[Durability]
+    DURABILITY_INTERVAL: _ClassVar[Durability]
+
+class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SUBSCRIPTION_TYPE_UNSPECIFIED: _ClassVar[SubscriptionType]
+    SUBSCRIPTION_TYPE_EXCLUSIVE: _ClassVar[SubscriptionType]
+    SUBSCRIPTION_TYPE_FAILOVER: _ClassVar[SubscriptionType]
+    SUBSCRIPTION_TYPE_SHARED: _ClassVar[SubscriptionType]
 STREAM_KIND_UNSPECIFIED: StreamKind
 STREAM_KIND_PERSISTENT: StreamKind
+DURABILITY_UNSPECIFIED: Durability
+DURABILITY_GROUP_COMMIT: Durability
+DURABILITY_INTERVAL: Durability
+SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType
+SUBSCRIPTION_TYPE_EXCLUSIVE: SubscriptionType
+SUBSCRIPTION_TYPE_FAILOVER: SubscriptionType
+SUBSCRIPTION_TYPE_SHARED: SubscriptionType
 
 class RecordBatch(_message.Message):
     __slots__ = ("arrow_ipc", "count")
@@ -35,12 +55,30 @@ class StoredBatch(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., count: _Optional[int] = ..., publish_time_us: _Optional[int] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
 
 class StreamConfig(_message.Message):
-    __slots__ = ("kind", "partitions")
+    __slots__ = ("kind", "partitions", "retention_ms", "retention_bytes", "dedup_window_ms", "ack_timeout_ms", "max_deliveries", "max_lag", "dead_letter_stream", "durability", "fsync_interval_ms")
     KIND_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DEDUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    ACK_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    MAX_LAG_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTER_STREAM_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    FSYNC_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     kind: StreamKind
     partitions: int
-    def __init__(self, kind: _Optional[_Union[StreamKind, str]] = ..., partitions: _Optional[int] = ...) -> None: ...
+    retention_ms: int
+    retention_bytes: int
+    dedup_window_ms: int
+    ack_timeout_ms: int
+    max_deliveries: int
+    max_lag: int
+    dead_letter_stream: str
+    durability: Durability
+    fsync_interval_ms: int
+    def __init__(self, kind: _Optional[_Union[StreamKind, str]] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., ack_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., max_lag: _Optional[int] = ..., dead_letter_stream: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., fsync_interval_ms: _Optional[int] = ...) -> None: ...
 
 class StreamInfo(_message.Message):
     __slots__ = ("name", "config")
@@ -51,14 +89,16 @@ class StreamInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., config: _Optional[_Union[StreamConfig, _Mapping]] = ...) -> None: ...
 
 class StartPosition(_message.Message):
-    __slots__ = ("earliest", "latest", "offset")
+    __slots__ = ("earliest", "latest", "offset", "time_us")
     EARLIEST_FIELD_NUMBER: _ClassVar[int]
     LATEST_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIME_US_FIELD_NUMBER: _ClassVar[int]
     earliest: bool
     latest: bool
     offset: int
-    def __init__(self, earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ...) -> None: ...
+    time_us: int
+    def __init__(self, earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., time_us: _Optional[int] = ...) -> None: ...
 
 class OffsetRange(_message.Message):
     __slots__ = ("first", "last")
@@ -77,16 +117,20 @@ class PartitionAcks(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ...) -> None: ...
 
 class Subscribe(_message.Message):
-    __slots__ = ("stream", "subscription", "start", "partitions")
+    __slots__ = ("stream", "subscription", "start", "partitions", "type", "consumer_name")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     start: StartPosition
     partitions: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., start: _Optional[_Union[StartPosition, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ...) -> None: ...
+    type: SubscriptionType
+    consumer_name: str
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., start: _Optional[_Union[StartPosition, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., consumer_name: _Optional[str] = ...) -> None: ...
 
 class Credit(_message.Message):
     __slots__ = ("messages",)
@@ -94,25 +138,39 @@ class Credit(_message.Message):
     messages: int
     def __init__(self, messages: _Optional[int] = ...) -> None: ...
 
+class PartitionNacks(_message.Message):
+    __slots__ = ("partition", "ranges", "delay_ms")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    RANGES_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    ranges: _containers.RepeatedCompositeFieldContainer[OffsetRange]
+    delay_ms: int
+    def __init__(self, partition: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., delay_ms: _Optional[int] = ...) -> None: ...
+
 class ConsumeRequest(_message.Message):
-    __slots__ = ("subscribe", "credit", "ack")
+    __slots__ = ("subscribe", "credit", "ack", "nack")
     SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
+    NACK_FIELD_NUMBER: _ClassVar[int]
     subscribe: Subscribe
     credit: Credit
     ack: PartitionAcks
-    def __init__(self, subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., ack: _Optional[_Union[PartitionAcks, _Mapping]] = ...) -> None: ...
+    nack: PartitionNacks
+    def __init__(self, subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., ack: _Optional[_Union[PartitionAcks, _Mapping]] = ..., nack: _Optional[_Union[PartitionNacks, _Mapping]] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("stream", "partition", "batch")
+    __slots__ = ("stream", "partition", "batch", "delivery_count")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
     stream: str
     partition: int
     batch: StoredBatch
-    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[StoredBatch, _Mapping]] = ...) -> None: ...
+    delivery_count: int
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[StoredBatch, _Mapping]] = ..., delivery_count: _Optional[int] = ...) -> None: ...
 
 class ConsumeResponse(_message.Message):
     __slots__ = ("delivery",)

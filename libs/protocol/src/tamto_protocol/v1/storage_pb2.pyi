@@ -100,3 +100,17 @@ class GetCursorResponse(_message.Message):
     ack_floor: int
     acked_above_floor: _containers.RepeatedCompositeFieldContainer[_messages_pb2.OffsetRange]
     def __init__(self, exists: _Optional[bool] = ..., ack_floor: _Optional[int] = ..., acked_above_floor: _Optional[_Iterable[_Union[_messages_pb2.OffsetRange, _Mapping]]] = ...) -> None: ...
+
+class OffsetForTimeRequest(_message.Message):
+    __slots__ = ("partition", "time_us")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    TIME_US_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    time_us: int
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., time_us: _Optional[int] = ...) -> None: ...
+
+class OffsetForTimeResponse(_message.Message):
+    __slots__ = ("offset",)
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    def __init__(self, offset: _Optional[int] = ...) -> None: ...

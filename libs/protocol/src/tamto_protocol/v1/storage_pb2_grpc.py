@@ -49,6 +49,11 @@ class StorageStub:
                 request_serializer=tamto_dot_v1_dot_storage__pb2.ReadRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_storage__pb2.ReadResponse.FromString,
                 _registered_method=True)
+        self.OffsetForTime = channel.unary_unary(
+                '/tamto.v1.Storage/OffsetForTime',
+                request_serializer=tamto_dot_v1_dot_storage__pb2.OffsetForTimeRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_storage__pb2.OffsetForTimeResponse.FromString,
+                _registered_method=True)
         self.CommitCursor = channel.unary_unary(
                 '/tamto.v1.Storage/CommitCursor',
                 request_serializer=tamto_dot_v1_dot_storage__pb2.CommitCursorRequest.SerializeToString,
@@ -86,6 +91,13 @@ class StorageServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OffsetForTime(self, request, context):
+        """The first offset whose batch was published at or after a time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CommitCursor(self, request, context):
         """Durable subscription cursors.
         """
@@ -116,6 +128,11 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.Read,
                     request_deserializer=tamto_dot_v1_dot_storage__pb2.ReadRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_storage__pb2.ReadResponse.SerializeToString,
+            ),
+            'OffsetForTime': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetForTime,
+                    request_deserializer=tamto_dot_v1_dot_storage__pb2.OffsetForTimeRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_storage__pb2.OffsetForTimeResponse.SerializeToString,
             ),
             'CommitCursor': grpc.unary_unary_rpc_method_handler(
                     servicer.CommitCursor,
@@ -209,6 +226,33 @@ class Storage:
             '/tamto.v1.Storage/Read',
             tamto_dot_v1_dot_storage__pb2.ReadRequest.SerializeToString,
             tamto_dot_v1_dot_storage__pb2.ReadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetForTime(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Storage/OffsetForTime',
+            tamto_dot_v1_dot_storage__pb2.OffsetForTimeRequest.SerializeToString,
+            tamto_dot_v1_dot_storage__pb2.OffsetForTimeResponse.FromString,
             options,
             channel_credentials,
             insecure,
