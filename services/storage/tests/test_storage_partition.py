@@ -155,3 +155,16 @@ async def test_store_opens_each_partition_once_and_closes_all(tmp_path: Path) ->
     store = PartitionStore(tmp_path / "data", DEFAULT_OPTIONS)
     assert (await store.get("orders", 0)).offsets().next_offset == 3
     await store.close()
+
+
+async def test_offset_for_time_finds_the_first_batch_published_at_or_after(
+    load: OpenPartition,
+) -> None:
+    partition = await load()
+    await partition.open(1)
+    first, second = make_batch(0), make_batch(3)
+    await partition.append(1, [first, second])
+    assert partition.offset_for_time(0) == 0
+    assert partition.offset_for_time(first.publish_time_us) == 0
+    assert partition.offset_for_time(first.publish_time_us + 1) == 3
+    assert partition.offset_for_time(second.publish_time_us + 1) == 6, "nothing newer: the end"

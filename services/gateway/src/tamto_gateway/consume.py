@@ -67,11 +67,12 @@ class FanOut:
                     await call.write(
                         messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=share))
                     )
-        elif kind == "ack":
-            address = self._owner_of.get(request.ack.partition)
+        elif kind in ("ack", "nack"):
+            partition = request.ack.partition if kind == "ack" else request.nack.partition
+            address = self._owner_of.get(partition)
             if address is None:
                 raise InvalidArgument(
-                    f"ack for partition {request.ack.partition}, which this session does not read"
+                    f"{kind} for partition {partition}, which this session does not read"
                 )
             await self._calls[address].write(request)
         else:

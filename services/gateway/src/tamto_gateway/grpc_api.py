@@ -11,22 +11,13 @@ import grpc
 from tamto_common.aio import until_done
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
-from tamto_common.streams import StreamDef
 from tamto_gateway.consume import FanOut
+from tamto_gateway.stream_proto import stream_def, stream_info
 from tamto_gateway.streams import StreamRegistry
 from tamto_gateway.tokens import Principal, TokenVerifier, bearer_token
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
-
-
-def _info(stream: StreamDef) -> messages_pb2.StreamInfo:
-    return messages_pb2.StreamInfo(
-        name=stream.name,
-        config=messages_pb2.StreamConfig(
-            kind=messages_pb2.STREAM_KIND_PERSISTENT, partitions=stream.partitions
-        ),
-    )
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
@@ -57,30 +48,33 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
         self, request: gateway_pb2.EnsureStreamRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.EnsureStreamResponse:
         await self._principal(context)
-        kind = request.config.kind
-        if kind not in (messages_pb2.STREAM_KIND_UNSPECIFIED, messages_pb2.STREAM_KIND_PERSISTENT):
-            raise InvalidArgument("only persistent streams are supported so far")
-        partitions = request.config.partitions or 1
-        result = await self._streams.ensure(
-            StreamDef(request.name, partitions), overwrite=request.overwrite
-        )
+        wanted = stream_def(request.name, request.config)
+        result = await self._streams.ensure(wanted, overwrite=request.overwrite)
         return gateway_pb2.EnsureStreamResponse(
-            stream=_info(result.stream), created=result.created, differences=result.differences
+            stream=stream_info(result.stream),
+            created=result.created,
+            differences=result.differences,
         )
 
     async def DescribeStream(
         self, request: gateway_pb2.DescribeStreamRequest, context: grpc.aio.ServicerContext
     ) -> messages_pb2.StreamInfo:
         await self._principal(context)
-        return _info(await self._streams.describe(request.name, fresh=True))
+        return stream_info(await self._streams.describe(request.name, fresh=True))
 
     async def ListStreams(
         self, request: gateway_pb2.ListStreamsRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.ListStreamsResponse:
         await self._principal(context)
         return gateway_pb2.ListStreamsResponse(
-            streams=[_info(s) for s in await self._streams.list()]
+            streams=[stream_info(s) for s in await self._streams.list()]
         )
+
+    async def DeleteStream(
+        self, request: gateway_pb2.DeleteStreamRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.DeleteStreamResponse:
+        await self._principal(context)
+        return gateway_pb2.DeleteStreamResponse(deleted=await self._streams.delete(request.name))
 
     async def Publish(
         self, request: gateway_pb2.PublishRequest, context: grpc.aio.ServicerContext

@@ -20,8 +20,12 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     runtime.resources.push_async_callback(channels.close)
     upstream = Upstream(Routes(directory), channels, config.upstream_timeout_s)
     verifier = TokenVerifier(upstream.jwks, config.token_issuer, config.token_audience)
+    streams = StreamRegistry(runtime.etcd, config.max_partitions, runtime.bus)
+    subscription = await streams.watch_events()
+    if subscription is not None:
+        runtime.resources.push_async_callback(subscription.unsubscribe)
     servicer = GatewayServicer(
-        StreamRegistry(runtime.etcd, config.max_partitions),
+        streams,
         upstream,
         verifier,
         config.max_message_bytes,

@@ -2,72 +2,111 @@
 
 "Ensure" creates a stream if missing; when it exists with another config it
 reports each difference and changes it only when asked to overwrite. The
-partition count is fixed at creation (keys would move otherwise).
+partition count is fixed at creation (keys would move otherwise). Creating,
+changing and deleting a stream publish `tamto.events.stream.changed` /
+`tamto.events.stream.deleted` on the bus; gateways drop cached definitions on
+either, and storage drops a deleted stream's data.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import contextlib
+import json
+from dataclasses import dataclass
 
 import aetcd
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
-from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound
+from tamto_common.bus import EVENTS, publish_event
+from tamto_common.errors import FailedPrecondition, NotFound
 from tamto_common.names import check_name
-from tamto_common.streams import STREAMS_PREFIX, StreamDef, stream_key
+from tamto_common.streams import MAX_PARTITIONS, STREAMS_PREFIX, StreamDef, stream_key
+
+log = structlog.get_logger(__name__)
+
+STREAM_CHANGED = "stream.changed"
+STREAM_DELETED = "stream.deleted"
 
 
 @dataclass(frozen=True)
 class Ensured:
+    """The outcome of `StreamRegistry.ensure`.
+
+    `differences` lists how the request differed from what was stored: kept as
+    stored unless the call overwrote them (then `stream` is the new definition).
+    """
+
     stream: StreamDef
     created: bool
     differences: list[str]
 
 
-def differences(stored: StreamDef, wanted: StreamDef) -> list[str]:
-    return [
-        f"{f.name}: stored {getattr(stored, f.name)!r}, requested {getattr(wanted, f.name)!r}"
-        for f in fields(StreamDef)
-        if getattr(stored, f.name) != getattr(wanted, f.name)
-    ]
-
-
 class StreamRegistry:
-    def __init__(self, etcd: aetcd.Client, max_partitions: int) -> None:
+    """Ensure, describe, list and delete stream definitions; caches what it read."""
+
+    def __init__(
+        self,
+        etcd: aetcd.Client,
+        max_partitions: int = MAX_PARTITIONS,
+        bus: NatsClient | None = None,
+    ) -> None:
         self._etcd = etcd
         self._max_partitions = max_partitions
+        self._bus = bus
         self._cache: dict[str, StreamDef] = {}
 
     def validate(self, wanted: StreamDef) -> None:
-        check_name("stream", wanted.name)
-        if not 1 <= wanted.partitions <= self._max_partitions:
-            raise InvalidArgument(
-                f"partitions must be between 1 and {self._max_partitions}, got {wanted.partitions}"
-            )
+        """Raise `InvalidArgument` if `wanted` is not a legal definition."""
+        wanted.validate(self._max_partitions)
 
     async def ensure(self, wanted: StreamDef, overwrite: bool) -> Ensured:
+        """Create `wanted` if missing; otherwise report, and with `overwrite` apply, differences.
+
+        Raises `InvalidArgument` for an illegal definition and `FailedPrecondition`
+        when `overwrite` would change the partition count.
+        """
+        wanted = wanted.normalized()
         self.validate(wanted)
         key = stream_key(wanted.name)
         tx = self._etcd.transactions
-        created, _ = await self._etcd.transaction(
-            compare=[tx.version(key) == 0], success=[tx.put(key, wanted.to_json())], failure=[]
-        )
-        if created:
-            self._cache[wanted.name] = wanted
-            return Ensured(wanted, True, [])
-        stored = await self.describe(wanted.name, fresh=True)
-        diff = differences(stored, wanted)
-        if not diff or not overwrite:
-            return Ensured(stored, False, diff)
-        if stored.partitions != wanted.partitions:
-            raise FailedPrecondition(
-                f"stream {wanted.name!r} has {stored.partitions} partitions; the count is fixed "
-                "at creation"
+        while True:
+            created, _ = await self._etcd.transaction(
+                compare=[tx.version(key) == 0], success=[tx.put(key, wanted.to_json())], failure=[]
             )
-        await self._etcd.put(key, wanted.to_json())
-        self._cache[wanted.name] = wanted
-        return Ensured(wanted, False, diff)
+            if created:
+                self._cache[wanted.name] = wanted
+                await self._publish(STREAM_CHANGED, wanted)
+                return Ensured(wanted, True, [])
+            kv = await self._etcd.get(key)
+            if kv is None:
+                continue  # deleted meanwhile: create it
+            stored = StreamDef.from_json(kv.value)
+            self._cache[wanted.name] = stored
+            diff = stored.differences(wanted)
+            if not diff or not overwrite:
+                return Ensured(stored, False, diff)
+            if stored.partitions != wanted.partitions:
+                raise FailedPrecondition(
+                    f"stream {wanted.name!r} has {stored.partitions} partitions, requested "
+                    f"{wanted.partitions}: the partition count is fixed at creation "
+                    "(nothing was changed)"
+                )
+            replaced, _ = await self._etcd.transaction(
+                compare=[tx.mod(key) == kv.mod_revision],
+                success=[tx.put(key, wanted.to_json())],
+                failure=[],
+            )
+            if replaced:
+                self._cache[wanted.name] = wanted
+                await self._publish(STREAM_CHANGED, wanted)
+                return Ensured(wanted, False, diff)
+            # Changed by someone else meanwhile: compare against the new definition.
 
     async def describe(self, name: str, fresh: bool = False) -> StreamDef:
+        """The definition of `name` (from the cache unless `fresh`); `NotFound` if missing."""
         check_name("stream", name)
         if not fresh and name in self._cache:
             return self._cache[name]
@@ -80,5 +119,46 @@ class StreamRegistry:
         return stream
 
     async def list(self) -> list[StreamDef]:
+        """Every stream definition, sorted by name."""
         result = await self._etcd.get_prefix(STREAMS_PREFIX.encode())
         return sorted((StreamDef.from_json(kv.value) for kv in result), key=lambda s: s.name)
+
+    async def delete(self, name: str) -> bool:
+        """Delete the definition of `name`; False if there was none.
+
+        Only `/tamto/streams/<name>` goes: partition ownership keys (and their
+        epochs) stay, so a stream created again under the same name fences out
+        writers of the old one. Storage drops the data on the bus event.
+        """
+        check_name("stream", name)
+        deleted = await self._etcd.delete(stream_key(name), prev_kv=True)
+        self._cache.pop(name, None)
+        if deleted is None:
+            return False
+        stored = StreamDef.from_json(deleted.prev_kv.value)
+        await self._publish(STREAM_DELETED, stored)
+        return True
+
+    async def watch_events(self) -> Subscription | None:
+        """Drop cached definitions when any gateway changes or deletes a stream.
+
+        Returns the bus subscription (to unsubscribe on shutdown), or None without a bus.
+        """
+        if self._bus is None:
+            return None
+
+        async def forget(msg: Msg) -> None:
+            with contextlib.suppress(ValueError, KeyError, TypeError):
+                self._cache.pop(json.loads(msg.data)["stream"], None)
+
+        return await self._bus.subscribe(f"{EVENTS}.stream.*", cb=forget)
+
+    async def _publish(self, topic: str, stream: StreamDef) -> None:
+        if self._bus is None:
+            return
+        try:
+            await publish_event(self._bus, topic, stream=stream.name, partitions=stream.partitions)
+        except Exception as exc:  # the etcd change stands; peers reread on a cache miss
+            log.warning(
+                "stream event not published", topic=topic, stream=stream.name, error=str(exc)
+            )

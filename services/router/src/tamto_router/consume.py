@@ -1,38 +1,33 @@
-"""Consume sessions: deliver a subscription's unacked messages within credit.
+"""Consume sessions: one consumer stream attached to subscriptions on partitions.
 
-A session covers some partitions of one stream for one subscription. Each
-partition has a delivery task (owned by the session) that reads durable data
-from storage from the first unacked offset, skips acked ranges, and hands
-batches to the session's queue while the consumer has credit. Acks update the
-partition's `AckSet` and are persisted as the subscription's cursor, so a new
-session (after a disconnect or a router crash) starts at the first unacked
-message and skips everything acked since.
-
-Subscriptions are exclusive for now: a second session on the same partition
-and subscription is refused while the first is open.
+A session is one gRPC consume stream from a gateway. It owns a `ConsumerSlot`
+(its credit and outbox) and attaches it to the `Subscription` of every
+partition it reads; subscriptions put deliveries into the outbox, and the
+session streams them out. Leaving detaches the slot everywhere, which makes the
+subscriptions redeliver whatever the session left unacked.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from tamto_common.errors import FailedPrecondition, InvalidArgument
-from tamto_protocol.batch import slice_batch
+from tamto_common.errors import InvalidArgument
 from tamto_router.acks import AckSet
+from tamto_router.partition_log import PartitionLog
 from tamto_router.partitions import Partitions
-from tamto_router.storage_client import Batch
+from tamto_router.subscription import ConsumerSlot, Delivery, Subscription, SubscriptionType
 
-StartKind = Literal["earliest", "latest", "offset"]
+StartKind = Literal["earliest", "latest", "offset", "time"]
+DEFAULT_ACK_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
 class Start:
     kind: StartKind
-    offset: int = 0
+    value: int = 0  # the offset, or the time in µs since the epoch
 
 
 @dataclass(frozen=True)
@@ -41,170 +36,108 @@ class SubscribeSpec:
     subscription: str
     start: Start
     partitions: tuple[int, ...]
+    type: SubscriptionType = SubscriptionType.EXCLUSIVE
+    consumer_name: str = ""
 
 
-class Credit:
-    """Messages the consumer will still take; a batch may overdraw it once."""
-
-    def __init__(self) -> None:
-        self.available = 0
-        self._changed = asyncio.Event()
-
-    def grant(self, messages: int) -> None:
-        self.available += messages
-        self._changed.set()
-
-    def take(self, messages: int) -> None:
-        self.available -= messages
-
-    async def wait_positive(self) -> None:
-        while self.available <= 0:
-            self._changed.clear()
-            await self._changed.wait()
+AckTimeout = Callable[[str], Awaitable[float]]
+"""Looks up a stream's ack timeout in seconds."""
 
 
-def unacked_runs(batch: Batch, position: int, acks: AckSet) -> list[tuple[int, int]]:
-    """(first offset, length) runs of `batch` at or after `position` that are not acked."""
-    runs: list[tuple[int, int]] = []
-    offset = acks.next_unacked(max(position, batch.base_offset))
-    while offset < batch.end:
-        stop = offset
-        while stop < batch.end and not acks.is_acked(stop):
-            stop += 1
-        runs.append((offset, stop - offset))
-        offset = acks.next_unacked(stop)
-    return runs
+class SubscriptionRegistry:
+    """Finds or creates the `Subscription` for (stream, partition, name)."""
 
-
-def deliverable(batch: Batch, first: int, length: int) -> Batch:
-    """The part of `batch` from `first`, as-is when whole, re-encoded when sliced."""
-    if first == batch.base_offset and length == batch.count:
-        return batch
-    data = slice_batch(batch.arrow_ipc, first - batch.base_offset, length)
-    return Batch(first, length, batch.publish_time_us, data)
-
-
-class ActiveSessions:
-    """Which (stream, partition, subscription) has an open session."""
-
-    def __init__(self) -> None:
-        self._held: set[tuple[str, int, str]] = set()
-
-    def acquire(self, spec: SubscribeSpec) -> None:
-        keys = [(spec.stream, p, spec.subscription) for p in spec.partitions]
-        busy = [k for k in keys if k in self._held]
-        if busy:
-            raise FailedPrecondition(
-                f"subscription {spec.subscription!r} on {spec.stream}/{busy[0][1]} already has "
-                "a consumer (exclusive)"
-            )
-        self._held.update(keys)
-
-    def release(self, spec: SubscribeSpec) -> None:
-        self._held.difference_update((spec.stream, p, spec.subscription) for p in spec.partitions)
-
-
-class ConsumeSession:
-    def __init__(
-        self, spec: SubscribeSpec, partitions: Partitions, active: ActiveSessions, read_max: int
-    ) -> None:
-        self.spec = spec
+    def __init__(self, partitions: Partitions, ack_timeout: AckTimeout, read_max: int) -> None:
         self._partitions = partitions
-        self._active = active
+        self._ack_timeout = ack_timeout
         self._read_max = read_max
-        self.credit = Credit()
-        self._acks: dict[int, AckSet] = {}
-        self._queue: asyncio.Queue[tuple[int, Batch] | BaseException] = asyncio.Queue(maxsize=4)
-        self._tasks: list[asyncio.Task[None]] = []
+        self._locks: dict[tuple[str, int, str], asyncio.Lock] = {}
 
-    async def __aenter__(self) -> ConsumeSession:
-        self._active.acquire(self.spec)
-        try:
-            for p in self.spec.partitions:
-                self._acks[p] = await self._load_cursor(p)
-        except BaseException:
-            self._active.release(self.spec)
-            raise
-        self._tasks = [
-            asyncio.create_task(self._deliver(p), name=f"deliver-{self.spec.stream}/{p}")
-            for p in self.spec.partitions
-        ]
-        return self
+    async def get(self, spec: SubscribeSpec, partition: int) -> Subscription:
+        key = (spec.stream, partition, spec.subscription)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            log = await self._partitions.get(spec.stream, partition)
+            current = log.subscriptions.get(spec.subscription)
+            if isinstance(current, Subscription) and not current.closed:
+                return current
+            acks = await self._load_cursor(log, spec)
+            timeout = await self._ack_timeout(spec.stream)
+            created = Subscription(log, spec.subscription, acks, timeout, self._read_max)
+            log.subscriptions[spec.subscription] = created
+            return created
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self._active.release(self.spec)
-
-    async def _load_cursor(self, partition: int) -> AckSet:
-        log = await self._partitions.get(self.spec.stream, partition)
-        stored = await log.storage.get_cursor(self.spec.stream, partition, self.spec.subscription)
+    async def _load_cursor(self, log: PartitionLog, spec: SubscribeSpec) -> AckSet:
+        stored = await log.storage.get_cursor(log.stream, log.partition, spec.subscription)
         if stored is not None:
             return stored
-        start = self.spec.start
+        start = spec.start
         if start.kind == "earliest":
             floor = log.start_offset
         elif start.kind == "latest":
             floor = log.durable_offset
+        elif start.kind == "time":
+            floor = await log.storage.offset_for_time(log.stream, log.partition, start.value)
         else:
-            if not log.start_offset <= start.offset <= log.durable_offset:
+            if not log.start_offset <= start.value <= log.durable_offset:
                 raise InvalidArgument(
-                    f"start offset {start.offset} is outside {self.spec.stream}/{partition}'s "
+                    f"start offset {start.value} is outside {log.stream}/{log.partition}'s "
                     f"stored range [{log.start_offset}, {log.durable_offset}]"
                 )
-            floor = start.offset
+            floor = start.value
         acks = AckSet(floor)
         # Fix the start now, so "latest" means the moment the subscription was created.
         await log.storage.commit_cursor(
-            self.spec.stream, partition, self.spec.subscription, log.epoch, acks
+            log.stream, log.partition, spec.subscription, log.epoch, acks
         )
         return acks
 
-    async def _deliver(self, partition: int) -> None:
-        try:
-            acks = self._acks[partition]
-            position = acks.next_unacked(acks.floor)
-            while True:
-                await self.credit.wait_positive()
-                log = await self._partitions.get(self.spec.stream, partition)
-                await log.wait_beyond(position)
-                if log.failure is not None:
-                    continue  # the next get() reopens the partition
-                want = max(1, min(self._read_max, self.credit.available))
-                batches, _ = await log.storage.read(self.spec.stream, partition, position, want)
-                for batch in batches:
-                    for first, length in unacked_runs(batch, position, acks):
-                        await self._queue.put((partition, deliverable(batch, first, length)))
-                        self.credit.take(length)
-                    position = max(position, batch.end)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
-            await self._queue.put(exc)
 
-    async def deliveries(self) -> AsyncIterator[tuple[int, Batch]]:
+class ConsumeSession:
+    def __init__(self, spec: SubscribeSpec, registry: SubscriptionRegistry) -> None:
+        self.spec = spec
+        self._registry = registry
+        self.slot = ConsumerSlot(spec.consumer_name)
+        self._subscriptions: dict[int, Subscription] = {}
+
+    async def __aenter__(self) -> ConsumeSession:
+        try:
+            for p in self.spec.partitions:
+                subscription = await self._registry.get(self.spec, p)
+                subscription.attach(self.slot, self.spec.type)
+                self._subscriptions[p] = subscription
+        except BaseException:
+            self._detach()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._detach()
+
+    def _detach(self) -> None:
+        for subscription in self._subscriptions.values():
+            subscription.detach(self.slot)
+        self._subscriptions.clear()
+
+    def grant(self, messages: int) -> None:
+        self.slot.credit.grant(messages)
+        for subscription in self._subscriptions.values():
+            subscription.poke()
+
+    def _subscription(self, partition: int) -> Subscription:
+        subscription = self._subscriptions.get(partition)
+        if subscription is None:
+            raise InvalidArgument(f"partition {partition} is not part of this session")
+        return subscription
+
+    async def ack(self, partition: int, ranges: list[tuple[int, int]]) -> None:
+        await self._subscription(partition).ack(ranges)
+
+    def nack(self, partition: int, ranges: list[tuple[int, int]], delay_s: float) -> None:
+        self._subscription(partition).nack(ranges, delay_s)
+
+    async def deliveries(self) -> AsyncIterator[Delivery]:
         while True:
-            item = await self._queue.get()
+            item = await self.slot.outbox.get()
             if isinstance(item, BaseException):
                 raise item
             yield item
-
-    async def ack(self, partition: int, ranges: list[tuple[int, int]]) -> None:
-        acks = self._acks.get(partition)
-        if acks is None:
-            raise InvalidArgument(f"partition {partition} is not part of this session")
-        log = await self._partitions.get(self.spec.stream, partition)
-        for first, last in ranges:
-            if first > last or first < 0 or last >= log.durable_offset:
-                raise InvalidArgument(
-                    f"cannot ack offsets {first}-{last} of {self.spec.stream}/{partition}: "
-                    f"the partition holds offsets below {log.durable_offset}"
-                )
-        for first, last in ranges:
-            acks.ack_range(first, last)
-        await log.storage.commit_cursor(
-            self.spec.stream, partition, self.spec.subscription, log.epoch, acks
-        )

@@ -12,8 +12,16 @@ from tamto_common.aio import until_done
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
 from tamto_protocol.v1 import messages_pb2, router_pb2, router_pb2_grpc
-from tamto_router.consume import ActiveSessions, ConsumeSession, Start, SubscribeSpec
+from tamto_router.consume import ConsumeSession, Start, SubscribeSpec, SubscriptionRegistry
 from tamto_router.partitions import Partitions
+from tamto_router.subscription import SubscriptionType
+
+_TYPES = {
+    messages_pb2.SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType.EXCLUSIVE,
+    messages_pb2.SUBSCRIPTION_TYPE_EXCLUSIVE: SubscriptionType.EXCLUSIVE,
+    messages_pb2.SUBSCRIPTION_TYPE_FAILOVER: SubscriptionType.FAILOVER,
+    messages_pb2.SUBSCRIPTION_TYPE_SHARED: SubscriptionType.SHARED,
+}
 
 
 def start_from_proto(start: messages_pb2.StartPosition) -> Start:
@@ -24,6 +32,8 @@ def start_from_proto(start: messages_pb2.StartPosition) -> Start:
         if start.offset < 0:
             raise InvalidArgument(f"start offset must be >= 0, got {start.offset}")
         return Start("offset", start.offset)
+    if which == "time_us":
+        return Start("time", start.time_us)
     return Start("earliest")
 
 
@@ -41,10 +51,9 @@ def spec_from_proto(sub: messages_pb2.Subscribe) -> SubscribeSpec:
 
 
 class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
-    def __init__(self, partitions: Partitions, read_max: int) -> None:
+    def __init__(self, partitions: Partitions, subscriptions: SubscriptionRegistry) -> None:
         self._partitions = partitions
-        self._active = ActiveSessions()
-        self._read_max = read_max
+        self._subscriptions = subscriptions
 
     async def Append(
         self, request: router_pb2.RouterAppendRequest, context: grpc.aio.ServicerContext
@@ -65,13 +74,16 @@ class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
         if first is None or first.WhichOneof("request") != "subscribe":
             raise InvalidArgument("a consume stream must start with subscribe")
         spec = spec_from_proto(first.subscribe)
-        async with ConsumeSession(spec, self._partitions, self._active, self._read_max) as session:
+        async with ConsumeSession(spec, self._subscriptions) as session:
             reader = asyncio.create_task(_read_requests(request_iterator, session))
             try:
-                async for partition, batch in until_done(session.deliveries(), reader):
+                async for delivery in until_done(session.deliveries(), reader):
                     yield messages_pb2.ConsumeResponse(
                         delivery=messages_pb2.Delivery(
-                            stream=spec.stream, partition=partition, batch=batch.to_proto()
+                            stream=spec.stream,
+                            partition=delivery.partition,
+                            batch=delivery.batch.to_proto(),
+                            delivery_count=delivery.delivery_count,
                         )
                     )
             finally:
@@ -86,10 +98,15 @@ async def _read_requests(
     async for request in requests:
         kind = request.WhichOneof("request")
         if kind == "credit":
-            session.credit.grant(request.credit.messages)
+            session.grant(request.credit.messages)
         elif kind == "ack":
             await session.ack(
                 request.ack.partition, [(r.first, r.last) for r in request.ack.ranges]
+            )
+        elif kind == "nack":
+            nack = request.nack
+            session.nack(
+                nack.partition, [(r.first, r.last) for r in nack.ranges], nack.delay_ms / 1000
             )
         else:
             raise InvalidArgument("subscribe may be sent only once per consume stream")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
+from typing import Any
 
 import structlog
 
@@ -37,6 +39,10 @@ class PartitionLog:
         self._queue: list[tuple[Batch, asyncio.Future[int]]] = []
         self._wake = asyncio.Event()
         self._grown = asyncio.Event()
+        #: Called whenever durable data grows or the log fails (subscriptions wake up).
+        self.listeners: set[Callable[[], None]] = set()
+        #: Subscriptions on this partition, by name; they die with this log.
+        self.subscriptions: dict[str, Any] = {}
         self._sender = asyncio.create_task(self._send_loop(), name=f"append-{stream}/{partition}")
 
     async def append(self, arrow_ipc: bytes, count: int) -> int:
@@ -79,6 +85,7 @@ class PartitionLog:
                     future.set_result(batch.base_offset)
             self._grown.set()
             self._grown = asyncio.Event()
+            self._notify()
 
     def _fail(self, exc: TamtoError, pending: list[tuple[Batch, asyncio.Future[int]]]) -> None:
         self.failure = exc
@@ -87,6 +94,11 @@ class PartitionLog:
                 future.set_exception(exc)
         self._queue = []
         self._grown.set()
+        self._notify()
+
+    def _notify(self) -> None:
+        for listener in list(self.listeners):
+            listener()
 
     async def close(self) -> None:
         """Finish what is queued, then stop the sender."""
@@ -95,3 +107,5 @@ class PartitionLog:
         self._sender.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._sender
+        for subscription in list(self.subscriptions.values()):
+            await subscription.close()

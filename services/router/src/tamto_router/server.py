@@ -7,8 +7,10 @@ from tamto_common.errors import Unavailable
 from tamto_common.membership import KeptLease, MemberDirectory
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.service import Runtime
+from tamto_common.streams import read_stream
 from tamto_protocol.v1 import router_pb2_grpc
 from tamto_router.config import RouterConfig
+from tamto_router.consume import DEFAULT_ACK_TIMEOUT_S, SubscriptionRegistry
 from tamto_router.grpc_api import RouterServicer
 from tamto_router.partitions import Partitions
 from tamto_router.storage_client import StorageClient
@@ -40,6 +42,13 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         runtime.etcd, lambda: lease.lease, config.member_id, storage_for, config.claim_timeout_s
     )
     resources.push_async_callback(partitions.close)
+
+    async def ack_timeout_s(stream: str) -> float:
+        definition = await read_stream(runtime.etcd, stream)
+        timeout_ms = getattr(definition, "ack_timeout_ms", 0) if definition else 0
+        return timeout_ms / 1000 if timeout_ms else DEFAULT_ACK_TIMEOUT_S
+
+    subscriptions = SubscriptionRegistry(partitions, ack_timeout_s, config.read_batch_messages)
     router_pb2_grpc.add_RouterServicer_to_server(
-        RouterServicer(partitions, config.read_batch_messages), runtime.server
+        RouterServicer(partitions, subscriptions), runtime.server
     )

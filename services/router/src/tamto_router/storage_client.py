@@ -98,6 +98,18 @@ class StorageClient:
             raise downstream_error(exc, f"storage read {stream}/{partition}") from exc
         return [Batch.from_proto(b) for b in r.batches], int(r.next_offset)
 
+    async def offset_for_time(self, stream: str, partition: int, time_us: int) -> int:
+        try:
+            r = await self._stub.OffsetForTime(
+                storage_pb2.OffsetForTimeRequest(
+                    partition=self._ref(stream, partition), time_us=time_us
+                ),
+                timeout=self._timeout,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise downstream_error(exc, f"storage offset for time {stream}/{partition}") from exc
+        return int(r.offset)
+
     async def get_cursor(self, stream: str, partition: int, subscription: str) -> AckSet | None:
         try:
             r = await self._stub.GetCursor(

@@ -66,6 +66,10 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):  # type: ignore[misc]
             next_offset=result.next_offset,
         )
 
+    async def OffsetForTime(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        partition = await self._partition(request)
+        return storage_pb2.OffsetForTimeResponse(offset=partition.offset_for_time(request.time_us))
+
     async def CommitCursor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         partition = await self._partition(request)
         cursor = Cursor(request.ack_floor, _ranges(request.acked_above_floor))

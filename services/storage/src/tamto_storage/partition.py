@@ -134,6 +134,10 @@ class Partition:
         next_offset = batches[-1].end_offset if batches else from_offset
         return ReadResult(tuple(batches), next_offset)
 
+    def offset_for_time(self, time_us: int) -> int:
+        """See `Wal.offset_for_time`."""
+        return self._wal.offset_for_time(time_us)
+
     async def commit_cursor(self, epoch: int, subscription: str, cursor: Cursor) -> None:
         """Durably store a subscription's cursor, if `epoch` is the current owner's."""
         self._check_epoch(epoch)

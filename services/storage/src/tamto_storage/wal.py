@@ -218,6 +218,18 @@ class Wal:
                 raise corruption.error()
         return batches
 
+    def offset_for_time(self, time_us: int) -> int:
+        """The first durable offset whose batch was published at or after `time_us`.
+
+        The durable end when nothing is that recent. Publish times are per batch
+        and almost always ascending; a scan (not a bisection) stays right when a
+        new owner's clock was slightly behind the old one's.
+        """
+        for entry in self._entries:
+            if entry.publish_time_us >= time_us:
+                return entry.base_offset
+        return self._durable_end
+
     def _select(self, from_offset: int, max_messages: int, max_bytes: int) -> list[IndexEntry]:
         i = max(bisect.bisect_right(self._bases, from_offset) - 1, 0)
         limit = self._corruption.offset if self._corruption is not None else None

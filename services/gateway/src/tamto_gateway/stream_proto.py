@@ -1,0 +1,75 @@
+"""Conversion between `tamto.v1.StreamConfig`/`StreamInfo` and `StreamDef`: the one place.
+
+On the wire, zero means "the default" for every numeric field (and an empty
+dead-letter stream means `<name>.dlq`); in a `StreamDef` every value is explicit.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tamto_common.errors import InvalidArgument
+from tamto_common.streams import (
+    DEFAULT_ACK_TIMEOUT_MS,
+    DEFAULT_DEDUP_WINDOW_MS,
+    Durability,
+    StreamDef,
+)
+from tamto_protocol.v1 import messages_pb2
+
+_DURABILITY_FROM_PROTO: dict[int, Durability] = {
+    messages_pb2.DURABILITY_UNSPECIFIED: "group",
+    messages_pb2.DURABILITY_GROUP_COMMIT: "group",
+    messages_pb2.DURABILITY_INTERVAL: "interval",
+}
+_DURABILITY_TO_PROTO: dict[str, Any] = {
+    "group": messages_pb2.DURABILITY_GROUP_COMMIT,
+    "interval": messages_pb2.DURABILITY_INTERVAL,
+}
+_KINDS = (messages_pb2.STREAM_KIND_UNSPECIFIED, messages_pb2.STREAM_KIND_PERSISTENT)
+
+
+def stream_def(name: str, config: messages_pb2.StreamConfig) -> StreamDef:
+    """The definition a request asks for; zeros become defaults. Not validated yet."""
+    if config.kind not in _KINDS:
+        raise InvalidArgument(f"kind must be STREAM_KIND_PERSISTENT, got {config.kind}")
+    durability = _DURABILITY_FROM_PROTO.get(config.durability)
+    if durability is None:
+        raise InvalidArgument(
+            "durability must be DURABILITY_GROUP_COMMIT or DURABILITY_INTERVAL, "
+            f"got {config.durability}"
+        )
+    return StreamDef(
+        name=name,
+        partitions=config.partitions or 1,
+        retention_ms=config.retention_ms,
+        retention_bytes=config.retention_bytes,
+        dedup_window_ms=config.dedup_window_ms or DEFAULT_DEDUP_WINDOW_MS,
+        ack_timeout_ms=config.ack_timeout_ms or DEFAULT_ACK_TIMEOUT_MS,
+        max_deliveries=config.max_deliveries,
+        max_lag=config.max_lag,
+        dead_letter_stream=config.dead_letter_stream,
+        durability=durability,
+        fsync_interval_ms=config.fsync_interval_ms,
+    )
+
+
+def stream_info(stream: StreamDef) -> messages_pb2.StreamInfo:
+    """A stored definition as the API shows it (every value explicit, the dead-letter
+    stream resolved)."""
+    return messages_pb2.StreamInfo(
+        name=stream.name,
+        config=messages_pb2.StreamConfig(
+            kind=messages_pb2.STREAM_KIND_PERSISTENT,
+            partitions=stream.partitions,
+            retention_ms=stream.retention_ms,
+            retention_bytes=stream.retention_bytes,
+            dedup_window_ms=stream.dedup_window_ms,
+            ack_timeout_ms=stream.ack_timeout_ms,
+            max_deliveries=stream.max_deliveries,
+            max_lag=stream.max_lag,
+            dead_letter_stream=stream.dead_letter,
+            durability=_DURABILITY_TO_PROTO[stream.durability],
+            fsync_interval_ms=stream.fsync_interval_ms,
+        ),
+    )
