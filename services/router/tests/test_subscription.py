@@ -190,3 +190,16 @@ async def test_acks_beyond_the_log_are_refused() -> None:
     with pytest.raises(InvalidArgument):
         sub.nack([(3, 2)], 0)
     await sub.close()
+
+
+async def test_shared_honours_credit_exactly_by_slicing_batches() -> None:
+    sub = subscription([batch(0, 10)])
+    a, b = slot_with_credit("a", 3), slot_with_credit("b", 3)
+    sub.attach(a, SubscriptionType.SHARED)
+    sub.attach(b, SubscriptionType.SHARED)
+    got_a, got_b = await next_delivery(a), await next_delivery(b)
+    assert (len(offsets(got_a)), len(offsets(got_b))) == (3, 3)
+    assert sorted(offsets(got_a) + offsets(got_b)) == list(range(6))
+    assert payloads(got_b) == [f"m{o}".encode() for o in offsets(got_b)]
+    assert await nothing_within(a, 0.1), "no credit left, nothing more"
+    await sub.close()

@@ -42,11 +42,15 @@ def spec_from_proto(sub: messages_pb2.Subscribe) -> SubscribeSpec:
     check_name("subscription", sub.subscription)
     if not sub.partitions:
         raise InvalidArgument("a router consume session must name its partitions")
+    if sub.type not in _TYPES:
+        raise InvalidArgument(f"unknown subscription type {sub.type}")
     return SubscribeSpec(
         sub.stream,
         sub.subscription,
         start_from_proto(sub.start),
         tuple(sorted(set(sub.partitions))),
+        _TYPES[sub.type],
+        sub.consumer_name[:200],
     )
 
 

@@ -283,40 +283,75 @@ class Subscription:
             log.warning("subscription stopped", subscription=self.name, error=str(exc))
             self._fail(error)
 
+    def _budget(self, slot: ConsumerSlot) -> int | None:
+        """How many messages `slot` may get now: exact credit for shared subscriptions
+        (load balancing needs it), otherwise unbounded (a whole batch may overdraw)."""
+        return slot.credit.available if self.type is SubscriptionType.SHARED else None
+
     async def _send_fresh(self, slot: ConsumerSlot) -> None:
         want = max(1, min(self._read_max, slot.credit.available))
         start = self.position
         batches, _ = await self.log.storage.read(self.log.stream, self.partition, start, want)
-        end = start
+        budget = self._budget(slot)
         for batch in batches:
-            self._hand_out(slot, batch, start, batch.end - 1, previous_count=0)
-            end = max(end, batch.end)
-        self.position = max(self.position, end)
+            stopped = self._hand_out(slot, batch, start, batch.end - 1, 0, budget)
+            if stopped is not None:
+                self.position = max(self.position, stopped)
+                return
+            self.position = max(self.position, batch.end)
+            if budget is not None:
+                budget = slot.credit.available
 
     async def _send_range(self, slot: ConsumerSlot, first: int, last: int, count: int) -> None:
         want = last - first + 1
         batches, _ = await self.log.storage.read(self.log.stream, self.partition, first, want)
+        budget = self._budget(slot)
         for batch in batches:
             if batch.base_offset > last:
                 break
-            self._hand_out(slot, batch, first, last, previous_count=count)
+            stopped = self._hand_out(slot, batch, first, last, count, budget)
+            if stopped is not None:
+                self.pending.append(Run(stopped, last, count, time.monotonic()))
+                return
+            if budget is not None:
+                budget = slot.credit.available
 
     def _hand_out(
-        self, slot: ConsumerSlot, batch: Batch, lo: int, hi: int, previous_count: int
-    ) -> None:
+        self,
+        slot: ConsumerSlot,
+        batch: Batch,
+        lo: int,
+        hi: int,
+        previous_count: int,
+        budget: int | None,
+    ) -> int | None:
+        """Deliver the unacked part of `batch` within [lo, hi] to `slot`.
+
+        Returns None when all of it was handled, or the offset where the budget ran
+        out (the caller keeps the rest for later).
+        """
         attached = any(c[2] is slot for c in self.consumers)
         now = time.monotonic()
         for first, length in unacked_runs(batch, lo, hi, self.acks):
-            last = first + length - 1
             if not attached:  # it left while we read: keep the messages for the next one
-                self.pending.append(Run(first, last, previous_count, now))
+                self.pending.append(Run(first, first + length - 1, previous_count, now))
                 continue
+            if budget is not None:
+                if budget <= 0:
+                    return first
+                length = min(length, budget)
+                budget -= length
+            last = first + length - 1
             count = previous_count + 1
-            slot.outbox.put_nowait(
-                Delivery(self.partition, deliverable(batch, first, length), count)
-            )
+            piece = deliverable(batch, first, length)
+            slot.outbox.put_nowait(Delivery(self.partition, piece, count))
             slot.credit.take(length)
             self.in_flight.append(Run(first, last, count, now + self.ack_timeout_s, slot.id))
+            if budget is not None and last < min(batch.end - 1, hi):
+                nxt = self.acks.next_unacked(last + 1)
+                if nxt <= min(batch.end - 1, hi):
+                    return nxt
+        return None
 
     def _fail(self, error: TamtoError) -> None:
         self.closed = True
