@@ -94,3 +94,57 @@ async def test_a_graceful_restart_of_everything_keeps_messages_and_cursors(
     )
     # The first subscription acked 100 before the restart: only the late one is left.
     assert await consume_all(fresh_cluster, "keep", "half", 1) == [b"late"]
+
+
+@pytest.mark.parametrize("victim", ["storage", "router", "gateway"])
+async def test_kill9_while_producing_and_consuming_delivers_every_acknowledged_message(
+    fresh_cluster: TestCluster, victim: str
+) -> None:
+    total, kill_after = 600, 150
+    acked: set[bytes] = set()
+    received: list[bytes] = []
+    killed = asyncio.Event()
+
+    async with await tamto_sdk.connect(
+        fresh_cluster.url, api_key=fresh_cluster.credential
+    ) as client:
+        await client.streams.ensure("load", partitions=2)
+
+        async def produce() -> None:
+            async with client.producer("load", linger_ms=2, max_batch_messages=20) as producer:
+                for i in range(total):
+                    payload = f"p{i}".encode()
+                    future = await producer.send(payload)
+                    future.add_done_callback(
+                        lambda f, p=payload: acked.add(p) if not f.exception() else None
+                    )
+                    if i == kill_after:
+                        await producer.flush()
+                        killed.set()
+                        await asyncio.to_thread(fresh_cluster.kill9, victim)
+                        await asyncio.to_thread(fresh_cluster.start, victim)
+
+        async def consume() -> None:
+            async with client.consumer("load", "sink", credits=100) as consumer:
+                deadline = time.monotonic() + 90
+                while time.monotonic() < deadline:
+                    batch = await consumer.receive_batch(max_messages=100, timeout_s=1)
+                    received.extend(m.payload for m in batch)
+                    consumer.ack(batch)
+                    if producer_done.is_set() and acked <= set(received):
+                        return
+
+        producer_done = asyncio.Event()
+        consumer_task = asyncio.create_task(consume())
+        await produce()
+        producer_done.set()
+        await asyncio.wait_for(consumer_task, 120)
+
+        assert killed.is_set()
+        assert len(acked) == total, "the producer retries until every message is acknowledged"
+        missing = acked - set(received)
+        assert not missing, f"{len(missing)} acknowledged messages never delivered"
+        # Everything was acked and the consumer closed cleanly: nothing comes back.
+        async with client.consumer("load", "sink") as again:
+            late = await again.receive_batch(max_messages=10, timeout_s=1.5)
+            assert len(late) == 0, f"acked messages delivered again: {[m.payload for m in late]}"

@@ -1,8 +1,9 @@
 """An in-process fake of the Gateway service for the SDK's unit tests.
 
 It is a real `grpc.aio` server (the SDK talks to it over a real channel) with an
-in-memory log per partition, bearer-token checks, credit-based Consume and
-fault injection. It only implements what the SDK's tests need.
+in-memory log per partition, bearer-token checks, credit-based Consume (with
+immediate redelivery of nacks without delay, and delivery counts) and fault
+injection. It only implements what the SDK's tests need.
 """
 
 from __future__ import annotations
@@ -47,17 +48,24 @@ class Subscription:
     start: dict[int, int]
     ack_requests: list[tuple[int, list[tuple[int, int]]]] = field(default_factory=list)
     acked: dict[int, set[int]] = field(default_factory=dict)
+    # (partition, ranges, delay_ms) per nack request.
+    nack_requests: list[tuple[int, list[tuple[int, int]], int]] = field(default_factory=list)
+    deliveries: dict[tuple[int, int], int] = field(default_factory=dict)  # (p, offset) -> count
 
 
 @dataclass
 class Session:
     subscription: str
+    type: int = 0  # messages_pb2.SubscriptionType as sent
+    consumer_name: str = ""
+    start: Any = None  # the StartPosition as sent
     granted: int = 0
     credit: int = 0
     delivered: int = 0
     max_outstanding: int = 0
     drop: bool = False
     ended: bool = False
+    redeliver: deque[tuple[int, int]] = field(default_factory=deque)  # (partition, offset)
 
 
 def slice_ipc(data: bytes, start: int, length: int) -> bytes:
@@ -78,12 +86,16 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
         self.auth_calls = 0
         self.authorizations: list[tuple[str, str]] = []  # (method, authorization)
         self.streams: dict[str, int] = {}
+        self.configs: dict[str, Any] = {}  # name -> StreamConfig as last ensured
+        self.ensure_requests: list[Any] = []
         self.logs: dict[tuple[str, int], list[StoredBatch]] = {}
         self.publish_requests: list[Any] = []
         self.publish_failures: deque[grpc.StatusCode] = deque()
         self.publish_gate: asyncio.Event | None = None
         self.subscriptions: dict[tuple[str, str], Subscription] = {}
         self.sessions: list[Session] = []
+        # When set, every Delivery carries this delivery_count instead of the real one.
+        self.delivery_count: int | None = None
         self.changed = asyncio.Condition()
 
     # -- helpers for tests ----------------------------------------------------
@@ -121,8 +133,14 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
         sub = self.subscriptions.get((stream, subscription))
         return set() if sub is None else sub.acked.get(partition, set())
 
-    def add_stream(self, name: str, partitions: int) -> None:
+    def add_stream(self, name: str, partitions: int, config: Any = None) -> None:
         self.streams[name] = partitions
+        stored = messages_pb2.StreamConfig()
+        if config is not None:
+            stored.CopyFrom(config)
+        stored.kind = messages_pb2.STREAM_KIND_PERSISTENT
+        stored.partitions = partitions
+        self.configs[name] = stored
         for p in range(partitions):
             self.logs.setdefault((name, p), [])
 
@@ -137,12 +155,7 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "bad or missing token")
 
     def _info(self, name: str) -> Any:
-        return messages_pb2.StreamInfo(
-            name=name,
-            config=messages_pb2.StreamConfig(
-                kind=messages_pb2.STREAM_KIND_PERSISTENT, partitions=self.streams[name]
-            ),
-        )
+        return messages_pb2.StreamInfo(name=name, config=self.configs[name])
 
     async def Authenticate(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         self.auth_calls += 1
@@ -157,16 +170,20 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
 
     async def EnsureStream(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self._check_auth(context, "EnsureStream")
-        wanted = request.config.partitions
+        self.ensure_requests.append(request)
         if request.name not in self.streams:
-            self.add_stream(request.name, wanted)
+            self.add_stream(request.name, request.config.partitions, request.config)
             return gateway_pb2.EnsureStreamResponse(stream=self._info(request.name), created=True)
-        differences = []
-        if self.streams[request.name] != wanted:
-            if request.overwrite:
-                self.add_stream(request.name, wanted)
-            else:
-                differences.append(f"partitions: stored {self.streams[request.name]}, got {wanted}")
+        stored = self.configs[request.name]
+        differences = [
+            f"{f.name}: stored {getattr(stored, f.name)}, requested {getattr(request.config, f.name)}"
+            for f in messages_pb2.StreamConfig.DESCRIPTOR.fields
+            if f.name != "kind" and getattr(stored, f.name) != getattr(request.config, f.name)
+        ]
+        if differences and request.overwrite:
+            if request.config.partitions != stored.partitions:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "partitions are fixed")
+            self.add_stream(request.name, request.config.partitions, request.config)
         return gateway_pb2.EnsureStreamResponse(
             stream=self._info(request.name), created=False, differences=differences
         )
@@ -182,6 +199,12 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
         return gateway_pb2.ListStreamsResponse(
             streams=[self._info(n) for n in sorted(self.streams)]
         )
+
+    async def DeleteStream(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await self._check_auth(context, "DeleteStream")
+        deleted = self.streams.pop(request.name, None) is not None
+        self.configs.pop(request.name, None)
+        return gateway_pb2.DeleteStreamResponse(deleted=deleted)
 
     async def Publish(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         await self._check_auth(context, "Publish")
@@ -229,6 +252,15 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
                     starts[p] = self.end_offset(stream, p)
                 elif position == "offset":
                     starts[p] = subscribe.start.offset
+                elif position == "time_us":
+                    starts[p] = next(
+                        (
+                            b.base_offset
+                            for b in self.logs[(stream, p)]
+                            if b.publish_time_us >= subscribe.start.time_us
+                        ),
+                        self.end_offset(stream, p),
+                    )
                 else:
                     starts[p] = 0
             sub = self.subscriptions[key] = Subscription(start=starts)
@@ -239,7 +271,12 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
             while cursor in sub.acked.get(p, set()):
                 cursor += 1
             cursors[p] = cursor
-        session = Session(subscription=subscribe.subscription)
+        session = Session(
+            subscription=subscribe.subscription,
+            type=subscribe.type,
+            consumer_name=subscribe.consumer_name,
+            start=subscribe.start,
+        )
         self.sessions.append(session)
         await self.notify()
         reader = asyncio.create_task(self._read_requests(context, session, sub))
@@ -247,8 +284,9 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
         def ready() -> bool:
             if session.drop or session.ended:
                 return True
-            return session.credit > 0 and any(
-                cursors[p] < self.end_offset(stream, p) for p in cursors
+            return session.credit > 0 and (
+                bool(session.redeliver)
+                or any(cursors[p] < self.end_offset(stream, p) for p in cursors)
             )
 
         try:
@@ -259,22 +297,36 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "dropped by the test")
                 if session.ended:
                     return
-                for p, cursor in cursors.items():
-                    if cursor < self.end_offset(stream, p):
-                        break
+                redelivery = bool(session.redeliver)
+                if redelivery:
+                    # Nacked messages go first, one at a time.
+                    p, cursor = session.redeliver.popleft()
+                    if cursor in sub.acked.get(p, set()):
+                        continue
+                else:
+                    for p, cursor in cursors.items():
+                        if cursor < self.end_offset(stream, p):
+                            break
                 stored = next(
                     s
                     for s in self.logs[(stream, p)]
                     if s.base_offset <= cursor < s.base_offset + s.count
                 )
                 start = cursor - stored.base_offset
-                count = min(stored.count - start, session.credit)
+                count = 1 if redelivery else min(stored.count - start, session.credit)
                 data = stored.arrow_ipc
                 if start or count != stored.count:
                     data = slice_ipc(data, start, count)
                 session.credit -= count
                 session.delivered += count
-                cursors[p] = cursor + count
+                if not redelivery:
+                    cursors[p] = cursor + count
+                delivery_count = 0
+                for offset in range(cursor, cursor + count):
+                    n = sub.deliveries[(p, offset)] = sub.deliveries.get((p, offset), 0) + 1
+                    delivery_count = max(delivery_count, n)
+                if self.delivery_count is not None:
+                    delivery_count = self.delivery_count
                 await context.write(
                     messages_pb2.ConsumeResponse(
                         delivery=messages_pb2.Delivery(
@@ -286,6 +338,7 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
                                 publish_time_us=stored.publish_time_us,
                                 arrow_ipc=data,
                             ),
+                            delivery_count=delivery_count,
                         )
                     )
                 )
@@ -317,4 +370,13 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
                 acked = sub.acked.setdefault(request.ack.partition, set())
                 for first, last in ranges:
                     acked.update(range(first, last + 1))
+            elif kind == "nack":
+                nack = request.nack
+                ranges = [(r.first, r.last) for r in nack.ranges]
+                sub.nack_requests.append((nack.partition, ranges, nack.delay_ms))
+                if nack.delay_ms == 0:  # delayed nacks are only recorded
+                    for first, last in ranges:
+                        session.redeliver.extend(
+                            (nack.partition, o) for o in range(first, last + 1)
+                        )
             await self.notify()

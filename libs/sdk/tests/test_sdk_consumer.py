@@ -1,14 +1,27 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
+import dataclasses
+import math
+from datetime import UTC, datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from sdk_fake_gateway import FakeGateway
+from sdk_fake_gateway import API_KEY, FAST, FakeGateway
 
-from tamto_sdk import Client, Closed, Message, NotFound, Start
+from tamto_protocol.v1 import messages_pb2
+from tamto_sdk import (
+    Client,
+    Closed,
+    InvalidArgument,
+    Message,
+    MessageBatch,
+    NotFound,
+    Start,
+    SubscriptionType,
+    connect,
+)
 
 
 async def _publish(client: Client, stream: str, count: int, **kwargs: object) -> None:
@@ -103,13 +116,173 @@ async def test_close_sends_pending_acks(client: Client, gateway: FakeGateway) ->
         consumer.ack(batch)
 
 
-async def test_nack_is_not_implemented_yet(client: Client, gateway: FakeGateway) -> None:
+async def test_subscription_type_and_consumer_name_reach_the_server(
+    client: Client, gateway: FakeGateway
+) -> None:
     gateway.add_stream("s", 1)
-    await _publish(client, "s", 1)
+    async with client.consumer("s", "default") as consumer:
+        assert consumer.subscription_type is SubscriptionType.EXCLUSIVE
+        assert consumer.consumer_name is None
+        await gateway.wait_for(lambda: len(gateway.sessions) == 1)
+    async with client.consumer(
+        "s", "shared", type=SubscriptionType.SHARED, consumer_name="worker-1"
+    ) as consumer:
+        assert consumer.subscription_type is SubscriptionType.SHARED
+        assert consumer.consumer_name == "worker-1"
+        await gateway.wait_for(lambda: len(gateway.sessions) == 2)
+    async with client.consumer("s", "failover", type=SubscriptionType.FAILOVER):
+        await gateway.wait_for(lambda: len(gateway.sessions) == 3)
+    sent = [(s.subscription, s.type, s.consumer_name) for s in gateway.sessions]
+    assert sent == [
+        ("default", messages_pb2.SUBSCRIPTION_TYPE_EXCLUSIVE, ""),
+        ("shared", messages_pb2.SUBSCRIPTION_TYPE_SHARED, "worker-1"),
+        ("failover", messages_pb2.SUBSCRIPTION_TYPE_FAILOVER, ""),
+    ]
+
+
+async def test_subscription_type_must_be_the_enum(client: Client) -> None:
+    with pytest.raises(TypeError, match="SubscriptionType"):
+        client.consumer("s", "sub", type="shared")  # type: ignore[arg-type]
+
+
+async def test_start_time_sends_microseconds_and_starts_there(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    await _publish(client, "s", 3)
+    await _publish(client, "s", 2)
+    first, second = gateway.logs[("s", 0)]
+    first.publish_time_us = 1_700_000_000_000_000
+    second.publish_time_us = 1_700_000_010_000_000
+    # 1_700_000_005.000_123 s since the epoch, given in UTC+2.
+    moment = datetime(2023, 11, 15, 0, 13, 25, 123, tzinfo=timezone(timedelta(hours=2)))
+    async with client.consumer("s", "sub", start=Start.time(moment)) as consumer:
+        batch = await consumer.receive_batch(100, timeout_s=5)
+        assert (batch.first_offset, len(batch)) == (3, 2)
+    assert gateway.sessions[0].start.WhichOneof("position") == "time_us"
+    assert gateway.sessions[0].start.time_us == 1_700_000_005_000_123
+
+
+def test_start_time_needs_an_aware_datetime() -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        Start.time(datetime(2024, 1, 1))
+    assert Start.time(datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)).time_us == 1_000_000
+
+
+@pytest.mark.parametrize(("sent", "seen"), [(3, 3), (0, 1)])
+async def test_delivery_count_surfaces(
+    client: Client, gateway: FakeGateway, sent: int, seen: int
+) -> None:
+    gateway.add_stream("s", 1)
+    gateway.delivery_count = sent  # 0: a server that predates delivery counts
+    await _publish(client, "s", 4)
     async with client.consumer("s", "sub") as consumer:
         message = await anext(aiter(consumer))
-        with pytest.raises(NotImplementedError, match="nack"):
-            consumer.nack(message, delay_s=1)
+        assert message.delivery_count == seen
+        batch = await consumer.receive_batch(10, timeout_s=5)
+        assert (batch.first_offset, len(batch)) == (1, 3)
+        assert batch.delivery_count == seen
+        assert {m.delivery_count for m in batch} == {seen}
+
+
+async def test_nack_sends_merged_ranges_and_delay(client: Client, gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    await _publish(client, "s", 10)
+    async with client.consumer("s", "sub") as consumer:
+        messages = list(await consumer.receive_batch(10, timeout_s=5))
+        for offset in (4, 2, 3, 7):
+            consumer.nack(messages[offset], delay_s=1.5)
+        consumer.nack(messages[9], delay_s=0.25)
+        sub = gateway.subscriptions[("s", "sub")]
+        await gateway.wait_for(lambda: len(sub.nack_requests) == 2)
+    assert sorted(sub.nack_requests) == [(0, [(2, 4), (7, 7)], 1500), (0, [(9, 9)], 250)]
+    assert sub.ack_requests == []
+
+
+async def test_nack_redelivers_with_a_higher_delivery_count(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    await _publish(client, "s", 3)
+    async with client.consumer("s", "sub") as consumer:
+        iterator = aiter(consumer)
+        first = [await anext(iterator) for _ in range(3)]
+        assert [m.delivery_count for m in first] == [1, 1, 1]
+        consumer.ack(first[0])
+        consumer.nack(first[1])
+        consumer.ack(first[2])
+        again = await asyncio.wait_for(anext(iterator), 5)
+        assert (again.offset, again.payload, again.delivery_count) == (1, b"m1", 2)
+        consumer.ack(again)
+        await gateway.wait_for(lambda: gateway.acked("s", "sub", 0) == {0, 1, 2})
+    assert gateway.subscriptions[("s", "sub")].nack_requests == [(0, [(1, 1)], 0)]
+
+
+async def test_nack_of_a_batch(client: Client, gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    await _publish(client, "s", 5)
+    async with client.consumer("s", "sub") as consumer:
+        batch = await consumer.receive_batch(10, timeout_s=5)
+        assert len(batch) == 5
+        consumer.nack(MessageBatch.empty("s"))  # nothing to nack
+        consumer.nack(batch)
+        redelivered: list[Message] = []
+        while len(redelivered) < 5:
+            redelivered.extend(await consumer.receive_batch(10, timeout_s=5))
+        assert [(m.offset, m.delivery_count) for m in redelivered] == [(o, 2) for o in range(5)]
+    assert gateway.subscriptions[("s", "sub")].nack_requests == [(0, [(0, 4)], 0)]
+
+
+async def test_nack_does_not_wait_for_the_ack_linger(gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    options = dataclasses.replace(FAST, ack_linger_s=60)
+    async with await connect(gateway.url, api_key=API_KEY, options=options) as client:
+        await _publish(client, "s", 2)
+        async with client.consumer("s", "sub") as consumer:
+            batch = await consumer.receive_batch(2, timeout_s=5)
+            first, second = list(batch)
+            consumer.ack(first)
+            # A real round trip lets the writer start its 60 s linger for the ack.
+            await client.streams.describe("s")
+            consumer.nack(second, delay_s=30)
+            sub = gateway.subscriptions[("s", "sub")]
+            # Both arrive well within the 60 s linger: the nack cuts it short.
+            await gateway.wait_for(lambda: bool(sub.nack_requests and sub.ack_requests))
+    assert sub.ack_requests == [(0, [(0, 0)])]
+    assert sub.nack_requests == [(0, [(1, 1)], 30_000)]
+
+
+async def test_ack_cumulative_covers_previously_nacked_messages(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    await _publish(client, "s", 5)
+    async with client.consumer("s", "sub") as consumer:
+        messages = list(await consumer.receive_batch(5, timeout_s=5))
+        consumer.nack(messages[1], delay_s=10)  # the fake only records delayed nacks
+        consumer.ack_cumulative(messages[3])
+        await gateway.wait_for(lambda: gateway.acked("s", "sub", 0) == {0, 1, 2, 3})
+
+
+async def test_nack_validates_and_raises_closed_after_close(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    await _publish(client, "s", 1)
+    consumer = client.consumer("s", "sub")
+    await consumer.start()
+    message = await anext(aiter(consumer))
+    for bad in (-1.0, math.nan, math.inf, 5e6):
+        with pytest.raises(ValueError, match="delay_s"):
+            consumer.nack(message, delay_s=bad)
+    with pytest.raises(InvalidArgument):
+        consumer.nack(dataclasses.replace(message, stream="other"))
+    await consumer.close()
+    with pytest.raises(Closed):
+        consumer.nack(message)
+    with pytest.raises(Closed):
+        consumer.nack(MessageBatch.empty("s"))
+    assert gateway.subscriptions[("s", "sub")].nack_requests == []
 
 
 async def test_credit_limits_what_the_server_sends(client: Client, gateway: FakeGateway) -> None:

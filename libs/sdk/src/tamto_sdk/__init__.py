@@ -23,15 +23,17 @@ from tamto_sdk.errors import (
     Unavailable,
 )
 from tamto_sdk.messages import (
+    Durability,
     EnsureResult,
     Message,
     MessageBatch,
     PublishResult,
+    StreamConfig,
     StreamInfo,
     StreamKind,
 )
 from tamto_sdk.options import ClientOptions
-from tamto_sdk.positions import Start, StartPosition
+from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.producer import Producer
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "Closed",
     "Consumer",
     "DataLoss",
+    "Durability",
     "EnsureResult",
     "FailedPrecondition",
     "Internal",
@@ -54,9 +57,11 @@ __all__ = [
     "ResourceExhausted",
     "Start",
     "StartPosition",
+    "StreamConfig",
     "StreamInfo",
     "StreamKind",
     "Streams",
+    "SubscriptionType",
     "TamtoError",
     "Timeout",
     "Unauthenticated",

@@ -1,10 +1,10 @@
-"""Stream administration: ensure, describe, list."""
+"""Stream administration: ensure, describe, list, delete."""
 
 from __future__ import annotations
 
-from tamto_protocol.v1 import gateway_pb2, messages_pb2
+from tamto_protocol.v1 import gateway_pb2
 from tamto_sdk._calls import Calls
-from tamto_sdk.messages import EnsureResult, StreamInfo, StreamKind, kind_to_proto
+from tamto_sdk.messages import EnsureResult, StreamConfig, StreamInfo, StreamKind
 
 __all__ = ["Streams"]
 
@@ -21,19 +21,22 @@ class Streams:
         name: str,
         *,
         partitions: int = 1,
+        config: StreamConfig | None = None,
         overwrite: bool = False,
         kind: StreamKind = StreamKind.PERSISTENT,
     ) -> EnsureResult:
-        """Create stream `name` if missing.
+        """Create stream `name` with `partitions` and `config` (default: `StreamConfig()`)
+        if it is missing.
 
-        If it exists with a different config, the result lists the differences and
-        the stored config is kept, unless `overwrite` is set.
+        If it exists with a different config, the result lists each difference and
+        the stored config is kept, unless `overwrite` is set; then the request
+        replaces it. The partition count never changes: overwriting it raises
+        `FailedPrecondition`. An illegal name or value raises `InvalidArgument`
+        naming the field and its allowed range.
         """
-        if partitions <= 0:
-            raise ValueError("partitions must be positive")
         request = gateway_pb2.EnsureStreamRequest(
             name=name,
-            config=messages_pb2.StreamConfig(kind=kind_to_proto(kind), partitions=partitions),
+            config=(config or StreamConfig())._to_proto(kind, partitions),
             overwrite=overwrite,
         )
         response = await self._calls.unary(self._calls.stub.EnsureStream, request)
@@ -53,11 +56,19 @@ class Streams:
         return info
 
     async def list(self) -> list[StreamInfo]:
-        """Every stream the caller may see."""
+        """Every stream the caller may see, sorted by name."""
         response = await self._calls.unary(
             self._calls.stub.ListStreams, gateway_pb2.ListStreamsRequest()
         )
         return [StreamInfo._from_proto(s) for s in response.streams]
+
+    async def delete(self, name: str) -> bool:
+        """Delete stream `name` and (eventually) its data; False if there was no such stream."""
+        response = await self._calls.unary(
+            self._calls.stub.DeleteStream, gateway_pb2.DeleteStreamRequest(name=name)
+        )
+        self._partitions.pop(name, None)
+        return bool(response.deleted)
 
     async def partition_count(self, name: str) -> int:
         """The partition count of `name`, described once and cached."""

@@ -14,7 +14,7 @@ from tamto_sdk.auth import TokenAuth
 from tamto_sdk.consumer import Consumer
 from tamto_sdk.errors import Closed
 from tamto_sdk.options import ClientOptions
-from tamto_sdk.positions import Start, StartPosition
+from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.producer import Producer
 from tamto_sdk.url import parse_url
 
@@ -102,20 +102,27 @@ class Client:
         stream: str,
         subscription: str,
         *,
+        type: SubscriptionType = SubscriptionType.EXCLUSIVE,
         start: StartPosition | None = None,
         credits: int = 1000,
+        consumer_name: str | None = None,
     ) -> Consumer:
         """A consumer of `subscription` on `stream`; use it as an async context manager.
 
-        `start` (default `Start.earliest()`) applies when the subscription is created.
+        `type` says how the subscription's consumers share its messages (exclusive,
+        failover or shared). `start` (default `Start.earliest()`) applies when the
+        subscription is created. At most `credits` messages are buffered or in
+        flight. `consumer_name` shows in server logs and orders failover consumers.
         """
         self._check_open()
         consumer = Consumer(
             self._calls,
             stream,
             subscription,
+            type=type,
             start=start if start is not None else Start.earliest(),
             credits=credits,
+            consumer_name=consumer_name,
         )
         self._consumers.append(consumer)
         return consumer

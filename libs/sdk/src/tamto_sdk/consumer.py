@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections import deque
 from functools import partial
 from types import TracebackType
@@ -27,13 +28,14 @@ from tamto_sdk.errors import (
     from_rpc_error,
 )
 from tamto_sdk.messages import Message, MessageBatch
-from tamto_sdk.positions import Start, StartPosition
+from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 
 __all__ = ["Consumer"]
 
 _CLOSE_FLUSH_TIMEOUT_S = 5.0
 # A stream that stayed up this long counts as healthy: retrying starts afresh.
 _HEALTHY_SESSION_S = 5.0
+_MAX_NACK_DELAY_MS = (1 << 32) - 1  # PartitionNacks.delay_ms is a uint32
 
 
 class Consumer:
@@ -49,6 +51,7 @@ class Consumer:
     the background shortly after `ack` (and on close). If the stream fails with a
     retriable error the consumer reconnects with backoff and subscribes again; the
     server then redelivers whatever was not acked, so delivery is at-least-once.
+    `nack` asks for a redelivery (at once or after a delay) and is sent at once.
     """
 
     def __init__(
@@ -57,14 +60,20 @@ class Consumer:
         stream: str,
         subscription: str,
         *,
+        type: SubscriptionType = SubscriptionType.EXCLUSIVE,
         start: StartPosition | None = None,
         credits: int = 1000,
+        consumer_name: str | None = None,
     ) -> None:
         if credits <= 0:
             raise ValueError("credits must be positive")
+        if not isinstance(type, SubscriptionType):
+            raise TypeError(f"type must be a SubscriptionType, not {type!r}")
         self._calls = calls
         self._stream = stream
         self._subscription = subscription
+        self._type = type
+        self._consumer_name = consumer_name
         self._start = start if start is not None else Start.earliest()
         self._credits = credits
         self._refill_at = max(1, credits // 2)
@@ -78,10 +87,13 @@ class Consumer:
         self._taken_since_grant = 0
 
         self._pending_acks: dict[int, list[tuple[int, int]]] = {}
+        # (partition, delay_ms) -> ranges. Unlike acks they are never resent on a
+        # new session: that session redelivers every unacked message anyway.
+        self._pending_nacks: dict[tuple[int, int], list[tuple[int, int]]] = {}
         self._low_water: dict[int, int] = {}
         self._acks_flushed = asyncio.Event()
         self._acks_flushed.set()
-        self._flush_now = False
+        self._flush_now = asyncio.Event()  # cuts the ack linger short
 
         self._call: Any = None
         self._session_id = 0
@@ -106,6 +118,16 @@ class Consumer:
     def subscription(self) -> str:
         """The subscription name."""
         return self._subscription
+
+    @property
+    def subscription_type(self) -> SubscriptionType:
+        """How the consumers of the subscription share its messages."""
+        return self._type
+
+    @property
+    def consumer_name(self) -> str | None:
+        """The name sent to the server (orders failover consumers), if any."""
+        return self._consumer_name
 
     @property
     def reconnects(self) -> int:
@@ -226,7 +248,11 @@ class Consumer:
             self._add_ack(item.partition, item.offset, item.offset)
 
     def ack_cumulative(self, message: Message) -> None:
-        """Acknowledge `message` and every earlier offset delivered on its partition."""
+        """Acknowledge `message` and every earlier offset delivered on its partition.
+
+        This includes messages that were nacked earlier: once acked cumulatively,
+        a nacked message that has not been redelivered yet is not redelivered.
+        """
         self._check_ackable(message.stream)
         low = min(self._low_water.get(message.partition, message.offset), message.offset)
         self._add_ack(message.partition, low, message.offset)
@@ -240,25 +266,45 @@ class Consumer:
         if stream != self._stream:
             raise InvalidArgument(f"{stream!r} is not the stream of this consumer")
 
-    def nack(self, message: Message, delay_s: float = 0.0) -> None:
-        """Ask for `message` to be redelivered (after `delay_s`).
+    def nack(self, item: Message | MessageBatch, delay_s: float = 0.0) -> None:
+        """Ask for a message, or every message of a batch, to be redelivered.
 
-        Not supported yet: the server protocol has no negative acknowledgement.
-        Until it does, leave the message unacked; it is redelivered after the
-        ack timeout or when the consumer reconnects.
+        The server redelivers at once, or after `delay_s` seconds (millisecond
+        precision, at most about 49 days), with `delivery_count` one higher;
+        past the stream's ``max_deliveries`` the message goes to the dead-letter
+        stream instead. Nacks are coalesced into offset ranges like acks but are
+        sent without lingering. A nack that has not reached the server when the
+        stream breaks is dropped: the new stream redelivers every unacked message
+        anyway (without the delay). Raises `Closed` after `close`.
         """
-        raise NotImplementedError(
-            "nack is not supported by the Tamto protocol yet; leave the message unacked "
-            "to have it redelivered after the ack timeout"
-        )
+        self._check_ackable(item.stream)
+        if not math.isfinite(delay_s) or delay_s < 0:
+            raise ValueError("delay_s must be a finite, non-negative number of seconds")
+        delay_ms = round(delay_s * 1000)
+        if delay_ms > _MAX_NACK_DELAY_MS:
+            raise ValueError(f"delay_s must be at most {_MAX_NACK_DELAY_MS / 1000} seconds")
+        if isinstance(item, MessageBatch):
+            if len(item) == 0:
+                return
+            first, last = item.first_offset, item.last_offset
+        else:
+            first = last = item.offset
+        self._pending_nacks.setdefault((item.partition, delay_ms), []).append((first, last))
+        self._acks_flushed.clear()
+        self._flush_now.set()
+        self._wake_writer.set()
 
     async def flush_acks(self, timeout_s: float | None = None) -> None:
-        """Send every pending ack now and wait until it has been written to the stream."""
-        if not self._pending_acks:
+        """Send every pending ack and nack now and wait until they have been written
+        to the stream."""
+        if not self._has_pending():
             return
-        self._flush_now = True
+        self._flush_now.set()
         self._wake_writer.set()
         await asyncio.wait_for(self._acks_flushed.wait(), timeout_s)
+
+    def _has_pending(self) -> bool:
+        return bool(self._pending_acks or self._pending_nacks)
 
     def _add_ack(self, partition: int, first: int, last: int) -> None:
         self._pending_acks.setdefault(partition, []).append((first, last))
@@ -280,6 +326,22 @@ class Consumer:
         self._pending_acks.clear()
         return requests
 
+    def _take_nacks(self) -> list[Any]:
+        requests = []
+        for (partition, delay_ms), ranges in sorted(self._pending_nacks.items()):
+            merged = _merge_ranges(ranges)
+            requests.append(
+                messages_pb2.ConsumeRequest(
+                    nack=messages_pb2.PartitionNacks(
+                        partition=partition,
+                        ranges=[messages_pb2.OffsetRange(first=f, last=la) for f, la in merged],
+                        delay_ms=delay_ms,
+                    )
+                )
+            )
+        self._pending_nacks.clear()
+        return requests
+
     # -- background: the stream and its writer -----------------------------
 
     def _subscribe_request(self) -> Any:
@@ -288,6 +350,8 @@ class Consumer:
                 stream=self._stream,
                 subscription=self._subscription,
                 start=self._start._to_proto(),
+                type=self._type._to_proto(),
+                consumer_name=self._consumer_name or "",
             )
         )
 
@@ -366,8 +430,12 @@ class Consumer:
         call = self._calls.stub.Consume(metadata=metadata)
         try:
             await call.write(self._subscribe_request())
-            # Whatever was buffered will be redelivered by the new session.
+            # Whatever was buffered will be redelivered by the new session, and so
+            # will whatever was nacked and not sent yet.
             self._buffer.clear()
+            self._pending_nacks.clear()
+            if not self._has_pending():
+                self._acks_flushed.set()
             self._iter_batch = None
             self._iter_messages = []
             self._iter_pos = 0
@@ -406,13 +474,15 @@ class Consumer:
         self._data.set()
 
     async def _write_loop(self) -> None:
-        """Sends credits and coalesced acks on the current stream."""
+        """Sends credits and coalesced acks and nacks on the current stream."""
         dead_session = -1
         while True:
             await self._wake_writer.wait()
             self._wake_writer.clear()
-            if self._pending_acks and not self._flush_now and self._options.ack_linger_s > 0:
-                await asyncio.sleep(self._options.ack_linger_s)
+            linger = self._options.ack_linger_s
+            if self._has_pending() and not self._flush_now.is_set() and linger > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._flush_now.wait(), linger)
             async with self._state:
                 await self._state.wait_for(partial(self._usable_session, dead_session))
                 call, session = self._call, self._session_id
@@ -425,19 +495,21 @@ class Consumer:
                 )
             acks = self._take_acks()
             requests.extend(acks)
-            self._flush_now = False
+            requests.extend(self._take_nacks())
+            self._flush_now.clear()
             try:
                 for request in requests:
                     await call.write(request)
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
-                # The session died; acks go out again on the next one.
+                # The session died; acks go out again on the next one (nacks do
+                # not: the next session redelivers every unacked message).
                 for request in acks:
                     for r in request.ack.ranges:
                         self._add_ack(request.ack.partition, r.first, r.last)
                 dead_session = session
                 self._wake_writer.set()
                 continue
-            if not self._pending_acks:
+            if not self._has_pending():
                 self._acks_flushed.set()
 
     def _usable_session(self, dead_session: int) -> bool:
@@ -450,13 +522,16 @@ class Consumer:
     # -- closing -----------------------------------------------------------
 
     async def close(self) -> None:
-        """Send pending acks, end the stream and stop the background tasks. Idempotent."""
+        """Send pending acks and nacks, end the stream and stop the background tasks.
+
+        Idempotent.
+        """
         if self._close_task is None:
             self._close_task = asyncio.ensure_future(self._close())
         await asyncio.shield(self._close_task)
 
     async def _close(self) -> None:
-        if self._pending_acks and self._call is not None and self._error is None:
+        if self._has_pending() and self._call is not None and self._error is None:
             with contextlib.suppress(TimeoutError):
                 await self.flush_acks(_CLOSE_FLUSH_TIMEOUT_S)
         self._closing = True

@@ -14,12 +14,15 @@ import pyarrow as pa
 
 from tamto_protocol.batch import BATCH_SCHEMA, decode_batch
 from tamto_protocol.v1 import messages_pb2
+from tamto_sdk.errors import InvalidArgument
 
 __all__ = [
+    "Durability",
     "EnsureResult",
     "Message",
     "MessageBatch",
     "PublishResult",
+    "StreamConfig",
     "StreamInfo",
     "StreamKind",
 ]
@@ -59,6 +62,109 @@ def kind_to_proto(kind: StreamKind) -> Any:
     return _KIND_TO_PROTO[kind]
 
 
+class Durability(enum.Enum):
+    """How storage makes an append durable before it is acknowledged."""
+
+    GROUP_COMMIT = "group"
+    """One fsync per group of concurrent appends (the default)."""
+    INTERVAL = "interval"
+    """At most one fsync every `fsync_interval_ms`; acks still wait for it."""
+
+
+_DURABILITY_FROM_PROTO = {
+    messages_pb2.DURABILITY_UNSPECIFIED: Durability.GROUP_COMMIT,
+    messages_pb2.DURABILITY_GROUP_COMMIT: Durability.GROUP_COMMIT,
+    messages_pb2.DURABILITY_INTERVAL: Durability.INTERVAL,
+}
+_DURABILITY_TO_PROTO = {
+    Durability.GROUP_COMMIT: messages_pb2.DURABILITY_GROUP_COMMIT,
+    Durability.INTERVAL: messages_pb2.DURABILITY_INTERVAL,
+}
+_UINT32 = 2**32 - 1
+_UINT64 = 2**64 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """A persistent stream's settings (besides its partition count).
+
+    The server checks every value and refuses one out of range with
+    `InvalidArgument` naming the field and the allowed range (see the README's
+    stream configuration table). A numeric 0 means the server's default.
+
+    Attributes:
+        retention_ms: keep messages at least this long; 0 keeps them forever.
+        retention_bytes: per partition; 0 is unbounded.
+        dedup_window_ms: how long a message id is remembered (default 2 minutes).
+        ack_timeout_ms: a delivered message unacked this long is redelivered
+            (default 30 s).
+        max_deliveries: deliveries before a message goes to the dead-letter
+            stream; 0 never.
+        max_lag: an unacked message this many offsets behind the newest delivered
+            one goes to the dead-letter stream; 0 never.
+        dead_letter_stream: where dead letters go; "" means ``"<stream>.dlq"``
+            (a described stream shows the effective name).
+        durability: group commit (default) or interval.
+        fsync_interval_ms: the interval with `Durability.INTERVAL` (0: the
+            server's default); must stay 0 with group commit.
+    """
+
+    retention_ms: int = 0
+    retention_bytes: int = 0
+    dedup_window_ms: int = 2 * 60 * 1000
+    ack_timeout_ms: int = 30 * 1000
+    max_deliveries: int = 0
+    max_lag: int = 0
+    dead_letter_stream: str = ""
+    durability: Durability = Durability.GROUP_COMMIT
+    fsync_interval_ms: int = 0
+
+    def _to_proto(self, kind: StreamKind, partitions: int) -> Any:
+        limits = {
+            "partitions": (1, _UINT32),
+            "retention_ms": (0, _UINT64),
+            "retention_bytes": (0, _UINT64),
+            "dedup_window_ms": (0, _UINT64),
+            "ack_timeout_ms": (0, _UINT64),
+            "max_deliveries": (0, _UINT32),
+            "max_lag": (0, _UINT64),
+            "fsync_interval_ms": (0, _UINT32),
+        }
+        values = {"partitions": partitions} | {
+            name: getattr(self, name) for name in limits if name != "partitions"
+        }
+        for name, (low, high) in limits.items():
+            value = values[name]
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidArgument(f"{name} must be an integer, got {value!r}")
+            if not low <= value <= high:
+                raise InvalidArgument(f"{name} must be between {low} and {high}, got {value}")
+        if not isinstance(self.durability, Durability):
+            raise InvalidArgument(
+                f"durability must be a tamto_sdk.Durability, got {self.durability!r}"
+            )
+        return messages_pb2.StreamConfig(
+            kind=kind_to_proto(kind),
+            durability=_DURABILITY_TO_PROTO[self.durability],
+            dead_letter_stream=self.dead_letter_stream,
+            **values,
+        )
+
+    @classmethod
+    def _from_proto(cls, config: Any) -> StreamConfig:
+        return cls(
+            retention_ms=int(config.retention_ms),
+            retention_bytes=int(config.retention_bytes),
+            dedup_window_ms=int(config.dedup_window_ms),
+            ack_timeout_ms=int(config.ack_timeout_ms),
+            max_deliveries=int(config.max_deliveries),
+            max_lag=int(config.max_lag),
+            dead_letter_stream=str(config.dead_letter_stream),
+            durability=_DURABILITY_FROM_PROTO.get(config.durability, Durability.GROUP_COMMIT),
+            fsync_interval_ms=int(config.fsync_interval_ms),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class StreamInfo:
     """A stream's definition as the server stores it."""
@@ -66,6 +172,7 @@ class StreamInfo:
     name: str
     partitions: int
     kind: StreamKind = StreamKind.PERSISTENT
+    config: StreamConfig = StreamConfig()
 
     @classmethod
     def _from_proto(cls, info: Any) -> StreamInfo:
@@ -73,6 +180,7 @@ class StreamInfo:
             name=info.name,
             partitions=int(info.config.partitions),
             kind=_KIND_FROM_PROTO.get(info.config.kind, StreamKind.UNSPECIFIED),
+            config=StreamConfig._from_proto(info.config),
         )
 
 
@@ -83,8 +191,10 @@ class EnsureResult:
     Attributes:
         stream: the stream as stored after the call.
         created: whether the call created it.
-        differences: how the requested config differs from the stored one (empty
-            when they match or when `overwrite` applied the request).
+        differences: how the requested config differs from the stored one, one
+            line per setting (``"<field>: stored <x>, requested <y>"``); empty when
+            they match. Without `overwrite` the stored config was kept; with it,
+            these are the changes that were applied.
     """
 
     stream: StreamInfo
@@ -113,7 +223,9 @@ class Message:
         id: the producer-supplied dedup id, if any.
         event_time: the producer-supplied event time, if any (aware, UTC).
         publish_time: when the server sequenced it (aware, UTC).
-        delivery_count: how many times it has been delivered.
+        delivery_count: how many times it has been delivered, this delivery
+            included (1: the first time; more after a nack, an ack timeout or a
+            reconnect).
     """
 
     stream: str
@@ -135,6 +247,8 @@ class MessageBatch:
     Use `record_batch` or `table` for vectorised (pyarrow) processing, or iterate
     to get `Message` objects. Message ``i`` has offset ``first_offset + i``. An
     empty batch (``len(batch) == 0``, partition ``-1``) means nothing arrived in time.
+    `delivery_count` is how many times these messages have been delivered, this
+    delivery included (1: the first time).
     """
 
     stream: str
@@ -221,4 +335,6 @@ class MessageBatch:
             first_offset=int(stored.base_offset),
             publish_time=us_to_datetime(int(stored.publish_time_us)),
             record_batch=record_batch,
+            # 0 comes from a server that predates delivery counts: a first delivery.
+            delivery_count=int(delivery.delivery_count) or 1,
         )
