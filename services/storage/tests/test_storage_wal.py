@@ -236,3 +236,21 @@ async def test_read_outside_the_log_is_refused(load: OpenPartition) -> None:
         await partition.read(4, 0, BIG)
     with pytest.raises(InvalidArgument, match="offset -1 is below the partition's start offset 0"):
         await partition.read(-1, 0, BIG)
+
+
+async def test_a_damaged_length_field_is_corruption_not_a_torn_tail(
+    load: OpenPartition, pdir: Path
+) -> None:
+    await append_all(load, 5)
+    (path,) = wal_files(pdir)
+    batches = [make_batch(i * 3) for i in range(5)]
+    damaged = frame_position(batches, 2)
+    # A huge length makes the frame look cut short by a crash; the frames after it
+    # are intact and acknowledged, so recovery must refuse rather than truncate.
+    flip_byte(path, damaged + 3)
+    size = path.stat().st_size
+    partition = await load()
+    assert path.stat().st_size == size, "acknowledged frames after the damage are kept"
+    with pytest.raises(DataCorruption, match="valid frame follows"):
+        await partition.read(6, 0, BIG)
+    assert offsets_of((await partition.read(0, 0, BIG)).batches) == [0, 3]

@@ -11,6 +11,7 @@ Blocking: run through a thread.
 from __future__ import annotations
 
 import os
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -111,11 +112,48 @@ def _scan_file(path: Path, expected: int, *, last_file: bool, scan: _Scan) -> in
                 continue
             torn, reason = problem
             if torn and last_file:
-                _truncate(path, position, size, reason)
-            else:
-                scan.corruption = Corruption(expected, path, position, reason)
+                later = _valid_frame_after(f, size, position + 1, expected, scan.max_epoch)
+                if later is None:
+                    _truncate(path, position, size, reason)
+                    break
+                # A damaged header (say, its length) can pass for a torn write, but
+                # a crash never leaves a good frame after a torn one: this is damage,
+                # and the acknowledged frames beyond it must not be cut away.
+                reason = f"{reason}, yet a valid frame follows at byte {later}"
+            scan.corruption = Corruption(expected, path, position, reason)
             break
     return expected
+
+
+#: How many epochs past the last good frame's a later frame's epoch is looked for.
+_EPOCH_SEARCH = 16
+
+
+def _valid_frame_after(
+    f: BinaryIO, size: int, start: int, expected: int, last_epoch: int
+) -> int | None:
+    """The position of a valid frame after `start` holding offsets >= `expected`, if any.
+
+    Candidates are found by their epoch field (a later frame was written in the
+    same or a slightly newer epoch), so the search is a few C-speed `find`s over
+    the tail rather than a parse at every byte.
+    """
+    f.seek(start)
+    tail = f.read(size - start)
+    epoch_at = HEADER_SIZE - 8  # the epoch is the header's last field
+    for epoch in range(max(last_epoch, 0), max(last_epoch, 0) + _EPOCH_SEARCH):
+        needle = struct.pack("<q", epoch)
+        hit = tail.find(needle, epoch_at)
+        while hit != -1:
+            candidate = hit - epoch_at
+            header = decode_header(tail[candidate : candidate + HEADER_SIZE])
+            end = candidate + header.frame_length
+            if header.base_offset >= expected and header.count >= 1 and end <= len(tail):
+                body = tail[candidate + HEADER_SIZE : end]
+                if crc_matches(tail[candidate : candidate + HEADER_SIZE], body):
+                    return start + candidate
+            hit = tail.find(needle, hit + 1)
+    return None
 
 
 def _check_frame(
