@@ -12,6 +12,7 @@ from storage_testkit import DEFAULT_OPTIONS, make_batch
 from tamto_common.errors import FailedPrecondition, InvalidArgument
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch
 from tamto_storage.store import PartitionStore
+from tamto_storage.wal import WalOptions
 
 
 async def test_open_returns_offsets_and_stores_the_epoch(load: OpenPartition, pdir: Path) -> None:
@@ -168,3 +169,22 @@ async def test_offset_for_time_finds_the_first_batch_published_at_or_after(
     assert partition.offset_for_time(first.publish_time_us) == 0
     assert partition.offset_for_time(first.publish_time_us + 1) == 3
     assert partition.offset_for_time(second.publish_time_us + 1) == 6, "nothing newer: the end"
+
+
+async def test_a_stream_can_choose_its_own_wal_options(tmp_path: Path) -> None:
+    asked: list[str] = []
+    interval = WalOptions(group_commit=False, fsync_interval_s=0.02)
+
+    async def options_for(stream: str, defaults: WalOptions) -> WalOptions:
+        asked.append(stream)
+        return interval if stream == "slow-but-cheap" else defaults
+
+    store = PartitionStore(tmp_path, DEFAULT_OPTIONS, options_for)
+    try:
+        chosen = await store.get("slow-but-cheap", 0)
+        default = await store.get("orders", 0)
+        assert chosen.wal.options == interval
+        assert default.wal.options == DEFAULT_OPTIONS
+        assert sorted(asked) == ["orders", "slow-but-cheap"]
+    finally:
+        await store.close()

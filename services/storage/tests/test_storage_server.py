@@ -9,8 +9,9 @@ from typing import Any
 import grpc
 from storage_testkit import check_batch, make_batch
 
-from tamto_common.config import load_config
+from tamto_common.config import load_config, parse_endpoints
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
+from tamto_common.membership import connect_etcd
 from tamto_common.service import Runtime
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
 from tamto_storage.config import StorageConfig
@@ -24,15 +25,19 @@ def vars_of(batch: StoredBatch) -> dict[str, Any]:
     return {f: getattr(batch, f) for f in ("base_offset", "count", "publish_time_us", "arrow_ipc")}
 
 
-async def test_setup_serves_storage_and_closes_on_shutdown(tmp_path: Path) -> None:
+async def test_setup_serves_storage_and_closes_on_shutdown(
+    tmp_path: Path, etcd_endpoint: str
+) -> None:
     config = load_config(StorageConfig, "storage", ["--data-dir", str(tmp_path / "data")], {})
     server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
     port = server.add_insecure_port("127.0.0.1:0")
     ref = storage_pb2.PartitionRef(stream="orders", partition=2)
+    etcd = await connect_etcd(parse_endpoints(etcd_endpoint))
     async with contextlib.AsyncExitStack() as resources:
-        # setup touches only the server and the resources; etcd and the bus stay unused.
+        resources.push_async_callback(etcd.close)
+        # setup reads stream definitions from etcd; the bus stays unused.
         none: Any = None
-        await setup(config, Runtime("storage", server, none, none, resources))
+        await setup(config, Runtime("storage", server, etcd, none, resources))
         await server.start()
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = storage_pb2_grpc.StorageStub(channel)

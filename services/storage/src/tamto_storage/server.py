@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tamto_common.service import Runtime
+from tamto_common.streams import read_stream
 from tamto_protocol.v1 import storage_pb2_grpc
 from tamto_storage.config import StorageConfig
 from tamto_storage.grpc_api import StorageServicer
 from tamto_storage.store import PartitionStore
+from tamto_storage.wal import WalOptions
 
 
 async def setup(config: StorageConfig, runtime: Runtime) -> None:
     """Build the partition store, serve it, and close it (flushing) on shutdown."""
-    store = PartitionStore(config.data_dir, config.wal_options())
+
+    async def stream_options(stream: str, defaults: WalOptions) -> WalOptions:
+        """A stream's durability policy from its definition in etcd, if it has one."""
+        definition = await read_stream(runtime.etcd, stream)
+        if definition is None or definition.durability != "interval":
+            return defaults
+        interval_s = (definition.fsync_interval_ms or config.fsync_interval_ms) / 1000
+        return replace(defaults, group_commit=False, fsync_interval_s=interval_s)
+
+    store = PartitionStore(config.data_dir, config.wal_options(), stream_options)
     runtime.resources.push_async_callback(store.close)
     storage_pb2_grpc.add_StorageServicer_to_server(
         StorageServicer(store, config.read_max_bytes), runtime.server

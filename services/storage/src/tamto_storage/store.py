@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from tamto_common.errors import InvalidArgument, Unavailable
@@ -30,9 +31,17 @@ def partition_id(stream: str, partition: int) -> PartitionId:
 class PartitionStore:
     """Opens each partition once, on first use, and closes them all on `close`."""
 
-    def __init__(self, data_dir: Path, options: WalOptions) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        options: WalOptions,
+        options_for: Callable[[str, WalOptions], Awaitable[WalOptions]] | None = None,
+    ) -> None:
+        """`options` are the defaults; `options_for(stream, defaults)`, when given,
+        decides a stream's own (its durability policy) as its partitions open."""
         self._data_dir = data_dir
         self._options = options
+        self._options_for = options_for
         # One loading task per partition: concurrent first uses share it.
         self._partitions: dict[PartitionId, asyncio.Task[Partition]] = {}
         self._closed = False
@@ -48,10 +57,7 @@ class PartitionStore:
             raise Unavailable("storage is shutting down")
         task = self._partitions.get(pid)
         if task is None:
-            task = asyncio.create_task(
-                Partition.load(pid, partition_dir(self._data_dir, pid), self._options),
-                name=f"load partition {pid}",
-            )
+            task = asyncio.create_task(self._load(pid), name=f"load partition {pid}")
             self._partitions[pid] = task
         try:
             return await asyncio.shield(task)
@@ -59,6 +65,12 @@ class PartitionStore:
             if task.done() and self._partitions.get(pid) is task:
                 del self._partitions[pid]  # a failed load is retried by the next caller
             raise
+
+    async def _load(self, pid: PartitionId) -> Partition:
+        options = self._options
+        if self._options_for is not None:
+            options = await self._options_for(pid.stream, options)
+        return await Partition.load(pid, partition_dir(self._data_dir, pid), options)
 
     async def close(self) -> None:
         """Flush and close every partition that was opened."""

@@ -107,6 +107,11 @@ class Wal:
         return wal
 
     @property
+    def options(self) -> WalOptions:
+        """How this WAL writes (file size, fsync policy)."""
+        return self._options
+
+    @property
     def start_offset(self) -> int:
         """The oldest offset stored."""
         return self._start_offset
