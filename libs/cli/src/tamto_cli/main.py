@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Coroutine
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 import tamto_sdk
 from tamto_cli import settings
@@ -18,6 +20,8 @@ from tamto_cli.status import fetch_status, render_status
 from tamto_cli.up import run_up
 from tamto_common.errors import TamtoError
 from tamto_local.cluster import ClusterConfig
+
+T = TypeVar("T")
 
 app = typer.Typer(help="Tamto: durable streams, subscriptions and Parquet, in one system.")
 console = Console(highlight=False)
@@ -76,42 +80,175 @@ def status(
         render_status(rows, console)
 
 
-stream_app = typer.Typer(help="Create, inspect and list streams.")
+stream_app = typer.Typer(help="Create, inspect, list and delete streams.")
 app.add_typer(stream_app, name="stream")
+
+_DEFAULTS = tamto_sdk.StreamConfig()
+AsJson = Annotated[bool, typer.Option("--json", help="print JSON")]
+_ZERO_MEANS = {
+    "retention_ms": "forever",
+    "retention_bytes": "unbounded",
+    "max_deliveries": "never",
+    "max_lag": "never",
+}
+
+
+def _info_dict(info: tamto_sdk.StreamInfo) -> dict[str, object]:
+    config = {
+        name: value.value if isinstance(value, tamto_sdk.Durability) else value
+        for name, value in asdict(info.config).items()
+    }
+    return {"name": info.name, "partitions": info.partitions, "kind": info.kind.value, **config}
 
 
 @stream_app.command("ensure")
 def stream_ensure(
     name: str,
     partitions: Annotated[int, typer.Option(help="partition count (fixed at creation)")] = 1,
+    retention_ms: Annotated[int, typer.Option(help="keep messages this long (0: forever)")] = 0,
+    retention_bytes: Annotated[
+        int, typer.Option(help="bytes kept per partition (0: unbounded)")
+    ] = 0,
+    dedup_window_ms: Annotated[
+        int, typer.Option(help="how long message ids are remembered")
+    ] = _DEFAULTS.dedup_window_ms,
+    ack_timeout_ms: Annotated[
+        int, typer.Option(help="redeliver what stays unacked this long")
+    ] = _DEFAULTS.ack_timeout_ms,
+    max_deliveries: Annotated[
+        int, typer.Option(help="dead-letter after this many deliveries (0: never)")
+    ] = 0,
+    max_lag: Annotated[
+        int, typer.Option(help="dead-letter unacked messages this far behind (0: never)")
+    ] = 0,
+    dead_letter_stream: Annotated[
+        str, typer.Option(help="where dead letters go (default: NAME.dlq)")
+    ] = "",
+    durability: Annotated[
+        str, typer.Option(help="group (fsync per group commit) or interval")
+    ] = "group",
+    fsync_interval_ms: Annotated[
+        int, typer.Option(help="with --durability interval: ms between fsyncs (0: default)")
+    ] = 0,
     overwrite: Annotated[bool, typer.Option(help="apply a different config if it exists")] = False,
+    as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Create a stream if missing; report how an existing one differs."""
+    """Create a stream if missing; report how an existing one differs (--overwrite applies it).
+
+    Prints `NAME: created|exists|changed, N partitions`, then one `differs: ...`
+    (or `changed: ...`) line per setting.
+    """
+    try:
+        mode = tamto_sdk.Durability(durability)
+    except ValueError:
+        err.print(f"tamto: --durability must be 'group' or 'interval', got {durability!r}")
+        raise typer.Exit(2) from None
+    config = tamto_sdk.StreamConfig(
+        retention_ms=retention_ms,
+        retention_bytes=retention_bytes,
+        dedup_window_ms=dedup_window_ms,
+        ack_timeout_ms=ack_timeout_ms,
+        max_deliveries=max_deliveries,
+        max_lag=max_lag,
+        dead_letter_stream=dead_letter_stream,
+        durability=mode,
+        fsync_interval_ms=fsync_interval_ms,
+    )
 
     async def run() -> None:
         async with await _connect(url, api_key, data_dir) as client:
-            result = await client.streams.ensure(name, partitions=partitions, overwrite=overwrite)
-            state = "created" if result.created else "exists"
-            console.print(f"{name}: {state}, {result.stream.partitions} partitions")
-            for difference in result.differences:
-                console.print(f"  differs: {difference}")
+            result = await client.streams.ensure(
+                name, partitions=partitions, config=config, overwrite=overwrite
+            )
+        applied = overwrite and bool(result.differences)
+        if as_json:
+            print(
+                json.dumps(
+                    {
+                        "created": result.created,
+                        "changed": applied,
+                        "differences": result.differences,
+                        "stream": _info_dict(result.stream),
+                    }
+                )
+            )
+            return
+        state = "created" if result.created else "changed" if applied else "exists"
+        typer.echo(f"{name}: {state}, {result.stream.partitions} partitions")
+        for difference in result.differences:
+            typer.echo(f"  {'changed' if applied else 'differs'}: {difference}")
+
+    _run(run())
+
+
+@stream_app.command("describe")
+def stream_describe(
+    name: str,
+    as_json: AsJson = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Show a stream's partitions and every setting."""
+
+    async def run() -> None:
+        async with await _connect(url, api_key, data_dir) as client:
+            info = await client.streams.describe(name)
+        fields = _info_dict(info)
+        if as_json:
+            print(json.dumps(fields))
+            return
+        table = Table(title=f"stream {info.name}", show_header=True, header_style="bold")
+        table.add_column("setting")
+        table.add_column("value", justify="right")
+        for field, value in fields.items():
+            if field == "name":
+                continue
+            shown = str(value)
+            if value == 0 and field in _ZERO_MEANS:
+                shown = f"0 ({_ZERO_MEANS[field]})"
+            table.add_row(field, shown)
+        console.print(table)
 
     _run(run())
 
 
 @stream_app.command("list")
-def stream_list(url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None) -> None:
-    """List the streams."""
+def stream_list(
+    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+) -> None:
+    """List the streams: one `NAME<TAB>PARTITIONS<TAB>KIND` line each (or JSON)."""
 
     async def run() -> None:
         async with await _connect(url, api_key, data_dir) as client:
-            for info in await client.streams.list():
-                typer.echo(f"{info.name}\t{info.partitions}\t{info.kind.value}")
+            streams = await client.streams.list()
+        if as_json:
+            print(json.dumps([_info_dict(info) for info in streams]))
+            return
+        for info in streams:
+            typer.echo(f"{info.name}\t{info.partitions}\t{info.kind.value}")
 
     _run(run())
+
+
+@stream_app.command("delete")
+def stream_delete(
+    name: str, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+) -> None:
+    """Delete a stream and its data; exits 1 if there is no such stream."""
+
+    async def run() -> bool:
+        async with await _connect(url, api_key, data_dir) as client:
+            return await client.streams.delete(name)
+
+    if _run(run()):
+        typer.echo(f"{name}: deleted")
+    else:
+        err.print(f"tamto: stream {name!r} does not exist")
+        raise typer.Exit(1)
 
 
 async def _connect(url: str | None, api_key: str | None, data_dir: Path | None) -> tamto_sdk.Client:
@@ -172,9 +309,9 @@ def sub(
     _run(run())
 
 
-def _run(coro: object) -> None:
+def _run(coro: Coroutine[Any, Any, T]) -> T:
     try:
-        asyncio.run(coro)  # type: ignore[arg-type]
+        return asyncio.run(coro)
     except tamto_sdk.TamtoError as exc:
         err.print(f"tamto: {exc}")
         raise typer.Exit(1) from None

@@ -1,35 +1,209 @@
 """Stream definitions as stored in etcd under `/tamto/streams/<name>`.
 
 The gateway writes them (admin API); routers and storage read them (ack
-timeouts, durability). This module is the one schema for that JSON.
+timeouts, dead-lettering, durability). This module is the one schema for that
+JSON, and the one place where the defaults and limits of every setting live.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Final, Literal
 
 import aetcd
 
+from tamto_common.errors import InvalidArgument
+from tamto_common.names import MAX_NAME_LENGTH, check_name
+
 STREAMS_PREFIX = "/tamto/streams/"
+
+Durability = Literal["group", "interval"]
+DURABILITIES: Final[tuple[Durability, ...]] = ("group", "interval")
+KINDS: Final = ("persistent",)
+
+#: Defaults of the settings whose zero value is not "off".
+DEFAULT_DEDUP_WINDOW_MS: Final = 2 * 60 * 1000
+DEFAULT_ACK_TIMEOUT_MS: Final = 30 * 1000
+DEFAULT_FSYNC_INTERVAL_MS: Final = 50
+#: The most partitions a stream may have, unless a gateway is configured otherwise.
+MAX_PARTITIONS: Final = 1024
+DEAD_LETTER_SUFFIX: Final = ".dlq"
+
+_MAX_INT64: Final = 2**63 - 1
+_DAY_MS: Final = 24 * 60 * 60 * 1000
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The allowed range of one numeric setting; `zero` names what 0 means, if allowed."""
+
+    minimum: int
+    maximum: int
+    zero: str = ""
+
+    def describe(self) -> str:
+        low = 0 if self.zero else self.minimum
+        text = f"between {low} and {self.maximum}"
+        return f"{text} (0: {self.zero})" if self.zero else text
+
+
+#: Allowed range of every numeric setting (partitions: see `max_partitions` of `validate`).
+LIMITS: Final[dict[str, Limit]] = {
+    "retention_ms": Limit(1, _MAX_INT64, "forever"),
+    "retention_bytes": Limit(1, _MAX_INT64, "unbounded"),
+    "dedup_window_ms": Limit(1, 7 * _DAY_MS),
+    "ack_timeout_ms": Limit(100, _DAY_MS),
+    "max_deliveries": Limit(1, 10_000, "never dead-letter"),
+    "max_lag": Limit(1, _MAX_INT64, "never dead-letter"),
+    "fsync_interval_ms": Limit(1, 60_000),
+}
 
 
 def stream_key(name: str) -> bytes:
+    """The etcd key holding the definition of stream `name`."""
     return f"{STREAMS_PREFIX}{name}".encode()
 
 
 @dataclass(frozen=True)
 class StreamDef:
+    """A stream's name and configuration, as stored in etcd.
+
+    Attributes:
+        name: the stream name (see `tamto_common.names`).
+        partitions: partition count, fixed at creation.
+        kind: "persistent" (the only kind so far).
+        retention_ms: keep messages at least this long; 0 keeps them forever.
+        retention_bytes: per partition; 0 is unbounded.
+        dedup_window_ms: how long a message id is remembered for dedup.
+        ack_timeout_ms: a delivered message unacked this long is redelivered.
+        max_deliveries: deliveries before a message is dead-lettered; 0 never.
+        max_lag: an unacked message this many offsets behind the newest delivered
+            one is dead-lettered; 0 never.
+        dead_letter_stream: where dead letters go; "" means `<name>.dlq`
+            (use `dead_letter` for the effective name).
+        durability: "group" (fsync per group commit) or "interval" (fsync at most
+            every `fsync_interval_ms`; acks still wait for it).
+        fsync_interval_ms: with "interval" durability only; 0 otherwise.
+    """
+
     name: str
     partitions: int
     kind: str = "persistent"
+    retention_ms: int = 0
+    retention_bytes: int = 0
+    dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS
+    ack_timeout_ms: int = DEFAULT_ACK_TIMEOUT_MS
+    max_deliveries: int = 0
+    max_lag: int = 0
+    dead_letter_stream: str = ""
+    durability: Durability = "group"
+    fsync_interval_ms: int = 0
+
+    @property
+    def dead_letter(self) -> str:
+        """The effective dead-letter stream: the configured one or `<name>.dlq`."""
+        return self.dead_letter_stream or f"{self.name}{DEAD_LETTER_SUFFIX}"
+
+    @property
+    def dead_lettering(self) -> bool:
+        """Whether any rule moves messages to the dead-letter stream."""
+        return self.max_deliveries > 0 or self.max_lag > 0
+
+    def normalized(self) -> StreamDef:
+        """The same definition in canonical form.
+
+        A dead-letter stream equal to the default becomes "", and "interval"
+        durability without an interval gets the default interval; two
+        definitions that behave the same then compare equal.
+        """
+        default_dead_letter = f"{self.name}{DEAD_LETTER_SUFFIX}"
+        interval = self.fsync_interval_ms
+        if self.durability == "interval" and interval == 0:
+            interval = DEFAULT_FSYNC_INTERVAL_MS
+        return replace(
+            self,
+            dead_letter_stream=(
+                "" if self.dead_letter_stream == default_dead_letter else self.dead_letter_stream
+            ),
+            fsync_interval_ms=interval,
+        )
+
+    def validate(self, max_partitions: int = MAX_PARTITIONS) -> None:
+        """Raise `InvalidArgument` naming the first field that is out of its allowed range."""
+        check_name("stream", self.name)
+        if self.kind not in KINDS:
+            raise InvalidArgument(f"kind must be one of {_choices(KINDS)}, got {self.kind!r}")
+        _check_int("partitions", self.partitions, Limit(1, max_partitions))
+        for name, limit in LIMITS.items():
+            if name != "fsync_interval_ms":
+                _check_int(name, getattr(self, name), limit)
+        if self.durability not in DURABILITIES:
+            raise InvalidArgument(
+                f"durability must be one of {_choices(DURABILITIES)}, got {self.durability!r}"
+            )
+        if self.durability == "interval":
+            _check_int("fsync_interval_ms", self.fsync_interval_ms, LIMITS["fsync_interval_ms"])
+        elif self.fsync_interval_ms != 0:
+            raise InvalidArgument(
+                f"fsync_interval_ms applies only with durability 'interval', got "
+                f"{self.fsync_interval_ms} with durability {self.durability!r}"
+            )
+        if self.dead_letter_stream:
+            check_name("dead_letter_stream", self.dead_letter_stream)
+        elif self.dead_lettering and len(self.dead_letter) > MAX_NAME_LENGTH:
+            raise InvalidArgument(
+                f"dead_letter_stream: the default {self.dead_letter[:200]!r} is longer than "
+                f"{MAX_NAME_LENGTH} characters; name a dead-letter stream explicitly"
+            )
+        if self.dead_letter == self.name:
+            raise InvalidArgument(
+                f"dead_letter_stream must differ from the stream itself ({self.name!r})"
+            )
+
+    def differences(self, other: StreamDef) -> list[str]:
+        """How `other` differs from this definition, one line per setting.
+
+        Each line reads ``"<field>: stored <this>, requested <other>"``; both sides
+        are compared in canonical form (see `normalized`).
+        """
+        mine, theirs = self.normalized(), other.normalized()
+        return [
+            f"{f.name}: stored {_show(mine, f.name)}, requested {_show(theirs, f.name)}"
+            for f in fields(StreamDef)
+            if f.name != "name" and getattr(mine, f.name) != getattr(theirs, f.name)
+        ]
 
     def to_json(self) -> bytes:
+        """The JSON stored in etcd."""
         return json.dumps(asdict(self)).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> StreamDef:
-        return cls(**json.loads(data))
+        """Parse stored JSON; fields missing (older writers) take their defaults and
+        fields unknown (newer writers) are ignored."""
+        raw: dict[str, Any] = json.loads(data)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+
+def _show(stream: StreamDef, field: str) -> str:
+    if field == "dead_letter_stream":
+        return repr(stream.dead_letter)
+    return repr(getattr(stream, field))
+
+
+def _choices(values: tuple[str, ...]) -> str:
+    return ", ".join(repr(v) for v in values)
+
+
+def _check_int(field: str, value: object, limit: Limit) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidArgument(f"{field} must be an integer, got {value!r}")
+    if value == 0 and limit.zero:
+        return
+    if not limit.minimum <= value <= limit.maximum:
+        raise InvalidArgument(f"{field} must be {limit.describe()}, got {value}")
 
 
 async def read_stream(etcd: aetcd.Client, name: str) -> StreamDef | None:

@@ -1,0 +1,344 @@
+"""The stream admin API (ensure / describe / list / delete) against real services."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import replace
+
+import grpc
+import nats
+import pytest
+
+import tamto_sdk
+from tamto_protocol.batch import BatchColumns, encode_batch
+from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
+from tamto_sdk import Durability, StreamConfig, StreamInfo, StreamKind
+from tamto_testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+FULL = StreamConfig(
+    retention_ms=3 * 86_400_000,
+    retention_bytes=1 << 30,
+    dedup_window_ms=300_000,
+    ack_timeout_ms=5_000,
+    max_deliveries=4,
+    max_lag=5_000,
+    dead_letter_stream="poison-box",
+    durability=Durability.INTERVAL,
+    fsync_interval_ms=20,
+)
+
+
+async def test_create_describe_list_with_every_setting(tamto_client: tamto_sdk.Client) -> None:
+    name = unique("full")
+    created = await tamto_client.streams.ensure(name, partitions=3, config=FULL)
+    assert created.created
+    assert created.differences == []
+    expected = StreamInfo(name, 3, StreamKind.PERSISTENT, FULL)
+    assert created.stream == expected
+    assert await tamto_client.streams.describe(name) == expected
+    listed = {s.name: s for s in await tamto_client.streams.list()}
+    assert listed[name] == expected
+
+
+async def test_defaults_are_explicit_in_describe(tamto_client: tamto_sdk.Client) -> None:
+    name = unique("plain")
+    await tamto_client.streams.ensure(name, partitions=2)
+    info = await tamto_client.streams.describe(name)
+    assert info.partitions == 2
+    assert info.config == replace(StreamConfig(), dead_letter_stream=f"{name}.dlq")
+    assert info.config.ack_timeout_ms == 30_000
+    assert info.config.dedup_window_ms == 120_000
+    assert info.config.durability is Durability.GROUP_COMMIT
+
+
+async def test_ensure_is_idempotent(tamto_client: tamto_sdk.Client) -> None:
+    name = unique("same")
+    await tamto_client.streams.ensure(name, partitions=2, config=FULL)
+    for overwrite in (False, True):
+        again = await tamto_client.streams.ensure(
+            name, partitions=2, config=FULL, overwrite=overwrite
+        )
+        assert not again.created
+        assert again.differences == []
+        assert again.stream.config == FULL
+
+
+async def test_differences_are_reported_and_kept_until_overwrite(
+    tamto_client: tamto_sdk.Client,
+) -> None:
+    name = unique("diff")
+    await tamto_client.streams.ensure(name, partitions=2, config=FULL)
+    wanted = replace(
+        FULL,
+        ack_timeout_ms=60_000,
+        max_deliveries=0,
+        durability=Durability.GROUP_COMMIT,
+        fsync_interval_ms=0,
+    )
+    kept = await tamto_client.streams.ensure(name, partitions=2, config=wanted)
+    assert not kept.created
+    assert kept.differences == [
+        "ack_timeout_ms: stored 5000, requested 60000",
+        "max_deliveries: stored 4, requested 0",
+        "durability: stored 'interval', requested 'group'",
+        "fsync_interval_ms: stored 20, requested 0",
+    ]
+    assert kept.stream.config == FULL
+    assert (await tamto_client.streams.describe(name)).config == FULL
+
+    applied = await tamto_client.streams.ensure(name, partitions=2, config=wanted, overwrite=True)
+    assert applied.differences == kept.differences
+    assert applied.stream.config == wanted
+    assert (await tamto_client.streams.describe(name)).config == wanted
+
+
+async def test_the_partition_count_never_changes(tamto_client: tamto_sdk.Client) -> None:
+    name = unique("fixed")
+    await tamto_client.streams.ensure(name, partitions=3)
+    reported = await tamto_client.streams.ensure(name, partitions=5)
+    assert reported.differences == ["partitions: stored 3, requested 5"]
+    with pytest.raises(tamto_sdk.FailedPrecondition) as info:
+        await tamto_client.streams.ensure(
+            name, partitions=5, config=replace(StreamConfig(), ack_timeout_ms=1_000), overwrite=True
+        )
+    assert info.value.code == "FAILED_PRECONDITION"
+    assert "has 3 partitions, requested 5" in info.value.message
+    described = await tamto_client.streams.describe(name)
+    assert described.partitions == 3
+    assert described.config.ack_timeout_ms == 30_000, "nothing may change"
+
+
+INVALID: list[tuple[int, StreamConfig, str]] = [
+    (0, StreamConfig(), "partitions must be between 1 and"),
+    (-2, StreamConfig(), "partitions must be between 1 and"),
+    (1025, StreamConfig(), "partitions must be between 1 and 1024, got 1025"),
+    (1, StreamConfig(retention_ms=-1), "retention_ms must be between 0 and"),
+    (1, StreamConfig(retention_ms=2**63), "retention_ms must be between 0 and 9223372036854775807"),
+    (1, StreamConfig(dedup_window_ms=8 * 86_400_000), "dedup_window_ms must be between 1 and"),
+    (1, StreamConfig(ack_timeout_ms=50), "ack_timeout_ms must be between 100 and 86400000, got 50"),
+    (1, StreamConfig(max_deliveries=20_000), "max_deliveries must be between 0 and 10000"),
+    (
+        1,
+        StreamConfig(fsync_interval_ms=10),
+        "fsync_interval_ms applies only with durability 'interval'",
+    ),
+    (
+        1,
+        StreamConfig(durability=Durability.INTERVAL, fsync_interval_ms=120_000),
+        "fsync_interval_ms must be between 1 and 60000, got 120000",
+    ),
+    (1, StreamConfig(dead_letter_stream="dead letters"), "illegal dead_letter_stream name"),
+    (1, StreamConfig(dead_letter_stream="x" * 129), "illegal dead_letter_stream name"),
+]
+
+
+@pytest.mark.parametrize(
+    ("partitions", "config", "message"), INVALID, ids=[m.split(" ")[0] for *_, m in INVALID]
+)
+async def test_invalid_values_are_refused_with_a_precise_message(
+    tamto_client: tamto_sdk.Client, partitions: int, config: StreamConfig, message: str
+) -> None:
+    name = unique("bad")
+    with pytest.raises(tamto_sdk.InvalidArgument) as info:
+        await tamto_client.streams.ensure(name, partitions=partitions, config=config)
+    assert message in info.value.message
+    with pytest.raises(tamto_sdk.NotFound):
+        await tamto_client.streams.describe(name)
+
+
+async def test_dead_letter_stream_must_differ_from_the_stream(
+    tamto_client: tamto_sdk.Client,
+) -> None:
+    name = unique("self")
+    with pytest.raises(tamto_sdk.InvalidArgument, match="must differ from the stream itself"):
+        await tamto_client.streams.ensure(name, config=StreamConfig(dead_letter_stream=name))
+
+
+@pytest.mark.parametrize("name", ["", "with space", "_under", "a/b", "x" * 129])
+async def test_illegal_stream_names_are_refused(tamto_client: tamto_sdk.Client, name: str) -> None:
+    with pytest.raises(tamto_sdk.InvalidArgument, match="stream name"):
+        await tamto_client.streams.ensure(name)
+
+
+async def test_raw_requests_zero_means_default_and_unknown_enums_are_refused(
+    tamto_cluster: TestCluster,
+) -> None:
+    async with grpc.aio.insecure_channel(tamto_cluster.gateway_address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        token = (
+            await stub.Authenticate(
+                gateway_pb2.AuthenticateRequest(api_key=tamto_cluster.credential)
+            )
+        ).token
+        auth = [("authorization", f"Bearer {token}")]
+        name = unique("raw")
+        created = await stub.EnsureStream(
+            gateway_pb2.EnsureStreamRequest(name=name, config=messages_pb2.StreamConfig()),
+            metadata=auth,
+        )
+        config = created.stream.config
+        assert created.created
+        assert config.partitions == 1
+        assert config.dedup_window_ms == 120_000
+        assert config.ack_timeout_ms == 30_000
+        assert config.durability == messages_pb2.DURABILITY_GROUP_COMMIT
+        assert config.dead_letter_stream == f"{name}.dlq"
+        assert config.kind == messages_pb2.STREAM_KIND_PERSISTENT
+
+        for bad, message in (
+            (messages_pb2.StreamConfig(durability=7), "durability must be"),  # type: ignore[arg-type]
+            (messages_pb2.StreamConfig(kind=9), "kind must be"),  # type: ignore[arg-type]
+        ):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.EnsureStream(
+                    gateway_pb2.EnsureStreamRequest(name=unique("raw"), config=bad), metadata=auth
+                )
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert message in (info.value.details() or "")
+
+        # A deleted stream takes no more messages.
+        assert (
+            await stub.DeleteStream(gateway_pb2.DeleteStreamRequest(name=name), metadata=auth)
+        ).deleted
+        batch = encode_batch(BatchColumns([b"late"], [None], [None], [None], [None]))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.Publish(
+                gateway_pb2.PublishRequest(
+                    stream=name,
+                    partition=0,
+                    batch=messages_pb2.RecordBatch(arrow_ipc=batch, count=1),
+                ),
+                metadata=auth,
+            )
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_delete(tamto_client: tamto_sdk.Client, nats_url: str) -> None:
+    name = unique("gone")
+    await tamto_client.streams.ensure(name, partitions=2, config=FULL)
+    bus = await nats.connect(nats_url)
+    try:
+        events = await bus.subscribe("tamto.events.stream.deleted")
+        await bus.flush()
+        assert await tamto_client.streams.delete(name) is True
+        msg = await events.next_msg(timeout=10)
+        assert json.loads(msg.data) == {"stream": name, "partitions": 2}
+    finally:
+        await bus.close()
+    with pytest.raises(tamto_sdk.NotFound) as info:
+        await tamto_client.streams.describe(name)
+    assert info.value.code == "NOT_FOUND"
+    assert name not in [s.name for s in await tamto_client.streams.list()]
+    assert await tamto_client.streams.delete(name) is False
+    assert await tamto_client.streams.delete(unique("never")) is False
+    # The name can be used again, with another partition count.
+    again = await tamto_client.streams.ensure(name, partitions=5)
+    assert again.created
+    assert again.stream.partitions == 5
+
+
+# -- the CLI ------------------------------------------------------------------------
+
+
+def cli(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tamto_cli", "stream", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={
+            **os.environ,
+            "TAMTO_URL": cluster.url,
+            "TAMTO_API_KEY": cluster.credential,
+            "COLUMNS": "200",
+        },
+    )
+
+
+def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
+    name = unique("cli")
+    flags = [
+        "--partitions", "2", "--retention-ms", "60000", "--retention-bytes", "1048576",
+        "--dedup-window-ms", "30000", "--ack-timeout-ms", "4000", "--max-deliveries", "3",
+        "--max-lag", "100", "--dead-letter-stream", f"{name}-dead", "--durability", "interval",
+        "--fsync-interval-ms", "15",
+    ]  # fmt: skip
+    created = cli(tamto_cluster, "ensure", name, *flags)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.splitlines() == [f"{name}: created, 2 partitions"]
+
+    same = cli(tamto_cluster, "ensure", name, *flags)
+    assert same.stdout.splitlines() == [f"{name}: exists, 2 partitions"]
+
+    differs = cli(tamto_cluster, "ensure", name, *flags, "--ack-timeout-ms", "9000")
+    assert differs.returncode == 0, differs.stderr
+    assert differs.stdout.splitlines() == [
+        f"{name}: exists, 2 partitions",
+        "  differs: ack_timeout_ms: stored 4000, requested 9000",
+    ]
+    changed = cli(tamto_cluster, "ensure", name, *flags, "--ack-timeout-ms", "9000", "--overwrite")
+    assert changed.stdout.splitlines() == [
+        f"{name}: changed, 2 partitions",
+        "  changed: ack_timeout_ms: stored 4000, requested 9000",
+    ]
+
+    described = cli(tamto_cluster, "describe", name, "--json")
+    assert described.returncode == 0, described.stderr
+    assert json.loads(described.stdout) == {
+        "name": name,
+        "partitions": 2,
+        "kind": "persistent",
+        "retention_ms": 60000,
+        "retention_bytes": 1048576,
+        "dedup_window_ms": 30000,
+        "ack_timeout_ms": 9000,
+        "max_deliveries": 3,
+        "max_lag": 100,
+        "dead_letter_stream": f"{name}-dead",
+        "durability": "interval",
+        "fsync_interval_ms": 15,
+    }
+    table = cli(tamto_cluster, "describe", name)
+    assert table.returncode == 0, table.stderr
+    assert "ack_timeout_ms" in table.stdout
+    assert "9000" in table.stdout
+    assert "interval" in table.stdout
+
+    listed = cli(tamto_cluster, "list")
+    assert f"{name}\t2\tpersistent" in listed.stdout.splitlines()
+    listed_json = cli(tamto_cluster, "list", "--json")
+    assert any(s["name"] == name and s["max_lag"] == 100 for s in json.loads(listed_json.stdout))
+
+    refused = cli(tamto_cluster, "ensure", name, "--partitions", "4", "--overwrite")
+    assert refused.returncode == 1
+    assert "partition count is fixed" in refused.stderr
+
+    invalid = cli(tamto_cluster, "ensure", unique("cli"), "--ack-timeout-ms", "1")
+    assert invalid.returncode == 1
+    assert "ack_timeout_ms must be between 100 and 86400000, got 1" in invalid.stderr
+
+    bad_mode = cli(tamto_cluster, "ensure", unique("cli"), "--durability", "sometimes")
+    assert bad_mode.returncode == 2
+    assert "--durability must be 'group' or 'interval'" in bad_mode.stderr
+
+    deleted = cli(tamto_cluster, "delete", name)
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.splitlines() == [f"{name}: deleted"]
+    missing = cli(tamto_cluster, "delete", name)
+    assert missing.returncode == 1
+    assert "does not exist" in missing.stderr
+    gone = cli(tamto_cluster, "describe", name)
+    assert gone.returncode == 1
+    assert "does not exist" in gone.stderr
