@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Coroutine
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -287,15 +288,24 @@ def sub(
     stream: str,
     subscription: Annotated[str, typer.Option("--subscription", "-s", help="subscription name")],
     count: Annotated[int, typer.Option(help="stop after this many messages (0: never)")] = 0,
+    sub_type: Annotated[
+        str, typer.Option("--type", help="exclusive, failover or shared")
+    ] = "exclusive",
+    start: Annotated[
+        str,
+        typer.Option(help="where a new subscription starts: earliest, latest, offset:N, time:ISO"),
+    ] = "earliest",
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
     """Consume messages through a subscription, acking each one after printing it."""
+    kind = _subscription_type(sub_type)
+    position = _start_position(start)
 
     async def run() -> None:
         async with await _connect(url, api_key, data_dir) as client:
-            async with client.consumer(stream, subscription) as consumer:
+            async with client.consumer(stream, subscription, type=kind, start=position) as consumer:
                 seen = 0
                 async for message in consumer:
                     key = message.key.decode(errors="replace") if message.key else ""
@@ -307,6 +317,32 @@ def sub(
                         return
 
     _run(run())
+
+
+def _subscription_type(text: str) -> tamto_sdk.SubscriptionType:
+    try:
+        return tamto_sdk.SubscriptionType[text.upper()]
+    except KeyError:
+        err.print(f"tamto sub: --type must be exclusive, failover or shared, not {text!r}")
+        raise typer.Exit(2) from None
+
+
+def _start_position(text: str) -> tamto_sdk.StartPosition:
+    kind, _, value = text.partition(":")
+    try:
+        if kind == "earliest" and not value:
+            return tamto_sdk.Start.earliest()
+        if kind == "latest" and not value:
+            return tamto_sdk.Start.latest()
+        if kind == "offset":
+            return tamto_sdk.Start.offset(int(value))
+        if kind == "time":
+            when = datetime.fromisoformat(value)
+            return tamto_sdk.Start.time(when if when.tzinfo else when.replace(tzinfo=UTC))
+    except ValueError:
+        pass
+    err.print(f"tamto sub: --start must be earliest, latest, offset:N or time:ISO, not {text!r}")
+    raise typer.Exit(2)
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
