@@ -4,6 +4,7 @@ registers again, and every acknowledged message is still delivered."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -148,3 +149,47 @@ async def test_kill9_while_producing_and_consuming_delivers_every_acknowledged_m
         async with client.consumer("load", "sink") as again:
             late = await again.receive_batch(max_messages=10, timeout_s=1.5)
             assert len(late) == 0, f"acked messages delivered again: {[m.payload for m in late]}"
+
+
+async def test_after_kill9_of_the_router_only_unacknowledged_messages_come_again(
+    fresh_cluster: TestCluster,
+) -> None:
+    await publish(fresh_cluster, "cursor", [f"m{i}".encode() for i in range(100)])
+    async with await tamto_sdk.connect(
+        fresh_cluster.url, api_key=fresh_cluster.credential
+    ) as client:
+        async with client.consumer("cursor", "c", credits=100) as consumer:
+            got: list[tamto_sdk.Message] = []
+            while len(got) < 100:
+                got.extend(await consumer.receive_batch(max_messages=100, timeout_s=10))
+            acked = [m for m in got if int(m.payload[1:]) % 3 != 0]  # leave every third unacked
+            for message in acked:
+                consumer.ack(message)
+            await consumer.flush_acks(5)
+            # The router persists acks as it gets them; wait until the cursor says so.
+            await wait_until(lambda: cursor_has(fresh_cluster, len(acked)), 10, "acks persisted")
+            fresh_cluster.kill9("router")
+        fresh_cluster.start("router")
+        async with client.consumer("cursor", "c") as again:
+            unacked = {m.payload for m in got} - {m.payload for m in acked}
+            redelivered: list[bytes] = []
+            while len(redelivered) < len(unacked):
+                batch = await again.receive_batch(max_messages=100, timeout_s=15)
+                assert len(batch) > 0, "the unacked messages must come again"
+                redelivered.extend(m.payload for m in batch)
+                again.ack(batch)
+            assert sorted(redelivered) == sorted(unacked)
+            assert len(await again.receive_batch(max_messages=10, timeout_s=1)) == 0
+
+
+async def cursor_has(cluster: TestCluster, acked: int) -> bool:
+    """Whether storage's cursor file for subscription `c` records `acked` acked offsets."""
+    path = cluster.workdir / "storage" / "streams" / "cursor"
+    files = list(path.glob("partition=*/cursors/c.json"))
+    total = 0
+    for file in files:
+        data = json.loads(file.read_text())
+        floor = data.get("ack_floor", 0)
+        ranges = data.get("acked_above_floor", [])
+        total += floor + sum(last - first + 1 for first, last in ranges)
+    return total >= acked
