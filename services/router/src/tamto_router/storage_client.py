@@ -4,6 +4,7 @@ storage protobufs. Failures come back as TamtoError subclasses."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -52,74 +53,69 @@ class StorageClient:
         self._stub = storage_pb2_grpc.StorageStub(channel)
         self._timeout = timeout_s
 
+    async def _call(self, method: Any, request: Any, what: str) -> Any:
+        """One unary call; a gRPC failure becomes the matching TamtoError."""
+        try:
+            return await method(request, timeout=self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise downstream_error(exc, f"storage {what}") from exc
+
     @staticmethod
     def _ref(stream: str, partition: int) -> storage_pb2.PartitionRef:
         return storage_pb2.PartitionRef(stream=stream, partition=partition)
 
     async def open_partition(self, stream: str, partition: int, epoch: int) -> LogBounds:
-        try:
-            r = await self._stub.OpenPartition(
-                storage_pb2.OpenPartitionRequest(
-                    partition=self._ref(stream, partition), epoch=epoch
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise downstream_error(exc, f"storage open {stream}/{partition}") from exc
+        r = await self._call(
+            self._stub.OpenPartition,
+            storage_pb2.OpenPartitionRequest(partition=self._ref(stream, partition), epoch=epoch),
+            f"open {stream}/{partition}",
+        )
         return LogBounds(r.start_offset, r.next_offset)
 
     async def append(self, stream: str, partition: int, epoch: int, batches: list[Batch]) -> int:
-        try:
-            r = await self._stub.Append(
-                storage_pb2.StorageAppendRequest(
-                    partition=self._ref(stream, partition),
-                    epoch=epoch,
-                    batches=[b.to_proto() for b in batches],
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise downstream_error(exc, f"storage append {stream}/{partition}") from exc
+        r = await self._call(
+            self._stub.Append,
+            storage_pb2.StorageAppendRequest(
+                partition=self._ref(stream, partition),
+                epoch=epoch,
+                batches=[b.to_proto() for b in batches],
+            ),
+            f"append {stream}/{partition}",
+        )
         return int(r.next_offset)
 
     async def read(
         self, stream: str, partition: int, from_offset: int, max_messages: int
     ) -> tuple[list[Batch], int]:
-        try:
-            r = await self._stub.Read(
-                storage_pb2.ReadRequest(
-                    partition=self._ref(stream, partition),
-                    from_offset=from_offset,
-                    max_messages=max_messages,
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise downstream_error(exc, f"storage read {stream}/{partition}") from exc
+        r = await self._call(
+            self._stub.Read,
+            storage_pb2.ReadRequest(
+                partition=self._ref(stream, partition),
+                from_offset=from_offset,
+                max_messages=max_messages,
+            ),
+            f"read {stream}/{partition}",
+        )
         return [Batch.from_proto(b) for b in r.batches], int(r.next_offset)
 
     async def offset_for_time(self, stream: str, partition: int, time_us: int) -> int:
-        try:
-            r = await self._stub.OffsetForTime(
-                storage_pb2.OffsetForTimeRequest(
-                    partition=self._ref(stream, partition), time_us=time_us
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise downstream_error(exc, f"storage offset for time {stream}/{partition}") from exc
+        r = await self._call(
+            self._stub.OffsetForTime,
+            storage_pb2.OffsetForTimeRequest(
+                partition=self._ref(stream, partition), time_us=time_us
+            ),
+            f"offset for time {stream}/{partition}",
+        )
         return int(r.offset)
 
     async def get_cursor(self, stream: str, partition: int, subscription: str) -> AckSet | None:
-        try:
-            r = await self._stub.GetCursor(
-                storage_pb2.GetCursorRequest(
-                    partition=self._ref(stream, partition), subscription=subscription
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise downstream_error(exc, f"storage cursor {stream}/{partition}") from exc
+        r = await self._call(
+            self._stub.GetCursor,
+            storage_pb2.GetCursorRequest(
+                partition=self._ref(stream, partition), subscription=subscription
+            ),
+            f"cursor {stream}/{partition}",
+        )
         if not r.exists:
             return None
         return AckSet(r.ack_floor, [(x.first, x.last) for x in r.acked_above_floor])
@@ -127,18 +123,16 @@ class StorageClient:
     async def commit_cursor(
         self, stream: str, partition: int, subscription: str, epoch: int, acks: AckSet
     ) -> None:
-        try:
-            await self._stub.CommitCursor(
-                storage_pb2.CommitCursorRequest(
-                    partition=self._ref(stream, partition),
-                    subscription=subscription,
-                    epoch=epoch,
-                    ack_floor=acks.floor,
-                    acked_above_floor=[
-                        messages_pb2.OffsetRange(first=a, last=b) for a, b in acks.ranges
-                    ],
-                ),
-                timeout=self._timeout,
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise downstream_error(exc, f"storage commit cursor {stream}/{partition}") from exc
+        await self._call(
+            self._stub.CommitCursor,
+            storage_pb2.CommitCursorRequest(
+                partition=self._ref(stream, partition),
+                subscription=subscription,
+                epoch=epoch,
+                ack_floor=acks.floor,
+                acked_above_floor=[
+                    messages_pb2.OffsetRange(first=a, last=b) for a, b in acks.ranges
+                ],
+            ),
+            f"commit cursor {stream}/{partition}",
+        )
