@@ -58,7 +58,10 @@ def test_pub_then_sub_with_a_start_offset_and_a_type(tamto_cluster: TestCluster)
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--type", "broadcast"], "--type must be exclusive, failover or shared"),
+        (
+            ["--type", "broadcast"],
+            "--type must be exclusive, failover, shared, key-shared or multicast",
+        ),
         (["--start", "yesterday"], "--start must be earliest, latest, offset:N or time:ISO"),
     ],
 )

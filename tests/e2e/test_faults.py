@@ -185,7 +185,7 @@ async def test_after_kill9_of_the_router_only_unacknowledged_messages_come_again
 async def cursor_has(cluster: TestCluster, acked: int) -> bool:
     """Whether storage's cursor file for subscription `c` records `acked` acked offsets."""
     path = cluster.workdir / "storage" / "streams" / "cursor"
-    files = list(path.glob("partition=*/cursors/c.json"))
+    files = list(path.glob("partition=*/*cursors/c.json"))
     total = 0
     for file in files:
         data = json.loads(file.read_text())

@@ -11,6 +11,7 @@ import pytest
 from tamto_common.errors import FailedPrecondition, InvalidArgument
 from tamto_protocol.batch import BatchColumns, decode_batch, encode_batch
 from tamto_router.acks import AckSet
+from tamto_router.dead_letters import Policy
 from tamto_router.storage_client import Batch
 from tamto_router.subscription import (
     ConsumerSlot,
@@ -79,8 +80,19 @@ def payloads(d: Delivery) -> list[bytes]:
     return [bytes(p) for p in decode_batch(d.batch.arrow_ipc).column("payload").to_pylist()]
 
 
-def subscription(batches: list[Batch], ack_timeout_s: float = 30.0) -> Subscription:
-    return Subscription(MemoryLog(batches), "sub", AckSet(0), ack_timeout_s, 1000)  # type: ignore[arg-type]
+def subscription(
+    batches: list[Batch],
+    ack_timeout_s: float = 30.0,
+    dead: list[tuple[str, bytes, int]] | None = None,
+    **limits: Any,
+) -> Subscription:
+    async def publish_dead(stream: str, data: bytes, count: int) -> None:
+        assert dead is not None
+        dead.append((stream, data, count))
+
+    policy = Policy(ack_timeout_s=ack_timeout_s, dead_letter_stream="s.dlq", **limits)
+    log: Any = MemoryLog(batches)
+    return Subscription(log, "sub", AckSet(0), policy, 1000, publish_dead)
 
 
 def slot_with_credit(name: str = "", credit: int = 100) -> ConsumerSlot:
@@ -202,4 +214,157 @@ async def test_shared_honours_credit_exactly_by_slicing_batches() -> None:
     assert sorted(offsets(got_a) + offsets(got_b)) == list(range(6))
     assert payloads(got_b) == [f"m{o}".encode() for o in offsets(got_b)]
     assert await nothing_within(a, 0.1), "no credit left, nothing more"
+    await sub.close()
+
+
+def dead_letter_rows(data: bytes) -> list[dict[str, str]]:
+    return [dict(h) for h in decode_batch(data).column("headers").to_pylist()]
+
+
+async def test_a_message_past_max_deliveries_is_dead_lettered_and_acked() -> None:
+    dead: list[tuple[str, bytes, int]] = []
+    sub = subscription([batch(0, 3)], dead=dead, max_deliveries=2)
+    slot = slot_with_credit()
+    sub.attach(slot, SubscriptionType.EXCLUSIVE)
+    await next_delivery(slot)
+    await sub.ack([(0, 0), (2, 2)])
+    sub.nack([(1, 1)], delay_s=0)
+    second = await next_delivery(slot)
+    assert (offsets(second), second.delivery_count) == ([1], 2)
+    sub.nack([(1, 1)], delay_s=0)
+    assert await nothing_within(slot, 0.3), "a third delivery never happens"
+    assert len(dead) == 1
+    stream, data, count = dead[0]
+    assert (stream, count) == ("s.dlq", 1)
+    assert payloads_of(data) == [b"m1"]
+    (headers,) = dead_letter_rows(data)
+    assert headers["tamto.dlq.stream"] == "s"
+    assert headers["tamto.dlq.offset"] == "1"
+    assert headers["tamto.dlq.delivery_count"] == "2"
+    assert headers["tamto.dlq.reason"] == "max_deliveries"
+    assert sub.acks.floor == 3, "the dead letter is acked: the cursor moves on"
+    await sub.close()
+
+
+async def test_an_unacked_message_too_far_behind_the_acked_ones_is_dead_lettered() -> None:
+    dead: list[tuple[str, bytes, int]] = []
+    sub = subscription([batch(0, 1), batch(1, 5), batch(6, 5)], dead=dead, max_lag=4)
+    slot = slot_with_credit()
+    sub.attach(slot, SubscriptionType.EXCLUSIVE)
+    assert offsets(await next_delivery(slot)) == [0]
+    assert offsets(await next_delivery(slot)) == [1, 2, 3, 4, 5]
+    assert offsets(await next_delivery(slot)) == [6, 7, 8, 9, 10]
+    assert dead == [], "delivering a big batch puts nothing over the limit"
+    await sub.ack([(1, 4)])
+    assert dead == [], "offset 0 is 4 behind the newest ack: not more than max_lag"
+    await sub.ack([(5, 10)])
+    delivered_again = await nothing_within(slot, 0.2)
+    assert delivered_again, "a dead-lettered message is not redelivered"
+    assert [payloads_of(d[1]) for d in dead] == [[b"m0"]]
+    assert dead_letter_rows(dead[0][1])[0]["tamto.dlq.reason"] == "max_lag"
+    assert sub.acks.floor == 11
+    await sub.close()
+
+
+def payloads_of(data: bytes) -> list[bytes]:
+    return [bytes(p) for p in decode_batch(data).column("payload").to_pylist()]
+
+
+def keyed_batch(base: int, keys: list[bytes]) -> Batch:
+    n = len(keys)
+    payloads = [f"m{base + i}".encode() for i in range(n)]
+    data = encode_batch(BatchColumns(payloads, list(keys), [None] * n, [None] * n, [None] * n))
+    return Batch(base, n, 0, data)
+
+
+def delivered_offsets(d: Delivery) -> list[int]:
+    return list(d.offsets) if d.offsets is not None else offsets(d)
+
+
+def delivered_keys(d: Delivery) -> list[bytes]:
+    return [bytes(k) for k in decode_batch(d.batch.arrow_ipc).column("key").to_pylist()]
+
+
+async def drain_slot(slot: ConsumerSlot) -> list[Delivery]:
+    got = []
+    while not slot.outbox.empty():
+        item = slot.outbox.get_nowait()
+        assert isinstance(item, Delivery)
+        got.append(item)
+    return got
+
+
+async def collect(slots: dict[str, ConsumerSlot], total: int) -> list[tuple[str, Delivery]]:
+    """Deliveries from every slot (with the slot's name) until `total` messages came."""
+    got: list[tuple[str, Delivery]] = []
+    count = 0
+    async with asyncio.timeout(5):
+        while count < total:
+            gets = {asyncio.ensure_future(s.outbox.get()): n for n, s in slots.items()}
+            done, pending = await asyncio.wait(gets, return_when=asyncio.FIRST_COMPLETED)
+            for task in pending:
+                task.cancel()
+            for task in done:
+                item = task.result()
+                assert isinstance(item, Delivery)
+                got.append((gets[task], item))
+                count += item.batch.count
+    return got
+
+
+def per_key(got: list[tuple[str, Delivery]]) -> dict[bytes, list[tuple[str, int]]]:
+    out: dict[bytes, list[tuple[str, int]]] = {}
+    for name, d in got:
+        for offset, key in zip(delivered_offsets(d), delivered_keys(d), strict=True):
+            out.setdefault(key, []).append((name, offset))
+    return out
+
+
+async def test_key_shared_sends_each_key_to_one_consumer_in_order() -> None:
+    keys = [f"k{i % 16}".encode() for i in range(64)]
+    sub = subscription([keyed_batch(0, keys)])
+    slots = {"a": slot_with_credit("a"), "b": slot_with_credit("b")}
+    for slot in slots.values():
+        sub.attach(slot, SubscriptionType.KEY_SHARED)
+    by_key = per_key(await collect(slots, 64))
+    assert sorted(o for v in by_key.values() for _, o in v) == list(range(64))
+    assert {name for v in by_key.values() for name, _ in v} == {"a", "b"}, "keys spread"
+    for entries in by_key.values():
+        assert len({name for name, _ in entries}) == 1, "one consumer per key"
+        offsets_of_key = [o for _, o in entries]
+        assert offsets_of_key == sorted(offsets_of_key), "order per key"
+    await sub.close()
+
+
+async def test_a_moved_key_waits_until_its_old_consumer_acked() -> None:
+    keys = [f"k{i % 16}".encode() for i in range(32)]
+    sub = subscription([keyed_batch(0, keys[:16]), keyed_batch(16, keys[16:])])
+    a = slot_with_credit("a", 16)
+    sub.attach(a, SubscriptionType.KEY_SHARED)
+    first = per_key(await collect({"a": a}, 16))
+    assert len(first) == 16
+    b = slot_with_credit("b")
+    sub.attach(b, SubscriptionType.KEY_SHARED)  # takes over some keys; a has no credit left
+    assert await nothing_within(b, 0.2), "moved keys wait: their first messages are unacked at a"
+    await sub.ack([(0, 15)])
+    got = await collect({"b": b}, 1)
+    assert got, "once acked, the moved keys flow to their new consumer"
+    await sub.close()
+
+
+async def test_a_poison_message_dead_letters_and_its_key_carries_on() -> None:
+    dead: list[tuple[str, bytes, int]] = []
+    sub = subscription([keyed_batch(0, [b"k", b"k", b"k"])], dead=dead, max_deliveries=2)
+    slot = slot_with_credit()
+    sub.attach(slot, SubscriptionType.KEY_SHARED)
+    d = await next_delivery(slot)
+    assert delivered_offsets(d) == [0, 1, 2]
+    await sub.ack([(1, 2)])
+    sub.nack([(0, 0)], 0)
+    again = await next_delivery(slot)
+    assert (delivered_offsets(again), again.delivery_count) == ([0], 2)
+    sub.nack([(0, 0)], 0)
+    assert await nothing_within(slot, 0.3)
+    assert [payloads_of(x[1]) for x in dead] == [[b"m0"]]
+    assert sub.acks.floor == 3
     await sub.close()

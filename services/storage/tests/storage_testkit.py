@@ -57,7 +57,7 @@ def frame_position(batches: Sequence[StoredBatch], index: int) -> int:
 
 
 def wal_files(partition_dir: Path) -> list[Path]:
-    return sorted((partition_dir / "wal").glob("*.log"))
+    return sorted((partition_dir / "_wal").glob("*.log"))
 
 
 def flip_byte(path: Path, position: int) -> None:

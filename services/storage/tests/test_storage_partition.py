@@ -19,7 +19,7 @@ async def test_open_returns_offsets_and_stores_the_epoch(load: OpenPartition, pd
     partition = await load()
     offsets = await partition.open(3)
     assert (offsets.start_offset, offsets.next_offset) == (0, 0)
-    assert (pdir / "epoch").read_text().strip() == "3"
+    assert (pdir / "_epoch").read_text().strip() == "3"
     await partition.append(3, [make_batch(0)])
     assert (await partition.open(3)).next_offset == 3  # reopening with the same epoch is fine
 
@@ -49,7 +49,7 @@ async def test_lost_epoch_file_falls_back_to_the_log(load: OpenPartition, pdir: 
     await partition.open(4)
     await partition.append(4, [make_batch(0)])
     await partition.close()
-    (pdir / "epoch").unlink()
+    (pdir / "_epoch").unlink()
     partition = await load()
     with pytest.raises(FailedPrecondition, match="stale epoch 3 < current 4"):
         await partition.open(3)
@@ -102,7 +102,7 @@ async def test_cursor_commit_get_and_overwrite(load: OpenPartition, pdir: Path) 
     assert await partition.get_cursor("billing") == first
     second = Cursor(30)
     await partition.commit_cursor(1, "billing", second)
-    path = pdir / "cursors" / "billing.json"
+    path = pdir / "_cursors" / "billing.json"
     assert json.loads(path.read_text())["ack_floor"] == 30
     assert [p.name for p in path.parent.iterdir()] == ["billing.json"]  # no temp files left
     await partition.close()
@@ -145,7 +145,7 @@ async def test_store_opens_each_partition_once_and_closes_all(tmp_path: Path) ->
     assert b is not a
     await a.open(1)
     await a.append(1, [make_batch(0)])
-    assert (tmp_path / "data" / "streams" / "orders" / "partition=0" / "wal").is_dir()
+    assert (tmp_path / "data" / "streams" / "orders" / "partition=0" / "_wal").is_dir()
     with pytest.raises(InvalidArgument, match="illegal stream name"):
         await store.get("../etc", 0)
     with pytest.raises(InvalidArgument, match="stream name must not be empty"):
@@ -165,10 +165,12 @@ async def test_offset_for_time_finds_the_first_batch_published_at_or_after(
     await partition.open(1)
     first, second = make_batch(0), make_batch(3)
     await partition.append(1, [first, second])
-    assert partition.offset_for_time(0) == 0
-    assert partition.offset_for_time(first.publish_time_us) == 0
-    assert partition.offset_for_time(first.publish_time_us + 1) == 3
-    assert partition.offset_for_time(second.publish_time_us + 1) == 6, "nothing newer: the end"
+    assert await partition.offset_for_time(0) == 0
+    assert await partition.offset_for_time(first.publish_time_us) == 0
+    assert await partition.offset_for_time(first.publish_time_us + 1) == 3
+    assert await partition.offset_for_time(second.publish_time_us + 1) == 6, (
+        "nothing newer: the end"
+    )
 
 
 async def test_a_stream_can_choose_its_own_wal_options(tmp_path: Path) -> None:
@@ -188,3 +190,16 @@ async def test_a_stream_can_choose_its_own_wal_options(tmp_path: Path) -> None:
         assert sorted(asked) == ["orders", "slow-but-cheap"]
     finally:
         await store.close()
+
+
+async def test_cursor_commits_accumulate_acks_and_never_move_back(load: OpenPartition) -> None:
+    partition = await load()
+    await partition.open(1)
+    await partition.commit_cursor(1, "s", Cursor(0, (OffsetRange(5, 9),)))
+    # A late commit from a stale copy of the subscription knows less: nothing is lost.
+    await partition.commit_cursor(1, "s", Cursor(0, (OffsetRange(2, 3),)))
+    assert await partition.get_cursor("s") == Cursor(0, (OffsetRange(2, 3), OffsetRange(5, 9)))
+    await partition.commit_cursor(1, "s", Cursor(2, (OffsetRange(4, 4),)))
+    assert await partition.get_cursor("s") == Cursor(10)
+    await partition.commit_cursor(1, "s", Cursor(0))
+    assert await partition.get_cursor("s") == Cursor(10)

@@ -163,7 +163,7 @@ async def test_flipped_byte_in_a_middle_frame_is_corruption(
 
 
 async def test_inconsistent_offsets_are_corruption(load: OpenPartition, pdir: Path) -> None:
-    wal_dir = pdir / "wal"
+    wal_dir = pdir / "_wal"
     wal_dir.mkdir(parents=True)
     frames = b""
     for base, count in ((0, 3), (5, 3), (8, 3)):  # a gap: 3 and 4 are missing

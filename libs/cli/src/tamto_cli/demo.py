@@ -15,9 +15,12 @@ DEMO_SUBSCRIPTION = "demo-reader"
 DEMO_MESSAGES = 1_000
 
 
-async def run_demo(url: str, api_key: str, console: Console) -> None:
+async def run_demo(
+    url: str, api_key: str, console: Console, root_certificates: bytes | None = None
+) -> None:
     console.rule("demo")
-    async with await tamto_sdk.connect(url, api_key=api_key) as client:
+    options = tamto_sdk.ClientOptions(root_certificates=root_certificates)
+    async with await tamto_sdk.connect(url, api_key=api_key, options=options) as client:
         ensured = await client.streams.ensure(DEMO_STREAM, partitions=3)
         state = "created" if ensured.created else "exists"
         console.print(

@@ -17,6 +17,9 @@ from rich.table import Table
 
 import tamto_sdk
 from tamto_cli import settings
+from tamto_cli.auth_cmds import auth_app
+from tamto_cli.bench import bench
+from tamto_cli.connect import connect_client
 from tamto_cli.status import fetch_status, render_status
 from tamto_cli.up import run_up
 from tamto_common.errors import TamtoError
@@ -42,6 +45,9 @@ def up(
     demo: Annotated[bool, typer.Option(help="publish and consume a demo stream")] = False,
     once: Annotated[bool, typer.Option(help="stop after starting (and the demo)")] = False,
     quiet: Annotated[bool, typer.Option(help="hide the services' logs")] = False,
+    tls: Annotated[
+        bool, typer.Option(help="TLS on every service port, mTLS between services (dev CA)")
+    ] = False,
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     for name, port in (
@@ -58,6 +64,7 @@ def up(
         etcd_port=etcd_port,
         etcd_peer_port=etcd_port + 1,
         nats_port=nats_port,
+        tls=tls,
     )
     raise typer.Exit(asyncio.run(run_up(config, console, demo=demo, once=once, quiet=quiet)))
 
@@ -80,6 +87,9 @@ def status(
     else:
         render_status(rows, console)
 
+
+app.add_typer(auth_app, name="auth")
+app.command()(bench)
 
 stream_app = typer.Typer(help="Create, inspect, list and delete streams.")
 app.add_typer(stream_app, name="stream")
@@ -253,8 +263,7 @@ def stream_delete(
 
 
 async def _connect(url: str | None, api_key: str | None, data_dir: Path | None) -> tamto_sdk.Client:
-    creds = settings.api_key(api_key, settings.data_dir(data_dir))
-    return await tamto_sdk.connect(settings.gateway_url(url), api_key=creds)
+    return await connect_client(url, api_key, data_dir)
 
 
 @app.command()
@@ -289,12 +298,15 @@ def sub(
     subscription: Annotated[str, typer.Option("--subscription", "-s", help="subscription name")],
     count: Annotated[int, typer.Option(help="stop after this many messages (0: never)")] = 0,
     sub_type: Annotated[
-        str, typer.Option("--type", help="exclusive, failover or shared")
+        str, typer.Option("--type", help="exclusive, failover, shared, key-shared, multicast")
     ] = "exclusive",
     start: Annotated[
         str,
         typer.Option(help="where a new subscription starts: earliest, latest, offset:N, time:ISO"),
     ] = "earliest",
+    consumer_name: Annotated[
+        str | None, typer.Option(help="this consumer's name (multicast: its own cursor)")
+    ] = None,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
@@ -305,7 +317,9 @@ def sub(
 
     async def run() -> None:
         async with await _connect(url, api_key, data_dir) as client:
-            async with client.consumer(stream, subscription, type=kind, start=position) as consumer:
+            async with client.consumer(
+                stream, subscription, type=kind, start=position, consumer_name=consumer_name
+            ) as consumer:
                 seen = 0
                 async for message in consumer:
                     key = message.key.decode(errors="replace") if message.key else ""
@@ -321,9 +335,12 @@ def sub(
 
 def _subscription_type(text: str) -> tamto_sdk.SubscriptionType:
     try:
-        return tamto_sdk.SubscriptionType[text.upper()]
+        return tamto_sdk.SubscriptionType[text.upper().replace("-", "_")]
     except KeyError:
-        err.print(f"tamto sub: --type must be exclusive, failover or shared, not {text!r}")
+        err.print(
+            "tamto sub: --type must be exclusive, failover, shared, key-shared or multicast, "
+            f"not {text!r}"
+        )
         raise typer.Exit(2) from None
 
 

@@ -42,11 +42,15 @@ async def run_up(
         started = loop.time()
         await cluster.start()
         notify(f"all services healthy in {loop.time() - started:.1f}s")
-        console.print(f"[bold green]Tamto is up.[/] gateway: tamto://{config.gateway_address}")
+        console.print(f"[bold green]Tamto is up.[/] gateway: {config.gateway_url}")
         console.print(f"development API key: [bold]{cluster.credential}[/]")
         console.print(f"data directory: {config.data_dir.resolve()}")
+        ca = None
+        if config.tls:
+            ca = (config.tls_dir / "ca.pem").read_bytes()
+            console.print(f"TLS on every port; development CA: {config.tls_dir / 'ca.pem'}")
         if demo:
-            await run_demo(f"tamto://{config.gateway_address}", cluster.credential, console)
+            await run_demo(config.gateway_url, cluster.credential, console, ca)
         if not once:
             console.print("press Ctrl-C to stop")
             await stop.wait()

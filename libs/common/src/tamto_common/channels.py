@@ -17,8 +17,39 @@ CHANNEL_OPTIONS = [
 ]
 
 
+_process_credentials: grpc.ChannelCredentials | None = None
+
+
+def use_tls_for_peers(credentials: grpc.ChannelCredentials | None) -> None:
+    """Make every `ChannelPool` of this process dial peers with `credentials` (None: plaintext).
+
+    The service runner calls it once, at start, from the service's TLS settings,
+    so every service's channels to its peers use mTLS without each one wiring it.
+    """
+    global _process_credentials
+    _process_credentials = credentials
+
+
+def peer_channel(address: str) -> grpc.aio.Channel:
+    """A new channel to a peer service, with this process's TLS settings."""
+    if _process_credentials is not None:
+        return grpc.aio.secure_channel(
+            address,
+            _process_credentials,
+            options=CHANNEL_OPTIONS,
+            interceptors=client_interceptors(),
+        )
+    return grpc.aio.insecure_channel(
+        address, options=CHANNEL_OPTIONS, interceptors=client_interceptors()
+    )
+
+
 class ChannelPool:
-    """Caches one `grpc.aio.Channel` per address; `close()` closes them all."""
+    """Caches one `grpc.aio.Channel` per address; `close()` closes them all.
+
+    Channels use TLS (presenting this service's certificate) when the process
+    was started with TLS settings; see `use_tls_for_peers`.
+    """
 
     def __init__(self) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -26,9 +57,7 @@ class ChannelPool:
     def get(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(
-                address, options=CHANNEL_OPTIONS, interceptors=client_interceptors()
-            )
+            channel = peer_channel(address)
             self._channels[address] = channel
         return channel
 

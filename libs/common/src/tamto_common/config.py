@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tamto_common.errors import ConfigError
+from tamto_common.tls import TlsMaterial
 
 T = TypeVar("T")
 Check = Callable[[Any], str | None]
@@ -67,6 +68,14 @@ class ServiceConfig:
     trace_exporter: str = setting("none", "trace exporter", one_of("none", "console", "otlp"))
     otlp_endpoint: str = setting("http://127.0.0.1:4317", "OTLP collector endpoint")
     shutdown_grace_s: float = setting(5.0, "seconds to drain in-flight calls on SIGTERM", positive)
+    tls_cert_file: str = setting("", "PEM certificate chain: serve TLS only, dial peers with it")
+    tls_key_file: str = setting("", "PEM private key of --tls-cert-file")
+    tls_ca_file: str = setting("", "PEM CA that peers' certificates must chain to")
+    tls_client_auth: str = setting(
+        "require",
+        "client certificates on TLS: require (mTLS) or optional",
+        one_of("require", "optional"),
+    )
 
     @property
     def dial_host(self) -> str:
@@ -78,6 +87,26 @@ class ServiceConfig:
 
     def etcd_hosts(self) -> list[tuple[str, int]]:
         return parse_endpoints(self.etcd_endpoints)
+
+    def tls(self) -> TlsMaterial | None:
+        """The TLS material to serve and dial with, or None for plaintext.
+
+        Raises `ConfigError` when only some of the three files are set or one is unreadable.
+        """
+        files = (self.tls_cert_file, self.tls_key_file, self.tls_ca_file)
+        if not any(files):
+            return None
+        if not all(files):
+            raise ConfigError(
+                "--tls-cert-file / --tls-key-file / --tls-ca-file",
+                "set all three to serve TLS, or none for plaintext",
+            )
+        return TlsMaterial.load(
+            Path(self.tls_cert_file).expanduser(),
+            Path(self.tls_key_file).expanduser(),
+            Path(self.tls_ca_file).expanduser(),
+            require_client_cert=self.tls_client_auth == "require",
+        )
 
 
 _INSTANCE_ID = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"

@@ -29,13 +29,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from nats.aio.client import Client as NatsClient
 
 from tamto_common.bus import connect_bus, publish_event
-from tamto_common.channels import CHANNEL_OPTIONS
+from tamto_common.channels import CHANNEL_OPTIONS, use_tls_for_peers
 from tamto_common.config import ServiceConfig, load_config
 from tamto_common.errors import ConfigError, TamtoError
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.logging import configure_logging
 from tamto_common.membership import Member, Registration, connect_etcd
 from tamto_common.telemetry import server_interceptors, setup_tracing, start_metrics_server
+from tamto_common.tls import TlsMaterial
 
 C = TypeVar("C", bound=ServiceConfig)
 log = structlog.get_logger(__name__)
@@ -62,9 +63,12 @@ class Runtime:
 Setup = Callable[[C, Runtime], Awaitable[None]]
 
 
-def _bind(server: grpc.aio.Server, host: str, port: int) -> int:
+def _bind(server: grpc.aio.Server, host: str, port: int, tls: TlsMaterial | None = None) -> int:
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        if tls is None:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        else:
+            bound = server.add_secure_port(f"{host}:{port}", tls.server_credentials())
     except RuntimeError:
         bound = 0
     if bound == 0:
@@ -83,7 +87,9 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
         interceptors=[*server_interceptors(), TranslateErrorsInterceptor()],
         options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
     )
-    port = _bind(server, config.host, config.port)
+    tls = config.tls()
+    use_tls_for_peers(tls.channel_credentials() if tls is not None else None)
+    port = _bind(server, config.host, config.port, tls)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     metrics_port = start_metrics_server(config.host, config.metrics_port)
@@ -108,7 +114,12 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
             for name in ("", f"tamto.v1.{service.capitalize()}"):
                 await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
             await publish_event(bus, "member.up", **_fields(member))
-            log.info("serving", address=member.address, metrics=member.metrics_address)
+            log.info(
+                "serving",
+                address=member.address,
+                metrics=member.metrics_address,
+                tls="off" if tls is None else config.tls_client_auth,
+            )
             await stop.wait()
             log.info("shutting down", grace_s=config.shutdown_grace_s)
             await health_servicer.enter_graceful_shutdown()

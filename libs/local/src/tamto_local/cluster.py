@@ -23,6 +23,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from tamto_common.apikeys import new_api_key
+from tamto_common.tls import TlsMaterial
 from tamto_local.infra import (
     EtcdSpec,
     NatsSpec,
@@ -34,6 +35,7 @@ from tamto_local.infra import (
 )
 from tamto_local.ports import free_port
 from tamto_local.process import LineSink, ManagedProcess
+from tamto_local.tls import cert_paths, ensure_dev_pki
 
 SERVICES = ("auth", "storage", "router", "gateway")
 
@@ -53,6 +55,17 @@ class ClusterConfig:
     lease_ttl_s: int = 5
     log_level: str = "info"
     extra_env: dict[str, str] = field(default_factory=dict)
+    #: Serve TLS on every service port (mTLS between services), with a development CA.
+    tls: bool = False
+
+    @property
+    def tls_dir(self) -> Path:
+        """Where the development CA and certificates live (`tamto up --tls`)."""
+        return self.data_dir / "tls"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"{'tamtos' if self.tls else 'tamto'}://{self.gateway_address}"
 
     @property
     def etcd_endpoint(self) -> str:
@@ -80,8 +93,21 @@ def dev_credential(data_dir: Path) -> str:
     return key
 
 
-async def grpc_healthy(address: str, service: str = "") -> bool:
-    async with grpc.aio.insecure_channel(address) as channel:
+def launcher_tls(tls_dir: Path | None) -> TlsMaterial | None:
+    """The launcher's own client certificate (for health checks over mTLS), if TLS is on."""
+    if tls_dir is None:
+        return None
+    paths = cert_paths(tls_dir, "launcher")
+    return TlsMaterial.load(paths.cert, paths.key, paths.ca, require_client_cert=True)
+
+
+async def grpc_healthy(address: str, service: str = "", tls: TlsMaterial | None = None) -> bool:
+    channel = (
+        grpc.aio.insecure_channel(address)
+        if tls is None
+        else grpc.aio.secure_channel(address, tls.channel_credentials())
+    )
+    async with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
         return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
@@ -98,6 +124,8 @@ class ServiceEnv:
     lease_ttl_s: int = 5
     log_level: str = "info"
     host: str = "127.0.0.1"
+    #: The development PKI (see `tamto_local.tls`); None: plaintext.
+    tls_dir: Path | None = None
 
 
 def service_env(
@@ -119,6 +147,13 @@ def service_env(
     }
     if name == "auth":
         env["TAMTO_AUTH_DEV_API_KEY"] = shared.credential
+    if name in ("auth", "gateway"):
+        env[f"TAMTO_{name.upper()}_AUDIT_FILE"] = str(shared.data_dir / name / "audit.jsonl")
+    if shared.tls_dir is not None:
+        paths = cert_paths(shared.tls_dir, name)
+        env[f"TAMTO_{name.upper()}_TLS_CERT_FILE"] = str(paths.cert)
+        env[f"TAMTO_{name.upper()}_TLS_KEY_FILE"] = str(paths.key)
+        env[f"TAMTO_{name.upper()}_TLS_CA_FILE"] = str(paths.ca)
     return env
 
 
@@ -170,6 +205,7 @@ class LocalCluster:
                 c.lease_ttl_s,
                 c.log_level,
                 c.host,
+                c.tls_dir if c.tls else None,
             ),
             self.ports[name],
             c.extra_env,
@@ -181,6 +217,8 @@ class LocalCluster:
         self._check_ports()
         c.data_dir.mkdir(parents=True, exist_ok=True)
         self.credential = dev_credential(c.data_dir)
+        if c.tls:
+            await asyncio.to_thread(ensure_dev_pki, c.tls_dir)
         self.ports = {name: free_port(c.host) for name in SERVICES}
         self.ports["gateway"] = c.gateway_port
 
@@ -204,7 +242,8 @@ class LocalCluster:
         self.processes[name] = proc
         await proc.start()
         address = f"{self.config.host}:{self.ports[name]}"
-        await self._wait(name, lambda: grpc_healthy(address))
+        tls = launcher_tls(self.config.tls_dir if self.config.tls else None)
+        await self._wait(name, lambda: grpc_healthy(address, tls=tls))
 
     async def _wait(self, name: str, check: Callable[[], object]) -> None:
         proc = self.processes[name]

@@ -58,11 +58,7 @@ def encode_batch(columns: BatchColumns) -> bytes:
         pa.array(columns.event_times_us, type=pa.int64()).cast(pa.timestamp("us", tz="UTC")),
         pa.array([columns.producer] * n, type=pa.string()),
     ]
-    batch = pa.RecordBatch.from_arrays(arrays, schema=BATCH_SCHEMA)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, BATCH_SCHEMA) as writer:
-        writer.write_batch(batch)
-    return bytes(sink.getvalue().to_pybytes())
+    return encode_record_batch(pa.RecordBatch.from_arrays(arrays, schema=BATCH_SCHEMA))
 
 
 def decode_batch(data: bytes) -> pa.RecordBatch:
@@ -103,14 +99,18 @@ def validate_batch(data: bytes, count: int, max_message_bytes: int) -> pa.Record
     return batch
 
 
+def encode_record_batch(batch: pa.RecordBatch) -> bytes:
+    """One record batch as an IPC stream (the form every hop carries)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
 def slice_batch(data: bytes, start: int, length: int) -> bytes:
     """Re-encode rows [start, start+length) of an IPC batch as a new IPC stream.
 
     Used only where a consumer must not see part of a stored batch (already
     acked messages, a start offset inside a batch); whole batches travel as-is.
     """
-    batch = decode_batch(data).slice(start, length)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return bytes(sink.getvalue().to_pybytes())
+    return encode_record_batch(decode_batch(data).slice(start, length))

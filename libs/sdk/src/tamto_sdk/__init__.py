@@ -35,9 +35,21 @@ from tamto_sdk.messages import (
 from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.producer import Producer
+from tamto_sdk.security import (
+    ApiKeyInfo,
+    Grant,
+    Identity,
+    IdentityKind,
+    NewApiKey,
+    Permission,
+    Role,
+    Security,
+    WhoAmI,
+)
 
 __all__ = [
     "AlreadyExists",
+    "ApiKeyInfo",
     "Client",
     "ClientOptions",
     "Closed",
@@ -46,15 +58,22 @@ __all__ = [
     "Durability",
     "EnsureResult",
     "FailedPrecondition",
+    "Grant",
+    "Identity",
+    "IdentityKind",
     "Internal",
     "InvalidArgument",
     "Message",
     "MessageBatch",
+    "NewApiKey",
     "NotFound",
+    "Permission",
     "PermissionDenied",
     "Producer",
     "PublishResult",
     "ResourceExhausted",
+    "Role",
+    "Security",
     "Start",
     "StartPosition",
     "StreamConfig",
@@ -66,6 +85,7 @@ __all__ = [
     "Timeout",
     "Unauthenticated",
     "Unavailable",
+    "WhoAmI",
     "connect",
     "errors",
 ]

@@ -36,23 +36,33 @@ class TokenAuth:
         self._lock = asyncio.Lock()
 
     @property
+    def expires_at(self) -> float:
+        """When the current token expires (unix seconds; 0 if unknown)."""
+        return self._expires_at
+
+    @property
     def token(self) -> str | None:
         """The current token, or None before the first authentication."""
         return self._token
 
+    async def _attempt(self) -> Any:
+        try:
+            return await self._stub.Authenticate(
+                gateway_pb2.AuthenticateRequest(api_key=self._api_key),
+                timeout=self._options.rpc_timeout_s,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise from_rpc_error(exc) from exc
+
+    async def authenticate_once(self) -> None:
+        """Exchange the API key for a fresh token, with one attempt."""
+        self._use(await self._attempt())
+
     async def authenticate(self) -> None:
         """Exchange the API key for a fresh token (retrying retriable failures)."""
+        self._use(await with_retries(self._attempt, self._options))
 
-        async def attempt() -> Any:
-            try:
-                return await self._stub.Authenticate(
-                    gateway_pb2.AuthenticateRequest(api_key=self._api_key),
-                    timeout=self._options.rpc_timeout_s,
-                )
-            except grpc.aio.AioRpcError as exc:
-                raise from_rpc_error(exc) from exc
-
-        response = await with_retries(attempt, self._options)
+    def _use(self, response: Any) -> None:
         self._token = response.token
         self._expires_at = float(response.expires_at_unix) if response.expires_at_unix else 0.0
 

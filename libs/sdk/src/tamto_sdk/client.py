@@ -12,11 +12,12 @@ from tamto_sdk._calls import Calls
 from tamto_sdk.admin import Streams
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.consumer import Consumer
-from tamto_sdk.errors import Closed
+from tamto_sdk.errors import Closed, Unavailable
 from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.producer import Producer
-from tamto_sdk.url import parse_url
+from tamto_sdk.security import Security
+from tamto_sdk.url import parse_url, tls_mismatch
 
 __all__ = ["Client", "connect"]
 
@@ -31,14 +32,26 @@ async def connect(url: str, *, api_key: str, options: ClientOptions | None = Non
     options = options if options is not None else ClientOptions()
     endpoint = parse_url(url)
     channel_options = list(options.channel_options)
-    if endpoint.tls or options.tls:
-        credentials = grpc.ssl_channel_credentials(root_certificates=options.root_certificates)
+    tls = endpoint.tls or options.tls
+    if tls:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=options.root_certificates,
+            private_key=options.private_key,
+            certificate_chain=options.certificate_chain,
+        )
         channel = grpc.aio.secure_channel(endpoint.target, credentials, options=channel_options)
     else:
         channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options)
     client = Client(channel, api_key=api_key, options=options)
     try:
-        await client._auth.authenticate()
+        try:
+            await client._auth.authenticate_once()
+        except Unavailable:
+            # A TLS/plaintext mismatch looks like "socket closed" to gRPC: say what it is.
+            mismatch = await tls_mismatch(endpoint, tls)
+            if mismatch is not None:
+                raise Unavailable(mismatch, code="UNAVAILABLE", retriable=False) from None
+            await client._auth.authenticate()
     except BaseException:
         await client.close()
         raise
@@ -59,6 +72,7 @@ class Client:
         self._auth = TokenAuth(stub, api_key, options)
         self._calls = Calls(stub, self._auth, options)
         self._streams = Streams(self._calls)
+        self._security = Security(self._calls)
         self._producers: list[Producer] = []
         self._consumers: list[Consumer] = []
         self._closed = False
@@ -73,6 +87,11 @@ class Client:
         """Stream administration: ensure, describe, list."""
         return self._streams
 
+    @property
+    def security(self) -> Security:
+        """Security administration: identities, keys, roles, bindings; and `whoami`."""
+        return self._security
+
     def producer(
         self,
         stream: str,
@@ -81,6 +100,7 @@ class Client:
         max_batch_messages: int = 1000,
         max_batch_bytes: int = 1 << 20,
         max_pending_messages: int = 100_000,
+        idempotent: bool = True,
     ) -> Producer:
         """A producer for `stream`; use it as an async context manager."""
         self._check_open()
@@ -93,6 +113,7 @@ class Client:
             max_batch_bytes=max_batch_bytes,
             max_pending_messages=max_pending_messages,
             producer_name=self._options.producer_name,
+            idempotent=idempotent,
         )
         self._producers.append(producer)
         return producer

@@ -26,6 +26,7 @@ from tamto_sdk.errors import (
     Unauthenticated,
     Unavailable,
     from_rpc_error,
+    from_status,
 )
 from tamto_sdk.messages import Message, MessageBatch
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
@@ -241,9 +242,8 @@ class Consumer:
         """
         self._check_ackable(item.stream)
         if isinstance(item, MessageBatch):
-            if len(item) == 0:
-                return
-            self._add_ack(item.partition, item.first_offset, item.last_offset)
+            for first, last in item.offset_ranges():
+                self._add_ack(item.partition, first, last)
         else:
             self._add_ack(item.partition, item.offset, item.offset)
 
@@ -283,13 +283,10 @@ class Consumer:
         delay_ms = round(delay_s * 1000)
         if delay_ms > _MAX_NACK_DELAY_MS:
             raise ValueError(f"delay_s must be at most {_MAX_NACK_DELAY_MS / 1000} seconds")
-        if isinstance(item, MessageBatch):
-            if len(item) == 0:
-                return
-            first, last = item.first_offset, item.last_offset
-        else:
-            first = last = item.offset
-        self._pending_nacks.setdefault((item.partition, delay_ms), []).append((first, last))
+        ranges = item.offset_ranges() if isinstance(item, MessageBatch) else [(item.offset,) * 2]
+        if not ranges:
+            return
+        self._pending_nacks.setdefault((item.partition, delay_ms), []).extend(ranges)
         self._acks_flushed.clear()
         self._flush_now.set()
         self._wake_writer.set()
@@ -429,7 +426,7 @@ class Consumer:
         self._session_started = asyncio.get_running_loop().time()
         call = self._calls.stub.Consume(metadata=metadata)
         try:
-            await call.write(self._subscribe_request())
+            await _write_or_raise(call, self._subscribe_request())
             # Whatever was buffered will be redelivered by the new session, and so
             # will whatever was nacked and not sent yet.
             self._buffer.clear()
@@ -440,8 +437,9 @@ class Consumer:
             self._iter_messages = []
             self._iter_pos = 0
             self._taken_since_grant = 0
-            await call.write(
-                messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=self._credits))
+            await _write_or_raise(
+                call,
+                messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=self._credits)),
             )
             if not first:
                 self._reconnects += 1
@@ -551,6 +549,18 @@ class Consumer:
             if task is not None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+
+async def _write_or_raise(call: Any, request: Any) -> None:
+    """Write to a consume stream; if the server already ended it, raise its status.
+
+    grpc refuses a write on a finished call with InvalidStateError, which says
+    nothing about why it finished (e.g. the gateway answered UNAVAILABLE at once).
+    """
+    try:
+        await call.write(request)
+    except (asyncio.InvalidStateError, grpc.aio.UsageError):
+        raise from_status(await call.code(), await call.details()) from None
 
 
 def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

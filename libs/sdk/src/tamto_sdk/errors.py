@@ -151,9 +151,12 @@ def from_rpc_error(error: grpc.aio.AioRpcError) -> TamtoError:
     The returned error keeps the original status name in ``code`` and chains the
     gRPC error as its ``__cause__``.
     """
-    status = error.code()
-    cls = _BY_STATUS.get(status, Internal)
-    details = error.details() or status.name
-    translated = cls(details, code=status.name)
+    translated = from_status(error.code(), error.details())
     translated.__cause__ = error
     return translated
+
+
+def from_status(status: grpc.StatusCode, details: str | None) -> TamtoError:
+    """The `TamtoError` for a call that ended with `status` (see `from_rpc_error`)."""
+    cls = _BY_STATUS.get(status, Internal)
+    return cls(details or status.name, code=status.name)

@@ -257,6 +257,9 @@ class MessageBatch:
     publish_time: datetime
     record_batch: pa.RecordBatch
     delivery_count: int = 1
+    #: Key-shared deliveries can skip offsets (other keys went to other consumers):
+    #: then this holds every message's offset. None: contiguous from `first_offset`.
+    sparse_offsets: tuple[int, ...] | None = None
 
     def __len__(self) -> int:
         return int(self.record_batch.num_rows)
@@ -264,12 +267,32 @@ class MessageBatch:
     @property
     def last_offset(self) -> int:
         """Offset of the last message (``first_offset - 1`` when empty)."""
+        if self.sparse_offsets:
+            return self.sparse_offsets[-1]
         return self.first_offset + len(self) - 1
+
+    def offset_list(self) -> list[int]:
+        """The offsets of the messages, in order."""
+        if self.sparse_offsets is not None:
+            return list(self.sparse_offsets)
+        return list(range(self.first_offset, self.first_offset + len(self)))
+
+    def offset_ranges(self) -> list[tuple[int, int]]:
+        """The offsets as inclusive (first, last) runs: what an ack of the batch covers."""
+        if self.sparse_offsets is None:
+            return [(self.first_offset, self.last_offset)] if len(self) else []
+        runs: list[tuple[int, int]] = []
+        for offset in self.sparse_offsets:
+            if runs and offset == runs[-1][1] + 1:
+                runs[-1] = (runs[-1][0], offset)
+            else:
+                runs.append((offset, offset))
+        return runs
 
     @property
     def offsets(self) -> pa.Array:
         """The offsets of the messages as an int64 array."""
-        return pa.array(range(self.first_offset, self.first_offset + len(self)), pa.int64())
+        return pa.array(self.offset_list(), pa.int64())
 
     @property
     def table(self) -> pa.Table:
@@ -283,13 +306,19 @@ class MessageBatch:
     def slice(self, start: int, length: int | None = None) -> MessageBatch:
         """A zero-copy sub-batch starting at index `start`."""
         sliced = self.record_batch.slice(start, length)
+        sparse = None
+        first = self.first_offset + start
+        if self.sparse_offsets is not None:
+            sparse = self.sparse_offsets[start : start + sliced.num_rows]
+            first = sparse[0] if sparse else first
         return MessageBatch(
             stream=self.stream,
             partition=self.partition,
-            first_offset=self.first_offset + start,
+            first_offset=first,
             publish_time=self.publish_time,
             record_batch=sliced,
             delivery_count=self.delivery_count,
+            sparse_offsets=sparse,
         )
 
     def __iter__(self) -> Iterator[Message]:
@@ -299,12 +328,13 @@ class MessageBatch:
         headers = rb.column("headers").to_pylist()
         ids = rb.column("id").to_pylist()
         event_times = rb.column("event_time").to_pylist()
+        offsets = self.offset_list()
         for i, payload in enumerate(payloads):
             pairs = headers[i]
             yield Message(
                 stream=self.stream,
                 partition=self.partition,
-                offset=self.first_offset + i,
+                offset=offsets[i],
                 payload=payload,
                 key=keys[i],
                 headers=dict(pairs) if pairs else {},
@@ -337,4 +367,5 @@ class MessageBatch:
             record_batch=record_batch,
             # 0 comes from a server that predates delivery counts: a first delivery.
             delivery_count=int(delivery.delivery_count) or 1,
+            sparse_offsets=tuple(delivery.offsets) or None,
         )

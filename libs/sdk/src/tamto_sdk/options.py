@@ -24,6 +24,8 @@ class ClientOptions:
         ack_linger_s: how long a consumer coalesces acks before sending them.
         tls: use a TLS channel (also implied by a ``tamtos://`` URL).
         root_certificates: PEM roots for TLS; None uses the system defaults.
+        certificate_chain: PEM client certificate for a gateway that asks for one (mTLS).
+        private_key: PEM private key of `certificate_chain`.
         channel_options: extra ``grpc.aio`` channel options.
         producer_name: written into the ``producer`` column of every batch.
     """
@@ -36,6 +38,8 @@ class ClientOptions:
     ack_linger_s: float = 0.01
     tls: bool = False
     root_certificates: bytes | None = None
+    certificate_chain: bytes | None = None
+    private_key: bytes | None = field(default=None, repr=False)
     channel_options: Sequence[tuple[str, Any]] = field(default_factory=tuple)
     producer_name: str | None = None
 

@@ -21,11 +21,17 @@ class SubscriptionType(enum.Enum):
         FAILOVER: one active consumer; the next one (in `consumer_name` order)
             takes over when it leaves.
         SHARED: messages are load-balanced across consumers, with no ordering.
+        KEY_SHARED: the same key always goes to one consumer, in order; joining
+            or leaving moves as few keys as possible.
+        MULTICAST: every consumer sees every message, each with its own acks;
+            needs a `consumer_name`, which names that consumer's own cursor.
     """
 
     EXCLUSIVE = "exclusive"
     FAILOVER = "failover"
     SHARED = "shared"
+    KEY_SHARED = "key_shared"
+    MULTICAST = "multicast"
 
     def _to_proto(self) -> Any:
         return _TYPE_TO_PROTO[self]
@@ -35,6 +41,8 @@ _TYPE_TO_PROTO = {
     SubscriptionType.EXCLUSIVE: messages_pb2.SUBSCRIPTION_TYPE_EXCLUSIVE,
     SubscriptionType.FAILOVER: messages_pb2.SUBSCRIPTION_TYPE_FAILOVER,
     SubscriptionType.SHARED: messages_pb2.SUBSCRIPTION_TYPE_SHARED,
+    SubscriptionType.KEY_SHARED: messages_pb2.SUBSCRIPTION_TYPE_KEY_SHARED,
+    SubscriptionType.MULTICAST: messages_pb2.SUBSCRIPTION_TYPE_MULTICAST,
 }
 
 

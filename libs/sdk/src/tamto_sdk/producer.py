@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import uuid
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ class Producer:
         max_batch_bytes: int = 1 << 20,
         max_pending_messages: int = 100_000,
         producer_name: str | None = None,
+        idempotent: bool = True,
     ) -> None:
         if linger_ms < 0:
             raise ValueError("linger_ms must not be negative")
@@ -86,6 +88,12 @@ class Producer:
         self._max_batch_bytes = max_batch_bytes
         self._max_pending = max_pending_messages
         self._producer_name = producer_name
+        # Idempotence: every message without an id gets `<producer id>:<sequence>`, so
+        # a batch retried after a lost connection is recognised by the server's dedup
+        # window and never stored twice.
+        self._idempotent = idempotent
+        self._producer_id = f"{producer_name or 'p'}-{uuid.uuid4().hex[:12]}"
+        self._sequence = 0
         self._partitions = 0
         self._sticky = 0
         self._sticky_messages = 0
@@ -158,6 +166,9 @@ class Producer:
             await self._space.wait()
             if self._closed:
                 raise Closed("producer is closed")
+        if id is None and self._idempotent:
+            id = f"{self._producer_id}:{self._sequence}"
+            self._sequence += 1
         partition = partition_for_key(key, self._partitions) if key is not None else self._sticky
         size = len(payload) + (len(key) if key else 0) + _MESSAGE_OVERHEAD
         if headers:
@@ -330,9 +341,13 @@ class Producer:
                 raise Internal(f"published {len(batch)} messages but {response.count} acked")
             base = int(response.base_offset)
             acked_partition = int(response.partition)
-            for i, item in enumerate(batch):
+            # Set when the server recognised duplicates: every message's own offset.
+            offsets = list(response.offsets) or [base + i for i in range(len(batch))]
+            if len(offsets) != len(batch):
+                raise Internal(f"published {len(batch)} messages but got {len(offsets)} offsets")
+            for item, offset in zip(batch, offsets, strict=True):
                 if not item.future.done():
-                    item.future.set_result(PublishResult(self._stream, acked_partition, base + i))
+                    item.future.set_result(PublishResult(self._stream, acked_partition, offset))
         except TamtoError as exc:
             _fail(batch, exc)
         except Exception as exc:  # a bug must not leave futures hanging

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ssl
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_PORT", "Endpoint", "parse_url"]
+__all__ = ["DEFAULT_PORT", "Endpoint", "parse_url", "tls_mismatch"]
 
 #: The gateway's default port.
 DEFAULT_PORT = 7400
@@ -63,3 +66,38 @@ def parse_url(url: str) -> Endpoint:
     if not 0 < port < 65536:
         raise ValueError(f"port out of range in {url!r}")
     return Endpoint(host=host, port=port, tls=tls)
+
+
+async def tls_mismatch(endpoint: Endpoint, tls: bool, timeout_s: float = 2.0) -> str | None:
+    """A clear message if the server at `endpoint` disagrees with us about TLS, else None.
+
+    Tries a TLS handshake (certificates unchecked: this only asks whether the port
+    speaks TLS). Returns None when the port cannot be reached or the two agree.
+    """
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(endpoint.host, endpoint.port, ssl=context), timeout_s
+        )
+    except ssl.SSLError:
+        speaks_tls = False
+    except (OSError, TimeoutError):
+        return None
+    else:
+        speaks_tls = True
+        writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await writer.wait_closed()
+    if speaks_tls and not tls:
+        return (
+            f"the server at {endpoint.target} requires TLS, but this client connected in "
+            f"plaintext: use tamtos://{endpoint.target} (and the server's CA certificate)"
+        )
+    if tls and not speaks_tls:
+        return (
+            f"the server at {endpoint.target} does not speak TLS, but this client "
+            f"connected with TLS: use tamto://{endpoint.target}"
+        )
+    return None

@@ -12,14 +12,28 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tamto_local.cluster import SERVICES, ServiceEnv, dev_credential, service_argv, service_env
+from tamto_common.tls import TlsMaterial
+from tamto_local.cluster import (
+    SERVICES,
+    ServiceEnv,
+    dev_credential,
+    launcher_tls,
+    service_argv,
+    service_env,
+)
 from tamto_local.ports import free_port
+from tamto_local.tls import ensure_dev_pki
 from tamto_testing.infra import Infra
 from tamto_testing.processes import TestProcess
 
 
-def healthy(address: str) -> bool:
-    with grpc.insecure_channel(address) as channel:
+def healthy(address: str, tls: TlsMaterial | None = None) -> bool:
+    channel = (
+        grpc.insecure_channel(address)
+        if tls is None
+        else grpc.secure_channel(address, tls.channel_credentials())
+    )
+    with channel:
         stub = health_pb2_grpc.HealthStub(channel)
         response = stub.Check(health_pb2.HealthCheckRequest(), timeout=1)
         return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
@@ -30,15 +44,27 @@ class TestCluster:
 
     __test__ = False
 
-    def __init__(self, workdir: Path, infra: Infra, lease_ttl_s: int = 2) -> None:
+    def __init__(
+        self, workdir: Path, infra: Infra, lease_ttl_s: int = 3, tls: bool = False
+    ) -> None:
         self.workdir = workdir
         self.infra = infra
         self.credential = dev_credential(workdir)
         # A distinct etcd prefix is not needed: every cluster gets its own instance ids.
         self._suffix = workdir.name
+        self.tls_dir = workdir / "tls" if tls else None
+        if self.tls_dir is not None:
+            ensure_dev_pki(self.tls_dir)
         self.shared = ServiceEnv(
-            infra.etcd_endpoint, infra.nats_url, workdir, self.credential, lease_ttl_s, "info"
+            infra.etcd_endpoint,
+            infra.nats_url,
+            workdir,
+            self.credential,
+            lease_ttl_s,
+            "info",
+            tls_dir=self.tls_dir,
         )
+        self._launcher_tls = launcher_tls(self.tls_dir)
         self.ports = {name: free_port() for name in SERVICES}
         self.processes: dict[str, TestProcess] = {}
 
@@ -48,7 +74,18 @@ class TestCluster:
 
     @property
     def url(self) -> str:
-        return f"tamto://{self.gateway_address}"
+        scheme = "tamto" if self.tls_dir is None else "tamtos"
+        return f"{scheme}://{self.gateway_address}"
+
+    @property
+    def ca_file(self) -> Path:
+        """The development CA of a TLS cluster."""
+        assert self.tls_dir is not None, "not a TLS cluster"
+        return self.tls_dir / "ca.pem"
+
+    def audit_file(self, name: str) -> Path:
+        """Where service `name` (auth or gateway) appends audit records."""
+        return self.workdir / name / "audit.jsonl"
 
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name]}"
@@ -60,7 +97,7 @@ class TestCluster:
         env[f"TAMTO_{name.upper()}_INSTANCE_ID"] = f"{name}-{self._suffix}"
         proc = TestProcess(name, service_argv(name), self.workdir / "logs" / f"{name}.log", env)
         self.processes[name] = proc.start()
-        proc.wait_ready(lambda: healthy(self.address(name)), timeout_s)
+        proc.wait_ready(lambda: healthy(self.address(name), self._launcher_tls), timeout_s)
         return proc
 
     def start_all(self) -> TestCluster:

@@ -5,18 +5,25 @@
 - `tamto_cluster` (module): auth, storage, router and gateway as processes.
 - `fresh_cluster` (function): a cluster of its own, for tests that crash services.
 - `tamto_client` (function): an SDK client connected to `tamto_cluster`.
+- `spark` (session): one local SparkSession with the `tamto` data source.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 import tamto_sdk
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra, running_infra
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @pytest.fixture(scope="session")
@@ -59,3 +66,34 @@ def fresh_cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
 async def tamto_client(tamto_cluster: TestCluster) -> AsyncIterator[tamto_sdk.Client]:
     async with await tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
         yield c
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """ONE local SparkSession for the whole test run (the JVM takes ~10 s to start).
+
+    `local[2,3]`: two cores, and a failed task is tried up to 3 times, as on a
+    cluster, so tests can see a retried task. Python workers run this
+    interpreter; `tamto` is registered as a data source.
+    """
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from tamto_spark.datasource import register
+
+    session = (
+        SparkSession.builder.master("local[2,3]")
+        .appName("tamto-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    try:
+        yield session
+    finally:
+        session.stop()

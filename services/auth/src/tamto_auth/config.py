@@ -45,6 +45,23 @@ class AuthConfig(ServiceConfig):
     dev_subject: str = setting(
         "dev", "subject the development API key authenticates as", _non_empty
     )
+    dev_role: str = setting(
+        "admin", "role (admin on *) bound to the development subject", _non_empty
+    )
+    signing_key_max_age_s: int = setting(
+        7 * 86400, "rotate the signing key when it is this old (seconds)", positive
+    )
+    audit_file: str = setting("", "append audit records (JSON lines) here (empty: bus only)")
+
+    @property
+    def audit_path(self) -> Path | None:
+        """Where audit records are appended, or None."""
+        return Path(self.audit_file).expanduser() if self.audit_file else None
+
+    @property
+    def signing_key_retain_s(self) -> int:
+        """How long a retired signing key stays in the JWKS: its tokens' lifetime, and a minute."""
+        return self.token_ttl_s + 60
 
     @property
     def signing_keys_dir(self) -> Path:

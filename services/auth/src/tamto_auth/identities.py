@@ -29,7 +29,7 @@ from typing import Any
 import aetcd
 import structlog
 
-from tamto_common.apikeys import ApiKey
+from tamto_common.apikeys import ApiKey, new_api_key
 from tamto_common.errors import DataCorruption, NotFound, Unauthenticated
 
 KEYS_PREFIX = "/tamto/auth/keys/"
@@ -138,13 +138,44 @@ class ApiKeyStore:
             replaced=existing is not None,
         )
 
-    async def set_disabled(self, key_id: str, disabled: bool) -> None:
+    async def set_disabled(self, key_id: str, disabled: bool) -> KeyRecord:
         """Disable or re-enable a key (an operator action); raises `NotFound` for an unknown id."""
         existing = await self._get(key_id)
         if existing is None:
             raise NotFound(f"no API key with id {key_id}")
         updated = KeyRecord(**{**asdict(existing), "disabled": disabled})
         await self._etcd.put(self._key(key_id), updated.to_json())
+        return updated
+
+    async def get(self, key_id: str) -> KeyRecord:
+        """The record of `key_id`; `NotFound` if there is none."""
+        record = await self._get(key_id)
+        if record is None:
+            raise NotFound(f"no API key with id {key_id}")
+        return record
+
+    async def create(self, subject: str) -> tuple[ApiKey, KeyRecord]:
+        """A new random key for `subject`: the key (to show once) and its stored record."""
+        tx = self._etcd.transactions
+        while True:
+            api_key = new_api_key()
+            record = await asyncio.to_thread(new_record, api_key.secret, subject)
+            key = self._key(api_key.key_id)
+            created, _ = await self._etcd.transaction(
+                compare=[tx.version(key) == 0], success=[tx.put(key, record.to_json())], failure=[]
+            )
+            if created:  # else: a 48-bit key id collided; draw again
+                log.info("api key created", key=api_key.redacted(), subject=subject)
+                return api_key, record
+
+    async def list(self) -> list[tuple[str, KeyRecord]]:
+        """Every key as (key id, record), sorted by key id."""
+        result = await self._etcd.get_prefix(self._prefix.encode())
+        out = []
+        for kv in result:
+            key_id = kv.key.decode()[len(self._prefix) :]
+            out.append((key_id, KeyRecord.from_json(kv.value)))
+        return sorted(out, key=lambda pair: pair[0])
 
     async def verify(self, api_key: ApiKey) -> str:
         """The subject `api_key` authenticates as; `Unauthenticated("invalid API key")` if none."""

@@ -15,9 +15,11 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -145,3 +147,39 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def rotate(directory: Path, retain_s: float, now: float | None = None) -> SigningKeys:
+    """Make a new current key, drop keys retired more than `retain_s` ago, reload.
+
+    A key retires when the next one is created; tokens it signed keep verifying
+    while it stays in the JWKS, so `retain_s` must be at least the token lifetime.
+    """
+    key = _write(directory, Ed25519PrivateKey.generate())
+    log.info("signing key rotated", current=key.kid)
+    prune(directory, retain_s, now)
+    return load_or_create(directory)
+
+
+def prune(directory: Path, retain_s: float, now: float | None = None) -> list[str]:
+    """Delete every non-current key whose successor is older than `retain_s`; their kids."""
+    moment = time.time() if now is None else now
+    files = sorted(_key_files(directory), key=lambda p: (p.stat().st_mtime, p.stem))
+    removed: list[str] = []
+    for older, newer in itertools.pairwise(files):
+        if moment - newer.stat().st_mtime > retain_s:
+            older.unlink()
+            removed.append(older.stem)
+    if removed:
+        _fsync_dir(directory)
+        log.info("signing keys retired", kids=removed)
+    return removed
+
+
+def current_age_s(directory: Path, now: float | None = None) -> float:
+    """Seconds since the newest key under `directory` was created (inf if none)."""
+    files = _key_files(directory)
+    if not files:
+        return float("inf")
+    moment = time.time() if now is None else now
+    return moment - max(p.stat().st_mtime for p in files)

@@ -39,6 +39,10 @@ class TokenIssuer:
         self._ttl_s = ttl_s
         self._clock = clock
 
+    def use(self, keys: SigningKeys) -> None:
+        """Sign with `keys.current` from now on (after a rotation)."""
+        self._keys = keys
+
     def issue(self, subject: str) -> IssuedToken:
         """A token for `subject`, valid from now for the configured lifetime."""
         now = int(self._clock())

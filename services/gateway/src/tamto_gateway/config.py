@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from tamto_common.config import ServiceConfig, positive, setting
+from tamto_common.config import ServiceConfig, one_of, positive, setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -14,3 +15,21 @@ class GatewayConfig(ServiceConfig):
     token_issuer: str = setting("tamto", "issuer expected in tokens")
     token_audience: str = setting("tamto", "audience expected in tokens")
     upstream_timeout_s: float = setting(30.0, "deadline for calls to routers and auth", positive)
+    oidc_issuers_file: str = setting(
+        "", "JSON file listing trusted external OIDC issuers (empty: none)"
+    )
+    policy_refresh_s: float = setting(
+        30.0, "reload the policy this often even without a bus event (seconds)", positive
+    )
+    audit_file: str = setting("", "append audit records (JSON lines) here (empty: bus only)")
+    # Applications authenticate with API keys or tokens, not certificates.
+    tls_client_auth: str = setting(
+        "optional",
+        "client certificates on TLS: require (mTLS) or optional",
+        one_of("require", "optional"),
+    )
+
+    @property
+    def audit_path(self) -> Path | None:
+        """Where audit records are appended, or None."""
+        return Path(self.audit_file).expanduser() if self.audit_file else None

@@ -9,47 +9,103 @@ from collections.abc import AsyncIterator
 import grpc
 
 from tamto_common.aio import until_done
+from tamto_common.audit import ADMIN
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
+from tamto_common.policy import Permission
 from tamto_gateway.consume import FanOut
+from tamto_gateway.policy import Guard
+from tamto_gateway.security_api import AuthForwarder, SecurityApi
 from tamto_gateway.stream_proto import stream_def, stream_info
 from tamto_gateway.streams import StreamRegistry
-from tamto_gateway.tokens import Principal, TokenVerifier, bearer_token
+from tamto_gateway.tokens import Principal
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.batch import BatchFormatError, validate_batch
-from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
+from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_pb2
 
 
-class GatewayServicer(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
+class GatewayServicer(SecurityApi, gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
+    """Every call but Authenticate is authenticated; stream calls are authorized per stream:
+    Publish needs `publish`, Consume `consume`, Ensure/DeleteStream `admin`, DescribeStream
+    any permission on the stream; ListStreams shows the streams the caller holds any
+    permission on. Security admin RPCs (`SecurityApi`) need `admin` on `*`."""
+
     def __init__(
         self,
         streams: StreamRegistry,
         upstream: Upstream,
-        verifier: TokenVerifier,
+        guard: Guard,
+        auth: AuthForwarder,
         max_message_bytes: int,
     ) -> None:
         self._streams = streams
         self._upstream = upstream
-        self._verifier = verifier
+        self._guard = guard
+        self._auth = auth
         self._max_message_bytes = max_message_bytes
 
-    async def _principal(self, context: grpc.aio.ServicerContext) -> Principal:
-        return await self._verifier.verify(bearer_token(context.invocation_metadata()))
+    async def _principal(self, context: grpc.aio.ServicerContext, action: str) -> Principal:
+        return await self._guard.principal(
+            context.invocation_metadata(), context.peer() or "unknown", action
+        )
+
+    async def _authorize(
+        self,
+        context: grpc.aio.ServicerContext,
+        permission: Permission | None,
+        stream: str,
+        action: str,
+    ) -> Principal:
+        """Authenticate the call, then require `permission` (None: any) on `stream`."""
+        principal = await self._principal(context, action)
+        source = context.peer() or "unknown"
+        if permission is None:
+            await self._guard.require_any(principal, stream, source, action)
+        else:
+            await self._guard.require(principal, permission, stream, source, action)
+        return principal
+
+    async def _audit_admin(
+        self, context: grpc.aio.ServicerContext, principal: Principal, action: str, target: str
+    ) -> None:
+        await self._guard.audit.record(
+            ADMIN,
+            actor=principal.subject,
+            action=action,
+            target=target,
+            outcome="ok",
+            source=context.peer() or "unknown",
+        )
 
     async def Authenticate(
         self, request: gateway_pb2.AuthenticateRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.AuthenticateResponse:
         if not request.api_key:
             raise InvalidArgument("api_key is required")
-        token, expires = await self._upstream.authenticate(request.api_key)
-        return gateway_pb2.AuthenticateResponse(token=token, expires_at_unix=expires)
+        response = await self._auth.call(
+            "Authenticate",
+            auth_pb2.AuthRequest(api_key=request.api_key),
+            "(login)",
+            context.peer() or "unknown",
+        )
+        return gateway_pb2.AuthenticateResponse(
+            token=response.token, expires_at_unix=response.expires_at_unix
+        )
 
     async def EnsureStream(
         self, request: gateway_pb2.EnsureStreamRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.EnsureStreamResponse:
-        await self._principal(context)
+        check_name("stream", request.name)
+        principal = await self._authorize(context, Permission.ADMIN, request.name, "EnsureStream")
         wanted = stream_def(request.name, request.config)
         result = await self._streams.ensure(wanted, overwrite=request.overwrite)
+        if result.created or (request.overwrite and result.differences):
+            await self._audit_admin(
+                context,
+                principal,
+                "stream.create" if result.created else "stream.change",
+                f"stream {request.name}",
+            )
         return gateway_pb2.EnsureStreamResponse(
             stream=stream_info(result.stream),
             created=result.created,
@@ -59,27 +115,38 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
     async def DescribeStream(
         self, request: gateway_pb2.DescribeStreamRequest, context: grpc.aio.ServicerContext
     ) -> messages_pb2.StreamInfo:
-        await self._principal(context)
+        check_name("stream", request.name)
+        await self._authorize(context, None, request.name, "DescribeStream")
         return stream_info(await self._streams.describe(request.name, fresh=True))
 
     async def ListStreams(
         self, request: gateway_pb2.ListStreamsRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.ListStreamsResponse:
-        await self._principal(context)
+        principal = await self._principal(context, "ListStreams")
+        policy = self._guard.policy
         return gateway_pb2.ListStreamsResponse(
-            streams=[stream_info(s) for s in await self._streams.list()]
+            streams=[
+                stream_info(s)
+                for s in await self._streams.list()
+                if policy.allows_any(principal.subject, s.name)
+            ]
         )
 
     async def DeleteStream(
         self, request: gateway_pb2.DeleteStreamRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.DeleteStreamResponse:
-        await self._principal(context)
-        return gateway_pb2.DeleteStreamResponse(deleted=await self._streams.delete(request.name))
+        check_name("stream", request.name)
+        principal = await self._authorize(context, Permission.ADMIN, request.name, "DeleteStream")
+        deleted = await self._streams.delete(request.name)
+        if deleted:
+            await self._audit_admin(context, principal, "stream.delete", f"stream {request.name}")
+        return gateway_pb2.DeleteStreamResponse(deleted=deleted)
 
     async def Publish(
         self, request: gateway_pb2.PublishRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.PublishResponse:
-        await self._principal(context)
+        check_name("stream", request.stream)
+        await self._authorize(context, Permission.PUBLISH, request.stream, "Publish")
         stream = await self._streams.describe(request.stream)
         if request.partition >= stream.partitions:
             raise InvalidArgument(
@@ -90,11 +157,14 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
             validate_batch(request.batch.arrow_ipc, request.batch.count, self._max_message_bytes)
         except BatchFormatError as exc:
             raise InvalidArgument(f"malformed batch: {exc}") from None
-        base = await self._upstream.append(
+        base, offsets = await self._upstream.append(
             stream.name, request.partition, request.batch.arrow_ipc, request.batch.count
         )
         return gateway_pb2.PublishResponse(
-            partition=request.partition, base_offset=base, count=request.batch.count
+            partition=request.partition,
+            base_offset=base,
+            count=request.batch.count,
+            offsets=offsets,
         )
 
     async def Consume(
@@ -102,13 +172,17 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
         request_iterator: AsyncIterator[messages_pb2.ConsumeRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[messages_pb2.ConsumeResponse]:
-        await self._principal(context)
+        principal = await self._principal(context, "Consume")
         requests = aiter(request_iterator)
         first = await anext(requests, None)
         if first is None or first.WhichOneof("request") != "subscribe":
             raise InvalidArgument("a consume stream must start with subscribe")
         sub = first.subscribe
+        check_name("stream", sub.stream)
         check_name("subscription", sub.subscription)
+        await self._guard.require(
+            principal, Permission.CONSUME, sub.stream, context.peer() or "unknown", "Consume"
+        )
         stream = await self._streams.describe(sub.stream)
         partitions = sorted(set(sub.partitions)) or list(range(stream.partitions))
         outside = [p for p in partitions if p >= stream.partitions]

@@ -1,25 +1,62 @@
-"""Gateway wiring: member directory, stream registry, token verifier, the servicer."""
+"""Gateway wiring: member directory, stream registry, token verification, policy, the servicer."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from pathlib import Path
+
+import structlog
+
+from tamto_common.audit import AuditLog
 from tamto_common.channels import ChannelPool
 from tamto_common.membership import MemberDirectory
 from tamto_common.service import Runtime
 from tamto_gateway.config import GatewayConfig
 from tamto_gateway.grpc_api import GatewayServicer
+from tamto_gateway.oidc import ExternalVerifier, OidcIssuer, load_issuers
+from tamto_gateway.policy import Guard, PolicyCache
 from tamto_gateway.routing import Routes
+from tamto_gateway.security_api import AuthForwarder
 from tamto_gateway.streams import StreamRegistry
-from tamto_gateway.tokens import TokenVerifier
+from tamto_gateway.tokens import Authenticator, TokenVerifier, Verifier
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.v1 import gateway_pb2_grpc
 
+log = structlog.get_logger(__name__)
+
+
+def _issuers(config: GatewayConfig) -> tuple[OidcIssuer, ...]:
+    if not config.oidc_issuers_file:
+        return ()
+    return load_issuers(Path(config.oidc_issuers_file).expanduser())
+
 
 async def setup(config: GatewayConfig, runtime: Runtime) -> None:
+    issuers = _issuers(config)
     directory = await runtime.resources.enter_async_context(MemberDirectory(runtime.etcd))
     channels = ChannelPool()
     runtime.resources.push_async_callback(channels.close)
-    upstream = Upstream(Routes(directory), channels, config.upstream_timeout_s)
-    verifier = TokenVerifier(upstream.jwks, config.token_issuer, config.token_audience)
+    routes = Routes(directory)
+    upstream = Upstream(routes, channels, config.upstream_timeout_s)
+    internal = TokenVerifier(upstream.jwks, config.token_issuer, config.token_audience)
+    external: dict[str, Verifier] = {i.issuer: ExternalVerifier(i) for i in issuers}
+    if issuers:
+        log.info("oidc issuers trusted", issuers=[i.name for i in issuers])
+    audit = AuditLog("gateway", config.audit_path, runtime.bus)
+    runtime.resources.push_async_callback(audit.close)
+    cache = PolicyCache(runtime.etcd, runtime.bus, config.policy_refresh_s)
+    new_signing_key = cache.signing_key_events()
+    await cache.start()
+    runtime.resources.push_async_callback(cache.stop)
+    refresher = asyncio.create_task(_refetch_jwks(internal, new_signing_key), name="jwks-refetch")
+
+    async def stop_refresher() -> None:
+        refresher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await refresher
+
+    runtime.resources.push_async_callback(stop_refresher)
     streams = StreamRegistry(runtime.etcd, config.max_partitions, runtime.bus)
     subscription = await streams.watch_events()
     if subscription is not None:
@@ -27,7 +64,19 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     servicer = GatewayServicer(
         streams,
         upstream,
-        verifier,
+        Guard(Authenticator(internal, external), cache, audit),
+        AuthForwarder(routes, channels, config.upstream_timeout_s),
         config.max_message_bytes,
     )
     gateway_pb2_grpc.add_GatewayServicer_to_server(servicer, runtime.server)
+
+
+async def _refetch_jwks(verifier: TokenVerifier, announced: asyncio.Event) -> None:
+    """Refetch auth's JWKS whenever auth announces a new signing key."""
+    while True:
+        await announced.wait()
+        announced.clear()
+        try:
+            await verifier.refresh()
+        except Exception as exc:  # the next unknown kid triggers a refetch anyway
+            log.warning("jwks refetch failed", error=str(exc))

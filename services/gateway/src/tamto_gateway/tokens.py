@@ -16,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import jwt
 import structlog
@@ -97,6 +98,11 @@ class TokenVerifier:
         self._last_fetch: float | None = None
         self._lock = asyncio.Lock()
 
+    @property
+    def issuer(self) -> str:
+        """The `iss` this verifier accepts."""
+        return self._issuer
+
     async def verify(self, token: str) -> Principal:
         """The principal of a valid token; `Unauthenticated` saying why otherwise."""
         try:
@@ -116,7 +122,7 @@ class TokenVerifier:
         return Principal(subject=subject, expires_at=float(claims["exp"]))
 
     def _decode(self, token: str, key: Ed25519PublicKey) -> dict[str, Any]:
-        try:
+        with decode_errors():
             claims: dict[str, Any] = jwt.decode(
                 token,
                 key,
@@ -126,23 +132,12 @@ class TokenVerifier:
                 leeway=self._leeway_s,
                 options={"require": list(REQUIRED_CLAIMS)},
             )
-        except jwt.ExpiredSignatureError:
-            raise Unauthenticated("token expired") from None
-        except jwt.ImmatureSignatureError:
-            raise Unauthenticated("token not yet valid") from None
-        except jwt.InvalidIssuerError:
-            raise Unauthenticated("token issuer mismatch") from None
-        except jwt.InvalidAudienceError:
-            raise Unauthenticated("token audience mismatch") from None
-        except jwt.InvalidSignatureError:
-            raise Unauthenticated("token signature invalid") from None
-        except jwt.MissingRequiredClaimError as exc:
-            raise Unauthenticated(f"token missing claim {exc.claim}") from None
-        except jwt.DecodeError:
-            raise Unauthenticated("malformed token") from None
-        except jwt.InvalidTokenError as exc:
-            raise Unauthenticated(f"invalid token: {exc}") from None
         return claims
+
+    async def refresh(self) -> None:
+        """Refetch the JWKS now (auth announced a new signing key)."""
+        async with self._lock:
+            await self._refetch()
 
     async def _key(self, kid: str) -> Ed25519PublicKey:
         key = self._keys.get(kid)
@@ -178,6 +173,59 @@ class TokenVerifier:
         self._keys = parse_jwks(text)
         self._fetched = True
         log.info("token signing keys refreshed", kids=sorted(self._keys))
+
+
+@contextlib.contextmanager
+def decode_errors() -> Iterator[None]:
+    """Turn PyJWT's verdicts into `Unauthenticated` saying why."""
+    try:
+        yield
+    except jwt.ExpiredSignatureError:
+        raise Unauthenticated("token expired") from None
+    except jwt.ImmatureSignatureError:
+        raise Unauthenticated("token not yet valid") from None
+    except jwt.InvalidIssuerError:
+        raise Unauthenticated("token issuer mismatch") from None
+    except jwt.InvalidAudienceError:
+        raise Unauthenticated("token audience mismatch") from None
+    except jwt.InvalidSignatureError:
+        raise Unauthenticated("token signature invalid") from None
+    except jwt.MissingRequiredClaimError as exc:
+        raise Unauthenticated(f"token missing claim {exc.claim}") from None
+    except jwt.DecodeError:
+        raise Unauthenticated("malformed token") from None
+    except jwt.InvalidTokenError as exc:
+        raise Unauthenticated(f"invalid token: {exc}") from None
+
+
+class Verifier(Protocol):
+    """Anything that turns a token into a principal."""
+
+    async def verify(self, token: str) -> Principal: ...
+
+
+class Authenticator:
+    """Picks the verifier by the token's (unverified) `iss`: an external OIDC issuer
+    configured by that name, or else the auth service's own verifier, which then
+    checks the issuer and refuses a wrong one."""
+
+    def __init__(self, internal: TokenVerifier, external: Mapping[str, Verifier]) -> None:
+        self.internal = internal
+        self._external = dict(external)
+
+    async def verify(self, token: str) -> Principal:
+        """The principal of a valid token; `Unauthenticated` saying why otherwise."""
+        try:
+            claims = jwt.decode(token, options={"verify_signature": False})
+        except jwt.InvalidTokenError:
+            raise Unauthenticated("malformed token") from None
+        issuer = claims.get("iss")
+        external = self._external.get(issuer) if isinstance(issuer, str) else None
+        if external is not None:
+            return await external.verify(token)
+        if isinstance(issuer, str) and issuer != self.internal.issuer:
+            raise Unauthenticated("token issuer not trusted")
+        return await self.internal.verify(token)
 
 
 Metadata = Iterable[tuple[str, str | bytes]]

@@ -17,7 +17,10 @@ class Upstream:
         self._channels = channels
         self._timeout = timeout_s
 
-    async def append(self, stream: str, partition: int, arrow_ipc: bytes, count: int) -> int:
+    async def append(
+        self, stream: str, partition: int, arrow_ipc: bytes, count: int
+    ) -> tuple[int, list[int]]:
+        """Append through the owning router: (base offset, per-message offsets if deduped)."""
         address = await self.routes.router_for(stream, partition)
         stub = router_pb2_grpc.RouterStub(self._channels.get(address))
         try:
@@ -31,7 +34,7 @@ class Upstream:
             )
         except grpc.aio.AioRpcError as exc:
             raise downstream_error(exc, f"router {address}") from exc
-        return int(response.base_offset)
+        return int(response.base_offset), list(response.offsets)
 
     def router_consume(self, address: str) -> grpc.aio.StreamStreamCall:
         """Open a consume stream to one router (the caller writes subscribe first)."""

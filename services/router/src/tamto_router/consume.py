@@ -16,12 +16,12 @@ from typing import Literal
 
 from tamto_common.errors import InvalidArgument
 from tamto_router.acks import AckSet
+from tamto_router.dead_letters import Policy, Publish
 from tamto_router.partition_log import PartitionLog
 from tamto_router.partitions import Partitions
 from tamto_router.subscription import ConsumerSlot, Delivery, Subscription, SubscriptionType
 
 StartKind = Literal["earliest", "latest", "offset", "time"]
-DEFAULT_ACK_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -39,35 +39,51 @@ class SubscribeSpec:
     type: SubscriptionType = SubscriptionType.EXCLUSIVE
     consumer_name: str = ""
 
+    @property
+    def cursor_name(self) -> str:
+        """Whose acks these are: the subscription's, or for multicast the consumer's own."""
+        if self.type is SubscriptionType.MULTICAST:
+            return f"{self.subscription}~{self.consumer_name}"
+        return self.subscription
 
-AckTimeout = Callable[[str], Awaitable[float]]
-"""Looks up a stream's ack timeout in seconds."""
+
+PolicyLookup = Callable[[str], Awaitable[Policy]]
+"""Looks up a stream's delivery policy (ack timeout, limits, dead-letter stream)."""
 
 
 class SubscriptionRegistry:
     """Finds or creates the `Subscription` for (stream, partition, name)."""
 
-    def __init__(self, partitions: Partitions, ack_timeout: AckTimeout, read_max: int) -> None:
+    def __init__(
+        self,
+        partitions: Partitions,
+        policy: PolicyLookup,
+        read_max: int,
+        publish_dead: Publish | None = None,
+    ) -> None:
         self._partitions = partitions
-        self._ack_timeout = ack_timeout
+        self._policy = policy
         self._read_max = read_max
+        self._publish_dead = publish_dead
         self._locks: dict[tuple[str, int, str], asyncio.Lock] = {}
 
     async def get(self, spec: SubscribeSpec, partition: int) -> Subscription:
-        key = (spec.stream, partition, spec.subscription)
+        key = (spec.stream, partition, spec.cursor_name)
         async with self._locks.setdefault(key, asyncio.Lock()):
             log = await self._partitions.get(spec.stream, partition)
-            current = log.subscriptions.get(spec.subscription)
+            current = log.subscriptions.get(spec.cursor_name)
             if isinstance(current, Subscription) and not current.closed:
                 return current
             acks = await self._load_cursor(log, spec)
-            timeout = await self._ack_timeout(spec.stream)
-            created = Subscription(log, spec.subscription, acks, timeout, self._read_max)
-            log.subscriptions[spec.subscription] = created
+            policy = await self._policy(spec.stream)
+            created = Subscription(
+                log, spec.cursor_name, acks, policy, self._read_max, self._publish_dead
+            )
+            log.subscriptions[spec.cursor_name] = created
             return created
 
     async def _load_cursor(self, log: PartitionLog, spec: SubscribeSpec) -> AckSet:
-        stored = await log.storage.get_cursor(log.stream, log.partition, spec.subscription)
+        stored = await log.storage.get_cursor(log.stream, log.partition, spec.cursor_name)
         if stored is not None:
             return stored
         start = spec.start
@@ -87,7 +103,7 @@ class SubscriptionRegistry:
         acks = AckSet(floor)
         # Fix the start now, so "latest" means the moment the subscription was created.
         await log.storage.commit_cursor(
-            log.stream, log.partition, spec.subscription, log.epoch, acks
+            log.stream, log.partition, spec.cursor_name, log.epoch, acks
         )
         return acks
 
@@ -110,12 +126,13 @@ class ConsumeSession:
             raise
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        self._detach()
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        # No exception: the consumer half-closed its stream, a clean leave.
+        self._detach(graceful=exc_type is None)
 
-    def _detach(self) -> None:
+    def _detach(self, graceful: bool = False) -> None:
         for subscription in self._subscriptions.values():
-            subscription.detach(self.slot)
+            subscription.detach(self.slot, graceful)
         self._subscriptions.clear()
 
     def grant(self, messages: int) -> None:
@@ -130,7 +147,12 @@ class ConsumeSession:
         return subscription
 
     async def ack(self, partition: int, ranges: list[tuple[int, int]]) -> None:
-        await self._subscription(partition).ack(ranges)
+        subscription = self._subscription(partition)
+        if subscription.closed:
+            # Reloaded (its log failed over) while this session's acks were in
+            # flight: they belong to the subscription's live state, not the old one.
+            subscription = await self._registry.get(self.spec, partition)
+        await subscription.ack(ranges)
 
     def nack(self, partition: int, ranges: list[tuple[int, int]], delay_s: float) -> None:
         self._subscription(partition).nack(ranges, delay_s)

@@ -21,6 +21,8 @@ _TYPES = {
     messages_pb2.SUBSCRIPTION_TYPE_EXCLUSIVE: SubscriptionType.EXCLUSIVE,
     messages_pb2.SUBSCRIPTION_TYPE_FAILOVER: SubscriptionType.FAILOVER,
     messages_pb2.SUBSCRIPTION_TYPE_SHARED: SubscriptionType.SHARED,
+    messages_pb2.SUBSCRIPTION_TYPE_KEY_SHARED: SubscriptionType.KEY_SHARED,
+    messages_pb2.SUBSCRIPTION_TYPE_MULTICAST: SubscriptionType.MULTICAST,
 }
 
 
@@ -44,6 +46,10 @@ def spec_from_proto(sub: messages_pb2.Subscribe) -> SubscribeSpec:
         raise InvalidArgument("a router consume session must name its partitions")
     if sub.type not in _TYPES:
         raise InvalidArgument(f"unknown subscription type {sub.type}")
+    if _TYPES[sub.type] is SubscriptionType.MULTICAST:
+        if not sub.consumer_name:
+            raise InvalidArgument("a multicast consumer needs a consumer_name (its own cursor)")
+        check_name("consumer", sub.consumer_name)
     return SubscribeSpec(
         sub.stream,
         sub.subscription,
@@ -66,8 +72,12 @@ class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
         if request.batch.count == 0 or not request.batch.arrow_ipc:
             raise InvalidArgument("append needs a non-empty batch")
         log = await self._partitions.get(request.stream, request.partition)
-        base = await log.append(request.batch.arrow_ipc, request.batch.count)
-        return router_pb2.RouterAppendResponse(base_offset=base, count=request.batch.count)
+        appended = await log.append(request.batch.arrow_ipc, request.batch.count)
+        return router_pb2.RouterAppendResponse(
+            base_offset=appended.base_offset,
+            count=appended.count,
+            offsets=appended.offsets or [],
+        )
 
     async def Consume(
         self,
@@ -88,6 +98,7 @@ class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
                             partition=delivery.partition,
                             batch=delivery.batch.to_proto(),
                             delivery_count=delivery.delivery_count,
+                            offsets=delivery.offsets or (),
                         )
                     )
             finally:

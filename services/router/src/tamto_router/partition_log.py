@@ -14,19 +14,39 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+import pyarrow.compute as pc
 import structlog
 
 from tamto_common.errors import TamtoError, Unavailable
+from tamto_protocol.batch import decode_batch, encode_record_batch
+from tamto_router.dedup import DedupWindow, message_offsets
 from tamto_router.storage_client import Batch, LogBounds, StorageClient
 
 log = structlog.get_logger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where a producer's batch landed. `offsets` is set only when some of its
+    messages were duplicates: then it holds every message's offset, in order."""
+
+    base_offset: int
+    count: int
+    offsets: list[int] | None = None
+
+
 class PartitionLog:
     def __init__(
-        self, stream: str, partition: int, epoch: int, storage: StorageClient, bounds: LogBounds
+        self,
+        stream: str,
+        partition: int,
+        epoch: int,
+        storage: StorageClient,
+        bounds: LogBounds,
+        dedup: DedupWindow | None = None,
     ) -> None:
         self.stream = stream
         self.partition = partition
@@ -36,6 +56,7 @@ class PartitionLog:
         self._next_offset = bounds.next_offset
         self.durable_offset = bounds.next_offset
         self.failure: TamtoError | None = None
+        self.dedup = dedup
         self._queue: list[tuple[Batch, asyncio.Future[int]]] = []
         self._wake = asyncio.Event()
         self._grown = asyncio.Event()
@@ -45,11 +66,38 @@ class PartitionLog:
         self.subscriptions: dict[str, Any] = {}
         self._sender = asyncio.create_task(self._send_loop(), name=f"append-{stream}/{partition}")
 
-    async def append(self, arrow_ipc: bytes, count: int) -> int:
-        """Sequence a batch and wait until storage holds it durably; returns its base offset."""
+    async def append(self, arrow_ipc: bytes, count: int) -> Appended:
+        """Sequence a batch and wait until storage holds it durably.
+
+        Messages whose id is in the dedup window are not stored again; they are
+        answered with their original offsets once those are durable.
+        """
         if self.failure is not None:
             raise self.failure
-        batch = Batch(self._next_offset, count, time.time_ns() // 1000, arrow_ipc)
+        now_us = time.time_ns() // 1000
+        offsets: list[int] | None = None
+        if self.dedup is not None:
+            batch = decode_batch(arrow_ipc)
+            plan = self.dedup.plan(batch.column("id"), now_us)
+            if plan.keep is not None:
+                offsets = message_offsets(plan, count, self._next_offset)
+                if plan.kept == 0:
+                    await self.wait_beyond(max(offsets))
+                    if self.failure is not None:
+                        raise self.failure
+                    return Appended(offsets[0], count, offsets)
+                batch = pc.filter(batch, plan.keep)
+                arrow_ipc, count = encode_record_batch(batch), plan.kept
+            base = self._next_offset
+            self.dedup.record(batch.column("id"), list(range(base, base + count)), now_us)
+        base = await self._sequence(arrow_ipc, count, now_us)
+        if offsets is not None:
+            await self.wait_beyond(max(offsets))  # duplicates of messages still in flight
+            return Appended(base, len(offsets), offsets)
+        return Appended(base, count)
+
+    async def _sequence(self, arrow_ipc: bytes, count: int, now_us: int) -> int:
+        batch = Batch(self._next_offset, count, now_us, arrow_ipc)
         self._next_offset += count
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._queue.append((batch, future))

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aetcd
 import structlog
 
 from tamto_common.errors import Unavailable
-from tamto_router.ownership import Claim, claim_partition, release_partition
+from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
+from tamto_protocol.batch import decode_batch
+from tamto_router.dedup import DedupWindow
+from tamto_router.ownership import Claim, Held, claim_partition, release_partition
 from tamto_router.partition_log import PartitionLog
-from tamto_router.storage_client import StorageClient
+from tamto_router.storage_client import LogBounds, StorageClient
 
 log = structlog.get_logger(__name__)
 
@@ -28,12 +31,14 @@ class Partitions:
         instance: str,
         storage_for: Callable[[str, int], StorageClient],
         claim_timeout_s: float,
+        stream_def: Callable[[str], Awaitable[StreamDef | None]] | None = None,
     ) -> None:
         self._etcd = etcd
         self._lease = lease
         self._instance = instance
         self._storage_for = storage_for
         self._claim_timeout = claim_timeout_s
+        self._stream_def = stream_def
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._claims: dict[tuple[str, int], Claim] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
@@ -56,9 +61,13 @@ class Partitions:
     async def _open(self, stream: str, partition: int) -> PartitionLog:
         deadline = time.monotonic() + self._claim_timeout
         while True:
-            result = await claim_partition(
-                self._etcd, self._lease(), self._instance, stream, partition
-            )
+            try:
+                result: Claim | Held = await claim_partition(
+                    self._etcd, self._lease(), self._instance, stream, partition
+                )
+            except Exception as exc:  # etcd hiccup, or the lease was just replaced: retry
+                log.warning("claim failed", stream=stream, partition=partition, error=str(exc))
+                result = Held("(claim failed)", 0)
             if isinstance(result, Claim):
                 break
             if time.monotonic() > deadline:
@@ -70,14 +79,38 @@ class Partitions:
         storage = self._storage_for(stream, partition)
         bounds = await storage.open_partition(stream, partition, result.epoch)
         self._claims[(stream, partition)] = result
+        dedup = await self._dedup_window(stream, partition, storage, bounds)
         log.info(
             "partition claimed",
             stream=stream,
             partition=partition,
             epoch=result.epoch,
             next_offset=bounds.next_offset,
+            dedup_ids=len(dedup) if dedup is not None else 0,
         )
-        return PartitionLog(stream, partition, result.epoch, storage, bounds)
+        return PartitionLog(stream, partition, result.epoch, storage, bounds, dedup)
+
+    async def _dedup_window(
+        self, stream: str, partition: int, storage: StorageClient, bounds: LogBounds
+    ) -> DedupWindow | None:
+        """The partition's dedup window, rebuilt from what the log stored within it."""
+        definition = await self._stream_def(stream) if self._stream_def else None
+        window_ms = definition.dedup_window_ms if definition else DEFAULT_DEDUP_WINDOW_MS
+        if window_ms <= 0:
+            return None
+        window = DedupWindow(window_ms * 1000)
+        since = time.time_ns() // 1000 - window.window_us
+        offset = await storage.offset_for_time(stream, partition, since)
+        while offset < bounds.next_offset:
+            batches, _ = await storage.read(stream, partition, offset, 10_000)
+            if not batches:
+                break
+            for batch in batches:
+                offsets = list(range(batch.base_offset, batch.end))
+                ids = decode_batch(batch.arrow_ipc).column("id")
+                window.record(ids, offsets, batch.publish_time_us)
+            offset = batches[-1].end
+        return window
 
     def forget_claims(self) -> None:
         """The lease was lost, and with it every claim: reclaim on next use."""

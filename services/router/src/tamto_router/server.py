@@ -7,10 +7,12 @@ from tamto_common.errors import Unavailable
 from tamto_common.membership import KeptLease, MemberDirectory
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.service import Runtime
-from tamto_common.streams import read_stream
+from tamto_common.streams import StreamDef, read_stream
 from tamto_protocol.v1 import router_pb2_grpc
 from tamto_router.config import RouterConfig
-from tamto_router.consume import DEFAULT_ACK_TIMEOUT_S, SubscriptionRegistry
+from tamto_router.consume import SubscriptionRegistry
+from tamto_router.dead_letter_sink import DeadLetterSink
+from tamto_router.dead_letters import Policy
 from tamto_router.grpc_api import RouterServicer
 from tamto_router.partitions import Partitions
 from tamto_router.storage_client import StorageClient
@@ -38,17 +40,33 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     lease = await resources.enter_async_context(
         KeptLease(runtime.etcd, config.lease_ttl_s, on_new_lease)
     )
+
+    async def stream_def(stream: str) -> StreamDef | None:
+        return await read_stream(runtime.etcd, stream)
+
     partitions = Partitions(
-        runtime.etcd, lambda: lease.lease, config.member_id, storage_for, config.claim_timeout_s
+        runtime.etcd,
+        lambda: lease.lease,
+        config.member_id,
+        storage_for,
+        config.claim_timeout_s,
+        stream_def,
     )
     resources.push_async_callback(partitions.close)
 
-    async def ack_timeout_s(stream: str) -> float:
-        definition = await read_stream(runtime.etcd, stream)
-        timeout_ms = getattr(definition, "ack_timeout_ms", 0) if definition else 0
-        return timeout_ms / 1000 if timeout_ms else DEFAULT_ACK_TIMEOUT_S
+    async def policy(stream: str) -> Policy:
+        definition = await read_stream(runtime.etcd, stream) or StreamDef(stream, 1)
+        return Policy(
+            ack_timeout_s=definition.ack_timeout_ms / 1000,
+            max_deliveries=definition.max_deliveries,
+            max_lag=definition.max_lag,
+            dead_letter_stream=definition.dead_letter,
+        )
 
-    subscriptions = SubscriptionRegistry(partitions, ack_timeout_s, config.read_batch_messages)
+    sink = DeadLetterSink(runtime.etcd, directory, channels, partitions, config.member_id)
+    subscriptions = SubscriptionRegistry(
+        partitions, policy, config.read_batch_messages, sink.publish
+    )
     router_pb2_grpc.add_RouterServicer_to_server(
         RouterServicer(partitions, subscriptions), runtime.server
     )

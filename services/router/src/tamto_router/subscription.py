@@ -33,7 +33,10 @@ from enum import Enum
 import structlog
 
 from tamto_common.errors import FailedPrecondition, InvalidArgument, TamtoError, Unavailable
+from tamto_common.ring import HashRing
+from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.acks import AckSet
+from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
 from tamto_router.partition_log import PartitionLog
 from tamto_router.storage_client import Batch
 
@@ -44,6 +47,10 @@ class SubscriptionType(Enum):
     EXCLUSIVE = "exclusive"
     FAILOVER = "failover"
     SHARED = "shared"
+    KEY_SHARED = "key_shared"
+    # Each consumer (by name) has a subscription of its own, with its own cursor:
+    # inside the router that subscription behaves as an exclusive one.
+    MULTICAST = "multicast"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +58,8 @@ class Delivery:
     partition: int
     batch: Batch
     delivery_count: int
+    #: Key-shared deliveries are sparse: each message's offset. None: contiguous.
+    offsets: tuple[int, ...] | None = None
 
 
 class Credit:
@@ -114,6 +123,17 @@ def deliverable(batch: Batch, first: int, length: int) -> Batch:
     return Batch(first, length, batch.publish_time_us, data)
 
 
+def _as_runs(offsets: list[int]) -> list[tuple[int, int]]:
+    """Ascending offsets as inclusive (first, last) runs."""
+    runs: list[tuple[int, int]] = []
+    for offset in offsets:
+        if runs and offset == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], offset)
+        else:
+            runs.append((offset, offset))
+    return runs
+
+
 def _minus(run: Run, first: int, last: int) -> list[Run]:
     """What is left of `run` outside [first, last]."""
     left = []
@@ -130,14 +150,18 @@ class Subscription:
         partition_log: PartitionLog,
         name: str,
         acks: AckSet,
-        ack_timeout_s: float,
+        policy: Policy,
         read_max: int,
+        publish_dead: Publish | None = None,
     ) -> None:
         self.log = partition_log
         self.name = name
         self.acks = acks
-        self.ack_timeout_s = ack_timeout_s
+        self.policy = policy
+        self.ack_timeout_s = policy.ack_timeout_s
         self._read_max = read_max
+        self._publish_dead = publish_dead
+        self.dead_lettered = 0
         self.type: SubscriptionType | None = None
         self.consumers: list[tuple[str, int, ConsumerSlot]] = []  # (name, arrival, slot)
         self._arrivals = itertools.count()
@@ -147,6 +171,10 @@ class Subscription:
         self.position = acks.next_unacked(acks.floor)
         self._changed = asyncio.Event()
         self.closed = False
+        # Key-shared: which consumer holds each key's in-flight messages, and how many.
+        self._key_of: dict[int, bytes | None] = {}
+        self._key_holder: dict[bytes | None, list[int]] = {}  # key -> [slot id, in flight]
+        self._ring = HashRing([])
         partition_log.listeners.add(self.poke)
         self._task = asyncio.create_task(
             self._dispatch(),
@@ -177,20 +205,55 @@ class Subscription:
                 f"subscription {self.name!r} on {self.log.stream}/{self.partition} already has "
                 "a consumer (exclusive)"
             )
+        if self.consumers and kind is SubscriptionType.MULTICAST:
+            raise FailedPrecondition(
+                f"multicast consumer {self.name!r} on {self.log.stream}/{self.partition} is "
+                "already connected (consumer names must be unique)"
+            )
         self.type = kind
         self.consumers.append((slot.name, next(self._arrivals), slot))
         self.consumers.sort(key=lambda c: (c[0], c[1]))
+        self._rebuild_ring()
         self.poke()
 
-    def detach(self, slot: ConsumerSlot) -> None:
-        """The consumer left: everything it had unacked is due for redelivery now."""
+    def _rebuild_ring(self) -> None:
+        """Key-shared: consistent hashing of keys onto consumers, so a consumer
+        joining or leaving moves only the keys on its arcs."""
+        self._ring = HashRing(str(c[2].id) for c in self.consumers)
+
+    def detach(self, slot: ConsumerSlot, graceful: bool = False) -> None:
+        """The consumer left: everything it had unacked is due for redelivery now.
+
+        A consumer that closed its stream cleanly hands its messages back without
+        using up a delivery (they were buffered, not failed); one that vanished
+        (crashed, lost its connection) may have died on them, so they count.
+        """
         self.consumers = [c for c in self.consumers if c[2] is not slot]
+        self._rebuild_ring()
         now = time.monotonic()
         mine = [r for r in self.in_flight if r.consumer == slot.id]
         self.in_flight = [r for r in self.in_flight if r.consumer != slot.id]
         for run in mine:
-            self.pending.append(Run(run.first, run.last, run.count, now))
+            self._release(run.first, run.last)
+            count = run.count - 1 if graceful else run.count
+            self.pending.append(Run(run.first, run.last, count, now))
         self.poke()
+
+    def _release(self, first: int, last: int) -> None:
+        """Key-shared: offsets [first, last] are no longer in flight."""
+        if not self._key_of:
+            return
+        if last - first > len(self._key_of):
+            offsets = [o for o in self._key_of if first <= o <= last]
+        else:
+            offsets = [o for o in range(first, last + 1) if o in self._key_of]
+        for offset in offsets:
+            key = self._key_of.pop(offset)
+            holder = self._key_holder.get(key)
+            if holder is not None:
+                holder[1] -= 1
+                if holder[1] <= 0:
+                    del self._key_holder[key]
 
     # -- acks and nacks ----------------------------------------------------
 
@@ -206,6 +269,7 @@ class Subscription:
         self._check_ranges(ranges, "ack")
         for first, last in ranges:
             self.acks.ack_range(first, last)
+            self._release(first, last)
         self.in_flight = [r for r in self.in_flight if self.acks.next_unacked(r.first) <= r.last]
         self.pending = [r for r in self.pending if self.acks.next_unacked(r.first) <= r.last]
         await self.log.storage.commit_cursor(
@@ -224,6 +288,7 @@ class Subscription:
                     kept.append(run)
                     continue
                 lo, hi = max(run.first, first), min(run.last, last)
+                self._release(lo, hi)
                 self.pending.append(Run(lo, hi, run.count, due))
                 kept.extend(_minus(run, first, last))
             self.in_flight = kept
@@ -249,6 +314,7 @@ class Subscription:
         if expired:
             self.in_flight = [r for r in self.in_flight if r.due > now]
             for run in expired:
+                self._release(run.first, run.last)
                 self.pending.append(Run(run.first, run.last, run.count, now))
 
     def _next_wakeup(self, now: float) -> float | None:
@@ -263,7 +329,14 @@ class Subscription:
                     raise self.log.failure
                 now = time.monotonic()
                 self._expire(now)
-                slot = self._next_consumer()
+                if await self._dead_letter_what_is_over_limits(now):
+                    continue
+                if self.type is SubscriptionType.KEY_SHARED:
+                    if await self._dispatch_by_key(now):
+                        continue
+                    slot = None
+                else:
+                    slot = self._next_consumer()
                 if slot is not None:
                     due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
                     if due:
@@ -292,6 +365,12 @@ class Subscription:
         want = max(1, min(self._read_max, slot.credit.available))
         start = self.position
         batches, _ = await self.log.storage.read(self.log.stream, self.partition, start, want)
+        if not any(batch.end > start for batch in batches):
+            # Never spin: durable data below the log's end must be readable.
+            raise Unavailable(
+                f"storage returned nothing at offset {start} of {self.log.stream}/"
+                f"{self.partition}, below its durable end {self.log.durable_offset}"
+            )
         budget = self._budget(slot)
         for batch in batches:
             stopped = self._hand_out(slot, batch, start, batch.end - 1, 0, budget)
@@ -352,6 +431,171 @@ class Subscription:
                 if nxt <= min(batch.end - 1, hi):
                     return nxt
         return None
+
+    # -- key-shared ----------------------------------------------------------
+
+    async def _dispatch_by_key(self, now: float) -> bool:
+        """One round of key-shared delivery; True when anything moved.
+
+        Each message goes to the consumer its key hashes to. A message waits
+        (as a pending run) when that consumer has no credit, when an earlier
+        message of its key is still in flight at another consumer (a key that
+        moved is not handed over until its old consumer acked it), or when an
+        earlier message of its key is waiting: order per key holds.
+        """
+        if not any(c[2].credit.available > 0 for c in self.consumers):
+            return False
+        # Older (pending) messages first, then fresh ones: per key, offsets ascend.
+        due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
+        for run in due:
+            self.pending.remove(run)
+        sources = [(r.first, r.last, r.count, False) for r in due]
+        if self.position < self.log.durable_offset:
+            credit = sum(c[2].credit.available for c in self.consumers)
+            want = max(1, min(self._read_max, credit))
+            sources.append((self.position, self.position + want - 1, 0, True))
+        if not sources:
+            return False
+        blocked: set[bytes | None] = set()
+        progress = False
+        for first, last, count, fresh in sources:
+            batches, _ = await self.log.storage.read(
+                self.log.stream, self.partition, first, last - first + 1
+            )
+            end = first
+            for batch in batches:
+                if batch.base_offset > last:
+                    break
+                progress |= self._hand_out_by_key(batch, first, last, count, blocked, now)
+                end = max(end, min(batch.end, last + 1))
+            if fresh and end > self.position:
+                self.position = end
+                progress = True
+        return progress
+
+    def _hand_out_by_key(
+        self,
+        batch: Batch,
+        lo: int,
+        hi: int,
+        previous_count: int,
+        blocked: set[bytes | None],
+        now: float,
+    ) -> bool:
+        runs = unacked_runs(batch, lo, hi, self.acks)
+        if not runs:
+            return False
+        if not self.consumers:  # they all left while we read: keep it for the next ones
+            for first, length in runs:
+                self.pending.append(Run(first, first + length - 1, previous_count, now))
+            return False
+        decoded = decode_batch(batch.arrow_ipc)
+        keys = decoded.column("key").to_pylist()
+        slots = {str(c[2].id): c[2] for c in self.consumers}
+        budget = {sid: slot.credit.available for sid, slot in slots.items()}
+        chosen: dict[str, list[int]] = {}
+        waiting: list[int] = []
+        for first, length in runs:
+            for offset in range(first, first + length):
+                key = keys[offset - batch.base_offset]
+                target = self._ring.owner((key or b"").hex())
+                holder = self._key_holder.get(key)
+                if (
+                    key in blocked
+                    or budget[target] <= 0
+                    or (holder is not None and str(holder[0]) != target)
+                ):
+                    blocked.add(key)
+                    waiting.append(offset)
+                    continue
+                budget[target] -= 1
+                chosen.setdefault(target, []).append(offset)
+                self._key_of[offset] = key
+                if holder is None:
+                    self._key_holder[key] = [slots[target].id, 1]
+                else:
+                    holder[1] += 1
+        for first, last in _as_runs(waiting):
+            self.pending.append(Run(first, last, previous_count, now))
+        for target, offsets in chosen.items():
+            slot = slots[target]
+            rows = [o - batch.base_offset for o in offsets]
+            data = encode_record_batch(decoded.take(rows))
+            piece = Batch(offsets[0], len(offsets), batch.publish_time_us, data)
+            sparse = None if offsets[-1] - offsets[0] + 1 == len(offsets) else tuple(offsets)
+            slot.outbox.put_nowait(Delivery(self.partition, piece, previous_count + 1, sparse))
+            slot.credit.take(len(offsets))
+            deadline = now + self.ack_timeout_s
+            for first, last in _as_runs(offsets):
+                self.in_flight.append(Run(first, last, previous_count + 1, deadline, slot.id))
+        return bool(chosen)
+
+    async def _dead_letter_what_is_over_limits(self, now: float) -> bool:
+        """Move runs over max_deliveries or max_lag to the dead-letter stream."""
+        if self._publish_dead is None:
+            return False
+        limit = self.policy.max_deliveries
+        for run in self.pending:
+            if limit and run.count >= limit and run.due <= now:
+                self.pending.remove(run)
+                await self._dead_letter_or_retry(run, run.last, "max_deliveries", self.pending)
+                return True
+        if self.policy.max_lag:
+            # Lag is measured from the newest *acked* offset: consumers are moving
+            # on past a message that stays unacked. (Measured from the newest
+            # delivered one, a single large batch would put healthy in-flight
+            # messages over the limit the moment it is sent.)
+            newest_acked = self.acks.ranges[-1][1] if self.acks.ranges else self.acks.floor - 1
+            threshold = newest_acked - self.policy.max_lag
+            for runs in (self.in_flight, self.pending):
+                for run in runs:
+                    if run.first < threshold:
+                        runs.remove(run)
+                        last = min(run.last, threshold - 1)
+                        runs.extend(_minus(run, run.first, last))
+                        await self._dead_letter_or_retry(run, last, "max_lag", self.pending)
+                        return True
+        return False
+
+    async def _dead_letter_or_retry(
+        self, run: Run, last: int, reason: str, retry_in: list[Run]
+    ) -> None:
+        """Dead-letter [run.first, last]; if that fails, keep the run and try again later.
+
+        A failure (the dead-letter partition is moving, storage is restarting)
+        must not lose the run's delivery count, so the subscription lives on.
+        """
+        try:
+            await self._dead_letter(run.first, last, run.count, reason)
+        except TamtoError as exc:
+            log.warning("dead-lettering failed; retrying", error=str(exc), offsets=run.first)
+            retry_in.append(Run(run.first, last, run.count, time.monotonic() + 1.0))
+
+    async def _dead_letter(self, first: int, last: int, count: int, reason: str) -> None:
+        assert self._publish_dead is not None
+        origin = Origin(self.log.stream, self.partition, self.name)
+        batches, _ = await self.log.storage.read(
+            self.log.stream, self.partition, first, last - first + 1
+        )
+        moved: list[tuple[int, int]] = []
+        for batch in batches:
+            for start, length in unacked_runs(batch, first, last, self.acks):
+                piece = deliverable(batch, start, length)
+                data = dead_letter_batch(piece.arrow_ipc, start, origin, count, reason)
+                await self._publish_dead(self.policy.dead_letter_stream, data, length)
+                moved.append((start, start + length - 1))
+        log.info(
+            "dead-lettered",
+            stream=self.log.stream,
+            partition=self.partition,
+            subscription=self.name,
+            offsets=f"{first}-{last}",
+            reason=reason,
+            delivery_count=count,
+        )
+        self.dead_lettered += sum(b - a + 1 for a, b in moved)
+        if moved:
+            await self.ack(moved)
 
     def _fail(self, error: TamtoError) -> None:
         self.closed = True

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tamto_common.config import ServiceConfig, one_of, positive, setting
+from tamto_storage.sealer import SealOptions
 from tamto_storage.wal import WalOptions
 
 MIB = 1024 * 1024
@@ -32,6 +33,31 @@ class StorageConfig(ServiceConfig):
     read_max_bytes: int = setting(
         8 * MIB, "cap on batch bytes per Read response (one larger batch still goes)", positive
     )
+
+    segment_bytes: int = setting(
+        64 * MIB, "unsealed bytes of a partition that trigger sealing into a segment", positive
+    )
+    seal_age_ms: int = setting(
+        5000,
+        "oldest unsealed acknowledged message age (ms) that triggers sealing; with the "
+        "default check interval a message is in Parquet within about 6 s of its ack",
+        positive,
+    )
+    seal_check_ms: int = setting(1000, "milliseconds between sealing/retention rounds", positive)
+    retention_grace_ms: int = setting(
+        300_000,
+        "milliseconds an expired segment's file stays on disk so running Spark jobs can finish",
+        positive,
+    )
+
+    def seal_options(self) -> SealOptions:
+        """The sealing settings these config values describe."""
+        return SealOptions(
+            segment_bytes=self.segment_bytes,
+            max_age_s=self.seal_age_ms / 1000,
+            check_interval_s=self.seal_check_ms / 1000,
+            retention_grace_s=self.retention_grace_ms / 1000,
+        )
 
     def wal_options(self) -> WalOptions:
         """The write-ahead log settings these config values describe."""

@@ -1,6 +1,6 @@
 """Durable subscription cursors of one partition.
 
-Each cursor is ``<partition-dir>/cursors/<subscription>.json``::
+Each cursor is ``<partition-dir>/_cursors/<subscription>.json``::
 
     {"version": 1, "ack_floor": 120, "acked_above_floor": [[122, 130], [140, 140]]}
 
@@ -41,6 +41,25 @@ def check_cursor(cursor: Cursor) -> None:
         previous_last = r.last
 
 
+def merge_cursors(a: Cursor, b: Cursor) -> Cursor:
+    """The union of two cursors' acks (every offset acked in either is acked)."""
+    floor = max(a.ack_floor, b.ack_floor)
+    ranges = sorted(
+        (max(r.first, floor), r.last)
+        for r in (*a.acked_above_floor, *b.acked_above_floor)
+        if r.last >= floor
+    )
+    merged: list[tuple[int, int]] = []
+    for first, last in ranges:
+        if merged and first <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+        else:
+            merged.append((first, last))
+    if merged and merged[0][0] <= floor:
+        floor = merged.pop(0)[1] + 1
+    return Cursor(floor, tuple(OffsetRange(f, last) for f, last in merged))
+
+
 class CursorStore:
     """Reads and atomically writes the cursors of one partition."""
 
@@ -50,20 +69,32 @@ class CursorStore:
         self._lock = asyncio.Lock()
 
     def _path(self, subscription: str) -> Path:
-        return self._dir / f"{check_name('subscription', subscription)}.json"
+        # A multicast consumer's cursor is "<subscription>~<consumer>": both legal names.
+        for part in subscription.split("~", 1):
+            check_name("subscription", part)
+        return self._dir / f"{subscription}.json"
 
     async def commit(self, subscription: str, cursor: Cursor) -> None:
-        """Durably replace the subscription's cursor."""
+        """Durably add `cursor`'s acks to the subscription's cursor.
+
+        Acks only ever accumulate: the stored cursor becomes the union of what it
+        held and what is committed. So commits that arrive out of order (a session
+        of a reloaded subscription still acking while the new one commits) can
+        never move a cursor back and resurrect acknowledged messages.
+        """
         path = self._path(subscription)
         check_cursor(cursor)
-        data = json.dumps(
-            {
-                "version": _VERSION,
-                "ack_floor": cursor.ack_floor,
-                "acked_above_floor": [[r.first, r.last] for r in cursor.acked_above_floor],
-            }
-        ).encode()
         async with self._lock:
+            raw = await asyncio.to_thread(_read, path)
+            if raw is not None:
+                cursor = merge_cursors(_decode(path, raw), cursor)
+            data = json.dumps(
+                {
+                    "version": _VERSION,
+                    "ack_floor": cursor.ack_floor,
+                    "acked_above_floor": [[r.first, r.last] for r in cursor.acked_above_floor],
+                }
+            ).encode()
             await asyncio.to_thread(_write, path, data)
 
     async def get(self, subscription: str) -> Cursor | None:

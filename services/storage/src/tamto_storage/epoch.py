@@ -1,4 +1,4 @@
-"""The owner epoch of a partition, stored durably in ``<partition-dir>/epoch``.
+"""The owner epoch of a partition, stored durably in ``<partition-dir>/_epoch``.
 
 The file holds the epoch as decimal text and is replaced atomically. Blocking:
 call through a thread.
@@ -11,7 +11,7 @@ from pathlib import Path
 from tamto_common.errors import DataCorruption
 from tamto_storage.durable import write_atomic
 
-FILE_NAME = "epoch"
+FILE_NAME = "_epoch"
 
 
 def load_epoch(partition_dir: Path) -> int:

@@ -68,7 +68,8 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):  # type: ignore[misc]
 
     async def OffsetForTime(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         partition = await self._partition(request)
-        return storage_pb2.OffsetForTimeResponse(offset=partition.offset_for_time(request.time_us))
+        offset = await partition.offset_for_time(request.time_us)
+        return storage_pb2.OffsetForTimeResponse(offset=offset)
 
     async def CommitCursor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         partition = await self._partition(request)

@@ -1,8 +1,15 @@
 """A partition: its write-ahead log, its owner epoch (fencing) and its cursors.
 
-Layout under ``<data-dir>/streams/<stream>/partition=<p>/``: ``wal/`` (see
-`tamto_storage.wal`), ``epoch`` (see `tamto_storage.epoch`) and ``cursors/``
-(see `tamto_storage.cursors`).
+Layout under ``<data-dir>/streams/<stream>/partition=<p>/``: sealed Parquet
+segments ``segment-<first>-<last>.parquet`` (see `tamto_storage.segments`), and,
+hidden from Spark's file listing by their leading ``_``, ``_wal/`` (see
+`tamto_storage.wal`), ``_epoch`` (see `tamto_storage.epoch`) and ``_cursors/``
+(see `tamto_storage.cursors`). Directories of the old layout (``wal/``,
+``epoch``, ``cursors/``) are renamed on load.
+
+Reads by offset are served by the WAL from its first batch on and by the
+segments below that; sealing (`seal`) turns durable WAL batches into segments,
+after which `trim_wal` may remove WAL files the segments fully cover.
 
 Fencing: `open(epoch)` claims the partition for an owner epoch; appends and
 cursor commits must carry exactly the current epoch, so a router that lost
@@ -12,41 +19,103 @@ ownership (older epoch) cannot write, and a new owner must open before writing.
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from tamto_common.errors import FailedPrecondition, InvalidArgument
+import structlog
+
+from tamto_common.errors import DataCorruption, FailedPrecondition, InvalidArgument, Unavailable
 from tamto_storage import metrics
 from tamto_storage.cursors import CursorStore
-from tamto_storage.durable import make_dirs
+from tamto_storage.durable import fsync_dir, make_dirs
+from tamto_storage.epoch import FILE_NAME as EPOCH_FILE
 from tamto_storage.epoch import load_epoch, store_epoch
 from tamto_storage.frame import MAX_BODY_BYTES
 from tamto_storage.model import Cursor, PartitionId, PartitionOffsets, ReadResult, StoredBatch
+from tamto_storage.segment_log import SegmentLog
+from tamto_storage.segments import Segment, scan_segments, write_segment
 from tamto_storage.wal import Wal, WalOptions
 
+log = structlog.get_logger(__name__)
+
 MAX_BATCH_COUNT = 0xFFFFFFFF
+WAL_DIR = "_wal"
+CURSORS_DIR = "_cursors"
+#: Names before segments shared the directory with Spark, renamed on load.
+_OLD_NAMES = {"wal": WAL_DIR, "cursors": CURSORS_DIR, "epoch": EPOCH_FILE}
+#: Attempts at a read whose file sealing or retention removed meanwhile.
+_READ_ATTEMPTS = 3
+
+
+def _migrate_layout(directory: Path) -> None:
+    """Rename state of the pre-segment layout to the hidden names (blocking)."""
+    moved = False
+    for old, new in _OLD_NAMES.items():
+        if (directory / old).exists() and not (directory / new).exists():
+            os.replace(directory / old, directory / new)
+            moved = True
+    if moved:
+        fsync_dir(directory)
 
 
 class Partition:
     """One partition's durable log. Create with `Partition.load`, stop with `close`."""
 
-    def __init__(self, pid: PartitionId, directory: Path, wal: Wal, epoch: int) -> None:
+    def __init__(
+        self,
+        pid: PartitionId,
+        directory: Path,
+        wal: Wal,
+        epoch: int,
+        segments: SegmentLog | None = None,
+    ) -> None:
         self.id = pid
         self._dir = directory
         self._wal = wal
+        self._segments = segments if segments is not None else SegmentLog([])
+        self._seal_lock = asyncio.Lock()
+        #: Segment files found below the retention floor at load, still to be deleted.
+        self.expired_files: list[Path] = []
+        self._unsealed_bytes = 0
+        self._unsealed_since: float | None = None  # time.monotonic() of the oldest unsealed ack
+        if wal.durable_offset > self._segments.end_offset:
+            self._unsealed_since = time.monotonic()
         self._epoch = epoch  # durable: appends with exactly this epoch are accepted
         self._fence = epoch  # >= _epoch: an open in progress already fences older epochs
         self._epoch_lock = asyncio.Lock()
-        self._cursors = CursorStore(directory / "cursors")
+        self._cursors = CursorStore(directory / CURSORS_DIR)
 
     @classmethod
-    async def load(cls, pid: PartitionId, directory: Path, options: WalOptions) -> Partition:
-        """Open the partition stored in `directory` (created if missing), recovering its WAL."""
+    async def load(
+        cls, pid: PartitionId, directory: Path, options: WalOptions, *, floor: int = 0
+    ) -> Partition:
+        """Open the partition stored in `directory` (created if missing), recovering its WAL.
+
+        `floor` is the retention floor the stream's manifest records: segment
+        files below it were expired and are not served (see `expired_files`).
+        """
         await asyncio.to_thread(make_dirs, directory)
+        await asyncio.to_thread(_migrate_layout, directory)
         stored = await asyncio.to_thread(load_epoch, directory)
-        wal = await Wal.open(directory / "wal", options, label=str(pid))
+        found = await asyncio.to_thread(scan_segments, pid.partition, directory)
+        wal = await Wal.open(directory / WAL_DIR, options, label=str(pid))
+        kept = [s for s in found if s.first_offset >= floor]
         # A lost or stale epoch file must not let an older owner back in.
-        return cls(pid, directory, wal, max(stored, wal.max_epoch))
+        partition = cls(pid, directory, wal, max(stored, wal.max_epoch), SegmentLog(kept, floor))
+        partition.expired_files = [s.path for s in found if s.first_offset < floor]
+        partition._unsealed_bytes = wal.bytes_from(partition._segments.end_offset)
+        return partition
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    @property
+    def segment_log(self) -> SegmentLog:
+        """The committed segments."""
+        return self._segments
 
     @property
     def epoch(self) -> int:
@@ -59,8 +128,13 @@ class Partition:
         return self._wal
 
     def offsets(self) -> PartitionOffsets:
-        """Where the log starts and where the next append must start."""
-        return PartitionOffsets(self._wal.start_offset, self._wal.next_offset)
+        """Where the log starts (segments included) and where the next append must start."""
+        return PartitionOffsets(self._start_offset(), self._wal.next_offset)
+
+    def _start_offset(self) -> int:
+        wal_start = min(max(self._wal.start_offset, self._segments.floor), self._wal.next_offset)
+        sealed_start = self._segments.start_offset
+        return wal_start if sealed_start is None else min(sealed_start, wal_start)
 
     async def open(self, epoch: int) -> PartitionOffsets:
         """Claim the partition for `epoch` (>= the current one); return its offsets."""
@@ -106,6 +180,9 @@ class Partition:
             )
         done = self._wal.append(batches, epoch)
         await asyncio.shield(done)
+        self._unsealed_bytes += sum(len(b.arrow_ipc) for b in batches)
+        if self._unsealed_since is None:
+            self._unsealed_since = time.monotonic()
         stream = self.id.stream
         metrics.APPENDED_MESSAGES.labels(stream).inc(sum(b.count for b in batches))
         metrics.APPENDED_BYTES.labels(stream).inc(sum(len(b.arrow_ipc) for b in batches))
@@ -121,22 +198,111 @@ class Partition:
         corruption = self._wal.corruption
         if corruption is not None and from_offset >= corruption.offset:
             raise corruption.error()
-        start, end = self._wal.start_offset, self._wal.next_offset
-        if from_offset < start:
-            raise InvalidArgument(
-                f"offset {from_offset} is below the partition's start offset {start}"
-            )
-        if from_offset > end:
-            raise InvalidArgument(f"offset {from_offset} is beyond the partition's end {end}")
         if max_messages < 0:
             raise InvalidArgument(f"max_messages must not be negative, got {max_messages}")
-        batches = await self._wal.read(from_offset, max_messages, max(max_bytes, 1))
-        next_offset = batches[-1].end_offset if batches else from_offset
-        return ReadResult(tuple(batches), next_offset)
+        for _ in range(_READ_ATTEMPTS):
+            start, end = self._start_offset(), self._wal.next_offset
+            if from_offset < start:
+                raise InvalidArgument(
+                    f"offset {from_offset} is below the partition's start offset {start}"
+                )
+            if from_offset > end:
+                raise InvalidArgument(f"offset {from_offset} is beyond the partition's end {end}")
+            try:
+                if from_offset >= self._wal.start_offset:
+                    batches = await self._wal.read(from_offset, max_messages, max(max_bytes, 1))
+                else:
+                    batches = await self._segments.read(from_offset, max_messages, max_bytes)
+            except FileNotFoundError:
+                continue  # sealing or retention removed the file meanwhile: route again
+            next_offset = batches[-1].end_offset if batches else from_offset
+            return ReadResult(tuple(batches), next_offset)
+        raise Unavailable(f"partition {self.id}: files kept disappearing under a read")
 
-    def offset_for_time(self, time_us: int) -> int:
-        """See `Wal.offset_for_time`."""
-        return self._wal.offset_for_time(time_us)
+    async def offset_for_time(self, time_us: int) -> int:
+        """The first offset published at or after `time_us`, sealed or not.
+
+        The log's durable end when nothing is that recent.
+        """
+        sealed = await self._segments.offset_for_time(time_us)
+        if sealed is not None:
+            return sealed
+        offset = self._wal.offset_for_time(time_us)
+        return max(offset, self._start_offset())
+
+    def seal_due(self, now: float, segment_bytes: int, max_age_s: float) -> bool:
+        """Whether unsealed durable data is big enough or old enough to seal."""
+        if self._wal.durable_offset <= self._segments.end_offset or self._unsealed_since is None:
+            return False
+        return self._unsealed_bytes >= segment_bytes or now - self._unsealed_since >= max_age_s
+
+    async def seal(self, segment_bytes: int) -> list[Segment]:
+        """Turn every durable, unsealed batch into segments of about `segment_bytes`.
+
+        Each segment is visible (renamed into place) when this returns; the
+        caller records them in the manifest and only then calls `trim_wal`.
+        Segments end on batch boundaries; one batch larger than `segment_bytes`
+        is a segment of its own.
+        """
+        async with self._seal_lock:
+            started = time.monotonic()
+            target = self._wal.durable_offset
+            corruption = self._wal.corruption
+            if corruption is not None:
+                target = min(target, corruption.offset)
+            written: list[Segment] = []
+            while self._segments.end_offset < target:
+                start = self._segments.end_offset
+                if start < self._wal.start_offset:
+                    raise DataCorruption(
+                        f"partition {self.id}: sealed log ends at {start} but the WAL "
+                        f"starts at {self._wal.start_offset}"
+                    )
+                batches = await self._wal.read(start, 0, segment_bytes)
+                batches = [b for b in batches if b.end_offset <= target]
+                if not batches:
+                    break
+                segment = await asyncio.to_thread(
+                    write_segment, self.id.partition, self._dir, batches
+                )
+                self._segments.add(segment)
+                self._unsealed_bytes -= sum(len(b.arrow_ipc) for b in batches)
+                written.append(segment)
+            if self._wal.durable_offset <= self._segments.end_offset:
+                self._unsealed_since = None
+                self._unsealed_bytes = 0
+            elif written:
+                self._unsealed_since = started
+            return written
+
+    async def trim_wal(self) -> int:
+        """Remove WAL files the committed segments fully cover; returns how many went."""
+        dropped = self._wal.drop_files_before(self._segments.end_offset)
+        if dropped:
+            await asyncio.to_thread(remove_files, dropped)
+        return len(dropped)
+
+    def expire(self, now_us: int, retention_ms: int, retention_bytes: int) -> list[Segment]:
+        """Drop the oldest segments that retention no longer keeps; returns them.
+
+        Whole segments only. Time: a segment goes once its newest message is
+        older than `retention_ms`. Size: oldest segments go while the sealed
+        bytes exceed `retention_bytes`. 0 disables either rule. The caller
+        records the drop in the manifest and deletes the files after a grace period.
+        """
+        expired: list[Segment] = []
+        size = self._segments.size_bytes
+        while self._segments.segments:
+            oldest = self._segments.segments[0]
+            too_old = retention_ms > 0 and (
+                oldest.entry.max_publish_time_us < now_us - retention_ms * 1000
+            )
+            too_big = retention_bytes > 0 and size > retention_bytes
+            if not (too_old or too_big):
+                break
+            expired.append(self._segments.remove_first())
+            size -= oldest.entry.size_bytes
+        return expired
 
     async def commit_cursor(self, epoch: int, subscription: str, cursor: Cursor) -> None:
         """Durably store a subscription's cursor, if `epoch` is the current owner's."""
@@ -169,3 +335,14 @@ def _check_batches(batches: Sequence[StoredBatch]) -> None:
                 f"batch {i}: base offset {batch.base_offset} does not follow the previous "
                 f"batch, which ends at {batches[i - 1].end_offset}"
             )
+
+
+def remove_files(paths: Sequence[Path]) -> None:
+    """Unlink files (already gone is fine) and fsync their directories (blocking)."""
+    for path in paths:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            continue
+    for directory in {p.parent for p in paths}:
+        fsync_dir(directory)

@@ -14,7 +14,7 @@ from tamto_storage.wal import WalOptions
 
 
 async def setup(config: StorageConfig, runtime: Runtime) -> None:
-    """Build the partition store, serve it, and close it (flushing) on shutdown."""
+    """Build the partition store, serve it, start its sealer; close both on shutdown."""
 
     async def stream_options(stream: str, defaults: WalOptions) -> WalOptions:
         """A stream's durability policy from its definition in etcd, if it has one."""
@@ -24,8 +24,22 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
         interval_s = (definition.fsync_interval_ms or config.fsync_interval_ms) / 1000
         return replace(defaults, group_commit=False, fsync_interval_s=interval_s)
 
-    store = PartitionStore(config.data_dir, config.wal_options(), stream_options)
+    async def retention(stream: str) -> tuple[int, int]:
+        """A stream's (retention_ms, retention_bytes); (0, 0), keep all, when undefined."""
+        definition = await read_stream(runtime.etcd, stream)
+        if definition is None:
+            return 0, 0
+        return definition.retention_ms, definition.retention_bytes
+
+    store = PartitionStore(
+        config.data_dir,
+        config.wal_options(),
+        stream_options,
+        seal_options=config.seal_options(),
+        retention_for=retention,
+    )
     runtime.resources.push_async_callback(store.close)
+    store.start_sealer()
     storage_pb2_grpc.add_StorageServicer_to_server(
         StorageServicer(store, config.read_max_bytes), runtime.server
     )

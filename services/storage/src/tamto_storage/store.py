@@ -1,16 +1,35 @@
-"""All partitions of a storage node, opened lazily under one data directory."""
+"""All partitions of a storage node, opened lazily under one data directory.
+
+The store also keeps one `StreamManifest` per stream and owns the `Sealer`
+(when given `SealOptions`): started with `start_sealer`, stopped by `close`,
+which then seals everything left so a clean shutdown leaves the WAL tail in
+segments too.
+
+When a partition loads, its segment files and the manifest are reconciled: a
+segment renamed into place just before a crash, but not yet recorded, is
+recorded now; files below the manifest's retention floor are queued for deletion.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
+
+import structlog
 
 from tamto_common.errors import InvalidArgument, Unavailable
 from tamto_common.names import check_name
+from tamto_protocol.segment import ExpiredFile, Manifest
+from tamto_storage.manifest import StreamManifest
 from tamto_storage.model import PartitionId
 from tamto_storage.partition import Partition
+from tamto_storage.sealer import RetentionFor, Sealer, SealOptions, StoreView
 from tamto_storage.wal import WalOptions
+
+log = structlog.get_logger(__name__)
 
 MAX_PARTITIONS = 100_000
 
@@ -28,7 +47,7 @@ def partition_id(stream: str, partition: int) -> PartitionId:
     return PartitionId(stream, partition)
 
 
-class PartitionStore:
+class PartitionStore(StoreView):
     """Opens each partition once, on first use, and closes them all on `close`."""
 
     def __init__(
@@ -36,19 +55,73 @@ class PartitionStore:
         data_dir: Path,
         options: WalOptions,
         options_for: Callable[[str, WalOptions], Awaitable[WalOptions]] | None = None,
+        *,
+        seal_options: SealOptions | None = None,
+        retention_for: RetentionFor | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         """`options` are the defaults; `options_for(stream, defaults)`, when given,
-        decides a stream's own (its durability policy) as its partitions open."""
+        decides a stream's own (its durability policy) as its partitions open.
+        `seal_options` enable sealing; `retention_for(stream)` gives a stream's
+        (retention_ms, retention_bytes); `clock` is the wall clock retention uses."""
         self._data_dir = data_dir
         self._options = options
         self._options_for = options_for
         # One loading task per partition: concurrent first uses share it.
         self._partitions: dict[PartitionId, asyncio.Task[Partition]] = {}
+        self._manifests: dict[str, asyncio.Task[StreamManifest]] = {}
+        self._clock = clock
+        self._sealer = (
+            Sealer(self, seal_options, retention_for, clock) if seal_options is not None else None
+        )
         self._closed = False
 
     @property
     def data_dir(self) -> Path:
         return self._data_dir
+
+    @property
+    def sealer(self) -> Sealer | None:
+        """The sealer, when sealing is enabled."""
+        return self._sealer
+
+    def start_sealer(self) -> None:
+        """Start the background sealing loop (stopped by `close`)."""
+        if self._sealer is not None:
+            self._sealer.start()
+
+    def stream_dir(self, stream: str) -> Path:
+        return self._data_dir / "streams" / stream
+
+    def loaded(self) -> list[Partition]:
+        """The partitions opened so far (those whose load succeeded)."""
+        return [
+            t.result()
+            for t in self._partitions.values()
+            if t.done() and not t.cancelled() and t.exception() is None
+        ]
+
+    async def _manifest(self, stream: str) -> StreamManifest:
+        task = self._manifests.get(stream)
+        if task is None:
+            task = asyncio.create_task(StreamManifest.load(self.stream_dir(stream)))
+            self._manifests[stream] = task
+        try:
+            return await asyncio.shield(task)
+        except Exception:
+            if task.done() and self._manifests.get(stream) is task:
+                del self._manifests[stream]
+            raise
+
+    def manifest(self, stream: str) -> Manifest | None:
+        """The stream's current manifest, if it was loaded."""
+        task = self._manifests.get(stream)
+        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+            return None
+        return task.result().current
+
+    async def manifest_update(self, stream: str, change: Callable[[Manifest], Manifest]) -> None:
+        await (await self._manifest(stream)).update(change)
 
     async def get(self, stream: str, partition: int) -> Partition:
         """The partition, loaded (and its WAL recovered) on first use."""
@@ -70,16 +143,50 @@ class PartitionStore:
         options = self._options
         if self._options_for is not None:
             options = await self._options_for(pid.stream, options)
-        return await Partition.load(pid, partition_dir(self._data_dir, pid), options)
+        manifest = await self._manifest(pid.stream)
+        floor = manifest.current.start_offsets.get(pid.partition, 0)
+        partition = await Partition.load(
+            pid, partition_dir(self._data_dir, pid), options, floor=floor
+        )
+        await manifest.update(lambda m: _reconcile(m, partition, self._grace_deadline_us()))
+        return partition
+
+    def _grace_deadline_us(self) -> int:
+        grace = self._sealer.options.retention_grace_s if self._sealer is not None else 0.0
+        return int((self._clock() + grace) * 1e6)
 
     async def close(self) -> None:
-        """Flush and close every partition that was opened."""
+        """Stop the sealer, flush and close every partition, then seal what is left."""
         self._closed = True
-        tasks = list(self._partitions.values())
-        self._partitions.clear()
-        for task in tasks:
+        if self._sealer is not None:
+            await self._sealer.stop()
+        partitions = []
+        for task in list(self._partitions.values()):
             try:
                 partition = await task
             except Exception:  # its load failed; the caller already saw why
                 continue
             await partition.close()
+            partitions.append(partition)
+        if self._sealer is not None:
+            for partition in partitions:
+                try:
+                    await self._sealer.seal(partition)
+                except Exception:  # the WAL still holds it all; the next start seals it
+                    log.exception("sealing on shutdown failed", partition=str(partition.id))
+        self._partitions.clear()
+
+
+def _reconcile(manifest: Manifest, partition: Partition, delete_after_us: int) -> Manifest:
+    """The manifest with `partition`'s segments exactly as found on disk at load."""
+    number = partition.id.partition
+    others = tuple(s for s in manifest.segments if s.partition != number)
+    mine = tuple(s.entry for s in partition.segment_log.segments)
+    stream_dir = partition.directory.parent
+    listed = {e.file for e in manifest.expired}
+    expired = tuple(
+        ExpiredFile(str(path.relative_to(stream_dir)), delete_after_us)
+        for path in partition.expired_files
+        if str(path.relative_to(stream_dir)) not in listed
+    )
+    return replace(manifest, segments=others + mine, expired=manifest.expired + expired)

@@ -1,6 +1,6 @@
 """The write-ahead log of one partition: CRC-framed Arrow batches, group-committed.
 
-On disk: ``<partition-dir>/wal/<first-offset:020d>.log``, each file a run of
+On disk: ``<partition-dir>/_wal/<first-offset:020d>.log``, each file a run of
 frames (format in `tamto_storage.frame`: a 36-byte header — body length u32,
 crc32 u32 over the rest of the header and the body, base_offset i64, count u32,
 publish_time_us i64, epoch i64 — then the producer's Arrow IPC bytes unchanged).
@@ -234,6 +234,38 @@ class Wal:
             if entry.publish_time_us >= time_us:
                 return entry.base_offset
         return self._durable_end
+
+    def bytes_from(self, offset: int) -> int:
+        """Body bytes of the durable batches that end after `offset`."""
+        i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        return sum(e.body_length for e in self._entries[i:] if e.end_offset > offset)
+
+    def drop_files_before(self, offset: int) -> list[Path]:
+        """Forget the WAL files whose batches all end at or before `offset`; return them.
+
+        Called once a segment covers those offsets; the caller deletes the
+        files. Only files followed by a durable frame in a later file go: such
+        a file is complete (the writer fsyncs a file before starting the next)
+        and no queued append can still land in it. The file appends go to is
+        never returned. A read that picked a dropped file moments earlier sees
+        FileNotFoundError and is retried by the partition.
+        """
+        dropped: list[Path] = []
+        i = 0
+        while i < len(self._entries):
+            file = self._entries[i].file
+            j = i
+            while j < len(self._entries) and self._entries[j].file == file:
+                j += 1
+            if j == len(self._entries) or self._entries[j - 1].end_offset > offset:
+                break  # the last durable file, or one still holding unsealed batches
+            dropped.append(file)
+            i = j
+        if dropped:
+            self._entries = self._entries[i:]
+            self._bases = self._bases[i:]
+            self._start_offset = self._entries[0].base_offset
+        return dropped
 
     def _select(self, from_offset: int, max_messages: int, max_bytes: int) -> list[IndexEntry]:
         i = max(bisect.bisect_right(self._bases, from_offset) - 1, 0)

@@ -44,6 +44,71 @@ class AuthStub:
                 request_serializer=tamto_dot_v1_dot_auth__pb2.GetJwksRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_auth__pb2.GetJwksResponse.FromString,
                 _registered_method=True)
+        self.CreateIdentity = channel.unary_unary(
+                '/tamto.v1.Auth/CreateIdentity',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.CreateIdentityRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.Identity.FromString,
+                _registered_method=True)
+        self.ListIdentities = channel.unary_unary(
+                '/tamto.v1.Auth/ListIdentities',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.ListIdentitiesRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ListIdentitiesResponse.FromString,
+                _registered_method=True)
+        self.SetIdentityDisabled = channel.unary_unary(
+                '/tamto.v1.Auth/SetIdentityDisabled',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.SetIdentityDisabledRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.Identity.FromString,
+                _registered_method=True)
+        self.CreateApiKey = channel.unary_unary(
+                '/tamto.v1.Auth/CreateApiKey',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.CreateApiKeyRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
+                _registered_method=True)
+        self.SetApiKeyDisabled = channel.unary_unary(
+                '/tamto.v1.Auth/SetApiKeyDisabled',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.SetApiKeyDisabledRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ApiKeyInfo.FromString,
+                _registered_method=True)
+        self.RotateApiKey = channel.unary_unary(
+                '/tamto.v1.Auth/RotateApiKey',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
+                _registered_method=True)
+        self.PutRole = channel.unary_unary(
+                '/tamto.v1.Auth/PutRole',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.PutRoleRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.Role.FromString,
+                _registered_method=True)
+        self.DeleteRole = channel.unary_unary(
+                '/tamto.v1.Auth/DeleteRole',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.DeleteRoleRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.DeleteRoleResponse.FromString,
+                _registered_method=True)
+        self.ListRoles = channel.unary_unary(
+                '/tamto.v1.Auth/ListRoles',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.ListRolesRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ListRolesResponse.FromString,
+                _registered_method=True)
+        self.BindRole = channel.unary_unary(
+                '/tamto.v1.Auth/BindRole',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.BindRoleRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.BindRoleResponse.FromString,
+                _registered_method=True)
+        self.UnbindRole = channel.unary_unary(
+                '/tamto.v1.Auth/UnbindRole',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.BindRoleRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.BindRoleResponse.FromString,
+                _registered_method=True)
+        self.ListBindings = channel.unary_unary(
+                '/tamto.v1.Auth/ListBindings',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.ListBindingsRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ListBindingsResponse.FromString,
+                _registered_method=True)
+        self.RotateSigningKey = channel.unary_unary(
+                '/tamto.v1.Auth/RotateSigningKey',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyResponse.FromString,
+                _registered_method=True)
 
 
 class AuthServicer:
@@ -63,6 +128,90 @@ class AuthServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateIdentity(self, request, context):
+        """Identities: users and service accounts.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListIdentities(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetIdentityDisabled(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateApiKey(self, request, context):
+        """API keys of an identity: the full key is returned once, at creation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetApiKeyDisabled(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RotateApiKey(self, request, context):
+        """A new key for the same identity; the old key is disabled at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutRole(self, request, context):
+        """Roles: permissions on stream-name patterns.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteRole(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRoles(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BindRole(self, request, context):
+        """Bindings of roles to subjects (identity names, or `<issuer name>:<sub>` for OIDC).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnbindRole(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBindings(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RotateSigningKey(self, request, context):
+        """Makes a new signing key current; older keys stay in the JWKS until their tokens expire.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuthServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +224,71 @@ def add_AuthServicer_to_server(servicer, server):
                     servicer.GetJwks,
                     request_deserializer=tamto_dot_v1_dot_auth__pb2.GetJwksRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_auth__pb2.GetJwksResponse.SerializeToString,
+            ),
+            'CreateIdentity': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateIdentity,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.CreateIdentityRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.Identity.SerializeToString,
+            ),
+            'ListIdentities': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListIdentities,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.ListIdentitiesRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ListIdentitiesResponse.SerializeToString,
+            ),
+            'SetIdentityDisabled': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetIdentityDisabled,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.SetIdentityDisabledRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.Identity.SerializeToString,
+            ),
+            'CreateApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateApiKey,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.CreateApiKeyRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.SerializeToString,
+            ),
+            'SetApiKeyDisabled': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetApiKeyDisabled,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.SetApiKeyDisabledRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ApiKeyInfo.SerializeToString,
+            ),
+            'RotateApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateApiKey,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.SerializeToString,
+            ),
+            'PutRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutRole,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.PutRoleRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.Role.SerializeToString,
+            ),
+            'DeleteRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRole,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.DeleteRoleRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.DeleteRoleResponse.SerializeToString,
+            ),
+            'ListRoles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRoles,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.ListRolesRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ListRolesResponse.SerializeToString,
+            ),
+            'BindRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.BindRole,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.BindRoleRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.BindRoleResponse.SerializeToString,
+            ),
+            'UnbindRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnbindRole,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.BindRoleRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.BindRoleResponse.SerializeToString,
+            ),
+            'ListBindings': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBindings,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.ListBindingsRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ListBindingsResponse.SerializeToString,
+            ),
+            'RotateSigningKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateSigningKey,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +345,357 @@ class Auth:
             '/tamto.v1.Auth/GetJwks',
             tamto_dot_v1_dot_auth__pb2.GetJwksRequest.SerializeToString,
             tamto_dot_v1_dot_auth__pb2.GetJwksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateIdentity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/CreateIdentity',
+            tamto_dot_v1_dot_auth__pb2.CreateIdentityRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.Identity.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListIdentities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/ListIdentities',
+            tamto_dot_v1_dot_auth__pb2.ListIdentitiesRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ListIdentitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetIdentityDisabled(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/SetIdentityDisabled',
+            tamto_dot_v1_dot_auth__pb2.SetIdentityDisabledRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.Identity.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/CreateApiKey',
+            tamto_dot_v1_dot_auth__pb2.CreateApiKeyRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetApiKeyDisabled(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/SetApiKeyDisabled',
+            tamto_dot_v1_dot_auth__pb2.SetApiKeyDisabledRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ApiKeyInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/RotateApiKey',
+            tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/PutRole',
+            tamto_dot_v1_dot_auth__pb2.PutRoleRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.Role.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/DeleteRole',
+            tamto_dot_v1_dot_auth__pb2.DeleteRoleRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.DeleteRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRoles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/ListRoles',
+            tamto_dot_v1_dot_auth__pb2.ListRolesRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ListRolesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BindRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/BindRole',
+            tamto_dot_v1_dot_auth__pb2.BindRoleRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.BindRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnbindRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/UnbindRole',
+            tamto_dot_v1_dot_auth__pb2.BindRoleRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.BindRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBindings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/ListBindings',
+            tamto_dot_v1_dot_auth__pb2.ListBindingsRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ListBindingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateSigningKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/RotateSigningKey',
+            tamto_dot_v1_dot_auth__pb2.RotateSigningKeyRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.RotateSigningKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -23,37 +23,42 @@ _sym_db = _symbol_database.Default()
 
 
 from tamto_protocol.v1 import messages_pb2 as tamto_dot_v1_dot_messages__pb2
+from tamto_protocol.v1 import auth_pb2 as tamto_dot_v1_dot_auth__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tamto/v1/gateway.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\"&\n\x13\x41uthenticateRequest\x12\x0f\n\x07\x61pi_key\x18\x01 \x01(\t\">\n\x14\x41uthenticateResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x17\n\x0f\x65xpires_at_unix\x18\x02 \x01(\x03\"^\n\x13\x45nsureStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x16.tamto.v1.StreamConfig\x12\x11\n\toverwrite\x18\x03 \x01(\x08\"b\n\x14\x45nsureStreamResponse\x12$\n\x06stream\x18\x01 \x01(\x0b\x32\x14.tamto.v1.StreamInfo\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x13\n\x0b\x64ifferences\x18\x03 \x03(\t\"%\n\x15\x44\x65scribeStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x14\n\x12ListStreamsRequest\"#\n\x13\x44\x65leteStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\'\n\x14\x44\x65leteStreamResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"<\n\x13ListStreamsResponse\x12%\n\x07streams\x18\x01 \x03(\x0b\x32\x14.tamto.v1.StreamInfo\"Y\n\x0ePublishRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12$\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x15.tamto.v1.RecordBatch\"H\n\x0fPublishResponse\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x13\n\x0b\x62\x61se_offset\x18\x02 \x01(\x03\x12\r\n\x05\x63ount\x18\x03 \x01(\r2\x8f\x04\n\x07Gateway\x12M\n\x0c\x41uthenticate\x12\x1d.tamto.v1.AuthenticateRequest\x1a\x1e.tamto.v1.AuthenticateResponse\x12M\n\x0c\x45nsureStream\x12\x1d.tamto.v1.EnsureStreamRequest\x1a\x1e.tamto.v1.EnsureStreamResponse\x12G\n\x0e\x44\x65scribeStream\x12\x1f.tamto.v1.DescribeStreamRequest\x1a\x14.tamto.v1.StreamInfo\x12J\n\x0bListStreams\x12\x1c.tamto.v1.ListStreamsRequest\x1a\x1d.tamto.v1.ListStreamsResponse\x12M\n\x0c\x44\x65leteStream\x12\x1d.tamto.v1.DeleteStreamRequest\x1a\x1e.tamto.v1.DeleteStreamResponse\x12>\n\x07Publish\x12\x18.tamto.v1.PublishRequest\x1a\x19.tamto.v1.PublishResponse\x12\x42\n\x07\x43onsume\x12\x18.tamto.v1.ConsumeRequest\x1a\x19.tamto.v1.ConsumeResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tamto/v1/gateway.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\x1a\x13tamto/v1/auth.proto\"&\n\x13\x41uthenticateRequest\x12\x0f\n\x07\x61pi_key\x18\x01 \x01(\t\">\n\x14\x41uthenticateResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x17\n\x0f\x65xpires_at_unix\x18\x02 \x01(\x03\"^\n\x13\x45nsureStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x16.tamto.v1.StreamConfig\x12\x11\n\toverwrite\x18\x03 \x01(\x08\"b\n\x14\x45nsureStreamResponse\x12$\n\x06stream\x18\x01 \x01(\x0b\x32\x14.tamto.v1.StreamInfo\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x13\n\x0b\x64ifferences\x18\x03 \x03(\t\"%\n\x15\x44\x65scribeStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x14\n\x12ListStreamsRequest\"#\n\x13\x44\x65leteStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\'\n\x14\x44\x65leteStreamResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"<\n\x13ListStreamsResponse\x12%\n\x07streams\x18\x01 \x03(\x0b\x32\x14.tamto.v1.StreamInfo\"Y\n\x0ePublishRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12$\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x15.tamto.v1.RecordBatch\"Y\n\x0fPublishResponse\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x13\n\x0b\x62\x61se_offset\x18\x02 \x01(\x03\x12\r\n\x05\x63ount\x18\x03 \x01(\r\x12\x0f\n\x07offsets\x18\x04 \x03(\x03\"\x0f\n\rWhoAmIRequest\"j\n\x0eWhoAmIResponse\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x17\n\x0f\x65xpires_at_unix\x18\x02 \x01(\x03\x12\r\n\x05roles\x18\x03 \x03(\t\x12\x1f\n\x06grants\x18\x04 \x03(\x0b\x32\x0f.tamto.v1.Grant2\x8e\x0c\n\x07Gateway\x12M\n\x0c\x41uthenticate\x12\x1d.tamto.v1.AuthenticateRequest\x1a\x1e.tamto.v1.AuthenticateResponse\x12M\n\x0c\x45nsureStream\x12\x1d.tamto.v1.EnsureStreamRequest\x1a\x1e.tamto.v1.EnsureStreamResponse\x12G\n\x0e\x44\x65scribeStream\x12\x1f.tamto.v1.DescribeStreamRequest\x1a\x14.tamto.v1.StreamInfo\x12J\n\x0bListStreams\x12\x1c.tamto.v1.ListStreamsRequest\x1a\x1d.tamto.v1.ListStreamsResponse\x12M\n\x0c\x44\x65leteStream\x12\x1d.tamto.v1.DeleteStreamRequest\x1a\x1e.tamto.v1.DeleteStreamResponse\x12>\n\x07Publish\x12\x18.tamto.v1.PublishRequest\x1a\x19.tamto.v1.PublishResponse\x12\x42\n\x07\x43onsume\x12\x18.tamto.v1.ConsumeRequest\x1a\x19.tamto.v1.ConsumeResponse(\x01\x30\x01\x12\x45\n\x0e\x43reateIdentity\x12\x1f.tamto.v1.CreateIdentityRequest\x1a\x12.tamto.v1.Identity\x12S\n\x0eListIdentities\x12\x1f.tamto.v1.ListIdentitiesRequest\x1a .tamto.v1.ListIdentitiesResponse\x12O\n\x13SetIdentityDisabled\x12$.tamto.v1.SetIdentityDisabledRequest\x1a\x12.tamto.v1.Identity\x12\x46\n\x0c\x43reateApiKey\x12\x1d.tamto.v1.CreateApiKeyRequest\x1a\x17.tamto.v1.ApiKeyCreated\x12M\n\x11SetApiKeyDisabled\x12\".tamto.v1.SetApiKeyDisabledRequest\x1a\x14.tamto.v1.ApiKeyInfo\x12\x46\n\x0cRotateApiKey\x12\x1d.tamto.v1.RotateApiKeyRequest\x1a\x17.tamto.v1.ApiKeyCreated\x12\x33\n\x07PutRole\x12\x18.tamto.v1.PutRoleRequest\x1a\x0e.tamto.v1.Role\x12G\n\nDeleteRole\x12\x1b.tamto.v1.DeleteRoleRequest\x1a\x1c.tamto.v1.DeleteRoleResponse\x12\x44\n\tListRoles\x12\x1a.tamto.v1.ListRolesRequest\x1a\x1b.tamto.v1.ListRolesResponse\x12\x41\n\x08\x42indRole\x12\x19.tamto.v1.BindRoleRequest\x1a\x1a.tamto.v1.BindRoleResponse\x12\x43\n\nUnbindRole\x12\x19.tamto.v1.BindRoleRequest\x1a\x1a.tamto.v1.BindRoleResponse\x12M\n\x0cListBindings\x12\x1d.tamto.v1.ListBindingsRequest\x1a\x1e.tamto.v1.ListBindingsResponse\x12Y\n\x10RotateSigningKey\x12!.tamto.v1.RotateSigningKeyRequest\x1a\".tamto.v1.RotateSigningKeyResponse\x12;\n\x06WhoAmI\x12\x17.tamto.v1.WhoAmIRequest\x1a\x18.tamto.v1.WhoAmIResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tamto.v1.gateway_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_AUTHENTICATEREQUEST']._serialized_start=61
-  _globals['_AUTHENTICATEREQUEST']._serialized_end=99
-  _globals['_AUTHENTICATERESPONSE']._serialized_start=101
-  _globals['_AUTHENTICATERESPONSE']._serialized_end=163
-  _globals['_ENSURESTREAMREQUEST']._serialized_start=165
-  _globals['_ENSURESTREAMREQUEST']._serialized_end=259
-  _globals['_ENSURESTREAMRESPONSE']._serialized_start=261
-  _globals['_ENSURESTREAMRESPONSE']._serialized_end=359
-  _globals['_DESCRIBESTREAMREQUEST']._serialized_start=361
-  _globals['_DESCRIBESTREAMREQUEST']._serialized_end=398
-  _globals['_LISTSTREAMSREQUEST']._serialized_start=400
-  _globals['_LISTSTREAMSREQUEST']._serialized_end=420
-  _globals['_DELETESTREAMREQUEST']._serialized_start=422
-  _globals['_DELETESTREAMREQUEST']._serialized_end=457
-  _globals['_DELETESTREAMRESPONSE']._serialized_start=459
-  _globals['_DELETESTREAMRESPONSE']._serialized_end=498
-  _globals['_LISTSTREAMSRESPONSE']._serialized_start=500
-  _globals['_LISTSTREAMSRESPONSE']._serialized_end=560
-  _globals['_PUBLISHREQUEST']._serialized_start=562
-  _globals['_PUBLISHREQUEST']._serialized_end=651
-  _globals['_PUBLISHRESPONSE']._serialized_start=653
-  _globals['_PUBLISHRESPONSE']._serialized_end=725
-  _globals['_GATEWAY']._serialized_start=728
-  _globals['_GATEWAY']._serialized_end=1255
+  _globals['_AUTHENTICATEREQUEST']._serialized_start=82
+  _globals['_AUTHENTICATEREQUEST']._serialized_end=120
+  _globals['_AUTHENTICATERESPONSE']._serialized_start=122
+  _globals['_AUTHENTICATERESPONSE']._serialized_end=184
+  _globals['_ENSURESTREAMREQUEST']._serialized_start=186
+  _globals['_ENSURESTREAMREQUEST']._serialized_end=280
+  _globals['_ENSURESTREAMRESPONSE']._serialized_start=282
+  _globals['_ENSURESTREAMRESPONSE']._serialized_end=380
+  _globals['_DESCRIBESTREAMREQUEST']._serialized_start=382
+  _globals['_DESCRIBESTREAMREQUEST']._serialized_end=419
+  _globals['_LISTSTREAMSREQUEST']._serialized_start=421
+  _globals['_LISTSTREAMSREQUEST']._serialized_end=441
+  _globals['_DELETESTREAMREQUEST']._serialized_start=443
+  _globals['_DELETESTREAMREQUEST']._serialized_end=478
+  _globals['_DELETESTREAMRESPONSE']._serialized_start=480
+  _globals['_DELETESTREAMRESPONSE']._serialized_end=519
+  _globals['_LISTSTREAMSRESPONSE']._serialized_start=521
+  _globals['_LISTSTREAMSRESPONSE']._serialized_end=581
+  _globals['_PUBLISHREQUEST']._serialized_start=583
+  _globals['_PUBLISHREQUEST']._serialized_end=672
+  _globals['_PUBLISHRESPONSE']._serialized_start=674
+  _globals['_PUBLISHRESPONSE']._serialized_end=763
+  _globals['_WHOAMIREQUEST']._serialized_start=765
+  _globals['_WHOAMIREQUEST']._serialized_end=780
+  _globals['_WHOAMIRESPONSE']._serialized_start=782
+  _globals['_WHOAMIRESPONSE']._serialized_end=888
+  _globals['_GATEWAY']._serialized_start=891
+  _globals['_GATEWAY']._serialized_end=2441
 # @@protoc_insertion_point(module_scope)

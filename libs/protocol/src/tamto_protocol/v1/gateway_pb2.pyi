@@ -1,4 +1,5 @@
 from tamto_protocol.v1 import messages_pb2 as _messages_pb2
+from tamto_protocol.v1 import auth_pb2 as _auth_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -80,11 +81,29 @@ class PublishRequest(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ...) -> None: ...
 
 class PublishResponse(_message.Message):
-    __slots__ = ("partition", "base_offset", "count")
+    __slots__ = ("partition", "base_offset", "count", "offsets")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     base_offset: int
     count: int
-    def __init__(self, partition: _Optional[int] = ..., base_offset: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., base_offset: _Optional[int] = ..., count: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("subject", "expires_at_unix", "roles", "grants")
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_UNIX_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    subject: str
+    expires_at_unix: int
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    grants: _containers.RepeatedCompositeFieldContainer[_auth_pb2.Grant]
+    def __init__(self, subject: _Optional[str] = ..., expires_at_unix: _Optional[int] = ..., roles: _Optional[_Iterable[str]] = ..., grants: _Optional[_Iterable[_Union[_auth_pb2.Grant, _Mapping]]] = ...) -> None: ...

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from tamto_protocol.v1 import auth_pb2 as tamto_dot_v1_dot_auth__pb2
 from tamto_protocol.v1 import gateway_pb2 as tamto_dot_v1_dot_gateway__pb2
 from tamto_protocol.v1 import messages_pb2 as tamto_dot_v1_dot_messages__pb2
 
@@ -70,6 +71,76 @@ class GatewayStub:
                 request_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_messages__pb2.ConsumeResponse.FromString,
                 _registered_method=True)
+        self.CreateIdentity = channel.unary_unary(
+                '/tamto.v1.Gateway/CreateIdentity',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.CreateIdentityRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.Identity.FromString,
+                _registered_method=True)
+        self.ListIdentities = channel.unary_unary(
+                '/tamto.v1.Gateway/ListIdentities',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.ListIdentitiesRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ListIdentitiesResponse.FromString,
+                _registered_method=True)
+        self.SetIdentityDisabled = channel.unary_unary(
+                '/tamto.v1.Gateway/SetIdentityDisabled',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.SetIdentityDisabledRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.Identity.FromString,
+                _registered_method=True)
+        self.CreateApiKey = channel.unary_unary(
+                '/tamto.v1.Gateway/CreateApiKey',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.CreateApiKeyRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
+                _registered_method=True)
+        self.SetApiKeyDisabled = channel.unary_unary(
+                '/tamto.v1.Gateway/SetApiKeyDisabled',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.SetApiKeyDisabledRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ApiKeyInfo.FromString,
+                _registered_method=True)
+        self.RotateApiKey = channel.unary_unary(
+                '/tamto.v1.Gateway/RotateApiKey',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
+                _registered_method=True)
+        self.PutRole = channel.unary_unary(
+                '/tamto.v1.Gateway/PutRole',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.PutRoleRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.Role.FromString,
+                _registered_method=True)
+        self.DeleteRole = channel.unary_unary(
+                '/tamto.v1.Gateway/DeleteRole',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.DeleteRoleRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.DeleteRoleResponse.FromString,
+                _registered_method=True)
+        self.ListRoles = channel.unary_unary(
+                '/tamto.v1.Gateway/ListRoles',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.ListRolesRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ListRolesResponse.FromString,
+                _registered_method=True)
+        self.BindRole = channel.unary_unary(
+                '/tamto.v1.Gateway/BindRole',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.BindRoleRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.BindRoleResponse.FromString,
+                _registered_method=True)
+        self.UnbindRole = channel.unary_unary(
+                '/tamto.v1.Gateway/UnbindRole',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.BindRoleRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.BindRoleResponse.FromString,
+                _registered_method=True)
+        self.ListBindings = channel.unary_unary(
+                '/tamto.v1.Gateway/ListBindings',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.ListBindingsRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.ListBindingsResponse.FromString,
+                _registered_method=True)
+        self.RotateSigningKey = channel.unary_unary(
+                '/tamto.v1.Gateway/RotateSigningKey',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyResponse.FromString,
+                _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/tamto.v1.Gateway/WhoAmI',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
 
 
 class GatewayServicer:
@@ -122,6 +193,93 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateIdentity(self, request, context):
+        """Security administration (identities, keys, roles, bindings, signing keys):
+        requires `admin` on `*`; forwarded to the auth service, which audits it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListIdentities(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetIdentityDisabled(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateApiKey(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetApiKeyDisabled(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RotateApiKey(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutRole(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteRole(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRoles(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BindRole(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnbindRole(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBindings(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RotateSigningKey(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WhoAmI(self, request, context):
+        """Who the caller's token speaks for, and what it may do (no permission needed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -159,6 +317,76 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.Consume,
                     request_deserializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeResponse.SerializeToString,
+            ),
+            'CreateIdentity': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateIdentity,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.CreateIdentityRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.Identity.SerializeToString,
+            ),
+            'ListIdentities': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListIdentities,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.ListIdentitiesRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ListIdentitiesResponse.SerializeToString,
+            ),
+            'SetIdentityDisabled': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetIdentityDisabled,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.SetIdentityDisabledRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.Identity.SerializeToString,
+            ),
+            'CreateApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateApiKey,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.CreateApiKeyRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.SerializeToString,
+            ),
+            'SetApiKeyDisabled': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetApiKeyDisabled,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.SetApiKeyDisabledRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ApiKeyInfo.SerializeToString,
+            ),
+            'RotateApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateApiKey,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.SerializeToString,
+            ),
+            'PutRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutRole,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.PutRoleRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.Role.SerializeToString,
+            ),
+            'DeleteRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRole,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.DeleteRoleRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.DeleteRoleResponse.SerializeToString,
+            ),
+            'ListRoles': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRoles,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.ListRolesRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ListRolesResponse.SerializeToString,
+            ),
+            'BindRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.BindRole,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.BindRoleRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.BindRoleResponse.SerializeToString,
+            ),
+            'UnbindRole': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnbindRole,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.BindRoleRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.BindRoleResponse.SerializeToString,
+            ),
+            'ListBindings': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBindings,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.ListBindingsRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.ListBindingsResponse.SerializeToString,
+            ),
+            'RotateSigningKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateSigningKey,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.WhoAmIRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.WhoAmIResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -350,6 +578,384 @@ class Gateway:
             '/tamto.v1.Gateway/Consume',
             tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
             tamto_dot_v1_dot_messages__pb2.ConsumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateIdentity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/CreateIdentity',
+            tamto_dot_v1_dot_auth__pb2.CreateIdentityRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.Identity.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListIdentities(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/ListIdentities',
+            tamto_dot_v1_dot_auth__pb2.ListIdentitiesRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ListIdentitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetIdentityDisabled(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/SetIdentityDisabled',
+            tamto_dot_v1_dot_auth__pb2.SetIdentityDisabledRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.Identity.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/CreateApiKey',
+            tamto_dot_v1_dot_auth__pb2.CreateApiKeyRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetApiKeyDisabled(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/SetApiKeyDisabled',
+            tamto_dot_v1_dot_auth__pb2.SetApiKeyDisabledRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ApiKeyInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/RotateApiKey',
+            tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/PutRole',
+            tamto_dot_v1_dot_auth__pb2.PutRoleRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.Role.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/DeleteRole',
+            tamto_dot_v1_dot_auth__pb2.DeleteRoleRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.DeleteRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRoles(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/ListRoles',
+            tamto_dot_v1_dot_auth__pb2.ListRolesRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ListRolesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BindRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/BindRole',
+            tamto_dot_v1_dot_auth__pb2.BindRoleRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.BindRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnbindRole(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/UnbindRole',
+            tamto_dot_v1_dot_auth__pb2.BindRoleRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.BindRoleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBindings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/ListBindings',
+            tamto_dot_v1_dot_auth__pb2.ListBindingsRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.ListBindingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateSigningKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/RotateSigningKey',
+            tamto_dot_v1_dot_auth__pb2.RotateSigningKeyRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.RotateSigningKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/WhoAmI',
+            tamto_dot_v1_dot_gateway__pb2.WhoAmIRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.WhoAmIResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -24,6 +24,8 @@ class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SUBSCRIPTION_TYPE_EXCLUSIVE: _ClassVar[SubscriptionType]
     SUBSCRIPTION_TYPE_FAILOVER: _ClassVar[SubscriptionType]
     SUBSCRIPTION_TYPE_SHARED: _ClassVar[SubscriptionType]
+    SUBSCRIPTION_TYPE_KEY_SHARED: _ClassVar[SubscriptionType]
+    SUBSCRIPTION_TYPE_MULTICAST: _ClassVar[SubscriptionType]
 STREAM_KIND_UNSPECIFIED: StreamKind
 STREAM_KIND_PERSISTENT: StreamKind
 DURABILITY_UNSPECIFIED: Durability
@@ -33,6 +35,8 @@ SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType
 SUBSCRIPTION_TYPE_EXCLUSIVE: SubscriptionType
 SUBSCRIPTION_TYPE_FAILOVER: SubscriptionType
 SUBSCRIPTION_TYPE_SHARED: SubscriptionType
+SUBSCRIPTION_TYPE_KEY_SHARED: SubscriptionType
+SUBSCRIPTION_TYPE_MULTICAST: SubscriptionType
 
 class RecordBatch(_message.Message):
     __slots__ = ("arrow_ipc", "count")
@@ -161,16 +165,18 @@ class ConsumeRequest(_message.Message):
     def __init__(self, subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., ack: _Optional[_Union[PartitionAcks, _Mapping]] = ..., nack: _Optional[_Union[PartitionNacks, _Mapping]] = ...) -> None: ...
 
 class Delivery(_message.Message):
-    __slots__ = ("stream", "partition", "batch", "delivery_count")
+    __slots__ = ("stream", "partition", "batch", "delivery_count", "offsets")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_COUNT_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     partition: int
     batch: StoredBatch
     delivery_count: int
-    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[StoredBatch, _Mapping]] = ..., delivery_count: _Optional[int] = ...) -> None: ...
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[StoredBatch, _Mapping]] = ..., delivery_count: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ConsumeResponse(_message.Message):
     __slots__ = ("delivery",)

@@ -1,7 +1,8 @@
 from tamto_protocol.v1 import messages_pb2 as _messages_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -17,9 +18,11 @@ class RouterAppendRequest(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ...) -> None: ...
 
 class RouterAppendResponse(_message.Message):
-    __slots__ = ("base_offset", "count")
+    __slots__ = ("base_offset", "count", "offsets")
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
     base_offset: int
     count: int
-    def __init__(self, base_offset: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+    offsets: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, base_offset: _Optional[int] = ..., count: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...

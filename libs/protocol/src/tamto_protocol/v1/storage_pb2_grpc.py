@@ -99,7 +99,8 @@ class StorageServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CommitCursor(self, request, context):
-        """Durable subscription cursors.
+        """Durable subscription cursors. A commit adds acks: the stored cursor becomes
+        the union of what it held and what is committed, so it never moves back.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

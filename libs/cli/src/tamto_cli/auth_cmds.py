@@ -1,0 +1,333 @@
+"""`tamto auth`: identities, API keys, roles, bindings and tokens."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+import tamto_sdk
+from tamto_cli.connect import connect_client, err, run
+
+auth_app = typer.Typer(help="Identities, API keys, roles, bindings and tokens.")
+user_app = typer.Typer(help="Users and service accounts, and their API keys.")
+role_app = typer.Typer(help="Roles: permissions on stream-name patterns.")
+auth_app.add_typer(user_app, name="user")
+auth_app.add_typer(role_app, name="role")
+
+Url = Annotated[str | None, typer.Option("--url", help="gateway URL (env TAMTO_URL)")]
+ApiKey = Annotated[str | None, typer.Option("--api-key", help="API key (env TAMTO_API_KEY)")]
+DataDir = Annotated[Path | None, typer.Option("--data-dir", help="where all state lives")]
+AsJson = Annotated[bool, typer.Option("--json", help="print JSON")]
+
+
+def _key_dict(key: tamto_sdk.ApiKeyInfo) -> dict[str, object]:
+    return {
+        "key_id": key.key_id,
+        "identity": key.identity,
+        "disabled": key.disabled,
+        "created_at": key.created_at.isoformat(),
+    }
+
+
+def _identity_dict(identity: tamto_sdk.Identity) -> dict[str, object]:
+    return {
+        "name": identity.name,
+        "kind": identity.kind.value,
+        "disabled": identity.disabled,
+        "created_at": identity.created_at.isoformat(),
+        "keys": [_key_dict(k) for k in identity.keys],
+        "roles": list(identity.roles),
+    }
+
+
+def _print_new_key(new: tamto_sdk.NewApiKey, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({**_key_dict(new.info), "api_key": new.api_key}))
+        return
+    typer.echo(f"key {new.info.key_id} for {new.info.identity} (shown once, store it now):")
+    typer.echo(new.api_key)
+
+
+@user_app.command("create")
+def user_create(
+    name: str,
+    service: Annotated[bool, typer.Option(help="a service account, not a person")] = False,
+    key: Annotated[bool, typer.Option(help="also create a first API key")] = True,
+    as_json: AsJson = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Create a user (or --service account) and, unless --no-key, its first API key."""
+    kind = tamto_sdk.IdentityKind.SERVICE if service else tamto_sdk.IdentityKind.USER
+
+    async def go() -> None:
+        async with await connect_client(url, api_key, data_dir) as client:
+            await client.security.create_identity(name, kind)
+            new = await client.security.create_api_key(name) if key else None
+        if new is not None:
+            _print_new_key(new, as_json)
+        elif as_json:
+            print(json.dumps({"name": name, "kind": kind.value}))
+        else:
+            typer.echo(f"{name}: created ({kind.value})")
+
+    run(go())
+
+
+@user_app.command("list")
+def user_list(
+    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+) -> None:
+    """List identities: `NAME<TAB>KIND<TAB>enabled|disabled<TAB>ROLES<TAB>KEYS` (or JSON)."""
+
+    async def go() -> None:
+        async with await connect_client(url, api_key, data_dir) as client:
+            identities = await client.security.list_identities()
+        if as_json:
+            print(json.dumps([_identity_dict(i) for i in identities]))
+            return
+        for i in identities:
+            keys = ",".join(f"{k.key_id}{'(disabled)' if k.disabled else ''}" for k in i.keys)
+            state = "disabled" if i.disabled else "enabled"
+            typer.echo(f"{i.name}\t{i.kind.value}\t{state}\t{','.join(i.roles)}\t{keys}")
+
+    run(go())
+
+
+def _set_identity(
+    name: str, disabled: bool, url: str | None, key: str | None, d: Path | None
+) -> None:
+    async def go() -> None:
+        async with await connect_client(url, key, d) as client:
+            await client.security.set_identity_disabled(name, disabled)
+        typer.echo(f"{name}: {'disabled' if disabled else 'enabled'}")
+
+    run(go())
+
+
+@user_app.command("disable")
+def user_disable(
+    name: str, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+) -> None:
+    """Disable an identity: its keys and its live tokens stop working."""
+    _set_identity(name, True, url, api_key, data_dir)
+
+
+@user_app.command("enable")
+def user_enable(
+    name: str, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+) -> None:
+    """Enable a disabled identity again."""
+    _set_identity(name, False, url, api_key, data_dir)
+
+
+@user_app.command("add-key")
+def user_add_key(
+    name: str,
+    as_json: AsJson = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Create another API key for an identity (printed once)."""
+
+    async def go() -> tamto_sdk.NewApiKey:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await client.security.create_api_key(name)
+
+    _print_new_key(run(go()), as_json)
+
+
+@user_app.command("rotate-key")
+def user_rotate_key(
+    key_id: str,
+    as_json: AsJson = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Replace an API key: prints the new key; the old one is disabled at once."""
+
+    async def go() -> tamto_sdk.NewApiKey:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await client.security.rotate_api_key(key_id)
+
+    _print_new_key(run(go()), as_json)
+
+
+@user_app.command("disable-key")
+def user_disable_key(
+    key_id: str,
+    enable: Annotated[bool, typer.Option(help="enable it again instead")] = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Disable (or --enable) one API key by its id."""
+
+    async def go() -> None:
+        async with await connect_client(url, api_key, data_dir) as client:
+            await client.security.set_api_key_disabled(key_id, not enable)
+        typer.echo(f"key {key_id}: {'enabled' if enable else 'disabled'}")
+
+    run(go())
+
+
+@role_app.command("put")
+def role_put(
+    name: str,
+    grant: Annotated[
+        list[str] | None,
+        typer.Option("--grant", "-g", help="PERMISSION:PATTERN, e.g. publish:orders.* (repeat)"),
+    ] = None,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Create or replace a role with its grants (publish, consume, admin on a pattern)."""
+    try:
+        grants = [tamto_sdk.Grant.parse(g) for g in grant or []]
+    except ValueError as exc:
+        err.print(f"tamto auth role put: --grant: {exc} (permissions: publish, consume, admin)")
+        raise typer.Exit(2) from None
+
+    async def go() -> tamto_sdk.Role:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await client.security.put_role(name, grants)
+
+    role = run(go())
+    typer.echo(f"{role.name}: {' '.join(str(g) for g in role.grants) or '(no grants)'}")
+
+
+@role_app.command("list")
+def role_list(
+    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+) -> None:
+    """List roles: `NAME<TAB>GRANTS` (or JSON)."""
+
+    async def go() -> list[tamto_sdk.Role]:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await client.security.list_roles()
+
+    roles = run(go())
+    if as_json:
+        print(json.dumps([{"name": r.name, "grants": [str(g) for g in r.grants]} for r in roles]))
+        return
+    for r in roles:
+        typer.echo(f"{r.name}\t{' '.join(str(g) for g in r.grants)}")
+
+
+@role_app.command("delete")
+def role_delete(
+    name: str, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+) -> None:
+    """Delete a role and its bindings; exits 1 if there was no such role."""
+
+    async def go() -> bool:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await client.security.delete_role(name)
+
+    if not run(go()):
+        err.print(f"tamto: role {name!r} does not exist")
+        raise typer.Exit(1)
+    typer.echo(f"{name}: deleted")
+
+
+@auth_app.command("bind")
+def bind(
+    subject: str,
+    role: str,
+    remove: Annotated[bool, typer.Option(help="remove the binding instead")] = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Bind ROLE to SUBJECT (an identity, or ISSUER-NAME:SUB for OIDC); --remove unbinds."""
+
+    async def go() -> bool:
+        async with await connect_client(url, api_key, data_dir) as client:
+            if remove:
+                return await client.security.unbind(subject, role)
+            return await client.security.bind(subject, role)
+
+    changed = run(go())
+    verb = "unbound from" if remove else "bound to"
+    typer.echo(f"{role} {verb} {subject}" + ("" if changed else " (no change)"))
+
+
+@auth_app.command("bindings")
+def bindings(
+    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+) -> None:
+    """List bindings: `SUBJECT<TAB>ROLES` (or JSON)."""
+
+    async def go() -> dict[str, tuple[str, ...]]:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await client.security.list_bindings()
+
+    found = run(go())
+    if as_json:
+        print(json.dumps({s: list(r) for s, r in found.items()}))
+        return
+    for subject, roles in found.items():
+        typer.echo(f"{subject}\t{','.join(roles)}")
+
+
+@auth_app.command("token")
+def token(
+    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+) -> None:
+    """Print a bearer token for the API key (for grpcurl and other raw clients)."""
+
+    async def go() -> tuple[str, str]:
+        async with await connect_client(url, api_key, data_dir) as client:
+            value, expires = await client.security.token()
+        return value, expires.isoformat()
+
+    value, expires = run(go())
+    if as_json:
+        print(json.dumps({"token": value, "expires_at": expires}))
+    else:
+        typer.echo(value)
+
+
+@auth_app.command("whoami")
+def whoami(
+    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+) -> None:
+    """Show who the API key authenticates as, its roles and grants."""
+
+    async def go() -> tamto_sdk.WhoAmI:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await client.security.whoami()
+
+    me = run(go())
+    grants = [str(g) for g in me.grants]
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "subject": me.subject,
+                    "expires_at": me.expires_at.isoformat(),
+                    "roles": list(me.roles),
+                    "grants": grants,
+                }
+            )
+        )
+        return
+    typer.echo(f"{me.subject}\troles: {','.join(me.roles)}\tgrants: {' '.join(grants)}")
+
+
+@auth_app.command("rotate-signing-key")
+def rotate_signing_key(url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None) -> None:
+    """Make a new token signing key current (older ones verify until their tokens expire)."""
+
+    async def go() -> str:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await client.security.rotate_signing_key()
+
+    typer.echo(f"signing key {run(go())} is current")

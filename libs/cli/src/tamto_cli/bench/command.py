@@ -1,0 +1,162 @@
+"""The `tamto bench` command: options, progress bar, summary, JSON file."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress as RichProgress
+
+from tamto_cli import settings
+from tamto_cli.bench.harness import BenchSetupError, TamtoTarget
+from tamto_cli.bench.pool import BenchError
+from tamto_cli.bench.report import finish, markdown, render
+from tamto_cli.bench.runner import SYSTEMS, BenchOptions, run_bench
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+class _Bar:
+    """Shows the runner's phases as a rich progress bar (on stderr)."""
+
+    def __init__(self, progress: RichProgress) -> None:
+        self._progress = progress
+        self._task: Any = None
+
+    def start(self, total: int) -> None:
+        self._task = self._progress.add_task("starting", total=total)
+
+    def phase(self, label: str) -> None:
+        if self._task is None:
+            return
+        task = self._progress.tasks[self._task]
+        if task.description != "starting":
+            self._progress.advance(self._task)
+        self._progress.update(self._task, description=label)
+
+
+def _numbers(text: str, what: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        values = ()
+    if not values or any(v <= 0 or math.isnan(v) for v in values):
+        err.print(f"tamto bench: {what} must be positive numbers separated by commas: {text!r}")
+        raise typer.Exit(2)
+    return values
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN: missing measurements become null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+def bench(
+    local: Annotated[
+        bool, typer.Option(help="start a whole Tamto in a temporary directory for the run")
+    ] = False,
+    quick: Annotated[
+        bool, typer.Option(help="short windows and one latency rate (a CI-sized check)")
+    ] = False,
+    sizes: Annotated[str, typer.Option(help="message sizes in bytes")] = "100,1024,10240",
+    duration: Annotated[
+        float | None, typer.Option(help="seconds per measurement window (5; 1 with --quick)")
+    ] = None,
+    producers: Annotated[int, typer.Option(help="producer processes")] = 2,
+    consumers: Annotated[int, typer.Option(help="consumer processes")] = 2,
+    partitions: Annotated[int, typer.Option(help="partitions of each Tamto stream")] = 4,
+    rates: Annotated[
+        str | None,
+        typer.Option(help="fixed rates (msg/s) for latency (1000,5000; 5000 with --quick)"),
+    ] = None,
+    linger_ms: Annotated[float, typer.Option(help="Tamto producer linger")] = 5.0,
+    window: Annotated[
+        int, typer.Option(help="unacknowledged publishes per producer (both systems)")
+    ] = 10_000,
+    systems: Annotated[
+        str, typer.Option(help="what to run, of: tamto,jetstream,core,ceiling")
+    ] = ",".join(SYSTEMS),
+    jetstream_sync: Annotated[
+        str, typer.Option(help="JetStream sync_interval (always: fsync before every ack)")
+    ] = "always",
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="write the results as JSON to this file")
+    ] = None,
+    markdown_path: Annotated[
+        Path | None, typer.Option("--markdown", help="write the tables as Markdown to this file")
+    ] = None,
+    url: Annotated[str | None, typer.Option(help="gateway URL (env TAMTO_URL)")] = None,
+    api_key: Annotated[str | None, typer.Option(help="API key (env TAMTO_API_KEY)")] = None,
+    etcd: Annotated[
+        str, typer.Option(help="etcd endpoint (service memory)", envvar="TAMTO_ETCD_ENDPOINTS")
+    ] = settings.DEFAULT_ETCD,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="where the running system's state lives")
+    ] = None,
+) -> None:
+    """Measure throughput, latency and memory of Tamto beside NATS JetStream (loopback only)."""
+    chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
+    unknown = [s for s in chosen if s not in SYSTEMS]
+    if unknown or not chosen:
+        err.print(f"tamto bench: --systems takes {','.join(SYSTEMS)}, not {systems!r}")
+        raise typer.Exit(2)
+    if min(producers, consumers, partitions, window) <= 0:
+        err.print("tamto bench: --producers, --consumers, --partitions and --window must be > 0")
+        raise typer.Exit(2)
+    options = BenchOptions(
+        sizes=tuple(int(v) for v in _numbers(sizes, "--sizes")),
+        duration_s=duration if duration is not None else (1.0 if quick else 5.0),
+        producers=producers,
+        consumers=consumers,
+        partitions=partitions,
+        rates=_numbers(rates, "--rates") if rates else ((5000.0,) if quick else (1000.0, 5000.0)),
+        linger_ms=linger_ms,
+        window=window,
+        drain_limit_s=10.0 if quick else 30.0,
+        idle_s=0.5 if quick else 1.0,
+        systems=chosen,
+        jetstream_sync=jetstream_sync,
+        quick=quick,
+    )
+    if options.duration_s <= 0 or min(options.sizes) < 8:
+        err.print("tamto bench: --duration must be > 0 and every size at least 8 bytes")
+        raise typer.Exit(2)
+    target = None
+    if not local and "tamto" in chosen:
+        data = settings.data_dir(data_dir)
+        target = TamtoTarget(settings.gateway_url(url), settings.api_key(api_key, data), etcd)
+
+    columns = (
+        TextColumn("{task.description:<36}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    try:
+        with RichProgress(*columns, console=err, transient=True) as progress:
+            doc = asyncio.run(run_bench(options, _Bar(progress), local=local, target=target))
+    except (BenchError, BenchSetupError) as exc:
+        err.print(f"tamto bench: {exc}")
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    doc = _clean(finish(doc))
+    render(doc, console)
+    if json_path is not None:
+        json_path.write_text(json.dumps(doc, indent=2) + "\n")
+        console.print(f"results: {json_path}")
+    if markdown_path is not None:
+        markdown_path.write_text(markdown(doc))

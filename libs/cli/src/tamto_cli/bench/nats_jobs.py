@@ -1,0 +1,281 @@
+"""NATS workloads (JetStream and core NATS), run inside a worker process through nats-py.
+
+JetStream: publishers use `publish_async` with at most `window` unacknowledged
+publishes (the counterpart of the Tamto producer's pending window); consumers
+share one durable pull consumer with explicit acks, fetching up to 1,000 at a
+time and acking every message. Core NATS: plain publish, and subscribers in one
+queue group so each message is delivered once, like a Tamto shared subscription.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import nats
+from nats.aio.msg import Msg
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from tamto_cli.bench.pool import Gate
+from tamto_cli.bench.spec import JobResult, JobSpec
+from tamto_cli.bench.timing import in_window, paced, stamp_of, wait_for_start
+
+_YIELD_EVERY = 256
+_FLUSH_TIMEOUT_S = 30.0
+_FETCH = 1000
+WARMUP_FRACTION = 0.2
+
+
+def subject_of(stream: str) -> str:
+    """The subject a benchmark stream (or core NATS run) publishes on."""
+    return f"bench.{stream}"
+
+
+async def _connect(url: str) -> Any:
+    return await nats.connect(url, max_reconnect_attempts=0, pending_size=64 * 1024 * 1024)
+
+
+async def js_publish(spec: JobSpec, gate: Gate) -> JobResult:
+    """Publish to a JetStream stream with windowed async acks; count the acks."""
+    result = JobResult()
+    nc = await _connect(spec.target)
+    try:
+        js = nc.jetstream(publish_async_max_pending=spec.window)
+        subject = subject_of(spec.stream)
+        start = await wait_for_start(await gate.ready())
+        end = start + spec.duration_s
+        result.started = time.time()
+
+        def done(future: asyncio.Future[Any]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                result.errors += 1
+                return
+            result.total += 1
+            if in_window(start, end):
+                result.in_window += 1
+
+        async def send(payload: bytes) -> None:
+            (await js.publish_async(subject, payload)).add_done_callback(done)
+
+        if spec.rate > 0:
+            await paced(spec.rate, start, end, send, spec.size)
+        else:
+            payload = os.urandom(spec.size)
+            while time.monotonic() < end:
+                for _ in range(_YIELD_EVERY):
+                    await send(payload)
+                await asyncio.sleep(0)
+        await asyncio.wait_for(js.publish_async_completed(), _FLUSH_TIMEOUT_S)
+        result.last = time.time()
+    finally:
+        await nc.close()
+    return result
+
+
+async def js_consume(spec: JobSpec, gate: Gate) -> JobResult:
+    """Fetch from the shared durable pull consumer and ack each message explicitly.
+
+    For latency it uses a push consumer with a deliver group instead (JetStream's
+    lowest-latency path; a pull loop with short fetches adds its own delay).
+    """
+    if spec.latency:
+        return await _js_push_latency(spec, gate)
+    result = JobResult()
+    nc = await _connect(spec.target)
+    try:
+        js = nc.jetstream()
+        sub = await js.pull_subscribe(
+            subject_of(spec.stream),
+            durable="bench",
+            stream=spec.stream,
+            config=ConsumerConfig(
+                ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.ALL,
+                max_ack_pending=max(spec.credits * 4, 20_000),
+                max_waiting=512,
+            ),
+        )
+
+        async def receive(timeout_s: float) -> list[Msg]:
+            try:
+                msgs: list[Msg] = await sub.fetch(_FETCH, timeout=timeout_s)
+            except (TimeoutError, nats.errors.TimeoutError):
+                return []
+            return msgs
+
+        async def ack(msgs: list[Msg]) -> None:
+            for msg in msgs:
+                await msg.ack()
+
+        await _consume_loop(spec, gate, result, receive, ack)
+        await nc.flush(timeout=_FLUSH_TIMEOUT_S)
+    finally:
+        await nc.close()
+    return result
+
+
+def push_consumer_config(stream: str) -> ConsumerConfig:
+    """The durable push consumer the latency workers share (one deliver group)."""
+    return ConsumerConfig(
+        durable_name="bench",
+        deliver_subject=f"_bench_deliver.{stream}",
+        deliver_group="bench",
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        max_ack_pending=20_000,
+    )
+
+
+async def _js_push_latency(spec: JobSpec, gate: Gate) -> JobResult:
+    result = JobResult()
+    nc = await _connect(spec.target)
+    try:
+        js = nc.jetstream()
+        window = {"start": 0.0, "end": 0.0, "warm_ns": 0.0}
+
+        async def on_message(msg: Msg) -> None:
+            received_ns = time.time_ns()
+            result.total += 1
+            result.last = time.time()
+            if window["start"] <= time.monotonic() <= window["end"]:
+                result.in_window += 1
+            sent_ns = stamp_of(msg.data)
+            if sent_ns >= window["warm_ns"]:
+                result.latencies_ns.append(received_ns - sent_ns)
+            await msg.ack()
+
+        # The parent created the durable push consumer (`push_consumer_config`);
+        # every worker binds to it through the deliver group.
+        await js.subscribe(
+            subject_of(spec.stream),
+            queue="bench",
+            durable="bench",
+            stream=spec.stream,
+            cb=on_message,
+            manual_ack=True,
+            pending_msgs_limit=1_000_000,
+        )
+        start_wall = await gate.ready()
+        result.started = start_wall
+        window["warm_ns"] = (start_wall + spec.duration_s * WARMUP_FRACTION) * 1e9
+        start = await wait_for_start(start_wall)
+        window["start"], window["end"] = start, start + spec.duration_s
+        await asyncio.sleep(spec.duration_s + spec.idle_s)
+    finally:
+        await nc.close()
+    return result
+
+
+async def _consume_loop(
+    spec: JobSpec,
+    gate: Gate,
+    result: JobResult,
+    receive: Callable[[float], Awaitable[list[Msg]]],
+    ack: Callable[[list[Msg]], Awaitable[None]],
+) -> None:
+    start_wall = await gate.ready()
+    start = await wait_for_start(start_wall)
+    result.started = start_wall
+    hard_end = start + spec.duration_s + spec.idle_s
+    warm_ns = int((start_wall + spec.duration_s * WARMUP_FRACTION) * 1e9)
+    last_seen = start
+    while True:
+        now = time.monotonic()
+        # Idle means drained once something came; before that, allow for slow setup.
+        idle_limit = spec.idle_s if result.total else max(4 * spec.idle_s, 5.0)
+        if now >= hard_end or (not spec.latency and now - last_seen > idle_limit):
+            return
+        msgs = await receive(max(0.01, min(0.2, hard_end - now)))
+        if not msgs:
+            continue
+        received_ns = time.time_ns()
+        last_seen = time.monotonic()
+        result.last = time.time()
+        result.total += len(msgs)
+        if in_window(start, start + spec.duration_s):
+            result.in_window += len(msgs)
+        if spec.latency:
+            for msg in msgs:
+                sent_ns = stamp_of(msg.data)
+                if sent_ns >= warm_ns:
+                    result.latencies_ns.append(received_ns - sent_ns)
+        await ack(msgs)
+
+
+async def core_publish(spec: JobSpec, gate: Gate) -> JobResult:
+    """Publish on core NATS (fire and forget) as fast as possible or at `spec.rate`."""
+    result = JobResult()
+    nc = await _connect(spec.target)
+    try:
+        subject = subject_of(spec.stream)
+        start = await wait_for_start(await gate.ready())
+        end = start + spec.duration_s
+        result.started = time.time()
+
+        async def send(payload: bytes) -> None:
+            await nc.publish(subject, payload)
+
+        if spec.rate > 0:
+            result.total = await paced(spec.rate, start, end, send, spec.size)
+        else:
+            payload = os.urandom(spec.size)
+            while time.monotonic() < end:
+                for _ in range(_YIELD_EVERY):
+                    await nc.publish(subject, payload)
+                result.total += _YIELD_EVERY
+                await asyncio.sleep(0)
+        result.in_window = result.total
+        await nc.flush(timeout=_FLUSH_TIMEOUT_S)
+        result.last = time.time()
+    finally:
+        await nc.close()
+    return result
+
+
+async def core_subscribe(spec: JobSpec, gate: Gate) -> JobResult:
+    """Receive on core NATS in a queue group; count deliveries (and latency if asked)."""
+    result = JobResult()
+    nc = await _connect(spec.target)
+    try:
+        window = {"start": 0.0, "end": 0.0}
+        warm_ns = 0
+
+        async def on_message(msg: Msg) -> None:
+            now = time.monotonic()
+            result.total += 1
+            result.last = time.time()
+            if window["start"] <= now <= window["end"]:
+                result.in_window += 1
+            if spec.latency:
+                sent_ns = stamp_of(msg.data)
+                if sent_ns >= warm_ns:
+                    result.latencies_ns.append(time.time_ns() - sent_ns)
+
+        await nc.subscribe(
+            subject_of(spec.stream),
+            queue="bench",
+            cb=on_message,
+            pending_msgs_limit=1_000_000,
+            pending_bytes_limit=1 << 30,
+        )
+        await nc.flush()
+        start_wall = await gate.ready()
+        result.started = start_wall
+        warm_ns = int((start_wall + spec.duration_s * WARMUP_FRACTION) * 1e9)
+        start = await wait_for_start(start_wall)
+        window["start"], window["end"] = start, start + spec.duration_s
+        await asyncio.sleep(spec.duration_s + spec.idle_s)
+    finally:
+        await nc.close()
+    return result
+
+
+JOBS = {
+    ("jetstream", "pub"): js_publish,
+    ("jetstream", "sub"): js_consume,
+    ("core", "pub"): core_publish,
+    ("core", "sub"): core_subscribe,
+}

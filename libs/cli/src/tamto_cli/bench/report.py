@@ -1,0 +1,246 @@
+"""Turn a run's JSON document into target verdicts, a rich table and a Markdown table."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+#: The issue's targets on a 2-core machine.
+THROUGHPUT_RATIO = 10.0
+LATENCY_RATE = 5000.0
+LATENCY_P99_MS = 10.0
+BIG_SIZE = 10240
+BIG_MB_S = 150.0
+CEILING_SHARE = 0.7
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One target at one message size: the measured value, the bar, met or not."""
+
+    target: str
+    size: int
+    value: float
+    bar: float
+    met: bool
+
+
+def _num(value: Any) -> float:
+    return float(value) if value is not None else math.nan
+
+
+def _get(doc: dict[str, Any], size: str, system: str, key: str) -> float:
+    return _num(doc["sizes"].get(size, {}).get(system, {}).get(key))
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b and not math.isnan(a) and not math.isnan(b) else math.nan
+
+
+def ratios(doc: dict[str, Any], size: str) -> dict[str, float]:
+    """Tamto ÷ JetStream (and ÷ ceiling) for one size."""
+    pub = _get(doc, size, "tamto", "publish_msgs_s")
+    return {
+        "publish_vs_jetstream": _ratio(pub, _get(doc, size, "jetstream", "publish_msgs_s")),
+        "consume_vs_jetstream": _ratio(
+            _get(doc, size, "tamto", "consume_msgs_s"),
+            _get(doc, size, "jetstream", "consume_msgs_s"),
+        ),
+        "publish_vs_ceiling": _ratio(pub, _get(doc, size, "ceiling", "msgs_s")),
+    }
+
+
+def verdicts(doc: dict[str, Any]) -> list[Verdict]:
+    """Each target the run measured, per size where it applies."""
+    out: list[Verdict] = []
+    for size, systems in doc["sizes"].items():
+        r = ratios(doc, size)
+        if "jetstream" in systems:
+            out.append(
+                Verdict(
+                    "publish ≥ 10x JetStream",
+                    int(size),
+                    r["publish_vs_jetstream"],
+                    THROUGHPUT_RATIO,
+                    r["publish_vs_jetstream"] >= THROUGHPUT_RATIO,
+                )
+            )
+            out.append(
+                Verdict(
+                    "consume+ack ≥ 10x JetStream",
+                    int(size),
+                    r["consume_vs_jetstream"],
+                    THROUGHPUT_RATIO,
+                    r["consume_vs_jetstream"] >= THROUGHPUT_RATIO,
+                )
+            )
+        latency = systems.get("tamto", {}).get(f"latency_{LATENCY_RATE:g}")
+        if latency is not None:
+            p99 = _num(latency["p99_ms"])
+            out.append(
+                Verdict(
+                    "p99 ≤ 10 ms @ 5,000/s", int(size), p99, LATENCY_P99_MS, p99 <= LATENCY_P99_MS
+                )
+            )
+        if int(size) == BIG_SIZE and "tamto" in systems:
+            mb = _get(doc, size, "tamto", "publish_mb_s")
+            out.append(Verdict("10 KiB ≥ 150 MB/s", int(size), mb, BIG_MB_S, mb >= BIG_MB_S))
+        if "ceiling" in systems and "tamto" in systems:
+            share = r["publish_vs_ceiling"]
+            out.append(
+                Verdict(
+                    "≥ 70% of bare ceiling", int(size), share, CEILING_SHARE, share >= CEILING_SHARE
+                )
+            )
+    return out
+
+
+def finish(doc: dict[str, Any]) -> dict[str, Any]:
+    """Add the ratios and the target verdicts to a run's document."""
+    doc["ratios"] = {size: ratios(doc, size) for size in doc["sizes"]}
+    doc["targets"] = [asdict(v) for v in verdicts(doc)]
+    return doc
+
+
+def _fmt(value: float, unit: str = "") -> str:
+    if value is None or math.isnan(value):
+        return "-"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if unit == "%":
+        return f"{value * 100:.0f}%"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
+
+
+def rows(doc: dict[str, Any]) -> list[list[str]]:
+    """The summary as text rows: metric, size, Tamto, JetStream, ratio, core NATS, ceiling."""
+    out: list[list[str]] = []
+    for size in doc["sizes"]:
+        r = ratios(doc, size)
+
+        def g(system: str, key: str, size: str = size) -> float:
+            return _get(doc, size, system, key)
+
+        out.append(
+            [
+                "publish msg/s",
+                size,
+                _fmt(g("tamto", "publish_msgs_s")),
+                _fmt(g("jetstream", "publish_msgs_s")),
+                _fmt(r["publish_vs_jetstream"], "x"),
+                _fmt(g("core_nats", "pubsub_msgs_s")),
+                _fmt(g("ceiling", "msgs_s")),
+            ]
+        )
+        out.append(
+            [
+                "publish MB/s",
+                size,
+                _fmt(g("tamto", "publish_mb_s")),
+                _fmt(g("jetstream", "publish_mb_s")),
+                "",
+                _fmt(g("core_nats", "pubsub_mb_s")),
+                _fmt(g("ceiling", "mb_s")),
+            ]
+        )
+        out.append(
+            [
+                "consume+ack msg/s",
+                size,
+                _fmt(g("tamto", "consume_msgs_s")),
+                _fmt(g("jetstream", "consume_msgs_s")),
+                _fmt(r["consume_vs_jetstream"], "x"),
+                "",
+                "",
+            ]
+        )
+        for key in sorted(
+            {k for s in doc["sizes"][size].values() for k in s if k.startswith("latency_")},
+            key=lambda k: float(k.split("_", 1)[1]),
+        ):
+            rate = key.split("_", 1)[1]
+            for label, field in (("p50", "p50_ms"), ("p99", "p99_ms"), ("p99.9", "p999_ms")):
+                saturated = {
+                    system: bool(doc["sizes"][size].get(system, {}).get(key, {}).get("saturated"))
+                    for system in ("tamto", "jetstream", "core_nats")
+                }
+                values = {
+                    system: _num(doc["sizes"][size].get(system, {}).get(key, {}).get(field))
+                    for system in ("tamto", "jetstream", "core_nats")
+                }
+                out.append(
+                    [
+                        f"latency {label} ms @ {int(float(rate)):,}/s",
+                        size,
+                        _fmt(values["tamto"]) + (" (sat.)" if saturated["tamto"] else ""),
+                        _fmt(values["jetstream"]) + (" (sat.)" if saturated["jetstream"] else ""),
+                        _fmt(_ratio(values["tamto"], values["jetstream"]), "x"),
+                        _fmt(values["core_nats"]),
+                        "",
+                    ]
+                )
+    return out
+
+
+HEADERS = ["metric", "size B", "Tamto", "JetStream", "Tamto/JS", "core NATS", "bare ceiling"]
+
+
+def render(doc: dict[str, Any], console: Console) -> None:
+    """Print the summary, the memory peaks and the target verdicts as rich tables."""
+    table = Table(title="tamto bench", header_style="bold")
+    for i, header in enumerate(HEADERS):
+        table.add_column(header, justify="left" if i == 0 else "right")
+    previous = None
+    for row in rows(doc):
+        if previous is not None and row[1] != previous:
+            table.add_section()
+        previous = row[1]
+        table.add_row(*row)
+    console.print(table)
+    memory = Table(title="peak RSS (MiB)", header_style="bold")
+    memory.add_column("system")
+    memory.add_column("process")
+    memory.add_column("peak", justify="right")
+    for group, peaks in doc["memory_peak_rss_bytes"].items():
+        for name, rss in sorted(peaks.items()):
+            memory.add_row(group, name, f"{rss / 2**20:.0f}")
+    console.print(memory)
+    targets = Table(title="targets", header_style="bold")
+    for header in ("target", "size B", "measured", "bar", ""):
+        targets.add_column(header, justify="right" if header != "target" else "left")
+    for v in verdicts(doc):
+        unit = "%" if "ceiling" in v.target else "x" if "JetStream" in v.target else ""
+        targets.add_row(
+            v.target,
+            str(v.size),
+            _fmt(v.value, unit),
+            _fmt(v.bar, unit),
+            "[green]met[/]" if v.met else "[red]missed[/]",
+        )
+    console.print(targets)
+    for note in doc.get("notes", []):
+        console.print(f"note: {note}")
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The summary and the verdicts as Markdown tables (for docs/benchmarks.md)."""
+    lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows(doc)]
+    lines += ["", "| target | size B | measured | bar | |", "|---|---|---|---|---|"]
+    for v in verdicts(doc):
+        unit = "%" if "ceiling" in v.target else "x" if "JetStream" in v.target else ""
+        lines.append(
+            f"| {v.target} | {v.size} | {_fmt(v.value, unit)} | {_fmt(v.bar, unit)} | "
+            f"{'met' if v.met else '**missed**'} |"
+        )
+    lines += ["", "| system | process | peak RSS MiB |", "|---|---|---|"]
+    for group, peaks in doc["memory_peak_rss_bytes"].items():
+        for name, rss in sorted(peaks.items()):
+            lines.append(f"| {group} | {name} | {rss / 2**20:.0f} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,446 @@
+"""The benchmark plan: which phases run, in what order, and what each one records."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import platform
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import nats
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+
+import tamto_sdk
+from tamto_cli.bench.harness import (
+    HOST,
+    JETSTREAM_CONFIG,
+    RssSampler,
+    TamtoTarget,
+    jetstream_server,
+    local_tamto,
+    service_pids,
+)
+from tamto_cli.bench.nats_jobs import push_consumer_config, subject_of
+from tamto_cli.bench.pool import BenchError, WorkerPool
+from tamto_cli.bench.spec import JobResult, JobSpec
+from tamto_local.ports import free_port
+from tamto_protocol.partitioning import partition_for_key
+
+SYSTEMS = ("tamto", "jetstream", "core", "ceiling")
+MB = 1_000_000
+#: Extra time a phase may take beyond its window before it counts as hung.
+_PHASE_SLACK_S = 90.0
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """Everything that shapes a run; recorded in the JSON next to the numbers."""
+
+    sizes: tuple[int, ...] = (100, 1024, 10240)
+    duration_s: float = 5.0
+    producers: int = 2
+    consumers: int = 2
+    partitions: int = 4
+    rates: tuple[float, ...] = (1000.0, 5000.0)
+    linger_ms: float = 5.0
+    window: int = 10_000
+    credits: int = 5_000
+    ceiling_inflight: int = 4
+    drain_limit_s: float = 30.0
+    idle_s: float = 1.0
+    systems: tuple[str, ...] = SYSTEMS
+    jetstream_sync: str = "always"
+    quick: bool = False
+
+
+class Progress(Protocol):
+    """What the runner tells whoever shows its progress."""
+
+    def start(self, total: int) -> None:
+        """The run has `total` phases."""
+
+    def phase(self, label: str) -> None:
+        """A phase begins (the previous one, if any, is done)."""
+
+
+Phase = tuple[str, Callable[[], Awaitable[None]]]
+
+
+def percentile(sorted_values: Sequence[int], q: float) -> float:
+    """The nearest-rank percentile `q` (0-100) of already sorted values."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return float(sorted_values[rank - 1])
+
+
+def latency_summary(results: list[JobResult], rate: float) -> dict[str, Any]:
+    """p50/p99/p99.9 (ms) of every consumer's samples, and how many there were."""
+    samples = sorted(ns for r in results for ns in r.latencies_ns)
+    summary: dict[str, Any] = {
+        "rate_msgs_s": rate,
+        "samples": len(samples),
+        "p50_ms": percentile(samples, 50) / 1e6,
+        "p99_ms": percentile(samples, 99) / 1e6,
+        "p999_ms": percentile(samples, 99.9) / 1e6,
+        "max_ms": (samples[-1] / 1e6) if samples else math.nan,
+    }
+    return summary
+
+
+def drain_rate(results: list[JobResult]) -> tuple[int, float]:
+    """Messages consumed by all consumers, and the rate from the common start to the last."""
+    total = sum(r.total for r in results)
+    if not total:
+        return 0, 0.0
+    started = min(r.started for r in results)
+    last = max(r.last for r in results if r.total)
+    return total, total / max(last - started, 1e-6)
+
+
+@dataclass
+class Runner:
+    """Builds and runs the phases of one benchmark run."""
+
+    options: BenchOptions
+    pool: WorkerPool
+    workdir: Path
+    tamto: TamtoTarget | None = None
+    nats_url: str | None = None
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _tamto_admin: tamto_sdk.Client | None = None
+    _nats_admin: Any = None
+    _run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
+
+    def phases(self) -> list[Phase]:
+        """Every phase, size by size: Tamto, JetStream, core NATS, then the ceiling."""
+        o = self.options
+        plan: list[Phase] = []
+        for size in o.sizes:
+            self.results[str(size)] = {}
+            if "tamto" in o.systems:
+                plan.append((f"tamto publish {size} B", self._bind(self._tamto_publish, size)))
+                plan.append((f"tamto consume+ack {size} B", self._bind(self._tamto_drain, size)))
+                for rate in o.rates:
+                    plan.append(
+                        (
+                            f"tamto latency {size} B @ {rate:g}/s",
+                            self._bind(self._latency, "tamto", size, rate),
+                        )
+                    )
+            if "jetstream" in o.systems:
+                plan.append((f"jetstream publish {size} B", self._bind(self._js_publish, size)))
+                plan.append((f"jetstream consume+ack {size} B", self._bind(self._js_drain, size)))
+                for rate in o.rates:
+                    plan.append(
+                        (
+                            f"jetstream latency {size} B @ {rate:g}/s",
+                            self._bind(self._latency, "jetstream", size, rate),
+                        )
+                    )
+            if "core" in o.systems:
+                plan.append((f"core NATS pub/sub {size} B", self._bind(self._core_pubsub, size)))
+                for rate in o.rates:
+                    plan.append(
+                        (
+                            f"core NATS latency {size} B @ {rate:g}/s",
+                            self._bind(self._latency, "core", size, rate),
+                        )
+                    )
+            if "ceiling" in o.systems:
+                plan.append((f"bare ceiling {size} B", self._bind(self._ceiling, size)))
+        return plan
+
+    @staticmethod
+    def _bind(fn: Callable[..., Awaitable[None]], *args: Any) -> Callable[[], Awaitable[None]]:
+        return lambda: fn(*args)
+
+    def _record(self, size: int, system: str, values: dict[str, Any]) -> None:
+        self.results[str(size)].setdefault(system, {}).update(values)
+
+    def _spec(self, system: str, role: str, stream: str, size: int, **kw: Any) -> JobSpec:
+        o = self.options
+        target = kw.pop("target", None)
+        if target is None:
+            target = self.tamto.url if system == "tamto" and self.tamto else self.nats_url or ""
+        return JobSpec(
+            system=system,
+            role=role,
+            target=target,
+            stream=stream,
+            size=size,
+            duration_s=kw.pop("duration_s", o.duration_s),
+            api_key=self.tamto.api_key if self.tamto else "",
+            linger_ms=o.linger_ms,
+            window=kw.pop("window", o.window),
+            credits=o.credits,
+            idle_s=o.idle_s,
+            **kw,
+        )
+
+    async def _run(self, what: str, specs: list[JobSpec], window_s: float) -> list[JobResult]:
+        return await self.pool.run(specs, what, timeout_s=window_s + _PHASE_SLACK_S)
+
+    def _stream(self, kind: str, size: int, rate: float = 0) -> str:
+        suffix = f"-{int(rate)}" if rate else ""
+        return f"bench-{self._run_id}-{kind}-{size}{suffix}"
+
+    # -- admin ---------------------------------------------------------------
+
+    async def _create(self, system: str, stream: str, push: bool = False) -> None:
+        if system == "tamto":
+            assert self._tamto_admin is not None
+            await self._tamto_admin.streams.ensure(stream, partitions=self.options.partitions)
+            await self._warm_up(stream)
+        elif system == "jetstream":
+            await self._nats_admin.jetstream().add_stream(
+                StreamConfig(
+                    name=stream,
+                    subjects=[subject_of(stream)],
+                    storage=StorageType.FILE,
+                    num_replicas=1,
+                    retention=RetentionPolicy.LIMITS,
+                )
+            )
+            if push:
+                await self._nats_admin.jetstream().add_consumer(
+                    stream, push_consumer_config(stream)
+                )
+
+    async def _warm_up(self, stream: str) -> None:
+        """Publish one message to every partition before a window opens.
+
+        The first publish to a partition waits for the router to take ownership
+        of it (about a second here); that is a one-off, not throughput. The
+        payloads are zero bytes, so latency consumers (which skip stamps from
+        before their window) ignore them.
+        """
+        assert self._tamto_admin is not None
+        n = self.options.partitions
+        keys: dict[int, bytes] = {}
+        i = 0
+        while len(keys) < n:
+            key = f"warm-{i}".encode()
+            keys.setdefault(partition_for_key(key, n), key)
+            i += 1
+        async with self._tamto_admin.producer(stream, linger_ms=0) as producer:
+            futures = [await producer.send(bytes(8), key=key) for key in keys.values()]
+            await asyncio.gather(*futures)
+
+    async def _delete(self, system: str, stream: str) -> None:
+        with contextlib.suppress(Exception):  # cleanup only: a leftover stream is harmless
+            if system == "tamto" and self._tamto_admin is not None:
+                await self._tamto_admin.streams.delete(stream)
+            elif system == "jetstream":
+                await self._nats_admin.jetstream().delete_stream(stream)
+
+    async def open_admin(self) -> None:
+        """Connect the parent's admin clients (streams are created and deleted here)."""
+        if self.tamto is not None:
+            self._tamto_admin = await tamto_sdk.connect(self.tamto.url, api_key=self.tamto.api_key)
+        if self.nats_url is not None:
+            self._nats_admin = await nats.connect(self.nats_url, max_reconnect_attempts=0)
+
+    async def close_admin(self) -> None:
+        """Close the admin clients."""
+        if self._tamto_admin is not None:
+            await self._tamto_admin.close()
+        if self._nats_admin is not None:
+            await self._nats_admin.close()
+
+    # -- workloads -----------------------------------------------------------
+
+    async def _publish(self, system: str, size: int) -> None:
+        o = self.options
+        stream = self._stream("tp", size)
+        await self._create(system, stream)
+        specs = [self._spec(system, "pub", stream, size) for _ in range(o.producers)]
+        results = await self._run(f"{system} publish", specs, o.duration_s)
+        # Everything acknowledged, over the window plus the time the in-flight tail
+        # took to drain: a deep window that only fills during the run is not counted
+        # as if it were throughput, nor is it lost.
+        total, rate = drain_rate(results)
+        self._record(
+            size,
+            system,
+            {
+                "publish_msgs_s": rate,
+                "publish_mb_s": rate * size / MB,
+                "published": total,
+                "publish_acked_in_window_msgs_s": sum(r.in_window for r in results) / o.duration_s,
+                "publish_errors": sum(r.errors for r in results),
+            },
+        )
+
+    async def _drain(self, system: str, size: int) -> None:
+        o = self.options
+        stream = self._stream("tp", size)
+        specs = [
+            self._spec(system, "sub", stream, size, duration_s=o.drain_limit_s)
+            for _ in range(o.consumers)
+        ]
+        try:
+            results = await self._run(f"{system} consume", specs, o.drain_limit_s)
+        finally:
+            await self._delete(system, stream)
+        total, rate = drain_rate(results)
+        self._record(
+            size,
+            system,
+            {"consume_msgs_s": rate, "consume_mb_s": rate * size / MB, "consumed": total},
+        )
+
+    async def _tamto_publish(self, size: int) -> None:
+        await self._publish("tamto", size)
+
+    async def _tamto_drain(self, size: int) -> None:
+        await self._drain("tamto", size)
+
+    async def _js_publish(self, size: int) -> None:
+        await self._publish("jetstream", size)
+
+    async def _js_drain(self, size: int) -> None:
+        await self._drain("jetstream", size)
+
+    async def _latency(self, system: str, size: int, rate: float) -> None:
+        o = self.options
+        stream = self._stream("lat", size, rate)
+        await self._create(system, stream, push=True)
+        subs = [self._spec(system, "sub", stream, size, latency=True) for _ in range(o.consumers)]
+        pubs = [
+            self._spec(system, "pub", stream, size, rate=rate / o.producers)
+            for _ in range(o.producers)
+        ]
+        try:
+            results = await self._run(f"{system} latency", subs + pubs, o.duration_s + o.idle_s)
+        finally:
+            await self._delete(system, stream)
+        summary = latency_summary(results[: len(subs)], rate)
+        sent = sum(r.total for r in results[len(subs) :])
+        summary["delivered"] = sum(r.total for r in results[: len(subs)])
+        summary["sent"] = sent
+        # Fewer deliveries than sends by the end: the system could not keep up with
+        # the rate, so the percentiles measure a growing queue, not latency.
+        summary["saturated"] = summary["delivered"] < 0.95 * sent
+        self._record(
+            size, "core_nats" if system == "core" else system, {f"latency_{rate:g}": summary}
+        )
+
+    async def _core_pubsub(self, size: int) -> None:
+        o = self.options
+        stream = self._stream("core", size)
+        subs = [self._spec("core", "sub", stream, size) for _ in range(o.consumers)]
+        pubs = [self._spec("core", "pub", stream, size) for _ in range(o.producers)]
+        results = await self._run("core NATS pub/sub", subs + pubs, o.duration_s + o.idle_s)
+        delivered = sum(r.in_window for r in results[: len(subs)]) / o.duration_s
+        published = sum(r.in_window for r in results[len(subs) :]) / o.duration_s
+        self._record(
+            size,
+            "core_nats",
+            {
+                "pubsub_msgs_s": delivered,
+                "pubsub_mb_s": delivered * size / MB,
+                "publish_msgs_s": published,
+            },
+        )
+
+    async def _ceiling(self, size: int) -> None:
+        o = self.options
+        ports = [free_port(HOST) for _ in range(3)]
+        path = self.workdir / f"ceiling-{size}.log"
+        specs = [
+            self._spec("ceiling", "sink", "", size, port=ports[2], path=str(path)),
+            self._spec("ceiling", "hop", "", size, port=ports[1], target=f"{HOST}:{ports[2]}"),
+            self._spec("ceiling", "hop", "", size, port=ports[0], target=f"{HOST}:{ports[1]}"),
+            self._spec(
+                "ceiling",
+                "client",
+                "",
+                size,
+                target=f"{HOST}:{ports[0]}",
+                window=o.ceiling_inflight,
+            ),
+        ]
+        try:
+            results = await self._run("bare ceiling", specs, o.duration_s + 5)
+        finally:
+            path.unlink(missing_ok=True)
+        rate = results[-1].in_window / o.duration_s
+        self._record(size, "ceiling", {"msgs_s": rate, "mb_s": rate * size / MB})
+
+
+async def run_bench(
+    options: BenchOptions,
+    progress: Progress,
+    *,
+    local: bool,
+    target: TamtoTarget | None,
+) -> dict[str, Any]:
+    """Run every phase of `options` and return the JSON document of the results.
+
+    With `local`, a whole Tamto starts in a temporary directory (and stops at the
+    end); otherwise `target` names the running system. JetStream and core NATS run
+    on a nats-server this function starts on a free loopback port.
+    """
+    o = options
+    async with contextlib.AsyncExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tamto-bench-")))
+        pool = WorkerPool(max(o.producers + o.consumers, 4))
+        stack.callback(pool.close)
+        sampler = await stack.enter_async_context(RssSampler())
+        notes: list[str] = []
+        tamto: TamtoTarget | None = None
+        if "tamto" in o.systems:
+            if local:
+                tamto = await stack.enter_async_context(local_tamto(workdir / "tamto"))
+            elif target is None:
+                raise BenchError("no Tamto to benchmark: pass --local or a gateway URL")
+            else:
+                tamto = target
+            try:
+                sampler.watch("tamto", await service_pids(tamto.etcd))
+            except Exception as exc:  # memory is reported only when etcd says where
+                notes.append(f"service memory not sampled: {exc}")
+        nats_url: str | None = None
+        if "jetstream" in o.systems or "core" in o.systems:
+            nats_url, pid = await stack.enter_async_context(
+                jetstream_server(workdir / "jetstream", o.jetstream_sync)
+            )
+            sampler.watch("jetstream", {"nats-server": pid})
+        await pool.started()
+        runner = Runner(o, pool, workdir, tamto, nats_url)
+        plan = runner.phases()
+        await runner.open_admin()
+        stack.push_async_callback(runner.close_admin)
+        progress.start(len(plan))
+        started = time.time()
+        for label, phase in plan:
+            progress.phase(label)
+            await phase()
+        progress.phase("done")
+        elapsed = time.time() - started
+    return {
+        "tamto_bench_version": 1,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "elapsed_s": round(elapsed, 1),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "options": {**asdict(o), "local": local},
+        "jetstream_config": JETSTREAM_CONFIG.format(
+            port="<free port>", store="<temp dir>", sync=o.jetstream_sync
+        ),
+        "sizes": runner.results,
+        "memory_peak_rss_bytes": sampler.peaks,
+        "notes": notes,
+    }

@@ -1,0 +1,51 @@
+"""What a benchmark job is asked to do and what it reports (both cross process boundaries)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One worker's part of a workload; pickled to the worker process.
+
+    `system` is "tamto", "jetstream", "core" (core NATS) or "ceiling"; `role` is
+    "pub", "sub" or, for the ceiling, "client", "hop" and "sink". A publisher with
+    `rate` > 0 paces itself (messages per second) and stamps each payload with its
+    send time; a subscriber with `latency` reads those stamps.
+    """
+
+    system: str
+    role: str
+    target: str
+    stream: str
+    size: int
+    duration_s: float
+    api_key: str = ""
+    rate: float = 0.0
+    latency: bool = False
+    linger_ms: float = 5.0
+    window: int = 10_000
+    credits: int = 5_000
+    idle_s: float = 1.0
+    #: Ceiling: the port to serve on, the next hop's address, the file to write.
+    port: int = 0
+    path: str = ""
+
+
+@dataclass
+class JobResult:
+    """What one worker measured.
+
+    `in_window` counts messages completed (acked to the publisher, or received and
+    acked by the consumer) inside the measurement window; `total` counts all of
+    them. Times are wall-clock seconds (`time.time()`), comparable across the
+    processes of one machine. `latencies_ns` holds publish→deliver latencies.
+    """
+
+    in_window: int = 0
+    total: int = 0
+    started: float = 0.0
+    last: float = 0.0
+    errors: int = 0
+    latencies_ns: list[int] = field(default_factory=list)

@@ -1,0 +1,113 @@
+"""Tamto workloads, run inside a worker process through the Python SDK."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import pyarrow.compute as pc
+
+import tamto_sdk
+from tamto_cli.bench.pool import Gate
+from tamto_cli.bench.spec import JobResult, JobSpec
+from tamto_cli.bench.timing import in_window, paced, stamp_of, wait_for_start
+from tamto_sdk import Start, SubscriptionType
+
+#: Sends between two yields to the event loop (`send` only enqueues and rarely yields).
+_YIELD_EVERY = 256
+_FLUSH_TIMEOUT_S = 30.0
+#: Latency samples from the first part of the window are dropped (connections warm up).
+WARMUP_FRACTION = 0.2
+
+
+async def publish(spec: JobSpec, gate: Gate) -> JobResult:
+    """Publish as fast as the window allows (or at `spec.rate`); count durable acks."""
+    result = JobResult()
+    client = await tamto_sdk.connect(spec.target, api_key=spec.api_key)
+    async with client:
+        producer = client.producer(
+            spec.stream,
+            linger_ms=spec.linger_ms,
+            max_batch_messages=1000,
+            max_pending_messages=spec.window,
+        )
+        await producer.start()
+        start = await wait_for_start(await gate.ready())
+        end = start + spec.duration_s
+        result.started = time.time()
+
+        def done(future: asyncio.Future[Any]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                result.errors += 1
+                return
+            result.total += 1
+            if in_window(start, end):
+                result.in_window += 1
+
+        if spec.rate > 0:
+
+            async def send(payload: bytes) -> None:
+                (await producer.send(payload)).add_done_callback(done)
+
+            await paced(spec.rate, start, end, send, spec.size)
+        else:
+            payload = os.urandom(spec.size)
+            while time.monotonic() < end:
+                for _ in range(_YIELD_EVERY):
+                    (await producer.send(payload)).add_done_callback(done)
+                await asyncio.sleep(0)
+        await asyncio.wait_for(producer.flush(), _FLUSH_TIMEOUT_S)
+        result.last = time.time()
+    return result
+
+
+async def consume(spec: JobSpec, gate: Gate) -> JobResult:
+    """Receive and ack through a shared subscription.
+
+    Without `latency` it drains the stream: it stops after `idle_s` without a
+    message, and `last` is when the last message arrived. With `latency` it runs
+    for the window plus `idle_s` and records each message's publish→deliver time.
+    """
+    result = JobResult()
+    client = await tamto_sdk.connect(spec.target, api_key=spec.api_key)
+    async with client:
+        consumer = client.consumer(
+            spec.stream,
+            "bench",
+            type=SubscriptionType.SHARED,
+            start=Start.earliest(),
+            credits=spec.credits,
+        )
+        async with consumer:
+            start_wall = await gate.ready()
+            start = await wait_for_start(start_wall)
+            result.started = start_wall
+            hard_end = start + spec.duration_s + spec.idle_s
+            warm_ns = int((start_wall + spec.duration_s * WARMUP_FRACTION) * 1e9)
+            last_seen = start
+            while True:
+                now = time.monotonic()
+                # Idle means drained once something came; before that, allow for slow setup.
+                idle_limit = spec.idle_s if result.total else max(4 * spec.idle_s, 5.0)
+                if now >= hard_end or (not spec.latency and now - last_seen > idle_limit):
+                    break
+                batch = await consumer.receive_batch(1000, timeout_s=min(0.2, hard_end - now))
+                if not len(batch):
+                    continue
+                received_ns = time.time_ns()
+                last_seen = time.monotonic()
+                result.last = time.time()
+                result.total += len(batch)
+                if in_window(start, start + spec.duration_s):
+                    result.in_window += len(batch)
+                if spec.latency:
+                    stamps = pc.binary_slice(batch.record_batch.column("payload"), 0, 8)
+                    for raw in stamps.to_pylist():
+                        sent_ns = stamp_of(raw)
+                        if sent_ns >= warm_ns:
+                            result.latencies_ns.append(received_ns - sent_ns)
+                consumer.ack(batch)
+            await consumer.flush_acks(timeout_s=_FLUSH_TIMEOUT_S)
+    return result

@@ -1,0 +1,51 @@
+"""How CLI commands reach the gateway: URL, API key and, for `tamtos://`, the CA."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+from rich.console import Console
+
+import tamto_sdk
+from tamto_cli import settings
+from tamto_sdk.url import parse_url
+
+T = TypeVar("T")
+err = Console(stderr=True, highlight=False)
+
+
+def ca_certificates(data: Path) -> bytes | None:
+    """PEM roots for a TLS gateway: TAMTO_CA_FILE, else the local dev CA (`tamto up --tls`)."""
+    if path := os.environ.get("TAMTO_CA_FILE"):
+        return Path(path).expanduser().read_bytes()
+    local = data / "tls" / "ca.pem"
+    return local.read_bytes() if local.exists() else None
+
+
+async def connect_client(
+    url: str | None, api_key: str | None, data_dir: Path | None
+) -> tamto_sdk.Client:
+    """An SDK client for the CLI's flags, environment and local defaults."""
+    data = settings.data_dir(data_dir)
+    creds = settings.api_key(api_key, data)
+    target = settings.gateway_url(url)
+    options = tamto_sdk.ClientOptions()
+    if parse_url(target).tls:
+        options = tamto_sdk.ClientOptions(root_certificates=ca_certificates(data))
+    return await tamto_sdk.connect(target, api_key=creds, options=options)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine; a Tamto error is one line on stderr and exit code 1."""
+    try:
+        return asyncio.run(coro)
+    except tamto_sdk.TamtoError as exc:
+        err.print(f"tamto: {exc}")
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None

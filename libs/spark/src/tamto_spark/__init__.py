@@ -1,0 +1,1 @@
+"""Tamto on Spark."""

@@ -1,0 +1,55 @@
+"""What the pipelines share: reading a stream, printing tables, writing outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+
+def stream_path(data_dir: str, stream: str) -> str:
+    """``<data-dir>/streams/<stream>``: storage's data directory layout (docs/segments.md)."""
+    return str(Path(data_dir) / "streams" / stream)
+
+
+def read_stream(spark: SparkSession, data_dir: str, stream: str, **options: str) -> DataFrame:
+    """A stream's committed messages through the `tamto` data source (one manifest snapshot)."""
+    reader = spark.read.format("tamto")
+    for name, value in options.items():
+        if value:
+            reader = reader.option(name, value)
+    return reader.load(stream_path(data_dir, stream))
+
+
+def format_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain-text table for the terminal."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    line = "  ".join("-" * w for w in widths)
+    out = [title, line, "  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)), line]
+    out += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    if not cells:
+        out.append("(none)")
+    return "\n".join(out) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.1f}"
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode()
+        except UnicodeDecodeError:
+            return bytes(value).hex()
+    return "" if value is None else str(value)
+
+
+def write_parquet(frame: DataFrame, out_dir: str, name: str) -> str:
+    """Write one output table as Parquet under `out_dir` (replacing an earlier run's)."""
+    path = str(Path(out_dir) / name)
+    frame.write.mode("overwrite").parquet(path)
+    return path

@@ -1,0 +1,202 @@
+"""The gateway's copy of the policy, and the checks every call goes through.
+
+`PolicyCache` reads everything under `/tamto/auth/` in one etcd range read
+(one consistent snapshot) and keeps it in memory. It reloads when the bus says
+`tamto.events.auth.changed` (the auth service publishes it after each change,
+so a change applies here within milliseconds) and every `refresh_s` in case an
+event was missed. A reload is one task owned by the cache; events that arrive
+while it runs coalesce into one more reload.
+
+`Guard` is what the servicer calls: authenticate the bearer token, then check
+a permission on a stream against the cached policy, auditing every refusal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+
+import aetcd
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from tamto_common.audit import DENIED, AuditLog
+from tamto_common.bus import EVENTS
+from tamto_common.errors import TamtoError, Unauthenticated
+from tamto_common.policy import (
+    ALL_STREAMS,
+    AUTH_CHANGED,
+    AUTH_PREFIX,
+    BINDINGS_PREFIX,
+    IDENTITIES_PREFIX,
+    ROLES_PREFIX,
+    IdentityRecord,
+    Permission,
+    Policy,
+    Role,
+    denied,
+    parse_binding,
+)
+from tamto_gateway.tokens import Metadata, Principal, Verifier, bearer_token
+
+log = structlog.get_logger(__name__)
+
+
+async def load_policy(etcd: aetcd.Client) -> Policy:
+    """The policy as stored now, read in one range request."""
+    identities: list[IdentityRecord] = []
+    roles: list[Role] = []
+    bindings: list[tuple[str, str]] = []
+    for kv in await etcd.get_prefix(AUTH_PREFIX.encode()):
+        key = kv.key.decode()
+        if key.startswith(IDENTITIES_PREFIX):
+            identities.append(IdentityRecord.from_json(kv.value))
+        elif key.startswith(ROLES_PREFIX):
+            roles.append(Role.from_json(kv.value))
+        elif key.startswith(BINDINGS_PREFIX):
+            bindings.append(parse_binding(kv.value))
+    return Policy.build(identities, roles, bindings)
+
+
+class PolicyCache:
+    """The current `Policy`, kept fresh from etcd on bus events and on a timer."""
+
+    def __init__(
+        self,
+        etcd: aetcd.Client,
+        bus: NatsClient | None,
+        refresh_s: float,
+    ) -> None:
+        self._etcd = etcd
+        self._bus = bus
+        self._refresh_s = refresh_s
+        self._policy = Policy()
+        self._wanted = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._subscription: Subscription | None = None
+        self._signing_key_listeners: list[asyncio.Event] = []
+        self.reloads = 0
+
+    @property
+    def policy(self) -> Policy:
+        """The latest snapshot."""
+        return self._policy
+
+    def signing_key_events(self) -> asyncio.Event:
+        """An event set whenever auth announces a new signing key (the caller clears it)."""
+        event = asyncio.Event()
+        self._signing_key_listeners.append(event)
+        return event
+
+    async def start(self) -> None:
+        """Load once (failing start if etcd cannot be read), subscribe, start the reload task."""
+        self._policy = await load_policy(self._etcd)
+        if self._bus is not None:
+            self._subscription = await self._bus.subscribe(
+                f"{EVENTS}.{AUTH_CHANGED}", cb=self._on_event
+            )
+        self._task = asyncio.create_task(self._run(), name="policy-reload")
+
+    async def _on_event(self, msg: Msg) -> None:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            if json.loads(msg.data).get("kind") == "signing-key":
+                for event in self._signing_key_listeners:
+                    event.set()
+        self._wanted.set()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wanted.wait(), self._refresh_s)
+            self._wanted.clear()
+            try:
+                self._policy = await load_policy(self._etcd)
+                self.reloads += 1
+            except Exception as exc:  # keep the last good policy; the next event or tick retries
+                log.warning("policy reload failed", error=str(exc))
+
+    async def stop(self) -> None:
+        """Unsubscribe and stop the reload task."""
+        if self._subscription is not None:
+            with contextlib.suppress(Exception):
+                await self._subscription.unsubscribe()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class Guard:
+    """Authentication and authorization of one call, with denials audited."""
+
+    def __init__(self, verifier: Verifier, cache: PolicyCache, audit: AuditLog) -> None:
+        self._verifier = verifier
+        self._cache = cache
+        self.audit = audit
+
+    @property
+    def policy(self) -> Policy:
+        """The cached policy in force."""
+        return self._cache.policy
+
+    async def principal(self, metadata: Metadata | None, source: str, action: str) -> Principal:
+        """The caller of a call with this metadata; `Unauthenticated` (audited) if none."""
+        try:
+            principal = await self._verifier.verify(bearer_token(metadata))
+            if self._cache.policy.disabled(principal.subject):
+                raise Unauthenticated(f"identity {principal.subject!r} is disabled")
+        except Unauthenticated as exc:
+            await self.audit.record(
+                DENIED,
+                actor="(unauthenticated)",
+                action=action,
+                target="token",
+                outcome="unauthenticated",
+                source=source,
+                detail=str(exc),
+            )
+            raise
+        return principal
+
+    async def require(
+        self, principal: Principal, permission: Permission, stream: str, source: str, action: str
+    ) -> None:
+        """Pass if `principal` holds `permission` on `stream`; else `PermissionDenied` (audited)."""
+        if self._cache.policy.allows(principal.subject, permission, stream):
+            return
+        await self._deny(
+            principal, denied(principal.subject, permission, f"stream {stream!r}"), source, action
+        )
+
+    async def require_any(
+        self, principal: Principal, stream: str, source: str, action: str
+    ) -> None:
+        """Pass if `principal` holds any permission on `stream` (to describe it)."""
+        if self._cache.policy.allows_any(principal.subject, stream):
+            return
+        error = denied(principal.subject, "publish, consume or admin", f"stream {stream!r}")
+        await self._deny(principal, error, source, action)
+
+    async def require_security_admin(self, principal: Principal, source: str, action: str) -> None:
+        """Pass if `principal` holds admin on `*` (managing identities and policy)."""
+        if self._cache.policy.is_security_admin(principal.subject):
+            return
+        error = denied(principal.subject, Permission.ADMIN, f"{ALL_STREAMS!r} (all streams)")
+        await self._deny(principal, error, source, action)
+
+    async def _deny(
+        self, principal: Principal, error: TamtoError, source: str, action: str
+    ) -> None:
+        await self.audit.record(
+            DENIED,
+            actor=principal.subject,
+            action=action,
+            target=str(error).rsplit(" on ", 1)[-1],
+            outcome="denied",
+            source=source,
+            detail=str(error),
+        )
+        raise error

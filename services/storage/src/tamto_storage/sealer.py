@@ -1,0 +1,228 @@
+"""The sealer: the one background loop that turns WAL runs into segments and applies retention.
+
+Every `SealOptions.check_interval_s` it looks at each open partition:
+
+1. **Seal** when the unsealed durable bytes reach `segment_bytes` or the oldest
+   unsealed acknowledged batch is `max_age_s` old (the default, 5 s with a 1 s
+   check, makes every acknowledged message visible to Spark within about 6 s).
+   Each segment is renamed into place (visible to a plain Parquet read), then
+   the stream's manifest records it, then WAL files the segments fully cover
+   are removed. A crash between these steps leaves a complete segment that the
+   next load finds and records (`PartitionStore`); sealing starts again at the
+   end of the last segment on disk, so no message is sealed twice.
+2. **Retention** (stream's `retention_ms` / `retention_bytes`): whole segments
+   leave the manifest and the partition's readable range at once, and their
+   files are deleted only `retention_grace_s` later, so a Spark job that listed
+   them before can still read them.
+
+On shutdown `PartitionStore.close` stops the loop and seals everything left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import structlog
+
+from tamto_protocol.segment import ExpiredFile, Manifest
+from tamto_storage.partition import Partition, remove_files
+from tamto_storage.segments import Segment
+
+log = structlog.get_logger(__name__)
+
+#: (retention_ms, retention_bytes) of a stream; 0 disables a rule.
+RetentionFor = Callable[[str], Awaitable[tuple[int, int]]]
+
+
+@dataclass(frozen=True, slots=True)
+class SealOptions:
+    """When to seal, how big segments get, and how long expired files stay."""
+
+    segment_bytes: int = 64 * 1024 * 1024
+    max_age_s: float = 5.0
+    check_interval_s: float = 1.0
+    retention_grace_s: float = 300.0
+
+
+class StoreView:
+    """What the sealer needs from the partition store (kept narrow for tests)."""
+
+    def loaded(self) -> list[Partition]:
+        raise NotImplementedError
+
+    async def manifest_update(self, stream: str, change: Callable[[Manifest], Manifest]) -> None:
+        raise NotImplementedError
+
+    def manifest(self, stream: str) -> Manifest | None:
+        raise NotImplementedError
+
+    def stream_dir(self, stream: str) -> Path:
+        raise NotImplementedError
+
+
+def with_segments(manifest: Manifest, partition: int, segments: Sequence[Segment]) -> Manifest:
+    """`manifest` with `segments` of `partition` added (already present ones kept once)."""
+    known = {(s.partition, s.first_offset) for s in manifest.segments}
+    new = [s.entry for s in segments if (partition, s.first_offset) not in known]
+    return replace(manifest, segments=(*manifest.segments, *new))
+
+
+def with_expired(
+    manifest: Manifest,
+    partition: int,
+    segments: Sequence[Segment],
+    floor: int,
+    delete_after_us: int,
+) -> Manifest:
+    """`manifest` without `segments`, their files queued for deletion, the floor raised."""
+    gone = {s.first_offset for s in segments}
+    kept = tuple(
+        s for s in manifest.segments if s.partition != partition or s.first_offset not in gone
+    )
+    listed = {e.file for e in manifest.expired}
+    expired = [ExpiredFile(s.entry.file, delete_after_us) for s in segments]
+    return replace(
+        manifest,
+        segments=kept,
+        start_offsets={**manifest.start_offsets, partition: floor},
+        expired=(*manifest.expired, *(e for e in expired if e.file not in listed)),
+    )
+
+
+class Sealer:
+    """Owns the sealing/retention loop of a `PartitionStore`: `start`, then `stop`."""
+
+    def __init__(
+        self,
+        store: StoreView,
+        options: SealOptions,
+        retention_for: RetentionFor | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._options = options
+        self._retention_for = retention_for
+        self._clock = clock  # wall clock (seconds) for retention and grace deadlines
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def options(self) -> SealOptions:
+        return self._options
+
+    def start(self) -> None:
+        """Start the background loop (once)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="sealer")
+
+    async def stop(self) -> None:
+        """Stop the loop and wait for the round in progress to finish."""
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.run_once()
+            except Exception:  # one bad partition or a full disk must not end the loop
+                log.exception("sealing round failed")
+            # A timer between rounds, woken early by stop().
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), self._options.check_interval_s)
+
+    async def run_once(self, *, force: bool = False) -> None:
+        """One round: seal what is due (everything when `force`), retention, deletions."""
+        now = time.monotonic()
+        for partition in self._store.loaded():
+            if force or partition.seal_due(
+                now, self._options.segment_bytes, self._options.max_age_s
+            ):
+                await self.seal(partition)
+        if self._retention_for is not None:
+            await self.apply_retention()
+        await self.delete_expired()
+
+    async def seal_all(self) -> None:
+        """Seal every durable batch of every open partition (shutdown, tests)."""
+        await self.run_once(force=True)
+
+    async def seal(self, partition: Partition) -> list[Segment]:
+        """Seal one partition, record the segments in the manifest, then trim its WAL."""
+        written = await partition.seal(self._options.segment_bytes)
+        if not written:
+            return []
+        pid = partition.id
+        await self._store.manifest_update(
+            pid.stream, lambda m: with_segments(m, pid.partition, written)
+        )
+        trimmed = await partition.trim_wal()
+        log.info(
+            "sealed",
+            partition=str(pid),
+            segments=[s.path.name for s in written],
+            wal_files_removed=trimmed,
+        )
+        return written
+
+    async def apply_retention(self) -> None:
+        """Expire whole segments past each stream's retention."""
+        assert self._retention_for is not None
+        now_s = self._clock()
+        policies: dict[str, tuple[int, int]] = {}
+        for partition in self._store.loaded():
+            stream = partition.id.stream
+            if stream not in policies:
+                policies[stream] = await self._retention_for(stream)
+            retention_ms, retention_bytes = policies[stream]
+            await self.expire(partition, int(now_s * 1e6), retention_ms, retention_bytes)
+
+    async def expire(
+        self, partition: Partition, now_us: int, retention_ms: int, retention_bytes: int
+    ) -> list[Segment]:
+        """Apply a retention policy to one partition; the files go after the grace period."""
+        expired = partition.expire(now_us, retention_ms, retention_bytes)
+        if not expired:
+            return []
+        pid = partition.id
+        floor = partition.segment_log.floor
+        delete_after_us = now_us + int(self._options.retention_grace_s * 1e6)
+        await self._store.manifest_update(
+            pid.stream, lambda m: with_expired(m, pid.partition, expired, floor, delete_after_us)
+        )
+        log.info(
+            "segments expired",
+            partition=str(pid),
+            segments=[s.path.name for s in expired],
+            start_offset=floor,
+            delete_after_us=delete_after_us,
+        )
+        return expired
+
+    async def delete_expired(self) -> None:
+        """Delete expired segment files whose grace period has passed."""
+        now_us = int(self._clock() * 1e6)
+        streams = {p.id.stream for p in self._store.loaded()}
+        for stream in sorted(streams):
+            manifest = self._store.manifest(stream)
+            if manifest is None:
+                continue
+            due = [e for e in manifest.expired if e.delete_after_us <= now_us]
+            if not due:
+                continue
+            stream_dir = self._store.stream_dir(stream)
+            await asyncio.to_thread(remove_files, [stream_dir / e.file for e in due])
+            gone = {e.file for e in due}
+            await self._store.manifest_update(
+                stream,
+                lambda m, gone=gone: replace(  # type: ignore[misc]
+                    m, expired=tuple(e for e in m.expired if e.file not in gone)
+                ),
+            )
+            log.info("expired segment files deleted", stream=stream, files=sorted(gone))

@@ -1,0 +1,90 @@
+"""The sealed part of one partition: its committed segments, in offset order.
+
+Segments are contiguous and never overlap: each new one starts where the last
+ended (`end_offset`). Retention removes whole segments from the front and
+raises `floor`, the partition's first readable sealed offset; their files stay
+on disk for a grace period (see `tamto_storage.sealer`) so a Spark job that
+listed them can finish reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+
+from tamto_common.errors import DataCorruption
+from tamto_storage import segments as seg
+from tamto_storage.model import StoredBatch
+from tamto_storage.segments import Segment
+
+
+class SegmentLog:
+    """The committed segments of one partition."""
+
+    def __init__(self, found: list[Segment], floor: int = 0) -> None:
+        self._segments: list[Segment] = []
+        self._firsts: list[int] = []
+        self.floor = floor
+        for segment in found:
+            self.add(segment)
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def start_offset(self) -> int | None:
+        """The first sealed offset still kept, or None when no segment is kept."""
+        return self._segments[0].first_offset if self._segments else None
+
+    @property
+    def end_offset(self) -> int:
+        """The offset the next segment starts at."""
+        return self._segments[-1].end_offset if self._segments else self.floor
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.entry.size_bytes for s in self._segments)
+
+    def add(self, segment: Segment) -> None:
+        """Append a segment that starts exactly where the log ends."""
+        if self._segments and segment.first_offset != self.end_offset:
+            raise DataCorruption(
+                f"segment {segment.path.name} starts at {segment.first_offset}, "
+                f"but the sealed log ends at {self.end_offset}"
+            )
+        if not self._segments:
+            self.floor = min(self.floor, segment.first_offset)
+        self._segments.append(segment)
+        self._firsts.append(segment.first_offset)
+
+    def remove_first(self) -> Segment:
+        """Drop the oldest segment (retention) and raise the floor past it."""
+        segment = self._segments.pop(0)
+        self._firsts.pop(0)
+        self.floor = segment.end_offset
+        return segment
+
+    def covering(self, offset: int) -> Segment | None:
+        """The segment holding `offset`, if one is kept."""
+        i = bisect.bisect_right(self._firsts, offset) - 1
+        if i < 0 or offset >= self._segments[i].end_offset:
+            return None
+        return self._segments[i]
+
+    async def read(self, from_offset: int, max_messages: int, max_bytes: int) -> list[StoredBatch]:
+        """Batches from the segment holding `from_offset` (empty when none holds it)."""
+        segment = self.covering(from_offset)
+        if segment is None:
+            return []
+        table = await asyncio.to_thread(
+            seg.read_rows, segment.path, from_offset, max_messages, max_bytes
+        )
+        return await asyncio.to_thread(seg.to_stored_batches, table)
+
+    async def offset_for_time(self, time_us: int) -> int | None:
+        """The first sealed offset published at or after `time_us`, or None."""
+        for segment in self._segments:
+            if segment.entry.max_publish_time_us >= time_us:
+                return await asyncio.to_thread(seg.first_offset_at_or_after, segment.path, time_us)
+        return None

@@ -1,0 +1,77 @@
+"""`tamto bench --local --quick` runs end to end and reports every metric for both systems.
+
+No performance assertion: only that each number was measured and is a number.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+THROUGHPUT = ("publish_msgs_s", "publish_mb_s", "consume_msgs_s", "consume_mb_s")
+LATENCY = ("p50_ms", "p99_ms", "p999_ms", "samples", "saturated")
+
+
+@pytest.mark.timeout(180)
+def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    md = tmp_path / "bench.md"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tamto_cli",
+            "bench",
+            "--local",
+            "--quick",
+            "--sizes",
+            "100",
+            "--duration",
+            "0.5",
+            "--rates",
+            "500",
+            "--producers",
+            "1",
+            "--consumers",
+            "1",
+            "--partitions",
+            "2",
+            "--json",
+            str(out),
+            "--markdown",
+            str(md),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=170,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    doc = json.loads(out.read_text())
+    size = doc["sizes"]["100"]
+    for system in ("tamto", "jetstream"):
+        for metric in THROUGHPUT:
+            assert isinstance(size[system][metric], int | float), (system, metric)
+        for field in LATENCY:
+            assert field in size[system]["latency_500"], (system, field)
+        assert size[system]["published"] > 0
+        assert size[system]["consumed"] >= size[system]["published"]
+    assert isinstance(size["core_nats"]["pubsub_msgs_s"], int | float)
+    assert isinstance(size["ceiling"]["msgs_s"], int | float)
+    assert set(doc["memory_peak_rss_bytes"]["tamto"]) >= {"gateway", "router", "storage", "auth"}
+    assert doc["memory_peak_rss_bytes"]["jetstream"]["nats-server"] > 0
+    assert "sync_interval: always" in doc["jetstream_config"]
+    assert {t["target"] for t in doc["targets"]} >= {
+        "publish ≥ 10x JetStream",
+        "consume+ack ≥ 10x JetStream",
+        "≥ 70% of bare ceiling",
+    }
+    assert "tamto bench" in proc.stdout
+    assert "| metric |" in md.read_text()

@@ -1,0 +1,82 @@
+"""A Spark job reading while retention deletes segments does not fail (the grace period)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from tamto_protocol.batch import BatchColumns, encode_batch
+from tamto_storage.model import StoredBatch
+from tamto_storage.sealer import SealOptions
+from tamto_storage.store import PartitionStore
+from tamto_storage.wal import WalOptions
+
+T_US = 1_800_000_000_000_000
+GRACE_S = 60.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T_US / 1e6
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def batch(base: int, count: int) -> StoredBatch:
+    arrow = encode_batch(
+        BatchColumns(
+            payloads=[f"m{o}".encode() for o in range(base, base + count)],
+            keys=[None] * count,
+            headers=[None] * count,
+            ids=[None] * count,
+            event_times_us=[None] * count,
+        )
+    )
+    # Batch at offset b published b minutes after T: segments ten minutes apart.
+    return StoredBatch(base, count, T_US + base * 60_000_000, arrow)
+
+
+async def test_a_job_that_listed_segments_finishes_while_retention_expires_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data, clock = tmp_path / "data", Clock()
+
+    async def retention(stream: str) -> tuple[int, int]:
+        return 60_000, 0  # one minute
+
+    store = PartitionStore(
+        data,
+        WalOptions(),
+        seal_options=SealOptions(segment_bytes=1, retention_grace_s=GRACE_S),
+        retention_for=retention,
+        clock=clock,
+    )
+    sealer = store.sealer
+    assert sealer is not None
+    stream_dir = str(data / "streams" / "events")
+    try:
+        partition = await store.get("events", 0)
+        await partition.open(1)
+        for base in range(0, 50, 10):
+            await partition.append(1, [batch(base, 10)])
+        await sealer.seal_all()
+        assert len(partition.segment_log.segments) == 5
+
+        # A job that listed the segment files before retention ran.
+        plain = spark.read.parquet(stream_dir)
+
+        clock.now = (T_US + 40 * 60_000_000) / 1e6 + 30  # the last segment is 30 s old
+        await sealer.run_once()
+        assert partition.offsets().start_offset == 40, "four segments expired"
+
+        assert plain.count() == 50, "listed before expiry: still readable in the grace period"
+        fresh = spark.read.format("tamto").load(stream_dir).select("offset").collect()
+        assert sorted(r.offset for r in fresh) == list(range(40, 50)), "new snapshot: retained"
+
+        clock.now += GRACE_S
+        await sealer.run_once()
+        assert spark.read.parquet(stream_dir).count() == 10, "files deleted after the grace"
+    finally:
+        await store.close()
