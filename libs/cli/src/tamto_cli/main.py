@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Coroutine
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -20,12 +19,11 @@ from tamto_cli import settings
 from tamto_cli.auth_cmds import auth_app
 from tamto_cli.bench import bench
 from tamto_cli.connect import connect_client
+from tamto_cli.connect import run as run_command
 from tamto_cli.status import fetch_status, render_status
 from tamto_cli.up import run_up
 from tamto_common.errors import TamtoError
 from tamto_local.cluster import ClusterConfig
-
-T = TypeVar("T")
 
 app = typer.Typer(help="Tamto: durable streams, subscriptions and Parquet, in one system.")
 console = Console(highlight=False)
@@ -170,7 +168,7 @@ def stream_ensure(
     )
 
     async def run() -> None:
-        async with await _connect(url, api_key, data_dir) as client:
+        async with await connect_client(url, api_key, data_dir) as client:
             result = await client.streams.ensure(
                 name, partitions=partitions, config=config, overwrite=overwrite
             )
@@ -192,7 +190,7 @@ def stream_ensure(
         for difference in result.differences:
             typer.echo(f"  {'changed' if applied else 'differs'}: {difference}")
 
-    _run(run())
+    run_command(run())
 
 
 @stream_app.command("describe")
@@ -206,7 +204,7 @@ def stream_describe(
     """Show a stream's partitions and every setting."""
 
     async def run() -> None:
-        async with await _connect(url, api_key, data_dir) as client:
+        async with await connect_client(url, api_key, data_dir) as client:
             info = await client.streams.describe(name)
         fields = _info_dict(info)
         if as_json:
@@ -224,7 +222,7 @@ def stream_describe(
             table.add_row(field, shown)
         console.print(table)
 
-    _run(run())
+    run_command(run())
 
 
 @stream_app.command("list")
@@ -234,7 +232,7 @@ def stream_list(
     """List the streams: one `NAME<TAB>PARTITIONS<TAB>KIND` line each (or JSON)."""
 
     async def run() -> None:
-        async with await _connect(url, api_key, data_dir) as client:
+        async with await connect_client(url, api_key, data_dir) as client:
             streams = await client.streams.list()
         if as_json:
             print(json.dumps([_info_dict(info) for info in streams]))
@@ -242,7 +240,7 @@ def stream_list(
         for info in streams:
             typer.echo(f"{info.name}\t{info.partitions}\t{info.kind.value}")
 
-    _run(run())
+    run_command(run())
 
 
 @stream_app.command("delete")
@@ -252,18 +250,14 @@ def stream_delete(
     """Delete a stream and its data; exits 1 if there is no such stream."""
 
     async def run() -> bool:
-        async with await _connect(url, api_key, data_dir) as client:
+        async with await connect_client(url, api_key, data_dir) as client:
             return await client.streams.delete(name)
 
-    if _run(run()):
+    if run_command(run()):
         typer.echo(f"{name}: deleted")
     else:
         err.print(f"tamto: stream {name!r} does not exist")
         raise typer.Exit(1)
-
-
-async def _connect(url: str | None, api_key: str | None, data_dir: Path | None) -> tamto_sdk.Client:
-    return await connect_client(url, api_key, data_dir)
 
 
 @app.command()
@@ -282,14 +276,14 @@ def pub(
     key_bytes = key.encode() if key is not None else None
 
     async def run() -> None:
-        async with await _connect(url, api_key, data_dir) as client:
+        async with await connect_client(url, api_key, data_dir) as client:
             async with client.producer(stream) as producer:
                 futures = [await producer.send(p.encode(), key=key_bytes) for p in payloads]
                 for payload, future in zip(payloads, futures, strict=True):
                     r = await future
                     typer.echo(f"{r.stream}/{r.partition}@{r.offset}\t{payload}")
 
-    _run(run())
+    run_command(run())
 
 
 @app.command()
@@ -316,7 +310,7 @@ def sub(
     position = _start_position(start)
 
     async def run() -> None:
-        async with await _connect(url, api_key, data_dir) as client:
+        async with await connect_client(url, api_key, data_dir) as client:
             async with client.consumer(
                 stream, subscription, type=kind, start=position, consumer_name=consumer_name
             ) as consumer:
@@ -330,7 +324,7 @@ def sub(
                     if count and seen >= count:
                         return
 
-    _run(run())
+    run_command(run())
 
 
 def _subscription_type(text: str) -> tamto_sdk.SubscriptionType:
@@ -360,13 +354,3 @@ def _start_position(text: str) -> tamto_sdk.StartPosition:
         pass
     err.print(f"tamto sub: --start must be earliest, latest, offset:N or time:ISO, not {text!r}")
     raise typer.Exit(2)
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    try:
-        return asyncio.run(coro)
-    except tamto_sdk.TamtoError as exc:
-        err.print(f"tamto: {exc}")
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
