@@ -81,3 +81,49 @@ async def test_the_dedup_window_survives_a_router_crash(fresh_cluster: TestClust
             await producer.send_and_wait(b"pay 11", id="payment-43")
         assert again.offset == first.offset
         assert await drain(c, "payments", "p") == [b"pay 10", b"pay 11"]
+
+
+async def test_retried_sequences_get_their_offsets_back_after_a_router_crash(
+    fresh_cluster: TestCluster,
+) -> None:
+    # An idempotent producer's batches carry `<producer>:<n>` ids with n growing: the
+    # router remembers them as runs, and rebuilds those runs from the log on takeover.
+    def batch(first: int, count: int) -> bytes:
+        ids = [f"prod-1:{n}" for n in range(first, first + count)]
+        payloads = [f"m{n}".encode() for n in range(first, first + count)]
+        return encode_batch(
+            BatchColumns(payloads, [None] * count, [None] * count, ids, [None] * count)
+        )
+
+    async with await tamto_sdk.connect(fresh_cluster.url, api_key=fresh_cluster.credential) as c:
+        await c.streams.ensure("runs", partitions=1)
+        async with grpc.aio.insecure_channel(fresh_cluster.gateway_address) as channel:
+            stub = gateway_pb2_grpc.GatewayStub(channel)
+            token = (
+                await stub.Authenticate(
+                    gateway_pb2.AuthenticateRequest(api_key=fresh_cluster.credential)
+                )
+            ).token
+            auth = [("authorization", f"Bearer {token}")]
+
+            async def publish(data: bytes, count: int) -> gateway_pb2.PublishResponse:
+                request = gateway_pb2.PublishRequest(
+                    stream="runs",
+                    partition=0,
+                    batch=messages_pb2.RecordBatch(arrow_ipc=data, count=count),
+                )
+                return await stub.Publish(request, metadata=auth, wait_for_ready=True)
+
+            first = await publish(batch(0, 100), 100)
+            second = await publish(batch(100, 50), 50)
+            fresh_cluster.kill9("router")
+            fresh_cluster.start("router")
+            again = await publish(batch(100, 50), 50)  # the retry of the second batch
+            straddle = await publish(batch(140, 20), 20)  # half known, half new
+        assert list(again.offsets) == [second.base_offset + i for i in range(50)]
+        end = first.base_offset + 150
+        assert list(straddle.offsets) == [second.base_offset + 40 + i for i in range(10)] + [
+            end + i for i in range(10)
+        ]
+        got = await drain(c, "runs", "r")
+        assert got == [f"m{n}".encode() for n in range(160)]

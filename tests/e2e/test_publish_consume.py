@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import grpc
+import pyarrow as pa
 import pytest
 
 import tamto_sdk
@@ -152,3 +153,27 @@ async def test_malformed_and_oversized_batches_are_refused(
         assert await publish(good, 1, partition=7) == grpc.StatusCode.INVALID_ARGUMENT
         # The gateway keeps serving after bad input.
         assert await publish(good, 1) == grpc.StatusCode.OK
+
+
+async def test_send_batch_publishes_a_table_and_reports_every_offset(
+    tamto_client: tamto_sdk.Client,
+) -> None:
+    stream = unique("table")
+    await tamto_client.streams.ensure(stream, partitions=2)
+    keys = [f"k{i % 5}".encode() for i in range(2000)]
+    table = pa.table(
+        {
+            "payload": [f"m{i}".encode() for i in range(2000)],
+            "key": pa.array(keys, pa.binary()),
+        }
+    )
+    async with tamto_client.producer(stream, max_batch_messages=300) as producer:
+        published = await (await producer.send_batch(table))
+    assert len(published) == 2000
+    got = await consume_n(tamto_client, stream, "reader", 2000)
+    stored = {(m.partition, m.offset): (m.payload, m.key) for m in got}
+    for i, (p, offset) in enumerate(
+        zip(published.partitions.to_pylist(), published.offsets.to_pylist(), strict=True)
+    ):
+        assert stored[(p, offset)] == (f"m{i}".encode(), keys[i])
+    assert all(m.id is not None for m in got)  # idempotence ids, as with send

@@ -1,6 +1,8 @@
-"""A seeded random walk over publish, consume, ack, nack, join/leave and kill -9.
+"""A seeded random walk over publish, consume, ack, nack, join/leave, consumer crash
+and kill -9 of router and storage.
 
-Replay a failure with TAMTO_SEED=<seed printed in the output>.
+Replay a failure with TAMTO_SEED=<seed printed in the output>; the walk prints a
+trace of its steps (shown by pytest when the test fails).
 """
 
 from __future__ import annotations
@@ -8,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -21,7 +26,25 @@ pytestmark = pytest.mark.e2e
 
 STEPS = 60
 MAX_DELIVERIES = 3
-CHECK_ORDER = os.environ.get("TAMTO_CHECK_ORDER") == "1"
+
+# A consumer in its own process, killed with SIGKILL once it holds messages: a
+# real crash, not a clean close. It prints how many messages it received.
+CRASHING_CONSUMER = """
+import asyncio, sys, tamto_sdk
+from tamto_sdk import SubscriptionType
+
+async def main():
+    client = await tamto_sdk.connect(sys.argv[1], api_key=sys.argv[2])
+    consumer = client.consumer(
+        "walk", "ks", type=SubscriptionType.KEY_SHARED, consumer_name=sys.argv[3], credits=50
+    )
+    await consumer.start()
+    batch = await consumer.receive_batch(max_messages=50, timeout_s=2.0)
+    print(len(batch), flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
 
 
 @dataclass
@@ -68,6 +91,7 @@ async def publish(world: World, producer: tamto_sdk.Producer) -> None:
             message_id, key = f"id{n}", f"k{n % 7}".encode()
             payload = world.explicit_ids.setdefault(message_id, payload)
         futures.append((payload, await producer.send(payload, key=key, id=message_id)))
+        print("PUB", payload, key, message_id)
     for payload, future in futures:
         await future
         world.published.add(payload)
@@ -81,9 +105,29 @@ async def join(world: World) -> None:
     )
     await consumer.start()
     world.sessions.append(Session(name, client, consumer))
+    print("JOIN", name)
+
+
+def crash_a_consumer(world: World) -> None:
+    """A consumer process joins, takes messages, and dies with SIGKILL holding them."""
+    name = f"crash{world.serial}"
+    cluster = world.cluster
+    with subprocess.Popen(
+        [sys.executable, "-c", CRASHING_CONSUMER, cluster.url, cluster.credential, name],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as child:
+        try:
+            assert child.stdout is not None
+            held = child.stdout.readline().strip()  # ends when it received (or gave up)
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.wait(10)
+    print("CRASH", name, "holding", held)
 
 
 async def leave(world: World, session: Session) -> None:
+    print("LEAVE", session.name)
     world.sessions.remove(session)
     await session.consumer.close()
     await session.client.close()
@@ -98,14 +142,23 @@ async def consume(world: World, session: Session) -> None:
         # now is at-least-once redelivery, not checked for order.
         session.clean = False
     for message in batch:
+        first_time = message.payload not in world.received
+        print(
+            "RECV",
+            session.name,
+            message.payload,
+            message.key,
+            (message.partition, message.offset),
+            message.delivery_count,
+            "first" if first_time else "again",
+        )
         if message.payload in world.persisted_acks:
             world.violations.append(f"{message.payload!r} delivered after its ack was persisted")
-        first_time = message.payload not in world.received
         world.received.add(message.payload)
         # Key order is checked on first deliveries in sessions that lived through no
         # kill: a crash loses the router's in-memory view (delivery counts, who holds
         # which key), and what is redelivered then is at-least-once, not ordered.
-        if CHECK_ORDER and first_time and message.delivery_count == 1 and session.clean:
+        if first_time and message.delivery_count == 1 and session.clean:
             offsets = session.order.setdefault(message.key, [])
             if offsets and (message.partition, message.offset) < offsets[-1]:
                 world.violations.append(f"key {message.key!r} out of order at {message.offset}")
@@ -114,6 +167,7 @@ async def consume(world: World, session: Session) -> None:
             session.consumer.nack(message)
         elif world.rng.random() < 0.85:
             session.consumer.ack(message)
+            print("ACK", session.name, message.payload)
             session.acked.add(message.payload)
 
 
@@ -131,7 +185,7 @@ async def test_random_walk_keeps_every_delivery_guarantee(fresh_cluster: TestClu
     )
     # The router creates it with the first dead letter; a walk may have none.
     await admin.streams.ensure("walk.dlq", partitions=1)
-    kills = 0
+    kills = crashes = 0
     async with admin.producer("walk", linger_ms=1) as producer:
         await join(world)
         for _ in range(STEPS):
@@ -142,13 +196,17 @@ async def test_random_walk_keeps_every_delivery_guarantee(fresh_cluster: TestClu
                 await consume(world, world.rng.choice(world.sessions))
             elif action < 0.85 and len(world.sessions) < 3:
                 await join(world)
-            elif action < 0.95 and len(world.sessions) > 1:
+            elif action < 0.92 and len(world.sessions) > 1:
                 await leave(world, world.rng.choice(world.sessions))
+            elif action < 0.95 and crashes < 1:
+                crashes += 1
+                await asyncio.to_thread(crash_a_consumer, world)
             elif kills < 2:
                 kills += 1
                 victim = world.rng.choice(["router", "storage"])
                 for session in world.sessions:
                     session.clean = False
+                print("KILL", victim)
                 await asyncio.to_thread(fresh_cluster.kill9, victim)
                 await asyncio.to_thread(fresh_cluster.start, victim)
         await publish(world, producer)
@@ -162,11 +220,13 @@ async def test_random_walk_keeps_every_delivery_guarantee(fresh_cluster: TestClu
     while time.monotonic() < deadline and not expected <= world.received:
         await consume(world, world.sessions[0])
     # Poison keeps coming until it is dead-lettered; give it its deliveries.
-    dead: list[tamto_sdk.Message] = []
+    dead: dict[int, tamto_sdk.Message] = {}  # by offset: a redelivery is not a second copy
     async with admin.consumer("walk.dlq", "check") as dlq:
         while time.monotonic() < deadline and len(dead) < len(world.poison & world.published):
             await consume(world, world.sessions[0])
-            dead.extend(await dlq.receive_batch(max_messages=100, timeout_s=0.2))
+            letters = await dlq.receive_batch(max_messages=100, timeout_s=0.2)
+            dead.update((m.offset, m) for m in letters)
+            dlq.ack(letters)
     await leave(world, world.sessions[0])
 
     if world.violations:
@@ -186,12 +246,12 @@ async def test_random_walk_keeps_every_delivery_guarantee(fresh_cluster: TestClu
             while batch := await look.receive_batch(max_messages=500, timeout_s=1.5):
                 where += [(m.payload, m.partition, m.offset) for m in batch if m.payload in missing]
         pytest.fail(f"seed {seed}: acknowledged publishes never delivered: {sorted(where)[:8]}")
-    dead_payloads = [m.payload for m in dead]
+    dead_payloads = [m.payload for m in dead.values()]
     assert len(dead_payloads) == len(set(dead_payloads)), f"seed {seed}: a dead letter twice"
     assert set(dead_payloads) == world.poison & world.published, (
         f"seed {seed}: dead letters are exactly the messages nacked past max deliveries"
     )
-    assert all(m.headers["tamto.dlq.reason"] == "max_deliveries" for m in dead)
+    assert all(m.headers["tamto.dlq.reason"] == "max_deliveries" for m in dead.values())
 
     # Dedup: every id is stored once, whatever the retries and repeats.
     stored: list[tamto_sdk.Message] = []

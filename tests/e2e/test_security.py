@@ -154,7 +154,9 @@ async def attempt(
                     subscribe=messages_pb2.Subscribe(stream=stream, subscription="matrix")
                 )
             )
-            with contextlib.suppress(asyncio.InvalidStateError):  # refused already
+            # Refused already: the write may fail (how depends on the race with the
+            # server's answer); the call's status below says why.
+            with contextlib.suppress(asyncio.InvalidStateError, grpc.aio.AioRpcError):
                 await call.write(
                     messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=1))
                 )

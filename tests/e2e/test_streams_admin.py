@@ -16,7 +16,7 @@ import pytest
 import tamto_sdk
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
-from tamto_sdk import Durability, StreamConfig, StreamInfo, StreamKind
+from tamto_sdk import Durability, RetentionPolicy, StreamConfig, StreamInfo, StreamKind
 from tamto_testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -29,6 +29,7 @@ def unique(prefix: str) -> str:
 FULL = StreamConfig(
     retention_ms=3 * 86_400_000,
     retention_bytes=1 << 30,
+    retention_policy=RetentionPolicy.INTEREST,
     dedup_window_ms=300_000,
     ack_timeout_ms=5_000,
     max_deliveries=4,
@@ -193,12 +194,17 @@ async def test_raw_requests_zero_means_default_and_unknown_enums_are_refused(
         assert config.dedup_window_ms == 120_000
         assert config.ack_timeout_ms == 30_000
         assert config.durability == messages_pb2.DURABILITY_GROUP_COMMIT
+        assert config.retention_policy == messages_pb2.RETENTION_POLICY_LIMITS
         assert config.dead_letter_stream == f"{name}.dlq"
         assert config.kind == messages_pb2.STREAM_KIND_PERSISTENT
 
         for bad, message in (
             (messages_pb2.StreamConfig(durability=7), "durability must be"),  # type: ignore[arg-type]
             (messages_pb2.StreamConfig(kind=9), "kind must be"),  # type: ignore[arg-type]
+            (
+                messages_pb2.StreamConfig(retention_policy=5),  # type: ignore[arg-type]
+                "retention_policy must be",
+            ),
         ):
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await stub.EnsureStream(
@@ -271,7 +277,8 @@ def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
     name = unique("cli")
     flags = [
         "--partitions", "2", "--retention-ms", "60000", "--retention-bytes", "1048576",
-        "--dedup-window-ms", "30000", "--ack-timeout-ms", "4000", "--max-deliveries", "3",
+        "--retention-policy", "interest", "--dedup-window-ms", "30000",
+        "--ack-timeout-ms", "4000", "--max-deliveries", "3",
         "--max-lag", "100", "--dead-letter-stream", f"{name}-dead", "--durability", "interval",
         "--fsync-interval-ms", "15",
     ]  # fmt: skip
@@ -302,6 +309,7 @@ def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
         "kind": "persistent",
         "retention_ms": 60000,
         "retention_bytes": 1048576,
+        "retention_policy": "interest",
         "dedup_window_ms": 30000,
         "ack_timeout_ms": 9000,
         "max_deliveries": 3,

@@ -116,6 +116,28 @@ async def test_close_sends_pending_acks(client: Client, gateway: FakeGateway) ->
         consumer.ack(batch)
 
 
+async def test_close_waits_for_acks_the_writer_is_still_writing(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    await _publish(client, "s", 3)
+    consumer = client.consumer("s", "sub")
+    await consumer.start()
+    batch = await consumer.receive_batch(3, timeout_s=5)
+    call = consumer._call
+    write = call.write
+
+    async def slow_write(request: object) -> None:
+        await asyncio.sleep(0.3)
+        await write(request)
+
+    call.write = slow_write  # the acks are taken, and still on their way, when close starts
+    consumer.ack(batch)
+    await asyncio.sleep(0.1)
+    await consumer.close()
+    assert gateway.acked("s", "sub", 0) == {0, 1, 2}
+
+
 async def test_subscription_type_and_consumer_name_reach_the_server(
     client: Client, gateway: FakeGateway
 ) -> None:

@@ -5,6 +5,7 @@ import itertools
 from datetime import UTC, datetime
 
 import grpc
+import pyarrow as pa
 import pytest
 from sdk_fake_gateway import API_KEY, FAST, FakeGateway
 
@@ -15,6 +16,7 @@ from tamto_sdk import (
     ClientOptions,
     Closed,
     InvalidArgument,
+    PublishedBatch,
     PublishResult,
     Unavailable,
     connect,
@@ -201,3 +203,174 @@ async def test_client_close_flushes_its_producers(gateway: FakeGateway) -> None:
     future = await producer.send(b"x")
     await client.close()
     assert future.result().offset == 0
+
+
+async def test_idempotent_ids_are_one_sequence_per_producer(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 2)
+    async with client.producer("s", linger_ms=1000, max_batch_messages=10) as producer:
+        for i in range(25):
+            await producer.send(b"x", key=b"k" if i % 2 else None, id="mine" if i == 7 else None)
+    ids = [row["id"] for p in range(2) for row in gateway.rows("s", p)]
+    assert "mine" in ids
+    generated = [i for i in ids if i != "mine"]
+    prefix = {i.rpartition(":")[0] for i in generated}
+    assert len(prefix) == 1
+    assert prefix.pop().startswith("p-")
+    assert sorted(int(i.rpartition(":")[2]) for i in generated) == list(range(24))
+    # Within a partition the sequence only grows (what the router's fast dedup path needs).
+    for p in range(2):
+        numbers = [
+            int(r["id"].rpartition(":")[2]) for r in gateway.rows("s", p) if r["id"] != "mine"
+        ]
+        assert numbers == sorted(numbers)
+
+
+async def test_batches_are_capped_by_bytes(client: Client, gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    async with client.producer("s", linger_ms=1000, max_batch_bytes=10_000) as producer:
+        futures = [await producer.send(bytes(1000)) for _ in range(30)]
+        await producer.flush()
+    assert [f.result().offset for f in futures] == list(range(30))
+    assert all(len(r.batch.arrow_ipc) < 20_000 for r in gateway.publish_requests)
+    assert len(gateway.publish_requests) >= 3
+
+
+def test_batch_size_limits_are_checked(client: Client) -> None:
+    with pytest.raises(ValueError, match="at most"):
+        client.producer("s", max_batch_bytes=64 << 20)
+    with pytest.raises(ValueError, match="positive"):
+        client.producer("s", max_batch_messages=0)
+
+
+async def test_send_type_errors(client: Client, gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    async with client.producer("s") as producer:
+        with pytest.raises(TypeError, match="payload"):
+            await producer.send("text")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="key"):
+            await producer.send(b"x", key="k")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="headers"):
+            await producer.send(b"x", headers={"a": 1})  # type: ignore[dict-item]
+        with pytest.raises(TypeError, match="id"):
+            await producer.send(b"x", id=5)  # type: ignore[arg-type]
+        result = await producer.send_and_wait(bytearray(b"ok"), key=memoryview(b"k"))
+    row = gateway.rows("s", 0)[result.offset]
+    assert (row["payload"], row["key"]) == (b"ok", b"k")
+
+
+async def test_send_batch_of_payloads_is_one_rpc_with_every_offset(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 3)
+    async with client.producer("s", linger_ms=1000) as producer:
+        first = await producer.send(b"single")
+        future = await producer.send_batch([f"m{i}".encode() for i in range(500)])
+        published = await asyncio.wait_for(future, 5)
+    assert isinstance(published, PublishedBatch)
+    assert len(published) == 500
+    partition = first.result().partition
+    assert set(published.partitions.to_pylist()) == {partition}
+    assert published.offsets.to_pylist() == list(range(1, 501))
+    assert published[3] == PublishResult("s", partition, 4)
+    assert len(gateway.publish_requests) == 1  # the single send and the batch travel together
+    rows = gateway.rows("s", partition)
+    assert [r["payload"] for r in rows] == [b"single"] + [f"m{i}".encode() for i in range(500)]
+    assert all(r["id"] for r in rows)
+
+
+async def test_send_batch_splits_at_the_caps_and_spreads_keyless_rows(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 4)
+    async with client.producer("s", linger_ms=1000, max_batch_messages=100) as producer:
+        published = await (await producer.send_batch([bytes([i % 256]) for i in range(1000)]))
+    assert len(gateway.publish_requests) == 10
+    assert all(r.batch.count == 100 for r in gateway.publish_requests)
+    partitions = published.partitions.to_pylist()
+    assert len(set(partitions)) == 4
+    for row, (p, offset) in enumerate(zip(partitions, published.offsets.to_pylist(), strict=True)):
+        assert gateway.rows("s", p)[offset]["payload"] == bytes([row % 256])
+
+
+async def test_send_batch_routes_keys_and_keeps_order_with_sends(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 4)
+    keys = [f"k{i % 7}".encode() for i in range(200)]
+    async with client.producer("s", linger_ms=20, max_batch_messages=30) as producer:
+        before = [await producer.send(b"-1", key=k) for k in keys[:7]]
+        published = await (
+            await producer.send_batch(
+                [str(i).encode() for i in range(200)],
+                keys=keys,
+                headers=[{"n": str(i)} for i in range(200)],
+                ids=[f"order-{i}" for i in range(200)],
+            )
+        )
+        await producer.flush()
+    assert all(f.result().offset >= 0 for f in before)
+    for i, (p, offset) in enumerate(
+        zip(published.partitions.to_pylist(), published.offsets.to_pylist(), strict=True)
+    ):
+        assert p == partition_for_key(keys[i], 4)
+        row = gateway.rows("s", p)[offset]
+        assert (row["payload"], row["key"], row["id"]) == (str(i).encode(), keys[i], f"order-{i}")
+        assert row["headers"] == [("n", str(i))]
+    for p in range(4):
+        per_key: dict[bytes, list[int]] = {}
+        for row in gateway.rows("s", p):
+            per_key.setdefault(row["key"], []).append(int(row["payload"]))
+        for sequence in per_key.values():
+            assert sequence[0] == -1
+            assert sequence[1:] == sorted(sequence[1:])
+
+
+async def test_send_batch_takes_an_arrow_table(client: Client, gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    when = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+    table = pa.table(
+        {
+            "payload": pa.array([b"a", b"b"], pa.large_binary()),
+            "id": ["x", None],
+            "event_time": pa.array([when, None], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    async with client.producer("s") as producer:
+        published = await (await producer.send_batch(table))
+        empty = await (await producer.send_batch([]))
+    assert published.offsets.to_pylist() == [0, 1]
+    assert len(empty) == 0
+    rows = gateway.rows("s", 0)
+    assert [r["payload"] for r in rows] == [b"a", b"b"]
+    assert rows[0]["id"] == "x"
+    assert rows[1]["id"].startswith("p-")
+    assert rows[0]["event_time"] == when
+    assert rows[1]["event_time"] is None
+
+
+async def test_send_batch_refuses_bad_input(client: Client, gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    async with client.producer("s") as producer:
+        with pytest.raises(TypeError):
+            await producer.send_batch(["text"])  # type: ignore[list-item]
+        with pytest.raises(ValueError, match="entries"):
+            await producer.send_batch([b"a", b"b"], keys=[b"k"])
+        with pytest.raises(ValueError, match="null"):
+            await producer.send_batch(pa.array([b"a", None]))
+        with pytest.raises(TypeError):
+            await producer.send_batch(b"one payload")  # type: ignore[arg-type]
+        with pytest.raises(TypeError):
+            await producer.send_batch(pa.table({"payload": [b"a"]}), keys=[b"k"])
+    assert gateway.publish_requests == []
+
+
+async def test_send_batch_failure_fails_its_future(client: Client, gateway: FakeGateway) -> None:
+    gateway.add_stream("s", 1)
+    gateway.publish_failures.append(grpc.StatusCode.INVALID_ARGUMENT)
+    async with client.producer("s") as producer:
+        future = await producer.send_batch([b"a", b"b"])
+        with pytest.raises(InvalidArgument):
+            await asyncio.wait_for(future, 5)
+        assert producer.pending == 0

@@ -16,7 +16,14 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tamto_common.errors import Unauthenticated, Unavailable
-from tamto_gateway.tokens import Principal, TokenVerifier, bearer_token, parse_jwks
+from tamto_gateway.tokens import (
+    Authenticator,
+    Principal,
+    TokenVerifier,
+    VerifiedTokens,
+    bearer_token,
+    parse_jwks,
+)
 
 ISSUER = "tamto"
 AUDIENCE = "tamto"
@@ -330,3 +337,80 @@ def test_bearer_token_refusals(metadata: list[tuple[str, str]] | None, message: 
     with pytest.raises(Unauthenticated) as info:
         bearer_token(metadata)
     assert str(info.value) == message
+
+
+class WallClock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_verified_token_is_not_verified_again_until_it_expires(
+    verifier: TokenVerifier, key: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wall = WallClock()
+    authenticator = Authenticator(verifier, {}, VerifiedTokens(wall_clock=wall))
+    decodes = 0
+    real_decode = verifier._decode
+
+    def counting_decode(token: str, k: Any) -> dict[str, Any]:
+        nonlocal decodes
+        decodes += 1
+        return real_decode(token, k)
+
+    monkeypatch.setattr(verifier, "_decode", counting_decode)
+    exp = int(wall.now) + 60
+    token = sign(key, "k1", exp=exp)
+    for _ in range(5):
+        assert (await authenticator.verify(token)).subject == "alice"
+    assert decodes == 1
+    wall.now = exp  # expired: verified again (and refused once past the leeway)
+    assert (await authenticator.verify(token)).subject == "alice"
+    assert decodes == 2
+    wall.now = exp + 0.5
+    await authenticator.verify(token)
+    assert decodes == 3
+
+
+async def test_a_key_change_forgets_verified_tokens(
+    verifier: TokenVerifier, key: Ed25519PrivateKey, source: JwksSource, clock: FakeClock
+) -> None:
+    authenticator = Authenticator(verifier, {})
+    token = sign(key, "k1")
+    await authenticator.verify(token)
+    assert len(authenticator.verified) == 1
+    await verifier.refresh()  # the same keys: nothing forgotten
+    assert len(authenticator.verified) == 1
+    source.document = jwks(jwk(Ed25519PrivateKey.generate(), "k2"))  # k1 withdrawn
+    await verifier.refresh()
+    assert len(authenticator.verified) == 0
+    with pytest.raises(Unauthenticated, match="unknown key"):
+        await authenticator.verify(token)
+
+
+async def test_refused_tokens_are_not_remembered(
+    verifier: TokenVerifier, key: Ed25519PrivateKey
+) -> None:
+    authenticator = Authenticator(verifier, {})
+    for _ in range(2):
+        with pytest.raises(Unauthenticated, match="expired"):
+            await authenticator.verify(sign(key, "k1", exp=int(time.time()) - 60))
+    assert len(authenticator.verified) == 0
+
+
+async def test_a_verification_racing_a_key_change_is_not_remembered(
+    verifier: TokenVerifier, key: Ed25519PrivateKey
+) -> None:
+    verified = VerifiedTokens(max_entries=2)
+    principal = Principal("alice", time.time() + 60)
+    generation = verified.generation
+    verified.clear()
+    verified.put("t", principal, generation)
+    assert verified.get("t") is None
+    for name in ("a", "b", "c"):
+        verified.put(name, principal, verified.generation)
+    assert len(verified) == 2
+    assert verified.get("a") is None
+    assert verified.get("c") == principal

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import random
 
 from tamto_router.acks import AckSet
@@ -48,3 +49,31 @@ def test_ack_through_is_cumulative() -> None:
     acks.ack_through(25)
     assert acks.floor == 31
     assert acks.ranges == []
+
+
+def test_unacked_runs_and_next_acked_match_a_set_model() -> None:
+    rng = random.Random(11)
+    for _ in range(200):
+        acks, model = AckSet(floor=rng.randrange(0, 5)), set()
+        model.update(range(acks.floor))
+        for _ in range(rng.randrange(0, 12)):
+            first = rng.randrange(0, 60)
+            last = first + rng.randrange(0, 6)
+            acks.ack_range(first, last)
+            model.update(range(first, last + 1))
+        lo, end = rng.randrange(0, 40), rng.randrange(0, 80)
+        expected = [o for o in range(lo, end) if o not in model]
+        runs = acks.unacked_runs(lo, end)
+        assert [o for first, length in runs for o in range(first, first + length)] == expected
+        assert all(length > 0 for _, length in runs)
+        assert all(a[0] + a[1] < b[0] for a, b in itertools.pairwise(runs))
+        nxt = acks.next_acked(lo)
+        later = [o for o in model if o >= lo]
+        assert nxt == (min(later) if later else None)
+
+
+def test_next_unacked_hops_over_ranges_that_touch() -> None:
+    acks = AckSet(floor=0, ranges=[(5, 7), (8, 9), (10, 10)])  # as a stored cursor may hold
+    assert acks.next_unacked(6) == 11
+    assert acks.next_unacked(4) == 4
+    assert acks.unacked_runs(3, 14) == [(3, 2), (11, 3)]

@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from tamto_router.dedup import DedupWindow, message_offsets
+from tamto_router.dedup import (
+    DedupWindow,
+    IdSequence,
+    id_sequence,
+    message_offsets,
+    split_sequence_id,
+)
 
 
 def ids(*values: str | None) -> pa.Array:
@@ -42,3 +48,116 @@ def test_ids_older_than_the_window_are_forgotten() -> None:
     assert plan.keep is not None
     assert plan.keep.to_pylist() == [True, False]
     assert len(window) == 1
+
+
+def seq(prefix: str, *numbers: int) -> pa.Array:
+    return ids(*(f"{prefix}:{n}" for n in numbers))
+
+
+def test_split_sequence_id_accepts_only_canonical_numbers() -> None:
+    assert split_sequence_id("p-1:0") == ("p-1", 0)
+    assert split_sequence_id("a:b:17") == ("a:b", 17)
+    assert split_sequence_id(":5") == ("", 5)
+    for other in ("p", "p:", "p:01", "p:-1", "p:+1", "p: 1", "p:1x", "p:²", "p:" + "9" * 19):
+        assert split_sequence_id(other) is None, other
+
+
+def test_id_sequence_recognises_consecutive_and_increasing_runs() -> None:
+    assert id_sequence(seq("p", 5, 6, 7)) == IdSequence("p", 5, 7)
+    sparse = id_sequence(seq("p", 1, 4, 9))
+    assert sparse is not None
+    assert sparse.numbers is not None
+    assert (sparse.first, sparse.last, list(sparse.numbers)) == (1, 9, [1, 4, 9])
+    for other in (
+        seq("p", 3, 2),  # decreasing
+        seq("p", 1, 1),  # a repeat
+        ids("p:1", "q:2"),  # two prefixes
+        ids("p:1", "p:02", "p:3"),  # not canonical
+        ids("p:1", None),
+        ids("order-1", "order-2"),
+    ):
+        assert id_sequence(other) is None
+
+
+def test_a_fresh_sequence_is_new_without_lookups_and_a_retry_gets_its_offsets() -> None:
+    window = DedupWindow(60_000_000)
+    first = window.plan(seq("p", 0, 1, 2), now_us=0)
+    assert first.keep is None
+    assert first.sequence == IdSequence("p", 0, 2)
+    window.record(seq("p", 0, 1, 2), range(10, 13), time_us=0, sequence=first.sequence)
+    second = window.plan(seq("p", 3, 4), now_us=1)
+    assert second.keep is None
+    assert second.sequence is not None
+    window.record(seq("p", 3, 4), range(13, 15), time_us=1, sequence=second.sequence)
+    assert len(window) == 5
+    retry = window.plan(seq("p", 0, 1, 2), now_us=2)
+    assert retry.keep is not None
+    assert retry.kept == 0
+    assert message_offsets(retry, 3, base=99) == [10, 11, 12]
+    # A batch straddling what is known and what is new.
+    straddle = window.plan(seq("p", 4, 5, 6), now_us=3)
+    assert straddle.keep is not None
+    assert straddle.keep.to_pylist() == [False, True, True]
+    assert message_offsets(straddle, 3, base=20) == [14, 20, 21]
+
+
+def test_sparse_sequences_are_found_by_number() -> None:
+    window = DedupWindow(60_000_000)
+    window.record(seq("p", 2, 5, 9), [30, 31, 32], time_us=0)
+    plan = window.plan(ids("p:5", "p:6", "p:9", "p:2"), now_us=1)
+    assert plan.keep is not None
+    assert plan.keep.to_pylist() == [False, True, False, False]
+    assert message_offsets(plan, 4, base=40) == [31, 40, 32, 30]
+
+
+def test_sequence_ids_and_explicit_ids_of_the_same_form_are_one_id_space() -> None:
+    window = DedupWindow(60_000_000)
+    # An application's explicit ids that look like sequence ids, out of order.
+    window.record(ids("order:17", "order:5"), [1, 2], time_us=0)
+    window.record(ids("uuid-a"), [3], time_us=0)
+    plan = window.plan(seq("order", 5, 6, 7), now_us=1)
+    assert plan.keep is not None
+    assert plan.keep.to_pylist() == [False, True, True]
+    window.record(seq("order", 6, 7), [4, 5], time_us=1, sequence=None)
+    plan = window.plan(seq("order", 16, 17, 18), now_us=2)
+    assert message_offsets(plan, 3, base=9) == [9, 1, 10]
+    plan = window.plan(ids("order:6", "uuid-a", "order:7"), now_us=2)
+    assert message_offsets(plan, 3, base=9) == [4, 3, 5]
+    assert len(window) == 5
+
+
+def test_repeats_of_a_sequence_id_within_one_batch_keep_the_first_copy() -> None:
+    window = DedupWindow(60_000_000)
+    window.record(seq("p", 0, 1), range(0, 2), time_us=0)
+    plan = window.plan(ids("p:2", "p:2", "p:1"), now_us=1)
+    assert message_offsets(plan, 3, base=7) == [7, 7, 1]
+
+
+def test_runs_expire_with_the_window_and_prefixes_are_forgotten() -> None:
+    window = DedupWindow(1_000)
+    window.record(seq("a", 0, 1, 2), range(0, 3), time_us=0)
+    window.record(seq("b", 0, 1), range(3, 5), time_us=500)
+    window.record(ids("b:9", "plain"), [5, 6], time_us=600)
+    assert len(window) == 7
+    plan = window.plan(seq("a", 0, 1, 2), now_us=1_200)  # a's run is older than the window
+    assert plan.keep is None
+    assert len(window) == 4
+    assert window.plan(seq("b", 1), now_us=1_200).kept == 0
+    window.plan(ids(None), now_us=1_700)  # no ids: no expiry either
+    window.plan(ids("x"), now_us=1_700)
+    assert len(window) == 0
+    assert window._prefixes == {}
+
+
+def test_rebuilding_from_the_log_recognises_sequences() -> None:
+    window = DedupWindow(60_000_000)
+    for base in range(0, 3000, 1000):  # what a takeover reads back, batch by batch
+        window.record(
+            pa.array([f"p-1:{i}" for i in range(base, base + 1000)]),
+            list(range(base, base + 1000)),
+            time_us=base,
+        )
+    assert len(window._seen) == 0
+    assert len(window) == 3000
+    plan = window.plan(seq("p-1", 1500, 3000), now_us=5000)
+    assert message_offsets(plan, 2, base=3000) == [1500, 3000]

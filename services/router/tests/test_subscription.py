@@ -368,3 +368,68 @@ async def test_a_poison_message_dead_letters_and_its_key_carries_on() -> None:
     assert [payloads_of(x[1]) for x in dead] == [[b"m0"]]
     assert sub.acks.floor == 3
     await sub.close()
+
+
+class GatedStorage(MemoryStorage):
+    """Reads wait at a gate, so a test can act while the dispatcher is mid-read."""
+
+    def __init__(self, batches: list[Batch]) -> None:
+        super().__init__(batches)
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.waiting = asyncio.Event()
+
+    async def read(self, stream: str, p: int, start: int, want: int) -> tuple[list[Batch], int]:
+        if not self.gate.is_set():
+            self.waiting.set()
+            await self.gate.wait()
+        return await super().read(stream, p, start, want)
+
+
+async def test_messages_given_back_during_a_read_still_go_before_their_keys_later_ones() -> None:
+    sub = subscription([keyed_batch(0, [b"k"])])
+    storage = GatedStorage(sub.log.storage.batches)
+    sub.log.storage = storage
+    a = slot_with_credit("a", 5)
+    sub.attach(a, SubscriptionType.KEY_SHARED)
+    assert delivered_offsets(await next_delivery(a)) == [0]
+    # A second message of the key arrives; the dispatcher reads it, and while it
+    # reads, a leaves (giving 0 back) and b takes over the key.
+    storage.gate.clear()
+    storage.batches.append(keyed_batch(1, [b"k"]))
+    sub.log.durable_offset = 2
+    sub.poke()
+    await asyncio.wait_for(storage.waiting.wait(), 5)
+    b = slot_with_credit("b", 5)
+    sub.attach(b, SubscriptionType.KEY_SHARED)
+    sub.detach(a, graceful=True)
+    storage.gate.set()
+    got = [delivered_offsets(await next_delivery(b)) for _ in range(2)]
+    assert [o for d in got for o in d] == [0, 1], "the key's order holds across the hand-over"
+    await sub.close()
+
+
+async def test_a_nacked_message_holds_back_the_later_messages_of_its_key() -> None:
+    sub = subscription([keyed_batch(0, [b"k", b"j"])])
+    slot = slot_with_credit()
+    sub.attach(slot, SubscriptionType.KEY_SHARED)
+    assert delivered_offsets(await next_delivery(slot)) == [0, 1]
+    sub.nack([(0, 1)], 0.3)
+    sub.log.storage.batches.append(keyed_batch(2, [b"k", b"i"]))
+    sub.log.durable_offset = 4
+    sub.poke()
+    # Key i has nothing waiting and flows; key k's offset 2 waits for offset 0.
+    assert delivered_offsets(await next_delivery(slot)) == [3]
+    redelivered = await next_delivery(slot)
+    assert (delivered_offsets(redelivered), redelivered.delivery_count) == ([0, 1], 2)
+    assert delivered_offsets(await next_delivery(slot)) == [2]
+    await sub.close()
+
+
+async def test_key_shared_skips_offsets_retention_removed() -> None:
+    # Offsets 0-9 were acked and removed by retention: the log starts again at 10.
+    sub = subscription([keyed_batch(10, [b"k", b"j"])])
+    slot = slot_with_credit(credit=2)  # reads of 2 offsets: the gap is wider than a read
+    sub.attach(slot, SubscriptionType.KEY_SHARED)
+    assert delivered_offsets(await next_delivery(slot)) == [10, 11]
+    await sub.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import enum
 import json
 import sys
 from dataclasses import asdict
@@ -104,7 +105,7 @@ _ZERO_MEANS = {
 
 def _info_dict(info: tamto_sdk.StreamInfo) -> dict[str, object]:
     config = {
-        name: value.value if isinstance(value, tamto_sdk.Durability) else value
+        name: value.value if isinstance(value, enum.Enum) else value
         for name, value in asdict(info.config).items()
     }
     return {"name": info.name, "partitions": info.partitions, "kind": info.kind.value, **config}
@@ -118,6 +119,13 @@ def stream_ensure(
     retention_bytes: Annotated[
         int, typer.Option(help="bytes kept per partition (0: unbounded)")
     ] = 0,
+    retention_policy: Annotated[
+        str,
+        typer.Option(
+            help="limits (only the limits remove messages) or interest (also what every "
+            "subscription has acked)"
+        ),
+    ] = "limits",
     dedup_window_ms: Annotated[
         int, typer.Option(help="how long message ids are remembered")
     ] = _DEFAULTS.dedup_window_ms,
@@ -155,9 +163,17 @@ def stream_ensure(
     except ValueError:
         err.print(f"tamto: --durability must be 'group' or 'interval', got {durability!r}")
         raise typer.Exit(2) from None
+    try:
+        policy = tamto_sdk.RetentionPolicy(retention_policy)
+    except ValueError:
+        err.print(
+            f"tamto: --retention-policy must be 'limits' or 'interest', got {retention_policy!r}"
+        )
+        raise typer.Exit(2) from None
     config = tamto_sdk.StreamConfig(
         retention_ms=retention_ms,
         retention_bytes=retention_bytes,
+        retention_policy=policy,
         dedup_window_ms=dedup_window_ms,
         ack_timeout_ms=ack_timeout_ms,
         max_deliveries=max_deliveries,

@@ -20,6 +20,10 @@ STREAMS_PREFIX = "/tamto/streams/"
 
 Durability = Literal["group", "interval"]
 DURABILITIES: Final[tuple[Durability, ...]] = ("group", "interval")
+#: "limits": only `retention_ms` / `retention_bytes` remove messages. "interest":
+#: a message also goes once every subscription has acked it (the limits still apply).
+RetentionPolicy = Literal["limits", "interest"]
+RETENTION_POLICIES: Final[tuple[RetentionPolicy, ...]] = ("limits", "interest")
 KINDS: Final = ("persistent",)
 
 #: Defaults of the settings whose zero value is not "off".
@@ -75,6 +79,10 @@ class StreamDef:
         kind: "persistent" (the only kind so far).
         retention_ms: keep messages at least this long; 0 keeps them forever.
         retention_bytes: per partition; 0 is unbounded.
+        retention_policy: "limits" (only the two limits above remove messages) or
+            "interest" (also remove a message once every subscription on its
+            partition has acked it; a partition no subscription has reached yet
+            keeps everything). The limits apply under either policy.
         dedup_window_ms: how long a message id is remembered for dedup.
         ack_timeout_ms: a delivered message unacked this long is redelivered.
         max_deliveries: deliveries before a message is dead-lettered; 0 never.
@@ -92,6 +100,7 @@ class StreamDef:
     kind: str = "persistent"
     retention_ms: int = 0
     retention_bytes: int = 0
+    retention_policy: RetentionPolicy = "limits"
     dedup_window_ms: int = DEFAULT_DEDUP_WINDOW_MS
     ack_timeout_ms: int = DEFAULT_ACK_TIMEOUT_MS
     max_deliveries: int = 0
@@ -138,6 +147,11 @@ class StreamDef:
         for name, limit in LIMITS.items():
             if name != "fsync_interval_ms":
                 _check_int(name, getattr(self, name), limit)
+        if self.retention_policy not in RETENTION_POLICIES:
+            raise InvalidArgument(
+                f"retention_policy must be one of {_choices(RETENTION_POLICIES)}, "
+                f"got {self.retention_policy!r}"
+            )
         if self.durability not in DURABILITIES:
             raise InvalidArgument(
                 f"durability must be one of {_choices(DURABILITIES)}, got {self.durability!r}"

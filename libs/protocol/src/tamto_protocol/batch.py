@@ -8,6 +8,7 @@ downstream re-encodes message by message.
 
 from __future__ import annotations
 
+import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -16,15 +17,23 @@ import pyarrow.compute as pc
 
 SCHEMA_VERSION = 1
 
+#: Column types, for building batches column by column.
+KEY_TYPE = pa.binary()
+PAYLOAD_TYPE = pa.binary()
+HEADERS_TYPE = pa.map_(pa.string(), pa.string())
+ID_TYPE = pa.string()
+EVENT_TIME_TYPE = pa.timestamp("us", tz="UTC")
+PRODUCER_TYPE = pa.string()
+
 #: Columns a producer sends. The stored/segment schema adds `offset` and `publish_time`.
 BATCH_SCHEMA = pa.schema(
     [
-        pa.field("key", pa.binary()),
-        pa.field("payload", pa.binary(), nullable=False),
-        pa.field("headers", pa.map_(pa.string(), pa.string())),
-        pa.field("id", pa.string()),
-        pa.field("event_time", pa.timestamp("us", tz="UTC")),
-        pa.field("producer", pa.string()),
+        pa.field("key", KEY_TYPE),
+        pa.field("payload", PAYLOAD_TYPE, nullable=False),
+        pa.field("headers", HEADERS_TYPE),
+        pa.field("id", ID_TYPE),
+        pa.field("event_time", EVENT_TIME_TYPE),
+        pa.field("producer", PRODUCER_TYPE),
     ],
     metadata={b"tamto.schema_version": str(SCHEMA_VERSION).encode()},
 )
@@ -61,23 +70,106 @@ def encode_batch(columns: BatchColumns) -> bytes:
     return encode_record_batch(pa.RecordBatch.from_arrays(arrays, schema=BATCH_SCHEMA))
 
 
+def make_batch(
+    payloads: pa.Array,
+    *,
+    keys: pa.Array | None = None,
+    headers: pa.Array | None = None,
+    ids: pa.Array | None = None,
+    event_times: pa.Array | None = None,
+    producer: str | None = None,
+) -> pa.RecordBatch:
+    """A batch from whole columns (a missing column is all null), without a per-row loop.
+
+    Every given array must already have its column's type (`PAYLOAD_TYPE`, ...).
+    """
+    n = len(payloads)
+    return pa.RecordBatch.from_arrays(
+        [
+            keys if keys is not None else pa.nulls(n, KEY_TYPE),
+            payloads,
+            headers if headers is not None else pa.nulls(n, HEADERS_TYPE),
+            ids if ids is not None else pa.nulls(n, ID_TYPE),
+            event_times if event_times is not None else pa.nulls(n, EVENT_TIME_TYPE),
+            pa.nulls(n, PRODUCER_TYPE)
+            if producer is None
+            else pa.repeat(string_scalar(producer), n),
+        ],
+        schema=BATCH_SCHEMA,
+    )
+
+
+def sequence_ids(prefix: str, first: int, count: int) -> pa.Array:
+    """The ids ``<prefix>:<first>`` .. ``<prefix>:<first + count - 1>``, built vectorised.
+
+    This is the form of the ids an idempotent producer gives its messages; the
+    router's dedup window recognises batches of them without a per-id loop.
+    """
+    numbers = _counting(count)
+    if first:
+        numbers = pc.add_checked(numbers, int64_scalar(first))
+    return prefixed_numbers(prefix, numbers)
+
+
+_COUNTING: list[pa.Array] = []
+
+
+def _counting(count: int) -> pa.Array:
+    """0, 1, ..., count - 1 as int64, sliced from one array kept for the process."""
+    if not _COUNTING or len(_COUNTING[0]) < count:
+        size = max(count, 1024, 2 * len(_COUNTING[0]) if _COUNTING else 0)
+        numbers = array.array("q", range(size))
+        _COUNTING[:] = [pa.Array.from_buffers(pa.int64(), size, [None, pa.py_buffer(numbers)])]
+    return _COUNTING[0].slice(0, count)
+
+
+def int64_scalar(value: int) -> pa.Scalar:
+    """`value` as an Arrow int64 scalar, built from its bytes (see `string_scalar`)."""
+    data = array.array("q", [value])
+    return pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(data)])[0]
+
+
+def prefixed_numbers(prefix: str, numbers: pa.Array) -> pa.Array:
+    """``<prefix>:<n>`` for every integer `n` of `numbers`, `n` in canonical decimal."""
+    return pc.binary_join_element_wise(
+        string_scalar(f"{prefix}:"), pc.cast(numbers, ID_TYPE), string_scalar("")
+    )
+
+
+def string_scalar(text: str) -> pa.Scalar:
+    """`text` as an Arrow string scalar, built from its bytes.
+
+    ``pa.scalar(text)`` would do, but converting any Python object makes pyarrow
+    import pandas first (about two seconds, once per process); servers that never
+    otherwise convert Python objects would pay that on their first batch.
+    """
+    data = text.encode()
+    offsets = array.array("i", [0, len(data)])
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.string(), 1, buffers)[0]
+
+
 def decode_batch(data: bytes) -> pa.RecordBatch:
     """Decode one IPC stream into a single record batch, checking the schema.
 
-    Zero-copy: the returned arrays point into `data`.
+    Zero-copy: the returned arrays point into `data` (unless the stream holds
+    several record batches, which are then combined).
     """
     try:
-        table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+        reader = pa.ipc.open_stream(pa.py_buffer(data))
+        if not reader.schema.equals(BATCH_SCHEMA, check_metadata=False):
+            raise BatchFormatError(
+                f"batch schema does not match schema version {SCHEMA_VERSION}: got {reader.schema}"
+            )
+        batches = list(reader)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         raise BatchFormatError(f"not an Arrow IPC stream: {exc}") from exc
-    if not table.schema.equals(BATCH_SCHEMA, check_metadata=False):
-        raise BatchFormatError(
-            f"batch schema does not match schema version {SCHEMA_VERSION}: got {table.schema}"
-        )
-    batches = table.combine_chunks().to_batches()
+    if len(batches) == 1:
+        return batches[0]
     if not batches:
         return pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA)
-    return batches[0]
+    combined = pa.Table.from_batches(batches).combine_chunks().to_batches()
+    return combined[0] if combined else pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA)
 
 
 def validate_batch(data: bytes, count: int, max_message_bytes: int) -> pa.RecordBatch:
@@ -101,10 +193,15 @@ def validate_batch(data: bytes, count: int, max_message_bytes: int) -> pa.Record
 
 def encode_record_batch(batch: pa.RecordBatch) -> bytes:
     """One record batch as an IPC stream (the form every hop carries)."""
+    return bytes(ipc_buffer(batch).to_pybytes())
+
+
+def ipc_buffer(batch: pa.RecordBatch) -> pa.Buffer:
+    """`encode_record_batch` without the copy into `bytes` (for `tamto_protocol.wire`)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    return bytes(sink.getvalue().to_pybytes())
+    return sink.getvalue()
 
 
 def slice_batch(data: bytes, start: int, length: int) -> bytes:

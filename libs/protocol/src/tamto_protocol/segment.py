@@ -3,7 +3,14 @@
 Layout under a storage data directory::
 
     streams/<stream>/partition=<p>/segment-<first:020d>-<last:020d>.parquet
+    streams/<stream>/partition=<p>/_carried/segment-<first:020d>-<last:020d>.g<n>.parquet
     streams/<stream>/_manifest/<version:020d>.json
+
+A segment covers the offsets first..last of its name; it holds every one of
+them when first sealed, and only those some subscription still needs after
+interest retention rewrote it ("carried forward", generation n >= 1). A
+rewritten segment waits under ``_carried/`` (invisible to a plain read) until
+the files it replaces are deleted, then takes the plain name.
 
 Everything else storage keeps beside segments (the WAL, cursors, the epoch,
 temporary files) has a name starting with ``_`` or ``.``, which Spark's file
@@ -34,6 +41,8 @@ FIRST_OFFSET_KEY = b"tamto.first_offset"
 LAST_OFFSET_KEY = b"tamto.last_offset"
 MIN_PUBLISH_KEY = b"tamto.min_publish_time_us"
 MAX_PUBLISH_KEY = b"tamto.max_publish_time_us"
+#: How many times retention rewrote the segment (absent: 0, as sealed).
+GENERATION_KEY = b"tamto.generation"
 
 UTC_US = pa.timestamp("us", tz="UTC")
 
@@ -53,9 +62,12 @@ SEGMENT_SCHEMA = pa.schema(
 )
 
 MANIFEST_DIR = "_manifest"
+#: Where a carried-forward segment waits, inside its partition directory.
+CARRIED_DIR = "_carried"
 SEGMENT_PREFIX = "segment-"
 SEGMENT_SUFFIX = ".parquet"
 _SEGMENT_NAME = re.compile(r"^segment-(\d{20})-(\d{20})\.parquet$")
+_CARRIED_NAME = re.compile(r"^segment-(\d{20})-(\d{20})\.g(\d+)\.parquet$")
 _MANIFEST_NAME = re.compile(r"^(\d{20})\.json$")
 
 
@@ -81,13 +93,31 @@ def parse_segment_name(name: str) -> tuple[int, int] | None:
     return int(match.group(1)), int(match.group(2))
 
 
+def carried_file_name(first_offset: int, last_offset: int, generation: int) -> str:
+    """The name under ``_carried/`` of generation `generation` of the segment first..last."""
+    return f"{SEGMENT_PREFIX}{first_offset:020d}-{last_offset:020d}.g{generation}{SEGMENT_SUFFIX}"
+
+
+def parse_carried_name(name: str) -> tuple[int, int, int] | None:
+    """(first, last, generation) of a carried segment file name, or None for any other name."""
+    match = _CARRIED_NAME.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3))
+
+
 def manifest_file_name(version: int) -> str:
     return f"{version:020d}.json"
 
 
 @dataclass(frozen=True, slots=True)
 class SegmentEntry:
-    """One committed segment as the manifest records it."""
+    """One committed segment as the manifest records it.
+
+    `first_offset`..`last_offset` is the range the segment covers; `rows` may be
+    fewer than the range holds once retention carried it forward (`generation`
+    >= 1). A `staged` segment's file is under ``_carried/`` (see `file`).
+    """
 
     partition: int
     first_offset: int
@@ -97,17 +127,31 @@ class SegmentEntry:
     min_publish_time_us: int
     max_publish_time_us: int
     schema_version: int = SEGMENT_SCHEMA_VERSION
+    generation: int = 0
+    staged: bool = False
 
     @property
     def end_offset(self) -> int:
-        """The offset just past the segment's last message."""
+        """The offset just past the range the segment covers."""
         return self.last_offset + 1
 
     @property
     def file(self) -> str:
         """Path relative to the stream directory."""
+        if self.staged:
+            name = carried_file_name(self.first_offset, self.last_offset, self.generation)
+            return f"{partition_dir_name(self.partition)}/{CARRIED_DIR}/{name}"
         name = segment_file_name(self.first_offset, self.last_offset)
         return f"{partition_dir_name(self.partition)}/{name}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry's JSON object; `generation` and `staged` only when set, so a
+        manifest without carried segments reads the same as before they existed."""
+        data = asdict(self)
+        for name, default in (("generation", 0), ("staged", False)):
+            if data[name] == default:
+                del data[name]
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +194,7 @@ class Manifest:
         data = {
             "format": MANIFEST_FORMAT,
             "version": self.version,
-            "segments": [asdict(s) for s in self.segments],
+            "segments": [s.to_dict() for s in self.segments],
             "start_offsets": {str(p): o for p, o in sorted(self.start_offsets.items())},
             "expired": [asdict(e) for e in self.expired],
         }

@@ -7,19 +7,33 @@ from typing import Any
 
 import grpc
 
+from tamto_protocol.v1 import gateway_pb2, messages_pb2
+from tamto_protocol.wire import PUBLISH, raw_unary
 from tamto_sdk._retry import with_retries
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.errors import TamtoError, Unauthenticated, from_rpc_error
 from tamto_sdk.options import ClientOptions
 
+CONSUME = "/tamto.v1.Gateway/Consume"
+
 
 class Calls:
     """Makes unary gateway calls: bearer metadata, one re-auth, retries, typed errors."""
 
-    def __init__(self, stub: Any, auth: TokenAuth, options: ClientOptions) -> None:
+    def __init__(
+        self, stub: Any, auth: TokenAuth, options: ClientOptions, channel: grpc.aio.Channel
+    ) -> None:
         self.stub = stub
         self.auth = auth
         self.options = options
+        #: Publish taking a request already in wire form (`tamto_protocol.wire`).
+        self.publish_raw = raw_unary(channel, PUBLISH, gateway_pb2.PublishResponse)
+        #: Consume handing its responses over as bytes (`parse_consume_response`).
+        self.consume_raw = channel.stream_stream(
+            CONSUME,
+            request_serializer=messages_pb2.ConsumeRequest.SerializeToString,
+            response_deserializer=None,
+        )
 
     async def unary(self, method: Callable[..., Any], request: Any, *, retry: bool = True) -> Any:
         """Invoke `method(request)` and return its response or raise a `TamtoError`."""

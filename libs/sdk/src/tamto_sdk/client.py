@@ -21,6 +21,8 @@ from tamto_sdk.url import parse_url, tls_mismatch
 
 __all__ = ["Client", "connect"]
 
+_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
 
 async def connect(url: str, *, api_key: str, options: ClientOptions | None = None) -> Client:
     """Connect to a Tamto gateway and authenticate with `api_key`.
@@ -31,7 +33,13 @@ async def connect(url: str, *, api_key: str, options: ClientOptions | None = Non
     """
     options = options if options is not None else ClientOptions()
     endpoint = parse_url(url)
+    # Batches of up to 32 MiB (`MAX_BATCH_BYTES`) travel both ways; the servers allow
+    # 64 MiB per message. An application's own setting of these options wins.
     channel_options = list(options.channel_options)
+    given = {name for name, _ in channel_options}
+    for name in ("grpc.max_send_message_length", "grpc.max_receive_message_length"):
+        if name not in given:
+            channel_options.append((name, _MAX_MESSAGE_BYTES))
     tls = endpoint.tls or options.tls
     if tls:
         credentials = grpc.ssl_channel_credentials(
@@ -70,7 +78,7 @@ class Client:
         self._options = options
         stub = gateway_pb2_grpc.GatewayStub(channel)
         self._auth = TokenAuth(stub, api_key, options)
-        self._calls = Calls(stub, self._auth, options)
+        self._calls = Calls(stub, self._auth, options, channel)
         self._streams = Streams(self._calls)
         self._security = Security(self._calls)
         self._producers: list[Producer] = []
@@ -98,7 +106,7 @@ class Client:
         *,
         linger_ms: float = 5,
         max_batch_messages: int = 1000,
-        max_batch_bytes: int = 1 << 20,
+        max_batch_bytes: int = 4 << 20,
         max_pending_messages: int = 100_000,
         idempotent: bool = True,
     ) -> Producer:

@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from tamto_protocol.batch import BatchFormatError
+from tamto_protocol.delivery_wire import WireError, parse_consume_response
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk._retry import Backoff
@@ -94,6 +95,7 @@ class Consumer:
         self._low_water: dict[int, int] = {}
         self._acks_flushed = asyncio.Event()
         self._acks_flushed.set()
+        self._writing = False  # the writer holds taken acks/nacks not yet written
         self._flush_now = asyncio.Event()  # cuts the ack linger short
 
         self._call: Any = None
@@ -222,7 +224,10 @@ class Consumer:
                 if remaining <= 0:
                     return None
                 try:
-                    await asyncio.wait_for(self._data.wait(), remaining)
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a
+                    # cancellation that coincides with data arriving.
+                    async with asyncio.timeout(remaining):
+                        await self._data.wait()
                 except TimeoutError:
                     return None
         return self._buffer.popleft()
@@ -230,6 +235,8 @@ class Consumer:
     def _took(self, count: int) -> None:
         self._taken_since_grant += count
         if self._taken_since_grant >= self._refill_at:
+            # Credit is due: send it now, with whatever acks are pending (no linger).
+            self._flush_now.set()
             self._wake_writer.set()
 
     # -- acknowledging -----------------------------------------------------
@@ -301,7 +308,9 @@ class Consumer:
         await asyncio.wait_for(self._acks_flushed.wait(), timeout_s)
 
     def _has_pending(self) -> bool:
-        return bool(self._pending_acks or self._pending_nacks)
+        """Whether acks or nacks are not yet written to the stream, counting those the
+        writer took and is writing (a flush, or close, must wait for those too)."""
+        return bool(self._pending_acks or self._pending_nacks or self._writing)
 
     def _add_ack(self, partition: int, first: int, last: int) -> None:
         self._pending_acks.setdefault(partition, []).append((first, last))
@@ -424,7 +433,7 @@ class Consumer:
 
     async def _session(self, metadata: Metadata, first: bool) -> None:
         self._session_started = asyncio.get_running_loop().time()
-        call = self._calls.stub.Consume(metadata=metadata)
+        call = self._calls.consume_raw(metadata=metadata)
         try:
             await _write_or_raise(call, self._subscribe_request())
             # Whatever was buffered will be redelivered by the new session, and so
@@ -452,9 +461,14 @@ class Consumer:
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     return
-                if response.HasField("delivery"):
+                try:
+                    # The batch stays inside the response bytes: no copy.
+                    delivery = parse_consume_response(response)
+                except WireError as exc:
+                    raise DataLoss(f"undecodable response from the server: {exc}") from None
+                if delivery is not None:
                     self._received_in_session = True
-                    self._on_delivery(response.delivery)
+                    self._on_delivery(delivery)
         finally:
             async with self._state:
                 self._call = None
@@ -480,7 +494,8 @@ class Consumer:
             linger = self._options.ack_linger_s
             if self._has_pending() and not self._flush_now.is_set() and linger > 0:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._flush_now.wait(), linger)
+                    async with asyncio.timeout(linger):  # not wait_for: close cancels this
+                        await self._flush_now.wait()
             async with self._state:
                 await self._state.wait_for(partial(self._usable_session, dead_session))
                 call, session = self._call, self._session_id
@@ -492,8 +507,10 @@ class Consumer:
                     messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=credit))
                 )
             acks = self._take_acks()
+            nacks = self._take_nacks()
             requests.extend(acks)
-            requests.extend(self._take_nacks())
+            requests.extend(nacks)
+            self._writing = bool(acks or nacks)
             self._flush_now.clear()
             try:
                 for request in requests:
@@ -501,12 +518,14 @@ class Consumer:
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
                 # The session died; acks go out again on the next one (nacks do
                 # not: the next session redelivers every unacked message).
+                self._writing = False
                 for request in acks:
                     for r in request.ack.ranges:
                         self._add_ack(request.ack.partition, r.first, r.last)
                 dead_session = session
                 self._wake_writer.set()
                 continue
+            self._writing = False
             if not self._has_pending():
                 self._acks_flushed.set()
 

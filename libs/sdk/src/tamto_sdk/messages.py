@@ -22,6 +22,8 @@ __all__ = [
     "Message",
     "MessageBatch",
     "PublishResult",
+    "PublishedBatch",
+    "RetentionPolicy",
     "StreamConfig",
     "StreamInfo",
     "StreamKind",
@@ -80,6 +82,27 @@ _DURABILITY_TO_PROTO = {
     Durability.GROUP_COMMIT: messages_pb2.DURABILITY_GROUP_COMMIT,
     Durability.INTERVAL: messages_pb2.DURABILITY_INTERVAL,
 }
+
+
+class RetentionPolicy(enum.Enum):
+    """What, besides `retention_ms` / `retention_bytes`, removes a stream's messages."""
+
+    LIMITS = "limits"
+    """Only the limits (the default)."""
+    INTEREST = "interest"
+    """Also a message every subscription on its partition has acked. A partition
+    that no subscription has reached yet keeps everything; the limits still apply."""
+
+
+_RETENTION_FROM_PROTO = {
+    messages_pb2.RETENTION_POLICY_UNSPECIFIED: RetentionPolicy.LIMITS,
+    messages_pb2.RETENTION_POLICY_LIMITS: RetentionPolicy.LIMITS,
+    messages_pb2.RETENTION_POLICY_INTEREST: RetentionPolicy.INTEREST,
+}
+_RETENTION_TO_PROTO = {
+    RetentionPolicy.LIMITS: messages_pb2.RETENTION_POLICY_LIMITS,
+    RetentionPolicy.INTEREST: messages_pb2.RETENTION_POLICY_INTEREST,
+}
 _UINT32 = 2**32 - 1
 _UINT64 = 2**64 - 1
 
@@ -95,6 +118,8 @@ class StreamConfig:
     Attributes:
         retention_ms: keep messages at least this long; 0 keeps them forever.
         retention_bytes: per partition; 0 is unbounded.
+        retention_policy: `RetentionPolicy.LIMITS` (default) or
+            `RetentionPolicy.INTEREST` (also drop what every subscription acked).
         dedup_window_ms: how long a message id is remembered (default 2 minutes).
         ack_timeout_ms: a delivered message unacked this long is redelivered
             (default 30 s).
@@ -111,6 +136,7 @@ class StreamConfig:
 
     retention_ms: int = 0
     retention_bytes: int = 0
+    retention_policy: RetentionPolicy = RetentionPolicy.LIMITS
     dedup_window_ms: int = 2 * 60 * 1000
     ack_timeout_ms: int = 30 * 1000
     max_deliveries: int = 0
@@ -143,9 +169,15 @@ class StreamConfig:
             raise InvalidArgument(
                 f"durability must be a tamto_sdk.Durability, got {self.durability!r}"
             )
+        if not isinstance(self.retention_policy, RetentionPolicy):
+            raise InvalidArgument(
+                f"retention_policy must be a tamto_sdk.RetentionPolicy, "
+                f"got {self.retention_policy!r}"
+            )
         return messages_pb2.StreamConfig(
             kind=kind_to_proto(kind),
             durability=_DURABILITY_TO_PROTO[self.durability],
+            retention_policy=_RETENTION_TO_PROTO[self.retention_policy],
             dead_letter_stream=self.dead_letter_stream,
             **values,
         )
@@ -155,6 +187,9 @@ class StreamConfig:
         return cls(
             retention_ms=int(config.retention_ms),
             retention_bytes=int(config.retention_bytes),
+            retention_policy=_RETENTION_FROM_PROTO.get(
+                config.retention_policy, RetentionPolicy.LIMITS
+            ),
             dedup_window_ms=int(config.dedup_window_ms),
             ack_timeout_ms=int(config.ack_timeout_ms),
             max_deliveries=int(config.max_deliveries),
@@ -212,6 +247,30 @@ class PublishResult:
 
 
 @dataclass(frozen=True, slots=True)
+class PublishedBatch:
+    """Where the messages of one `Producer.send_batch` call were durably stored.
+
+    Attributes:
+        stream: the stream.
+        partitions: each message's partition (int32), in the order they were given.
+        offsets: each message's offset (int64), in the order they were given.
+    """
+
+    stream: str
+    partitions: pa.Array
+    offsets: pa.Array
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def __getitem__(self, index: int) -> PublishResult:
+        """Message ``index``'s `PublishResult`."""
+        return PublishResult(
+            self.stream, self.partitions[index].as_py(), self.offsets[index].as_py()
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     """One delivered message.
 
@@ -238,6 +297,14 @@ class Message:
     event_time: datetime | None = None
     publish_time: datetime = _EPOCH
     delivery_count: int = 1
+
+
+#: What an empty receive holds. Built from typed null arrays: `pa.array(list)` and
+#: `from_pylist` import pandas on first use (over a second), which would stall the
+#: first receive that times out.
+_EMPTY_BATCH = pa.RecordBatch.from_arrays(
+    [pa.nulls(0, f.type) for f in BATCH_SCHEMA], schema=BATCH_SCHEMA
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,7 +419,7 @@ class MessageBatch:
             partition=-1,
             first_offset=0,
             publish_time=_EPOCH,
-            record_batch=pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA),
+            record_batch=_EMPTY_BATCH,
         )
 
     @classmethod

@@ -20,6 +20,9 @@ from tamto_common.grpc_errors import downstream_error
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.v1 import messages_pb2
 
+#: Put in the response queue to wake `responses` when the session is to stop.
+_WAKE = Unavailable("consume session stopped")
+
 
 class FanOut:
     def __init__(self, upstream: Upstream, subscribe: messages_pb2.Subscribe) -> None:
@@ -27,9 +30,11 @@ class FanOut:
         self._subscribe = subscribe
         self._calls: dict[str, grpc.aio.StreamStreamCall] = {}
         self._owner_of: dict[int, str] = {}
-        self._out: asyncio.Queue[messages_pb2.ConsumeResponse | BaseException] = asyncio.Queue(8)
+        # Encoded `ConsumeResponse`s as the routers sent them, or the error that ends it all.
+        self._out: asyncio.Queue[bytes | BaseException] = asyncio.Queue(8)
         self._tasks: list[asyncio.Task[None]] = []
         self._finishing = False
+        self._stopped: asyncio.Task[None] | None = None
 
     async def open(self, partitions: list[int]) -> None:
         by_router: dict[str, list[int]] = {}
@@ -78,9 +83,30 @@ class FanOut:
         else:
             raise InvalidArgument("subscribe may be sent only once per consume stream")
 
-    async def responses(self) -> AsyncIterator[messages_pb2.ConsumeResponse]:
+    def stop_when_done(self, task: asyncio.Task[None]) -> None:
+        """End `responses` as soon as `task` (forwarding the client's requests) ends,
+        raising its error if it failed."""
+
+        def stop(_: asyncio.Task[None]) -> None:
+            self._stopped = task
+            if self._out.empty():  # wake a `responses` waiting for the next one
+                self._out.put_nowait(_WAKE)
+
+        task.add_done_callback(stop)
+
+    async def responses(self) -> AsyncIterator[bytes]:
+        """The routers' responses, merged, as encoded `ConsumeResponse` bytes.
+
+        Taken straight from the queue: no task per response, so a delivery waits
+        for no more event-loop rounds than it must.
+        """
         while True:
+            if self._stopped is not None:
+                self._stopped.result()
+                return
             item = await self._out.get()
+            if item is _WAKE:
+                continue
             if isinstance(item, BaseException):
                 raise item
             yield item

@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from tamto_common.aio import until_done
 from tamto_common.audit import ADMIN
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
@@ -21,6 +20,7 @@ from tamto_gateway.streams import StreamRegistry
 from tamto_gateway.tokens import Principal
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.batch import BatchFormatError, validate_batch
+from tamto_protocol.delivery_wire import raw_responses
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_pb2
 
 
@@ -153,12 +153,13 @@ class GatewayServicer(SecurityApi, gateway_pb2_grpc.GatewayServicer):  # type: i
                 f"stream {stream.name!r} has partitions 0-{stream.partitions - 1}, "
                 f"not {request.partition}"
             )
+        arrow_ipc = request.batch.arrow_ipc  # each access copies the bytes: once
         try:
-            validate_batch(request.batch.arrow_ipc, request.batch.count, self._max_message_bytes)
+            validate_batch(arrow_ipc, request.batch.count, self._max_message_bytes)
         except BatchFormatError as exc:
             raise InvalidArgument(f"malformed batch: {exc}") from None
         base, offsets = await self._upstream.append(
-            stream.name, request.partition, request.batch.arrow_ipc, request.batch.count
+            stream.name, request.partition, arrow_ipc, request.batch.count
         )
         return gateway_pb2.PublishResponse(
             partition=request.partition,
@@ -171,7 +172,9 @@ class GatewayServicer(SecurityApi, gateway_pb2_grpc.GatewayServicer):  # type: i
         self,
         request_iterator: AsyncIterator[messages_pb2.ConsumeRequest],
         context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[messages_pb2.ConsumeResponse]:
+    ) -> AsyncIterator[bytes]:
+        """Responses are the routers' encoded `ConsumeResponse` bytes, forwarded as
+        they are (the handler is registered by `serve`)."""
         principal = await self._principal(context, "Consume")
         requests = aiter(request_iterator)
         first = await anext(requests, None)
@@ -192,8 +195,9 @@ class GatewayServicer(SecurityApi, gateway_pb2_grpc.GatewayServicer):  # type: i
         try:
             await fan_out.open(partitions)
             reader = asyncio.create_task(_forward_all(requests, fan_out))
+            fan_out.stop_when_done(reader)
             try:
-                async for response in until_done(fan_out.responses(), reader):
+                async for response in fan_out.responses():
                     yield response
                 await fan_out.finish()
             finally:
@@ -202,6 +206,18 @@ class GatewayServicer(SecurityApi, gateway_pb2_grpc.GatewayServicer):  # type: i
                     await reader
         finally:
             await fan_out.close()
+
+
+def serve(servicer: GatewayServicer, server: grpc.aio.Server) -> None:
+    """Register the gateway's RPCs; Consume forwards already encoded responses."""
+    gateway_pb2_grpc.add_GatewayServicer_to_server(servicer, server)
+    raw_responses(
+        server,
+        "tamto.v1.Gateway",
+        "Consume",
+        servicer.Consume,
+        messages_pb2.ConsumeRequest.FromString,
+    )
 
 
 async def _forward_all(requests: AsyncIterator[messages_pb2.ConsumeRequest], fan: FanOut) -> None:

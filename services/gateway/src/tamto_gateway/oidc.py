@@ -142,6 +142,12 @@ class ExternalVerifier:
         self._keys: dict[str, jwt.PyJWK] = {}
         self._last_fetch: float | None = None
         self._lock = asyncio.Lock()
+        self._keys_changed: list[Callable[[], None]] = []
+        self._jwks_text = ""
+
+    def on_keys_changed(self, listener: Callable[[], None]) -> None:
+        """Call `listener` whenever a refetch changes this issuer's key set."""
+        self._keys_changed.append(listener)
 
     async def verify(self, token: str) -> Principal:
         """The principal (`<name>:<sub>`) of a valid token; `Unauthenticated` otherwise."""
@@ -200,3 +206,7 @@ class ExternalVerifier:
             ) from None
         self._keys = {k.key_id: k for k in keys if k.key_id and k.algorithm_name != "none"}
         log.info("oidc keys refreshed", issuer=self.issuer.name, kids=sorted(self._keys))
+        previous, self._jwks_text = self._jwks_text, text
+        if previous and text != previous:  # a different document: forget what it verified
+            for listener in self._keys_changed:
+                listener()

@@ -13,15 +13,14 @@ from tamto_common.channels import ChannelPool
 from tamto_common.membership import MemberDirectory
 from tamto_common.service import Runtime
 from tamto_gateway.config import GatewayConfig
-from tamto_gateway.grpc_api import GatewayServicer
+from tamto_gateway.grpc_api import GatewayServicer, serve
 from tamto_gateway.oidc import ExternalVerifier, OidcIssuer, load_issuers
 from tamto_gateway.policy import Guard, PolicyCache
 from tamto_gateway.routing import Routes
 from tamto_gateway.security_api import AuthForwarder
 from tamto_gateway.streams import StreamRegistry
-from tamto_gateway.tokens import Authenticator, TokenVerifier, Verifier
+from tamto_gateway.tokens import Authenticator, IssuerVerifier, TokenVerifier
 from tamto_gateway.upstream import Upstream
-from tamto_protocol.v1 import gateway_pb2_grpc
 
 log = structlog.get_logger(__name__)
 
@@ -40,7 +39,7 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     routes = Routes(directory)
     upstream = Upstream(routes, channels, config.upstream_timeout_s)
     internal = TokenVerifier(upstream.jwks, config.token_issuer, config.token_audience)
-    external: dict[str, Verifier] = {i.issuer: ExternalVerifier(i) for i in issuers}
+    external: dict[str, IssuerVerifier] = {i.issuer: ExternalVerifier(i) for i in issuers}
     if issuers:
         log.info("oidc issuers trusted", issuers=[i.name for i in issuers])
     audit = AuditLog("gateway", config.audit_path, runtime.bus)
@@ -68,7 +67,7 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
         AuthForwarder(routes, channels, config.upstream_timeout_s),
         config.max_message_bytes,
     )
-    gateway_pb2_grpc.add_GatewayServicer_to_server(servicer, runtime.server)
+    serve(servicer, runtime.server)
 
 
 async def _refetch_jwks(verifier: TokenVerifier, announced: asyncio.Event) -> None:

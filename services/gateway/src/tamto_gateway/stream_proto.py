@@ -13,6 +13,7 @@ from tamto_common.streams import (
     DEFAULT_ACK_TIMEOUT_MS,
     DEFAULT_DEDUP_WINDOW_MS,
     Durability,
+    RetentionPolicy,
     StreamDef,
 )
 from tamto_protocol.v1 import messages_pb2
@@ -25,6 +26,15 @@ _DURABILITY_FROM_PROTO: dict[int, Durability] = {
 _DURABILITY_TO_PROTO: dict[str, Any] = {
     "group": messages_pb2.DURABILITY_GROUP_COMMIT,
     "interval": messages_pb2.DURABILITY_INTERVAL,
+}
+_RETENTION_FROM_PROTO: dict[int, RetentionPolicy] = {
+    messages_pb2.RETENTION_POLICY_UNSPECIFIED: "limits",
+    messages_pb2.RETENTION_POLICY_LIMITS: "limits",
+    messages_pb2.RETENTION_POLICY_INTEREST: "interest",
+}
+_RETENTION_TO_PROTO: dict[str, Any] = {
+    "limits": messages_pb2.RETENTION_POLICY_LIMITS,
+    "interest": messages_pb2.RETENTION_POLICY_INTEREST,
 }
 _KINDS = (messages_pb2.STREAM_KIND_UNSPECIFIED, messages_pb2.STREAM_KIND_PERSISTENT)
 
@@ -39,11 +49,18 @@ def stream_def(name: str, config: messages_pb2.StreamConfig) -> StreamDef:
             "durability must be DURABILITY_GROUP_COMMIT or DURABILITY_INTERVAL, "
             f"got {config.durability}"
         )
+    retention_policy = _RETENTION_FROM_PROTO.get(config.retention_policy)
+    if retention_policy is None:
+        raise InvalidArgument(
+            "retention_policy must be RETENTION_POLICY_LIMITS or RETENTION_POLICY_INTEREST, "
+            f"got {config.retention_policy}"
+        )
     return StreamDef(
         name=name,
         partitions=config.partitions or 1,
         retention_ms=config.retention_ms,
         retention_bytes=config.retention_bytes,
+        retention_policy=retention_policy,
         dedup_window_ms=config.dedup_window_ms or DEFAULT_DEDUP_WINDOW_MS,
         ack_timeout_ms=config.ack_timeout_ms or DEFAULT_ACK_TIMEOUT_MS,
         max_deliveries=config.max_deliveries,
@@ -64,6 +81,7 @@ def stream_info(stream: StreamDef) -> messages_pb2.StreamInfo:
             partitions=stream.partitions,
             retention_ms=stream.retention_ms,
             retention_bytes=stream.retention_bytes,
+            retention_policy=_RETENTION_TO_PROTO[stream.retention_policy],
             dedup_window_ms=stream.dedup_window_ms,
             ack_timeout_ms=stream.ack_timeout_ms,
             max_deliveries=stream.max_deliveries,

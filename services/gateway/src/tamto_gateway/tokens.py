@@ -97,11 +97,16 @@ class TokenVerifier:
         self._fetched = False
         self._last_fetch: float | None = None
         self._lock = asyncio.Lock()
+        self._keys_changed: list[Callable[[], None]] = []
 
     @property
     def issuer(self) -> str:
         """The `iss` this verifier accepts."""
         return self._issuer
+
+    def on_keys_changed(self, listener: Callable[[], None]) -> None:
+        """Call `listener` whenever a refetch changes the set of signing keys."""
+        self._keys_changed.append(listener)
 
     async def verify(self, token: str) -> Principal:
         """The principal of a valid token; `Unauthenticated` saying why otherwise."""
@@ -170,9 +175,19 @@ class TokenVerifier:
         except Exception as exc:
             raise Unavailable(f"cannot fetch token signing keys: {exc}") from None
         # Replaced, not merged: a key auth withdrew stops verifying here too.
-        self._keys = parse_jwks(text)
+        keys = parse_jwks(text)
+        # Before the first fetch nothing was verified with these keys: not a change.
+        changed = self._fetched and _raw_keys(keys) != _raw_keys(self._keys)
+        self._keys = keys
         self._fetched = True
-        log.info("token signing keys refreshed", kids=sorted(self._keys))
+        log.info("token signing keys refreshed", kids=sorted(self._keys), changed=changed)
+        if changed:
+            for listener in self._keys_changed:
+                listener()
+
+
+def _raw_keys(keys: Mapping[str, Ed25519PublicKey]) -> dict[str, bytes]:
+    return {kid: key.public_bytes_raw() for kid, key in keys.items()}
 
 
 @contextlib.contextmanager
@@ -204,17 +219,90 @@ class Verifier(Protocol):
     async def verify(self, token: str) -> Principal: ...
 
 
+class IssuerVerifier(Verifier, Protocol):
+    """A verifier of one issuer's tokens, whose signing keys can change."""
+
+    def on_keys_changed(self, listener: Callable[[], None]) -> None: ...
+
+
+class VerifiedTokens:
+    """Tokens already verified, each with its principal, until the token expires.
+
+    Verifying a signature costs far more than the RPC it guards, and a client
+    sends the same token on every call until it renews it, so the gateway
+    verifies each token once. An entry is used only while its token has not
+    expired (`exp`, without the verifier's leeway) and is dropped as soon as the
+    verifiers' key sets change (a key rotated in or withdrawn). The policy check
+    that a disabled identity is refused is not cached: `Guard` makes it on every
+    call. At most `max_entries` tokens are kept; the oldest go first.
+    """
+
+    def __init__(self, max_entries: int = 10_000, wall_clock: Callable[[], float] = time.time):
+        if max_entries <= 0:
+            raise ValueError("max_entries must be positive")
+        self._max_entries = max_entries
+        self._wall_clock = wall_clock
+        self._entries: dict[str, Principal] = {}
+        #: Grows on every `clear`: a verification that began before it is not remembered.
+        self.generation = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, token: str) -> Principal | None:
+        """The principal of `token` if it was verified and has not expired since."""
+        principal = self._entries.get(token)
+        if principal is None:
+            return None
+        if self._wall_clock() >= principal.expires_at:
+            del self._entries[token]
+            return None
+        return principal
+
+    def put(self, token: str, principal: Principal, generation: int) -> None:
+        """Remember a token verified with the keys of `generation` (if still current)."""
+        if generation != self.generation:
+            return
+        if len(self._entries) >= self._max_entries:
+            del self._entries[next(iter(self._entries))]
+        self._entries[token] = principal
+
+    def clear(self) -> None:
+        """Forget every token (the keys they were verified with changed)."""
+        self._entries.clear()
+        self.generation += 1
+
+
 class Authenticator:
     """Picks the verifier by the token's (unverified) `iss`: an external OIDC issuer
     configured by that name, or else the auth service's own verifier, which then
-    checks the issuer and refuses a wrong one."""
+    checks the issuer and refuses a wrong one. Verified tokens are remembered
+    (`VerifiedTokens`) until they expire or a verifier's keys change."""
 
-    def __init__(self, internal: TokenVerifier, external: Mapping[str, Verifier]) -> None:
+    def __init__(
+        self,
+        internal: TokenVerifier,
+        external: Mapping[str, IssuerVerifier],
+        verified: VerifiedTokens | None = None,
+    ) -> None:
         self.internal = internal
         self._external = dict(external)
+        self.verified = verified if verified is not None else VerifiedTokens()
+        internal.on_keys_changed(self.verified.clear)
+        for verifier in self._external.values():
+            verifier.on_keys_changed(self.verified.clear)
 
     async def verify(self, token: str) -> Principal:
         """The principal of a valid token; `Unauthenticated` saying why otherwise."""
+        principal = self.verified.get(token)
+        if principal is not None:
+            return principal
+        generation = self.verified.generation
+        principal = await self._verify(token)
+        self.verified.put(token, principal, generation)
+        return principal
+
+    async def _verify(self, token: str) -> Principal:
         try:
             claims = jwt.decode(token, options={"verify_signature": False})
         except jwt.InvalidTokenError:

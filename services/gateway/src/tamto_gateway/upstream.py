@@ -8,7 +8,10 @@ import grpc
 from tamto_common.channels import ChannelPool
 from tamto_common.grpc_errors import downstream_error
 from tamto_gateway.routing import Routes
-from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2, router_pb2_grpc
+from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2
+from tamto_protocol.wire import ROUTER_APPEND, raw_unary, router_append_request
+
+ROUTER_CONSUME = "/tamto.v1.Router/Consume"
 
 
 class Upstream:
@@ -16,29 +19,41 @@ class Upstream:
         self.routes = routes
         self._channels = channels
         self._timeout = timeout_s
+        #: Per router address: its channel and the Append call sending wire-form requests.
+        self._appends: dict[str, tuple[grpc.aio.Channel, grpc.aio.UnaryUnaryMultiCallable]] = {}
 
     async def append(
         self, stream: str, partition: int, arrow_ipc: bytes, count: int
     ) -> tuple[int, list[int]]:
         """Append through the owning router: (base offset, per-message offsets if deduped)."""
         address = await self.routes.router_for(stream, partition)
-        stub = router_pb2_grpc.RouterStub(self._channels.get(address))
+        channel = self._channels.get(address)
+        known = self._appends.get(address)
+        if known is None or known[0] is not channel:
+            known = (channel, raw_unary(channel, ROUTER_APPEND, router_pb2.RouterAppendResponse))
+            self._appends[address] = known
+        append = known[1]
         try:
-            response = await stub.Append(
-                router_pb2.RouterAppendRequest(
-                    stream=stream,
-                    partition=partition,
-                    batch=messages_pb2.RecordBatch(arrow_ipc=arrow_ipc, count=count),
-                ),
-                timeout=self._timeout,
+            # The request in wire form: the batch's bytes are copied once, not twice.
+            response = await append(
+                router_append_request(stream, partition, arrow_ipc, count), timeout=self._timeout
             )
         except grpc.aio.AioRpcError as exc:
             raise downstream_error(exc, f"router {address}") from exc
         return int(response.base_offset), list(response.offsets)
 
     def router_consume(self, address: str) -> grpc.aio.StreamStreamCall:
-        """Open a consume stream to one router (the caller writes subscribe first)."""
-        return router_pb2_grpc.RouterStub(self._channels.get(address)).Consume()
+        """Open a consume stream to one router (the caller writes subscribe first).
+
+        Its responses come as the router encoded them (`ConsumeResponse` bytes): the
+        gateway forwards deliveries without parsing them.
+        """
+        consume = self._channels.get(address).stream_stream(
+            ROUTER_CONSUME,
+            request_serializer=messages_pb2.ConsumeRequest.SerializeToString,
+            response_deserializer=None,
+        )
+        return consume()
 
     async def authenticate(self, api_key: str) -> tuple[str, int]:
         stub = auth_pb2_grpc.AuthStub(self._channels.get(await self.routes.auth_address()))

@@ -55,9 +55,31 @@ class AckSet:
     def next_unacked(self, offset: int) -> int:
         """The first offset >= `offset` that is not acked."""
         offset = max(offset, self.floor)
-        for lo, hi in self.ranges:
-            if lo <= offset <= hi:
-                offset = hi + 1
-            elif lo > offset:
-                break
-        return offset
+        while True:  # ranges loaded from storage may touch: then hop along them
+            i = bisect.bisect_right(self.ranges, (offset, float("inf"))) - 1
+            if i < 0 or not self.ranges[i][0] <= offset <= self.ranges[i][1]:
+                return offset
+            offset = self.ranges[i][1] + 1
+
+    def next_acked(self, offset: int) -> int | None:
+        """The first offset >= `offset` that is acked (None: there is none)."""
+        if offset < self.floor:
+            return offset
+        i = bisect.bisect_right(self.ranges, (offset, float("inf"))) - 1
+        if i >= 0 and self.ranges[i][0] <= offset <= self.ranges[i][1]:
+            return offset
+        return self.ranges[i + 1][0] if i + 1 < len(self.ranges) else None
+
+    def unacked_runs(self, first: int, end: int) -> list[tuple[int, int]]:
+        """(first offset, length) of the runs in [first, end) that are not acked.
+
+        Costs one step per gap, never one per offset.
+        """
+        runs: list[tuple[int, int]] = []
+        offset = self.next_unacked(first)
+        while offset < end:
+            acked = self.next_acked(offset)
+            stop = end if acked is None else min(acked, end)
+            runs.append((offset, stop - offset))
+            offset = self.next_unacked(stop)
+        return runs

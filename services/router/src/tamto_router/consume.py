@@ -14,12 +14,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from tamto_common.errors import InvalidArgument
+import structlog
+
+from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
 from tamto_router.acks import AckSet
 from tamto_router.dead_letters import Policy, Publish
 from tamto_router.partition_log import PartitionLog
 from tamto_router.partitions import Partitions
 from tamto_router.subscription import ConsumerSlot, Delivery, Subscription, SubscriptionType
+
+logger = structlog.get_logger(__name__)
 
 StartKind = Literal["earliest", "latest", "offset", "time"]
 
@@ -60,11 +64,13 @@ class SubscriptionRegistry:
         policy: PolicyLookup,
         read_max: int,
         publish_dead: Publish | None = None,
+        cursor_commit_s: float = 0.05,
     ) -> None:
         self._partitions = partitions
         self._policy = policy
         self._read_max = read_max
         self._publish_dead = publish_dead
+        self._cursor_commit_s = cursor_commit_s
         self._locks: dict[tuple[str, int, str], asyncio.Lock] = {}
 
     async def get(self, spec: SubscribeSpec, partition: int) -> Subscription:
@@ -77,7 +83,13 @@ class SubscriptionRegistry:
             acks = await self._load_cursor(log, spec)
             policy = await self._policy(spec.stream)
             created = Subscription(
-                log, spec.cursor_name, acks, policy, self._read_max, self._publish_dead
+                log,
+                spec.cursor_name,
+                acks,
+                policy,
+                self._read_max,
+                self._publish_dead,
+                commit_interval_s=self._cursor_commit_s,
             )
             log.subscriptions[spec.cursor_name] = created
             return created
@@ -108,12 +120,21 @@ class SubscriptionRegistry:
         return acks
 
 
+#: Longest a consumer's clean leave waits for its acks to be committed.
+_LEAVE_COMMIT_S = 5.0
+
+#: Put in an outbox to wake `deliveries` when the session is to stop.
+_WAKE = Unavailable("consume session stopped")
+
+
 class ConsumeSession:
     def __init__(self, spec: SubscribeSpec, registry: SubscriptionRegistry) -> None:
         self.spec = spec
         self._registry = registry
         self.slot = ConsumerSlot(spec.consumer_name)
         self._subscriptions: dict[int, Subscription] = {}
+        self._acked: set[Subscription] = set()  # whose cursors this session changed
+        self._stopped: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> ConsumeSession:
         try:
@@ -127,8 +148,25 @@ class ConsumeSession:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        # No exception: the consumer half-closed its stream, a clean leave.
-        self._detach(graceful=exc_type is None)
+        # No exception: the consumer half-closed its stream, a clean leave. Its
+        # last acks are committed before its stream ends, so they stick.
+        graceful = exc_type is None
+        self._detach(graceful)
+        if graceful:
+            await self._flush_acks(list(self._acked))
+
+    @staticmethod
+    async def _flush_acks(subscriptions: list[Subscription]) -> None:
+        for subscription in subscriptions:
+            try:
+                async with asyncio.timeout(_LEAVE_COMMIT_S):
+                    await subscription.flush_acks()
+            except (TamtoError, TimeoutError) as exc:  # redelivered: at-least-once holds
+                logger.warning(
+                    "acks not committed at a consumer's leave",
+                    subscription=subscription.name,
+                    error=str(exc),
+                )
 
     def _detach(self, graceful: bool = False) -> None:
         for subscription in self._subscriptions.values():
@@ -153,13 +191,34 @@ class ConsumeSession:
             # flight: they belong to the subscription's live state, not the old one.
             subscription = await self._registry.get(self.spec, partition)
         await subscription.ack(ranges)
+        self._acked.add(subscription)
 
     def nack(self, partition: int, ranges: list[tuple[int, int]], delay_s: float) -> None:
         self._subscription(partition).nack(ranges, delay_s)
 
+    def stop_when_done(self, task: asyncio.Task[None]) -> None:
+        """End `deliveries` as soon as `task` (the stream's request reader) ends,
+        raising its error if it failed: the consumer half-closed, or broke a rule."""
+
+        def stop(_: asyncio.Task[None]) -> None:
+            self._stopped = task
+            self.slot.outbox.put_nowait(_WAKE)
+
+        task.add_done_callback(stop)
+
     async def deliveries(self) -> AsyncIterator[Delivery]:
+        """What the subscriptions hand this session, as they hand it out.
+
+        Taken straight from the outbox: no task per delivery, so a delivery
+        waits for no more event-loop rounds than it must.
+        """
         while True:
+            if self._stopped is not None:
+                self._stopped.result()
+                return
             item = await self.slot.outbox.get()
+            if item is _WAKE:
+                continue
             if isinstance(item, BaseException):
                 raise item
             yield item

@@ -5,17 +5,99 @@ again; its producer gets the original offset back. Producers of the SDK give
 every message an id (`<producer>:<sequence>`) unless the application set one,
 so a batch retried after a lost connection never duplicates.
 
-The check is skipped for a batch without ids by one vectorised null count; a
-batch with ids costs one dictionary lookup per id, which is what dedup is. The
-window is rebuilt from the log when a router takes a partition over.
+Two kinds of id are remembered differently, with the same exact semantics:
+
+- A *sequence id* ``<prefix>:<n>`` (``n`` a canonical decimal below 10^18) is
+  remembered in *runs*: one run per batch whose ids share a prefix and have
+  strictly increasing numbers, holding the numbers and the offset of the first
+  row. Per prefix, the runs are kept in order and the highest number ever
+  recorded is known. A batch of an idempotent producer is recognised as a run
+  with a few vectorised passes (pyarrow compute), and when all its numbers are
+  above the prefix's highest it is new without looking up any id: no per-id
+  Python on the hot path, in `plan` or in `record`.
+- Any other id (and a sequence id that does not extend its prefix's runs, e.g.
+  an application's out-of-order ``order:17``) goes into a dictionary, one
+  lookup per id, which is what dedup of arbitrary ids is.
+
+A batch that is not a fresh run (a retry, repeats, mixed ids) is planned id by
+id against both. A batch without ids is skipped by one null count. The window
+is rebuilt from the log when a router takes a partition over.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import array
+import bisect
+from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
+
+from tamto_protocol.batch import prefixed_numbers, sequence_ids
+
+#: The largest sequence number (18 digits) a sequence id may carry.
+MAX_SEQUENCE = 10**18 - 1
+
+
+def split_sequence_id(message_id: str) -> tuple[str, int] | None:
+    """``(prefix, n)`` if `message_id` is ``<prefix>:<n>`` with canonical decimal `n`."""
+    prefix, sep, digits = message_id.rpartition(":")
+    if (
+        not sep
+        or not digits
+        or len(digits) > 18
+        or not digits.isascii()
+        or not digits.isdigit()
+        or (digits[0] == "0" and len(digits) > 1)
+    ):
+        return None
+    return prefix, int(digits)
+
+
+@dataclass(frozen=True, slots=True)
+class IdSequence:
+    """The ids of a batch when they are ``<prefix>:<n>`` with `n` strictly increasing."""
+
+    prefix: str
+    first: int
+    last: int
+    #: Every row's number when they are not consecutive; None: first, first+1, ..., last.
+    numbers: array.array[int] | None = None
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1 if self.numbers is None else len(self.numbers)
+
+
+def id_sequence(ids: pa.Array) -> IdSequence | None:
+    """The batch's ids as an `IdSequence`, or None if they are not one (vectorised)."""
+    n = len(ids)
+    if n == 0 or ids.null_count:
+        return None
+    head = split_sequence_id(ids[0].as_py())
+    if head is None:
+        return None
+    prefix, first = head
+    if n == 1:
+        return IdSequence(prefix, first, first)
+    if first + n - 1 <= MAX_SEQUENCE and ids.equals(sequence_ids(prefix, first, n)):
+        return IdSequence(prefix, first, first + n - 1)
+    tail = split_sequence_id(ids[n - 1].as_py())
+    if tail is None or tail[0] != prefix or tail[1] <= first:
+        return None
+    try:
+        numbers = pc.cast(pc.utf8_slice_codeunits(ids, len(prefix) + 1), pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    if not ids.equals(prefixed_numbers(prefix, numbers)):
+        return None
+    # Strictly increasing, so every number lies between the first and the last,
+    # which split_sequence_id accepted: each id is a sequence id on its own too.
+    if not pc.all(pc.greater(numbers.slice(1), numbers.slice(0, n - 1))).as_py():
+        return None
+    return IdSequence(prefix, first, tail[1], array.array("q", numbers.to_pylist()))
 
 
 @dataclass(frozen=True)
@@ -25,6 +107,46 @@ class DedupPlan:
     keep: pa.Array | None  # boolean mask of rows to store; None: store all
     kept: int  # how many rows are stored
     duplicates: dict[int, int]  # row -> original offset
+    #: Set when every row is new and the ids form a sequence (`record` reuses it).
+    sequence: IdSequence | None = None
+
+
+class _Run:
+    """The ids of one recorded batch with a sequence of ids, and where it was stored."""
+
+    __slots__ = ("base_offset", "first", "last", "numbers", "time_us")
+
+    def __init__(self, sequence: IdSequence, base_offset: int, time_us: int) -> None:
+        self.first = sequence.first
+        self.last = sequence.last
+        self.numbers = sequence.numbers
+        self.base_offset = base_offset
+        self.time_us = time_us
+
+    @property
+    def count(self) -> int:
+        return self.last - self.first + 1 if self.numbers is None else len(self.numbers)
+
+    def offset_of(self, number: int) -> int | None:
+        if number < self.first or number > self.last:
+            return None
+        if self.numbers is None:
+            return self.base_offset + number - self.first
+        i = bisect.bisect_left(self.numbers, number)
+        if i < len(self.numbers) and self.numbers[i] == number:
+            return self.base_offset + i
+        return None
+
+
+class _Prefix:
+    """Everything remembered of one prefix's sequence ids."""
+
+    __slots__ = ("highest", "in_dict", "runs")
+
+    def __init__(self) -> None:
+        self.runs: deque[_Run] = deque()  # ascending and disjoint numbers, oldest first
+        self.highest = -1  # the highest number recorded, in runs or in the dictionary
+        self.in_dict = 0  # how many of its ids are in the dictionary
 
 
 class DedupWindow:
@@ -32,48 +154,125 @@ class DedupWindow:
 
     def __init__(self, window_us: int) -> None:
         self.window_us = window_us
-        self._seen: OrderedDict[str, tuple[int, int]] = OrderedDict()  # id -> (offset, time)
+        # id -> (offset, time, prefix if it is a sequence id)
+        self._seen: OrderedDict[str, tuple[int, int, str | None]] = OrderedDict()
+        self._prefixes: dict[str, _Prefix] = {}
+        self._runs: deque[tuple[int, str]] = deque()  # (time, prefix) in record order
+        self._run_ids = 0
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self._seen) + self._run_ids
 
     def _expire(self, now_us: int) -> None:
         horizon = now_us - self.window_us
-        while self._seen:
-            first = next(iter(self._seen.values()))
+        seen = self._seen
+        while seen:
+            first = next(iter(seen.values()))
             if first[1] >= horizon:
                 break
-            self._seen.popitem(last=False)
+            seen.popitem(last=False)
+            if first[2] is not None:
+                state = self._prefixes[first[2]]
+                state.in_dict -= 1
+                self._forget_if_empty(first[2], state)
+        runs = self._runs
+        while runs and runs[0][0] < horizon:
+            _, prefix = runs.popleft()
+            state = self._prefixes[prefix]
+            # Runs of a prefix are recorded in time order too: the oldest is first.
+            self._run_ids -= state.runs.popleft().count
+            self._forget_if_empty(prefix, state)
+
+    def _forget_if_empty(self, prefix: str, state: _Prefix) -> None:
+        if not state.runs and not state.in_dict:
+            del self._prefixes[prefix]
 
     def plan(self, ids: pa.Array, now_us: int) -> DedupPlan:
         """Classify a batch's rows; duplicates within the batch keep the first copy."""
-        if ids.null_count == len(ids):
-            return DedupPlan(None, len(ids), {})
+        n = len(ids)
+        if ids.null_count == n:
+            return DedupPlan(None, n, {})
         self._expire(now_us)
+        sequence = id_sequence(ids)
+        if sequence is not None:
+            state = self._prefixes.get(sequence.prefix)
+            if state is None or sequence.first > state.highest:
+                return DedupPlan(None, n, {}, sequence)  # all new: nothing to look up
         duplicates: dict[int, int] = {}
         first_in_batch: dict[str, int] = {}
         for row, message_id in enumerate(ids.to_pylist()):
             if message_id is None:
                 continue
-            seen = self._seen.get(message_id)
-            if seen is not None:
-                duplicates[row] = seen[0]
+            original = self._lookup(message_id)
+            if original is not None:
+                duplicates[row] = original
             elif message_id in first_in_batch:
                 duplicates[row] = -1 - first_in_batch[message_id]  # resolved after sequencing
             else:
                 first_in_batch[message_id] = row
         if not duplicates:
-            return DedupPlan(None, len(ids), {})
-        keep = pa.array([row not in duplicates for row in range(len(ids))])
-        return DedupPlan(keep, len(ids) - len(duplicates), duplicates)
+            return DedupPlan(None, n, {}, sequence)
+        flags = array.array("b", [row not in duplicates for row in range(n)])
+        # Built from a buffer: converting Python objects would make pyarrow import pandas.
+        keep = pa.Array.from_buffers(pa.int8(), n, [None, pa.py_buffer(flags)]).cast(pa.bool_())
+        return DedupPlan(keep, n - len(duplicates), duplicates)
 
-    def record(self, ids: pa.Array, offsets: list[int], time_us: int) -> None:
-        """Remember the ids of stored rows (`offsets[i]` is row i's offset)."""
-        if ids.null_count == len(ids):
+    def _lookup(self, message_id: str) -> int | None:
+        """The offset a remembered id was stored at, or None."""
+        seen = self._seen.get(message_id)
+        if seen is not None:
+            return seen[0]
+        split = split_sequence_id(message_id)
+        if split is None:
+            return None
+        state = self._prefixes.get(split[0])
+        if state is None or split[1] > state.highest or not state.runs:
+            return None
+        runs = state.runs
+        i = bisect.bisect_right(runs, split[1], key=_first) - 1
+        return runs[i].offset_of(split[1]) if i >= 0 else None
+
+    def record(
+        self,
+        ids: pa.Array,
+        offsets: Sequence[int],
+        time_us: int,
+        sequence: IdSequence | None = None,
+    ) -> None:
+        """Remember the ids of stored rows (`offsets[i]` is row i's offset, ascending).
+
+        `sequence` is the plan's `IdSequence` of these ids, if it found one.
+        """
+        n = len(ids)
+        if ids.null_count == n:
             return
+        if sequence is None:
+            sequence = id_sequence(ids)
+        if sequence is not None and offsets[n - 1] - offsets[0] == n - 1:
+            state = self._prefixes.get(sequence.prefix)
+            if state is None:
+                state = self._prefixes[sequence.prefix] = _Prefix()
+            if sequence.first > state.highest:  # none of these ids is remembered yet
+                state.runs.append(_Run(sequence, offsets[0], time_us))
+                state.highest = sequence.last
+                self._runs.append((time_us, sequence.prefix))
+                self._run_ids += n
+                return
         for message_id, offset in zip(ids.to_pylist(), offsets, strict=True):
-            if message_id is not None and message_id not in self._seen:
-                self._seen[message_id] = (offset, time_us)
+            if message_id is None or self._lookup(message_id) is not None:
+                continue
+            split = split_sequence_id(message_id)
+            if split is not None:
+                state = self._prefixes.get(split[0])
+                if state is None:
+                    state = self._prefixes[split[0]] = _Prefix()
+                state.in_dict += 1
+                state.highest = max(state.highest, split[1])
+            self._seen[message_id] = (offset, time_us, split[0] if split else None)
+
+
+def _first(run: _Run) -> int:
+    return run.first
 
 
 def message_offsets(plan: DedupPlan, rows: int, base: int) -> list[int]:

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from tamto_common.aio import until_done
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
+from tamto_protocol.delivery_wire import consume_delivery, raw_responses
 from tamto_protocol.v1 import messages_pb2, router_pb2, router_pb2_grpc
 from tamto_router.consume import ConsumeSession, Start, SubscribeSpec, SubscriptionRegistry
 from tamto_router.partitions import Partitions
@@ -60,6 +60,18 @@ def spec_from_proto(sub: messages_pb2.Subscribe) -> SubscribeSpec:
     )
 
 
+def serve(servicer: RouterServicer, server: grpc.aio.Server) -> None:
+    """Register the router's RPCs; Consume sends its responses already encoded."""
+    router_pb2_grpc.add_RouterServicer_to_server(servicer, server)
+    raw_responses(
+        server,
+        "tamto.v1.Router",
+        "Consume",
+        servicer.Consume,
+        messages_pb2.ConsumeRequest.FromString,
+    )
+
+
 class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
     def __init__(self, partitions: Partitions, subscriptions: SubscriptionRegistry) -> None:
         self._partitions = partitions
@@ -69,10 +81,11 @@ class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
         self, request: router_pb2.RouterAppendRequest, context: grpc.aio.ServicerContext
     ) -> router_pb2.RouterAppendResponse:
         check_name("stream", request.stream)
-        if request.batch.count == 0 or not request.batch.arrow_ipc:
+        arrow_ipc = request.batch.arrow_ipc  # each access copies the bytes: once
+        if request.batch.count == 0 or not arrow_ipc:
             raise InvalidArgument("append needs a non-empty batch")
         log = await self._partitions.get(request.stream, request.partition)
-        appended = await log.append(request.batch.arrow_ipc, request.batch.count)
+        appended = await log.append(arrow_ipc, request.batch.count)
         return router_pb2.RouterAppendResponse(
             base_offset=appended.base_offset,
             count=appended.count,
@@ -83,23 +96,27 @@ class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
         self,
         request_iterator: AsyncIterator[messages_pb2.ConsumeRequest],
         context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[messages_pb2.ConsumeResponse]:
+    ) -> AsyncIterator[bytes]:
+        """Responses are encoded `ConsumeResponse` bytes (see `serve`)."""
         first = await anext(aiter(request_iterator), None)
         if first is None or first.WhichOneof("request") != "subscribe":
             raise InvalidArgument("a consume stream must start with subscribe")
         spec = spec_from_proto(first.subscribe)
         async with ConsumeSession(spec, self._subscriptions) as session:
             reader = asyncio.create_task(_read_requests(request_iterator, session))
+            session.stop_when_done(reader)
             try:
-                async for delivery in until_done(session.deliveries(), reader):
-                    yield messages_pb2.ConsumeResponse(
-                        delivery=messages_pb2.Delivery(
-                            stream=spec.stream,
-                            partition=delivery.partition,
-                            batch=delivery.batch.to_proto(),
-                            delivery_count=delivery.delivery_count,
-                            offsets=delivery.offsets or (),
-                        )
+                async for delivery in session.deliveries():
+                    batch = delivery.batch
+                    yield consume_delivery(
+                        spec.stream,
+                        delivery.partition,
+                        batch.base_offset,
+                        batch.count,
+                        batch.publish_time_us,
+                        batch.arrow_ipc,
+                        delivery.delivery_count,
+                        delivery.offsets or (),
                     )
             finally:
                 reader.cancel()

@@ -27,6 +27,10 @@ from tamto_router.storage_client import Batch, LogBounds, StorageClient
 
 log = structlog.get_logger(__name__)
 
+#: Most bytes of batches sent to storage in one append RPC (every hop allows 64 MiB;
+#: one larger batch still goes alone).
+MAX_APPEND_BYTES = 32 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Appended:
@@ -89,7 +93,7 @@ class PartitionLog:
                 batch = pc.filter(batch, plan.keep)
                 arrow_ipc, count = encode_record_batch(batch), plan.kept
             base = self._next_offset
-            self.dedup.record(batch.column("id"), list(range(base, base + count)), now_us)
+            self.dedup.record(batch.column("id"), range(base, base + count), now_us, plan.sequence)
         base = await self._sequence(arrow_ipc, count, now_us)
         if offsets is not None:
             await self.wait_beyond(max(offsets))  # duplicates of messages still in flight
@@ -109,11 +113,23 @@ class PartitionLog:
         while self.durable_offset <= offset and self.failure is None:
             await self._grown.wait()
 
+    def _take_queued(self) -> list[tuple[Batch, asyncio.Future[int]]]:
+        """The oldest queued batches that fit in one storage RPC (at least one)."""
+        size = 0
+        for i, (batch, _) in enumerate(self._queue):
+            size += len(batch.arrow_ipc)
+            if i and size > MAX_APPEND_BYTES:
+                taken, self._queue = self._queue[:i], self._queue[i:]
+                return taken
+        taken, self._queue = self._queue, []
+        return taken
+
     async def _send_loop(self) -> None:
         while True:
-            await self._wake.wait()
-            self._wake.clear()
-            pending, self._queue = self._queue, []
+            if not self._queue:
+                await self._wake.wait()
+                self._wake.clear()
+            pending = self._take_queued()
             if not pending:
                 continue
             try:

@@ -8,12 +8,12 @@ from tamto_common.membership import KeptLease, MemberDirectory
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.service import Runtime
 from tamto_common.streams import StreamDef, read_stream
-from tamto_protocol.v1 import router_pb2_grpc
+from tamto_router.batch_cache import BatchCache
 from tamto_router.config import RouterConfig
 from tamto_router.consume import SubscriptionRegistry
 from tamto_router.dead_letter_sink import DeadLetterSink
 from tamto_router.dead_letters import Policy
-from tamto_router.grpc_api import RouterServicer
+from tamto_router.grpc_api import RouterServicer, serve
 from tamto_router.partitions import Partitions
 from tamto_router.storage_client import StorageClient
 
@@ -24,12 +24,14 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     channels = ChannelPool()
     resources.push_async_callback(channels.close)
 
+    cache = BatchCache(config.read_cache_mb * 1024 * 1024)
+
     def storage_for(stream: str, partition: int) -> StorageClient:
         nodes = {m.instance_id: m.address for m in directory.members("storage")}
         if not nodes:
             raise Unavailable("no storage node is registered")
         owner = HashRing(nodes).owner(partition_key(stream, partition))
-        return StorageClient(channels.get(nodes[owner]))
+        return StorageClient(channels.get(nodes[owner]), cache=cache)
 
     partitions: Partitions | None = None
 
@@ -65,8 +67,10 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
 
     sink = DeadLetterSink(runtime.etcd, directory, channels, partitions, config.member_id)
     subscriptions = SubscriptionRegistry(
-        partitions, policy, config.read_batch_messages, sink.publish
+        partitions,
+        policy,
+        config.read_batch_messages,
+        sink.publish,
+        cursor_commit_s=config.cursor_commit_ms / 1000,
     )
-    router_pb2_grpc.add_RouterServicer_to_server(
-        RouterServicer(partitions, subscriptions), runtime.server
-    )
+    serve(RouterServicer(partitions, subscriptions), runtime.server)

@@ -10,7 +10,12 @@ import grpc
 
 from tamto_common.grpc_errors import downstream_error
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
+from tamto_protocol.wire import STORAGE_APPEND, raw_unary, storage_append_request
 from tamto_router.acks import AckSet
+from tamto_router.batch_cache import BatchCache
+
+#: Most Arrow bytes one read returns from the cache (storage's own default cap).
+CACHE_READ_MAX_BYTES = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,11 +52,19 @@ class LogBounds:
 
 
 class StorageClient:
-    """Calls one storage node for partitions of streams."""
+    """Calls one storage node for partitions of streams.
 
-    def __init__(self, channel: grpc.aio.Channel, timeout_s: float = 30.0) -> None:
+    With a `BatchCache`, batches this client appended or read are remembered,
+    and reads are served from memory when the cache holds the offset asked for.
+    """
+
+    def __init__(
+        self, channel: grpc.aio.Channel, timeout_s: float = 30.0, cache: BatchCache | None = None
+    ) -> None:
         self._stub = storage_pb2_grpc.StorageStub(channel)
+        self._append = raw_unary(channel, STORAGE_APPEND, storage_pb2.StorageAppendResponse)
         self._timeout = timeout_s
+        self._cache = cache
 
     async def _call(self, method: Any, request: Any, what: str) -> Any:
         """One unary call; a gRPC failure becomes the matching TamtoError."""
@@ -65,6 +78,10 @@ class StorageClient:
         return storage_pb2.PartitionRef(stream=stream, partition=partition)
 
     async def open_partition(self, stream: str, partition: int, epoch: int) -> LogBounds:
+        if self._cache is not None:
+            # Another owner may have written since: only what is read or appended from
+            # now on is known to be what storage holds.
+            self._cache.drop((stream, partition))
         r = await self._call(
             self._stub.OpenPartition,
             storage_pb2.OpenPartitionRequest(partition=self._ref(stream, partition), epoch=epoch),
@@ -73,20 +90,29 @@ class StorageClient:
         return LogBounds(r.start_offset, r.next_offset)
 
     async def append(self, stream: str, partition: int, epoch: int, batches: list[Batch]) -> int:
-        r = await self._call(
-            self._stub.Append,
-            storage_pb2.StorageAppendRequest(
-                partition=self._ref(stream, partition),
-                epoch=epoch,
-                batches=[b.to_proto() for b in batches],
-            ),
-            f"append {stream}/{partition}",
+        # The request in wire form: the batches' bytes are copied once, not twice.
+        request = storage_append_request(
+            stream,
+            partition,
+            epoch,
+            [(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc) for b in batches],
         )
+        r = await self._call(self._append, request, f"append {stream}/{partition}")
+        if self._cache is not None:
+            self._cache.add((stream, partition), batches)
         return int(r.next_offset)
 
     async def read(
         self, stream: str, partition: int, from_offset: int, max_messages: int
     ) -> tuple[list[Batch], int]:
+        """Batches from the one holding `from_offset` on (the first may start before it),
+        and the offset the next read starts at. Fewer than `max_messages` may come."""
+        if self._cache is not None:
+            cached = self._cache.get(
+                (stream, partition), from_offset, max_messages, CACHE_READ_MAX_BYTES
+            )
+            if cached:
+                return cached, cached[-1].end
         r = await self._call(
             self._stub.Read,
             storage_pb2.ReadRequest(
@@ -96,7 +122,10 @@ class StorageClient:
             ),
             f"read {stream}/{partition}",
         )
-        return [Batch.from_proto(b) for b in r.batches], int(r.next_offset)
+        batches = [Batch.from_proto(b) for b in r.batches]
+        if self._cache is not None:
+            self._cache.add((stream, partition), batches)
+        return batches, int(r.next_offset)
 
     async def offset_for_time(self, stream: str, partition: int, time_us: int) -> int:
         r = await self._call(

@@ -36,7 +36,9 @@ from tamto_common.errors import FailedPrecondition, InvalidArgument, TamtoError,
 from tamto_common.ring import HashRing
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.acks import AckSet
+from tamto_router.cursor_commits import CursorCommits
 from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
+from tamto_router.key_holds import KeyHolds
 from tamto_router.partition_log import PartitionLog
 from tamto_router.storage_client import Batch
 
@@ -101,16 +103,7 @@ class Run:
 
 def unacked_runs(batch: Batch, lo: int, hi: int, acks: AckSet) -> list[tuple[int, int]]:
     """(first offset, length) runs of `batch` within [lo, hi] that are not acked."""
-    runs: list[tuple[int, int]] = []
-    end = min(batch.end, hi + 1)
-    offset = acks.next_unacked(max(lo, batch.base_offset))
-    while offset < end:
-        stop = offset
-        while stop < end and not acks.is_acked(stop):
-            stop += 1
-        runs.append((offset, stop - offset))
-        offset = acks.next_unacked(stop)
-    return runs
+    return acks.unacked_runs(max(lo, batch.base_offset), min(batch.end, hi + 1))
 
 
 def deliverable(batch: Batch, first: int, length: int) -> Batch:
@@ -153,10 +146,18 @@ class Subscription:
         policy: Policy,
         read_max: int,
         publish_dead: Publish | None = None,
+        commit_interval_s: float = 0.05,
     ) -> None:
         self.log = partition_log
         self.name = name
         self.acks = acks
+        self._cursor = CursorCommits(
+            acks,
+            self._commit_cursor,
+            commit_interval_s,
+            f"{partition_log.stream}/{partition_log.partition}/{name}",
+        )
+        self._cursor_closing: asyncio.Task[None] | None = None
         self.policy = policy
         self.ack_timeout_s = policy.ack_timeout_s
         self._read_max = read_max
@@ -171,9 +172,7 @@ class Subscription:
         self.position = acks.next_unacked(acks.floor)
         self._changed = asyncio.Event()
         self.closed = False
-        # Key-shared: which consumer holds each key's in-flight messages, and how many.
-        self._key_of: dict[int, bytes | None] = {}
-        self._key_holder: dict[bytes | None, list[int]] = {}  # key -> [slot id, in flight]
+        self._keys = KeyHolds()  # key-shared: who holds each key, which keys wait
         self._ring = HashRing([])
         partition_log.listeners.add(self.poke)
         self._task = asyncio.create_task(
@@ -234,26 +233,10 @@ class Subscription:
         mine = [r for r in self.in_flight if r.consumer == slot.id]
         self.in_flight = [r for r in self.in_flight if r.consumer != slot.id]
         for run in mine:
-            self._release(run.first, run.last)
+            self._keys.give_back(run.first, run.last)
             count = run.count - 1 if graceful else run.count
             self.pending.append(Run(run.first, run.last, count, now))
         self.poke()
-
-    def _release(self, first: int, last: int) -> None:
-        """Key-shared: offsets [first, last] are no longer in flight."""
-        if not self._key_of:
-            return
-        if last - first > len(self._key_of):
-            offsets = [o for o in self._key_of if first <= o <= last]
-        else:
-            offsets = [o for o in range(first, last + 1) if o in self._key_of]
-        for offset in offsets:
-            key = self._key_of.pop(offset)
-            holder = self._key_holder.get(key)
-            if holder is not None:
-                holder[1] -= 1
-                if holder[1] <= 0:
-                    del self._key_holder[key]
 
     # -- acks and nacks ----------------------------------------------------
 
@@ -266,16 +249,24 @@ class Subscription:
                 )
 
     async def ack(self, ranges: list[tuple[int, int]]) -> None:
+        """Apply acks at once; the cursor is committed behind them (`flush_acks`)."""
         self._check_ranges(ranges, "ack")
         for first, last in ranges:
             self.acks.ack_range(first, last)
-            self._release(first, last)
+            self._keys.settle(first, last)
         self.in_flight = [r for r in self.in_flight if self.acks.next_unacked(r.first) <= r.last]
         self.pending = [r for r in self.pending if self.acks.next_unacked(r.first) <= r.last]
-        await self.log.storage.commit_cursor(
-            self.log.stream, self.partition, self.name, self.log.epoch, self.acks
-        )
+        self._cursor.changed()
         self.poke()
+
+    async def flush_acks(self) -> None:
+        """Return once every ack applied so far is committed to storage."""
+        await self._cursor.flush()
+
+    async def _commit_cursor(self, acks: AckSet) -> None:
+        await self.log.storage.commit_cursor(
+            self.log.stream, self.partition, self.name, self.log.epoch, acks
+        )
 
     def nack(self, ranges: list[tuple[int, int]], delay_s: float) -> None:
         """Redeliver these in-flight offsets at once or after `delay_s`."""
@@ -288,7 +279,7 @@ class Subscription:
                     kept.append(run)
                     continue
                 lo, hi = max(run.first, first), min(run.last, last)
-                self._release(lo, hi)
+                self._keys.give_back(lo, hi)
                 self.pending.append(Run(lo, hi, run.count, due))
                 kept.extend(_minus(run, first, last))
             self.in_flight = kept
@@ -314,7 +305,7 @@ class Subscription:
         if expired:
             self.in_flight = [r for r in self.in_flight if r.due > now]
             for run in expired:
-                self._release(run.first, run.last)
+                self._keys.give_back(run.first, run.last)
                 self.pending.append(Run(run.first, run.last, run.count, now))
 
     def _next_wakeup(self, now: float) -> float | None:
@@ -346,9 +337,11 @@ class Subscription:
                     if self.position < self.log.durable_offset:
                         await self._send_fresh(slot)
                         continue
-                timeout = self._next_wakeup(now)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a
+                # cancellation (close) that coincides with a poke, and close hangs.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), timeout)
+                    async with asyncio.timeout(self._next_wakeup(now)):
+                        await self._changed.wait()
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -385,6 +378,7 @@ class Subscription:
         want = last - first + 1
         batches, _ = await self.log.storage.read(self.log.stream, self.partition, first, want)
         budget = self._budget(slot)
+        end = first
         for batch in batches:
             if batch.base_offset > last:
                 break
@@ -392,8 +386,12 @@ class Subscription:
             if stopped is not None:
                 self.pending.append(Run(stopped, last, count, time.monotonic()))
                 return
+            end = max(end, batch.end)
             if budget is not None:
                 budget = slot.credit.available
+        if first < end <= last:
+            # One read returns a bounded number of bytes: the rest of the run waits its turn.
+            self.pending.append(Run(end, last, count, time.monotonic()))
 
     def _hand_out(
         self,
@@ -445,6 +443,7 @@ class Subscription:
         """
         if not any(c[2].credit.available > 0 for c in self.consumers):
             return False
+        self._keys.keep_waiting_only((r.first, r.last) for r in self.pending)
         # Older (pending) messages first, then fresh ones: per key, offsets ascend.
         due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
         for run in due:
@@ -462,6 +461,10 @@ class Subscription:
             batches, _ = await self.log.storage.read(
                 self.log.stream, self.partition, first, last - first + 1
             )
+            if fresh and batches and batches[0].base_offset > first:
+                # Nothing is stored before it (retention dropped acked messages): skip the gap.
+                gap = batches[0].base_offset - first
+                first, last = first + gap, last + gap
             end = first
             for batch in batches:
                 if batch.base_offset > last:
@@ -471,6 +474,9 @@ class Subscription:
             if fresh and end > self.position:
                 self.position = end
                 progress = True
+            elif not fresh and first < end <= last:
+                # A read returns a bounded number of bytes: the rest of the run waits.
+                self.pending.append(Run(end, last, count, now))
         return progress
 
     def _hand_out_by_key(
@@ -499,22 +505,17 @@ class Subscription:
             for offset in range(first, first + length):
                 key = keys[offset - batch.base_offset]
                 target = self._ring.owner((key or b"").hex())
-                holder = self._key_holder.get(key)
                 if (
                     key in blocked
                     or budget[target] <= 0
-                    or (holder is not None and str(holder[0]) != target)
+                    or not self._keys.may_deliver(offset, key, slots[target].id)
                 ):
                     blocked.add(key)
                     waiting.append(offset)
                     continue
                 budget[target] -= 1
                 chosen.setdefault(target, []).append(offset)
-                self._key_of[offset] = key
-                if holder is None:
-                    self._key_holder[key] = [slots[target].id, 1]
-                else:
-                    holder[1] += 1
+                self._keys.deliver(offset, key, slots[target].id)
         for first, last in _as_runs(waiting):
             self.pending.append(Run(first, last, previous_count, now))
         for target, offsets in chosen.items():
@@ -574,9 +575,17 @@ class Subscription:
     async def _dead_letter(self, first: int, last: int, count: int, reason: str) -> None:
         assert self._publish_dead is not None
         origin = Origin(self.log.stream, self.partition, self.name)
-        batches, _ = await self.log.storage.read(
-            self.log.stream, self.partition, first, last - first + 1
-        )
+        batches: list[Batch] = []
+        offset = first
+        while offset <= last:  # one read returns a bounded number of bytes
+            got, _ = await self.log.storage.read(
+                self.log.stream, self.partition, offset, last - offset + 1
+            )
+            got = [b for b in got if b.end > offset and b.base_offset <= last]
+            if not got:
+                break
+            batches.extend(got)
+            offset = got[-1].end
         moved: list[tuple[int, int]] = []
         for batch in batches:
             for start, length in unacked_runs(batch, first, last, self.acks):
@@ -600,6 +609,8 @@ class Subscription:
     def _fail(self, error: TamtoError) -> None:
         self.closed = True
         self.log.listeners.discard(self.poke)
+        # Commit what was acked (this may fail too: then the acks are redelivered).
+        self._cursor_closing = asyncio.create_task(self._cursor.close())
         for _, _, slot in self.consumers:
             slot.outbox.put_nowait(error)
 
@@ -609,6 +620,7 @@ class Subscription:
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
+        await self._cursor.close()
         for _, _, slot in self.consumers:
             slot.outbox.put_nowait(
                 Unavailable(f"partition {self.log.stream}/{self.partition} moved")

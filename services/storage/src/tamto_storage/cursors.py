@@ -103,6 +103,16 @@ class CursorStore:
         raw = await asyncio.to_thread(_read, path)
         return None if raw is None else _decode(path, raw)
 
+    async def all(self) -> dict[str, Cursor]:
+        """Every committed cursor of the partition, by subscription (interest retention).
+
+        Raises DataCorruption when one is unreadable: the caller must then not
+        assume anything is acked.
+        """
+        # Commits replace files atomically: each read sees a whole cursor.
+        found = await asyncio.to_thread(_read_all, self._dir)
+        return {name: _decode(path, raw) for name, (path, raw) in found.items()}
+
 
 def _write(path: Path, data: bytes) -> None:
     make_dirs(path.parent)
@@ -114,6 +124,21 @@ def _read(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def _read_all(directory: Path) -> dict[str, tuple[Path, bytes]]:
+    found: dict[str, tuple[Path, bytes]] = {}
+    try:
+        paths = [p for p in directory.iterdir() if p.suffix == ".json"]
+    except FileNotFoundError:
+        return found
+    for path in paths:
+        if path.name.startswith("."):
+            continue  # a commit's temporary file
+        raw = _read(path)
+        if raw is not None:
+            found[path.stem] = (path, raw)
+    return found
 
 
 def _decode(path: Path, raw: bytes) -> Cursor:

@@ -24,3 +24,14 @@ GROUP_COMMIT_BATCHES = Histogram(
     "Batches made durable by one group commit (one fsync)",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
 )
+INTEREST_FREED_BYTES = Counter(
+    "tamto_storage_interest_freed_bytes",
+    "Segment bytes interest retention took out of the manifest (dropped, or replaced by a "
+    "smaller carried-forward segment), per stream",
+    ["stream"],
+)
+CARRIED_MESSAGES = Counter(
+    "tamto_storage_carried_messages",
+    "Messages interest retention copied into carried-forward segments, per stream",
+    ["stream"],
+)

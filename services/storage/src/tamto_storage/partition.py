@@ -9,7 +9,8 @@ hidden from Spark's file listing by their leading ``_``, ``_wal/`` (see
 
 Reads by offset are served by the WAL from its first batch on and by the
 segments below that; sealing (`seal`) turns durable WAL batches into segments,
-after which `trim_wal` may remove WAL files the segments fully cover.
+after which `trim_wal` may remove WAL files the segments fully cover (and,
+once everything is sealed, start a fresh one so the last can go too).
 
 Fencing: `open(epoch)` claims the partition for an owner epoch; appends and
 cursor commits must carry exactly the current epoch, so a router that lost
@@ -35,8 +36,8 @@ from tamto_storage.epoch import load_epoch, store_epoch
 from tamto_storage.frame import MAX_BODY_BYTES
 from tamto_storage.model import Cursor, PartitionId, PartitionOffsets, ReadResult, StoredBatch
 from tamto_storage.segment_log import SegmentLog
-from tamto_storage.segments import Segment, scan_segments, write_segment
-from tamto_storage.wal import Wal, WalOptions
+from tamto_storage.segments import Segment, choose_live, scan_segments, write_segment
+from tamto_storage.wal import Wal, WalOptions, create_wal_file
 
 log = structlog.get_logger(__name__)
 
@@ -76,7 +77,8 @@ class Partition:
         self._wal = wal
         self._segments = segments if segments is not None else SegmentLog([])
         self._seal_lock = asyncio.Lock()
-        #: Segment files found below the retention floor at load, still to be deleted.
+        #: Segment files found at load below the retention floor, or superseded by a
+        #: carried-forward rewrite, still to be deleted.
         self.expired_files: list[Path] = []
         self._unsealed_bytes = 0
         self._unsealed_since: float | None = None  # time.monotonic() of the oldest unsealed ack
@@ -100,11 +102,13 @@ class Partition:
         await asyncio.to_thread(_migrate_layout, directory)
         stored = await asyncio.to_thread(load_epoch, directory)
         found = await asyncio.to_thread(scan_segments, pid.partition, directory)
+        live, superseded = choose_live(found)
         wal = await Wal.open(directory / WAL_DIR, options, label=str(pid))
-        kept = [s for s in found if s.first_offset >= floor]
+        kept = [s for s in live if s.first_offset >= floor]
         # A lost or stale epoch file must not let an older owner back in.
         partition = cls(pid, directory, wal, max(stored, wal.max_epoch), SegmentLog(kept, floor))
-        partition.expired_files = [s.path for s in found if s.first_offset < floor]
+        below = [s for s in live if s.first_offset < floor]
+        partition.expired_files = [s.path for s in (*below, *superseded)]
         partition._unsealed_bytes = wal.bytes_from(partition._segments.end_offset)
         return partition
 
@@ -213,6 +217,10 @@ class Partition:
                     batches = await self._wal.read(from_offset, max_messages, max(max_bytes, 1))
                 else:
                     batches = await self._segments.read(from_offset, max_messages, max_bytes)
+                    if not batches:
+                        # Interest retention emptied the rest of the sealed range.
+                        wal_start = self._wal.start_offset
+                        batches = await self._wal.read(wal_start, max_messages, max(max_bytes, 1))
             except FileNotFoundError:
                 continue  # sealing or retention removed the file meanwhile: route again
             next_offset = batches[-1].end_offset if batches else from_offset
@@ -276,8 +284,17 @@ class Partition:
             return written
 
     async def trim_wal(self) -> int:
-        """Remove WAL files the committed segments fully cover; returns how many went."""
-        dropped = self._wal.drop_files_before(self._segments.end_offset)
+        """Remove WAL files the committed segments fully cover; returns how many went.
+
+        When every stored batch is sealed, appends move to a fresh (empty) file
+        first, so the last file goes too: sealed data then takes no WAL space,
+        and the empty file's name still records the log's next offset.
+        """
+        end = self._segments.end_offset
+        successor = self._wal.roll(end)
+        if successor is not None:
+            await asyncio.to_thread(create_wal_file, successor)
+        dropped = self._wal.drop_files_before(end, successor=successor)
         if dropped:
             await asyncio.to_thread(remove_files, dropped)
         return len(dropped)
@@ -312,6 +329,15 @@ class Partition:
     async def get_cursor(self, subscription: str) -> Cursor | None:
         """The subscription's cursor, or None when none was committed."""
         return await self._cursors.get(subscription)
+
+    async def cursors(self) -> dict[str, Cursor]:
+        """Every subscription's cursor on this partition (see `CursorStore.all`)."""
+        return await self._cursors.all()
+
+    @property
+    def seal_lock(self) -> asyncio.Lock:
+        """Held while the sealed log changes (sealing, carrying messages forward)."""
+        return self._seal_lock
 
     async def close(self) -> None:
         """Flush queued appends and stop the WAL writer."""

@@ -13,7 +13,11 @@ Every `SealOptions.check_interval_s` it looks at each open partition:
 2. **Retention** (stream's `retention_ms` / `retention_bytes`): whole segments
    leave the manifest and the partition's readable range at once, and their
    files are deleted only `retention_grace_s` later, so a Spark job that listed
-   them before can still read them.
+   them before can still read them. With the ``interest`` policy, what every
+   subscription has acked goes too (`tamto_storage.reclaim`): whole segments,
+   or all but the few messages still needed, which are carried forward into a
+   small new segment; carried segments take their plain name once the files
+   they replaced are gone (`Reclaimer.promote_ready`).
 
 On shutdown `PartitionStore.close` stops the loop and seals everything left.
 """
@@ -30,13 +34,36 @@ from pathlib import Path
 import structlog
 
 from tamto_protocol.segment import ExpiredFile, Manifest
+from tamto_storage.interest import ReclaimLimits
 from tamto_storage.partition import Partition, remove_files
+from tamto_storage.reclaim import Reclaimer
 from tamto_storage.segments import Segment
 
 log = structlog.get_logger(__name__)
 
-#: (retention_ms, retention_bytes) of a stream; 0 disables a rule.
-RetentionFor = Callable[[str], Awaitable[tuple[int, int]]]
+_MIN_SMALL_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long a stream's messages stay, as storage applies it.
+
+    `retention_ms` / `retention_bytes`: limits, 0 disables either.
+    `interest`: also remove what every subscription has acked.
+    """
+
+    retention_ms: int = 0
+    retention_bytes: int = 0
+    interest: bool = False
+
+    @classmethod
+    def of(cls, value: Retention | tuple[int, int]) -> Retention:
+        """A `Retention`, from itself or from a (retention_ms, retention_bytes) pair."""
+        return value if isinstance(value, Retention) else cls(*value)
+
+
+#: A stream's retention: a `Retention`, or (retention_ms, retention_bytes) for limits only.
+RetentionFor = Callable[[str], Awaitable[Retention | tuple[int, int]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +135,13 @@ class Sealer:
         self._options = options
         self._retention_for = retention_for
         self._clock = clock  # wall clock (seconds) for retention and grace deadlines
+        # Rewrites stay below a segment's size; small files (such as earlier
+        # carried-forward ones) always merge, however small segments are set.
+        limits = ReclaimLimits(
+            small_bytes=max(options.segment_bytes // 8, _MIN_SMALL_BYTES),
+            max_run_bytes=max(options.segment_bytes, _MIN_SMALL_BYTES),
+        )
+        self._reclaimer = Reclaimer(store.manifest_update, limits, options.retention_grace_s, clock)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -147,6 +181,7 @@ class Sealer:
                 await self.seal(partition)
         if self._retention_for is not None:
             await self.apply_retention()
+        await self.promote_carried()
         await self.delete_expired()
 
     async def seal_all(self) -> None:
@@ -172,16 +207,31 @@ class Sealer:
         return written
 
     async def apply_retention(self) -> None:
-        """Expire whole segments past each stream's retention."""
+        """Expire whole segments past each stream's limits; with interest retention, drop
+        and carry forward what every subscription has acked."""
         assert self._retention_for is not None
-        now_s = self._clock()
-        policies: dict[str, tuple[int, int]] = {}
+        now_us = int(self._clock() * 1e6)
+        policies: dict[str, Retention] = {}
         for partition in self._store.loaded():
             stream = partition.id.stream
             if stream not in policies:
-                policies[stream] = await self._retention_for(stream)
-            retention_ms, retention_bytes = policies[stream]
-            await self.expire(partition, int(now_s * 1e6), retention_ms, retention_bytes)
+                policies[stream] = Retention.of(await self._retention_for(stream))
+            policy = policies[stream]
+            await self.expire(partition, now_us, policy.retention_ms, policy.retention_bytes)
+            if policy.interest:
+                try:
+                    await self._reclaimer.reclaim(partition)
+                except Exception:  # keep the other partitions' retention going
+                    log.exception("interest retention failed", partition=str(partition.id))
+
+    async def promote_carried(self) -> None:
+        """Give carried-forward segments their plain names once the files they replaced
+        are past their grace period (before those are deleted: a listing never misses them)."""
+        now_us = int(self._clock() * 1e6)
+        for partition in self._store.loaded():
+            manifest = self._store.manifest(partition.id.stream)
+            if manifest is not None:
+                await self._reclaimer.promote_ready(partition, manifest, now_us)
 
     async def expire(
         self, partition: Partition, now_us: int, retention_ms: int, retention_bytes: int
@@ -213,12 +263,17 @@ class Sealer:
             manifest = self._store.manifest(stream)
             if manifest is None:
                 continue
+            # A file that is (again) a live segment's is never deleted: say a
+            # promoted segment took a same-named file's place before a crash.
+            live = {s.file for s in manifest.segments}
             due = [e for e in manifest.expired if e.delete_after_us <= now_us]
             if not due:
                 continue
+            due_live = {e.file for e in due if e.file in live}
+            due = [e for e in due if e.file not in live]
             stream_dir = self._store.stream_dir(stream)
             await asyncio.to_thread(remove_files, [stream_dir / e.file for e in due])
-            gone = {e.file for e in due}
+            gone = {e.file for e in due} | due_live
             await self._store.manifest_update(
                 stream,
                 lambda m, gone=gone: replace(  # type: ignore[misc]

@@ -4,13 +4,16 @@ Segments are contiguous and never overlap: each new one starts where the last
 ended (`end_offset`). Retention removes whole segments from the front and
 raises `floor`, the partition's first readable sealed offset; their files stay
 on disk for a grace period (see `tamto_storage.sealer`) so a Spark job that
-listed them can finish reading.
+listed them can finish reading. Interest retention may also `replace` a run of
+segments by one covering the same range with fewer rows, so a segment's range
+can hold offsets it no longer stores: reads skip to the next stored one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+from collections.abc import Sequence
 
 from tamto_common.errors import DataCorruption
 from tamto_storage import segments as seg
@@ -58,6 +61,18 @@ class SegmentLog:
         self._segments.append(segment)
         self._firsts.append(segment.first_offset)
 
+    def replace(self, old: Sequence[Segment], new: Segment) -> None:
+        """Put `new` where the consecutive segments `old` are; it covers exactly their range."""
+        i = self._segments.index(old[0])
+        if self._segments[i : i + len(old)] != list(old):
+            raise DataCorruption(f"segments to replace by {new.path.name} are not consecutive")
+        if (new.first_offset, new.end_offset) != (old[0].first_offset, old[-1].end_offset):
+            raise DataCorruption(
+                f"segment {new.path.name} does not cover the range of the segments it replaces"
+            )
+        self._segments[i : i + len(old)] = [new]
+        self._firsts[i : i + len(old)] = [new.first_offset]
+
     def remove_first(self) -> Segment:
         """Drop the oldest segment (retention) and raise the floor past it."""
         segment = self._segments.pop(0)
@@ -73,18 +88,28 @@ class SegmentLog:
         return self._segments[i]
 
     async def read(self, from_offset: int, max_messages: int, max_bytes: int) -> list[StoredBatch]:
-        """Batches from the segment holding `from_offset` (empty when none holds it)."""
-        segment = self.covering(from_offset)
-        if segment is None:
-            return []
-        table = await asyncio.to_thread(
-            seg.read_rows, segment.path, from_offset, max_messages, max_bytes
-        )
-        return await asyncio.to_thread(seg.to_stored_batches, table)
+        """Batches of the first segment storing an offset at or after `from_offset`.
+
+        Starts at the segment covering `from_offset`; a carried-forward segment
+        may store nothing from there on, and then the next one is read. Empty
+        when no segment stores anything at or after `from_offset`.
+        """
+        i = bisect.bisect_right(self._firsts, from_offset) - 1
+        for segment in self._segments[max(i, 0) :]:
+            if segment.end_offset <= from_offset or segment.entry.rows == 0:
+                continue
+            table = await asyncio.to_thread(
+                seg.read_rows, segment.path, from_offset, max_messages, max_bytes
+            )
+            if table.num_rows:
+                return await asyncio.to_thread(seg.to_stored_batches, table)
+        return []
 
     async def offset_for_time(self, time_us: int) -> int | None:
         """The first sealed offset published at or after `time_us`, or None."""
         for segment in self._segments:
             if segment.entry.max_publish_time_us >= time_us:
-                return await asyncio.to_thread(seg.first_offset_at_or_after, segment.path, time_us)
+                found = await asyncio.to_thread(seg.first_offset_at_or_after, segment.path, time_us)
+                if found is not None:  # an emptied carried-forward segment stores none
+                    return found
         return None

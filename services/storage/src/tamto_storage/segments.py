@@ -11,6 +11,11 @@ Spark's listing skips), fsync, rename to the name fixed by the offsets, fsync
 of the directory. A reader therefore sees a segment whole or not at all, and
 sealing the same offsets again writes the same file.
 
+Interest retention rewrites segments with only the messages still needed
+(`tamto_storage.carry`); such a segment keeps the range it covers but has
+fewer rows, and `scan_segments` returns every version found so `choose_live`
+can tell which one counts.
+
 Every function here blocks: call through a thread.
 """
 
@@ -31,7 +36,9 @@ import pyarrow.parquet as pq
 from tamto_common.errors import DataCorruption
 from tamto_protocol.batch import BATCH_SCHEMA, decode_batch
 from tamto_protocol.segment import (
+    CARRIED_DIR,
     FIRST_OFFSET_KEY,
+    GENERATION_KEY,
     LAST_OFFSET_KEY,
     MAX_PUBLISH_KEY,
     MIN_PUBLISH_KEY,
@@ -39,6 +46,7 @@ from tamto_protocol.segment import (
     SEGMENT_SCHEMA_VERSION,
     UTC_US,
     SegmentEntry,
+    parse_carried_name,
     parse_segment_name,
     segment_file_name,
 )
@@ -64,6 +72,19 @@ class Segment:
     @property
     def end_offset(self) -> int:
         return self.entry.end_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.entry.last_offset
+
+    @property
+    def generation(self) -> int:
+        return self.entry.generation
+
+    @property
+    def complete(self) -> bool:
+        """Whether it holds every offset of its range (no message was carried away)."""
+        return self.entry.rows == self.entry.end_offset - self.entry.first_offset
 
 
 def build_table(batches: Sequence[StoredBatch]) -> pa.Table:
@@ -116,57 +137,107 @@ def write_segment(partition: int, directory: Path, batches: Sequence[StoredBatch
             tmp.unlink()
         raise
     fsync_dir(directory)
-    return Segment(_entry(partition, table.schema.metadata, path.stat().st_size), path)
+    return Segment(
+        segment_entry(partition, table.schema.metadata, path.stat().st_size, table.num_rows), path
+    )
 
 
-def _entry(partition: int, metadata: dict[bytes, bytes], size: int) -> SegmentEntry:
+def segment_entry(
+    partition: int, metadata: dict[bytes, bytes], size: int, rows: int, *, staged: bool = False
+) -> SegmentEntry:
+    """The manifest entry of a segment file with this footer metadata, size and row count."""
     first = int(metadata[FIRST_OFFSET_KEY])
     last = int(metadata[LAST_OFFSET_KEY])
     return SegmentEntry(
         partition=partition,
         first_offset=first,
         last_offset=last,
-        rows=last - first + 1,
+        rows=rows,
         size_bytes=size,
         min_publish_time_us=int(metadata[MIN_PUBLISH_KEY]),
         max_publish_time_us=int(metadata[MAX_PUBLISH_KEY]),
         schema_version=SEGMENT_SCHEMA_VERSION,
+        generation=int(metadata.get(GENERATION_KEY, b"0")),
+        staged=staged,
     )
 
 
-def load_segment(partition: int, path: Path) -> Segment:
-    """Describe an existing segment file from its footer alone."""
+def load_segment(partition: int, path: Path, *, staged: bool = False) -> Segment:
+    """Describe an existing segment file from its footer alone.
+
+    `staged`: the file is a carried-forward segment under ``_carried/``.
+    """
     try:
         meta = pq.read_metadata(path)
     except (OSError, pa.ArrowInvalid) as exc:
         raise DataCorruption(f"segment {path} cannot be read: {exc}") from exc
     kv = meta.metadata or {}
-    named = parse_segment_name(path.name)
     try:
         first, last = int(kv[FIRST_OFFSET_KEY]), int(kv[LAST_OFFSET_KEY])
+        generation = int(kv.get(GENERATION_KEY, b"0"))
     except (KeyError, ValueError):
         raise DataCorruption(f"segment {path} lacks its offset metadata") from None
-    if named != (first, last) or meta.num_rows != last - first + 1:
+    named = parse_carried_name(path.name) if staged else parse_segment_name(path.name)
+    expected = (first, last, generation) if staged else (first, last)
+    # A sealed segment holds its whole range; a carried-forward one at most that.
+    span = last - first + 1
+    rows_fit = meta.num_rows <= span if generation else meta.num_rows == span
+    if named != expected or not rows_fit:
         raise DataCorruption(
-            f"segment {path} holds offsets {first}-{last} in {meta.num_rows} rows; "
-            "its name and contents disagree"
+            f"segment {path} holds offsets {first}-{last} (generation {generation}) in "
+            f"{meta.num_rows} rows; its name and contents disagree"
         )
-    entry = _entry(partition, kv, path.stat().st_size)
+    entry = segment_entry(partition, kv, path.stat().st_size, meta.num_rows, staged=staged)
     return Segment(entry, path)
 
 
 def scan_segments(partition: int, directory: Path) -> list[Segment]:
-    """Every segment file in a partition directory, by offset; leftover temp files removed."""
+    """Every segment file of a partition directory and its ``_carried/``, by offset.
+
+    Several versions of a range can be present (a carried-forward segment and
+    the files it replaced, during their grace period); `choose_live` picks.
+    Temporary files a crash left behind are removed: they were never visible.
+    """
     found = []
-    if not directory.is_dir():
-        return []
-    for path in directory.iterdir():
-        if path.name.startswith(".segment-") and path.name.endswith(TMP_SUFFIX):
-            path.unlink()  # a seal a crash interrupted; it was never visible
+    for folder, staged in ((directory, False), (directory / CARRIED_DIR, True)):
+        if not folder.is_dir():
             continue
-        if parse_segment_name(path.name) is not None:
-            found.append(load_segment(partition, path))
-    return sorted(found, key=lambda s: s.first_offset)
+        for path in folder.iterdir():
+            if path.name.startswith(".segment-") and path.name.endswith(TMP_SUFFIX):
+                path.unlink()  # a seal or rewrite a crash interrupted; never visible
+                continue
+            parse = parse_carried_name if staged else parse_segment_name
+            if parse(path.name) is not None:
+                found.append(load_segment(partition, path, staged=staged))
+    return sorted(found, key=lambda s: (s.first_offset, s.last_offset, s.generation))
+
+
+def choose_live(found: Sequence[Segment]) -> tuple[list[Segment], list[Segment]]:
+    """Split the segment files found on disk into (live, superseded).
+
+    A rewrite only ever covers whole segments and gets a higher generation than
+    each of them, so a file is superseded by another whose range contains its
+    own with a higher generation; at equal generation the plain (promoted)
+    copy supersedes the ``_carried/`` one it was linked from.
+    """
+
+    def beats(a: Segment, b: Segment) -> bool:
+        contains = a.first_offset <= b.first_offset and b.last_offset <= a.last_offset
+        if not contains or a is b:
+            return False
+        return a.generation > b.generation or (
+            a.generation == b.generation and not a.entry.staged and b.entry.staged
+        )
+
+    rewritten = [s for s in found if s.generation > 0]  # only these can supersede
+    live: list[Segment] = []
+    superseded: list[Segment] = []
+    for segment in found:
+        if any(beats(other, segment) for other in rewritten):
+            superseded.append(segment)
+        else:
+            live.append(segment)
+    return live, superseded
 
 
 def read_rows(path: Path, from_offset: int, max_messages: int, max_bytes: int) -> pa.Table:
@@ -194,11 +265,17 @@ def read_rows(path: Path, from_offset: int, max_messages: int, max_bytes: int) -
 
 
 def to_stored_batches(table: pa.Table) -> list[StoredBatch]:
-    """Segment rows back as stored batches in the producer schema, one per publish time run."""
+    """Segment rows back as stored batches in the producer schema.
+
+    One batch per run of rows with one publish time and consecutive offsets (a
+    carried-forward segment has gaps, and a stored batch is contiguous).
+    """
     if table.num_rows == 0:
         return []
     times = table.column("publish_time").cast(pa.int64()).to_numpy()
-    starts = np.concatenate(([0], np.flatnonzero(np.diff(times)) + 1))
+    offset_values = table.column("offset").to_numpy()
+    breaks = (np.diff(times) != 0) | (np.diff(offset_values) != 1)
+    starts = np.concatenate(([0], np.flatnonzero(breaks) + 1))
     ends = np.append(starts[1:], len(times))
     producer = table.select(BATCH_SCHEMA.names).cast(BATCH_SCHEMA)
     offsets = table.column("offset")

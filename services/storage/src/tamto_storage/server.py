@@ -9,6 +9,7 @@ from tamto_common.streams import read_stream
 from tamto_protocol.v1 import storage_pb2_grpc
 from tamto_storage.config import StorageConfig
 from tamto_storage.grpc_api import StorageServicer
+from tamto_storage.sealer import Retention
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
 
@@ -24,12 +25,16 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
         interval_s = (definition.fsync_interval_ms or config.fsync_interval_ms) / 1000
         return replace(defaults, group_commit=False, fsync_interval_s=interval_s)
 
-    async def retention(stream: str) -> tuple[int, int]:
-        """A stream's (retention_ms, retention_bytes); (0, 0), keep all, when undefined."""
+    async def retention(stream: str) -> Retention:
+        """A stream's retention; keep everything when it is not defined."""
         definition = await read_stream(runtime.etcd, stream)
         if definition is None:
-            return 0, 0
-        return definition.retention_ms, definition.retention_bytes
+            return Retention()
+        return Retention(
+            definition.retention_ms,
+            definition.retention_bytes,
+            interest=definition.retention_policy == "interest",
+        )
 
     store = PartitionStore(
         config.data_dir,

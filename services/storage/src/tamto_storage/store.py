@@ -7,7 +7,8 @@ segments too.
 
 When a partition loads, its segment files and the manifest are reconciled: a
 segment renamed into place just before a crash, but not yet recorded, is
-recorded now; files below the manifest's retention floor are queued for deletion.
+recorded now; files below the manifest's retention floor, and files a
+carried-forward segment replaced, are queued for deletion.
 """
 
 from __future__ import annotations
@@ -189,4 +190,8 @@ def _reconcile(manifest: Manifest, partition: Partition, delete_after_us: int) -
         for path in partition.expired_files
         if str(path.relative_to(stream_dir)) not in listed
     )
-    return replace(manifest, segments=others + mine, expired=manifest.expired + expired)
+    # A file listed for deletion that is live again (a carried segment promoted
+    # onto its name just before a crash) stays.
+    live = {s.file for s in mine}
+    kept = tuple(e for e in manifest.expired if e.file not in live)
+    return replace(manifest, segments=others + mine, expired=kept + expired)

@@ -8,6 +8,8 @@ A file is named by the offset of its first frame; the next file starts where the
 previous one ends. A new file is started when the next frame would push the
 current one past `WalOptions.file_bytes`; the old file is fsynced first, so only
 the last file can ever end in a torn frame (see `tamto_storage.wal_recovery`).
+Once everything stored is sealed, `roll` moves appends to a new, empty file so
+the old ones can all be deleted; that file's name keeps the next offset.
 
 Group commit: `append` places the frame (file, position) synchronously and
 queues it. One writer task — started by `Wal.open`, stopped by `Wal.close` —
@@ -240,7 +242,7 @@ class Wal:
         i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         return sum(e.body_length for e in self._entries[i:] if e.end_offset > offset)
 
-    def drop_files_before(self, offset: int) -> list[Path]:
+    def drop_files_before(self, offset: int, *, successor: Path | None = None) -> list[Path]:
         """Forget the WAL files whose batches all end at or before `offset`; return them.
 
         Called once a segment covers those offsets; the caller deletes the
@@ -249,6 +251,10 @@ class Wal:
         and no queued append can still land in it. The file appends go to is
         never returned. A read that picked a dropped file moments earlier sees
         FileNotFoundError and is retried by the partition.
+
+        `successor` (see `roll`): a file that exists durably and that appends
+        now go to; then the last durable file may go as well, since the
+        successor's name keeps the log's next offset across a restart.
         """
         dropped: list[Path] = []
         i = 0
@@ -257,15 +263,47 @@ class Wal:
             j = i
             while j < len(self._entries) and self._entries[j].file == file:
                 j += 1
-            if j == len(self._entries) or self._entries[j - 1].end_offset > offset:
-                break  # the last durable file, or one still holding unsealed batches
+            if self._entries[j - 1].end_offset > offset:
+                break  # still holds unsealed batches
+            if j == len(self._entries) and (
+                successor is None or file == successor or self._tail != successor
+            ):
+                break  # the last durable file, and appends may still go to it
             dropped.append(file)
             i = j
         if dropped:
             self._entries = self._entries[i:]
             self._bases = self._bases[i:]
-            self._start_offset = self._entries[0].base_offset
+            self._start_offset = (
+                self._entries[0].base_offset if self._entries else self._durable_end
+            )
         return dropped
+
+    def roll(self, sealed_end: int) -> Path | None:
+        """Send future appends to a new file if everything stored is sealed; return it.
+
+        Without this the last WAL file, however large, would stay until the
+        next append. Only when nothing is queued or being written, every
+        durable batch ends at or before `sealed_end`, and the current file is
+        not empty. The returned file (named by the next offset) does not exist
+        yet: the caller creates it durably (`create_wal_file`) and then passes
+        it to `drop_files_before` as the successor. An append placed in it
+        meanwhile is fine: both sides create it without truncating.
+        """
+        if (
+            self._pending
+            or self._reserved_end != self._durable_end
+            or self._durable_end > sealed_end
+            or self._tail is None
+            or self._tail_size == 0
+            or self._closing
+            or self._corruption is not None
+            or self._failure is not None
+        ):
+            return None
+        self._tail = self._dir / wal_file_name(self._reserved_end)
+        self._tail_size = 0
+        return self._tail
 
     def _select(self, from_offset: int, max_messages: int, max_bytes: int) -> list[IndexEntry]:
         i = max(bisect.bisect_right(self._bases, from_offset) - 1, 0)
@@ -390,6 +428,12 @@ class Wal:
         position = run[0].entry.position
         for i in range(0, len(buffers), _IOV_MAX):
             position += _pwrite_all(fd, buffers[i : i + _IOV_MAX], position)
+
+
+def create_wal_file(path: Path) -> None:
+    """Create an (empty) WAL file durably without truncating it (blocking)."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+    fsync_dir(path.parent)
 
 
 def _timed_fsync(fd: int) -> float:

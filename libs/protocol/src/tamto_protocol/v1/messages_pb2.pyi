@@ -18,6 +18,12 @@ class Durability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DURABILITY_GROUP_COMMIT: _ClassVar[Durability]
     DURABILITY_INTERVAL: _ClassVar[Durability]
 
+class RetentionPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RETENTION_POLICY_UNSPECIFIED: _ClassVar[RetentionPolicy]
+    RETENTION_POLICY_LIMITS: _ClassVar[RetentionPolicy]
+    RETENTION_POLICY_INTEREST: _ClassVar[RetentionPolicy]
+
 class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SUBSCRIPTION_TYPE_UNSPECIFIED: _ClassVar[SubscriptionType]
@@ -31,6 +37,9 @@ STREAM_KIND_PERSISTENT: StreamKind
 DURABILITY_UNSPECIFIED: Durability
 DURABILITY_GROUP_COMMIT: Durability
 DURABILITY_INTERVAL: Durability
+RETENTION_POLICY_UNSPECIFIED: RetentionPolicy
+RETENTION_POLICY_LIMITS: RetentionPolicy
+RETENTION_POLICY_INTEREST: RetentionPolicy
 SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType
 SUBSCRIPTION_TYPE_EXCLUSIVE: SubscriptionType
 SUBSCRIPTION_TYPE_FAILOVER: SubscriptionType
@@ -59,7 +68,7 @@ class StoredBatch(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., count: _Optional[int] = ..., publish_time_us: _Optional[int] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
 
 class StreamConfig(_message.Message):
-    __slots__ = ("kind", "partitions", "retention_ms", "retention_bytes", "dedup_window_ms", "ack_timeout_ms", "max_deliveries", "max_lag", "dead_letter_stream", "durability", "fsync_interval_ms")
+    __slots__ = ("kind", "partitions", "retention_ms", "retention_bytes", "dedup_window_ms", "ack_timeout_ms", "max_deliveries", "max_lag", "dead_letter_stream", "durability", "fsync_interval_ms", "retention_policy")
     KIND_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
@@ -71,6 +80,7 @@ class StreamConfig(_message.Message):
     DEAD_LETTER_STREAM_FIELD_NUMBER: _ClassVar[int]
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
     FSYNC_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_POLICY_FIELD_NUMBER: _ClassVar[int]
     kind: StreamKind
     partitions: int
     retention_ms: int
@@ -82,7 +92,8 @@ class StreamConfig(_message.Message):
     dead_letter_stream: str
     durability: Durability
     fsync_interval_ms: int
-    def __init__(self, kind: _Optional[_Union[StreamKind, str]] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., ack_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., max_lag: _Optional[int] = ..., dead_letter_stream: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., fsync_interval_ms: _Optional[int] = ...) -> None: ...
+    retention_policy: RetentionPolicy
+    def __init__(self, kind: _Optional[_Union[StreamKind, str]] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., ack_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., max_lag: _Optional[int] = ..., dead_letter_stream: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., fsync_interval_ms: _Optional[int] = ..., retention_policy: _Optional[_Union[RetentionPolicy, str]] = ...) -> None: ...
 
 class StreamInfo(_message.Message):
     __slots__ = ("name", "config")

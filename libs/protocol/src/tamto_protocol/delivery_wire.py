@@ -1,0 +1,228 @@
+"""Consume-path responses written straight to the protobuf wire format.
+
+A delivery carries up to megabytes of Arrow bytes. Built as a `ConsumeResponse`
+message and serialised, they are copied twice in the router; parsed and
+serialised again, twice more in the gateway, which only forwards them. Instead
+the router writes the very bytes `SerializeToString` would (field order, proto3
+defaults left out; the tests check it) in one join, and the gateway passes the
+router's response bytes to its client untouched. Both register their Consume
+handler with `raw_responses`, whose response serializer passes bytes through.
+The SDK reads a response with `parse_consume_response`, which leaves the batch
+where it is (parsing it as a message and reading its bytes field would copy it
+twice). The contract stays `messages.proto`: a client cannot tell these
+responses from generated ones, and any valid encoding parses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+_UINT64 = (1 << 64) - 1
+
+
+def _varint(value: int) -> bytes:
+    value &= _UINT64  # negative int64 values take ten bytes, as in protobuf
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _int_field(number: int, value: int) -> bytes:
+    return _varint(number << 3) + _varint(value) if value else b""
+
+
+def _len_header(number: int, length: int) -> bytes:
+    return _varint(number << 3 | 2) + _varint(length)
+
+
+def consume_delivery(
+    stream: str,
+    partition: int,
+    base_offset: int,
+    count: int,
+    publish_time_us: int,
+    arrow_ipc: bytes,
+    delivery_count: int,
+    offsets: Sequence[int] = (),
+) -> bytes:
+    """`tamto.v1.ConsumeResponse` {delivery = 1: `Delivery` {stream = 1, partition = 2,
+    batch = 3: `StoredBatch` {base_offset = 1, count = 2, publish_time_us = 3,
+    arrow_ipc = 4}, delivery_count = 4, offsets = 5 (packed)}}."""
+    stored = b"".join(
+        [
+            _int_field(1, base_offset),
+            _int_field(2, count),
+            _int_field(3, publish_time_us),
+            _len_header(4, len(arrow_ipc)) if arrow_ipc else b"",
+        ]
+    )
+    batch_size = len(stored) + len(arrow_ipc)
+    name = stream.encode()
+    head = b"".join(
+        [
+            _len_header(1, len(name)) + name if name else b"",
+            _int_field(2, partition),
+            _len_header(3, batch_size),
+            stored,
+        ]
+    )
+    packed = b"".join(_varint(o) for o in offsets)
+    tail = b"".join(
+        [
+            _int_field(4, delivery_count),
+            _len_header(5, len(packed)) + packed if packed else b"",
+        ]
+    )
+    delivery_size = len(head) + len(arrow_ipc) + len(tail)
+    return b"".join([_len_header(1, delivery_size), head, arrow_ipc, tail])
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatchView:
+    base_offset: int
+    count: int
+    publish_time_us: int
+    #: The Arrow bytes, pointing into the response (no copy).
+    arrow_ipc: memoryview
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryView:
+    """A `Delivery` read from an encoded `ConsumeResponse` without copying its batch:
+    the same attributes as the generated message, `batch.arrow_ipc` a memoryview."""
+
+    stream: str
+    partition: int
+    batch: StoredBatchView
+    delivery_count: int
+    offsets: tuple[int, ...]
+
+
+class WireError(ValueError):
+    """The bytes are not a valid `ConsumeResponse`."""
+
+
+def _read_varint(data: memoryview, at: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if at >= len(data) or shift > 63:
+            raise WireError("truncated or overlong varint")
+        byte = data[at]
+        at += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _fields(data: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
+    """(field number, wire type, value) of each field; LEN values as memoryviews."""
+    at = 0
+    while at < len(data):
+        key, at = _read_varint(data, at)
+        number, kind = key >> 3, key & 7
+        value: int | memoryview
+        if kind == 0:
+            value, at = _read_varint(data, at)
+        elif kind == 2:
+            length, at = _read_varint(data, at)
+            if at + length > len(data):
+                raise WireError("truncated length-delimited field")
+            value, at = data[at : at + length], at + length
+        elif kind == 1:
+            value, at = int.from_bytes(data[at : at + 8], "little"), at + 8
+        elif kind == 5:
+            value, at = int.from_bytes(data[at : at + 4], "little"), at + 4
+        else:
+            raise WireError(f"unsupported wire type {kind}")
+        if at > len(data):
+            raise WireError("truncated fixed-size field")
+        yield number, kind, value
+
+
+def _int64(value: int) -> int:
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _stored_batch(data: memoryview) -> StoredBatchView:
+    base = count = time_us = 0
+    arrow = memoryview(b"")
+    for number, kind, value in _fields(data):
+        if kind == 0 and isinstance(value, int):
+            if number == 1:
+                base = _int64(value)
+            elif number == 2:
+                count = value & 0xFFFFFFFF
+            elif number == 3:
+                time_us = _int64(value)
+        elif number == 4 and isinstance(value, memoryview):
+            arrow = value
+    return StoredBatchView(base, count, time_us, arrow)
+
+
+def parse_consume_response(data: bytes) -> DeliveryView | None:
+    """The delivery of an encoded `ConsumeResponse` (None if it holds none), its
+    batch's Arrow bytes a view into `data`. Raises `WireError` on malformed input.
+
+    Accepts any valid encoding of the message; a field that repeats an embedded
+    message (which protobuf would merge) is refused rather than half-merged.
+    """
+    delivery: memoryview | None = None
+    for number, kind, value in _fields(memoryview(data)):
+        if number == 1 and kind == 2 and isinstance(value, memoryview):
+            if delivery is not None:
+                raise WireError("delivery given twice")
+            delivery = value
+    if delivery is None:
+        return None
+    stream = ""
+    partition = delivery_count = 0
+    batch: StoredBatchView | None = None
+    offsets: list[int] = []
+    for number, kind, value in _fields(delivery):
+        if number == 1 and isinstance(value, memoryview):
+            stream = bytes(value).decode()
+        elif number == 2 and kind == 0 and isinstance(value, int):
+            partition = value & 0xFFFFFFFF
+        elif number == 3 and isinstance(value, memoryview):
+            if batch is not None:
+                raise WireError("batch given twice")
+            batch = _stored_batch(value)
+        elif number == 4 and kind == 0 and isinstance(value, int):
+            delivery_count = value & 0xFFFFFFFF
+        elif number == 5 and isinstance(value, memoryview):  # packed
+            at = 0
+            while at < len(value):
+                offset, at = _read_varint(value, at)
+                offsets.append(_int64(offset))
+        elif number == 5 and isinstance(value, int):  # unpacked, also valid
+            offsets.append(_int64(value))
+    if batch is None:
+        batch = StoredBatchView(0, 0, 0, memoryview(b""))
+    return DeliveryView(stream, partition, batch, delivery_count, tuple(offsets))
+
+
+def raw_responses(
+    server: grpc.aio.Server,
+    service: str,
+    method: str,
+    behavior: Callable[..., Any],
+    request_deserializer: Callable[[bytes], Any],
+) -> None:
+    """Serve the stream-stream `service`/`method` with `behavior`, whose responses
+    are already encoded bytes (sent as they are).
+
+    Called after the generated ``add_*Servicer_to_server``: a registered method
+    handler added later takes the method over.
+    """
+    handler = grpc.stream_stream_rpc_method_handler(
+        behavior, request_deserializer=request_deserializer, response_serializer=None
+    )
+    server.add_registered_method_handlers(service, {method: handler})

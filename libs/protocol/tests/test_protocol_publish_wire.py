@@ -1,0 +1,113 @@
+"""The hand-written publish-path encoders produce exactly what protobuf would."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow as pa
+import pytest
+
+from tamto_protocol.batch import (
+    BATCH_SCHEMA,
+    decode_batch,
+    encode_record_batch,
+    make_batch,
+    prefixed_numbers,
+    sequence_ids,
+    string_scalar,
+)
+from tamto_protocol.v1 import gateway_pb2, messages_pb2, router_pb2, storage_pb2
+from tamto_protocol.wire import publish_request, router_append_request, storage_append_request
+
+ARROW = encode_record_batch(make_batch(pa.array([b"a", b"bc"], pa.binary())))
+
+
+@pytest.mark.parametrize(
+    ("stream", "partition", "data", "count"),
+    [
+        ("s", 0, ARROW, 2),
+        ("stream-é", 3, ARROW, 2),
+        ("", 0, b"", 0),
+        ("s", 2**32 - 1, b"x" * 300, 1),
+    ],
+)
+def test_publish_and_router_append_match_protobuf(
+    stream: str, partition: int, data: bytes, count: int
+) -> None:
+    batch = messages_pb2.RecordBatch(arrow_ipc=data, count=count)
+    expected = gateway_pb2.PublishRequest(stream=stream, partition=partition, batch=batch)
+    assert publish_request(stream, partition, data, count) == expected.SerializeToString()
+    router = router_pb2.RouterAppendRequest(stream=stream, partition=partition, batch=batch)
+    assert router_append_request(stream, partition, data, count) == router.SerializeToString()
+
+
+def test_a_pyarrow_buffer_is_sent_without_a_bytes_copy_first() -> None:
+    buffer = pa.py_buffer(ARROW)
+    assert publish_request("s", 1, buffer, 2) == publish_request("s", 1, ARROW, 2)
+
+
+@pytest.mark.parametrize("epoch", [0, 1, 2**40, -1])
+def test_storage_append_matches_protobuf(epoch: int) -> None:
+    batches = [(0, 2, 1_700_000_000_000_000, ARROW), (2, 1, 0, b"z" * 200), (3, 0, -5, b"")]
+    expected = storage_pb2.StorageAppendRequest(
+        partition=storage_pb2.PartitionRef(stream="s", partition=7),
+        epoch=epoch,
+        batches=[
+            messages_pb2.StoredBatch(base_offset=b, count=c, publish_time_us=t, arrow_ipc=bytes(d))
+            for b, c, t, d in batches
+        ],
+    )
+    assert storage_append_request("s", 7, epoch, batches) == expected.SerializeToString()
+    parsed = storage_pb2.StorageAppendRequest.FromString(
+        storage_append_request("s", 7, epoch, batches)
+    )
+    assert parsed == expected
+    empty_ref = storage_pb2.StorageAppendRequest(epoch=epoch)
+    assert storage_append_request("", 0, epoch, []) == empty_ref.SerializeToString()
+
+
+def test_sequence_ids_and_batches() -> None:
+    ids = sequence_ids("p-1", 5, 3)
+    assert ids.to_pylist() == ["p-1:5", "p-1:6", "p-1:7"]
+    assert prefixed_numbers("x", pa.array([0, 12], pa.int64())).to_pylist() == ["x:0", "x:12"]
+    assert string_scalar("é").as_py() == "é"
+    batch = make_batch(pa.array([b"a", b"b", b"c"], pa.binary()), ids=ids, producer="me")
+    assert batch.schema.equals(BATCH_SCHEMA)
+    assert decode_batch(encode_record_batch(batch)).column("producer").to_pylist() == ["me"] * 3
+    assert sequence_ids("p", 0, 0).to_pylist() == []
+
+
+_NO_CONVERSION = """
+import subprocess
+import sys
+import pyarrow as pa
+from tamto_protocol.batch import (
+    decode_batch, encode_record_batch, make_batch, prefixed_numbers, sequence_ids
+)
+payloads = pa.Array.from_buffers(
+    pa.binary(), 2, [None, pa.py_buffer(bytes(12)), pa.py_buffer(b"ab")]
+)
+ids = sequence_ids("p-1", 5, 2)
+prefixed_numbers("p", pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(bytes(8))]))
+decode_batch(encode_record_batch(make_batch(payloads, ids=ids, producer="me")))
+assert "pandas" not in sys.modules, "a Python object was converted"
+"""
+
+
+def test_building_batches_converts_no_python_objects() -> None:
+    # pyarrow imports pandas (about two seconds) before its first conversion of Python
+    # objects; the publish path of producers and servers must not pay that.
+    result = subprocess.run(
+        [sys.executable, "-c", _NO_CONVERSION], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_decode_batch_combines_several_record_batches() -> None:
+    one = make_batch(pa.array([b"a"], pa.binary()))
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, BATCH_SCHEMA) as writer:
+        writer.write_batch(one)
+        writer.write_batch(one)
+    assert decode_batch(sink.getvalue().to_pybytes()).num_rows == 2

@@ -1,0 +1,131 @@
+"""Delivery timing and batching of one subscription: reads bounded in size,
+acks committed behind delivery, fresh data handed out as soon as it is durable."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from tamto_protocol.batch import BatchColumns, encode_batch
+from tamto_router.acks import AckSet
+from tamto_router.dead_letters import Policy
+from tamto_router.storage_client import Batch
+from tamto_router.subscription import ConsumerSlot, Delivery, Subscription, SubscriptionType
+
+
+def batch(base: int, n: int) -> Batch:
+    payloads = [f"m{base + i}".encode() for i in range(n)]
+    data = encode_batch(BatchColumns(payloads, [None] * n, [None] * n, [None] * n, [None] * n))
+    return Batch(base, n, 0, data)
+
+
+class OneBatchPerRead:
+    """Storage whose reads return one batch at most (as a byte cap would)."""
+
+    def __init__(self, batches: list[Batch]) -> None:
+        self.batches = batches
+        self.reads = 0
+        self.commits: list[tuple[int, list[tuple[int, int]]]] = []
+
+    async def read(self, stream: str, p: int, start: int, want: int) -> tuple[list[Batch], int]:
+        self.reads += 1
+        for b in self.batches:
+            if b.end > start:
+                return [b], b.end
+        return [], start
+
+    async def commit_cursor(self, stream: str, p: int, sub: str, epoch: int, acks: AckSet) -> None:
+        self.commits.append((acks.floor, list(acks.ranges)))
+
+
+class Log:
+    def __init__(self, batches: list[Batch]) -> None:
+        self.stream, self.partition, self.epoch = "s", 0, 1
+        self.storage = OneBatchPerRead(batches)
+        self.start_offset = 0
+        self.durable_offset = batches[-1].end if batches else 0
+        self.failure: Exception | None = None
+        self.listeners: set[Callable[[], None]] = set()
+        self.subscriptions: dict[str, Any] = {}
+
+    def grow(self, more: Batch) -> None:
+        self.storage.batches.append(more)
+        self.durable_offset = more.end
+        for listener in list(self.listeners):
+            listener()
+
+
+def subscription(batches: list[Batch], commit_interval_s: float = 0.05) -> Subscription:
+    policy = Policy(ack_timeout_s=30.0, dead_letter_stream="")
+    log: Any = Log(batches)
+    return Subscription(log, "sub", AckSet(0), policy, 1000, commit_interval_s=commit_interval_s)
+
+
+def slot(credit: int = 100) -> ConsumerSlot:
+    s = ConsumerSlot("")
+    s.credit.grant(credit)
+    return s
+
+
+async def deliveries(s: ConsumerSlot, n: int) -> list[Delivery]:
+    out = []
+    for _ in range(n):
+        item = await asyncio.wait_for(s.outbox.get(), 5)
+        assert isinstance(item, Delivery)
+        out.append(item)
+    return out
+
+
+def offsets(ds: list[Delivery]) -> list[int]:
+    return [o for d in ds for o in range(d.batch.base_offset, d.batch.end)]
+
+
+async def test_a_redelivered_run_longer_than_one_read_comes_back_whole() -> None:
+    sub = subscription([batch(0, 2), batch(2, 2), batch(4, 2)])
+    consumer = slot()
+    sub.attach(consumer, SubscriptionType.EXCLUSIVE)
+    assert offsets(await deliveries(consumer, 3)) == list(range(6))
+    sub.nack([(0, 5)], 0)
+    again = await deliveries(consumer, 3)
+    assert offsets(again) == list(range(6)), "no part of the run is forgotten"
+    assert {d.delivery_count for d in again} == {2}
+    await sub.close()
+
+
+async def test_fresh_data_is_handed_out_as_soon_as_it_is_durable() -> None:
+    sub = subscription([batch(0, 1)])
+    consumer = slot()
+    sub.attach(consumer, SubscriptionType.SHARED)
+    await deliveries(consumer, 1)
+    sub.log.grow(batch(1, 3))  # type: ignore[attr-defined]
+    (fresh,) = await asyncio.wait_for(deliveries(consumer, 1), 0.5)
+    assert offsets([fresh]) == [1, 2, 3]
+    await sub.close()
+
+
+async def test_acks_apply_at_once_and_reach_storage_in_few_commits() -> None:
+    sub = subscription([batch(i, 1) for i in range(50)], commit_interval_s=0.05)
+    consumer = slot()
+    sub.attach(consumer, SubscriptionType.EXCLUSIVE)
+    got = await deliveries(consumer, 50)
+    storage = sub.log.storage
+    for d in got:
+        await sub.ack([(d.batch.base_offset, d.batch.end - 1)])
+    assert sub.in_flight == [], "acks apply before any commit"
+    await sub.flush_acks()
+    assert storage.commits[-1] == (50, [])  # type: ignore[attr-defined]
+    assert len(storage.commits) < 10  # type: ignore[attr-defined]
+    await sub.close()
+
+
+async def test_closing_commits_the_last_acks() -> None:
+    sub = subscription([batch(0, 2), batch(2, 2)], commit_interval_s=10.0)
+    consumer = slot()
+    sub.attach(consumer, SubscriptionType.EXCLUSIVE)
+    await deliveries(consumer, 2)
+    await sub.ack([(0, 1)])
+    await asyncio.sleep(0.01)
+    await sub.ack([(2, 3)])  # within the interval: not committed yet
+    await sub.close()
+    assert sub.log.storage.commits[-1] == (4, [])  # type: ignore[attr-defined]

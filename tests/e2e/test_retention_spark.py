@@ -1,0 +1,92 @@
+"""Spark across a carry-forward: a plain read never sees a message twice, the `tamto` source
+reads each manifest version consistently, and jobs that listed the old files finish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from tamto_protocol.batch import BatchColumns, encode_batch
+from tamto_storage.model import Cursor, OffsetRange, StoredBatch
+from tamto_storage.sealer import Retention, SealOptions
+from tamto_storage.store import PartitionStore
+from tamto_storage.wal import WalOptions
+
+T_US = 1_800_000_000_000_000
+GRACE_S = 60.0
+UNACKED = 23
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T_US / 1e6
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def batch(base: int, count: int) -> StoredBatch:
+    arrow = encode_batch(
+        BatchColumns(
+            payloads=[f"m{o}".encode() for o in range(base, base + count)],
+            keys=[None] * count,
+            headers=[None] * count,
+            ids=[None] * count,
+            event_times_us=[None] * count,
+        )
+    )
+    return StoredBatch(base, count, T_US + base, arrow)
+
+
+def offsets(frame: DataFrame) -> list[int]:
+    return sorted(row.offset for row in frame.select("offset").collect())
+
+
+async def test_spark_reads_across_a_carry_forward(spark: SparkSession, tmp_path: Path) -> None:
+    data, clock = tmp_path / "data", Clock()
+
+    async def retention(stream: str) -> Retention:
+        return Retention(interest=True)
+
+    store = PartitionStore(
+        data,
+        WalOptions(),
+        seal_options=SealOptions(segment_bytes=1, retention_grace_s=GRACE_S),
+        retention_for=retention,
+        clock=clock,
+    )
+    sealer = store.sealer
+    assert sealer is not None
+    stream_dir = str(data / "streams" / "events")
+    try:
+        partition = await store.get("events", 0)
+        await partition.open(1)
+        for base in range(0, 50, 10):
+            await partition.append(1, [batch(base, 10)])
+        await sealer.seal_all()
+        assert len(partition.segment_log.segments) == 5
+        listed_before = spark.read.parquet(stream_dir)  # a job that listed the files
+
+        # One subscription acked everything but offset 23.
+        acked = Cursor(UNACKED, (OffsetRange(UNACKED + 1, 49),))
+        await partition.commit_cursor(1, "billing", acked)
+        await sealer.run_once()
+        assert partition.offsets().start_offset == 20, "0-19: whole segments, dropped"
+
+        assert offsets(listed_before) == list(range(50)), "listed before: still readable"
+        during = offsets(spark.read.parquet(stream_dir))
+        assert during == list(range(50)), "the old files, once each; the carried one is hidden"
+        tamto = spark.read.format("tamto").load(stream_dir)
+        assert offsets(tamto) == [UNACKED, 49], "the new manifest: only what is needed"
+
+        clock.now += GRACE_S
+        await sealer.run_once()
+        assert offsets(spark.read.parquet(stream_dir)) == [UNACKED, 49], "promoted, old gone"
+        assert offsets(spark.read.format("tamto").load(stream_dir)) == [UNACKED, 49]
+        row = spark.read.parquet(stream_dir).where(f"offset = {UNACKED}").first()
+        assert row is not None
+        assert row.payload == b"m23"
+        assert row.partition == 0
+    finally:
+        await store.close()
