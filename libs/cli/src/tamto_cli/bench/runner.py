@@ -36,6 +36,9 @@ from tamto_protocol.partitioning import partition_for_key
 
 SYSTEMS = ("tamto", "jetstream", "core", "ceiling")
 MB = 1_000_000
+#: Publishes all JetStream producers may have unacknowledged together (see `_publish`).
+_JETSTREAM_MAX_QUEUED = 8_000
+
 #: Extra time a phase may take beyond its window before it counts as hung.
 _PHASE_SLACK_S = 90.0
 
@@ -262,7 +265,14 @@ class Runner:
         o = self.options
         stream = self._stream("tp", size)
         await self._create(system, stream)
-        specs = [self._spec(system, "pub", stream, size) for _ in range(o.producers)]
+        window = o.window
+        if system == "jetstream":
+            # nats-server answers 429 "too many requests" once a stream has about
+            # 10,000 publishes queued, and nats-py then never resolves that publish's
+            # future. Keep the producers' windows together below that; it is still
+            # seconds of JetStream's durable throughput, so it costs it nothing.
+            window = min(window, _JETSTREAM_MAX_QUEUED // o.producers)
+        specs = [self._spec(system, "pub", stream, size, window=window) for _ in range(o.producers)]
         results = await self._run(f"{system} publish", specs, o.duration_s)
         # Everything acknowledged, over the window plus the time the in-flight tail
         # took to drain: a deep window that only fills during the run is not counted
