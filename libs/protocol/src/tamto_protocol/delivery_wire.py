@@ -21,25 +21,7 @@ from typing import Any
 
 import grpc
 
-_UINT64 = (1 << 64) - 1
-
-
-def _varint(value: int) -> bytes:
-    value &= _UINT64  # negative int64 values take ten bytes, as in protobuf
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _int_field(number: int, value: int) -> bytes:
-    return _varint(number << 3) + _varint(value) if value else b""
-
-
-def _len_header(number: int, length: int) -> bytes:
-    return _varint(number << 3 | 2) + _varint(length)
+from tamto_protocol.wire import int_field, len_header, varint
 
 
 def consume_delivery(
@@ -57,31 +39,31 @@ def consume_delivery(
     arrow_ipc = 4}, delivery_count = 4, offsets = 5 (packed)}}."""
     stored = b"".join(
         [
-            _int_field(1, base_offset),
-            _int_field(2, count),
-            _int_field(3, publish_time_us),
-            _len_header(4, len(arrow_ipc)) if arrow_ipc else b"",
+            int_field(1, base_offset),
+            int_field(2, count),
+            int_field(3, publish_time_us),
+            len_header(4, len(arrow_ipc)) if arrow_ipc else b"",
         ]
     )
     batch_size = len(stored) + len(arrow_ipc)
     name = stream.encode()
     head = b"".join(
         [
-            _len_header(1, len(name)) + name if name else b"",
-            _int_field(2, partition),
-            _len_header(3, batch_size),
+            len_header(1, len(name)) + name if name else b"",
+            int_field(2, partition),
+            len_header(3, batch_size),
             stored,
         ]
     )
-    packed = b"".join(_varint(o) for o in offsets)
+    packed = b"".join(varint(o) for o in offsets)
     tail = b"".join(
         [
-            _int_field(4, delivery_count),
-            _len_header(5, len(packed)) + packed if packed else b"",
+            int_field(4, delivery_count),
+            len_header(5, len(packed)) + packed if packed else b"",
         ]
     )
     delivery_size = len(head) + len(arrow_ipc) + len(tail)
-    return b"".join([_len_header(1, delivery_size), head, arrow_ipc, tail])
+    return b"".join([len_header(1, delivery_size), head, arrow_ipc, tail])
 
 
 @dataclass(frozen=True, slots=True)

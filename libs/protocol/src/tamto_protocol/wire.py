@@ -29,7 +29,7 @@ ROUTER_APPEND = "/tamto.v1.Router/Append"
 STORAGE_APPEND = "/tamto.v1.Storage/Append"
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
     value &= _UINT64  # negative int64 values take ten bytes, as in protobuf
     out = bytearray()
     while value > 0x7F:
@@ -39,29 +39,29 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _int_field(number: int, value: int) -> bytes:
-    return _varint(number << 3) + _varint(value) if value else b""
+def int_field(number: int, value: int) -> bytes:
+    return varint(number << 3) + varint(value) if value else b""
 
 
-def _len_header(number: int, length: int) -> bytes:
-    return _varint(number << 3 | 2) + _varint(length)
+def len_header(number: int, length: int) -> bytes:
+    return varint(number << 3 | 2) + varint(length)
 
 
 def _text_field(number: int, text: str) -> bytes:
     data = text.encode()
-    return _len_header(number, len(data)) + data if data else b""
+    return len_header(number, len(data)) + data if data else b""
 
 
 def _record_batch(arrow_ipc: Buffer, count: int) -> list[Buffer]:
     """`RecordBatch` (arrow_ipc = 1, count = 2) as pieces to join."""
     size = memoryview(arrow_ipc).nbytes
-    head = _len_header(1, size) if size else b""
-    return [head, arrow_ipc if size else b"", _int_field(2, count)]
+    head = len_header(1, size) if size else b""
+    return [head, arrow_ipc if size else b"", int_field(2, count)]
 
 
 def _message_field(number: int, pieces: Sequence[Buffer]) -> list[Buffer]:
     size = sum(memoryview(p).nbytes for p in pieces)
-    return [_len_header(number, size), *pieces]
+    return [len_header(number, size), *pieces]
 
 
 def publish_request(stream: str, partition: int, arrow_ipc: Buffer, count: int) -> bytes:
@@ -69,7 +69,7 @@ def publish_request(stream: str, partition: int, arrow_ipc: Buffer, count: int) 
     return b"".join(
         [
             _text_field(1, stream),
-            _int_field(2, partition),
+            int_field(2, partition),
             *_message_field(3, _record_batch(arrow_ipc, count)),
         ]
     )
@@ -91,20 +91,20 @@ def storage_append_request(
     `batches` are (base_offset, count, publish_time_us, arrow_ipc) of each
     `StoredBatch` {base_offset = 1, count = 2, publish_time_us = 3, arrow_ipc = 4}.
     """
-    ref = [_text_field(1, stream), _int_field(2, partition)]
+    ref = [_text_field(1, stream), int_field(2, partition)]
     pieces: list[Buffer] = []
     if any(ref):
         pieces += _message_field(1, ref)
-    pieces.append(_int_field(2, epoch))
+    pieces.append(int_field(2, epoch))
     for base_offset, count, publish_time_us, arrow_ipc in batches:
         size = memoryview(arrow_ipc).nbytes
         stored: list[Buffer] = [
-            _int_field(1, base_offset),
-            _int_field(2, count),
-            _int_field(3, publish_time_us),
+            int_field(1, base_offset),
+            int_field(2, count),
+            int_field(3, publish_time_us),
         ]
         if size:
-            stored += [_len_header(4, size), arrow_ipc]
+            stored += [len_header(4, size), arrow_ipc]
         pieces += _message_field(3, stored)
     return b"".join(pieces)
 
