@@ -148,23 +148,13 @@ async def attempt(
                 timeout=10,
             )
         elif operation == "consume":
-            call = stub.Consume(metadata=md, timeout=10)
-            await call.write(
-                messages_pb2.ConsumeRequest(
-                    subscribe=messages_pb2.Subscribe(stream=stream, subscription="matrix")
-                )
-            )
-            # Refused already: the write may fail (how depends on the race with the
-            # server's answer); the call's status below says why.
-            with contextlib.suppress(asyncio.InvalidStateError, grpc.aio.AioRpcError):
-                await call.write(
-                    messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=1))
-                )
-            response = await call.read()  # the seeded message, or the refusal
-            code = await call.code() if response is grpc.aio.EOF else grpc.StatusCode.OK
-            call.cancel()
-            if code != grpc.StatusCode.OK:
-                return Refusal(code, await call.details())
+            refusal = await consume_once(stub, md, stream, with_credit=True)
+            if refusal is not None and refusal.code() == grpc.StatusCode.INTERNAL:
+                # The credit write raced the server's refusal and gRPC failed the call
+                # locally; without it, the refusal itself is what the client sees.
+                refusal = await consume_once(stub, md, stream, with_credit=False)
+            if refusal is not None:
+                return refusal
         elif operation == "ensure":
             await stub.EnsureStream(
                 gateway_pb2.EnsureStreamRequest(
@@ -183,6 +173,32 @@ async def attempt(
             )
     except grpc.aio.AioRpcError as exc:
         return Refusal(exc.code(), exc.details() or "")
+    return None
+
+
+async def consume_once(
+    stub: gateway_pb2_grpc.GatewayStub, md: Any, stream: str, with_credit: bool
+) -> Refusal | None:
+    """Subscribe (and grant one credit): None if a message came, else the refusal."""
+    call = stub.Consume(metadata=md, timeout=10)
+    try:
+        await call.write(
+            messages_pb2.ConsumeRequest(
+                subscribe=messages_pb2.Subscribe(stream=stream, subscription="matrix")
+            )
+        )
+        if with_credit:
+            with contextlib.suppress(asyncio.InvalidStateError, grpc.aio.AioRpcError):
+                await call.write(
+                    messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=1))
+                )
+        response = await call.read()  # the seeded message, or the refusal
+    except grpc.aio.AioRpcError as exc:
+        return Refusal(exc.code(), exc.details() or "")
+    code = await call.code() if response is grpc.aio.EOF else grpc.StatusCode.OK
+    call.cancel()
+    if code != grpc.StatusCode.OK:
+        return Refusal(code, await call.details())
     return None
 
 
