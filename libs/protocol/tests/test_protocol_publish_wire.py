@@ -24,22 +24,29 @@ ARROW = encode_record_batch(make_batch(pa.array([b"a", b"bc"], pa.binary())))
 
 
 @pytest.mark.parametrize(
-    ("stream", "partition", "data", "count"),
+    ("stream", "partition", "data", "count", "call_id"),
     [
-        ("s", 0, ARROW, 2),
-        ("stream-é", 3, ARROW, 2),
-        ("", 0, b"", 0),
-        ("s", 2**32 - 1, b"x" * 300, 1),
+        ("s", 0, ARROW, 2, 0),
+        ("stream-é", 3, ARROW, 2, 1),
+        ("", 0, b"", 0, 0),
+        ("s", 2**32 - 1, b"x" * 300, 1, 2**64 - 1),
     ],
 )
 def test_publish_and_router_append_match_protobuf(
-    stream: str, partition: int, data: bytes, count: int
+    stream: str, partition: int, data: bytes, count: int, call_id: int
 ) -> None:
     batch = messages_pb2.RecordBatch(arrow_ipc=data, count=count)
-    expected = gateway_pb2.PublishRequest(stream=stream, partition=partition, batch=batch)
-    assert publish_request(stream, partition, data, count) == expected.SerializeToString()
-    router = router_pb2.RouterAppendRequest(stream=stream, partition=partition, batch=batch)
-    assert router_append_request(stream, partition, data, count) == router.SerializeToString()
+    expected = gateway_pb2.PublishRequest(
+        stream=stream, partition=partition, batch=batch, call_id=call_id
+    )
+    encoded = publish_request(stream, partition, data, count, call_id)
+    assert encoded == expected.SerializeToString()
+    router = router_pb2.RouterAppendRequest(
+        stream=stream, partition=partition, batch=batch, call_id=call_id
+    )
+    assert router_append_request(stream, partition, data, count, call_id) == (
+        router.SerializeToString()
+    )
 
 
 def test_a_pyarrow_buffer_is_sent_without_a_bytes_copy_first() -> None:
@@ -47,8 +54,8 @@ def test_a_pyarrow_buffer_is_sent_without_a_bytes_copy_first() -> None:
     assert publish_request("s", 1, buffer, 2) == publish_request("s", 1, ARROW, 2)
 
 
-@pytest.mark.parametrize("epoch", [0, 1, 2**40, -1])
-def test_storage_append_matches_protobuf(epoch: int) -> None:
+@pytest.mark.parametrize(("epoch", "call_id"), [(0, 0), (1, 7), (2**40, 300), (-1, 0)])
+def test_storage_append_matches_protobuf(epoch: int, call_id: int) -> None:
     batches = [(0, 2, 1_700_000_000_000_000, ARROW), (2, 1, 0, b"z" * 200), (3, 0, -5, b"")]
     expected = storage_pb2.StorageAppendRequest(
         partition=storage_pb2.PartitionRef(stream="s", partition=7),
@@ -57,14 +64,13 @@ def test_storage_append_matches_protobuf(epoch: int) -> None:
             messages_pb2.StoredBatch(base_offset=b, count=c, publish_time_us=t, arrow_ipc=bytes(d))
             for b, c, t, d in batches
         ],
+        call_id=call_id,
     )
-    assert storage_append_request("s", 7, epoch, batches) == expected.SerializeToString()
-    parsed = storage_pb2.StorageAppendRequest.FromString(
-        storage_append_request("s", 7, epoch, batches)
-    )
-    assert parsed == expected
-    empty_ref = storage_pb2.StorageAppendRequest(epoch=epoch)
-    assert storage_append_request("", 0, epoch, []) == empty_ref.SerializeToString()
+    encoded = storage_append_request("s", 7, epoch, batches, call_id)
+    assert encoded == expected.SerializeToString()
+    assert storage_pb2.StorageAppendRequest.FromString(encoded) == expected
+    empty_ref = storage_pb2.StorageAppendRequest(epoch=epoch, call_id=call_id)
+    assert storage_append_request("", 0, epoch, [], call_id) == empty_ref.SerializeToString()
 
 
 def test_sequence_ids_and_batches() -> None:

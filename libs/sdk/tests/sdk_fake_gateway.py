@@ -35,6 +35,26 @@ FAST = ClientOptions(
 )
 
 
+class _Refused(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class _CallContext:
+    """A pipelined stream's context as one of its calls sees it: abort refuses the call."""
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+
+    def invocation_metadata(self) -> Any:
+        return self._context.invocation_metadata()
+
+    async def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise _Refused(code, details)
+
+
 @dataclass
 class StoredBatch:
     base_offset: int
@@ -230,6 +250,34 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
         return gateway_pb2.PublishResponse(
             partition=request.partition, base_offset=base, count=request.batch.count
         )
+
+    async def PublishStream(
+        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        """Each request is one `Publish`, run as its own task; its abort refuses only it."""
+        answers: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def one(request: Any) -> None:
+            answer = gateway_pb2.PublishStreamResponse(call_id=request.call_id)
+            try:
+                answer.response.CopyFrom(await self.Publish(request, _CallContext(context)))
+            except _Refused as refused:
+                answer.status.code = refused.code.value[0]
+                answer.status.message = refused.details
+            answers.put_nowait(answer)
+
+        async def read() -> None:
+            async with asyncio.TaskGroup() as calls:
+                async for request in request_iterator:
+                    calls.create_task(one(request))
+            answers.put_nowait(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (answer := await answers.get()) is not None:
+                yield answer
+        finally:
+            reader.cancel()
 
     async def Consume(
         self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext

@@ -20,7 +20,7 @@ from storage_testkit import (
 
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
-from tamto_storage.grpc_api import StorageServicer
+from tamto_storage.grpc_api import StorageServicer, serve
 from tamto_storage.model import PartitionId, StoredBatch
 from tamto_storage.partition import Partition
 from tamto_storage.store import PartitionStore, partition_dir
@@ -47,7 +47,7 @@ async def serving(data_dir: Path) -> AsyncIterator[Any]:
     """A storage server on a free port over `data_dir`, and a stub connected to it."""
     store = PartitionStore(data_dir, DEFAULT_OPTIONS)
     server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
-    storage_pb2_grpc.add_StorageServicer_to_server(StorageServicer(store, 1 << 20), server)
+    serve(StorageServicer(store, 1 << 20), server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

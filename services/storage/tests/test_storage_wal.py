@@ -192,6 +192,23 @@ async def test_reads_reverify_checksums(load: OpenPartition, pdir: Path) -> None
         await partition.append(1, [make_batch(9)])
 
 
+async def test_reads_catch_a_file_cut_short_while_open(load: OpenPartition, pdir: Path) -> None:
+    partition = await load()
+    await partition.open(1)
+    for i in range(3):
+        await partition.append(1, [make_batch(i * 3)])
+    (path,) = wal_files(pdir)
+    batches = [make_batch(i * 3) for i in range(3)]
+    with path.open("r+b") as f:
+        f.truncate(frame_position(batches, 2) + HEADER_SIZE + 5)  # into the last body
+    result = await partition.read(0, 0, BIG)
+    assert offsets_of(result.batches) == [0, 3]
+    for batch in result.batches:
+        check_batch(batch)
+    with pytest.raises(DataCorruption, match="shorter than indexed"):
+        await partition.read(6, 0, BIG)
+
+
 async def test_rolls_files_and_reads_across_them(load: OpenPartition, pdir: Path) -> None:
     frame = len(make_batch(0, 2).arrow_ipc) + HEADER_SIZE
     partition = await load(WalOptions(file_bytes=frame * 3))  # three frames per file

@@ -27,6 +27,11 @@ _UINT64 = (1 << 64) - 1
 PUBLISH = "/tamto.v1.Gateway/Publish"
 ROUTER_APPEND = "/tamto.v1.Router/Append"
 STORAGE_APPEND = "/tamto.v1.Storage/Append"
+PUBLISH_STREAM = "/tamto.v1.Gateway/PublishStream"
+ROUTER_APPEND_STREAM = "/tamto.v1.Router/AppendStream"
+STORAGE_APPEND_STREAM = "/tamto.v1.Storage/AppendStream"
+#: The `call_id` field of every request sent on a pipelined stream.
+_CALL_ID = 15
 
 
 def varint(value: int) -> bytes:
@@ -64,20 +69,41 @@ def _message_field(number: int, pieces: Sequence[Buffer]) -> list[Buffer]:
     return [len_header(number, size), *pieces]
 
 
-def publish_request(stream: str, partition: int, arrow_ipc: Buffer, count: int) -> bytes:
-    """`tamto.v1.PublishRequest` {stream = 1, partition = 2, batch = 3}."""
+def publish_request(
+    stream: str, partition: int, arrow_ipc: Buffer, count: int, call_id: int = 0
+) -> bytes:
+    """`tamto.v1.PublishRequest` {stream = 1, partition = 2, batch = 3, call_id = 15}."""
     return b"".join(
         [
             _text_field(1, stream),
             int_field(2, partition),
             *_message_field(3, _record_batch(arrow_ipc, count)),
+            int_field(_CALL_ID, call_id),
         ]
     )
 
 
-def router_append_request(stream: str, partition: int, arrow_ipc: Buffer, count: int) -> bytes:
-    """`tamto.v1.RouterAppendRequest` {stream = 1, partition = 2, batch = 3}."""
-    return publish_request(stream, partition, arrow_ipc, count)  # the same fields
+def router_append_request(
+    stream: str, partition: int, arrow_ipc: Buffer, count: int, call_id: int = 0
+) -> bytes:
+    """`tamto.v1.RouterAppendRequest` {stream = 1, partition = 2, batch = 3, call_id = 15}."""
+    return publish_request(stream, partition, arrow_ipc, count, call_id)  # the same fields
+
+
+def stored_batch_field(
+    number: int, base_offset: int, count: int, publish_time_us: int, arrow_ipc: Buffer
+) -> list[Buffer]:
+    """Field `number` holding a `StoredBatch` {base_offset = 1, count = 2,
+    publish_time_us = 3, arrow_ipc = 4}, as pieces to join."""
+    size = memoryview(arrow_ipc).nbytes
+    stored: list[Buffer] = [
+        int_field(1, base_offset),
+        int_field(2, count),
+        int_field(3, publish_time_us),
+    ]
+    if size:
+        stored += [len_header(4, size), arrow_ipc]
+    return _message_field(number, stored)
 
 
 def storage_append_request(
@@ -85,8 +111,9 @@ def storage_append_request(
     partition: int,
     epoch: int,
     batches: Iterable[tuple[int, int, int, Buffer]],
+    call_id: int = 0,
 ) -> bytes:
-    """`tamto.v1.StorageAppendRequest` {partition = 1, epoch = 2, batches = 3}.
+    """`tamto.v1.StorageAppendRequest` {partition = 1, epoch = 2, batches = 3, call_id = 15}.
 
     `batches` are (base_offset, count, publish_time_us, arrow_ipc) of each
     `StoredBatch` {base_offset = 1, count = 2, publish_time_us = 3, arrow_ipc = 4}.
@@ -97,15 +124,8 @@ def storage_append_request(
         pieces += _message_field(1, ref)
     pieces.append(int_field(2, epoch))
     for base_offset, count, publish_time_us, arrow_ipc in batches:
-        size = memoryview(arrow_ipc).nbytes
-        stored: list[Buffer] = [
-            int_field(1, base_offset),
-            int_field(2, count),
-            int_field(3, publish_time_us),
-        ]
-        if size:
-            stored += [len_header(4, size), arrow_ipc]
-        pieces += _message_field(3, stored)
+        pieces += stored_batch_field(3, base_offset, count, publish_time_us, arrow_ipc)
+    pieces.append(int_field(_CALL_ID, call_id))
     return b"".join(pieces)
 
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import grpc
 
+from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
-from tamto_protocol.wire import PUBLISH, raw_unary
+from tamto_protocol.wire import PUBLISH_STREAM
 from tamto_sdk._retry import with_retries
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.errors import TamtoError, Unauthenticated, from_rpc_error
@@ -26,14 +27,21 @@ class Calls:
         self.stub = stub
         self.auth = auth
         self.options = options
-        #: Publish taking a request already in wire form (`tamto_protocol.wire`).
-        self.publish_raw = raw_unary(channel, PUBLISH, gateway_pb2.PublishResponse)
+        #: Publish calls pipelined on one stream, each request written in wire form by
+        #: a function of its call id (`tamto_protocol.pipelined`, `tamto_protocol.wire`).
+        self.publish_raw = PipelinedCalls(
+            channel, PUBLISH_STREAM, gateway_pb2.PublishStreamResponse
+        )
         #: Consume handing its responses over as bytes (`parse_consume_response`).
         self.consume_raw = channel.stream_stream(
             CONSUME,
             request_serializer=messages_pb2.ConsumeRequest.SerializeToString,
             response_deserializer=None,
         )
+
+    async def close(self) -> None:
+        """End the publish stream (the producers are closed first, so nothing waits on it)."""
+        await self.publish_raw.close()
 
     async def unary(self, method: Callable[..., Any], request: Any, *, retry: bool = True) -> Any:
         """Invoke `method(request)` and return its response or raise a `TamtoError`."""

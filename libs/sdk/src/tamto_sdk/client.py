@@ -172,6 +172,7 @@ class Client:
         )
         self._producers.clear()
         self._consumers.clear()
+        await self._calls.close()
         await self._channel.close()
 
     async def __aenter__(self) -> Client:

@@ -635,9 +635,12 @@ class Producer:
             except Exception as exc:
                 raise InvalidArgument(f"cannot encode batch: {exc}") from exc
             count = batch.count
-            # The request in wire form: the Arrow bytes are copied once, not three times.
-            request = publish_request(self._stream, partition, arrow_ipc, count)
-            del arrow_ipc
+            stream = self._stream
+
+            def request(call_id: int) -> bytes:
+                # In wire form: the Arrow bytes are copied once, not three times.
+                return publish_request(stream, partition, arrow_ipc, count, call_id)
+
             response: Any = await self._calls.unary(self._calls.publish_raw, request)
             if int(response.count) not in (0, count):
                 raise Internal(f"published {count} messages but {response.count} acked")

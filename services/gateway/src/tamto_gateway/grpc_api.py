@@ -11,6 +11,7 @@ import grpc
 from tamto_common.audit import ADMIN
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
+from tamto_common.pipelined import answer_calls
 from tamto_common.policy import Permission
 from tamto_gateway.consume import FanOut
 from tamto_gateway.policy import Guard
@@ -22,6 +23,7 @@ from tamto_gateway.upstream import Upstream
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.delivery_wire import raw_responses
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_pb2
+from tamto_protocol.wire import PUBLISH
 
 
 class GatewayServicer(SecurityApi, gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
@@ -143,6 +145,30 @@ class GatewayServicer(SecurityApi, gateway_pb2_grpc.GatewayServicer):  # type: i
         return gateway_pb2.DeleteStreamResponse(deleted=deleted)
 
     async def Publish(
+        self, request: gateway_pb2.PublishRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.PublishResponse:
+        return await self._publish(request, context)
+
+    async def PublishStream(
+        self,
+        request_iterator: AsyncIterator[gateway_pb2.PublishRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[gateway_pb2.PublishStreamResponse]:
+        """Publish calls pipelined on one stream (`tamto_common.pipelined`). Each call
+        is authenticated and authorized as a unary Publish, with the stream's token."""
+
+        async def publish(request: gateway_pb2.PublishRequest) -> gateway_pb2.PublishResponse:
+            return await self._publish(request, context)
+
+        async for answer in answer_calls(
+            request_iterator,
+            publish,
+            gateway_pb2.PublishStreamResponse,
+            PUBLISH,
+        ):
+            yield answer
+
+    async def _publish(
         self, request: gateway_pb2.PublishRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.PublishResponse:
         check_name("stream", request.stream)

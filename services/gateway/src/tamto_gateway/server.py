@@ -38,6 +38,7 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     runtime.resources.push_async_callback(channels.close)
     routes = Routes(directory)
     upstream = Upstream(routes, channels, config.upstream_timeout_s)
+    runtime.resources.push_async_callback(upstream.close)
     internal = TokenVerifier(upstream.jwks, config.token_issuer, config.token_audience)
     external: dict[str, IssuerVerifier] = {i.issuer: ExternalVerifier(i) for i in issuers}
     if issuers:

@@ -8,8 +8,9 @@ import grpc
 from tamto_common.channels import ChannelPool
 from tamto_common.grpc_errors import downstream_error
 from tamto_gateway.routing import Routes
+from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2
-from tamto_protocol.wire import ROUTER_APPEND, raw_unary, router_append_request
+from tamto_protocol.wire import ROUTER_APPEND_STREAM, router_append_request
 
 ROUTER_CONSUME = "/tamto.v1.Router/Consume"
 
@@ -19,8 +20,8 @@ class Upstream:
         self.routes = routes
         self._channels = channels
         self._timeout = timeout_s
-        #: Per router address: its channel and the Append call sending wire-form requests.
-        self._appends: dict[str, tuple[grpc.aio.Channel, grpc.aio.UnaryUnaryMultiCallable]] = {}
+        #: Per router address: its channel and the appends pipelined on one stream.
+        self._appends: dict[str, tuple[grpc.aio.Channel, PipelinedCalls]] = {}
 
     async def append(
         self, stream: str, partition: int, arrow_ipc: bytes, count: int
@@ -30,17 +31,26 @@ class Upstream:
         channel = self._channels.get(address)
         known = self._appends.get(address)
         if known is None or known[0] is not channel:
-            known = (channel, raw_unary(channel, ROUTER_APPEND, router_pb2.RouterAppendResponse))
-            self._appends[address] = known
-        append = known[1]
-        try:
-            # The request in wire form: the batch's bytes are copied once, not twice.
-            response = await append(
-                router_append_request(stream, partition, arrow_ipc, count), timeout=self._timeout
+            appends = PipelinedCalls(
+                channel, ROUTER_APPEND_STREAM, router_pb2.RouterAppendStreamResponse
             )
+            known = self._appends[address] = (channel, appends)
+
+        def request(call_id: int) -> bytes:
+            # In wire form: the batch's bytes are copied once, not twice.
+            return router_append_request(stream, partition, arrow_ipc, count, call_id)
+
+        try:
+            response = await known[1](request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
             raise downstream_error(exc, f"router {address}") from exc
         return int(response.base_offset), list(response.offsets)
+
+    async def close(self) -> None:
+        """End the append streams to the routers (appends still waiting fail)."""
+        for _channel, appends in self._appends.values():
+            await appends.close()
+        self._appends.clear()
 
     def router_consume(self, address: str) -> grpc.aio.StreamStreamCall:
         """Open a consume stream to one router (the caller writes subscribe first).

@@ -10,8 +10,10 @@ import grpc
 
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
+from tamto_common.pipelined import answer_calls
 from tamto_protocol.delivery_wire import consume_delivery, raw_responses
 from tamto_protocol.v1 import messages_pb2, router_pb2, router_pb2_grpc
+from tamto_protocol.wire import ROUTER_APPEND
 from tamto_router.consume import ConsumeSession, Start, SubscribeSpec, SubscriptionRegistry
 from tamto_router.partitions import Partitions
 from tamto_router.subscription import SubscriptionType
@@ -79,6 +81,25 @@ class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
 
     async def Append(
         self, request: router_pb2.RouterAppendRequest, context: grpc.aio.ServicerContext
+    ) -> router_pb2.RouterAppendResponse:
+        return await self._append(request)
+
+    async def AppendStream(
+        self,
+        request_iterator: AsyncIterator[router_pb2.RouterAppendRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[router_pb2.RouterAppendStreamResponse]:
+        """Append calls pipelined on one stream (`tamto_common.pipelined`)."""
+        async for answer in answer_calls(
+            request_iterator,
+            self._append,
+            router_pb2.RouterAppendStreamResponse,
+            ROUTER_APPEND,
+        ):
+            yield answer
+
+    async def _append(
+        self, request: router_pb2.RouterAppendRequest
     ) -> router_pb2.RouterAppendResponse:
         check_name("stream", request.stream)
         arrow_ipc = request.batch.arrow_ipc  # each access copies the bytes: once

@@ -25,13 +25,25 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     resources.push_async_callback(channels.close)
 
     cache = BatchCache(config.read_cache_mb * 1024 * 1024)
+    # One client per storage address, so its partitions share one append stream.
+    clients: dict[str, StorageClient] = {}
+
+    async def close_clients() -> None:
+        for client in clients.values():
+            await client.close()
+
+    resources.push_async_callback(close_clients)
 
     def storage_for(stream: str, partition: int) -> StorageClient:
         nodes = {m.instance_id: m.address for m in directory.members("storage")}
         if not nodes:
             raise Unavailable("no storage node is registered")
-        owner = HashRing(nodes).owner(partition_key(stream, partition))
-        return StorageClient(channels.get(nodes[owner]), cache=cache)
+        address = nodes[HashRing(nodes).owner(partition_key(stream, partition))]
+        channel = channels.get(address)
+        client = clients.get(address)
+        if client is None or client.channel is not channel:
+            client = clients[address] = StorageClient(channel, cache=cache)
+        return client
 
     partitions: Partitions | None = None
 

@@ -9,8 +9,9 @@ from typing import Any
 import grpc
 
 from tamto_common.grpc_errors import downstream_error
+from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
-from tamto_protocol.wire import STORAGE_APPEND, raw_unary, storage_append_request
+from tamto_protocol.wire import STORAGE_APPEND_STREAM, storage_append_request
 from tamto_router.acks import AckSet
 from tamto_router.batch_cache import BatchCache
 
@@ -61,10 +62,17 @@ class StorageClient:
     def __init__(
         self, channel: grpc.aio.Channel, timeout_s: float = 30.0, cache: BatchCache | None = None
     ) -> None:
+        self.channel = channel
         self._stub = storage_pb2_grpc.StorageStub(channel)
-        self._append = raw_unary(channel, STORAGE_APPEND, storage_pb2.StorageAppendResponse)
+        self._append = PipelinedCalls(
+            channel, STORAGE_APPEND_STREAM, storage_pb2.StorageAppendStreamResponse
+        )
         self._timeout = timeout_s
         self._cache = cache
+
+    async def close(self) -> None:
+        """End the append stream (appends still waiting fail)."""
+        await self._append.close()
 
     async def _call(self, method: Any, request: Any, what: str) -> Any:
         """One unary call; a gRPC failure becomes the matching TamtoError."""
@@ -90,13 +98,12 @@ class StorageClient:
         return LogBounds(r.start_offset, r.next_offset)
 
     async def append(self, stream: str, partition: int, epoch: int, batches: list[Batch]) -> int:
-        # The request in wire form: the batches' bytes are copied once, not twice.
-        request = storage_append_request(
-            stream,
-            partition,
-            epoch,
-            [(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc) for b in batches],
-        )
+        pieces = [(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc) for b in batches]
+
+        def request(call_id: int) -> bytes:
+            # In wire form: the batches' bytes are copied once, not twice.
+            return storage_append_request(stream, partition, epoch, pieces, call_id)
+
         r = await self._call(self._append, request, f"append {stream}/{partition}")
         if self._cache is not None:
             self._cache.add((stream, partition), batches)

@@ -41,7 +41,7 @@ from tamto_protocol.segment import (
 )
 from tamto_storage.durable import fsync_dir, make_dirs
 from tamto_storage.interest import Rewrite, Span
-from tamto_storage.segments import ROW_GROUP_ROWS, TMP_SUFFIX, Segment, segment_entry
+from tamto_storage.segments import TMP_SUFFIX, Segment, segment_entry, write_parquet
 
 
 def offsets_of(segment: Segment) -> npt.NDArray[np.int64]:
@@ -114,7 +114,7 @@ def write_carried(partition: int, directory: Path, rewrite: Rewrite) -> Segment:
     tmp = folder / f".{path.name}.{secrets.token_hex(4)}{TMP_SUFFIX}"
     try:
         with tmp.open("wb") as f:
-            pq.write_table(table, f, row_group_size=ROW_GROUP_ROWS, compression="zstd")
+            write_parquet(table, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -1,22 +1,28 @@
 """The Storage gRPC service: the only module that sees protobuf types.
 
 Requests become domain calls on the `PartitionStore`; domain results become
-responses. Errors are raised as `TamtoError`s and turned into statuses by
-`TranslateErrorsInterceptor`.
+responses (Read's written straight in wire form by `read_response`, so `serve`
+registers it with a pass-through serializer). Errors are raised as
+`TamtoError`s and turned into statuses by `TranslateErrorsInterceptor`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from tamto_common.errors import InvalidArgument
+from tamto_common.pipelined import answer_calls
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
+from tamto_protocol.wire import STORAGE_APPEND, int_field, stored_batch_field
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch
 from tamto_storage.partition import Partition
 from tamto_storage.store import PartitionStore
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 
 class StorageServicer(storage_pb2_grpc.StorageServicer):  # type: ignore[misc]
@@ -40,6 +46,21 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):  # type: ignore[misc]
         )
 
     async def Append(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return await self._append(request)
+
+    async def AppendStream(
+        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        """Append calls pipelined on one stream (`tamto_common.pipelined`)."""
+        async for answer in answer_calls(
+            request_iterator,
+            self._append,
+            storage_pb2.StorageAppendStreamResponse,
+            STORAGE_APPEND,
+        ):
+            yield answer
+
+    async def _append(self, request: Any) -> Any:
         partition = await self._partition(request)
         batches = [
             StoredBatch(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc)
@@ -48,23 +69,13 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):  # type: ignore[misc]
         next_offset = await partition.append(request.epoch, batches)
         return storage_pb2.StorageAppendResponse(next_offset=next_offset)
 
-    async def Read(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def Read(self, request: Any, context: grpc.aio.ServicerContext) -> bytes:
+        """The `ReadResponse`, already encoded: register with `serve`."""
         partition = await self._partition(request)
         result = await partition.read(
             request.from_offset, request.max_messages, self._read_max_bytes
         )
-        return storage_pb2.ReadResponse(
-            batches=[
-                messages_pb2.StoredBatch(
-                    base_offset=b.base_offset,
-                    count=b.count,
-                    publish_time_us=b.publish_time_us,
-                    arrow_ipc=b.arrow_ipc,
-                )
-                for b in result.batches
-            ],
-            next_offset=result.next_offset,
-        )
+        return read_response(result.batches, result.next_offset)
 
     async def OffsetForTime(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         partition = await self._partition(request)
@@ -90,6 +101,33 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):  # type: ignore[misc]
                 for r in cursor.acked_above_floor
             ],
         )
+
+
+def serve(servicer: StorageServicer, server: grpc.aio.Server) -> None:
+    """Register the Storage RPCs; Read sends its response already encoded."""
+    storage_pb2_grpc.add_StorageServicer_to_server(servicer, server)
+    # Registered after the generated handlers, this one takes Read over.
+    read = grpc.unary_unary_rpc_method_handler(
+        servicer.Read,
+        request_deserializer=storage_pb2.ReadRequest.FromString,
+        response_serializer=None,
+    )
+    server.add_registered_method_handlers("tamto.v1.Storage", {"Read": read})
+
+
+def read_response(batches: Sequence[StoredBatch], next_offset: int) -> bytes:
+    """`tamto.v1.ReadResponse` {batches = 1: `StoredBatch` {base_offset = 1, count = 2,
+    publish_time_us = 3, arrow_ipc = 4}, next_offset = 2}, byte for byte what
+    `SerializeToString` writes, in one join.
+
+    Up to 8 MiB of Arrow bytes per read: building the message copies them once
+    and serialising it once more, and both were most of storage's time per read.
+    """
+    pieces: list[Buffer] = []
+    for b in batches:
+        pieces += stored_batch_field(1, b.base_offset, b.count, b.publish_time_us, b.arrow_ipc)
+    pieces.append(int_field(2, next_offset))
+    return b"".join(pieces)
 
 
 def _ranges(ranges: Iterable[Any]) -> tuple[OffsetRange, ...]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections.abc import Sequence
+from pathlib import Path
 
 from tamto_common.errors import DataCorruption
 from tamto_storage import segments as seg
@@ -98,11 +99,11 @@ class SegmentLog:
         for segment in self._segments[max(i, 0) :]:
             if segment.end_offset <= from_offset or segment.entry.rows == 0:
                 continue
-            table = await asyncio.to_thread(
-                seg.read_rows, segment.path, from_offset, max_messages, max_bytes
+            batches = await asyncio.to_thread(
+                _read_batches, segment.path, from_offset, max_messages, max_bytes
             )
-            if table.num_rows:
-                return await asyncio.to_thread(seg.to_stored_batches, table)
+            if batches:
+                return batches
         return []
 
     async def offset_for_time(self, time_us: int) -> int | None:
@@ -113,3 +114,10 @@ class SegmentLog:
                 if found is not None:  # an emptied carried-forward segment stores none
                     return found
         return None
+
+
+def _read_batches(
+    path: Path, from_offset: int, max_messages: int, max_bytes: int
+) -> list[StoredBatch]:
+    """`read_rows` as stored batches, in one trip to a worker thread."""
+    return seg.to_stored_batches(seg.read_rows(path, from_offset, max_messages, max_bytes))

@@ -11,6 +11,11 @@ Spark's listing skips), fsync, rename to the name fixed by the offsets, fsync
 of the directory. A reader therefore sees a segment whole or not at all, and
 sealing the same offsets again writes the same file.
 
+Reading by offset (`read_rows`) decodes only the row groups a read needs,
+one at a time until its limits are covered, keeping recently decoded groups
+for the read that continues where this one stopped (`DecodedGroups`). Row
+groups are therefore bounded by bytes as well as rows (`row_group_bounds`).
+
 Interest retention rewrites segments with only the messages still needed
 (`tamto_storage.carry`); such a segment keeps the range it covers but has
 fewer rows, and `scan_segments` returns every version found so `choose_live`
@@ -22,13 +27,18 @@ Every function here blocks: call through a thread.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -53,8 +63,17 @@ from tamto_protocol.segment import (
 from tamto_storage.durable import fsync_dir
 from tamto_storage.model import StoredBatch
 
-#: Rows per Parquet row group: reads by offset decode one group, not the whole file.
+#: A Parquet row group ends at whichever limit comes first (see `row_group_bounds`).
+#: Reads by offset decode whole groups and return at most 8 MiB (storage's
+#: ``--read-max-bytes``), so groups about that size let a read decode little more
+#: than it returns; by rows alone, a 64 MiB segment of 10 KiB messages was one
+#: group, decoded whole by each of its ~8 reads. Spark and pyarrow read any size.
 ROW_GROUP_ROWS = 16_384
+ROW_GROUP_BYTES = 8 * 1024 * 1024
+#: Bytes a row takes besides its variable-length columns (offset, times, lengths).
+_ROW_FIXED_BYTES = 40
+#: Budget of the decoded row groups kept for the next read (`DecodedGroups`).
+DECODED_CACHE_BYTES = 64 * 1024 * 1024
 TMP_SUFFIX = ".tmp"
 
 
@@ -128,7 +147,7 @@ def write_segment(partition: int, directory: Path, batches: Sequence[StoredBatch
     tmp = directory / f".{path.name}.{secrets.token_hex(4)}{TMP_SUFFIX}"
     try:
         with tmp.open("wb") as f:
-            pq.write_table(table, f, row_group_size=ROW_GROUP_ROWS, compression="zstd")
+            write_parquet(table, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -140,6 +159,83 @@ def write_segment(partition: int, directory: Path, batches: Sequence[StoredBatch
     return Segment(
         segment_entry(partition, table.schema.metadata, path.stat().st_size, table.num_rows), path
     )
+
+
+def row_group_bounds(table: pa.Table) -> list[tuple[int, int]]:
+    """(start, stop) rows of each row group of a segment table.
+
+    A group holds at most `ROW_GROUP_ROWS` rows and about `ROW_GROUP_BYTES`
+    uncompressed, and ends where a stored batch ends whenever one fits: a batch
+    read back is then a slice of one decoded group, not a copy joining two. A
+    batch larger than the limits is split; one row larger than them is a group
+    of its own. An empty table is one empty group, as `pq.write_table` writes.
+    """
+    n = table.num_rows
+    ends = np.cumsum(_row_sizes(table))
+    batch_ends = np.append(run_starts(table)[1:], n)
+    bounds: list[tuple[int, int]] = []
+    start = 0
+    while start < n or not bounds:
+        before = int(ends[start - 1]) if start else 0
+        fits = int(np.searchsorted(ends, before + ROW_GROUP_BYTES, side="right"))
+        fits = min(max(fits, start + 1), start + ROW_GROUP_ROWS, n)
+        last = int(np.searchsorted(batch_ends, fits, side="right")) - 1
+        stop = int(batch_ends[last]) if last >= 0 and batch_ends[last] > start else fits
+        bounds.append((start, stop))
+        start = stop
+    return bounds
+
+
+def run_starts(table: pa.Table) -> npt.NDArray[np.int64]:
+    """The rows where a stored batch starts: the first, and every row whose publish
+    time differs from the previous row's or whose offset does not follow it (a
+    carried-forward segment has gaps, and a stored batch is contiguous)."""
+    times = np.asarray(table.column("publish_time").cast(pa.int64()).to_numpy(), dtype=np.int64)
+    offsets = np.asarray(table.column("offset").to_numpy(), dtype=np.int64)
+    breaks = (np.diff(times) != 0) | (np.diff(offsets) != 1)
+    return np.concatenate(([0], np.flatnonzero(breaks) + 1)).astype(np.int64)
+
+
+def _row_sizes(table: pa.Table) -> npt.NDArray[np.int64]:
+    """About how many bytes each row takes uncompressed (headers left out: small)."""
+    sizes = _ROW_FIXED_BYTES + _lengths(table.column("payload"))
+    return sizes + _lengths(table.column("key")) + _lengths(table.column("id"))
+
+
+def _lengths(column: pa.ChunkedArray) -> npt.NDArray[np.int64]:
+    """Byte length of each value of a binary or string column (0 for null)."""
+    lengths = pc.fill_null(pc.binary_length(column), 0)
+    return np.asarray(lengths.to_numpy(), dtype=np.int64)
+
+
+def write_parquet(table: pa.Table, sink: BinaryIO) -> None:
+    """Write a segment table as Parquet (zstd), in row groups of `row_group_bounds`.
+
+    Each `write_table` call of a `ParquetWriter` closes its own row groups, so
+    one call per group gives exactly these groups; the same table always gives
+    the same bytes. Every column but `payload` is dictionary-encoded where that
+    pays (keys, ids, producer names repeat). Payloads are written PLAIN: they
+    rarely repeat, and a dictionary that fills up and falls back to PLAIN in
+    each group made reading random 10 KiB payloads about twice as slow and
+    writing them 1.4x slower, for no smaller file (zstd finds repeated payloads
+    anyway). Any Parquet reader (Spark, pyarrow) reads both encodings.
+    """
+    dictionary = [path for path in _leaf_paths(table.schema.remove_metadata()) if path != "payload"]
+    with pq.ParquetWriter(
+        sink, table.schema, compression="zstd", use_dictionary=dictionary
+    ) as writer:
+        for start, stop in row_group_bounds(table):
+            writer.write_table(table.slice(start, stop - start), row_group_size=ROW_GROUP_ROWS)
+
+
+@functools.lru_cache(maxsize=4)  # one schema in practice (called without metadata)
+def _leaf_paths(schema: pa.Schema) -> tuple[str, ...]:
+    """The Parquet column paths of `schema` (``headers.key_value.key``, ...), which
+    is how the writer's per-column options name nested columns."""
+    sink = pa.BufferOutputStream()
+    pq.write_metadata(schema, sink)
+    parquet_schema = pq.read_metadata(pa.BufferReader(sink.getvalue())).schema
+    return tuple(parquet_schema.column(i).path for i in range(len(parquet_schema)))
 
 
 def segment_entry(
@@ -240,21 +336,118 @@ def choose_live(found: Sequence[Segment]) -> tuple[list[Segment], list[Segment]]
     return live, superseded
 
 
-def read_rows(path: Path, from_offset: int, max_messages: int, max_bytes: int) -> pa.Table:
+class DecodedGroups:
+    """Recently decoded row groups, least recently used dropped first, within a byte budget.
+
+    Reads of a backlog walk a partition by offset, so a read usually starts in
+    the row group the previous read stopped in: keeping it spares decoding it
+    again (with a segment of the old layout, one 64 MiB group per file, that is
+    the whole file at every read). Keys are the file's identity (device, inode,
+    size, mtime), not its name: a promoted rewrite replaces a file under the
+    same name. Shared by the reading threads, hence the lock.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes = max_bytes
+        self._bytes = 0
+        self._groups: OrderedDict[tuple[int, ...], pa.Table] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[int, ...]) -> pa.Table | None:
+        with self._lock:
+            table = self._groups.get(key)
+            if table is not None:
+                self._groups.move_to_end(key)
+            return table
+
+    def put(self, key: tuple[int, ...], table: pa.Table) -> None:
+        size = table.nbytes
+        if size > self._max_bytes:
+            return
+        with self._lock:
+            old = self._groups.pop(key, None)
+            self._bytes -= 0 if old is None else old.nbytes
+            while self._groups and self._bytes + size > self._max_bytes:
+                self._bytes -= self._groups.popitem(last=False)[1].nbytes
+            self._groups[key] = table
+            self._bytes += size
+
+
+#: The process's cache of decoded row groups (see `DecodedGroups`).
+DECODED = DecodedGroups(DECODED_CACHE_BYTES)
+
+
+def read_rows(
+    path: Path,
+    from_offset: int,
+    max_messages: int,
+    max_bytes: int,
+    cache: DecodedGroups | None = DECODED,
+) -> pa.Table:
     """Rows of a segment from `from_offset` on, within the limits (at least one row).
 
-    Only row groups whose offset statistics reach `from_offset` are decoded.
+    Decodes row groups one at a time, from the first whose offset statistics
+    reach `from_offset`, and stops as soon as the limits are covered: the
+    result is the prefix the whole file would give, from the groups it needs.
+    `max_messages` 0 means no message limit; `max_bytes` counts payload bytes.
     """
-    parquet = pq.ParquetFile(path)
-    offset_column = parquet.schema_arrow.get_field_index("offset")
-    groups = []
-    for i in range(parquet.metadata.num_row_groups):
-        stats = parquet.metadata.row_group(i).column(offset_column).statistics
-        if stats is not None and stats.has_min_max and stats.max < from_offset:
-            continue
-        groups.append(i)
-    table = parquet.read_row_groups(groups) if groups else SEGMENT_SCHEMA.empty_table()
-    table = table.filter(pc.greater_equal(table.column("offset"), from_offset))
+    with path.open("rb", buffering=0) as f:
+        st = os.fstat(f.fileno())
+        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        parquet = pq.ParquetFile(f)
+        parts: list[pa.Table] = []
+        rows = size = 0
+        for i in groups_from(parquet.metadata, from_offset):
+            group = _rows_from(_decode_group(parquet, i, (*identity, i), cache), from_offset)
+            parts.append(group)
+            rows += group.num_rows
+            size += _payload_bytes(group)
+            if (max_messages and rows >= max_messages) or size > max_bytes:
+                break  # later rows cannot be part of this read
+    table = pa.concat_tables(parts) if parts else SEGMENT_SCHEMA.empty_table()
+    return _within(table, max_messages, max_bytes)
+
+
+def groups_from(metadata: pq.FileMetaData, from_offset: int) -> list[int]:
+    """The row groups that can hold offsets at or after `from_offset`, in file order.
+
+    Offsets ascend through a segment, so that is every group from the first
+    whose maximum reaches `from_offset`; a group without statistics is kept.
+    """
+    column = metadata.schema.to_arrow_schema().get_field_index("offset")
+    for i in range(metadata.num_row_groups):
+        stats = metadata.row_group(i).column(column).statistics
+        if stats is None or not stats.has_min_max or stats.max >= from_offset:
+            return list(range(i, metadata.num_row_groups))
+    return []
+
+
+def _decode_group(
+    parquet: pq.ParquetFile, index: int, key: tuple[int, ...], cache: DecodedGroups | None
+) -> pa.Table:
+    table = cache.get(key) if cache is not None else None
+    if table is None:
+        # One column dominates (payload): Arrow's pool threads would add
+        # contention, not speed, on top of the read's own worker thread.
+        table = parquet.read_row_group(index, use_threads=False)
+        if cache is not None:
+            cache.put(key, table)
+    return table
+
+
+def _rows_from(group: pa.Table, from_offset: int) -> pa.Table:
+    """The rows of a row group at or after `from_offset` (offsets ascend: a slice, no copy)."""
+    offsets = group.column("offset").to_numpy()
+    start = int(np.searchsorted(offsets, from_offset, side="left"))
+    return group.slice(start)
+
+
+def _payload_bytes(table: pa.Table) -> int:
+    return int(pc.sum(pc.binary_length(table.column("payload"))).as_py() or 0)
+
+
+def _within(table: pa.Table, max_messages: int, max_bytes: int) -> pa.Table:
+    """The first rows of `table` within the limits, at least one."""
     if max_messages:
         table = table.slice(0, max_messages)
     if table.num_rows > 1:
@@ -273,10 +466,8 @@ def to_stored_batches(table: pa.Table) -> list[StoredBatch]:
     if table.num_rows == 0:
         return []
     times = table.column("publish_time").cast(pa.int64()).to_numpy()
-    offset_values = table.column("offset").to_numpy()
-    breaks = (np.diff(times) != 0) | (np.diff(offset_values) != 1)
-    starts = np.concatenate(([0], np.flatnonzero(breaks) + 1))
-    ends = np.append(starts[1:], len(times))
+    starts = run_starts(table)
+    ends = np.append(starts[1:], table.num_rows)
     producer = table.select(BATCH_SCHEMA.names).cast(BATCH_SCHEMA)
     offsets = table.column("offset")
     batches = []

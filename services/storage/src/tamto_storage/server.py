@@ -6,9 +6,8 @@ from dataclasses import replace
 
 from tamto_common.service import Runtime
 from tamto_common.streams import read_stream
-from tamto_protocol.v1 import storage_pb2_grpc
 from tamto_storage.config import StorageConfig
-from tamto_storage.grpc_api import StorageServicer
+from tamto_storage.grpc_api import StorageServicer, serve
 from tamto_storage.sealer import Retention
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
@@ -45,6 +44,4 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
     )
     runtime.resources.push_async_callback(store.close)
     store.start_sealer()
-    storage_pb2_grpc.add_StorageServicer_to_server(
-        StorageServicer(store, config.read_max_bytes), runtime.server
-    )
+    serve(StorageServicer(store, config.read_max_bytes), runtime.server)

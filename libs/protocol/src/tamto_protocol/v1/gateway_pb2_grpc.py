@@ -66,6 +66,11 @@ class GatewayStub:
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishResponse.FromString,
                 _registered_method=True)
+        self.PublishStream = channel.stream_stream(
+                '/tamto.v1.Gateway/PublishStream',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishStreamResponse.FromString,
+                _registered_method=True)
         self.Consume = channel.stream_stream(
                 '/tamto.v1.Gateway/Consume',
                 request_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
@@ -181,6 +186,16 @@ class GatewayServicer:
 
     def Publish(self, request, context):
         """Appends one batch to one partition; answers once the batch is durable.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishStream(self, request_iterator, context):
+        """Publish calls pipelined on one long-lived stream: each request carries a
+        call_id, each response answers one call_id (in any order) with the result
+        or the status the unary Publish would have ended with. A stream call costs
+        a third of the CPU of a unary call here; the SDK publishes this way.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -312,6 +327,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.Publish,
                     request_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_gateway__pb2.PublishResponse.SerializeToString,
+            ),
+            'PublishStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PublishStream,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.PublishStreamResponse.SerializeToString,
             ),
             'Consume': grpc.stream_stream_rpc_method_handler(
                     servicer.Consume,
@@ -551,6 +571,33 @@ class Gateway:
             '/tamto.v1.Gateway/Publish',
             tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
             tamto_dot_v1_dot_gateway__pb2.PublishResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tamto.v1.Gateway/PublishStream',
+            tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.PublishStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

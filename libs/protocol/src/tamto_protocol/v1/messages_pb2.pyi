@@ -55,6 +55,14 @@ class RecordBatch(_message.Message):
     count: int
     def __init__(self, arrow_ipc: _Optional[bytes] = ..., count: _Optional[int] = ...) -> None: ...
 
+class CallStatus(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class StoredBatch(_message.Message):
     __slots__ = ("base_offset", "count", "publish_time_us", "arrow_ipc")
     BASE_OFFSET_FIELD_NUMBER: _ClassVar[int]

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tamto_protocol.v1 import messages_pb2 as tamto_dot_v1_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tamto/v1/router.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\"^\n\x13RouterAppendRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12$\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x15.tamto.v1.RecordBatch\"K\n\x14RouterAppendResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x0f\n\x07offsets\x18\x03 \x03(\x03\x32\x95\x01\n\x06Router\x12G\n\x06\x41ppend\x12\x1d.tamto.v1.RouterAppendRequest\x1a\x1e.tamto.v1.RouterAppendResponse\x12\x42\n\x07\x43onsume\x12\x18.tamto.v1.ConsumeRequest\x1a\x19.tamto.v1.ConsumeResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tamto/v1/router.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\"o\n\x13RouterAppendRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12$\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x15.tamto.v1.RecordBatch\x12\x0f\n\x07\x63\x61ll_id\x18\x0f \x01(\x04\"\x85\x01\n\x1aRouterAppendStreamResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12$\n\x06status\x18\x02 \x01(\x0b\x32\x14.tamto.v1.CallStatus\x12\x30\n\x08response\x18\x03 \x01(\x0b\x32\x1e.tamto.v1.RouterAppendResponse\"K\n\x14RouterAppendResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x0f\n\x07offsets\x18\x03 \x03(\x03\x32\xee\x01\n\x06Router\x12G\n\x06\x41ppend\x12\x1d.tamto.v1.RouterAppendRequest\x1a\x1e.tamto.v1.RouterAppendResponse\x12W\n\x0c\x41ppendStream\x12\x1d.tamto.v1.RouterAppendRequest\x1a$.tamto.v1.RouterAppendStreamResponse(\x01\x30\x01\x12\x42\n\x07\x43onsume\x12\x18.tamto.v1.ConsumeRequest\x1a\x19.tamto.v1.ConsumeResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,9 +33,11 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tamto.v1.router_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_ROUTERAPPENDREQUEST']._serialized_start=60
-  _globals['_ROUTERAPPENDREQUEST']._serialized_end=154
-  _globals['_ROUTERAPPENDRESPONSE']._serialized_start=156
-  _globals['_ROUTERAPPENDRESPONSE']._serialized_end=231
-  _globals['_ROUTER']._serialized_start=234
-  _globals['_ROUTER']._serialized_end=383
+  _globals['_ROUTERAPPENDREQUEST']._serialized_end=171
+  _globals['_ROUTERAPPENDSTREAMRESPONSE']._serialized_start=174
+  _globals['_ROUTERAPPENDSTREAMRESPONSE']._serialized_end=307
+  _globals['_ROUTERAPPENDRESPONSE']._serialized_start=309
+  _globals['_ROUTERAPPENDRESPONSE']._serialized_end=384
+  _globals['_ROUTER']._serialized_start=387
+  _globals['_ROUTER']._serialized_end=625
 # @@protoc_insertion_point(module_scope)

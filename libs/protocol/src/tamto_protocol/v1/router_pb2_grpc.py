@@ -40,6 +40,11 @@ class RouterStub:
                 request_serializer=tamto_dot_v1_dot_router__pb2.RouterAppendRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_router__pb2.RouterAppendResponse.FromString,
                 _registered_method=True)
+        self.AppendStream = channel.stream_stream(
+                '/tamto.v1.Router/AppendStream',
+                request_serializer=tamto_dot_v1_dot_router__pb2.RouterAppendRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_router__pb2.RouterAppendStreamResponse.FromString,
+                _registered_method=True)
         self.Consume = channel.stream_stream(
                 '/tamto.v1.Router/Consume',
                 request_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
@@ -52,6 +57,13 @@ class RouterServicer:
 
     def Append(self, request, context):
         """Sequences a batch into a partition this router owns and stores it durably.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendStream(self, request_iterator, context):
+        """Append calls pipelined on one stream (see Gateway.PublishStream).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -71,6 +83,11 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.Append,
                     request_deserializer=tamto_dot_v1_dot_router__pb2.RouterAppendRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_router__pb2.RouterAppendResponse.SerializeToString,
+            ),
+            'AppendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendStream,
+                    request_deserializer=tamto_dot_v1_dot_router__pb2.RouterAppendRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_router__pb2.RouterAppendStreamResponse.SerializeToString,
             ),
             'Consume': grpc.stream_stream_rpc_method_handler(
                     servicer.Consume,
@@ -105,6 +122,33 @@ class Router:
             '/tamto.v1.Router/Append',
             tamto_dot_v1_dot_router__pb2.RouterAppendRequest.SerializeToString,
             tamto_dot_v1_dot_router__pb2.RouterAppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tamto.v1.Router/AppendStream',
+            tamto_dot_v1_dot_router__pb2.RouterAppendRequest.SerializeToString,
+            tamto_dot_v1_dot_router__pb2.RouterAppendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -32,20 +32,32 @@ class OpenPartitionResponse(_message.Message):
     def __init__(self, next_offset: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
 class StorageAppendRequest(_message.Message):
-    __slots__ = ("partition", "epoch", "batches")
+    __slots__ = ("partition", "epoch", "batches", "call_id")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
     partition: PartitionRef
     epoch: int
     batches: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredBatch]
-    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ...) -> None: ...
+    call_id: int
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ..., call_id: _Optional[int] = ...) -> None: ...
 
 class StorageAppendResponse(_message.Message):
     __slots__ = ("next_offset",)
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     next_offset: int
     def __init__(self, next_offset: _Optional[int] = ...) -> None: ...
+
+class StorageAppendStreamResponse(_message.Message):
+    __slots__ = ("call_id", "status", "response")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    status: _messages_pb2.CallStatus
+    response: StorageAppendResponse
+    def __init__(self, call_id: _Optional[int] = ..., status: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., response: _Optional[_Union[StorageAppendResponse, _Mapping]] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
     __slots__ = ("partition", "from_offset", "max_messages")

@@ -44,6 +44,11 @@ class StorageStub:
                 request_serializer=tamto_dot_v1_dot_storage__pb2.StorageAppendRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_storage__pb2.StorageAppendResponse.FromString,
                 _registered_method=True)
+        self.AppendStream = channel.stream_stream(
+                '/tamto.v1.Storage/AppendStream',
+                request_serializer=tamto_dot_v1_dot_storage__pb2.StorageAppendRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_storage__pb2.StorageAppendStreamResponse.FromString,
+                _registered_method=True)
         self.Read = channel.unary_unary(
                 '/tamto.v1.Storage/Read',
                 request_serializer=tamto_dot_v1_dot_storage__pb2.ReadRequest.SerializeToString,
@@ -79,6 +84,13 @@ class StorageServicer:
 
     def Append(self, request, context):
         """Appends sequenced batches, in order; answers once all are fsynced.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AppendStream(self, request_iterator, context):
+        """Append calls pipelined on one stream (see Gateway.PublishStream).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -124,6 +136,11 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.Append,
                     request_deserializer=tamto_dot_v1_dot_storage__pb2.StorageAppendRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_storage__pb2.StorageAppendResponse.SerializeToString,
+            ),
+            'AppendStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendStream,
+                    request_deserializer=tamto_dot_v1_dot_storage__pb2.StorageAppendRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_storage__pb2.StorageAppendStreamResponse.SerializeToString,
             ),
             'Read': grpc.unary_unary_rpc_method_handler(
                     servicer.Read,
@@ -200,6 +217,33 @@ class Storage:
             '/tamto.v1.Storage/Append',
             tamto_dot_v1_dot_storage__pb2.StorageAppendRequest.SerializeToString,
             tamto_dot_v1_dot_storage__pb2.StorageAppendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AppendStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tamto.v1.Storage/AppendStream',
+            tamto_dot_v1_dot_storage__pb2.StorageAppendRequest.SerializeToString,
+            tamto_dot_v1_dot_storage__pb2.StorageAppendStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,187 @@
+"""Unary calls pipelined on one long-lived bidirectional gRPC stream: the client side.
+
+A unary call in grpc.aio costs ~0.55 ms of CPU here (client and server together,
+measured between two processes); one request/response on an open stream costs
+~0.22 ms. The publish path makes one call per batch at every hop (SDK → gateway
+→ router → storage), so it sends them as messages of one stream per peer
+instead: `PipelinedCalls` numbers each request with a `call_id`, writes it, and
+resolves the caller when the response with that `call_id` comes back (responses
+may come in any order). The server side is `tamto_common.pipelined`.
+
+To its callers it looks like a unary multicallable, `await calls(request,
+timeout=, metadata=)`, except that `request` is a function from the call id to
+the encoded request (the wire encoders write the id in the same join as the
+batch bytes, so no extra copy). Failures are raised as `grpc.aio.AioRpcError`
+with the status the unary call would have ended with, so each caller's one
+error translation stays as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+#: A gRPC status code by its number (a `CallStatus.code`).
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+Encode = Callable[[int], bytes]
+Metadata = Sequence[tuple[str, str]]
+
+
+def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+    """An `AioRpcError` as a unary call ending with `code` would raise."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+
+class _Stream:
+    """One open stream: its call, its calls waiting for a response, and its reader."""
+
+    def __init__(self, call: Any, metadata: Metadata | None) -> None:
+        self.call = call
+        self.metadata = metadata
+        self.waiting: dict[int, asyncio.Future[Any]] = {}
+        self.write_lock = asyncio.Lock()  # grpc allows one write in progress per call
+        self.failure: grpc.aio.AioRpcError | None = None
+        self.reader: asyncio.Task[None] | None = None
+        self.closer: asyncio.Task[None] | None = None
+
+    def finish_writing(self) -> None:
+        """Half-close once the writes in progress are done: the server answers what
+        it has, then ends the stream (and so the reader)."""
+
+        async def close_when_written() -> None:
+            async with self.write_lock:
+                with contextlib.suppress(grpc.aio.AioRpcError, asyncio.InvalidStateError):
+                    await self.call.done_writing()
+
+        self.closer = asyncio.get_running_loop().create_task(close_when_written())
+
+    async def stop(self) -> None:
+        """Cancel the call and wait for its tasks to end."""
+        self.call.cancel()
+        for task in (self.closer, self.reader):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    def fail(self, error: grpc.aio.AioRpcError) -> None:
+        """The stream is gone: every call still waiting fails with `error`."""
+        if self.failure is None:
+            self.failure = error
+        for future in self.waiting.values():
+            if not future.done():
+                future.set_exception(error)
+        self.waiting.clear()
+
+
+class PipelinedCalls:
+    """Calls of one stream method (`method`, a full name such as
+    ``/tamto.v1.Router/AppendStream``) on `channel`, one stream at a time.
+
+    The stream opens on the first call and again after it failed; a call with
+    other `metadata` than the open stream's (a renewed token) opens a new one and
+    lets the old one finish its calls. `close` ends the stream and its reader.
+    """
+
+    def __init__(self, channel: grpc.aio.Channel, method: str, response_type: Any) -> None:
+        self._open_stream = channel.stream_stream(
+            method, request_serializer=None, response_deserializer=response_type.FromString
+        )
+        self._method = method
+        self._current: _Stream | None = None
+        self._draining: set[_Stream] = set()
+        self._next_id = 1
+        self._closed = False
+
+    async def __call__(
+        self,
+        request: Encode,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the signature of a unary call
+        metadata: Metadata | None = None,
+    ) -> Any:
+        """Send `request(call_id)` and return the `response` of its answer."""
+        if self._closed:
+            raise rpc_error(grpc.StatusCode.CANCELLED, f"{self._method}: calls closed")
+        stream = self._stream(metadata)
+        call_id = self._next_id
+        self._next_id += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        stream.waiting[call_id] = future
+        try:
+            async with asyncio.timeout(timeout):
+                await self._write(stream, request(call_id))
+                answer = await future
+        except TimeoutError:
+            raise rpc_error(
+                grpc.StatusCode.DEADLINE_EXCEEDED, f"{self._method}: no answer in {timeout} s"
+            ) from None
+        finally:
+            stream.waiting.pop(call_id, None)
+        status = answer.status
+        if status.code:
+            raise rpc_error(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message)
+        return answer.response
+
+    async def close(self) -> None:
+        """End the streams (calls still waiting fail with CANCELLED) and their readers."""
+        self._closed = True
+        streams = [*self._draining, *([self._current] if self._current else [])]
+        self._current = None
+        self._draining.clear()
+        for stream in streams:
+            stream.fail(rpc_error(grpc.StatusCode.CANCELLED, f"{self._method}: calls closed"))
+            await stream.stop()
+
+    def _stream(self, metadata: Metadata | None) -> _Stream:
+        current = self._current
+        if current is not None and current.failure is None:
+            if current.metadata == metadata:
+                return current
+            # Newer credentials: the old stream finishes its calls, then ends.
+            self._draining.add(current)
+            current.finish_writing()
+        stream = _Stream(self._open_stream(metadata=metadata), metadata)
+        stream.reader = asyncio.get_running_loop().create_task(
+            self._read(stream), name=f"pipelined-reader {self._method}"
+        )
+        self._current = stream
+        return stream
+
+    async def _write(self, stream: _Stream, data: bytes) -> None:
+        if stream.failure is not None:
+            raise stream.failure
+        try:
+            async with stream.write_lock:
+                await stream.call.write(data)
+        except grpc.aio.AioRpcError as exc:
+            stream.fail(exc)
+            raise
+        except (asyncio.InvalidStateError, grpc.aio.UsageError) as exc:
+            # The call ended between the check and the write: its reader has the status.
+            error = stream.failure or rpc_error(
+                grpc.StatusCode.UNAVAILABLE, f"{self._method}: stream ended ({exc})"
+            )
+            stream.fail(error)
+            raise error from None
+
+    async def _read(self, stream: _Stream) -> None:
+        """Resolve each waiting call with its answer; fail the rest when the stream ends."""
+        error = rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self._method}: stream ended")
+        try:
+            async for answer in stream.call:
+                future = stream.waiting.get(answer.call_id)
+                if future is not None and not future.done():
+                    future.set_result(answer)
+        except grpc.aio.AioRpcError as exc:
+            error = exc
+        finally:
+            stream.fail(error)
+            if self._current is stream:
+                self._current = None
+            self._draining.discard(stream)
