@@ -4,6 +4,8 @@ decoding the whole file, row groups bounded by bytes, and the decoded-group cach
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import os
 from pathlib import Path
 
@@ -270,3 +272,34 @@ def test_the_read_response_is_what_protobuf_serialises() -> None:
             next_offset=next_offset,
         )
         assert read_response(stored, next_offset) == message.SerializeToString()
+
+
+_NO_CONVERSION = """
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+from tamto_protocol.batch import encode_record_batch, make_batch
+from tamto_storage.model import StoredBatch
+from tamto_storage.segments import read_rows, to_stored_batches, write_segment
+
+payloads = pa.Array.from_buffers(
+    pa.binary(), 2, [None, pa.py_buffer(bytes(12)), pa.py_buffer(b"ab")]
+)
+data = encode_record_batch(make_batch(payloads))
+with tempfile.TemporaryDirectory() as directory:
+    segment = write_segment(0, Path(directory), [StoredBatch(0, 2, 5, data)])
+    to_stored_batches(read_rows(segment.path, 1, 10, 1 << 20))
+assert "pandas" not in sys.modules, "a Python object or numpy array was converted"
+"""
+
+
+def test_sealing_and_reading_convert_no_python_objects() -> None:
+    # pyarrow imports pandas (one to two seconds of CPU, holding the GIL) before its
+    # first conversion of Python objects or numpy arrays; a storage node did that on
+    # its first seal, in the middle of serving appends.
+    result = subprocess.run(
+        [sys.executable, "-c", _NO_CONVERSION], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr

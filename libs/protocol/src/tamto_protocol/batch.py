@@ -11,9 +11,15 @@ from __future__ import annotations
 import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    pass
 
 SCHEMA_VERSION = 1
 
@@ -118,15 +124,41 @@ def _counting(count: int) -> pa.Array:
     """0, 1, ..., count - 1 as int64, sliced from one array kept for the process."""
     if not _COUNTING or len(_COUNTING[0]) < count:
         size = max(count, 1024, 2 * len(_COUNTING[0]) if _COUNTING else 0)
-        numbers = array.array("q", range(size))
-        _COUNTING[:] = [pa.Array.from_buffers(pa.int64(), size, [None, pa.py_buffer(numbers)])]
+        _COUNTING[:] = [int64_array(array.array("q", range(size)))]
     return _COUNTING[0].slice(0, count)
 
 
 def int64_scalar(value: int) -> pa.Scalar:
     """`value` as an Arrow int64 scalar, built from its bytes (see `string_scalar`)."""
-    data = array.array("q", [value])
-    return pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(data)])[0]
+    return int64_array(array.array("q", [value]))[0]
+
+
+def int64_array(values: Any) -> pa.Array:
+    """Contiguous native int64 values (an ``array.array("q")``, a numpy int64 array)
+    as an Arrow array over the same memory. ``pa.array`` of a numpy array would
+    import pandas first, as for Python objects (see `string_scalar`)."""
+    data = memoryview(values)
+    if data.itemsize != 8 or not data.c_contiguous:
+        raise ValueError("int64_array needs contiguous 8-byte integers")
+    return pa.Array.from_buffers(pa.int64(), data.nbytes // 8, [None, pa.py_buffer(values)])
+
+
+_NUMPY_INTS = {pa.int32(): "<i4", pa.int64(): "<i8"}
+
+
+def int_values(values: pa.Array | pa.ChunkedArray) -> npt.NDArray[np.int64]:
+    """The numbers of an int32/int64 array without nulls as a numpy int64 array (a
+    view of the Arrow buffer when it is one int64 chunk). ``to_numpy`` would import pandas first
+    (see `string_scalar`)."""
+    array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    if array.null_count:
+        raise ValueError("int_values needs an array without nulls")
+    dtype = np.dtype(_NUMPY_INTS[array.type])
+    data = array.buffers()[1]
+    if data is None:
+        return np.empty(0, np.int64)
+    found = np.frombuffer(data, dtype, count=len(array), offset=array.offset * dtype.itemsize)
+    return found.astype(np.int64, copy=False)
 
 
 def prefixed_numbers(prefix: str, numbers: pa.Array) -> pa.Array:

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tamto_protocol.batch import int64_array, int_values
 from tamto_protocol.segment import (
     CARRIED_DIR,
     FIRST_OFFSET_KEY,
@@ -49,7 +50,7 @@ def offsets_of(segment: Segment) -> npt.NDArray[np.int64]:
     if segment.complete:
         return np.arange(segment.first_offset, segment.end_offset, dtype=np.int64)
     table = pq.read_table(segment.path, columns=["offset"])
-    return np.asarray(table.column("offset").to_numpy(), dtype=np.int64)
+    return int_values(table.column("offset"))
 
 
 def _in_spans(offsets: npt.NDArray[np.int64], spans: Sequence[Span]) -> npt.NDArray[np.bool_]:
@@ -82,8 +83,8 @@ def needed_rows(segment: Segment, keep: Sequence[Span]) -> pa.Table:
     if not groups:
         return SEGMENT_SCHEMA.empty_table()
     table = parquet.read_row_groups(groups)
-    offsets = np.asarray(table.column("offset").to_numpy(), dtype=np.int64)
-    return table.filter(pa.array(_in_spans(offsets, spans)))
+    offsets = int_values(table.column("offset"))
+    return table.take(int64_array(np.flatnonzero(_in_spans(offsets, spans))))
 
 
 def write_carried(partition: int, directory: Path, rewrite: Rewrite) -> Segment:

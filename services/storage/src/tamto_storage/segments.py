@@ -44,7 +44,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tamto_common.errors import DataCorruption
-from tamto_protocol.batch import BATCH_SCHEMA, decode_batch
+from tamto_protocol.batch import (
+    BATCH_SCHEMA,
+    decode_batch,
+    int64_array,
+    int64_scalar,
+    int_values,
+)
 from tamto_protocol.segment import (
     CARRIED_DIR,
     FIRST_OFFSET_KEY,
@@ -120,8 +126,8 @@ def build_table(batches: Sequence[StoredBatch]) -> pa.Table:
     counts = np.fromiter((b.count for b in batches), dtype=np.int64, count=len(batches))
     times = np.fromiter((b.publish_time_us for b in batches), dtype=np.int64, count=len(batches))
     columns = {
-        "offset": pa.array(np.arange(first, end, dtype=np.int64)),
-        "publish_time": pa.array(np.repeat(times, counts)).cast(UTC_US),
+        "offset": int64_array(np.arange(first, end, dtype=np.int64)),
+        "publish_time": int64_array(np.repeat(times, counts)).cast(UTC_US),
         "event_time": producer.column("event_time"),
         "key": producer.column("key"),
         "payload": producer.column("payload"),
@@ -190,8 +196,8 @@ def run_starts(table: pa.Table) -> npt.NDArray[np.int64]:
     """The rows where a stored batch starts: the first, and every row whose publish
     time differs from the previous row's or whose offset does not follow it (a
     carried-forward segment has gaps, and a stored batch is contiguous)."""
-    times = np.asarray(table.column("publish_time").cast(pa.int64()).to_numpy(), dtype=np.int64)
-    offsets = np.asarray(table.column("offset").to_numpy(), dtype=np.int64)
+    times = int_values(table.column("publish_time").cast(pa.int64()))
+    offsets = int_values(table.column("offset"))
     breaks = (np.diff(times) != 0) | (np.diff(offsets) != 1)
     return np.concatenate(([0], np.flatnonzero(breaks) + 1)).astype(np.int64)
 
@@ -204,8 +210,8 @@ def _row_sizes(table: pa.Table) -> npt.NDArray[np.int64]:
 
 def _lengths(column: pa.ChunkedArray) -> npt.NDArray[np.int64]:
     """Byte length of each value of a binary or string column (0 for null)."""
-    lengths = pc.fill_null(pc.binary_length(column), 0)
-    return np.asarray(lengths.to_numpy(), dtype=np.int64)
+    lengths = pc.fill_null(pc.binary_length(column).cast(pa.int64()), int64_scalar(0))
+    return int_values(lengths)
 
 
 def write_parquet(table: pa.Table, sink: BinaryIO) -> None:
@@ -437,7 +443,7 @@ def _decode_group(
 
 def _rows_from(group: pa.Table, from_offset: int) -> pa.Table:
     """The rows of a row group at or after `from_offset` (offsets ascend: a slice, no copy)."""
-    offsets = group.column("offset").to_numpy()
+    offsets = int_values(group.column("offset"))
     start = int(np.searchsorted(offsets, from_offset, side="left"))
     return group.slice(start)
 
@@ -451,7 +457,7 @@ def _within(table: pa.Table, max_messages: int, max_bytes: int) -> pa.Table:
     if max_messages:
         table = table.slice(0, max_messages)
     if table.num_rows > 1:
-        sizes = pc.binary_length(table.column("payload")).to_numpy(zero_copy_only=False)
+        sizes = int_values(pc.binary_length(table.column("payload")))
         within = int(np.searchsorted(np.cumsum(sizes), max_bytes, side="right"))
         table = table.slice(0, max(within, 1))
     return table
@@ -465,7 +471,7 @@ def to_stored_batches(table: pa.Table) -> list[StoredBatch]:
     """
     if table.num_rows == 0:
         return []
-    times = table.column("publish_time").cast(pa.int64()).to_numpy()
+    times = int_values(table.column("publish_time").cast(pa.int64()))
     starts = run_starts(table)
     ends = np.append(starts[1:], table.num_rows)
     producer = table.select(BATCH_SCHEMA.names).cast(BATCH_SCHEMA)
@@ -490,7 +496,7 @@ def to_stored_batches(table: pa.Table) -> list[StoredBatch]:
 def first_offset_at_or_after(path: Path, time_us: int) -> int | None:
     """The first offset in a segment published at or after `time_us`, if any."""
     table = pq.read_table(path, columns=["offset", "publish_time"])
-    times = table.column("publish_time").cast(pa.int64()).to_numpy()
+    times = int_values(table.column("publish_time").cast(pa.int64()))
     hits = np.flatnonzero(times >= time_us)
     if not len(hits):
         return None

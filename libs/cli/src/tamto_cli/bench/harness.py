@@ -119,7 +119,8 @@ async def jetstream_server(store: Path, sync: str = "always") -> AsyncIterator[t
 
 
 class RssSampler:
-    """Samples the resident memory of named processes and keeps each one's peak."""
+    """Samples the resident memory of named processes and keeps each one's peak;
+    `settle` waits for them to go quiet."""
 
     def __init__(self, interval_s: float = 0.1) -> None:
         self._interval = interval_s
@@ -150,6 +151,33 @@ class RssSampler:
                 continue
             group, name = key.split(":", 1)
             self.peaks[group][name] = max(self.peaks[group][name], rss)
+
+    async def settle(
+        self, busy_cores: float = 0.15, window_s: float = 0.5, limit_s: float = 60.0
+    ) -> tuple[float, float]:
+        """Wait until the watched processes together use less than `busy_cores` of CPU
+        over `window_s` (at most `limit_s`): (seconds waited, cores used last).
+
+        A phase should not measure the background work the previous one left
+        (Tamto sealing a backlog into Parquet, nats-server deleting a stream).
+        """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            before = self._cpu_seconds()
+            await asyncio.sleep(window_s)
+            cores = (self._cpu_seconds() - before) / window_s
+            waited = loop.time() - started
+            if cores < busy_cores or waited >= limit_s:
+                return waited, cores
+
+    def _cpu_seconds(self) -> float:
+        total = 0.0
+        for proc in list(self._procs.values()):
+            with contextlib.suppress(psutil.Error):
+                times = proc.cpu_times()
+                total += times.user + times.system
+        return total
 
     async def _loop(self) -> None:
         while True:

@@ -432,8 +432,13 @@ async def run_bench(
         stack.push_async_callback(runner.close_admin)
         progress.start(len(plan))
         started = time.time()
+        settled_s = 0.0
         for label, phase in plan:
             progress.phase(label)
+            waited, cores = await sampler.settle()
+            settled_s += waited
+            if cores >= 0.15:
+                notes.append(f"{label}: started with the services still busy ({cores:.2f} cores)")
             await phase()
         progress.phase("done")
         elapsed = time.time() - started
@@ -441,6 +446,7 @@ async def run_bench(
         "tamto_bench_version": 1,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "elapsed_s": round(elapsed, 1),
+        "settle_s": round(settled_s, 1),
         "machine": {
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
