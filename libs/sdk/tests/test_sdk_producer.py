@@ -374,3 +374,27 @@ async def test_send_batch_failure_fails_its_future(client: Client, gateway: Fake
         with pytest.raises(InvalidArgument):
             await asyncio.wait_for(future, 5)
         assert producer.pending == 0
+
+
+async def test_without_linger_batches_are_clocked_by_the_one_in_flight(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 4)
+    gateway.publish_gate = asyncio.Event()
+    async with client.producer("s", max_batch_messages=10) as producer:
+        first = await producer.send(b"first")
+        # Nothing lingers: the first message goes alone at once.
+        await gateway.wait_for(lambda: len(gateway.publish_requests) == 1)
+        more = [await producer.send(f"m{i}".encode()) for i in range(9)]
+        for _ in range(20):
+            await asyncio.sleep(0)
+        # While it is in flight the keyless messages wait on its partition, not
+        # spread over the idle ones as batches of one.
+        assert len(gateway.publish_requests) == 1
+        gateway.publish_gate.set()
+        results = await asyncio.wait_for(asyncio.gather(first, *more), 5)
+        assert [r.batch.count for r in gateway.publish_requests] == [1, 9]
+        assert len({r.partition for r in results}) == 1
+        # A full batch's worth went to that partition: the next keyless one moves on.
+        later = await producer.send_and_wait(b"later")
+    assert later.partition != results[0].partition

@@ -104,7 +104,7 @@ class Client:
         self,
         stream: str,
         *,
-        linger_ms: float = 5,
+        linger_ms: float = 0,
         max_batch_messages: int = 1000,
         max_batch_bytes: int = 4 << 20,
         max_pending_messages: int = 100_000,

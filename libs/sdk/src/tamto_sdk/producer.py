@@ -241,7 +241,13 @@ class Producer:
     Each partition has at most one batch in flight, so order per partition holds.
 
     A batch is published when it holds `max_batch_messages` or `max_batch_bytes`
-    (at most `MAX_BATCH_BYTES`), or `linger_ms` after its first message.
+    (at most `MAX_BATCH_BYTES`), or `linger_ms` after its first message. With
+    `linger_ms=0` (the default) it goes as soon as its partition has no batch in
+    flight: batches are clocked by the round trip, one message alone when the
+    stream is quiet, as many as arrived meanwhile under load; keyless messages
+    then stay on one partition until a full batch's worth went there, so that
+    partition's batches grow with the rate instead of every partition getting
+    one message each.
     """
 
     def __init__(
@@ -250,7 +256,7 @@ class Producer:
         streams: Streams,
         stream: str,
         *,
-        linger_ms: float = 5,
+        linger_ms: float = 0,
         max_batch_messages: int = 1000,
         max_batch_bytes: int = 4 << 20,
         max_pending_messages: int = 100_000,
@@ -280,6 +286,7 @@ class Producer:
         self._sequence = 0
         self._partitions = 0
         self._sticky = 0
+        self._sticky_taken = 0  # messages sent to the sticky partition since it was chosen
         # Per partition: batches waiting (the last one may be open), the open one,
         # the wake-up of its sender task and the task.
         self._queues: dict[int, deque[_Batch]] = {}
@@ -496,6 +503,7 @@ class Producer:
     def _rotate_sticky(self) -> None:
         """Move keyless messages to the next partition (the current batch is closed)."""
         self._sticky = (self._sticky + 1) % self._partitions
+        self._sticky_taken = 0
 
     def _new_batch(self, partition: int) -> _Batch:
         """Open a new batch for `partition` (closing the open one), and start its sender."""
@@ -592,7 +600,12 @@ class Producer:
                             continue
                     del self._open[partition]
                     if partition == self._sticky:
-                        self._rotate_sticky()
+                        self._sticky_taken += batch.count
+                        # Without linger, batches are clocked by the one in flight:
+                        # keyless messages stay on one partition (so its batches grow
+                        # with the rate) until a full batch's worth went there.
+                        if self._linger_s or self._sticky_taken >= self._max_batch_messages:
+                            self._rotate_sticky()
                 queue.popleft()
                 await self._publish(partition, batch)
                 batch = None

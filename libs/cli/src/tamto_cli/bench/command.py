@@ -82,7 +82,9 @@ def bench(
         str | None,
         typer.Option(help="fixed rates (msg/s) for latency (1000,5000; 5000 with --quick)"),
     ] = None,
-    linger_ms: Annotated[float, typer.Option(help="Tamto producer linger")] = 5.0,
+    linger_ms: Annotated[
+        float, typer.Option(help="Tamto producer linger (0: batches clocked by the round trip)")
+    ] = 0.0,
     window: Annotated[
         int, typer.Option(help="unacknowledged publishes per producer (both systems)")
     ] = 10_000,

@@ -53,7 +53,7 @@ class BenchOptions:
     consumers: int = 2
     partitions: int = 4
     rates: tuple[float, ...] = (1000.0, 5000.0)
-    linger_ms: float = 5.0
+    linger_ms: float = 0.0
     window: int = 10_000
     credits: int = 5_000
     ceiling_inflight: int = 4

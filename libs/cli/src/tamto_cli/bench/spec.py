@@ -24,7 +24,7 @@ class JobSpec:
     api_key: str = ""
     rate: float = 0.0
     latency: bool = False
-    linger_ms: float = 5.0
+    linger_ms: float = 0.0
     window: int = 10_000
     credits: int = 5_000
     idle_s: float = 1.0
