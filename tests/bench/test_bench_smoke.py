@@ -65,6 +65,8 @@ def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path
         assert size[system]["consumed"] >= size[system]["published"]
     assert isinstance(size["core_nats"]["pubsub_msgs_s"], int | float)
     assert isinstance(size["ceiling"]["msgs_s"], int | float)
+    assert isinstance(size["tamto"]["publish_batch_msgs_s"], int | float)
+    assert isinstance(doc["settle_s"], int | float)
     assert set(doc["memory_peak_rss_bytes"]["tamto"]) >= {"gateway", "router", "storage", "auth"}
     assert doc["memory_peak_rss_bytes"]["jetstream"]["nats-server"] > 0
     assert "sync_interval: always" in doc["jetstream_config"]

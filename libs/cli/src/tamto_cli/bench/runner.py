@@ -19,6 +19,7 @@ import nats
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 import tamto_sdk
+from tamto_cli.bench.ceiling import BATCH_MESSAGES
 from tamto_cli.bench.harness import (
     HOST,
     JETSTREAM_CONFIG,
@@ -132,6 +133,13 @@ class Runner:
             if "tamto" in o.systems:
                 plan.append((f"tamto publish {size} B", self._bind(self._tamto_publish, size)))
                 plan.append((f"tamto consume+ack {size} B", self._bind(self._tamto_drain, size)))
+                if "ceiling" in o.systems:
+                    plan.append(
+                        (
+                            f"tamto publish {size} B (send_batch)",
+                            self._bind(self._tamto_publish_batches, size),
+                        )
+                    )
                 for rate in o.rates:
                     plan.append(
                         (
@@ -310,6 +318,26 @@ class Runner:
 
     async def _tamto_publish(self, size: int) -> None:
         await self._publish("tamto", size)
+
+    async def _tamto_publish_batches(self, size: int) -> None:
+        """Publish with `send_batch` of `BATCH_MESSAGES` messages per call: the client
+        hands over batches, as the ceiling's client does, so the two compare the
+        broker path alone (the per-message `send` path is what JetStream is compared to)."""
+        o = self.options
+        stream = self._stream("tpb", size)
+        await self._create("tamto", stream)
+        specs = [
+            self._spec("tamto", "pub", stream, size, batch_api=BATCH_MESSAGES)
+            for _ in range(o.producers)
+        ]
+        try:
+            results = await self._run("tamto publish (send_batch)", specs, o.duration_s)
+        finally:
+            await self._delete("tamto", stream)
+        _total, rate = drain_rate(results)
+        self._record(
+            size, "tamto", {"publish_batch_msgs_s": rate, "publish_batch_mb_s": rate * size / MB}
+        )
 
     async def _tamto_drain(self, size: int) -> None:
         await self._drain("tamto", size)

@@ -27,6 +27,8 @@ class JobSpec:
     linger_ms: float = 0.0
     window: int = 10_000
     credits: int = 5_000
+    #: Tamto publishers: messages per `send_batch` call (0: one `send` per message).
+    batch_api: int = 0
     idle_s: float = 1.0
     #: Ceiling: the port to serve on, the next hop's address, the file to write.
     port: int = 0

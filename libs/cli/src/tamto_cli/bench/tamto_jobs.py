@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import array
 import asyncio
 import os
 import time
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 import tamto_sdk
@@ -46,7 +48,20 @@ async def publish(spec: JobSpec, gate: Gate) -> JobResult:
             if in_window(start, end):
                 result.in_window += 1
 
-        if spec.rate > 0:
+        if spec.batch_api:
+            payloads = _payloads(spec.size, spec.batch_api)
+
+            def batch_done(future: asyncio.Future[Any]) -> None:
+                if future.cancelled() or future.exception() is not None:
+                    result.errors += spec.batch_api
+                    return
+                result.total += spec.batch_api
+                if in_window(start, end):
+                    result.in_window += spec.batch_api
+
+            while time.monotonic() < end:
+                (await producer.send_batch(payloads)).add_done_callback(batch_done)
+        elif spec.rate > 0:
 
             async def send(payload: bytes) -> None:
                 (await producer.send(payload)).add_done_callback(done)
@@ -61,6 +76,13 @@ async def publish(spec: JobSpec, gate: Gate) -> JobResult:
         await asyncio.wait_for(producer.flush(), _FLUSH_TIMEOUT_S)
         result.last = time.time()
     return result
+
+
+def _payloads(size: int, count: int) -> pa.Array:
+    """`count` random payloads of `size` bytes as one binary array (built from buffers)."""
+    offsets = array.array("i", range(0, size * count + 1, size))
+    data = pa.py_buffer(os.urandom(size) * count)
+    return pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets), data])
 
 
 async def consume(spec: JobSpec, gate: Gate) -> JobResult:
