@@ -4,9 +4,9 @@ decoding the whole file, row groups bounded by bytes, and the decoded-group cach
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
-import os
 from pathlib import Path
 
 import pyarrow as pa
