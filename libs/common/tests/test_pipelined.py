@@ -269,3 +269,47 @@ async def test_close_fails_waiting_calls_and_refuses_new_ones(
             await calls(request(1), timeout=1)
     finally:
         await server.stop()
+
+
+async def test_a_peer_without_the_stream_method_is_called_unary(
+    channel_to: Callable[[Server], grpc.aio.Channel],
+) -> None:
+    unary_calls: list[int] = []
+
+    async def append(
+        request: router_pb2.RouterAppendRequest, context: grpc.aio.ServicerContext
+    ) -> router_pb2.RouterAppendResponse:
+        unary_calls.append(request.partition)
+        return await echo_partition(request)
+
+    old = Server(echo_partition)  # only its handlers below: no AppendStream
+    old.server.add_generic_rpc_handlers(
+        (
+            grpc.method_handlers_generic_handler(
+                "tamto.v1.Router",
+                {
+                    "Append": grpc.unary_unary_rpc_method_handler(
+                        append,
+                        request_deserializer=router_pb2.RouterAppendRequest.FromString,
+                        response_serializer=router_pb2.RouterAppendResponse.SerializeToString,
+                    )
+                },
+            ),
+        )
+    )
+    old.port = old.server.add_insecure_port("127.0.0.1:0")
+    await old.server.start()
+    calls = PipelinedCalls(
+        channel_to(old),
+        METHOD,
+        router_pb2.RouterAppendStreamResponse,
+        fallback=("/tamto.v1.Router/Append", router_pb2.RouterAppendResponse),
+    )
+    try:
+        assert (await calls(request(3), timeout=10)).base_offset == 3
+        assert (await calls(request(4), timeout=10)).base_offset == 4
+        assert unary_calls == [3, 4]
+        assert old.stream_metadata == []
+    finally:
+        await calls.close()
+        await old.stop()

@@ -13,7 +13,9 @@ timeout=, metadata=)`, except that `request` is a function from the call id to
 the encoded request (the wire encoders write the id in the same join as the
 batch bytes, so no extra copy). Failures are raised as `grpc.aio.AioRpcError`
 with the status the unary call would have ended with, so each caller's one
-error translation stays as it is.
+error translation stays as it is. Given the unary method too (`fallback`),
+calls go through it once the peer answers the stream UNIMPLEMENTED: a peer
+from before pipelined calls, met during a rolling upgrade.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import grpc
+
+from tamto_protocol.wire import raw_unary
 
 #: A gRPC status code by its number (a `CallStatus.code`).
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -86,12 +90,22 @@ class PipelinedCalls:
     The stream opens on the first call and again after it failed; a call with
     other `metadata` than the open stream's (a renewed token) opens a new one and
     lets the old one finish its calls. `close` ends the stream and its reader.
+    `fallback` is the unary method and its response type, if the peer may lack
+    the stream method.
     """
 
-    def __init__(self, channel: grpc.aio.Channel, method: str, response_type: Any) -> None:
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        method: str,
+        response_type: Any,
+        fallback: tuple[str, Any] | None = None,
+    ) -> None:
         self._open_stream = channel.stream_stream(
             method, request_serializer=None, response_deserializer=response_type.FromString
         )
+        self._unary = None if fallback is None else raw_unary(channel, *fallback)
+        self._unary_only = False
         self._method = method
         self._current: _Stream | None = None
         self._draining: set[_Stream] = set()
@@ -108,25 +122,41 @@ class PipelinedCalls:
         """Send `request(call_id)` and return the `response` of its answer."""
         if self._closed:
             raise rpc_error(grpc.StatusCode.CANCELLED, f"{self._method}: calls closed")
+        if self._unary_only and self._unary is not None:
+            return await self._unary(request(0), timeout=timeout, metadata=metadata)
+        try:
+            answer = await self._exchange(request, timeout, metadata)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNIMPLEMENTED or self._unary is None:
+                raise
+            # The peer has no such stream method, so it handled nothing of this call.
+            self._unary_only = True
+            return await self._unary(request(0), timeout=timeout, metadata=metadata)
+        status = answer.status
+        if status.code:
+            raise rpc_error(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message)
+        return answer.response
+
+    async def _exchange(
+        self, request: Encode, timeout_s: float | None, metadata: Metadata | None
+    ) -> Any:
+        """Write the request on the stream and wait for its answer."""
         stream = self._stream(metadata)
         call_id = self._next_id
         self._next_id += 1
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         stream.waiting[call_id] = future
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout_s):
                 await self._write(stream, request(call_id))
                 answer = await future
         except TimeoutError:
             raise rpc_error(
-                grpc.StatusCode.DEADLINE_EXCEEDED, f"{self._method}: no answer in {timeout} s"
+                grpc.StatusCode.DEADLINE_EXCEEDED, f"{self._method}: no answer in {timeout_s} s"
             ) from None
         finally:
             stream.waiting.pop(call_id, None)
-        status = answer.status
-        if status.code:
-            raise rpc_error(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message)
-        return answer.response
+        return answer
 
     async def close(self) -> None:
         """End the streams (calls still waiting fail with CANCELLED) and their readers."""

@@ -9,7 +9,7 @@ import grpc
 
 from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
-from tamto_protocol.wire import PUBLISH_STREAM
+from tamto_protocol.wire import PUBLISH, PUBLISH_STREAM
 from tamto_sdk._retry import with_retries
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.errors import TamtoError, Unauthenticated, from_rpc_error
@@ -30,7 +30,10 @@ class Calls:
         #: Publish calls pipelined on one stream, each request written in wire form by
         #: a function of its call id (`tamto_protocol.pipelined`, `tamto_protocol.wire`).
         self.publish_raw = PipelinedCalls(
-            channel, PUBLISH_STREAM, gateway_pb2.PublishStreamResponse
+            channel,
+            PUBLISH_STREAM,
+            gateway_pb2.PublishStreamResponse,
+            fallback=(PUBLISH, gateway_pb2.PublishResponse),
         )
         #: Consume handing its responses over as bytes (`parse_consume_response`).
         self.consume_raw = channel.stream_stream(

@@ -10,7 +10,7 @@ from tamto_common.grpc_errors import downstream_error
 from tamto_gateway.routing import Routes
 from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2
-from tamto_protocol.wire import ROUTER_APPEND_STREAM, router_append_request
+from tamto_protocol.wire import ROUTER_APPEND, ROUTER_APPEND_STREAM, router_append_request
 
 ROUTER_CONSUME = "/tamto.v1.Router/Consume"
 
@@ -32,7 +32,10 @@ class Upstream:
         known = self._appends.get(address)
         if known is None or known[0] is not channel:
             appends = PipelinedCalls(
-                channel, ROUTER_APPEND_STREAM, router_pb2.RouterAppendStreamResponse
+                channel,
+                ROUTER_APPEND_STREAM,
+                router_pb2.RouterAppendStreamResponse,
+                fallback=(ROUTER_APPEND, router_pb2.RouterAppendResponse),
             )
             known = self._appends[address] = (channel, appends)
 

@@ -11,7 +11,7 @@ import grpc
 from tamto_common.grpc_errors import downstream_error
 from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
-from tamto_protocol.wire import STORAGE_APPEND_STREAM, storage_append_request
+from tamto_protocol.wire import STORAGE_APPEND, STORAGE_APPEND_STREAM, storage_append_request
 from tamto_router.acks import AckSet
 from tamto_router.batch_cache import BatchCache
 
@@ -65,7 +65,10 @@ class StorageClient:
         self.channel = channel
         self._stub = storage_pb2_grpc.StorageStub(channel)
         self._append = PipelinedCalls(
-            channel, STORAGE_APPEND_STREAM, storage_pb2.StorageAppendStreamResponse
+            channel,
+            STORAGE_APPEND_STREAM,
+            storage_pb2.StorageAppendStreamResponse,
+            fallback=(STORAGE_APPEND, storage_pb2.StorageAppendResponse),
         )
         self._timeout = timeout_s
         self._cache = cache
