@@ -7,36 +7,19 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch
 from tamto_storage.sealer import Retention, SealOptions
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
 
-T_US = 1_800_000_000_000_000
+from ..stored_batches import T_US, Clock, stored_batch
+
 GRACE_S = 60.0
 UNACKED = 23
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T_US / 1e6
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def batch(base: int, count: int) -> StoredBatch:
-    arrow = encode_batch(
-        BatchColumns(
-            payloads=[f"m{o}".encode() for o in range(base, base + count)],
-            keys=[None] * count,
-            headers=[None] * count,
-            ids=[None] * count,
-            event_times_us=[None] * count,
-        )
-    )
-    return StoredBatch(base, count, T_US + base, arrow)
+    return stored_batch(base, count, T_US + base)
 
 
 def offsets(frame: DataFrame) -> list[int]:

@@ -6,36 +6,19 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_storage.model import StoredBatch
 from tamto_storage.sealer import SealOptions
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
 
-T_US = 1_800_000_000_000_000
+from ..stored_batches import T_US, Clock, stored_batch
+
 GRACE_S = 60.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T_US / 1e6
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def batch(base: int, count: int) -> StoredBatch:
-    arrow = encode_batch(
-        BatchColumns(
-            payloads=[f"m{o}".encode() for o in range(base, base + count)],
-            keys=[None] * count,
-            headers=[None] * count,
-            ids=[None] * count,
-            event_times_us=[None] * count,
-        )
-    )
     # Batch at offset b published b minutes after T: segments ten minutes apart.
-    return StoredBatch(base, count, T_US + base * 60_000_000, arrow)
+    return stored_batch(base, count, T_US + base * 60_000_000)
 
 
 async def test_a_job_that_listed_segments_finishes_while_retention_expires_them(

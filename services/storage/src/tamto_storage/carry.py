@@ -40,7 +40,7 @@ from tamto_protocol.segment import (
     carried_file_name,
     segment_file_name,
 )
-from tamto_storage.durable import fsync_dir, make_dirs
+from tamto_storage.durable import fsync_dir, make_dirs, write_atomic
 from tamto_storage.interest import Rewrite, Span
 from tamto_storage.segments import TMP_SUFFIX, Segment, segment_entry, write_parquet
 
@@ -112,18 +112,7 @@ def write_carried(partition: int, directory: Path, rewrite: Rewrite) -> Segment:
     folder = directory / CARRIED_DIR
     make_dirs(folder)
     path = folder / carried_file_name(first, last, generation)
-    tmp = folder / f".{path.name}.{secrets.token_hex(4)}{TMP_SUFFIX}"
-    try:
-        with tmp.open("wb") as f:
-            write_parquet(table, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_dir(folder)
+    write_atomic(path, lambda f: write_parquet(table, f))
     entry = segment_entry(partition, metadata, path.stat().st_size, table.num_rows, staged=True)
     return Segment(entry, path)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 
 def fsync_dir(directory: Path) -> None:
@@ -17,15 +19,19 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so a crash leaves either the old or the new content.
+def write_atomic(path: Path, data: bytes | Callable[[BinaryIO], object]) -> None:
+    """Replace `path` with `data` (bytes, or a function writing to the open file) so a
+    crash leaves either the old or the new content.
 
     Write a temporary sibling, fsync it, rename over the target, fsync the directory.
     """
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
         with tmp.open("wb") as f:
-            f.write(data)
+            if isinstance(data, bytes):
+                f.write(data)
+            else:
+                data(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

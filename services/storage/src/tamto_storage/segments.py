@@ -26,10 +26,8 @@ Every function here blocks: call through a thread.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -66,7 +64,7 @@ from tamto_protocol.segment import (
     parse_segment_name,
     segment_file_name,
 )
-from tamto_storage.durable import fsync_dir
+from tamto_storage.durable import write_atomic
 from tamto_storage.model import StoredBatch
 
 #: A Parquet row group ends at whichever limit comes first (see `row_group_bounds`).
@@ -150,18 +148,7 @@ def write_segment(partition: int, directory: Path, batches: Sequence[StoredBatch
     table = build_table(batches)
     first, last = batches[0].base_offset, batches[-1].end_offset - 1
     path = directory / segment_file_name(first, last)
-    tmp = directory / f".{path.name}.{secrets.token_hex(4)}{TMP_SUFFIX}"
-    try:
-        with tmp.open("wb") as f:
-            write_parquet(table, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_dir(directory)
+    write_atomic(path, lambda f: write_parquet(table, f))
     return Segment(
         segment_entry(partition, table.schema.metadata, path.stat().st_size, table.num_rows), path
     )
