@@ -398,3 +398,18 @@ async def test_without_linger_batches_are_clocked_by_the_one_in_flight(
         # A full batch's worth went to that partition: the next keyless one moves on.
         later = await producer.send_and_wait(b"later")
     assert later.partition != results[0].partition
+
+
+async def test_send_batch_counts_header_bytes_against_the_byte_cap(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    headers = [{"h": "x" * 1000} if i % 2 == 0 else None for i in range(20)]
+    async with client.producer("s", linger_ms=1000, max_batch_bytes=5000) as producer:
+        published = await (await producer.send_batch([b"p"] * 20, headers=headers))
+    assert published.offsets.to_pylist() == list(range(20))
+    # Ten rows carry ~1 KB of headers: about four of those fit under 5,000 bytes.
+    counts = [r.batch.count for r in gateway.publish_requests]
+    assert sum(counts) == 20
+    assert len(counts) >= 3
+    assert all(count <= 9 for count in counts)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import array
 import asyncio
-import bisect
 import contextlib
 import itertools
 import random
@@ -24,6 +23,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -33,7 +33,9 @@ from tamto_protocol.batch import (
     ID_TYPE,
     KEY_TYPE,
     PAYLOAD_TYPE,
+    int64_array,
     int64_scalar,
+    int_values,
     ipc_buffer,
     make_batch,
     sequence_ids,
@@ -49,6 +51,8 @@ __all__ = ["MAX_BATCH_BYTES", "Producer"]
 
 # Rough per-message overhead of the Arrow encoding (offsets, validity bits, the id).
 _MESSAGE_OVERHEAD = 32
+#: The headers column as a list of (name, value) structs.
+_HEADER_PAIRS = pa.list_(pa.struct([HEADERS_TYPE.key_field, HEADERS_TYPE.item_field]))
 
 #: The largest `max_batch_bytes`: every hop accepts requests of up to 64 MiB.
 MAX_BATCH_BYTES = 32 << 20
@@ -463,7 +467,7 @@ class Producer:
         outcome: _BatchOutcome,
     ) -> None:
         """Add rows bound for `partition` (None: keyless) to batches, splitting at the caps."""
-        cumulative: list[int] = pc.cumulative_sum(sizes).to_pylist()
+        cumulative = int_values(pc.cumulative_sum(sizes))
         n = len(cumulative)
         start = 0
         while start < n:
@@ -471,9 +475,9 @@ class Producer:
             batch = self._open.get(target)
             if batch is None:
                 batch = self._new_batch(target)
-            before = cumulative[start - 1] if start else 0
+            before = int(cumulative[start - 1]) if start else 0
             room = self._max_batch_bytes - batch.bytes
-            end = bisect.bisect_right(cumulative, before + room, lo=start)
+            end = max(start, int(np.searchsorted(cumulative, before + room, side="right")))
             end = min(end, start + self._max_batch_messages - batch.count, n)
             if end <= start:
                 if batch.count:  # the next row does not fit: close this batch and go on
@@ -485,7 +489,9 @@ class Producer:
             part_columns = tuple(c.slice(start, end - start) for c in columns)
             part_rows = rows[start:end]
             batch.add_rows(
-                _Rows(part_columns, outcome, part_rows), end - start, cumulative[end - 1] - before
+                _Rows(part_columns, outcome, part_rows),
+                end - start,
+                int(cumulative[end - 1]) - before,
             )
             start = end
             if batch.count >= self._max_batch_messages or batch.bytes >= self._max_batch_bytes:
@@ -790,10 +796,16 @@ def _row_sizes(columns: tuple[pa.Array, ...]) -> pa.Array:
         sizes = pc.add(sizes, key_sizes)
     headers = columns[2]
     if headers.null_count != len(headers):
-        header_bytes = [
-            sum(len(k) + len(v) for k, v in pairs) if pairs else 0 for pairs in headers.to_pylist()
-        ]
-        sizes = pc.add(sizes, pa.array(header_bytes, pa.int64()))
+        # Bytes of every header name and value, summed per row without a Python loop.
+        pairs = headers.cast(_HEADER_PAIRS)  # list kernels take lists, not maps
+        entries = pc.list_flatten(pairs)
+        entry_bytes = pc.add(
+            pc.binary_length(entries.field(0)).cast(pa.int64()),
+            pc.binary_length(entries.field(1)).cast(pa.int64()),
+        )
+        rows = int_values(pc.list_parent_indices(pairs))
+        per_row = np.bincount(rows, weights=int_values(entry_bytes), minlength=len(headers))
+        sizes = pc.add(sizes, int64_array(per_row.astype(np.int64)))
     return sizes
 
 
