@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import io
 import json
 import os
@@ -34,6 +35,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -144,16 +146,27 @@ async def over_rpc(data_dir: Path, end: int) -> tuple[float, int, int]:
         await child.wait()
 
 
+async def load_partition(pid: Any, root: Path) -> Any:
+    """The partition as a storage node opens it: with the default decoded-group
+    cache where this version takes one (`--compare` may run an older one)."""
+    from tamto_storage.config import StorageConfig
+    from tamto_storage.partition import Partition
+    from tamto_storage.wal import WalOptions
+
+    if "decoded_groups" not in inspect.signature(Partition.load).parameters:
+        return await Partition.load(pid, root, WalOptions())
+    cache = StorageConfig().decoded_groups()
+    return await Partition.load(pid, root, WalOptions(), decoded_groups=cache)
+
+
 async def measure(case: Case, payload: str, data_dir: Path) -> dict[str, float]:
     from tamto_storage.model import PartitionId, StoredBatch
-    from tamto_storage.partition import Partition
     from tamto_storage.store import partition_dir
-    from tamto_storage.wal import WalOptions
 
     pid = PartitionId(STREAM, 0)
     root = partition_dir(data_dir, pid)
     bodies = make_batches(case, payload)
-    partition = await Partition.load(pid, root, WalOptions())
+    partition = await load_partition(pid, root)
     await partition.open(1)
     base = 0
     for i in range(0, len(bodies), 8):  # a few batches per append, like the router
@@ -170,7 +183,7 @@ async def measure(case: Case, payload: str, data_dir: Path) -> dict[str, float]:
     await partition.close()
     wal_rpc_s, _, _ = await over_rpc(data_dir, end)
 
-    partition = await Partition.load(pid, root, WalOptions())
+    partition = await load_partition(pid, root)
     started = time.perf_counter()
     await partition.seal(SEGMENT_BYTES)
     seal_s = time.perf_counter() - started

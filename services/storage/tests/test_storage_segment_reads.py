@@ -15,10 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 from storage_testkit import make_batch
 
+from tamto_common.config import load_config
+from tamto_common.errors import ConfigError
 from tamto_protocol.v1 import messages_pb2, storage_pb2
 from tamto_storage import segments
+from tamto_storage.config import StorageConfig
 from tamto_storage.grpc_api import read_response
 from tamto_storage.model import StoredBatch
+from tamto_storage.segment_log import SegmentLog
 from tamto_storage.segments import (
     DecodedGroups,
     build_table,
@@ -247,6 +251,27 @@ def test_the_cache_keeps_recent_groups_within_its_budget() -> None:
     small = DecodedGroups(table.nbytes - 1)
     small.put((0,), table)
     assert small.get((0,)) is None, "a group larger than the budget is not kept"
+
+
+async def test_a_partition_reads_segments_through_the_cache_it_was_given(
+    tmp_path: Path, decoded: list[int]
+) -> None:
+    segment = write_segment(0, tmp_path, batches(4))
+    for cache in (DecodedGroups(1 << 20), None):
+        decoded.clear()
+        log = SegmentLog([segment], 0, cache)
+        first = await log.read(0, 15, 1 << 20)
+        rest = await log.read(first[-1].end_offset, 0, 1 << 20)
+        assert rest[-1].end_offset == 40
+        # Without a cache, the continuing read decodes the group again.
+        assert decoded == ([0] if cache is not None else [0, 0])
+
+
+def test_the_storage_config_sizes_the_cache_or_turns_it_off() -> None:
+    assert StorageConfig().decoded_groups() is not None
+    assert StorageConfig(segment_read_cache_mb=0).decoded_groups() is None
+    with pytest.raises(ConfigError, match=r"--segment-read-cache-mb .*must not be negative"):
+        load_config(StorageConfig, "storage", ["--segment-read-cache-mb", "-1"], {})
 
 
 def test_the_read_response_is_what_protobuf_serialises() -> None:

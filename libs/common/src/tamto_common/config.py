@@ -43,6 +43,10 @@ def positive(value: float) -> str | None:
     return None if value > 0 else f"must be positive, got {value}"
 
 
+def not_negative(value: float) -> str | None:
+    return None if value >= 0 else f"must not be negative, got {value}"
+
+
 def one_of(*choices: str) -> Check:
     def check(value: str) -> str | None:
         return None if value in choices else f"must be one of {', '.join(choices)}, got {value!r}"

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tamto_common.config import ServiceConfig, positive, setting
-
-
-def _not_negative(value: int) -> str | None:
-    return None if value >= 0 else f"must not be negative, got {value}"
+from tamto_common.config import ServiceConfig, not_negative, positive, setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,13 +15,13 @@ class RouterConfig(ServiceConfig):
     read_cache_mb: int = setting(
         128,
         "MiB of recently appended or read batches kept in memory for delivery (0: none)",
-        _not_negative,
+        not_negative,
     )
     cursor_commit_ms: int = setting(
         50,
         "most milliseconds a subscription's acks wait before their cursor is committed "
         "(commits are coalesced; a consumer's clean leave commits at once)",
-        _not_negative,
+        not_negative,
     )
     claim_timeout_s: float = setting(
         15.0, "how long a request waits for a partition's previous owner lease", positive

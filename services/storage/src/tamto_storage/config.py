@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tamto_common.config import ServiceConfig, one_of, positive, setting
+from tamto_common.config import ServiceConfig, not_negative, one_of, positive, setting
 from tamto_storage.sealer import SealOptions
+from tamto_storage.segments import DecodedGroups
 from tamto_storage.wal import WalOptions
 
 MIB = 1024 * 1024
@@ -33,6 +34,12 @@ class StorageConfig(ServiceConfig):
     read_max_bytes: int = setting(
         8 * MIB, "cap on batch bytes per Read response (one larger batch still goes)", positive
     )
+    segment_read_cache_mb: int = setting(
+        64,
+        "MiB of decoded Parquet row groups kept so a read that continues where the last "
+        "one stopped does not decode them again (0: none)",
+        not_negative,
+    )
 
     segment_bytes: int = setting(
         64 * MIB, "unsealed bytes of a partition that trigger sealing into a segment", positive
@@ -58,6 +65,12 @@ class StorageConfig(ServiceConfig):
             check_interval_s=self.seal_check_ms / 1000,
             retention_grace_s=self.retention_grace_ms / 1000,
         )
+
+    def decoded_groups(self) -> DecodedGroups | None:
+        """The process's cache of decoded segment row groups, or None when disabled."""
+        if not self.segment_read_cache_mb:
+            return None
+        return DecodedGroups(self.segment_read_cache_mb * MIB)
 
     def wal_options(self) -> WalOptions:
         """The write-ahead log settings these config values describe."""

@@ -36,7 +36,13 @@ from tamto_storage.epoch import load_epoch, store_epoch
 from tamto_storage.frame import MAX_BODY_BYTES
 from tamto_storage.model import Cursor, PartitionId, PartitionOffsets, ReadResult, StoredBatch
 from tamto_storage.segment_log import SegmentLog
-from tamto_storage.segments import Segment, choose_live, scan_segments, write_segment
+from tamto_storage.segments import (
+    DecodedGroups,
+    Segment,
+    choose_live,
+    scan_segments,
+    write_segment,
+)
 from tamto_storage.wal import Wal, WalOptions, create_wal_file
 
 log = structlog.get_logger(__name__)
@@ -91,12 +97,20 @@ class Partition:
 
     @classmethod
     async def load(
-        cls, pid: PartitionId, directory: Path, options: WalOptions, *, floor: int = 0
+        cls,
+        pid: PartitionId,
+        directory: Path,
+        options: WalOptions,
+        *,
+        floor: int = 0,
+        decoded_groups: DecodedGroups | None = None,
     ) -> Partition:
         """Open the partition stored in `directory` (created if missing), recovering its WAL.
 
         `floor` is the retention floor the stream's manifest records: segment
         files below it were expired and are not served (see `expired_files`).
+        Segment reads keep decoded row groups in `decoded_groups` (shared by the
+        store's partitions), if given.
         """
         await asyncio.to_thread(make_dirs, directory)
         await asyncio.to_thread(_migrate_layout, directory)
@@ -106,7 +120,8 @@ class Partition:
         wal = await Wal.open(directory / WAL_DIR, options, label=str(pid))
         kept = [s for s in live if s.first_offset >= floor]
         # A lost or stale epoch file must not let an older owner back in.
-        partition = cls(pid, directory, wal, max(stored, wal.max_epoch), SegmentLog(kept, floor))
+        segments = SegmentLog(kept, floor, decoded_groups)
+        partition = cls(pid, directory, wal, max(stored, wal.max_epoch), segments)
         below = [s for s in live if s.first_offset < floor]
         partition.expired_files = [s.path for s in (*below, *superseded)]
         partition._unsealed_bytes = wal.bytes_from(partition._segments.end_offset)

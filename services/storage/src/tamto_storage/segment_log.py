@@ -19,13 +19,17 @@ from pathlib import Path
 from tamto_common.errors import DataCorruption
 from tamto_storage import segments as seg
 from tamto_storage.model import StoredBatch
-from tamto_storage.segments import Segment
+from tamto_storage.segments import DecodedGroups, Segment
 
 
 class SegmentLog:
     """The committed segments of one partition."""
 
-    def __init__(self, found: list[Segment], floor: int = 0) -> None:
+    def __init__(
+        self, found: list[Segment], floor: int = 0, decoded_groups: DecodedGroups | None = None
+    ) -> None:
+        """`decoded_groups`: where reads keep decoded row groups (None: nowhere)."""
+        self._decoded_groups = decoded_groups
         self._segments: list[Segment] = []
         self._firsts: list[int] = []
         self.floor = floor
@@ -100,7 +104,12 @@ class SegmentLog:
             if segment.end_offset <= from_offset or segment.entry.rows == 0:
                 continue
             batches = await asyncio.to_thread(
-                _read_batches, segment.path, from_offset, max_messages, max_bytes
+                _read_batches,
+                segment.path,
+                from_offset,
+                max_messages,
+                max_bytes,
+                self._decoded_groups,
             )
             if batches:
                 return batches
@@ -117,7 +126,7 @@ class SegmentLog:
 
 
 def _read_batches(
-    path: Path, from_offset: int, max_messages: int, max_bytes: int
+    path: Path, from_offset: int, max_messages: int, max_bytes: int, cache: DecodedGroups | None
 ) -> list[StoredBatch]:
     """`read_rows` as stored batches, in one trip to a worker thread."""
-    return seg.to_stored_batches(seg.read_rows(path, from_offset, max_messages, max_bytes))
+    return seg.to_stored_batches(seg.read_rows(path, from_offset, max_messages, max_bytes, cache))

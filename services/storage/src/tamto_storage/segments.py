@@ -76,8 +76,6 @@ ROW_GROUP_ROWS = 16_384
 ROW_GROUP_BYTES = 8 * 1024 * 1024
 #: Bytes a row takes besides its variable-length columns (offset, times, lengths).
 _ROW_FIXED_BYTES = 40
-#: Budget of the decoded row groups kept for the next read (`DecodedGroups`).
-DECODED_CACHE_BYTES = 64 * 1024 * 1024
 TMP_SUFFIX = ".tmp"
 
 
@@ -366,16 +364,12 @@ class DecodedGroups:
             self._bytes += size
 
 
-#: The process's cache of decoded row groups (see `DecodedGroups`).
-DECODED = DecodedGroups(DECODED_CACHE_BYTES)
-
-
 def read_rows(
     path: Path,
     from_offset: int,
     max_messages: int,
     max_bytes: int,
-    cache: DecodedGroups | None = DECODED,
+    cache: DecodedGroups | None = None,
 ) -> pa.Table:
     """Rows of a segment from `from_offset` on, within the limits (at least one row).
 

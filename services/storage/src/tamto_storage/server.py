@@ -41,6 +41,7 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
         stream_options,
         seal_options=config.seal_options(),
         retention_for=retention,
+        decoded_groups=config.decoded_groups(),
     )
     runtime.resources.push_async_callback(store.close)
     store.start_sealer()

@@ -28,6 +28,7 @@ from tamto_storage.manifest import StreamManifest
 from tamto_storage.model import PartitionId
 from tamto_storage.partition import Partition
 from tamto_storage.sealer import RetentionFor, Sealer, SealOptions, StoreView
+from tamto_storage.segments import DecodedGroups
 from tamto_storage.wal import WalOptions
 
 log = structlog.get_logger(__name__)
@@ -60,11 +61,14 @@ class PartitionStore(StoreView):
         seal_options: SealOptions | None = None,
         retention_for: RetentionFor | None = None,
         clock: Callable[[], float] = time.time,
+        decoded_groups: DecodedGroups | None = None,
     ) -> None:
         """`options` are the defaults; `options_for(stream, defaults)`, when given,
         decides a stream's own (its durability policy) as its partitions open.
         `seal_options` enable sealing; `retention_for(stream)` gives a stream's
-        (retention_ms, retention_bytes); `clock` is the wall clock retention uses."""
+        (retention_ms, retention_bytes); `clock` is the wall clock retention uses;
+        `decoded_groups`, shared by every partition, keeps decoded segment row
+        groups for reads that continue where the last one stopped."""
         self._data_dir = data_dir
         self._options = options
         self._options_for = options_for
@@ -72,6 +76,7 @@ class PartitionStore(StoreView):
         self._partitions: dict[PartitionId, asyncio.Task[Partition]] = {}
         self._manifests: dict[str, asyncio.Task[StreamManifest]] = {}
         self._clock = clock
+        self._decoded_groups = decoded_groups
         self._sealer = (
             Sealer(self, seal_options, retention_for, clock) if seal_options is not None else None
         )
@@ -147,7 +152,11 @@ class PartitionStore(StoreView):
         manifest = await self._manifest(pid.stream)
         floor = manifest.current.start_offsets.get(pid.partition, 0)
         partition = await Partition.load(
-            pid, partition_dir(self._data_dir, pid), options, floor=floor
+            pid,
+            partition_dir(self._data_dir, pid),
+            options,
+            floor=floor,
+            decoded_groups=self._decoded_groups,
         )
         await manifest.update(lambda m: _reconcile(m, partition, self._grace_deadline_us()))
         return partition
