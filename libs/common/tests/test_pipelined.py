@@ -11,7 +11,7 @@ import pytest
 from tamto_common.errors import FailedPrecondition
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.pipelined import answer_calls
-from tamto_protocol.pipelined import PipelinedCalls
+from tamto_protocol.pipelined import STREAM_RETRY_S, PipelinedCalls
 from tamto_protocol.v1 import router_pb2
 from tamto_protocol.wire import router_append_request
 
@@ -299,17 +299,35 @@ async def test_a_peer_without_the_stream_method_is_called_unary(
     )
     old.port = old.server.add_insecure_port("127.0.0.1:0")
     await old.server.start()
+    now = [0.0]
     calls = PipelinedCalls(
         channel_to(old),
         METHOD,
         router_pb2.RouterAppendStreamResponse,
         fallback=("/tamto.v1.Router/Append", router_pb2.RouterAppendResponse),
+        clock=lambda: now[0],
     )
+    new = Server(echo_partition)
     try:
         assert (await calls(request(3), timeout=10)).base_offset == 3
         assert (await calls(request(4), timeout=10)).base_offset == 4
         assert unary_calls == [3, 4]
-        assert old.stream_metadata == []
+        # The peer is upgraded in place: same address, now with the stream.
+        await old.stop()
+        await new.start(old.port)
+        now[0] = STREAM_RETRY_S  # the stream is tried again only after a while
+        deadline = asyncio.get_running_loop().time() + 20
+        while True:  # the channel reconnects to the new server with its own backoff
+            try:
+                assert (await calls(request(5), timeout=10)).base_offset == 5
+                break
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() is not grpc.StatusCode.UNAVAILABLE:
+                    raise
+                assert asyncio.get_running_loop().time() < deadline, "never reconnected"
+        assert len(new.stream_metadata) == 1, "called over the stream again"
+        assert unary_calls == [3, 4]
     finally:
         await calls.close()
+        await new.stop()
         await old.stop()

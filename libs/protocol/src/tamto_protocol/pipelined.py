@@ -15,13 +15,17 @@ batch bytes, so no extra copy). Failures are raised as `grpc.aio.AioRpcError`
 with the status the unary call would have ended with, so each caller's one
 error translation stays as it is. Given the unary method too (`fallback`),
 calls go through it once the peer answers the stream UNIMPLEMENTED: a peer
-from before pipelined calls, met during a rolling upgrade.
+from before pipelined calls, met during a rolling upgrade. The stream is tried
+again `STREAM_RETRY_S` later, so a peer upgraded meanwhile gets streams again
+without the caller restarting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +38,10 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 Encode = Callable[[int], bytes]
 Metadata = Sequence[tuple[str, str]]
+
+#: How long calls go unary after the peer answered the stream UNIMPLEMENTED,
+#: before the stream is tried again (one failed attempt costs one round trip).
+STREAM_RETRY_S = 60.0
 
 
 def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
@@ -91,7 +99,7 @@ class PipelinedCalls:
     other `metadata` than the open stream's (a renewed token) opens a new one and
     lets the old one finish its calls. `close` ends the stream and its reader.
     `fallback` is the unary method and its response type, if the peer may lack
-    the stream method.
+    the stream method; `clock` (monotonic seconds) times the retry of the stream.
     """
 
     def __init__(
@@ -100,12 +108,14 @@ class PipelinedCalls:
         method: str,
         response_type: Any,
         fallback: tuple[str, Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._open_stream = channel.stream_stream(
             method, request_serializer=None, response_deserializer=response_type.FromString
         )
         self._unary = None if fallback is None else raw_unary(channel, *fallback)
-        self._unary_only = False
+        self._unary_until = -math.inf  # calls go unary before this time (`clock`)
+        self._clock = clock
         self._method = method
         self._current: _Stream | None = None
         self._draining: set[_Stream] = set()
@@ -122,7 +132,7 @@ class PipelinedCalls:
         """Send `request(call_id)` and return the `response` of its answer."""
         if self._closed:
             raise rpc_error(grpc.StatusCode.CANCELLED, f"{self._method}: calls closed")
-        if self._unary_only and self._unary is not None:
+        if self._unary is not None and self._clock() < self._unary_until:
             return await self._unary(request(0), timeout=timeout, metadata=metadata)
         try:
             answer = await self._exchange(request, timeout, metadata)
@@ -130,7 +140,7 @@ class PipelinedCalls:
             if exc.code() is not grpc.StatusCode.UNIMPLEMENTED or self._unary is None:
                 raise
             # The peer has no such stream method, so it handled nothing of this call.
-            self._unary_only = True
+            self._unary_until = self._clock() + STREAM_RETRY_S
             return await self._unary(request(0), timeout=timeout, metadata=metadata)
         status = answer.status
         if status.code:
