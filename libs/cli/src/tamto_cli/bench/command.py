@@ -42,6 +42,17 @@ class _Bar:
         self._progress.update(self._task, description=label)
 
 
+def _progress(console: Console = err) -> RichProgress:
+    """The bar a run draws (transient, on stderr): phase label, bar, phases done of all, time."""
+    columns = (
+        TextColumn("{task.description:<36}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    return RichProgress(*columns, console=console, transient=True)
+
+
 def _numbers(text: str, what: str) -> tuple[float, ...]:
     try:
         values = tuple(float(v) for v in text.split(",") if v.strip())
@@ -141,14 +152,8 @@ def bench(
         data = settings.data_dir(data_dir)
         target = TamtoTarget(settings.gateway_url(url), settings.api_key(api_key, data), etcd)
 
-    columns = (
-        TextColumn("{task.description:<36}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
     try:
-        with RichProgress(*columns, console=err, transient=True) as progress:
+        with _progress() as progress:
             doc = asyncio.run(run_bench(options, _Bar(progress), local=local, target=target))
     except (BenchError, BenchSetupError) as exc:
         err.print(f"tamto bench: {exc}")
