@@ -46,6 +46,35 @@ def test_evicts_the_oldest_insertions_beyond_its_budget() -> None:
     assert cache.get(("t", 0), 0, 0, 100) is not None
 
 
+def test_batches_read_from_storage_take_at_most_their_share_from_appended_ones() -> None:
+    # A backlog one batch larger than the cache: the consumer draining it reads
+    # the evicted first batch from storage, then must find the rest in memory.
+    cache = BatchCache(80)  # reads may take 10 bytes (READ_SHARE) from appended batches
+    cache.add(KEY, [batch(i, 1) for i in range(9)])
+    assert cache.get(KEY, 0, 0, 100) is None, "the oldest appended batch was evicted"
+    cache.add(KEY, [batch(0, 1)], read=True)
+    assert [b.base_offset for b in cache.get(KEY, 0, 1, 100) or []] == [0]
+    assert cache.get(KEY, 1, 0, 100) is None, "taken by the read, within its share"
+    cache.add(KEY, [batch(1, 1)], read=True)
+    assert cache.get(KEY, 0, 0, 100) is None, "beyond the share reads replace their own"
+    assert [b.base_offset for b in cache.get(KEY, 1, 0, 100) or []] == list(range(1, 9))
+    assert cache.bytes == 80
+
+
+def test_appended_batches_evict_reads_beyond_their_share_first() -> None:
+    cache = BatchCache(80)  # the reads' share: 10 bytes
+    cache.add(KEY, [batch(0, 1), batch(1, 1)], read=True)
+    cache.add(KEY, [batch(i, 1) for i in range(2, 8)])
+    cache.add(KEY, [batch(8, 1)])
+    assert cache.get(KEY, 0, 0, 100) is None, "the read beyond the share went first"
+    assert [b.base_offset for b in cache.get(KEY, 1, 0, 100) or []] == list(range(1, 9))
+    cache.add(KEY, [batch(9, 1)])  # reads are within their share now: appended go
+    assert [b.base_offset for b in cache.get(KEY, 1, 1, 100) or []] == [1]
+    assert [b.base_offset for b in cache.get(KEY, 3, 0, 100) or []] == list(range(3, 10))
+    cache.drop(KEY)
+    assert (cache.bytes, len(cache)) == (0, 0)
+
+
 def test_overlapping_batches_are_not_inserted_twice() -> None:
     cache = BatchCache(1000)
     cache.add(KEY, [batch(0, 10)])

@@ -134,7 +134,7 @@ class StorageClient:
         )
         batches = [Batch.from_proto(b) for b in r.batches]
         if self._cache is not None:
-            self._cache.add((stream, partition), batches)
+            self._cache.add((stream, partition), batches, read=True)
         return batches, int(r.next_offset)
 
     async def offset_for_time(self, stream: str, partition: int, time_us: int) -> int:
