@@ -117,3 +117,15 @@ def test_decode_batch_combines_several_record_batches() -> None:
         writer.write_batch(one)
         writer.write_batch(one)
     assert decode_batch(sink.getvalue().to_pybytes()).num_rows == 2
+
+
+@pytest.mark.parametrize("rows", [1, 300])  # below and above the exact-size encoding
+def test_a_batch_encodes_to_the_same_stream_small_or_large(rows: int) -> None:
+    payloads = pa.array([bytes([i % 256]) * 1024 for i in range(rows)], pa.binary())
+    batch = make_batch(payloads, ids=sequence_ids("p", 0, rows), producer="me")
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    encoded = encode_record_batch(batch)
+    assert encoded == sink.getvalue().to_pybytes()
+    assert decode_batch(encoded).equals(batch)

@@ -35,6 +35,7 @@ from tamto_common.errors import ConfigError, TamtoError
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.logging import configure_logging
 from tamto_common.membership import Member, Registration, connect_etcd
+from tamto_common.memory import keep_freed_memory
 from tamto_common.telemetry import server_interceptors, setup_tracing, start_metrics_server
 from tamto_common.tls import TlsMaterial
 
@@ -149,6 +150,7 @@ def main(
         print(f"tamto-{service}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     configure_logging(service, config.member_id, config.log_level)
+    keep_freed_memory()
     provider = setup_tracing(service, config.trace_exporter, config.otlp_endpoint)
     try:
         asyncio.run(serve(service, config, setup))

@@ -228,12 +228,33 @@ def encode_record_batch(batch: pa.RecordBatch) -> bytes:
     return bytes(ipc_buffer(batch).to_pybytes())
 
 
+#: Batches from this size on are encoded into a buffer of their exact size.
+_SIZED_ENCODE_BYTES = 256 * 1024
+
+
 def ipc_buffer(batch: pa.RecordBatch) -> pa.Buffer:
-    """`encode_record_batch` without the copy into `bytes` (for `tamto_protocol.wire`)."""
-    sink = pa.BufferOutputStream()
+    """`encode_record_batch` without the copy into `bytes` (for `tamto_protocol.wire`).
+
+    A growing output stream reallocates as it doubles, and each larger buffer is
+    fresh memory the kernel faults in; for a batch of a few MiB that cost more
+    than the copy itself. Large batches are measured first (a mock stream counts
+    the bytes without copying them) and written once into a buffer of that size;
+    small ones, where the second pass would cost more than it saves, are not.
+    """
+    if batch.nbytes < _SIZED_ENCODE_BYTES:
+        sink = pa.BufferOutputStream()
+        _write_stream(sink, batch)
+        return sink.getvalue()
+    mock = pa.MockOutputStream()
+    _write_stream(mock, batch)
+    buffer = pa.allocate_buffer(mock.size())
+    _write_stream(pa.FixedSizeBufferWriter(buffer), batch)
+    return buffer
+
+
+def _write_stream(sink: Any, batch: pa.RecordBatch) -> None:
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
-    return sink.getvalue()
 
 
 def slice_batch(data: bytes, start: int, length: int) -> bytes:

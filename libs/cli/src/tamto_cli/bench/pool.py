@@ -99,7 +99,10 @@ def _worker_main(conn: Connection) -> None:
     import pyarrow  # noqa: F401
 
     import tamto_sdk  # noqa: F401
+    from tamto_common.memory import keep_freed_memory
 
+    # The same allocator settings as the services, for every system's clients.
+    keep_freed_memory()
     _warm_up()
     conn.send(("up", None))
     while True:
