@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
@@ -11,6 +12,7 @@ import pytest
 from tamto_common.errors import FailedPrecondition
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.pipelined import answer_calls
+from tamto_local.ports import free_port
 from tamto_protocol.pipelined import STREAM_RETRY_S, PipelinedCalls
 from tamto_protocol.v1 import router_pb2
 from tamto_protocol.wire import router_append_request
@@ -331,3 +333,22 @@ async def test_a_peer_without_the_stream_method_is_called_unary(
         await calls.close()
         await new.stop()
         await old.stop()
+
+
+async def test_a_peer_that_is_gone_fails_each_call_and_leaves_no_unretrieved_error() -> None:
+    reported: list[str] = []
+    asyncio.get_running_loop().set_exception_handler(
+        lambda _loop, context: reported.append(str(context.get("message")))
+    )
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{free_port('127.0.0.1')}")
+    calls = PipelinedCalls(channel, METHOD, router_pb2.RouterAppendStreamResponse)
+    try:
+        for partition in range(3):
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                await calls(request(partition), timeout=10)
+            assert failed.value.code() is grpc.StatusCode.UNAVAILABLE
+    finally:
+        await calls.close()
+        await channel.close()
+    gc.collect()  # a future whose exception nobody took is reported when collected
+    assert reported == []

@@ -166,6 +166,13 @@ class PipelinedCalls:
             ) from None
         finally:
             stream.waiting.pop(call_id, None)
+            if not future.done():
+                future.cancel()
+            elif not future.cancelled():
+                # A failed write fails every waiting call, this one too, and raises
+                # the error itself: take it from the future, or asyncio reports it
+                # as never retrieved.
+                future.exception()
         return answer
 
     async def close(self) -> None:
