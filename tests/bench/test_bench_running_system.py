@@ -21,6 +21,8 @@ import pytest
 from tamto_local.cluster import SERVICES
 from tamto_testing.cluster import TestCluster
 
+from .tiny_run import TINY_RUN
+
 pytestmark = pytest.mark.e2e
 
 THROUGHPUT = ("publish_msgs_s", "publish_mb_s", "consume_msgs_s", "consume_mb_s")
@@ -58,19 +60,7 @@ def test_bench_measures_a_running_system_named_by_url_key_and_etcd(
             tamto_cluster.infra.etcd_endpoint,
             "--data-dir",
             str(tmp_path / "no-data"),
-            "--quick",
-            "--sizes",
-            "100",
-            "--duration",
-            "0.5",
-            "--rates",
-            "500",
-            "--producers",
-            "1",
-            "--consumers",
-            "1",
-            "--partitions",
-            "2",
+            *TINY_RUN,
             "--json",
             str(out),
         ],

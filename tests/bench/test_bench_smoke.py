@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from .tiny_run import TINY_RUN
+
 pytestmark = pytest.mark.e2e
 
 THROUGHPUT = ("publish_msgs_s", "publish_mb_s", "consume_msgs_s", "consume_mb_s")
@@ -29,19 +31,7 @@ def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path
             "tamto_cli",
             "bench",
             "--local",
-            "--quick",
-            "--sizes",
-            "100",
-            "--duration",
-            "0.5",
-            "--rates",
-            "500",
-            "--producers",
-            "1",
-            "--consumers",
-            "1",
-            "--partitions",
-            "2",
+            *TINY_RUN,
             "--json",
             str(out),
             "--markdown",

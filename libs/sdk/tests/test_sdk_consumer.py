@@ -332,6 +332,26 @@ async def test_credit_limits_what_the_server_sends(client: Client, gateway: Fake
         assert session.delivered == 100
 
 
+async def test_acks_flushed_before_credit_is_due_carry_no_credit(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    await _publish(client, "s", 20, max_batch_messages=20)
+    async with client.consumer("s", "sub", credits=10) as consumer:
+        await gateway.wait_for(lambda: bool(gateway.sessions))
+        session = gateway.sessions[0]
+        batch = await consumer.receive_batch(2, timeout_s=5)
+        consumer.ack(batch)
+        await consumer.flush_acks(timeout_s=5)
+        acked = gateway.subscriptions[("s", "sub")].acked
+        await gateway.wait_for(lambda: acked.get(0) == {0, 1})
+        # Each credit is a message of its own through gateway and router: it goes
+        # once half the window is taken, not with every ack flush.
+        assert session.granted == 10
+        consumer.ack(await consumer.receive_batch(3, timeout_s=5))
+        await gateway.wait_for(lambda: session.granted == 15)
+
+
 async def test_receive_batch_is_vectorised(client: Client, gateway: FakeGateway) -> None:
     gateway.add_stream("s", 1)
     await _publish(client, "s", 100, max_batch_messages=100)

@@ -500,7 +500,10 @@ class Consumer:
                 await self._state.wait_for(partial(self._usable_session, dead_session))
                 call, session = self._call, self._session_id
             requests: list[Any] = []
-            if self._taken_since_grant:
+            # Credit goes once it is due (half the window taken), not with every ack
+            # flush: each credit is a stream message through two hops, and at a few
+            # thousand messages a second acks flush every 10 ms.
+            if self._taken_since_grant >= self._refill_at:
                 credit = self._taken_since_grant
                 self._taken_since_grant = 0
                 requests.append(
