@@ -49,8 +49,9 @@ class Consumer:
 
     Flow control: the consumer grants `credits` messages up front and grants more
     as the application takes messages (whenever half the window was taken), so at
-    most `credits` messages are buffered or in flight at any time. Acks are coalesced into offset ranges and sent in
-    the background shortly after `ack` (and on close). If the stream fails with a
+    most `credits` messages are buffered or in flight at any time. Acks are
+    coalesced into offset ranges and sent in the background shortly after `ack`
+    (and on close). If the stream fails with a
     retriable error the consumer reconnects with backoff and subscribes again; the
     server then redelivers whatever was not acked, so delivery is at-least-once.
     `nack` asks for a redelivery (at once or after a delay) and is sent at once.
