@@ -64,3 +64,17 @@ def test_a_process_without_pyarrow_does_not_load_it() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()
     assert out == ["False", "False"]
+
+
+def test_startup_objects_are_out_of_the_collectors_reach() -> None:
+    code = (
+        "import gc; from tamto_common.memory import freeze_startup_objects; "
+        "before = gc.get_freeze_count(); freeze_startup_objects(); "
+        "print(before, gc.get_freeze_count())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    before, after = int(out[0]), int(out[1])
+    assert before == 0
+    assert after > 1_000, "the imported modules' objects are frozen"

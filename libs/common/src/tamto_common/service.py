@@ -35,7 +35,7 @@ from tamto_common.errors import ConfigError, TamtoError
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.logging import configure_logging
 from tamto_common.membership import Member, Registration, connect_etcd
-from tamto_common.memory import keep_freed_memory
+from tamto_common.memory import freeze_startup_objects, keep_freed_memory
 from tamto_common.telemetry import server_interceptors, setup_tracing, start_metrics_server
 from tamto_common.tls import TlsMaterial
 
@@ -111,6 +111,7 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
         resources.push_async_callback(bus.close)
         await setup(config, Runtime(service, server, etcd, bus, resources))
         await server.start()
+        freeze_startup_objects()
         async with Registration(etcd, member, config.lease_ttl_s):
             for name in ("", f"tamto.v1.{service.capitalize()}"):
                 await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

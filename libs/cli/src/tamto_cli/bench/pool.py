@@ -99,11 +99,13 @@ def _worker_main(conn: Connection) -> None:
     import pyarrow  # noqa: F401
 
     import tamto_sdk  # noqa: F401
-    from tamto_common.memory import keep_freed_memory
+    from tamto_common.memory import freeze_startup_objects, keep_freed_memory
 
-    # The same allocator settings as the services, for every system's clients.
+    # The same allocator and collector settings as the services, for every
+    # system's clients.
     keep_freed_memory()
     _warm_up()
+    freeze_startup_objects()
     conn.send(("up", None))
     while True:
         try:
