@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +19,7 @@ import pytest
 from tamto_local.cluster import SERVICES
 from tamto_testing.cluster import TestCluster
 
-from .tiny_run import TINY_RUN
+from .tiny_run import run_bench
 
 pytestmark = pytest.mark.e2e
 
@@ -44,34 +42,23 @@ def test_bench_measures_a_running_system_named_by_url_key_and_etcd(
         for k, v in os.environ.items()
         if k not in ("TAMTO_URL", "TAMTO_API_KEY", "TAMTO_ETCD_ENDPOINTS")
     }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tamto_cli",
-            "bench",
-            "--systems",
-            "tamto",
-            "--url",
-            tamto_cluster.url,
-            "--api-key",
-            tamto_cluster.credential,
-            "--etcd",
-            tamto_cluster.infra.etcd_endpoint,
-            "--data-dir",
-            str(tmp_path / "no-data"),
-            *TINY_RUN,
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
+    proc = run_bench(
+        "--systems",
+        "tamto",
+        "--url",
+        tamto_cluster.url,
+        "--api-key",
+        tamto_cluster.credential,
+        "--etcd",
+        tamto_cluster.infra.etcd_endpoint,
+        "--data-dir",
+        str(tmp_path / "no-data"),
+        "--json",
+        str(out),
         cwd=tmp_path,
+        timeout_s=110,
         env=env,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     # The cluster was not stopped or replaced by the run.
     assert all(p.alive() for p in tamto_cluster.processes.values())
     doc = json.loads(out.read_text())

@@ -6,13 +6,11 @@ No performance assertion: only that each number was measured and is a number.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .tiny_run import TINY_RUN
+from .tiny_run import run_bench
 
 pytestmark = pytest.mark.e2e
 
@@ -24,26 +22,9 @@ LATENCY = ("p50_ms", "p99_ms", "p999_ms", "samples", "saturated")
 def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     md = tmp_path / "bench.md"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tamto_cli",
-            "bench",
-            "--local",
-            *TINY_RUN,
-            "--json",
-            str(out),
-            "--markdown",
-            str(md),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=170,
-        check=False,
-        cwd=tmp_path,
+    proc = run_bench(
+        "--local", "--json", str(out), "--markdown", str(md), cwd=tmp_path, timeout_s=170
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = json.loads(out.read_text())
     size = doc["sizes"]["100"]
     for system in ("tamto", "jetstream"):

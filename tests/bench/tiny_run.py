@@ -1,6 +1,11 @@
-"""The smallest benchmark run the bench tests make: one size, short windows, one rate."""
+"""The smallest benchmark run the bench tests make, and how they run the command."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
 
 TINY_RUN = (
     "--quick",
@@ -17,3 +22,21 @@ TINY_RUN = (
     "--partitions",
     "2",
 )
+
+
+def run_bench(
+    *args: str, cwd: Path, timeout_s: float, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`tamto bench <args> <TINY_RUN>` in a process of its own; fails the test on a
+    non-zero exit, showing what it printed."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tamto_cli", "bench", *args, *TINY_RUN],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+        cwd=cwd,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc

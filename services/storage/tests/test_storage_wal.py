@@ -19,6 +19,8 @@ from storage_testkit import (
 
 from tamto_common.errors import DataCorruption, InvalidArgument
 from tamto_storage.frame import HEADER_SIZE, encode_header
+from tamto_storage.model import StoredBatch
+from tamto_storage.partition import Partition
 from tamto_storage.wal import WalOptions
 from tamto_storage.wal_recovery import wal_file_name
 
@@ -177,13 +179,21 @@ async def test_inconsistent_offsets_are_corruption(load: OpenPartition, pdir: Pa
         await partition.read(3, 0, BIG)
 
 
-async def test_reads_reverify_checksums(load: OpenPartition, pdir: Path) -> None:
+async def three_batches(
+    load: OpenPartition, pdir: Path
+) -> tuple[Partition, Path, list[StoredBatch]]:
+    """An open partition holding three 3-message batches in one WAL file."""
     partition = await load()
     await partition.open(1)
-    for i in range(3):
-        await partition.append(1, [make_batch(i * 3)])
-    (path,) = wal_files(pdir)
     batches = [make_batch(i * 3) for i in range(3)]
+    for batch in batches:
+        await partition.append(1, [batch])
+    (path,) = wal_files(pdir)
+    return partition, path, batches
+
+
+async def test_reads_reverify_checksums(load: OpenPartition, pdir: Path) -> None:
+    partition, path, batches = await three_batches(load, pdir)
     flip_byte(path, frame_position(batches, 1) + HEADER_SIZE + 3)  # bit rot while open
     assert offsets_of((await partition.read(0, 0, BIG)).batches) == [0]
     with pytest.raises(DataCorruption, match="checksum"):
@@ -193,12 +203,7 @@ async def test_reads_reverify_checksums(load: OpenPartition, pdir: Path) -> None
 
 
 async def test_reads_catch_a_file_cut_short_while_open(load: OpenPartition, pdir: Path) -> None:
-    partition = await load()
-    await partition.open(1)
-    for i in range(3):
-        await partition.append(1, [make_batch(i * 3)])
-    (path,) = wal_files(pdir)
-    batches = [make_batch(i * 3) for i in range(3)]
+    partition, path, batches = await three_batches(load, pdir)
     with path.open("r+b") as f:
         f.truncate(frame_position(batches, 2) + HEADER_SIZE + 5)  # into the last body
     result = await partition.read(0, 0, BIG)

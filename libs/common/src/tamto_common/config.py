@@ -35,6 +35,10 @@ def setting(default: Any, help: str, check: Check | None = None) -> Any:
     return dataclasses.field(default=default, metadata={"help": help, "check": check})
 
 
+#: Bytes in a mebibyte, for settings given in MiB.
+MIB = 1024 * 1024
+
+
 def port_check(value: int) -> str | None:
     return None if 0 <= value <= 65535 else f"must be a port number 0-65535, got {value}"
 

@@ -35,7 +35,8 @@ import gc
 import platform
 import sys
 
-MIB = 1024 * 1024
+from tamto_common.config import MIB
+
 #: Allocations up to this size come from glibc's heaps instead of a mapping of
 #: their own (setting it also stops glibc from adapting it).
 MMAP_THRESHOLD = 8 * MIB

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tamto_common.channels import ChannelPool
+from tamto_common.config import MIB
 from tamto_common.errors import Unavailable
 from tamto_common.membership import KeptLease, MemberDirectory
 from tamto_common.ring import HashRing, partition_key
@@ -24,7 +25,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     channels = ChannelPool()
     resources.push_async_callback(channels.close)
 
-    cache = BatchCache(config.read_cache_mb * 1024 * 1024)
+    cache = BatchCache(config.read_cache_mb * MIB)
     # One client per storage address, so its partitions share one append stream.
     clients: dict[str, StorageClient] = {}
 

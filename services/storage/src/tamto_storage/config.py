@@ -5,12 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tamto_common.config import ServiceConfig, not_negative, one_of, positive, setting
+from tamto_common.config import MIB, ServiceConfig, not_negative, one_of, positive, setting
 from tamto_storage.sealer import SealOptions
 from tamto_storage.segments import DecodedGroups
 from tamto_storage.wal import WalOptions
-
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
