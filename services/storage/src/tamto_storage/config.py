@@ -49,6 +49,12 @@ class StorageConfig(ServiceConfig):
         positive,
     )
     seal_check_ms: int = setting(1000, "milliseconds between sealing/retention rounds", positive)
+    wal_tail_mb: int = setting(
+        256,
+        "MiB of already-sealed WAL files each partition keeps, newest first, so a consumer "
+        "a little behind reads batches as stored instead of decoding Parquet (0: none)",
+        not_negative,
+    )
     retention_grace_ms: int = setting(
         300_000,
         "milliseconds an expired segment's file stays on disk so running Spark jobs can finish",
@@ -62,6 +68,7 @@ class StorageConfig(ServiceConfig):
             max_age_s=self.seal_age_ms / 1000,
             check_interval_s=self.seal_check_ms / 1000,
             retention_grace_s=self.retention_grace_ms / 1000,
+            wal_tail_bytes=self.wal_tail_mb * MIB,
         )
 
     def decoded_groups(self) -> DecodedGroups | None:

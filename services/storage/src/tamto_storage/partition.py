@@ -10,7 +10,10 @@ hidden from Spark's file listing by their leading ``_``, ``_wal/`` (see
 Reads by offset are served by the WAL from its first batch on and by the
 segments below that; sealing (`seal`) turns durable WAL batches into segments,
 after which `trim_wal` may remove WAL files the segments fully cover (and,
-once everything is sealed, start a fresh one so the last can go too).
+once everything is sealed, start a fresh one so the last can go too). It keeps
+the newest of those files up to a byte budget, the read tail: a consumer a
+little behind then gets the batches as they were stored, with no Parquet to
+decode and no Arrow IPC to encode again.
 
 Fencing: `open(epoch)` claims the partition for an owner epoch; appends and
 cursor commits must carry exactly the current epoch, so a router that lost
@@ -83,6 +86,9 @@ class Partition:
         self._wal = wal
         self._segments = segments if segments is not None else SegmentLog([])
         self._seal_lock = asyncio.Lock()
+        # The empty WAL file the last roll created durably: while appends go to it,
+        # a later trim may drop the file before it (kept then as read tail).
+        self._rolled_to: Path | None = None
         #: Segment files found at load below the retention floor, or superseded by a
         #: carried-forward rewrite, still to be deleted.
         self.expired_files: list[Path] = []
@@ -298,18 +304,25 @@ class Partition:
                 self._unsealed_since = started
             return written
 
-    async def trim_wal(self) -> int:
-        """Remove WAL files the committed segments fully cover; returns how many went.
+    async def trim_wal(self, keep_bytes: int = 0) -> int:
+        """Remove WAL files the committed segments fully cover, but for the newest of
+        them that fit in `keep_bytes` (the read tail); returns how many went.
 
-        When every stored batch is sealed, appends move to a fresh (empty) file
-        first, so the last file goes too: sealed data then takes no WAL space,
-        and the empty file's name still records the log's next offset.
+        Files wholly below the partition's floor (expired by retention) go
+        whatever the budget. When every stored batch is sealed, appends move to
+        a fresh (empty) file first, so the last file can go too: with no tail,
+        sealed data then takes no WAL space, and the empty file's name still
+        records the log's next offset.
         """
         end = self._segments.end_offset
         successor = self._wal.roll(end)
         if successor is not None:
             await asyncio.to_thread(create_wal_file, successor)
-        dropped = self._wal.drop_files_before(end, successor=successor)
+            self._rolled_to = successor
+        else:
+            successor = self._rolled_to
+        cut = max(self._wal.sealed_tail_start(end, keep_bytes), self._segments.floor)
+        dropped = self._wal.drop_files_before(min(cut, end), successor=successor)
         if dropped:
             await asyncio.to_thread(remove_files, dropped)
         return len(dropped)

@@ -7,13 +7,16 @@ Every `SealOptions.check_interval_s` it looks at each open partition:
    check, makes every acknowledged message visible to Spark within about 6 s).
    Each segment is renamed into place (visible to a plain Parquet read), then
    the stream's manifest records it, then WAL files the segments fully cover
-   are removed. A crash between these steps leaves a complete segment that the
-   next load finds and records (`PartitionStore`); sealing starts again at the
-   end of the last segment on disk, so no message is sealed twice.
+   are removed, but for the newest that fit in `wal_tail_bytes` (the read
+   tail: reads there need no Parquet decoding). A crash between these steps
+   leaves a complete segment that the next load finds and records
+   (`PartitionStore`); sealing starts again at the end of the last segment on
+   disk, so no message is sealed twice.
 2. **Retention** (stream's `retention_ms` / `retention_bytes`): whole segments
-   leave the manifest and the partition's readable range at once, and their
-   files are deleted only `retention_grace_s` later, so a Spark job that listed
-   them before can still read them. With the ``interest`` policy, what every
+   leave the manifest and the partition's readable range at once (read-tail
+   WAL files wholly below that range go then too), and their files are
+   deleted only `retention_grace_s` later, so a Spark job that listed them
+   before can still read them. With the ``interest`` policy, what every
    subscription has acked goes too (`tamto_storage.reclaim`): whole segments,
    or all but the few messages still needed, which are carried forward into a
    small new segment; carried segments take their plain name once the files
@@ -74,6 +77,8 @@ class SealOptions:
     max_age_s: float = 5.0
     check_interval_s: float = 1.0
     retention_grace_s: float = 300.0
+    #: Bytes of sealed WAL files each partition keeps as its read tail (0: none).
+    wal_tail_bytes: int = 0
 
 
 class StoreView:
@@ -197,7 +202,7 @@ class Sealer:
         await self._store.manifest_update(
             pid.stream, lambda m: with_segments(m, pid.partition, written)
         )
-        trimmed = await partition.trim_wal()
+        trimmed = await partition.trim_wal(self._options.wal_tail_bytes)
         log.info(
             "sealed",
             partition=str(pid),
@@ -219,6 +224,9 @@ class Sealer:
             policy = policies[stream]
             await self.expire(partition, now_us, policy.retention_ms, policy.retention_bytes)
             if policy.interest:
+                # What every subscription acked must not stay readable in the read
+                # tail once it is gone from the segments.
+                await partition.trim_wal()
                 try:
                     await self._reclaimer.reclaim(partition)
                 except Exception:  # keep the other partitions' retention going
@@ -246,6 +254,7 @@ class Sealer:
         await self._store.manifest_update(
             pid.stream, lambda m: with_expired(m, pid.partition, expired, floor, delete_after_us)
         )
+        await partition.trim_wal(self._options.wal_tail_bytes)  # the tail below the floor
         log.info(
             "segments expired",
             partition=str(pid),

@@ -244,6 +244,28 @@ class Wal:
         i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         return sum(e.body_length for e in self._entries[i:] if e.end_offset > offset)
 
+    def sealed_tail_start(self, sealed_end: int, keep_bytes: int) -> int:
+        """Where the newest WAL files wholly at or before `sealed_end` that fit, all
+        together, in `keep_bytes` begin (`sealed_end` when none fits).
+
+        `drop_files_before` that offset keeps those files (a read tail) and drops
+        the older ones.
+        """
+        start = sealed_end
+        kept = 0
+        files: dict[Path, tuple[int, int, int]] = {}  # file -> first base, last end, bytes
+        for entry in self._entries:
+            base, _, size = files.get(entry.file, (entry.base_offset, 0, 0))
+            files[entry.file] = (base, entry.end_offset, size + entry.frame_length)
+        for base, end, size in reversed(files.values()):
+            if end > sealed_end:
+                continue  # holds unsealed batches: not part of the tail
+            if kept + size > keep_bytes:
+                break
+            kept += size
+            start = base
+        return start
+
     def drop_files_before(self, offset: int, *, successor: Path | None = None) -> list[Path]:
         """Forget the WAL files whose batches all end at or before `offset`; return them.
 

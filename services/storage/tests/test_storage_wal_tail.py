@@ -1,0 +1,147 @@
+"""The read tail: sealed WAL files a partition keeps, within a byte budget, so reads of
+recent offsets get the batches as stored instead of decoding Parquet; retention still
+removes what it removes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from conftest import OpenPartition
+from storage_testkit import PUBLISH_TIME_US, check_batch, make_batch, wal_files
+
+from tamto_common.errors import InvalidArgument
+from tamto_storage.model import PartitionId, StoredBatch
+from tamto_storage.partition import Partition
+from tamto_storage.sealer import Retention, SealOptions
+from tamto_storage.store import PartitionStore, partition_dir
+from tamto_storage.wal import WalOptions
+from tamto_storage.wal_recovery import wal_file_name
+
+ONE_BATCH_PER_FILE = WalOptions(file_bytes=1)
+
+
+async def fill(partition: Partition, batches: int) -> list[StoredBatch]:
+    """Append `batches` batches of three messages; each lands in a WAL file of its own."""
+    await partition.open(1)
+    written = [make_batch(base) for base in range(0, 3 * batches, 3)]
+    for batch in written:
+        await partition.append(1, [batch])
+    return written
+
+
+def sizes(files: list[Path]) -> list[int]:
+    return [f.stat().st_size for f in files]
+
+
+async def test_trimming_keeps_the_newest_sealed_files_that_fit_in_the_budget(
+    load: OpenPartition, pdir: Path
+) -> None:
+    partition = await load(ONE_BATCH_PER_FILE)
+    written = await fill(partition, 10)
+    files = wal_files(pdir)
+    assert len(files) == 10
+    await partition.seal(1 << 20)
+    budget = sum(sizes(files[-3:]))
+    assert await partition.trim_wal(budget) == 7
+    kept = wal_files(pdir)
+    assert [f.name for f in kept] == [*(f.name for f in files[-3:]), wal_file_name(30)]
+    assert partition.wal.start_offset == 21
+    assert partition.offsets().start_offset == 0, "the segments still hold everything"
+    # The tail serves its offsets with the very bytes that were appended...
+    tail = await partition.read(21, 0, 1 << 20)
+    assert [b.arrow_ipc for b in tail.batches] == [b.arrow_ipc for b in written[7:]]
+    # ...and the segments serve what is below it.
+    below = await partition.read(0, 3, 1 << 20)
+    assert below.batches[0].base_offset == 0
+    check_batch(below.batches[0])
+    # One byte less and only two files fit.
+    assert await partition.trim_wal(sum(sizes(files[-2:]))) == 1
+    assert partition.wal.start_offset == 24
+
+
+async def test_no_budget_removes_every_sealed_file(load: OpenPartition, pdir: Path) -> None:
+    partition = await load(ONE_BATCH_PER_FILE)
+    await fill(partition, 4)
+    await partition.seal(1 << 20)
+    assert await partition.trim_wal(0) == 4
+    assert [f.name for f in wal_files(pdir)] == [wal_file_name(12)]
+
+
+async def test_the_tail_is_read_again_after_a_reload(load: OpenPartition, pdir: Path) -> None:
+    partition = await load(ONE_BATCH_PER_FILE)
+    written = await fill(partition, 6)
+    await partition.seal(1 << 20)
+    await partition.trim_wal(sum(sizes(wal_files(pdir)[-2:])))
+    await partition.close()
+    again = await load(ONE_BATCH_PER_FILE)
+    assert again.wal.start_offset == 12
+    assert again.offsets().start_offset == 0
+    assert again.offsets().next_offset == 18
+    tail = await again.read(12, 0, 1 << 20)
+    assert [b.arrow_ipc for b in tail.batches] == [b.arrow_ipc for b in written[4:]]
+    assert await again.seal(1 << 20) == [], "already sealed"
+
+
+class Clock:
+    def __init__(self, now_s: float) -> None:
+        self.now = now_s
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def store_with(tmp_path: Path, retention: Retention, clock: Clock) -> PartitionStore:
+    async def retention_for(stream: str) -> Retention:
+        return retention
+
+    return PartitionStore(
+        tmp_path / "data",
+        ONE_BATCH_PER_FILE,
+        seal_options=SealOptions(segment_bytes=1, retention_grace_s=60, wal_tail_bytes=1 << 20),
+        retention_for=retention_for,
+        clock=clock,
+    )
+
+
+async def test_segments_expired_by_retention_take_their_tail_files_with_them(
+    tmp_path: Path,
+) -> None:
+    clock = Clock(PUBLISH_TIME_US / 1e6)
+    store = store_with(tmp_path, Retention(retention_ms=10_000), clock)
+    sealer = store.sealer
+    assert sealer is not None
+    pdir = partition_dir(tmp_path / "data", PartitionId("orders", 0))
+    try:
+        partition = await store.get("orders", 0)
+        await partition.open(1)
+        for base in (0, 3, 6):  # published 0 s, 3 s and 6 s after the clock's start
+            batch = replace(make_batch(base), publish_time_us=PUBLISH_TIME_US + base * 1_000_000)
+            await partition.append(1, [batch])
+        await sealer.seal_all()
+        assert len(wal_files(pdir)) == 4, "all three sealed files stay in the tail"
+        clock.now += 15  # the first two are more than 10 s old
+        await sealer.run_once()
+        assert partition.offsets().start_offset == 6
+        assert [f.name for f in wal_files(pdir)] == [wal_file_name(6), wal_file_name(9)]
+        with pytest.raises(InvalidArgument, match="below the partition's start offset 6"):
+            await partition.read(0, 0, 1 << 20)
+    finally:
+        await store.close()
+
+
+async def test_interest_retention_keeps_no_tail(tmp_path: Path) -> None:
+    """What every subscription acked leaves the segments; a tail would still hold it."""
+    store = store_with(tmp_path, Retention(interest=True), Clock(PUBLISH_TIME_US / 1e6))
+    sealer = store.sealer
+    assert sealer is not None
+    pdir = partition_dir(tmp_path / "data", PartitionId("orders", 0))
+    try:
+        partition = await store.get("orders", 0)
+        await fill(partition, 3)
+        await sealer.seal_all()
+        assert [f.name for f in wal_files(pdir)] == [wal_file_name(9)]
+        assert partition.wal.start_offset == 9
+    finally:
+        await store.close()
