@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from conftest import OpenPartition
-from storage_testkit import PUBLISH_TIME_US, check_batch, make_batch, wal_files
+from storage_testkit import PUBLISH_TIME_US, check_batch, flip_byte, make_batch, wal_files
 
 from tamto_common.errors import InvalidArgument
+from tamto_storage.frame import HEADER_SIZE
 from tamto_storage.model import PartitionId, StoredBatch
 from tamto_storage.partition import Partition
 from tamto_storage.sealer import Retention, SealOptions
@@ -69,19 +70,59 @@ async def test_no_budget_removes_every_sealed_file(load: OpenPartition, pdir: Pa
     assert [f.name for f in wal_files(pdir)] == [wal_file_name(12)]
 
 
-async def test_the_tail_is_read_again_after_a_reload(load: OpenPartition, pdir: Path) -> None:
+async def test_a_reload_drops_the_tail_and_keeps_the_log_whole(
+    load: OpenPartition, pdir: Path
+) -> None:
+    """Opening checks WAL files frame by frame: a tail kept across restarts would slow
+    every open by its size, and damage in it would stop the log."""
     partition = await load(ONE_BATCH_PER_FILE)
-    written = await fill(partition, 6)
+    await fill(partition, 6)
     await partition.seal(1 << 20)
     await partition.trim_wal(sum(sizes(wal_files(pdir)[-2:])))
+    await partition.append(1, [make_batch(18)])  # unsealed, in the file appends go to
+    assert len(wal_files(pdir)) == 3
+    flip_byte(wal_files(pdir)[0], 40)  # damage in the tail is never looked at again
     await partition.close()
     again = await load(ONE_BATCH_PER_FILE)
-    assert again.wal.start_offset == 12
-    assert again.offsets().start_offset == 0
-    assert again.offsets().next_offset == 18
-    tail = await again.read(12, 0, 1 << 20)
-    assert [b.arrow_ipc for b in tail.batches] == [b.arrow_ipc for b in written[4:]]
-    assert await again.seal(1 << 20) == [], "already sealed"
+    assert [f.name for f in wal_files(pdir)] == [wal_file_name(18)]
+    assert again.wal.corruption is None
+    assert again.offsets() == partition.offsets()
+    assert offsets_read(await read_all(again, 0)) == list(range(21))
+    await again.open(2)
+    assert await again.append(2, [make_batch(21)]) == 24
+
+
+async def test_a_damaged_tail_frame_is_read_from_the_segments(
+    load: OpenPartition, pdir: Path
+) -> None:
+    partition = await load(ONE_BATCH_PER_FILE)
+    await fill(partition, 6)
+    await partition.seal(1 << 20)
+    await partition.trim_wal(1 << 20)
+    assert partition.wal.start_offset == 0, "every sealed file is in the tail"
+    flip_byte(wal_files(pdir)[2], HEADER_SIZE + 10)  # the body of the batch at 6
+    result = await partition.read(6, 3, 1 << 20)
+    assert [(b.base_offset, b.end_offset) for b in result.batches] == [(6, 9)]
+    check_batch(result.batches[0])
+    assert partition.wal.corruption is None, "sealed data is whole: the log is not corrupt"
+    assert [f.name for f in wal_files(pdir)] == [wal_file_name(18)], "the tail went"
+    assert await partition.append(1, [make_batch(18)]) == 21
+
+
+async def read_all(partition: Partition, from_offset: int) -> list[StoredBatch]:
+    out: list[StoredBatch] = []
+    offset = from_offset
+    while offset < partition.offsets().next_offset:
+        result = await partition.read(offset, 0, 1 << 20)
+        out.extend(result.batches)
+        offset = result.next_offset
+    return out
+
+
+def offsets_read(batches: list[StoredBatch]) -> list[int]:
+    for batch in batches:
+        check_batch(batch)
+    return [o for b in batches for o in range(b.base_offset, b.end_offset)]
 
 
 class Clock:

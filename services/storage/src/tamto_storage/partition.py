@@ -23,6 +23,7 @@ ownership (older epoch) cannot write, and a new owner must open before writing.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import time
 from collections.abc import Sequence
@@ -46,7 +47,8 @@ from tamto_storage.segments import (
     scan_segments,
     write_segment,
 )
-from tamto_storage.wal import Wal, WalOptions, create_wal_file
+from tamto_storage.wal import SealedFrameDamaged, Wal, WalOptions, create_wal_file
+from tamto_storage.wal_recovery import list_wal_files
 
 log = structlog.get_logger(__name__)
 
@@ -123,10 +125,13 @@ class Partition:
         stored = await asyncio.to_thread(load_epoch, directory)
         found = await asyncio.to_thread(scan_segments, pid.partition, directory)
         live, superseded = choose_live(found)
-        wal = await Wal.open(directory / WAL_DIR, options, label=str(pid))
         kept = [s for s in live if s.first_offset >= floor]
-        # A lost or stale epoch file must not let an older owner back in.
         segments = SegmentLog(kept, floor, decoded_groups)
+        # The read tail does not outlive a restart: checking it frame by frame would
+        # make opening slower by its size, and damage there would stop the log.
+        await asyncio.to_thread(remove_sealed_wal_files, directory / WAL_DIR, segments.end_offset)
+        wal = await Wal.open(directory / WAL_DIR, options, label=str(pid))
+        # A lost or stale epoch file must not let an older owner back in.
         partition = cls(pid, directory, wal, max(stored, wal.max_epoch), segments)
         below = [s for s in live if s.first_offset < floor]
         partition.expired_files = [s.path for s in (*below, *superseded)]
@@ -235,7 +240,7 @@ class Partition:
                 raise InvalidArgument(f"offset {from_offset} is beyond the partition's end {end}")
             try:
                 if from_offset >= self._wal.start_offset:
-                    batches = await self._wal.read(from_offset, max_messages, max(max_bytes, 1))
+                    batches = await self._wal_read(from_offset, max_messages, max_bytes)
                 else:
                     batches = await self._segments.read(from_offset, max_messages, max_bytes)
                     if not batches:
@@ -247,6 +252,23 @@ class Partition:
             next_offset = batches[-1].end_offset if batches else from_offset
             return ReadResult(tuple(batches), next_offset)
         raise Unavailable(f"partition {self.id}: files kept disappearing under a read")
+
+    async def _wal_read(
+        self, from_offset: int, max_messages: int, max_bytes: int
+    ) -> list[StoredBatch]:
+        """Read the WAL; a damaged frame of the read tail is read from segments instead,
+        and the tail goes (its data is sealed, so the log stays whole)."""
+        sealed_end = self._segments.end_offset
+        try:
+            return await self._wal.read(
+                from_offset, max_messages, max(max_bytes, 1), sealed_end=sealed_end
+            )
+        except SealedFrameDamaged as exc:
+            log.warning(
+                "read tail damaged, reading segments", partition=str(self.id), error=str(exc)
+            )
+            await self.trim_wal()
+            return await self._segments.read(from_offset, max_messages, max_bytes)
 
     async def offset_for_time(self, time_us: int) -> int:
         """The first offset published at or after `time_us`, sealed or not.
@@ -389,6 +411,19 @@ def _check_batches(batches: Sequence[StoredBatch]) -> None:
                 f"batch {i}: base offset {batch.base_offset} does not follow the previous "
                 f"batch, which ends at {batches[i - 1].end_offset}"
             )
+
+
+def remove_sealed_wal_files(wal_dir: Path, sealed_end: int) -> None:
+    """Remove the WAL files whose batches all end at or before `sealed_end` (blocking).
+
+    A file's batches end where the next file begins, so the last file always stays
+    (its name keeps the log's next offset).
+    """
+    if not wal_dir.is_dir():
+        return
+    files = list_wal_files(wal_dir)
+    pairs = itertools.pairwise(files)
+    remove_files([path for (_, path), (after, _) in pairs if after <= sealed_end])
 
 
 def remove_files(paths: Sequence[Path]) -> None:

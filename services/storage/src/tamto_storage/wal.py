@@ -50,6 +50,14 @@ log = structlog.get_logger(__name__)
 _IOV_MAX = 512  # buffers per pwritev call, well under the kernel's IOV_MAX
 
 
+class SealedFrameDamaged(Exception):
+    """A frame of the read tail failed its checks; its batches are to be read from segments."""
+
+    def __init__(self, corruption: Corruption) -> None:
+        super().__init__(corruption.error().args[0])
+        self.corruption = corruption
+
+
 @dataclass(frozen=True, slots=True)
 class WalOptions:
     """How a WAL writes: file size at which it rolls, and its fsync policy."""
@@ -208,12 +216,18 @@ class Wal:
         self._reserved_end = batch.end_offset
         return entry, header
 
-    async def read(self, from_offset: int, max_messages: int, max_bytes: int) -> list[StoredBatch]:
+    async def read(
+        self, from_offset: int, max_messages: int, max_bytes: int, *, sealed_end: int = 0
+    ) -> list[StoredBatch]:
         """Acknowledged batches covering `from_offset` onwards, within the limits.
 
         The first batch may start before `from_offset`. At least one batch is
         returned when any exists at or after `from_offset`, however large.
         `max_messages` 0 means no message limit. The caller checks the range.
+
+        A damaged frame below `sealed_end` (the read tail: its batches are in
+        segments too) does not mark the log corrupt: the batches before it are
+        returned, or `SealedFrameDamaged` raised when it is the first.
         """
         if self._corruption is not None and from_offset >= self._corruption.offset:
             raise self._corruption.error()
@@ -222,6 +236,10 @@ class Wal:
             return []
         batches, corruption = await asyncio.to_thread(_read_frames, chosen)
         if corruption is not None:
+            if corruption.offset < sealed_end:
+                if not batches:
+                    raise SealedFrameDamaged(corruption)
+                return batches
             self._record_corruption(corruption)
             if not batches:
                 raise corruption.error()
