@@ -1,0 +1,93 @@
+"""Storage's read tail with real processes: sealed WAL files stay and serve a consumer
+that starts at the earliest offset; kill -9 of storage drops the tail at the next open
+and every message is still delivered, from Parquet."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import tamto_sdk
+from tamto_local.cluster import SERVICES
+from tamto_protocol.segment import read_manifest
+from tamto_testing.cluster import TestCluster
+from tamto_testing.infra import Infra
+
+pytestmark = pytest.mark.e2e
+
+STREAM = "tail"
+TOTAL = 2_000
+#: Storage seals at once, into small segments, from small WAL files; the tail keeps 1 MiB.
+STORAGE_ENV = {
+    "TAMTO_STORAGE_SEAL_AGE_MS": "100",
+    "TAMTO_STORAGE_SEAL_CHECK_MS": "100",
+    "TAMTO_STORAGE_SEGMENT_BYTES": str(64 << 10),
+    "TAMTO_STORAGE_WAL_FILE_BYTES": str(64 << 10),
+    "TAMTO_STORAGE_WAL_TAIL_MB": "1",
+}
+
+
+@pytest.fixture
+def tail_cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
+    cluster = TestCluster(tmp_path / "cluster", tamto_infra)
+    try:
+        for name in SERVICES:
+            cluster.start(name, extra_env=STORAGE_ENV if name == "storage" else None)
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
+def wal_bytes(partition_dir: Path) -> int:
+    return sum(p.stat().st_size for p in (partition_dir / "_wal").glob("*.log"))
+
+
+async def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+async def consume_from_earliest(cluster: TestCluster, subscription: str) -> list[bytes]:
+    got: list[bytes] = []
+    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with client.consumer(STREAM, subscription) as consumer:
+            while len(got) < TOTAL:
+                batch = await consumer.receive_batch(max_messages=TOTAL, timeout_s=15)
+                assert len(batch) > 0, f"only {len(got)} of {TOTAL} messages delivered"
+                got.extend(m.payload for m in batch)
+                consumer.ack(batch)
+            await consumer.flush_acks(timeout_s=10)
+    return got
+
+
+async def test_the_tail_serves_sealed_messages_and_a_kill9_loses_none(
+    tail_cluster: TestCluster,
+) -> None:
+    cluster = tail_cluster
+    stream_dir = cluster.workdir / "storage" / "streams" / STREAM
+    partition_dir = stream_dir / "partition=0"
+    payloads = [f"m{i:05d}".encode() + b"." * 200 for i in range(TOTAL)]
+    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        await client.streams.ensure(STREAM, partitions=1)
+        async with client.producer(STREAM, max_batch_messages=100) as producer:
+            await asyncio.gather(*[await producer.send(p) for p in payloads])
+
+    def sealed() -> bool:
+        return read_manifest(stream_dir).end_offsets().get(0, 0) >= TOTAL
+
+    await wait_for(sealed, 30, "every message sealed")
+    # Everything is sealed, and the newest sealed WAL files are still there.
+    tail = wal_bytes(partition_dir)
+    assert 64 << 10 <= tail <= 1 << 20, f"a tail within its budget, not {tail} bytes"
+    assert await consume_from_earliest(cluster, "first") == payloads
+
+    cluster.kill9("storage")
+    cluster.start("storage", extra_env=STORAGE_ENV)
+    assert await consume_from_earliest(cluster, "second") == payloads
+    assert wal_bytes(partition_dir) == 0, "the open removed the tail: Parquet served it"
