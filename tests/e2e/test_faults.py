@@ -12,6 +12,7 @@ import pytest
 import tamto_sdk
 from tamto_cli.status import fetch_status
 from tamto_testing.cluster import TestCluster
+from tamto_testing.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -21,13 +22,6 @@ async def registered(cluster: TestCluster) -> dict[str, int]:
     rows = await fetch_status(cluster.infra.etcd_endpoint)
     own = {f"{name}-{cluster.workdir.name}" for name in cluster.ports}
     return {m.service: m.pid for m, _ in rows if m.instance_id in own}
-
-
-async def wait_until(condition, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not await condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 async def publish(cluster: TestCluster, stream: str, payloads: list[bytes]) -> None:
@@ -65,7 +59,7 @@ async def test_kill9_of_a_service_loses_no_acknowledged_message(
         return victim not in await registered(fresh_cluster)
 
     started = time.monotonic()
-    await wait_until(gone, ttl + 3, f"{victim} to leave etcd")
+    await eventually(gone, ttl + 3, f"{victim} to leave etcd")
     assert time.monotonic() - started <= ttl + 3
 
     fresh_cluster.start(victim)
@@ -167,7 +161,7 @@ async def test_after_kill9_of_the_router_only_unacknowledged_messages_come_again
                 consumer.ack(message)
             await consumer.flush_acks(5)
             # The router persists acks as it gets them; wait until the cursor says so.
-            await wait_until(lambda: cursor_has(fresh_cluster, len(acked)), 10, "acks persisted")
+            await eventually(lambda: cursor_has(fresh_cluster, len(acked)), 10, "acks persisted")
             fresh_cluster.kill9("router")
         fresh_cluster.start("router")
         async with client.consumer("cursor", "c") as again:

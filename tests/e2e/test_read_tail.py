@@ -5,8 +5,7 @@ and every message is still delivered, from Parquet."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from tamto_local.cluster import SERVICES
 from tamto_protocol.segment import read_manifest
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
+from tamto_testing.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -46,13 +46,6 @@ def wal_bytes(partition_dir: Path) -> int:
     return sum(p.stat().st_size for p in (partition_dir / "_wal").glob("*.log"))
 
 
-async def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 async def consume_from_earliest(cluster: TestCluster, subscription: str) -> list[bytes]:
     got: list[bytes] = []
     async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
@@ -81,7 +74,7 @@ async def test_the_tail_serves_sealed_messages_and_a_kill9_loses_none(
     def sealed() -> bool:
         return read_manifest(stream_dir).end_offsets().get(0, 0) >= TOTAL
 
-    await wait_for(sealed, 30, "every message sealed")
+    await eventually(sealed, 30, "every message sealed")
     # Everything is sealed, and the newest sealed WAL files are still there.
     tail = wal_bytes(partition_dir)
     assert 64 << 10 <= tail <= 1 << 20, f"a tail within its budget, not {tail} bytes"

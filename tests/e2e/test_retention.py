@@ -4,9 +4,8 @@ retains only itself, and is still delivered after storage and router are killed.
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from tamto_local.cluster import SERVICES
 from tamto_protocol.segment import read_manifest
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
+from tamto_testing.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -79,13 +79,6 @@ class PeakBytes:
         self.peak = max(self.peak, tree_bytes(self.directory))
 
 
-async def wait_for(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 def payload(i: int) -> bytes:
     return b"m%07d" % i
 
@@ -140,7 +133,7 @@ async def test_one_unacked_message_among_a_million_retains_only_itself(
 
         with PeakBytes(partition_dir) as sampler:
             await publish_all(client, stream)
-            await wait_for(sealed, 30, "every message sealed into segments")
+            await eventually(sealed, 30, "every message sealed into segments")
         peak = sampler.peak
         assert peak > 4 << 20, f"a million messages should take real space, took {peak}"
         manifest = read_manifest(stream_dir)
@@ -152,13 +145,13 @@ async def test_one_unacked_message_among_a_million_retains_only_itself(
         async def fallen() -> bool:
             return tree_bytes(partition_dir) < peak / 100
 
-        await wait_for(fallen, 30, f"disk use below 1% of the peak {peak}")
+        await eventually(fallen, 30, f"disk use below 1% of the peak {peak}")
 
     # What is left: one small segment, the empty WAL and the state files.
     async def merged() -> bool:
         return len(read_manifest(stream_dir).segments) == 1
 
-    await wait_for(merged, 30, "the leftovers merged into one segment")
+    await eventually(merged, 30, "the leftovers merged into one segment")
     manifest = read_manifest(stream_dir)
     [segment] = manifest.segments
     assert segment.rows == 2, "the unacked message, and the newest one (kept for reads)"

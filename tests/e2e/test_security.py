@@ -11,7 +11,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_sdk import Grant, IdentityKind, Permission
 from tamto_testing.cluster import TestCluster
+from tamto_testing.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -65,16 +66,6 @@ def unique(prefix: str) -> str:
 
 async def admin_client(cluster: TestCluster) -> tamto_sdk.Client:
     return await tamto_sdk.connect(cluster.url, api_key=cluster.credential)
-
-
-async def wait_until(check: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> float:
-    """Poll `check` until true; the seconds it took. AssertionError after the deadline."""
-    started = time.monotonic()
-    while not await check():
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"not within {timeout_s}s: {what}")
-        await asyncio.sleep(0.02)
-    return time.monotonic() - started
 
 
 @dataclass(frozen=True)
@@ -290,18 +281,18 @@ async def test_policy_change_applies_within_a_second(
             return error is not None and error.code() == grpc.StatusCode.UNAUTHENTICATED
 
         await admin.security.bind(identity, role)
-        await wait_until(allowed, 1.0, "a new binding to take effect")
+        await eventually(allowed, 1.0, "a new binding to take effect")
         await admin.security.put_role(role, [Grant(Permission.CONSUME, stream)])
-        await wait_until(refused, 1.0, "a narrowed role to take effect")
+        await eventually(refused, 1.0, "a narrowed role to take effect")
         await admin.security.put_role(role, [Grant(Permission.PUBLISH, stream)])
-        await wait_until(allowed, 1.0, "a widened role to take effect")
+        await eventually(allowed, 1.0, "a widened role to take effect")
         await admin.security.unbind(identity, role)
-        await wait_until(refused, 1.0, "an unbinding to take effect")
+        await eventually(refused, 1.0, "an unbinding to take effect")
         await admin.security.bind(identity, role)
-        await wait_until(allowed, 1.0, "a rebinding to take effect")
+        await eventually(allowed, 1.0, "a rebinding to take effect")
         # Disabling the identity stops its live token too, not only its keys.
         await admin.security.set_identity_disabled(identity, True)
-        await wait_until(unauthenticated, 1.0, "a disabled identity's token to stop working")
+        await eventually(unauthenticated, 1.0, "a disabled identity's token to stop working")
         error = await attempt(stub, token, "publish", stream)
         assert error is not None
         assert error.details() == f"identity {identity!r} is disabled"
@@ -405,7 +396,7 @@ async def test_denials_logins_and_admin_actions_are_audited(
                 seen.append(received.get_nowait())
             return any(r["category"] == "denied" and r["actor"] == identity for r in seen)
 
-        await wait_until(denial_published, 5, "the denial on the bus")
+        await eventually(denial_published, 5, "the denial on the bus")
     finally:
         await bus.close()
 

@@ -1,0 +1,31 @@
+"""Waiting for a condition in async tests: poll it against a deadline, never a fixed sleep."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+
+
+async def eventually(
+    check: Callable[[], bool | Awaitable[bool]],
+    timeout_s: float,
+    what: str,
+    *,
+    interval_s: float = 0.02,
+) -> float:
+    """Poll `check` (plain or async) until it is true; return the seconds it took.
+
+    AssertionError naming `what` once `timeout_s` passed without it.
+    """
+    started = time.monotonic()
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(f"not within {timeout_s}s: {what}")
+        await asyncio.sleep(interval_s)
