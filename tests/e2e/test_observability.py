@@ -3,29 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import urllib.request
 
 import nats
 import pytest
 
 import tamto_sdk
-from tamto_cli.status import fetch_status
-from tamto_common.membership import Member
 from tamto_testing.cluster import TestCluster
 from tamto_testing.processes import wait_for
 
+from .members import own_members, scrape
+
 pytestmark = pytest.mark.e2e
-
-
-async def own_members(cluster: TestCluster) -> dict[str, Member]:
-    rows = await fetch_status(cluster.infra.etcd_endpoint)
-    suffix = f"-{cluster.workdir.name}"
-    return {m.service: m for m, _ in rows if m.instance_id.endswith(suffix)}
-
-
-def scrape(member: Member) -> str:
-    with urllib.request.urlopen(f"http://{member.metrics_address}/metrics", timeout=5) as r:
-        return str(r.read().decode())
 
 
 async def test_every_service_serves_prometheus_metrics(tamto_cluster: TestCluster) -> None:

@@ -1,21 +1,24 @@
 """Storage's read tail with real processes: sealed WAL files stay and serve a consumer
 that starts at the earliest offset; kill -9 of storage drops the tail at the next open
-and every message is still delivered, from Parquet."""
+and every message is still delivered, from Parquet. The router keeps no read cache
+here, so every delivery is a storage read."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import tamto_sdk
-from tamto_local.cluster import SERVICES
 from tamto_protocol.segment import read_manifest
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually
+
+from .members import metrics_of
 
 pytestmark = pytest.mark.e2e
 
@@ -31,15 +34,23 @@ STORAGE_ENV = {
 }
 
 
+ROUTER_ENV = {"TAMTO_ROUTER_READ_CACHE_MB": "0"}
+
+
 @pytest.fixture
 def tail_cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
     cluster = TestCluster(tmp_path / "cluster", tamto_infra)
     try:
-        for name in SERVICES:
-            cluster.start(name, extra_env=STORAGE_ENV if name == "storage" else None)
-        yield cluster
+        yield cluster.start_all({"storage": STORAGE_ENV, "router": ROUTER_ENV})
     finally:
         cluster.stop_all()
+
+
+async def batches_read_from(cluster: TestCluster, source: str) -> float:
+    """Storage's count of batches served by reads from `source` (wal, tail, segments)."""
+    text = await metrics_of(cluster, "storage")
+    match = re.search(rf'^tamto_storage_read_batches_total{{source="{source}"}} (\S+)$', text, re.M)
+    return float(match.group(1)) if match else 0.0
 
 
 def wal_bytes(partition_dir: Path) -> int:
@@ -79,8 +90,12 @@ async def test_the_tail_serves_sealed_messages_and_a_kill9_loses_none(
     tail = wal_bytes(partition_dir)
     assert 64 << 10 <= tail <= 1 << 20, f"a tail within its budget, not {tail} bytes"
     assert await consume_from_earliest(cluster, "first") == payloads
+    assert await batches_read_from(cluster, "tail") > 0
+    assert await batches_read_from(cluster, "segments") == 0, "no Parquet decoded"
 
     cluster.kill9("storage")
     cluster.start("storage", extra_env=STORAGE_ENV)
     assert await consume_from_earliest(cluster, "second") == payloads
-    assert wal_bytes(partition_dir) == 0, "the open removed the tail: Parquet served it"
+    assert wal_bytes(partition_dir) == 0, "the open removed the tail"
+    assert await batches_read_from(cluster, "segments") > 0, "Parquet served the second"
+    assert await batches_read_from(cluster, "tail") == 0

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 import tamto_sdk
-from tamto_local.cluster import SERVICES
 from tamto_protocol.segment import read_manifest
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
@@ -37,9 +36,7 @@ STORAGE_ENV = {
 def retention_cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
     cluster = TestCluster(tmp_path / "cluster", tamto_infra)
     try:
-        for name in SERVICES:
-            cluster.start(name, extra_env=STORAGE_ENV if name == "storage" else None)
-        yield cluster
+        yield cluster.start_all({"storage": STORAGE_ENV})
     finally:
         cluster.stop_all()
 

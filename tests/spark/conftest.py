@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 
 import tamto_sdk
-from tamto_local.cluster import SERVICES
 from tamto_protocol.segment import read_manifest
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
@@ -32,9 +31,7 @@ def sealing_cluster(
 ) -> Iterator[TestCluster]:
     cluster = TestCluster(tmp_path_factory.mktemp("cluster"), tamto_infra)
     try:
-        for name in SERVICES:
-            cluster.start(name, extra_env=FAST_SEALING if name == "storage" else None)
-        yield cluster
+        yield cluster.start_all({"storage": FAST_SEALING})
     finally:
         cluster.stop_all()
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from tamto_protocol.batch import BatchColumns, decode_batch, encode_batch
 from tamto_storage.frame import HEADER_SIZE
 from tamto_storage.model import StoredBatch
+from tamto_storage.partition import Partition
 from tamto_storage.wal import WalOptions
 
 DEFAULT_OPTIONS = WalOptions()
@@ -67,3 +68,14 @@ def flip_byte(path: Path, position: int) -> None:
         value = f.read(1)[0]
         f.seek(position)
         f.write(bytes([value ^ 0xFF]))
+
+
+async def read_all(partition: Partition, from_offset: int) -> list[StoredBatch]:
+    """Every batch from `from_offset` to the partition's end, read by offset."""
+    out: list[StoredBatch] = []
+    offset = from_offset
+    while offset < partition.offsets().next_offset:
+        result = await partition.read(offset, 0, 1 << 20)
+        out.extend(result.batches)
+        offset = result.next_offset
+    return out

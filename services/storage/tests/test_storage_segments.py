@@ -9,7 +9,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import OpenPartition
-from storage_testkit import PUBLISH_TIME_US, check_batch, make_batch, payload_for, wal_files
+from storage_testkit import (
+    PUBLISH_TIME_US,
+    check_batch,
+    make_batch,
+    payload_for,
+    read_all,
+    wal_files,
+)
 
 from tamto_common.errors import InvalidArgument
 from tamto_protocol.segment import SEGMENT_SCHEMA, read_manifest, segment_file_name
@@ -33,16 +40,6 @@ async def fill(partition: Partition, batches: int, count: int = 3) -> list[Store
         written.append(batch)
         base += count
     return written
-
-
-async def read_all(partition: Partition, from_offset: int) -> list[StoredBatch]:
-    out: list[StoredBatch] = []
-    offset = from_offset
-    while offset < partition.offsets().next_offset:
-        result = await partition.read(offset, 0, 1 << 20)
-        out.extend(result.batches)
-        offset = result.next_offset
-    return out
 
 
 async def test_seal_writes_the_segment_schema_with_offsets_and_publish_times(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import OpenPartition
-from storage_testkit import PUBLISH_TIME_US, check_batch, flip_byte, make_batch, wal_files
+from storage_testkit import PUBLISH_TIME_US, check_batch, flip_byte, make_batch, read_all, wal_files
 
 from tamto_common.errors import InvalidArgument
 from tamto_storage.frame import HEADER_SIZE
@@ -107,16 +107,6 @@ async def test_a_damaged_tail_frame_is_read_from_the_segments(
     assert partition.wal.corruption is None, "sealed data is whole: the log is not corrupt"
     assert [f.name for f in wal_files(pdir)] == [wal_file_name(18)], "the tail went"
     assert await partition.append(1, [make_batch(18)]) == 21
-
-
-async def read_all(partition: Partition, from_offset: int) -> list[StoredBatch]:
-    out: list[StoredBatch] = []
-    offset = from_offset
-    while offset < partition.offsets().next_offset:
-        result = await partition.read(offset, 0, 1 << 20)
-        out.extend(result.batches)
-        offset = result.next_offset
-    return out
 
 
 def offsets_read(batches: list[StoredBatch]) -> list[int]:

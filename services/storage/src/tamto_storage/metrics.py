@@ -24,6 +24,12 @@ GROUP_COMMIT_BATCHES = Histogram(
     "Batches made durable by one group commit (one fsync)",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
 )
+READ_BATCHES = Counter(
+    "tamto_storage_read_batches",
+    "Batches served by reads by offset, per source: wal (not sealed yet), tail (sealed, "
+    "from the read tail's WAL files) or segments (decoded from Parquet)",
+    ["source"],
+)
 INTEREST_FREED_BYTES = Counter(
     "tamto_storage_interest_freed_bytes",
     "Segment bytes interest retention took out of the manifest (dropped, or replaced by a "

@@ -243,10 +243,11 @@ class Partition:
                     batches = await self._wal_read(from_offset, max_messages, max_bytes)
                 else:
                     batches = await self._segments.read(from_offset, max_messages, max_bytes)
+                    metrics.READ_BATCHES.labels("segments").inc(len(batches))
                     if not batches:
                         # Interest retention emptied the rest of the sealed range.
                         wal_start = self._wal.start_offset
-                        batches = await self._wal.read(wal_start, max_messages, max(max_bytes, 1))
+                        batches = await self._wal_read(wal_start, max_messages, max_bytes)
             except FileNotFoundError:
                 continue  # sealing or retention removed the file meanwhile: route again
             next_offset = batches[-1].end_offset if batches else from_offset
@@ -260,7 +261,7 @@ class Partition:
         and the tail goes (its data is sealed, so the log stays whole)."""
         sealed_end = self._segments.end_offset
         try:
-            return await self._wal.read(
+            batches = await self._wal.read(
                 from_offset, max_messages, max(max_bytes, 1), sealed_end=sealed_end
             )
         except SealedFrameDamaged as exc:
@@ -268,7 +269,13 @@ class Partition:
                 "read tail damaged, reading segments", partition=str(self.id), error=str(exc)
             )
             await self.trim_wal()
-            return await self._segments.read(from_offset, max_messages, max_bytes)
+            batches = await self._segments.read(from_offset, max_messages, max_bytes)
+            metrics.READ_BATCHES.labels("segments").inc(len(batches))
+            return batches
+        from_tail = sum(1 for b in batches if b.end_offset <= sealed_end)
+        metrics.READ_BATCHES.labels("tail").inc(from_tail)
+        metrics.READ_BATCHES.labels("wal").inc(len(batches) - from_tail)
+        return batches
 
     async def offset_for_time(self, time_us: int) -> int:
         """The first offset published at or after `time_us`, sealed or not.

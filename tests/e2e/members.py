@@ -1,0 +1,29 @@
+"""A test cluster's members as etcd lists them, and their Prometheus metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+from tamto_cli.status import fetch_status
+from tamto_common.membership import Member
+from tamto_testing.cluster import TestCluster
+
+
+async def own_members(cluster: TestCluster) -> dict[str, Member]:
+    """service -> member, for this cluster's registrations in etcd."""
+    rows = await fetch_status(cluster.infra.etcd_endpoint)
+    suffix = f"-{cluster.workdir.name}"
+    return {m.service: m for m, _ in rows if m.instance_id.endswith(suffix)}
+
+
+def scrape(member: Member) -> str:
+    """The member's /metrics page (blocking)."""
+    with urllib.request.urlopen(f"http://{member.metrics_address}/metrics", timeout=5) as r:
+        return str(r.read().decode())
+
+
+async def metrics_of(cluster: TestCluster, service: str) -> str:
+    """The /metrics page of the cluster's `service`."""
+    member = (await own_members(cluster))[service]
+    return await asyncio.to_thread(scrape, member)
