@@ -176,3 +176,37 @@ async def test_interest_retention_keeps_no_tail(tmp_path: Path) -> None:
         assert partition.wal.start_offset == 9
     finally:
         await store.close()
+
+
+async def test_the_node_keeps_the_newest_sealed_files_of_all_partitions_within_its_budget(
+    tmp_path: Path,
+) -> None:
+    """Partition 0 was written before partition 1: its files are the first to go."""
+    data = tmp_path / "data"
+    file_bytes = len(make_batch(0).arrow_ipc) + HEADER_SIZE
+    options = SealOptions(segment_bytes=1, wal_tail_bytes=3 * file_bytes)
+    store = PartitionStore(data, ONE_BATCH_PER_FILE, seal_options=options)
+    sealer = store.sealer
+    assert sealer is not None
+    try:
+        for number, published_s in ((0, 0), (1, 100)):
+            partition = await store.get("orders", number)
+            await partition.open(1)
+            for base in range(0, 12, 3):
+                batch = make_batch(base)
+                at_us = PUBLISH_TIME_US + (published_s + base) * 1_000_000
+                await partition.append(1, [replace(batch, publish_time_us=at_us)])
+        assert all(f.stat().st_size == file_bytes for f in tail_files(data, 0)[:-1])
+        await sealer.seal_all()
+        # The three newest sealed files are partition 1's last three; partition 0's all go.
+        assert [f.name for f in tail_files(data, 1)] == [
+            *(wal_file_name(base) for base in (3, 6, 9)),
+            wal_file_name(12),
+        ]
+        assert [f.name for f in tail_files(data, 0)] == [wal_file_name(12)]
+    finally:
+        await store.close()
+
+
+def tail_files(data: Path, partition: int) -> list[Path]:
+    return wal_files(partition_dir(data, PartitionId("orders", partition)))

@@ -50,9 +50,10 @@ class StorageConfig(ServiceConfig):
     )
     seal_check_ms: int = setting(1000, "milliseconds between sealing/retention rounds", positive)
     wal_tail_mb: int = setting(
-        256,
-        "MiB of already-sealed WAL files each partition keeps, newest first, so a consumer "
-        "a little behind reads batches as stored instead of decoding Parquet (0: none)",
+        1024,
+        "MiB of already-sealed WAL files the node keeps, newest first across its partitions, "
+        "so a consumer a little behind reads batches as stored instead of decoding Parquet "
+        "(0: none)",
         not_negative,
     )
     retention_grace_ms: int = setting(

@@ -77,7 +77,7 @@ class SealOptions:
     max_age_s: float = 5.0
     check_interval_s: float = 1.0
     retention_grace_s: float = 300.0
-    #: Bytes of sealed WAL files each partition keeps as its read tail (0: none).
+    #: Bytes of sealed WAL files the node keeps as read tails, newest first (0: none).
     wal_tail_bytes: int = 0
 
 
@@ -184,6 +184,7 @@ class Sealer:
                 now, self._options.segment_bytes, self._options.max_age_s
             ):
                 await self.seal(partition)
+        await self.fit_tails()
         if self._retention_for is not None:
             await self.apply_retention()
         await self.promote_carried()
@@ -210,6 +211,33 @@ class Sealer:
             wal_files_removed=trimmed,
         )
         return written
+
+    async def fit_tails(self) -> None:
+        """Keep the newest sealed WAL files of all partitions within `wal_tail_bytes`.
+
+        Newest by their newest batch's publish time, across partitions: the budget
+        goes to what consumers are likeliest still to read.
+        """
+        tails = {partition: partition.sealed_wal_files() for partition in self._store.loaded()}
+        newest_first = sorted(
+            (
+                (f.newest_publish_us, f.size, partition)
+                for partition, files in tails.items()
+                for f in files
+            ),
+            key=lambda item: item[0],
+            reverse=True,
+        )
+        keep = dict.fromkeys(tails, 0)
+        left = self._options.wal_tail_bytes
+        for _, size, partition in newest_first:
+            if size > left:
+                break
+            left -= size
+            keep[partition] += size
+        for partition, files in tails.items():
+            if keep[partition] < sum(f.size for f in files):
+                await partition.trim_wal(keep[partition])
 
     async def apply_retention(self) -> None:
         """Expire whole segments past each stream's limits; with interest retention, drop

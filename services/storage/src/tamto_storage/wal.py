@@ -50,6 +50,16 @@ log = structlog.get_logger(__name__)
 _IOV_MAX = 512  # buffers per pwritev call, well under the kernel's IOV_MAX
 
 
+@dataclass(frozen=True, slots=True)
+class SealedFile:
+    """A WAL file all of whose batches are sealed: where it starts, its bytes, its newest
+    batch's publish time."""
+
+    first_offset: int
+    size: int
+    newest_publish_us: int
+
+
 class SealedFrameDamaged(Exception):
     """A frame of the read tail failed its checks; its batches are to be read from segments."""
 
@@ -262,6 +272,21 @@ class Wal:
         i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         return sum(e.body_length for e in self._entries[i:] if e.end_offset > offset)
 
+    def sealed_files(self, sealed_end: int) -> list[SealedFile]:
+        """The WAL files whose batches all end at or before `sealed_end`, oldest first."""
+        files: dict[Path, SealedFile] = {}
+        for entry in self._entries:
+            if entry.end_offset > sealed_end:
+                files.pop(entry.file, None)  # holds unsealed batches: not part of the tail
+                break
+            found = files.get(entry.file)
+            files[entry.file] = SealedFile(
+                entry.base_offset if found is None else found.first_offset,
+                (0 if found is None else found.size) + entry.frame_length,
+                max(entry.publish_time_us, 0 if found is None else found.newest_publish_us),
+            )
+        return list(files.values())
+
     def sealed_tail_start(self, sealed_end: int, keep_bytes: int) -> int:
         """Where the newest WAL files wholly at or before `sealed_end` that fit, all
         together, in `keep_bytes` begin (`sealed_end` when none fits).
@@ -271,17 +296,11 @@ class Wal:
         """
         start = sealed_end
         kept = 0
-        files: dict[Path, tuple[int, int, int]] = {}  # file -> first base, last end, bytes
-        for entry in self._entries:
-            base, _, size = files.get(entry.file, (entry.base_offset, 0, 0))
-            files[entry.file] = (base, entry.end_offset, size + entry.frame_length)
-        for base, end, size in reversed(files.values()):
-            if end > sealed_end:
-                continue  # holds unsealed batches: not part of the tail
-            if kept + size > keep_bytes:
+        for file in reversed(self.sealed_files(sealed_end)):
+            if kept + file.size > keep_bytes:
                 break
-            kept += size
-            start = base
+            kept += file.size
+            start = file.first_offset
         return start
 
     def drop_files_before(self, offset: int, *, successor: Path | None = None) -> list[Path]:
