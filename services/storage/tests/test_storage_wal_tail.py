@@ -210,3 +210,22 @@ async def test_the_node_keeps_the_newest_sealed_files_of_all_partitions_within_i
 
 def tail_files(data: Path, partition: int) -> list[Path]:
     return wal_files(partition_dir(data, PartitionId("orders", partition)))
+
+
+async def test_the_sealed_file_summaries_follow_appends_seals_and_trims(
+    load: OpenPartition, pdir: Path
+) -> None:
+    partition = await load(ONE_BATCH_PER_FILE)
+    written = await fill(partition, 6)
+    assert partition.sealed_wal_files() == [], "nothing sealed yet"
+    await partition.seal(1 << 20)
+    files = wal_files(pdir)
+    assert [(f.first_offset, f.end_offset, f.size) for f in partition.sealed_wal_files()] == [
+        (b.base_offset, b.end_offset, path.stat().st_size)
+        for b, path in zip(written, files, strict=True)
+    ]
+    assert [f.newest_publish_us for f in partition.sealed_wal_files()] == [
+        b.publish_time_us for b in written
+    ]
+    await partition.trim_wal(sum(sizes(files[-2:])))
+    assert [f.first_offset for f in partition.sealed_wal_files()] == [12, 15]

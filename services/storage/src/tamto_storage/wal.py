@@ -50,14 +50,20 @@ log = structlog.get_logger(__name__)
 _IOV_MAX = 512  # buffers per pwritev call, well under the kernel's IOV_MAX
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class SealedFile:
-    """A WAL file all of whose batches are sealed: where it starts, its bytes, its newest
-    batch's publish time."""
+    """A WAL file's durable batches: where they start and end, their bytes (frames), and
+    the newest one's publish time. `Wal.sealed_files` lists the files wholly sealed."""
 
     first_offset: int
+    end_offset: int
     size: int
     newest_publish_us: int
+
+    def add(self, entry: IndexEntry) -> None:
+        self.end_offset = entry.end_offset
+        self.size += entry.frame_length
+        self.newest_publish_us = max(self.newest_publish_us, entry.publish_time_us)
 
 
 class SealedFrameDamaged(Exception):
@@ -93,6 +99,9 @@ class Wal:
         self._options = options
         self._label = label
         self._entries: list[IndexEntry] = []
+        # Per file, in offset order, kept as entries come and go: the sealer asks
+        # every round, and a file may hold many thousands of entries.
+        self._files: dict[Path, SealedFile] = {}
         self._bases: list[int] = []  # entries' base offsets, for bisection
         self._start_offset = 0
         self._durable_end = 0
@@ -118,6 +127,8 @@ class Wal:
         recovered = await asyncio.to_thread(recover, directory)
         wal = cls(directory, options, label)
         wal._entries = list(recovered.entries)
+        for entry in recovered.entries:
+            wal._count_in_file(entry)
         wal._bases = [e.base_offset for e in recovered.entries]
         wal._start_offset = recovered.start_offset
         wal._durable_end = wal._reserved_end = recovered.next_offset
@@ -274,18 +285,16 @@ class Wal:
 
     def sealed_files(self, sealed_end: int) -> list[SealedFile]:
         """The WAL files whose batches all end at or before `sealed_end`, oldest first."""
-        files: dict[Path, SealedFile] = {}
-        for entry in self._entries:
-            if entry.end_offset > sealed_end:
-                files.pop(entry.file, None)  # holds unsealed batches: not part of the tail
-                break
-            found = files.get(entry.file)
-            files[entry.file] = SealedFile(
-                entry.base_offset if found is None else found.first_offset,
-                (0 if found is None else found.size) + entry.frame_length,
-                max(entry.publish_time_us, 0 if found is None else found.newest_publish_us),
+        return list(itertools.takewhile(lambda f: f.end_offset <= sealed_end, self._files.values()))
+
+    def _count_in_file(self, entry: IndexEntry) -> None:
+        found = self._files.get(entry.file)
+        if found is None:
+            self._files[entry.file] = SealedFile(
+                entry.base_offset, entry.end_offset, entry.frame_length, entry.publish_time_us
             )
-        return list(files.values())
+        else:
+            found.add(entry)
 
     def sealed_tail_start(self, sealed_end: int, keep_bytes: int) -> int:
         """Where the newest WAL files wholly at or before `sealed_end` that fit, all
@@ -335,6 +344,8 @@ class Wal:
         if dropped:
             self._entries = self._entries[i:]
             self._bases = self._bases[i:]
+            for file in dropped:
+                del self._files[file]
             self._start_offset = (
                 self._entries[0].base_offset if self._entries else self._durable_end
             )
@@ -439,6 +450,7 @@ class Wal:
         metrics.GROUP_COMMIT_BATCHES.observe(len(group))
         for item in group:
             self._entries.append(item.entry)
+            self._count_in_file(item.entry)
             self._bases.append(item.entry.base_offset)
             self._durable_end = item.entry.end_offset
             if item.done is not None and not item.done.done():
