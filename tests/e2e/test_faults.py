@@ -14,6 +14,8 @@ from tamto_cli.status import fetch_status
 from tamto_testing.cluster import TestCluster
 from tamto_testing.waiting import eventually
 
+from .traffic import consume_all
+
 pytestmark = pytest.mark.e2e
 
 
@@ -30,18 +32,6 @@ async def publish(cluster: TestCluster, stream: str, payloads: list[bytes]) -> N
         async with client.producer(stream) as producer:
             futures = [await producer.send(p) for p in payloads]
             await asyncio.gather(*futures)
-
-
-async def consume_all(cluster: TestCluster, stream: str, sub: str, n: int) -> list[bytes]:
-    got: list[bytes] = []
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-        async with client.consumer(stream, sub) as consumer:
-            while len(got) < n:
-                batch = await consumer.receive_batch(max_messages=n, timeout_s=15)
-                assert len(batch) > 0, f"only {len(got)} of {n} messages delivered"
-                got.extend(m.payload for m in batch)
-                consumer.ack(batch)
-    return got
 
 
 @pytest.mark.parametrize("victim", ["storage", "router", "gateway", "auth"])

@@ -19,6 +19,7 @@ from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually
 
 from .members import metrics_of
+from .traffic import consume_all
 
 pytestmark = pytest.mark.e2e
 
@@ -57,19 +58,6 @@ def wal_bytes(partition_dir: Path) -> int:
     return sum(p.stat().st_size for p in (partition_dir / "_wal").glob("*.log"))
 
 
-async def consume_from_earliest(cluster: TestCluster, subscription: str) -> list[bytes]:
-    got: list[bytes] = []
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-        async with client.consumer(STREAM, subscription) as consumer:
-            while len(got) < TOTAL:
-                batch = await consumer.receive_batch(max_messages=TOTAL, timeout_s=15)
-                assert len(batch) > 0, f"only {len(got)} of {TOTAL} messages delivered"
-                got.extend(m.payload for m in batch)
-                consumer.ack(batch)
-            await consumer.flush_acks(timeout_s=10)
-    return got
-
-
 async def test_the_tail_serves_sealed_messages_and_a_kill9_loses_none(
     tail_cluster: TestCluster,
 ) -> None:
@@ -89,13 +77,13 @@ async def test_the_tail_serves_sealed_messages_and_a_kill9_loses_none(
     # Everything is sealed, and the newest sealed WAL files are still there.
     tail = wal_bytes(partition_dir)
     assert 64 << 10 <= tail <= 1 << 20, f"a tail within its budget, not {tail} bytes"
-    assert await consume_from_earliest(cluster, "first") == payloads
+    assert await consume_all(cluster, STREAM, "first", TOTAL) == payloads
     assert await batches_read_from(cluster, "tail") > 0
     assert await batches_read_from(cluster, "segments") == 0, "no Parquet decoded"
 
     cluster.kill9("storage")
     cluster.start("storage", extra_env=STORAGE_ENV)
-    assert await consume_from_earliest(cluster, "second") == payloads
+    assert await consume_all(cluster, STREAM, "second", TOTAL) == payloads
     assert wal_bytes(partition_dir) == 0, "the open removed the tail"
     assert await batches_read_from(cluster, "segments") > 0, "Parquet served the second"
     assert await batches_read_from(cluster, "tail") == 0

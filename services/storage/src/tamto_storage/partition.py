@@ -47,7 +47,7 @@ from tamto_storage.segments import (
     scan_segments,
     write_segment,
 )
-from tamto_storage.wal import SealedFile, SealedFrameDamaged, Wal, WalOptions, create_wal_file
+from tamto_storage.wal import SealedFrameDamaged, Wal, WalFileSummary, WalOptions, create_wal_file
 from tamto_storage.wal_recovery import list_wal_files
 
 log = structlog.get_logger(__name__)
@@ -333,7 +333,7 @@ class Partition:
                 self._unsealed_since = started
             return written
 
-    def sealed_wal_files(self) -> list[SealedFile]:
+    def sealed_wal_files(self) -> list[WalFileSummary]:
         """The WAL files the committed segments fully cover (the read tail), oldest first."""
         return self._wal.sealed_files(self._segments.end_offset)
 

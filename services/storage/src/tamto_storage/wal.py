@@ -51,7 +51,7 @@ _IOV_MAX = 512  # buffers per pwritev call, well under the kernel's IOV_MAX
 
 
 @dataclass(slots=True)
-class SealedFile:
+class WalFileSummary:
     """A WAL file's durable batches: where they start and end, their bytes (frames), and
     the newest one's publish time. `Wal.sealed_files` lists the files wholly sealed."""
 
@@ -101,7 +101,7 @@ class Wal:
         self._entries: list[IndexEntry] = []
         # Per file, in offset order, kept as entries come and go: the sealer asks
         # every round, and a file may hold many thousands of entries.
-        self._files: dict[Path, SealedFile] = {}
+        self._files: dict[Path, WalFileSummary] = {}
         self._bases: list[int] = []  # entries' base offsets, for bisection
         self._start_offset = 0
         self._durable_end = 0
@@ -283,14 +283,14 @@ class Wal:
         i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
         return sum(e.body_length for e in self._entries[i:] if e.end_offset > offset)
 
-    def sealed_files(self, sealed_end: int) -> list[SealedFile]:
+    def sealed_files(self, sealed_end: int) -> list[WalFileSummary]:
         """The WAL files whose batches all end at or before `sealed_end`, oldest first."""
         return list(itertools.takewhile(lambda f: f.end_offset <= sealed_end, self._files.values()))
 
     def _count_in_file(self, entry: IndexEntry) -> None:
         found = self._files.get(entry.file)
         if found is None:
-            self._files[entry.file] = SealedFile(
+            self._files[entry.file] = WalFileSummary(
                 entry.base_offset, entry.end_offset, entry.frame_length, entry.publish_time_us
             )
         else:
