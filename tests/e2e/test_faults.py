@@ -49,7 +49,7 @@ async def test_kill9_of_a_service_loses_no_acknowledged_message(
         return victim not in await registered(fresh_cluster)
 
     started = time.monotonic()
-    await eventually(gone, ttl + 3, f"{victim} to leave etcd")
+    await eventually(gone, ttl + 3, f"{victim} to leave etcd", interval_s=0.1)
     assert time.monotonic() - started <= ttl + 3
 
     fresh_cluster.start(victim)
@@ -151,7 +151,9 @@ async def test_after_kill9_of_the_router_only_unacknowledged_messages_come_again
                 consumer.ack(message)
             await consumer.flush_acks(5)
             # The router persists acks as it gets them; wait until the cursor says so.
-            await eventually(lambda: cursor_has(fresh_cluster, len(acked)), 10, "acks persisted")
+            await eventually(
+                lambda: cursor_has(fresh_cluster, len(acked)), 10, "acks persisted", interval_s=0.1
+            )
             fresh_cluster.kill9("router")
         fresh_cluster.start("router")
         async with client.consumer("cursor", "c") as again:

@@ -130,7 +130,7 @@ async def test_one_unacked_message_among_a_million_retains_only_itself(
 
         with PeakBytes(partition_dir) as sampler:
             await publish_all(client, stream)
-            await eventually(sealed, 30, "every message sealed into segments")
+            await eventually(sealed, 30, "every message sealed into segments", interval_s=0.05)
         peak = sampler.peak
         assert peak > 4 << 20, f"a million messages should take real space, took {peak}"
         manifest = read_manifest(stream_dir)
@@ -142,13 +142,13 @@ async def test_one_unacked_message_among_a_million_retains_only_itself(
         async def fallen() -> bool:
             return tree_bytes(partition_dir) < peak / 100
 
-        await eventually(fallen, 30, f"disk use below 1% of the peak {peak}")
+        await eventually(fallen, 30, f"disk use below 1% of the peak {peak}", interval_s=0.05)
 
     # What is left: one small segment, the empty WAL and the state files.
     async def merged() -> bool:
         return len(read_manifest(stream_dir).segments) == 1
 
-    await eventually(merged, 30, "the leftovers merged into one segment")
+    await eventually(merged, 30, "the leftovers merged into one segment", interval_s=0.05)
     manifest = read_manifest(stream_dir)
     [segment] = manifest.segments
     assert segment.rows == 2, "the unacked message, and the newest one (kept for reads)"
