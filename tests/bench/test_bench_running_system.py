@@ -81,11 +81,11 @@ def test_bench_measures_a_running_system_named_by_url_key_and_etcd(
     # Every service's pid came from its etcd registration. A service is named
     # alone when it has one member in etcd, else `<service>/<instance id>`
     # (other clusters of the session share this etcd); this cluster's instance
-    # ids are `<service>-<workdir name>`.
+    # ids are `tamto_cluster.instance_id(service)`.
     assert not [n for n in doc["notes"] if "memory not sampled" in n], doc["notes"]
     peaks = doc["memory_peak_rss_bytes"].get("tamto", {})
     for service in SERVICES:
-        name = service if service in peaks else f"{service}/{service}-{tamto_cluster.workdir.name}"
+        name = service if service in peaks else f"{service}/{tamto_cluster.instance_id(service)}"
         assert peaks.get(name, 0) > 0, (service, peaks)
     assert "jetstream" not in doc["memory_peak_rss_bytes"]
     assert "tamto bench" in proc.stdout

@@ -13,8 +13,7 @@ from tamto_testing.cluster import TestCluster
 async def own_members(cluster: TestCluster) -> dict[str, Member]:
     """service -> member, for this cluster's registrations in etcd."""
     rows = await fetch_status(cluster.infra.etcd_endpoint)
-    suffix = f"-{cluster.workdir.name}"
-    return {m.service: m for m, _ in rows if m.instance_id.endswith(suffix)}
+    return {m.service: m for m, _ in rows if m.instance_id == cluster.instance_id(m.service)}
 
 
 def scrape(member: Member) -> str:

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 async def registered(cluster: TestCluster) -> dict[str, int]:
     """service -> pid, for this cluster's members in etcd."""
     rows = await fetch_status(cluster.infra.etcd_endpoint)
-    own = {f"{name}-{cluster.workdir.name}" for name in cluster.ports}
+    own = {cluster.instance_id(name) for name in cluster.ports}
     return {m.service: m.pid for m, _ in rows if m.instance_id in own}
 
 

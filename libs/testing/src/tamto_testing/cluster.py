@@ -7,6 +7,7 @@ their logs from `<workdir>/logs/<service>.log`.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -51,8 +52,11 @@ class TestCluster:
         self.workdir = workdir
         self.infra = infra
         self.credential = dev_credential(workdir)
-        # A distinct etcd prefix is not needed: every cluster gets its own instance ids.
-        self._suffix = workdir.name
+        # A distinct etcd prefix is not needed: every cluster gets its own instance
+        # ids. The workdir's name alone is not unique (every `fresh_cluster` is
+        # `<tmp_path>/cluster`), and clusters one after another in one etcd must
+        # not share member keys, so a random part follows it.
+        self._suffix = f"{workdir.name}-{secrets.token_hex(3)}"
         self.tls_dir = workdir / "tls" if tls else None
         if self.tls_dir is not None:
             ensure_dev_pki(self.tls_dir)
@@ -91,11 +95,15 @@ class TestCluster:
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name]}"
 
+    def instance_id(self, name: str) -> str:
+        """The instance id service `name` of this cluster registers under in etcd."""
+        return f"{name}-{self._suffix}"
+
     def start(
         self, name: str, timeout_s: float = 30.0, extra_env: dict[str, str] | None = None
     ) -> TestProcess:
         env = service_env(name, self.shared, self.ports[name], extra_env)
-        env[f"TAMTO_{name.upper()}_INSTANCE_ID"] = f"{name}-{self._suffix}"
+        env[f"TAMTO_{name.upper()}_INSTANCE_ID"] = self.instance_id(name)
         proc = TestProcess(name, service_argv(name), self.workdir / "logs" / f"{name}.log", env)
         self.processes[name] = proc.start()
         proc.wait_ready(lambda: healthy(self.address(name), self._launcher_tls), timeout_s)
