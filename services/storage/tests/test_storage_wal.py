@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import struct
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ from storage_testkit import (
 )
 
 from tamto_common.errors import DataCorruption, InvalidArgument
-from tamto_storage.frame import HEADER_SIZE, encode_header
+from tamto_storage.frame import HEADER_SIZE, crc_matches, decode_header, encode_header
 from tamto_storage.model import StoredBatch
 from tamto_storage.partition import Partition
 from tamto_storage.wal import WalOptions
@@ -37,6 +40,19 @@ async def append_all(partition_load: OpenPartition, n: int, count: int = 3) -> l
         bases.append(base)
     await partition.close()
     return bases
+
+
+def test_the_frame_checksum_is_zlibs_crc32_as_in_files_written_before() -> None:
+    """The CRC is computed with ISA-L for speed; its value must stay zlib's CRC-32
+    over header bytes 8..36 and the body, or WAL files already on disk fail it."""
+    body = os.urandom(300_000)  # large enough for ISA-L's vectorised path
+    header = encode_header(base_offset=7, count=3, publish_time_us=11, epoch=2, body=body)
+    covered = struct.pack("<qIqq", 7, 3, 11, 2)
+    assert decode_header(header).crc == zlib.crc32(body, zlib.crc32(covered))
+
+    written_before = struct.pack("<II", len(body), zlib.crc32(body, zlib.crc32(covered)))
+    assert crc_matches(written_before + covered, memoryview(body))
+    assert not crc_matches(written_before + covered, body[:-1] + bytes([body[-1] ^ 1]))
 
 
 async def test_acked_batches_survive_reopen(load: OpenPartition) -> None:

@@ -12,14 +12,18 @@ Layout (little-endian, no padding), a 36-byte header then the body::
     36     n     body                  the producer's Arrow IPC stream, unchanged
 
 The CRC covers every header field after itself, so a flipped bit in the
-offsets is caught like one in the payload.
+offsets is caught like one in the payload. It is zlib's CRC-32, computed with
+ISA-L (`isal`), which gives the same value ~20x faster (58 vs 2.8 GB/s on the
+build machine): at zlib's speed the CRC of each appended batch was the largest
+single cost on storage's event loop.
 """
 
 from __future__ import annotations
 
 import struct
-import zlib
 from dataclasses import dataclass
+
+from isal.isal_zlib import crc32
 
 HEADER = struct.Struct("<IIqIqq")
 HEADER_SIZE = HEADER.size
@@ -48,7 +52,7 @@ def encode_header(
 ) -> bytes:
     """The header for `body`; write it immediately before the body."""
     covered = _COVERED.pack(base_offset, count, publish_time_us, epoch)
-    crc = zlib.crc32(body, zlib.crc32(covered))
+    crc = crc32(body, crc32(covered))
     return struct.pack("<II", len(body), crc) + covered
 
 
@@ -60,5 +64,5 @@ def decode_header(data: bytes | memoryview) -> FrameHeader:
 def crc_matches(header_bytes: bytes | memoryview, body: bytes | memoryview) -> bool:
     """Whether the CRC in `header_bytes` matches the header fields and `body`."""
     expected = HEADER.unpack_from(header_bytes)[1]
-    crc = zlib.crc32(body, zlib.crc32(header_bytes[8:HEADER_SIZE]))
+    crc = crc32(body, crc32(header_bytes[8:HEADER_SIZE]))
     return bool(crc == expected)
