@@ -62,6 +62,23 @@ async def test_trimming_keeps_the_newest_sealed_files_that_fit_in_the_budget(
     assert partition.wal.start_offset == 24
 
 
+async def test_a_batch_read_from_the_tail_outlives_the_removal_of_its_file(
+    load: OpenPartition, pdir: Path
+) -> None:
+    """Reads return views of the WAL file's mapping: removing the file while a read
+    result is still in use (being sent) must neither fail nor change its bytes."""
+    partition = await load(ONE_BATCH_PER_FILE)
+    written = await fill(partition, 4)
+    await partition.seal(1 << 20)
+    assert await partition.trim_wal(1 << 20) == 0
+    held = (await partition.read(3, 0, 1 << 20)).batches
+    assert await partition.trim_wal(0) == 4
+    assert not [f for f in wal_files(pdir) if f.name == wal_file_name(3)]
+    assert [bytes(b.arrow_ipc) for b in held] == [b.arrow_ipc for b in written[1:]]
+    for batch in held:
+        check_batch(batch)
+
+
 async def test_no_budget_removes_every_sealed_file(load: OpenPartition, pdir: Path) -> None:
     partition = await load(ONE_BATCH_PER_FILE)
     await fill(partition, 4)

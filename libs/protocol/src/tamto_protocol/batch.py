@@ -181,7 +181,7 @@ def string_scalar(text: str) -> pa.Scalar:
     return pa.Array.from_buffers(pa.string(), 1, buffers)[0]
 
 
-def decode_batch(data: bytes) -> pa.RecordBatch:
+def decode_batch(data: bytes | memoryview) -> pa.RecordBatch:
     """Decode one IPC stream into a single record batch, checking the schema.
 
     Zero-copy: the returned arrays point into `data` (unless the stream holds

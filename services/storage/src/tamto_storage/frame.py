@@ -48,7 +48,7 @@ class FrameHeader:
 
 
 def encode_header(
-    *, base_offset: int, count: int, publish_time_us: int, epoch: int, body: bytes
+    *, base_offset: int, count: int, publish_time_us: int, epoch: int, body: bytes | memoryview
 ) -> bytes:
     """The header for `body`; write it immediately before the body."""
     covered = _COVERED.pack(base_offset, count, publish_time_us, epoch)

@@ -18,12 +18,16 @@ class PartitionId:
 
 @dataclass(frozen=True, slots=True)
 class StoredBatch:
-    """A sequenced batch: the producer's Arrow IPC bytes plus what the router assigned."""
+    """A sequenced batch: the producer's Arrow IPC bytes plus what the router assigned.
+
+    A batch read from the WAL holds a view of the file's mapping, not bytes of
+    its own (see `wal._read_frames`): use it and drop it, do not keep it.
+    """
 
     base_offset: int
     count: int
     publish_time_us: int
-    arrow_ipc: bytes
+    arrow_ipc: bytes | memoryview
 
     @property
     def end_offset(self) -> int:

@@ -20,8 +20,8 @@ acknowledged batches. In interval mode the writer fsyncs at most once per
 `fsync_interval_s`, letting more appends join each commit.
 
 The in-memory index holds one entry per batch (not per message); reads find the
-batches covering an offset by bisection, read each frame with two `os.pread`
-calls and re-verify its CRC.
+batches covering an offset by bisection, map the file read-only and re-verify
+each frame's CRC; a batch read is a view of the mapping, not a copy.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import itertools
+import mmap
 import os
 import time
 from collections.abc import Sequence
@@ -87,7 +88,7 @@ class WalOptions:
 class _Pending:
     entry: IndexEntry
     header: bytes
-    body: bytes
+    body: bytes | memoryview
     done: asyncio.Future[None] | None  # set on the last batch of each append call
 
 
@@ -495,7 +496,7 @@ class Wal:
             fd = self._writer_fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
             self._writer_path = path
             fsync_dir(path.parent)
-        buffers: list[bytes] = []
+        buffers: list[bytes | memoryview] = []
         for item in run:
             buffers += (item.header, item.body)
         position = run[0].entry.position
@@ -515,7 +516,7 @@ def _timed_fsync(fd: int) -> float:
     return time.perf_counter() - started
 
 
-def _pwrite_all(fd: int, buffers: Sequence[bytes], position: int) -> int:
+def _pwrite_all(fd: int, buffers: Sequence[bytes | memoryview], position: int) -> int:
     total = sum(len(b) for b in buffers)
     written = os.pwritev(fd, buffers, position)
     if written < total:  # rare short write: finish the rest plainly
@@ -530,31 +531,44 @@ def _pwrite_all(fd: int, buffers: Sequence[bytes], position: int) -> int:
 def _read_frames(entries: Sequence[IndexEntry]) -> tuple[list[StoredBatch], Corruption | None]:
     """Read and CRC-check frames (worker thread); stops at the first bad one.
 
-    Each body is read with one `os.pread` straight into the `bytes` a
-    `StoredBatch` holds, the header with another: one copy of the data, where
-    reading the run and slicing bodies out of it took two. The CRC runs on
-    every read (the GIL is released for it): a frame may rot on disk long after
-    it was written or last read.
+    Each file is mapped read-only, and each batch's body is a view of the
+    mapping: the bytes go from the page cache to where they are used (a read's
+    response, the Parquet encoder) without a copy into a buffer of their own.
+    Copying them with `os.pread` took ~13% of a core while sealing at 1 KiB
+    publish rates (this machine copies page cache at ~1.2 GB/s). A mapping lives
+    as long as a view of it, so read results must not be kept: they are encoded
+    or sealed, then dropped. It is safe because a WAL file never shrinks while
+    the WAL is open (recovery truncates a torn tail before anything reads) and
+    only durable frames are read; a disk error under a mapping is a SIGBUS,
+    where `pread` would have raised EIO: storage stops, and its log is whole.
+
+    The CRC runs on every read: a frame may rot on disk long after it was
+    written or last read.
     """
     batches: list[StoredBatch] = []
     for file, run in itertools.groupby(entries, key=lambda e: e.file):
-        fd = os.open(file, os.O_RDONLY)
-        try:
-            for entry in run:
-                header_bytes = os.pread(fd, HEADER_SIZE, entry.position)
-                body = os.pread(fd, entry.body_length, entry.position + HEADER_SIZE)
-                problem = _frame_problem(entry, header_bytes, body)
-                if problem is not None:
-                    return batches, Corruption(entry.base_offset, file, entry.position, problem)
-                batches.append(
-                    StoredBatch(entry.base_offset, entry.count, entry.publish_time_us, body)
-                )
-        finally:
-            os.close(fd)
+        view = _map(file)
+        for entry in run:
+            body_start = entry.position + HEADER_SIZE
+            header_bytes = view[entry.position : body_start]
+            body = view[body_start : body_start + entry.body_length]
+            problem = _frame_problem(entry, header_bytes, body)
+            if problem is not None:
+                return batches, Corruption(entry.base_offset, file, entry.position, problem)
+            batches.append(StoredBatch(entry.base_offset, entry.count, entry.publish_time_us, body))
     return batches, None
 
 
-def _frame_problem(entry: IndexEntry, header_bytes: bytes, body: bytes) -> str | None:
+def _map(file: Path) -> memoryview:
+    """The whole file, mapped read-only (empty if it is)."""
+    with open(file, "rb") as f:
+        try:
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+        except ValueError:  # an empty file cannot be mapped
+            return memoryview(b"")
+
+
+def _frame_problem(entry: IndexEntry, header_bytes: memoryview, body: memoryview) -> str | None:
     if len(body) != entry.body_length or len(header_bytes) != HEADER_SIZE:
         return "frame is shorter than indexed"
     if not crc_matches(header_bytes, body):
