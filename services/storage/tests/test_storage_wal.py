@@ -230,6 +230,15 @@ async def test_reads_catch_a_file_cut_short_while_open(load: OpenPartition, pdir
         await partition.read(6, 0, BIG)
 
 
+async def test_reads_catch_a_file_emptied_while_open(load: OpenPartition, pdir: Path) -> None:
+    """An empty file cannot be mapped: a read reports the frames missing, as a short one."""
+    partition, path, _ = await three_batches(load, pdir)
+    with path.open("r+b") as f:
+        f.truncate(0)
+    with pytest.raises(DataCorruption, match="shorter than indexed"):
+        await partition.read(0, 0, BIG)
+
+
 async def test_rolls_files_and_reads_across_them(load: OpenPartition, pdir: Path) -> None:
     frame = len(make_batch(0, 2).arrow_ipc) + HEADER_SIZE
     partition = await load(WalOptions(file_bytes=frame * 3))  # three frames per file
