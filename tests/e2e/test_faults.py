@@ -52,9 +52,14 @@ async def test_kill9_of_a_service_loses_no_acknowledged_message(
     await eventually(gone, ttl + 3, f"{victim} to leave etcd", interval_s=0.1)
     assert time.monotonic() - started <= ttl + 3
 
-    fresh_cluster.start(victim)
+    restarted = fresh_cluster.start(victim)
     members = await registered(fresh_cluster)
-    assert members.get(victim) not in (None, pid), "the restarted service registers again"
+    # On failure, say what etcd held and what the service logged: a rare CI failure
+    # here once left nothing else to go on.
+    assert members.get(victim) not in (None, pid), (
+        f"the restarted service registers again; registered: {members}; "
+        f"alive: {restarted.alive()}; its log:\n{restarted.log_tail(15)}"
+    )
 
     after = [f"after-{i}".encode() for i in range(50)]
     await publish(fresh_cluster, "s", after)
