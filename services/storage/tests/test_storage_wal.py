@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -21,6 +22,7 @@ from storage_testkit import (
 )
 
 from tamto_common.errors import DataCorruption, InvalidArgument
+from tamto_storage import wal as wal_module
 from tamto_storage.frame import HEADER_SIZE, crc_matches, decode_header, encode_header
 from tamto_storage.model import StoredBatch
 from tamto_storage.partition import Partition
@@ -80,6 +82,34 @@ async def test_concurrent_appends_share_fsyncs_and_keep_order(load: OpenPartitio
     assert offsets_of(result.batches) == [i * 2 for i in range(n)]
     for batch in result.batches:
         check_batch(batch)
+
+
+@pytest.mark.parametrize(
+    ("fsync_s", "pad", "inline"), [(0.0001, 0, True), (0.0001, 300_000, False), (0.01, 0, False)]
+)
+async def test_small_groups_commit_on_the_loop_while_fsyncs_are_fast(
+    load: OpenPartition, monkeypatch: pytest.MonkeyPatch, fsync_s: float, pad: int, inline: bool
+) -> None:
+    """A commit skips the hand-off to a worker thread only for a small group on a disk
+    whose fsyncs have been fast; a large group or a slow disk keeps it off the loop."""
+    threads: list[threading.Thread] = []
+
+    def timed_fsync(fd: int) -> float:
+        os.fsync(fd)
+        threads.append(threading.current_thread())
+        return fsync_s
+
+    monkeypatch.setattr(wal_module, "_timed_fsync", timed_fsync)
+    partition = await load()
+    await partition.open(1)
+    for i in range(12):  # the first commits teach the WAL how fast its fsyncs are
+        await partition.append(1, [make_batch(i * 3, pad=pad // 3)])
+    last_commit = threads[-1]
+    assert (last_commit is threading.main_thread()) is inline
+    assert threads[0] is not threading.main_thread(), "no commit on the loop before one is timed"
+    await partition.close()
+    reopened = await load()
+    assert offsets_of((await reopened.read(0, 0, BIG)).batches) == [3 * i for i in range(12)]
 
 
 async def test_one_append_of_several_batches(load: OpenPartition) -> None:
