@@ -137,6 +137,23 @@ async def test_seal_is_due_by_size_or_by_age(load: OpenPartition) -> None:
     assert not partition.seal_due(now + 3600, 1, 1.0), "all sealed"
 
 
+async def test_the_store_counts_what_is_not_sealed_yet(tmp_path: Path) -> None:
+    store = PartitionStore(tmp_path / "data", WalOptions(), seal_options=SealOptions())
+    try:
+        assert store.unsealed_bytes() == 0
+        first = await store.get("orders", 0)
+        second = await store.get("orders", 1)
+        first_bytes = sum(len(b.arrow_ipc) for b in await fill(first, 2))
+        second_bytes = sum(len(b.arrow_ipc) for b in await fill(second, 3))
+        assert store.unsealed_bytes() == first_bytes + second_bytes
+        await first.seal(1 << 20)
+        assert store.unsealed_bytes() == second_bytes
+        await second.seal(1 << 20)
+        assert store.unsealed_bytes() == 0
+    finally:
+        await store.close()
+
+
 T_US = 1_800_000_000_000_000
 
 

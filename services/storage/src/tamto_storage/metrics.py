@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 APPENDED_MESSAGES = Counter(
     "tamto_storage_appended_messages",
@@ -40,4 +40,10 @@ CARRIED_MESSAGES = Counter(
     "tamto_storage_carried_messages",
     "Messages interest retention copied into carried-forward segments, per stream",
     ["stream"],
+)
+UNSEALED_BYTES = Gauge(
+    "tamto_storage_unsealed_bytes",
+    "Arrow IPC bytes acked but not sealed into Parquet yet, over the open partitions: "
+    "what the sealer still has to write (at most about a segment per partition, or "
+    "what arrived within the seal age)",
 )

@@ -288,6 +288,11 @@ class Partition:
         offset = self._wal.offset_for_time(time_us)
         return max(offset, self._start_offset())
 
+    @property
+    def unsealed_bytes(self) -> int:
+        """Bytes of durable batches not sealed into segments yet."""
+        return self._unsealed_bytes
+
     def seal_due(self, now: float, segment_bytes: int, max_age_s: float) -> bool:
         """Whether unsealed durable data is big enough or old enough to seal."""
         if self._wal.durable_offset <= self._segments.end_offset or self._unsealed_since is None:

@@ -8,6 +8,7 @@ from tamto_common.service import Runtime
 from tamto_common.streams import read_stream
 from tamto_storage.config import StorageConfig
 from tamto_storage.grpc_api import StorageServicer, serve
+from tamto_storage.metrics import UNSEALED_BYTES
 from tamto_storage.sealer import Retention
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
@@ -44,5 +45,6 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
         decoded_groups=config.decoded_groups(),
     )
     runtime.resources.push_async_callback(store.close)
+    UNSEALED_BYTES.set_function(store.unsealed_bytes)
     store.start_sealer()
     serve(StorageServicer(store, config.read_max_bytes), runtime.server)

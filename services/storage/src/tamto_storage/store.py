@@ -100,12 +100,21 @@ class PartitionStore(StoreView):
         return self._data_dir / "streams" / stream
 
     def loaded(self) -> list[Partition]:
-        """The partitions opened so far (those whose load succeeded)."""
+        """The partitions opened so far (those whose load succeeded).
+
+        Safe to call from another thread (the metrics server's): it iterates a
+        copy, taken in one step, of the partitions the event loop may be adding.
+        """
         return [
             t.result()
-            for t in self._partitions.values()
+            for t in list(self._partitions.values())
             if t.done() and not t.cancelled() and t.exception() is None
         ]
+
+    def unsealed_bytes(self) -> int:
+        """Durable bytes of the open partitions that are not sealed yet (the
+        `tamto_storage_unsealed_bytes` gauge; read from the metrics server's thread)."""
+        return sum(partition.unsealed_bytes for partition in self.loaded())
 
     async def _manifest(self, stream: str) -> StreamManifest:
         task = self._manifests.get(stream)

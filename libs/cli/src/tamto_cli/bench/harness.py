@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+from prometheus_client.parser import text_string_to_metric_families
 
 from tamto_common.config import parse_endpoints
-from tamto_common.membership import connect_etcd, list_members
+from tamto_common.membership import Member, connect_etcd, list_members
 from tamto_local.binaries import binary
 from tamto_local.cluster import ClusterConfig, LaunchError, LocalCluster
 from tamto_local.infra import tcp_open, wait_until
@@ -73,13 +75,17 @@ async def local_tamto(data_dir: Path, notify: bool = False) -> AsyncIterator[Tam
         await cluster.stop()
 
 
-async def service_pids(etcd_endpoint: str) -> dict[str, int]:
-    """The pid of each registered service instance, named `service` or `service/instance`."""
+async def _members(etcd_endpoint: str) -> list[Member]:
     client = await connect_etcd(parse_endpoints(etcd_endpoint), timeout_s=5)
     try:
-        members = await list_members(client)
+        return await list_members(client)
     finally:
         await client.close()
+
+
+async def service_pids(etcd_endpoint: str) -> dict[str, int]:
+    """The pid of each registered service instance, named `service` or `service/instance`."""
+    members = await _members(etcd_endpoint)
     counts: dict[str, int] = {}
     for member in members:
         counts[member.service] = counts.get(member.service, 0) + 1
@@ -87,6 +93,39 @@ async def service_pids(etcd_endpoint: str) -> dict[str, int]:
         (m.service if counts[m.service] == 1 else f"{m.service}/{m.instance_id}"): m.pid
         for m in members
     }
+
+
+async def storage_metrics_urls(etcd_endpoint: str) -> list[str]:
+    """The Prometheus URLs of the registered storage nodes."""
+    members = await _members(etcd_endpoint)
+    return [f"http://{m.metrics_address}/metrics" for m in members if m.service == "storage"]
+
+
+#: Storage's gauge of acked bytes not sealed into Parquet yet.
+UNSEALED_METRIC = "tamto_storage_unsealed_bytes"
+
+
+async def unsealed_bytes(urls: Sequence[str]) -> int:
+    """What the storage nodes at `urls` still have to seal (their `UNSEALED_METRIC`);
+    a node that does not answer counts as nothing left."""
+    scrapes = (asyncio.to_thread(_gauge, url, UNSEALED_METRIC) for url in urls)
+    values = await asyncio.gather(*scrapes)
+    return int(sum(values))
+
+
+def _gauge(url: str, name: str) -> float:
+    """The sum of the gauge `name`'s samples on the metrics page at `url` (blocking)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return 0.0
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == name
+        for sample in family.samples
+    )
 
 
 def _write_config(path: Path, text: str) -> None:
@@ -116,6 +155,16 @@ async def jetstream_server(store: Path, sync: str = "always") -> AsyncIterator[t
         yield f"nats://{HOST}:{port}", proc.pid
     finally:
         await proc.stop()
+
+
+@dataclass(frozen=True)
+class Settled:
+    """How `RssSampler.settle` ended: seconds waited, cores the watched processes
+    used in the last window, and what `pending` reported last."""
+
+    waited_s: float
+    cores: float
+    pending: int
 
 
 class RssSampler:
@@ -153,13 +202,20 @@ class RssSampler:
             self.peaks[group][name] = max(self.peaks[group][name], rss)
 
     async def settle(
-        self, busy_cores: float = 0.15, window_s: float = 0.5, limit_s: float = 60.0
-    ) -> tuple[float, float]:
+        self,
+        pending: Callable[[], Awaitable[int]] | None = None,
+        busy_cores: float = 0.15,
+        window_s: float = 0.5,
+        limit_s: float = 60.0,
+    ) -> Settled:
         """Wait until the watched processes together use less than `busy_cores` of CPU
-        over `window_s` (at most `limit_s`): (seconds waited, cores used last).
+        over `window_s` and `pending()` (work the system has queued but not started,
+        such as bytes to seal) is 0, for at most `limit_s`.
 
         A phase should not measure the background work the previous one left
         (Tamto sealing a backlog into Parquet, nats-server deleting a stream).
+        Quiet processes are not enough: storage seals the last part of a phase's
+        data by age, seconds after the phase, so `pending` waits for that too.
         """
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -167,9 +223,10 @@ class RssSampler:
             before = self._cpu_seconds()
             await asyncio.sleep(window_s)
             cores = (self._cpu_seconds() - before) / window_s
+            left = await pending() if pending is not None and cores < busy_cores else 0
             waited = loop.time() - started
-            if cores < busy_cores or waited >= limit_s:
-                return waited, cores
+            if (cores < busy_cores and not left) or waited >= limit_s:
+                return Settled(waited, cores, left)
 
     def _cpu_seconds(self) -> float:
         total = 0.0

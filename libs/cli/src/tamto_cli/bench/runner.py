@@ -28,10 +28,13 @@ from tamto_cli.bench.harness import (
     jetstream_server,
     local_tamto,
     service_pids,
+    storage_metrics_urls,
+    unsealed_bytes,
 )
 from tamto_cli.bench.nats_jobs import push_consumer_config, subject_of
 from tamto_cli.bench.pool import BenchError, WorkerPool
 from tamto_cli.bench.spec import JobResult, JobSpec
+from tamto_common.config import MIB
 from tamto_local.ports import free_port
 from tamto_protocol.partitioning import partition_for_key
 
@@ -436,6 +439,7 @@ async def run_bench(
         sampler = await stack.enter_async_context(RssSampler())
         notes: list[str] = []
         tamto: TamtoTarget | None = None
+        storage_urls: list[str] = []
         if "tamto" in o.systems:
             if local:
                 tamto = await stack.enter_async_context(local_tamto(workdir / "tamto"))
@@ -445,6 +449,7 @@ async def run_bench(
                 tamto = target
             try:
                 sampler.watch("tamto", await service_pids(tamto.etcd))
+                storage_urls = await storage_metrics_urls(tamto.etcd)
             except Exception as exc:  # memory is reported only when etcd says where
                 notes.append(f"service memory not sampled: {exc}")
         nats_url: str | None = None
@@ -459,14 +464,24 @@ async def run_bench(
         await runner.open_admin()
         stack.push_async_callback(runner.close_admin)
         progress.start(len(plan))
+
+        async def unsealed() -> int:
+            return await unsealed_bytes(storage_urls)
+
         started = time.time()
         settled_s = 0.0
         for label, phase in plan:
             progress.phase(label)
-            waited, cores = await sampler.settle()
-            settled_s += waited
-            if cores >= 0.15:
-                notes.append(f"{label}: started with the services still busy ({cores:.2f} cores)")
+            settled = await sampler.settle(unsealed)
+            settled_s += settled.waited_s
+            if settled.cores >= 0.15:
+                notes.append(
+                    f"{label}: started with the services still busy ({settled.cores:.2f} cores)"
+                )
+            if settled.pending:
+                notes.append(
+                    f"{label}: started with {settled.pending / MIB:.1f} MiB not sealed yet"
+                )
             await phase()
         progress.phase("done")
         elapsed = time.time() - started
