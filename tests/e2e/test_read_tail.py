@@ -40,11 +40,10 @@ ROUTER_ENV = {"TAMTO_ROUTER_READ_CACHE_MB": "0"}
 
 @pytest.fixture
 def tail_cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
-    cluster = TestCluster(tmp_path / "cluster", tamto_infra)
-    try:
-        yield cluster.start_all({"storage": STORAGE_ENV, "router": ROUTER_ENV})
-    finally:
-        cluster.stop_all()
+    with TestCluster(tmp_path / "cluster", tamto_infra).running(
+        {"storage": STORAGE_ENV, "router": ROUTER_ENV}
+    ) as cluster:
+        yield cluster
 
 
 async def batches_read_from(cluster: TestCluster, source: str) -> float:

@@ -34,11 +34,10 @@ STORAGE_ENV = {
 
 @pytest.fixture
 def retention_cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
-    cluster = TestCluster(tmp_path / "cluster", tamto_infra)
-    try:
-        yield cluster.start_all({"storage": STORAGE_ENV})
-    finally:
-        cluster.stop_all()
+    with TestCluster(tmp_path / "cluster", tamto_infra).running(
+        {"storage": STORAGE_ENV}
+    ) as cluster:
+        yield cluster
 
 
 def tree_bytes(directory: Path) -> int:

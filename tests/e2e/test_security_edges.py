@@ -195,11 +195,10 @@ def test_bad_oidc_configuration_stops_the_gateway_with_one_line(
 def tls_cluster(
     tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TestCluster]:
-    cluster = TestCluster(tmp_path_factory.mktemp("tls-cluster"), tamto_infra, tls=True)
-    try:
-        yield cluster.start_all()
-    finally:
-        cluster.stop_all()
+    with TestCluster(
+        tmp_path_factory.mktemp("tls-cluster"), tamto_infra, tls=True
+    ).running() as cluster:
+        yield cluster
 
 
 async def test_tls_cluster_publishes_and_consumes_over_mtls(tls_cluster: TestCluster) -> None:

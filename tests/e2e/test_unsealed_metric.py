@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,17 +24,16 @@ TOTAL = 1_000
 STORAGE_ENV = {"TAMTO_STORAGE_SEAL_AGE_MS": "3000", "TAMTO_STORAGE_SEAL_CHECK_MS": "100"}
 
 
-@pytest.fixture
-def sealing_cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
-    cluster = TestCluster(tmp_path / "cluster", tamto_infra)
-    try:
-        yield cluster.start_all({"storage": STORAGE_ENV})
-    finally:
-        cluster.stop_all()
+async def test_storage_reports_what_it_has_not_sealed_yet(
+    tamto_infra: Infra, tmp_path: Path
+) -> None:
+    with TestCluster(tmp_path / "cluster", tamto_infra).running(
+        {"storage": STORAGE_ENV}
+    ) as cluster:
+        await check_the_gauge(cluster)
 
 
-async def test_storage_reports_what_it_has_not_sealed_yet(sealing_cluster: TestCluster) -> None:
-    cluster = sealing_cluster
+async def check_the_gauge(cluster: TestCluster) -> None:
     storage = (await own_members(cluster))["storage"]
     urls = [f"http://{storage.metrics_address}/metrics"]
     assert await unsealed_bytes(urls) == 0, "nothing published yet"

@@ -29,11 +29,10 @@ SEAL_DEADLINE_S = 30.0
 def sealing_cluster(
     tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TestCluster]:
-    cluster = TestCluster(tmp_path_factory.mktemp("cluster"), tamto_infra)
-    try:
-        yield cluster.start_all({"storage": FAST_SEALING})
-    finally:
-        cluster.stop_all()
+    with TestCluster(tmp_path_factory.mktemp("cluster"), tamto_infra).running(
+        {"storage": FAST_SEALING}
+    ) as cluster:
+        yield cluster
 
 
 @pytest.fixture

@@ -7,8 +7,9 @@ their logs from `<workdir>/logs/<service>.log`.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import grpc
@@ -114,6 +115,17 @@ class TestCluster:
         for name in SERVICES:
             self.start(name, extra_env=(extra_env or {}).get(name))
         return self
+
+    @contextlib.contextmanager
+    def running(
+        self, extra_env: Mapping[str, dict[str, str]] | None = None
+    ) -> Iterator[TestCluster]:
+        """Every service started (`start_all`) for the block and stopped after it,
+        also when one of them fails to start: what a cluster fixture yields."""
+        try:
+            yield self.start_all(extra_env)
+        finally:
+            self.stop_all()
 
     def kill9(self, name: str) -> None:
         self.processes[name].kill9()

@@ -46,20 +46,14 @@ def nats_url(tamto_infra: Infra) -> str:
 def tamto_cluster(
     tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TestCluster]:
-    cluster = TestCluster(tmp_path_factory.mktemp("cluster"), tamto_infra)
-    try:
-        yield cluster.start_all()
-    finally:
-        cluster.stop_all()
+    with TestCluster(tmp_path_factory.mktemp("cluster"), tamto_infra).running() as cluster:
+        yield cluster
 
 
 @pytest.fixture
 def fresh_cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
-    cluster = TestCluster(tmp_path / "cluster", tamto_infra)
-    try:
-        yield cluster.start_all()
-    finally:
-        cluster.stop_all()
+    with TestCluster(tmp_path / "cluster", tamto_infra).running() as cluster:
+        yield cluster
 
 
 @pytest.fixture
