@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import time
 from collections.abc import Awaitable, Callable
 
@@ -29,3 +30,11 @@ async def eventually(
         if time.monotonic() - started > timeout_s:
             raise AssertionError(f"not within {timeout_s}s: {what}")
         await asyncio.sleep(interval_s)
+
+
+def long_tests_enabled() -> bool:
+    """True when TAMTO_LONG_TESTS=1: campaigns run at their acceptance size instead of CI's.
+
+    docs/testing.md lists each long campaign and what it scales.
+    """
+    return os.environ.get("TAMTO_LONG_TESTS", "") == "1"
