@@ -4,9 +4,10 @@ from typing import Any
 
 import grpc
 
-from tamto_protocol.v1 import storage_pb2
+from tamto_protocol.v1 import messages_pb2, storage_pb2
 from tamto_router.batch_cache import BatchCache
-from tamto_router.storage_client import Batch, StorageClient
+from tamto_router.model import Batch
+from tamto_router.storage_client import StorageClient
 
 KEY = ("s", 0)
 
@@ -98,6 +99,16 @@ def test_drop_forgets_a_partition() -> None:
     assert cache.bytes == 20
 
 
+def stored(b: Batch) -> messages_pb2.StoredBatch:
+    """What storage's Read answers with for `b` (the wire form the adapter converts)."""
+    return messages_pb2.StoredBatch(
+        base_offset=b.base_offset,
+        count=b.count,
+        publish_time_us=b.publish_time_us,
+        arrow_ipc=b.arrow_ipc,
+    )
+
+
 class CountingStub:
     """Stands in for the storage stub: answers reads from `batches`, counts calls."""
 
@@ -109,7 +120,7 @@ class CountingStub:
         self.reads += 1
         found = [b for b in self.batches if b.end > request.from_offset][:2]
         return storage_pb2.ReadResponse(
-            batches=[b.to_proto() for b in found],
+            batches=[stored(b) for b in found],
             next_offset=found[-1].end if found else request.from_offset,
         )
 

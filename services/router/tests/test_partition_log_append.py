@@ -11,8 +11,8 @@ import pytest
 from tamto_protocol.batch import encode_record_batch, make_batch, sequence_ids
 from tamto_router import partition_log
 from tamto_router.dedup import DedupWindow
+from tamto_router.model import Batch, LogBounds
 from tamto_router.partition_log import PartitionLog
-from tamto_router.storage_client import Batch, LogBounds
 
 
 class FakeStorage:

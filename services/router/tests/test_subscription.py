@@ -12,7 +12,7 @@ from tamto_common.errors import FailedPrecondition, InvalidArgument
 from tamto_protocol.batch import BatchColumns, decode_batch, encode_batch
 from tamto_router.acks import AckSet
 from tamto_router.dead_letters import Policy
-from tamto_router.storage_client import Batch
+from tamto_router.model import Batch
 from tamto_router.subscription import (
     ConsumerSlot,
     Delivery,

@@ -10,7 +10,7 @@ from typing import Any
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_router.acks import AckSet
 from tamto_router.dead_letters import Policy
-from tamto_router.storage_client import Batch
+from tamto_router.model import Batch
 from tamto_router.subscription import ConsumerSlot, Delivery, Subscription, SubscriptionType
 
 

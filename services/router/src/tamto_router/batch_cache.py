@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from tamto_router.storage_client import Batch
+    from tamto_router.model import Batch
 
 PartitionKey = tuple[str, int]
 #: Share of the budget batches read from storage may take from appended ones.

@@ -23,7 +23,8 @@ import structlog
 from tamto_common.errors import TamtoError, Unavailable
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.dedup import DedupWindow, message_offsets
-from tamto_router.storage_client import Batch, LogBounds, StorageClient
+from tamto_router.model import Batch, LogBounds
+from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
 

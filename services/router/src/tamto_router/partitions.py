@@ -14,9 +14,10 @@ from tamto_common.errors import Unavailable
 from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
 from tamto_protocol.batch import decode_batch
 from tamto_router.dedup import DedupWindow
+from tamto_router.model import LogBounds
 from tamto_router.ownership import Claim, Held, claim_partition, release_partition
 from tamto_router.partition_log import PartitionLog
-from tamto_router.storage_client import LogBounds, StorageClient
+from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
 

@@ -3,7 +3,6 @@ storage protobufs. Failures come back as TamtoError subclasses."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -14,42 +13,10 @@ from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
 from tamto_protocol.wire import STORAGE_APPEND, STORAGE_APPEND_STREAM, storage_append_request
 from tamto_router.acks import AckSet
 from tamto_router.batch_cache import BatchCache
+from tamto_router.model import Batch, LogBounds
 
 #: Most Arrow bytes one read returns from the cache (storage's own default cap).
 CACHE_READ_MAX_BYTES = 8 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class Batch:
-    """A sequenced batch: the producer's Arrow bytes and what the router assigned."""
-
-    base_offset: int
-    count: int
-    publish_time_us: int
-    arrow_ipc: bytes
-
-    @property
-    def end(self) -> int:
-        """One past the last offset."""
-        return self.base_offset + self.count
-
-    def to_proto(self) -> messages_pb2.StoredBatch:
-        return messages_pb2.StoredBatch(
-            base_offset=self.base_offset,
-            count=self.count,
-            publish_time_us=self.publish_time_us,
-            arrow_ipc=self.arrow_ipc,
-        )
-
-    @classmethod
-    def from_proto(cls, b: messages_pb2.StoredBatch) -> Batch:
-        return cls(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc)
-
-
-@dataclass(frozen=True, slots=True)
-class LogBounds:
-    start_offset: int
-    next_offset: int
 
 
 class StorageClient:
@@ -132,7 +99,7 @@ class StorageClient:
             ),
             f"read {stream}/{partition}",
         )
-        batches = [Batch.from_proto(b) for b in r.batches]
+        batches = [_batch_from_proto(b) for b in r.batches]
         if self._cache is not None:
             self._cache.add((stream, partition), batches, read=True)
         return batches, int(r.next_offset)
@@ -175,3 +142,7 @@ class StorageClient:
             ),
             f"commit cursor {stream}/{partition}",
         )
+
+
+def _batch_from_proto(b: messages_pb2.StoredBatch) -> Batch:
+    return Batch(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc)

@@ -39,8 +39,8 @@ from tamto_router.acks import AckSet
 from tamto_router.cursor_commits import CursorCommits
 from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
 from tamto_router.key_holds import KeyHolds
+from tamto_router.model import Batch
 from tamto_router.partition_log import PartitionLog
-from tamto_router.storage_client import Batch
 
 log = structlog.get_logger(__name__)
 
