@@ -119,3 +119,97 @@ class WhoAmIResponse(_message.Message):
     roles: _containers.RepeatedScalarFieldContainer[str]
     grants: _containers.RepeatedCompositeFieldContainer[_auth_pb2.Grant]
     def __init__(self, subject: _Optional[str] = ..., expires_at_unix: _Optional[int] = ..., roles: _Optional[_Iterable[str]] = ..., grants: _Optional[_Iterable[_Union[_auth_pb2.Grant, _Mapping]]] = ...) -> None: ...
+
+class PublishEphemeralRequest(_message.Message):
+    __slots__ = ("stream", "topic", "batch")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    topic: str
+    batch: _messages_pb2.RecordBatch
+    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ...) -> None: ...
+
+class PublishEphemeralResponse(_message.Message):
+    __slots__ = ("count", "matched_entities")
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    MATCHED_ENTITIES_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    matched_entities: int
+    def __init__(self, count: _Optional[int] = ..., matched_entities: _Optional[int] = ...) -> None: ...
+
+class SubscribeEphemeralRequest(_message.Message):
+    __slots__ = ("stream", "match", "group", "consumer_name")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    MATCH_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    match: str
+    group: str
+    consumer_name: str
+    def __init__(self, stream: _Optional[str] = ..., match: _Optional[str] = ..., group: _Optional[str] = ..., consumer_name: _Optional[str] = ...) -> None: ...
+
+class EphemeralDelivery(_message.Message):
+    __slots__ = ("stream", "topic", "batch", "response_stream", "publish_time_us", "dropped")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_TIME_US_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    topic: str
+    batch: _messages_pb2.RecordBatch
+    response_stream: str
+    publish_time_us: int
+    dropped: int
+    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., response_stream: _Optional[str] = ..., publish_time_us: _Optional[int] = ..., dropped: _Optional[int] = ...) -> None: ...
+
+class EphemeralSubscribed(_message.Message):
+    __slots__ = ("entity",)
+    ENTITY_FIELD_NUMBER: _ClassVar[int]
+    entity: str
+    def __init__(self, entity: _Optional[str] = ...) -> None: ...
+
+class EphemeralEvent(_message.Message):
+    __slots__ = ("delivery", "subscribed")
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    delivery: EphemeralDelivery
+    subscribed: EphemeralSubscribed
+    def __init__(self, delivery: _Optional[_Union[EphemeralDelivery, _Mapping]] = ..., subscribed: _Optional[_Union[EphemeralSubscribed, _Mapping]] = ...) -> None: ...
+
+class RequestRequest(_message.Message):
+    __slots__ = ("stream", "topic", "batch", "response_stream", "timeout_ms")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    topic: str
+    batch: _messages_pb2.RecordBatch
+    response_stream: str
+    timeout_ms: int
+    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., response_stream: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class RequestResponse(_message.Message):
+    __slots__ = ("response_stream", "batch")
+    RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    response_stream: str
+    batch: _messages_pb2.RecordBatch
+    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ...) -> None: ...
+
+class ReplyRequest(_message.Message):
+    __slots__ = ("response_stream", "batch")
+    RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    response_stream: str
+    batch: _messages_pb2.RecordBatch
+    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ...) -> None: ...
+
+class ReplyResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

@@ -76,6 +76,26 @@ class GatewayStub:
                 request_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_messages__pb2.ConsumeResponse.FromString,
                 _registered_method=True)
+        self.PublishEphemeral = channel.unary_unary(
+                '/tamto.v1.Gateway/PublishEphemeral',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralResponse.FromString,
+                _registered_method=True)
+        self.SubscribeEphemeral = channel.unary_stream(
+                '/tamto.v1.Gateway/SubscribeEphemeral',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.SubscribeEphemeralRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.EphemeralEvent.FromString,
+                _registered_method=True)
+        self.Request = channel.unary_unary(
+                '/tamto.v1.Gateway/Request',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.RequestRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.RequestResponse.FromString,
+                _registered_method=True)
+        self.Reply = channel.unary_unary(
+                '/tamto.v1.Gateway/Reply',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.ReplyRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.ReplyResponse.FromString,
+                _registered_method=True)
         self.CreateIdentity = channel.unary_unary(
                 '/tamto.v1.Gateway/CreateIdentity',
                 request_serializer=tamto_dot_v1_dot_auth__pb2.CreateIdentityRequest.SerializeToString,
@@ -203,6 +223,39 @@ class GatewayServicer:
 
     def Consume(self, request_iterator, context):
         """A consumer session: Subscribe first, then credits and acks; deliveries back.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishEphemeral(self, request, context):
+        """Ephemeral streams (docs/ephemeral.md): at-most-once, topic-routed, never stored.
+        Publishes one batch under one topic; answers once the bus took it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubscribeEphemeral(self, request, context):
+        """Receives what the match selects: first `subscribed`, then deliveries until the
+        call ends. Needs `consume` on the stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Request(self, request, context):
+        """Publishes a request naming a response stream and waits for its one reply; with
+        none within the timeout, ends with DEADLINE_EXCEEDED (the server's, not the
+        client's). Needs `publish` on the stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Reply(self, request, context):
+        """Answers a request through its response stream: NOT_FOUND when the stream does
+        not exist (any more: replied to, timed out, or never made).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -337,6 +390,26 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.Consume,
                     request_deserializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeResponse.SerializeToString,
+            ),
+            'PublishEphemeral': grpc.unary_unary_rpc_method_handler(
+                    servicer.PublishEphemeral,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralResponse.SerializeToString,
+            ),
+            'SubscribeEphemeral': grpc.unary_stream_rpc_method_handler(
+                    servicer.SubscribeEphemeral,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.SubscribeEphemeralRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.EphemeralEvent.SerializeToString,
+            ),
+            'Request': grpc.unary_unary_rpc_method_handler(
+                    servicer.Request,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.RequestRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.RequestResponse.SerializeToString,
+            ),
+            'Reply': grpc.unary_unary_rpc_method_handler(
+                    servicer.Reply,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.ReplyRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.ReplyResponse.SerializeToString,
             ),
             'CreateIdentity': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateIdentity,
@@ -625,6 +698,114 @@ class Gateway:
             '/tamto.v1.Gateway/Consume',
             tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
             tamto_dot_v1_dot_messages__pb2.ConsumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishEphemeral(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/PublishEphemeral',
+            tamto_dot_v1_dot_gateway__pb2.PublishEphemeralRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.PublishEphemeralResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubscribeEphemeral(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tamto.v1.Gateway/SubscribeEphemeral',
+            tamto_dot_v1_dot_gateway__pb2.SubscribeEphemeralRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.EphemeralEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Request(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/Request',
+            tamto_dot_v1_dot_gateway__pb2.RequestRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.RequestResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Reply(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/Reply',
+            tamto_dot_v1_dot_gateway__pb2.ReplyRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.ReplyResponse.FromString,
             options,
             channel_credentials,
             insecure,

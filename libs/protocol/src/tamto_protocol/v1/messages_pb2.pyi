@@ -11,6 +11,13 @@ class StreamKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     STREAM_KIND_UNSPECIFIED: _ClassVar[StreamKind]
     STREAM_KIND_PERSISTENT: _ClassVar[StreamKind]
+    STREAM_KIND_EPHEMERAL: _ClassVar[StreamKind]
+
+class Overflow(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OVERFLOW_UNSPECIFIED: _ClassVar[Overflow]
+    OVERFLOW_DROP_OLDEST: _ClassVar[Overflow]
+    OVERFLOW_DROP_NEWEST: _ClassVar[Overflow]
 
 class Durability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -34,6 +41,10 @@ class SubscriptionType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SUBSCRIPTION_TYPE_MULTICAST: _ClassVar[SubscriptionType]
 STREAM_KIND_UNSPECIFIED: StreamKind
 STREAM_KIND_PERSISTENT: StreamKind
+STREAM_KIND_EPHEMERAL: StreamKind
+OVERFLOW_UNSPECIFIED: Overflow
+OVERFLOW_DROP_OLDEST: Overflow
+OVERFLOW_DROP_NEWEST: Overflow
 DURABILITY_UNSPECIFIED: Durability
 DURABILITY_GROUP_COMMIT: Durability
 DURABILITY_INTERVAL: Durability
@@ -76,7 +87,7 @@ class StoredBatch(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., count: _Optional[int] = ..., publish_time_us: _Optional[int] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
 
 class StreamConfig(_message.Message):
-    __slots__ = ("kind", "partitions", "retention_ms", "retention_bytes", "dedup_window_ms", "ack_timeout_ms", "max_deliveries", "max_lag", "dead_letter_stream", "durability", "fsync_interval_ms", "retention_policy")
+    __slots__ = ("kind", "partitions", "retention_ms", "retention_bytes", "dedup_window_ms", "ack_timeout_ms", "max_deliveries", "max_lag", "dead_letter_stream", "durability", "fsync_interval_ms", "retention_policy", "buffer_messages", "overflow", "request_timeout_ms")
     KIND_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +100,9 @@ class StreamConfig(_message.Message):
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
     FSYNC_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_POLICY_FIELD_NUMBER: _ClassVar[int]
+    BUFFER_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    OVERFLOW_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     kind: StreamKind
     partitions: int
     retention_ms: int
@@ -101,7 +115,10 @@ class StreamConfig(_message.Message):
     durability: Durability
     fsync_interval_ms: int
     retention_policy: RetentionPolicy
-    def __init__(self, kind: _Optional[_Union[StreamKind, str]] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., ack_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., max_lag: _Optional[int] = ..., dead_letter_stream: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., fsync_interval_ms: _Optional[int] = ..., retention_policy: _Optional[_Union[RetentionPolicy, str]] = ...) -> None: ...
+    buffer_messages: int
+    overflow: Overflow
+    request_timeout_ms: int
+    def __init__(self, kind: _Optional[_Union[StreamKind, str]] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., ack_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., max_lag: _Optional[int] = ..., dead_letter_stream: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., fsync_interval_ms: _Optional[int] = ..., retention_policy: _Optional[_Union[RetentionPolicy, str]] = ..., buffer_messages: _Optional[int] = ..., overflow: _Optional[_Union[Overflow, str]] = ..., request_timeout_ms: _Optional[int] = ...) -> None: ...
 
 class StreamInfo(_message.Message):
     __slots__ = ("name", "config")
