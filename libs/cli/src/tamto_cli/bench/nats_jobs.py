@@ -19,7 +19,7 @@ import nats
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from tamto_cli.bench.pool import Gate
+from tamto_cli.bench.gate import Gate
 from tamto_cli.bench.spec import JobResult, JobSpec
 from tamto_cli.bench.timing import in_window, paced, stamp_of, wait_for_start
 

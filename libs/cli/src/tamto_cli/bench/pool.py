@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
+from tamto_cli.bench.gate import Gate
 from tamto_cli.bench.spec import JobResult, JobSpec
 
 #: How long after "go" the common window opens (lets every worker see the message).
@@ -32,19 +33,6 @@ _READY_TIMEOUT_S = 60.0
 
 class BenchError(Exception):
     """A benchmark phase failed; the message says which and why."""
-
-
-class Gate:
-    """A job's handle on the start protocol: `ready()` returns the common start time."""
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-
-    async def ready(self) -> float:
-        """Report setup done and wait for the phase's start time (wall clock)."""
-        self._conn.send(("ready", None))
-        start: float = await asyncio.get_running_loop().run_in_executor(None, self._conn.recv)
-        return start
 
 
 Job = Callable[[JobSpec, Gate], Coroutine[Any, Any, JobResult]]

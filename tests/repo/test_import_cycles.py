@@ -1,0 +1,114 @@
+"""No import cycle among the source modules of any package.
+
+A cycle makes the import order matter, hides which module owns a concept, and
+breaks as soon as one side imports the other at module level. Imports under
+`if TYPE_CHECKING:` are not followed (they never run); imports inside functions
+are: deferring an import hides a cycle, it does not remove it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def source_modules() -> dict[str, Path]:
+    """Every module under libs/*/src and services/*/src, by dotted name."""
+    found: dict[str, Path] = {}
+    for src in sorted([*ROOT.glob("libs/*/src"), *ROOT.glob("services/*/src")]):
+        for path in src.rglob("*.py"):
+            parts = list(path.relative_to(src).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import in `body` that can run, at module level or in a function."""
+    for node in body:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            yield from _runtime_imports(node.orelse)
+            continue
+        for child in ast.walk(node):
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                yield child
+
+
+def imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The source modules `name` imports when it is imported."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in _runtime_imports(ast.parse(path.read_text()).body):
+        if isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from pkg import mod` imports the submodule; `from mod import name`
+            # the module. (A package's __init__ runs first either way; that
+            # implicit edge is not counted, or every re-exporting package would
+            # be a cycle with its submodules.)
+            submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
+            candidates = submodules if len(submodules) == len(node.names) else [base, *submodules]
+        targets.update(c for c in candidates if c in modules and c != name)
+    return targets
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component: list[str] = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_detector_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_in_the_source() -> None:
+    modules = source_modules()
+    assert len(modules) > 50, "the scan found too few modules: is ROOT right?"
+    graph = {name: imported(name, path, modules) for name, path in modules.items()}
+    assert cycles(graph) == []
