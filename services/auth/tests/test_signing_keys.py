@@ -94,3 +94,10 @@ def test_renamed_key_file_stops_the_start(tmp_path: Path) -> None:
     (tmp_path / f"{keys.current.kid}.pem").rename(tmp_path / "renamed.pem")
     with pytest.raises(ConfigError, match="does not match its name"):
         load_or_create(tmp_path)
+
+
+def test_empty_key_file_stops_the_start_naming_it(tmp_path: Path) -> None:
+    # What a crash of a non-atomic writer leaves: the name, no content.
+    (tmp_path / "abc.pem").write_bytes(b"")
+    with pytest.raises(ConfigError, match=r"signing key .*abc.pem is empty"):
+        load_or_create(tmp_path)

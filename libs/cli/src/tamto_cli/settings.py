@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tamto_local.cluster import LaunchError, load_dev_credential
+
 DEFAULT_DATA_DIR = Path(".tamto")
 DEFAULT_GATEWAY = "127.0.0.1:7400"
 DEFAULT_ETCD = "127.0.0.1:7379"
@@ -24,9 +26,12 @@ def api_key(value: str | None, data: Path) -> str:
         return value
     if env := os.environ.get("TAMTO_API_KEY"):
         return env
-    path = data / "dev-credential"
-    if path.exists():
-        return path.read_text().strip()
+    try:
+        credential = load_dev_credential(data)
+    except LaunchError as exc:
+        raise SystemExit(str(exc)) from None
+    if credential is not None:
+        return credential
     raise SystemExit(
         "no API key: pass --api-key, set TAMTO_API_KEY, or run `tamto up` in this directory"
     )

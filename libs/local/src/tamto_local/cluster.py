@@ -22,7 +22,9 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tamto_common.apikeys import new_api_key
+from tamto_common.apikeys import new_api_key, parse_api_key
+from tamto_common.durable import DamagedFile, make_dirs, read_whole, write_atomic
+from tamto_common.errors import Unauthenticated
 from tamto_common.tls import TlsMaterial
 from tamto_local.infra import (
     EtcdSpec,
@@ -80,16 +82,40 @@ class ClusterConfig:
         return f"{self.host}:{self.gateway_port}"
 
 
+DEV_CREDENTIAL_FILE = "dev-credential"
+
+
+def load_dev_credential(data_dir: Path) -> str | None:
+    """The development API key of this data directory; None if it has none yet.
+
+    Raises LaunchError, naming the file, when it is empty or holds no API key
+    (never hands out a blank key).
+    """
+    path = data_dir / DEV_CREDENTIAL_FILE
+    try:
+        text = read_whole(path, "the development credential").decode().strip()
+        parse_api_key(text)
+    except FileNotFoundError:
+        return None
+    except DamagedFile as exc:
+        raise LaunchError(f"{exc}: delete it and start again to make a new one") from None
+    except (UnicodeDecodeError, Unauthenticated):
+        raise LaunchError(
+            f"the development credential {path} does not hold an API key (damaged?): "
+            "delete it and start again to make a new one"
+        ) from None
+    return text
+
+
 def dev_credential(data_dir: Path) -> str:
-    """The development API key of this data directory, created on first use (mode 0600)."""
-    path = data_dir / "dev-credential"
-    if path.exists():
-        return path.read_text().strip()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    """The development API key of this data directory, created on first use (mode 0600,
+    written atomically so a crash never leaves an empty file)."""
+    existing = load_dev_credential(data_dir)
+    if existing is not None:
+        return existing
+    make_dirs(data_dir)
     key = str(new_api_key())
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key + "\n")
+    write_atomic(data_dir / DEV_CREDENTIAL_FILE, f"{key}\n".encode(), mode=0o600)
     return key
 
 

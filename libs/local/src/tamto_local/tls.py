@@ -9,7 +9,9 @@ which writes, once, under `directory`:
                                     localhost, 127.0.0.1 and ::1 (1 year), usable
                                     as server and client (mTLS between services)
 
-Private keys are written with mode 0600. Nothing here is fit for production:
+Every file is written atomically (`tamto_common.durable`), private keys with
+mode 0600; an empty one (say, left by a crash of an older version) raises
+`DamagedFile` naming it. Nothing here is fit for production:
 it exists so a laptop can run the whole system with TLS everywhere.
 """
 
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from tamto_common.durable import read_whole, write_atomic
 
 CA_FILE = "ca.pem"
 CA_KEY_FILE = "ca-key.pem"
@@ -44,15 +47,11 @@ class CertPaths:
 
     def read(self) -> tuple[bytes, bytes, bytes]:
         """(certificate chain PEM, private key PEM, CA PEM)."""
-        return self.cert.read_bytes(), self.key.read_bytes(), self.ca.read_bytes()
-
-
-def _write_private(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        out.write(data)
-    os.replace(tmp, path)
+        return (
+            read_whole(self.cert, "certificate"),
+            read_whole(self.key, "private key"),
+            read_whole(self.ca, "CA certificate"),
+        )
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
@@ -103,17 +102,19 @@ def make_ca(directory: Path, common_name: str = "Tamto development CA") -> CertP
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    _write_private(directory / CA_KEY_FILE, _key_pem(key))
-    (directory / CA_FILE).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    write_atomic(directory / CA_KEY_FILE, _key_pem(key), mode=0o600)
+    write_atomic(directory / CA_FILE, cert.public_bytes(serialization.Encoding.PEM))
     return CertPaths(directory / CA_FILE, directory / CA_KEY_FILE, directory / CA_FILE)
 
 
 def issue(directory: Path, name: str, hosts: Iterable[str] = _HOSTS) -> CertPaths:
     """A certificate for `name` (server and client use) signed by the CA in `directory`."""
-    ca_key = serialization.load_pem_private_key((directory / CA_KEY_FILE).read_bytes(), None)
+    ca_key = serialization.load_pem_private_key(
+        read_whole(directory / CA_KEY_FILE, "CA private key"), None
+    )
     if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
         raise ValueError(f"{directory / CA_KEY_FILE} is not an EC key")
-    ca_cert = x509.load_pem_x509_certificate((directory / CA_FILE).read_bytes())
+    ca_cert = x509.load_pem_x509_certificate(read_whole(directory / CA_FILE, "CA certificate"))
     key = ec.generate_private_key(ec.SECP256R1())
     sans: list[x509.GeneralName] = []
     for host in hosts:
@@ -145,8 +146,8 @@ def issue(directory: Path, name: str, hosts: Iterable[str] = _HOSTS) -> CertPath
         .sign(ca_key, hashes.SHA256())
     )
     paths = CertPaths(directory / f"{name}.pem", directory / f"{name}-key.pem", directory / CA_FILE)
-    _write_private(paths.key, _key_pem(key))
-    paths.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    write_atomic(paths.key, _key_pem(key), mode=0o600)
+    write_atomic(paths.cert, cert.public_bytes(serialization.Encoding.PEM))
     return paths
 
 

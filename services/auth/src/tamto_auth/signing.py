@@ -3,8 +3,9 @@
 Layout: `<dir>/<kid>.pem`, one PKCS#8 private key per file, mode 0600, in a
 directory of mode 0700. A key's `kid` is its RFC 7638 JWK thumbprint, so it is
 derived from the key itself and the same key always has the same id. Files are
-written to a temporary name, fsynced and renamed: a crash never leaves a
-half-written key that would stop the service from starting.
+written atomically (`tamto_common.durable.write_atomic`): a crash never leaves a
+half-written key that would stop the service from starting, and an empty or
+unreadable key file stops it with a message naming the file.
 
 The newest file (by modification time) signs; every key loaded is published
 in the JWKS so tokens signed by an older key keep verifying until they expire.
@@ -13,12 +14,9 @@ in the JWKS so tokens signed by an older key keep verifying until they expire.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import itertools
 import json
-import os
-import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +25,7 @@ import structlog
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from tamto_common.durable import DamagedFile, fsync_dir, make_dirs, read_whole, write_atomic
 from tamto_common.errors import ConfigError
 
 log = structlog.get_logger(__name__)
@@ -84,7 +83,7 @@ class SigningKeys:
 
 def load_or_create(directory: Path) -> SigningKeys:
     """Load every key under `directory`, creating the directory and a first key if none."""
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    make_dirs(directory, mode=0o700)
     loaded = [_load(path) for path in _key_files(directory)]
     if not loaded:
         key = Ed25519PrivateKey.generate()
@@ -103,7 +102,9 @@ def _key_files(directory: Path) -> list[Path]:
 
 def _load(path: Path) -> tuple[SigningKey, float]:
     try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        key = serialization.load_pem_private_key(read_whole(path, "signing key"), password=None)
+    except DamagedFile as exc:
+        raise ConfigError("--data-dir", f"{exc}: delete it to start with a new key") from None
     except (ValueError, TypeError) as exc:
         raise ConfigError("--data-dir", f"unreadable signing key {path}: {exc}") from None
     if not isinstance(key, Ed25519PrivateKey):
@@ -122,31 +123,9 @@ def _write(directory: Path, key: Ed25519PrivateKey) -> SigningKey:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    final = directory / f"{kid}.pem"
-    tmp = directory / f".{kid}.{secrets.token_hex(4)}.tmp"
-    # O_EXCL and mode 0600 from the first byte: the key is never readable by others.
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(pem)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
-    _fsync_dir(directory)
+    # Mode 0600 from the first byte: the key is never readable by others.
+    write_atomic(directory / f"{kid}.pem", pem, mode=0o600)
     return SigningKey(kid=kid, private_key=key)
-
-
-def _fsync_dir(directory: Path) -> None:
-    # The rename is durable only once the directory entry is.
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def rotate(directory: Path, retain_s: float, now: float | None = None) -> SigningKeys:
@@ -171,7 +150,7 @@ def prune(directory: Path, retain_s: float, now: float | None = None) -> list[st
             older.unlink()
             removed.append(older.stem)
     if removed:
-        _fsync_dir(directory)
+        fsync_dir(directory)
         log.info("signing keys retired", kids=removed)
     return removed
 

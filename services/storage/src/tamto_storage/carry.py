@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tamto_common.durable import fsync_dir, make_dirs, write_atomic
 from tamto_protocol.batch import int64_array, int_values
 from tamto_protocol.segment import (
     CARRIED_DIR,
@@ -40,7 +41,6 @@ from tamto_protocol.segment import (
     carried_file_name,
     segment_file_name,
 )
-from tamto_storage.durable import fsync_dir, make_dirs, write_atomic
 from tamto_storage.interest import Rewrite, Span
 from tamto_storage.segments import TMP_SUFFIX, Segment, segment_entry, write_parquet
 

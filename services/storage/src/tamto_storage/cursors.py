@@ -17,9 +17,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tamto_common.durable import make_dirs, write_atomic
 from tamto_common.errors import DataCorruption, InvalidArgument
 from tamto_common.names import check_name
-from tamto_storage.durable import make_dirs, write_atomic
 from tamto_storage.model import Cursor, OffsetRange
 
 _VERSION = 1

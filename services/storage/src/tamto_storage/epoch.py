@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tamto_common.durable import write_atomic
 from tamto_common.errors import DataCorruption
-from tamto_storage.durable import write_atomic
 
 FILE_NAME = "_epoch"
 

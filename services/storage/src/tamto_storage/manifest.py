@@ -15,9 +15,9 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
+from tamto_common.durable import make_dirs, write_atomic
 from tamto_protocol.segment import MANIFEST_DIR, Manifest, manifest_file_name, manifest_versions
 from tamto_protocol.segment import read_manifest as _read_manifest
-from tamto_storage.durable import make_dirs, write_atomic
 
 KEEP_VERSIONS = 3
 

@@ -31,10 +31,10 @@ from pathlib import Path
 
 import structlog
 
+from tamto_common.durable import fsync_dir, make_dirs
 from tamto_common.errors import DataCorruption, FailedPrecondition, InvalidArgument, Unavailable
 from tamto_storage import metrics
 from tamto_storage.cursors import CursorStore
-from tamto_storage.durable import fsync_dir, make_dirs
 from tamto_storage.epoch import FILE_NAME as EPOCH_FILE
 from tamto_storage.epoch import load_epoch, store_epoch
 from tamto_storage.frame import MAX_BODY_BYTES

@@ -41,6 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from tamto_common.durable import write_atomic
 from tamto_common.errors import DataCorruption
 from tamto_protocol.batch import (
     BATCH_SCHEMA,
@@ -64,7 +65,6 @@ from tamto_protocol.segment import (
     parse_segment_name,
     segment_file_name,
 )
-from tamto_storage.durable import write_atomic
 from tamto_storage.model import StoredBatch
 
 #: A Parquet row group ends at whichever limit comes first (see `row_group_bounds`).

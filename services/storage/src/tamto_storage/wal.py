@@ -47,9 +47,9 @@ from pathlib import Path
 
 import structlog
 
+from tamto_common.durable import fsync_dir, make_dirs
 from tamto_common.errors import FailedPrecondition, TamtoError, Unavailable
 from tamto_storage import metrics
-from tamto_storage.durable import fsync_dir, make_dirs
 from tamto_storage.frame import HEADER_SIZE, crc_matches, decode_header, encode_header
 from tamto_storage.model import StoredBatch
 from tamto_storage.wal_index import Corruption, IndexEntry

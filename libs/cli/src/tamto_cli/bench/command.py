@@ -18,6 +18,7 @@ from tamto_cli.bench.harness import BenchSetupError, TamtoTarget
 from tamto_cli.bench.pool import BenchError
 from tamto_cli.bench.report import finish, markdown, render
 from tamto_cli.bench.runner import SYSTEMS, BenchOptions, run_bench
+from tamto_common.durable import write_atomic
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -163,7 +164,7 @@ def bench(
     doc = _clean(finish(doc))
     render(doc, console)
     if json_path is not None:
-        json_path.write_text(json.dumps(doc, indent=2) + "\n")
+        write_atomic(json_path, (json.dumps(doc, indent=2) + "\n").encode())
         console.print(f"results: {json_path}")
     if markdown_path is not None:
-        markdown_path.write_text(markdown(doc))
+        write_atomic(markdown_path, markdown(doc).encode())

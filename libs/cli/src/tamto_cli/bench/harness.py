@@ -13,6 +13,7 @@ import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from tamto_common.config import parse_endpoints
+from tamto_common.durable import make_dirs, write_atomic
 from tamto_common.membership import Member, connect_etcd, list_members
 from tamto_local.binaries import binary
 from tamto_local.cluster import ClusterConfig, LaunchError, LocalCluster
@@ -129,8 +130,8 @@ def _gauge(url: str, name: str) -> float:
 
 
 def _write_config(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    make_dirs(path.parent)
+    write_atomic(path, text.encode())
 
 
 @contextlib.asynccontextmanager

@@ -1,0 +1,37 @@
+"""The launcher's development credential: made once, atomically; an empty or damaged one is
+refused with its path, never handed out as a blank API key (issue 19: after a power cut
+`tamto up` printed an empty key)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from tamto_cli.settings import api_key
+from tamto_common.apikeys import parse_api_key
+from tamto_local.cluster import LaunchError, dev_credential, load_dev_credential
+
+
+def test_made_once_private_and_read_back(tmp_path: Path) -> None:
+    key = dev_credential(tmp_path / "data")
+    parse_api_key(key)
+    path = tmp_path / "data" / "dev-credential"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert dev_credential(tmp_path / "data") == key
+    assert load_dev_credential(tmp_path / "data") == key
+    assert load_dev_credential(tmp_path / "elsewhere") is None
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b"\x00\x00\x00\x00", b"tamto_short\n"])
+def test_an_empty_or_damaged_credential_is_refused_with_its_path(
+    tmp_path: Path, content: bytes
+) -> None:
+    path = tmp_path / "dev-credential"
+    path.write_bytes(content)
+    with pytest.raises(LaunchError, match=f"{path}.*delete it"):
+        dev_credential(tmp_path)
+    assert path.read_bytes() == content  # left for the user to look at
+    with pytest.raises(SystemExit, match="development credential"):
+        api_key(None, tmp_path)
