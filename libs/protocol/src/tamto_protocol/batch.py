@@ -182,20 +182,36 @@ def string_scalar(text: str) -> pa.Scalar:
 
 
 def decode_batch(data: bytes | memoryview) -> pa.RecordBatch:
-    """Decode one IPC stream into a single record batch, checking the schema.
+    """Decode one IPC stream into a single record batch, checking the schema only.
 
     Zero-copy: the returned arrays point into `data` (unless the stream holds
-    several record batches, which are then combined).
+    several record batches, which are then combined). The buffers are trusted:
+    use this only on bytes a Tamto service validated (`validate_batch`) before
+    storing them; anything from outside goes through `decode_valid_batch`.
     """
+    return _combined(_read_batches(data))
+
+
+def decode_valid_batch(data: bytes | memoryview) -> pa.RecordBatch:
+    """`decode_batch`, with every column of every record batch checked in full
+    (`check_buffers`) before any value is read or the batches are combined."""
+    batches = _read_batches(data)
+    for batch in batches:
+        check_buffers(batch)
+    return _combined(batches)
+
+
+def _read_batches(data: bytes | memoryview) -> list[pa.RecordBatch]:
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(data))
         if not reader.schema.equals(BATCH_SCHEMA, check_metadata=False):
-            raise BatchFormatError(
-                f"batch schema does not match schema version {SCHEMA_VERSION}: got {reader.schema}"
-            )
-        batches = list(reader)
+            raise BatchFormatError(_schema_mismatch(reader.schema))
+        return list(reader)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
         raise BatchFormatError(f"not an Arrow IPC stream: {exc}") from exc
+
+
+def _combined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     if len(batches) == 1:
         return batches[0]
     if not batches:
@@ -204,15 +220,48 @@ def decode_batch(data: bytes | memoryview) -> pa.RecordBatch:
     return combined[0] if combined else pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA)
 
 
-def validate_batch(data: bytes, count: int, max_message_bytes: int) -> pa.RecordBatch:
-    """Decode and check a producer's batch: schema, declared count, payload sizes."""
-    batch = decode_batch(data)
+def _schema_mismatch(schema: pa.Schema) -> str:
+    """Which column of `schema` differs from `BATCH_SCHEMA`, and how."""
+    prefix = f"batch schema does not match schema version {SCHEMA_VERSION}"
+    if schema.names != BATCH_SCHEMA.names:
+        return f"{prefix}: columns {schema.names}, expected {BATCH_SCHEMA.names}"
+    for got, expected in zip(schema, BATCH_SCHEMA, strict=True):
+        if not got.equals(expected):
+            nullable = "" if got.nullable == expected.nullable else f" nullable={got.nullable}"
+            return (
+                f"{prefix}: column {got.name!r} has type {got.type}{nullable}, "
+                f"expected {expected.type}" + ("" if expected.nullable else " not nullable")
+            )
+    return prefix
+
+
+def check_buffers(batch: pa.RecordBatch) -> None:
+    """Check every buffer of every column (Arrow's full validation: offsets, lengths,
+    null counts against the validity bitmaps, UTF-8, children), naming the column
+    that lies.
+
+    The IPC reader trusts a stream's offsets, lengths and null counts; reading
+    values through a lying offset reads memory outside the batch (issue 17). Costs
+    about one pass over each column's offsets (see docs/validation.md).
+    """
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        try:
+            column.validate(full=True)
+        except pa.ArrowException as exc:
+            raise BatchFormatError(f"column {name!r}: {exc}") from None
+
+
+def validate_batch(data: bytes | memoryview, count: int, max_message_bytes: int) -> pa.RecordBatch:
+    """Decode and check a producer's batch before anything acknowledges it: the
+    schema, every column's buffers in full (`check_buffers`), the declared count,
+    payload sizes. The one check of a batch, at the gateway and again at storage."""
+    batch = decode_valid_batch(data)
     if batch.num_rows != count:
         raise BatchFormatError(f"batch declares {count} messages but holds {batch.num_rows}")
     if batch.num_rows == 0:
         raise BatchFormatError("batch is empty")
     if batch.column("payload").null_count:
-        raise BatchFormatError("payload must not be null")
+        raise BatchFormatError("column 'payload' must not be null")
     if max_message_bytes > 0:
         sizes = pc.binary_length(batch.column("payload"))
         largest = pc.max(sizes).as_py()
