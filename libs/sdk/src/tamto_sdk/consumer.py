@@ -21,6 +21,7 @@ from tamto_sdk.auth import Metadata
 from tamto_sdk.errors import (
     Closed,
     DataLoss,
+    FailedPrecondition,
     Internal,
     InvalidArgument,
     TamtoError,
@@ -260,8 +261,20 @@ class Consumer:
 
         This includes messages that were nacked earlier: once acked cumulatively,
         a nacked message that has not been redelivered yet is not redelivered.
+
+        Only for exclusive, failover and multicast subscriptions, where one
+        consumer receives every message of a partition in order. On a shared or
+        key-shared subscription "every earlier offset" includes messages other
+        consumers hold, so, as in Pulsar, it raises `FailedPrecondition`: ack
+        each message (or batch) with `ack`. (The router enforces the same rule:
+        on those types an ack never settles offsets in flight to another consumer.)
         """
         self._check_ackable(message.stream)
+        if self._type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
+            raise FailedPrecondition(
+                f"ack_cumulative is not allowed on a {self._type.value} subscription: "
+                "other consumers hold earlier offsets; ack messages individually"
+            )
         low = min(self._low_water.get(message.partition, message.offset), message.offset)
         self._add_ack(message.partition, low, message.offset)
         self._low_water[message.partition] = max(

@@ -190,7 +190,7 @@ class ConsumeSession:
             # Reloaded (its log failed over) while this session's acks were in
             # flight: they belong to the subscription's live state, not the old one.
             subscription = await self._registry.get(self.spec, partition)
-        await subscription.ack(ranges)
+        await subscription.ack(ranges, self.slot)
         self._acked.add(subscription)
 
     def nack(self, partition: int, ranges: list[tuple[int, int]], delay_s: float) -> None:

@@ -127,6 +127,25 @@ def _as_runs(offsets: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
+def _without(ranges: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of inclusive `ranges` outside the sorted inclusive `holes`."""
+    left: list[tuple[int, int]] = []
+    for first, last in ranges:
+        for lo, hi in holes:
+            if hi < first:
+                continue
+            if lo > last:
+                break
+            if lo > first:
+                left.append((first, lo - 1))
+            first = hi + 1
+            if first > last:
+                break
+        if first <= last:
+            left.append((first, last))
+    return left
+
+
 def _minus(run: Run, first: int, last: int) -> list[Run]:
     """What is left of `run` outside [first, last]."""
     left = []
@@ -248,9 +267,20 @@ class Subscription:
                     f"the partition holds offsets below {self.log.durable_offset}"
                 )
 
-    async def ack(self, ranges: list[tuple[int, int]]) -> None:
-        """Apply acks at once; the cursor is committed behind them (`flush_acks`)."""
+    async def ack(self, ranges: list[tuple[int, int]], slot: ConsumerSlot | None = None) -> None:
+        """Apply acks at once; the cursor is committed behind them (`flush_acks`).
+
+        On a shared or key-shared subscription an ack from `slot` covers only what
+        no other consumer holds: offsets in flight to another consumer stay theirs
+        (a range ack, e.g. a cumulative one, cannot settle messages another consumer
+        has not processed; that consumer acks them, or they come back when it
+        leaves). Exclusive, failover and multicast subscriptions have one active
+        consumer, so its acks, cumulative ones included, apply as sent.
+        """
         self._check_ranges(ranges, "ack")
+        if slot is not None and self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
+            held = sorted((r.first, r.last) for r in self.in_flight if r.consumer != slot.id)
+            ranges = _without(ranges, held)
         for first, last in ranges:
             self.acks.ack_range(first, last)
             self._keys.settle(first, last)
