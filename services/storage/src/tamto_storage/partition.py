@@ -33,9 +33,8 @@ import structlog
 
 from tamto_common.durable import fsync_dir, make_dirs
 from tamto_common.errors import DataCorruption, FailedPrecondition, InvalidArgument, Unavailable
-from tamto_storage import metrics
 from tamto_protocol.batch import BatchFormatError, validate_batch
-from tamto_protocol.segment import SegmentEntry
+from tamto_storage import metrics
 from tamto_storage.cursors import CursorStore
 from tamto_storage.epoch import FILE_NAME as EPOCH_FILE
 from tamto_storage.epoch import load_epoch, store_epoch
@@ -424,6 +423,11 @@ def _check_batches(batches: Sequence[StoredBatch]) -> None:
             raise InvalidArgument(f"batch {i}: {len(batch.arrow_ipc)} bytes is too large")
         if batch.base_offset < 0:
             raise InvalidArgument(f"batch {i}: base_offset must not be negative")
+        try:
+            # Again, as the gateway did: storage's API may be reached by other services.
+            validate_batch(batch.arrow_ipc, batch.count, 0)
+        except BatchFormatError as exc:
+            raise InvalidArgument(f"batch {i}: malformed batch: {exc}") from None
         if i and batch.base_offset != batches[i - 1].end_offset:
             raise InvalidArgument(
                 f"batch {i}: base offset {batch.base_offset} does not follow the previous "
@@ -439,11 +443,6 @@ def remove_sealed_wal_files(wal_dir: Path, sealed_end: int) -> None:
     """
     if not wal_dir.is_dir():
         return
-        try:
-            # Again, as the gateway did: storage's API may be reached by other services.
-            validate_batch(batch.arrow_ipc, batch.count, 0)
-        except BatchFormatError as exc:
-            raise InvalidArgument(f"batch {i}: malformed batch: {exc}") from None
     files = list_wal_files(wal_dir)
     pairs = itertools.pairwise(files)
     remove_files([path for (_, path), (after, _) in pairs if after <= sealed_end])
