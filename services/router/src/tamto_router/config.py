@@ -30,3 +30,9 @@ class RouterConfig(ServiceConfig):
     claim_timeout_s: float = setting(
         15.0, "how long a request waits for a partition's previous owner lease", positive
     )
+    max_consumers_per_subscription: int = setting(
+        20_000,
+        "most consumers attached at once to one subscription on one partition; more are "
+        "refused with RESOURCE_EXHAUSTED (0: no limit)",
+        not_negative,
+    )

@@ -65,8 +65,10 @@ class SubscriptionRegistry:
         read_max: int,
         publish_dead: Publish | None = None,
         cursor_commit_s: float = 0.05,
+        max_consumers: int = 0,
     ) -> None:
         self._partitions = partitions
+        self._max_consumers = max_consumers
         self._policy = policy
         self._read_max = read_max
         self._publish_dead = publish_dead
@@ -90,6 +92,7 @@ class SubscriptionRegistry:
                 self._read_max,
                 self._publish_dead,
                 commit_interval_s=self._cursor_commit_s,
+                max_consumers=self._max_consumers,
             )
             log.subscriptions[spec.cursor_name] = created
             return created
@@ -190,7 +193,7 @@ class ConsumeSession:
             # Reloaded (its log failed over) while this session's acks were in
             # flight: they belong to the subscription's live state, not the old one.
             subscription = await self._registry.get(self.spec, partition)
-        await subscription.ack(ranges, self.slot)
+        await subscription.ack(ranges)
         self._acked.add(subscription)
 
     def nack(self, partition: int, ranges: list[tuple[int, int]], delay_s: float) -> None:

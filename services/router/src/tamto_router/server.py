@@ -85,5 +85,6 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         config.read_batch_messages,
         sink.publish,
         cursor_commit_s=config.cursor_commit_ms / 1000,
+        max_consumers=config.max_consumers_per_subscription,
     )
     serve(RouterServicer(partitions, subscriptions), runtime.server)

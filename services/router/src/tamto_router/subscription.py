@@ -27,15 +27,16 @@ import asyncio
 import contextlib
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 import structlog
 
 from tamto_common.errors import FailedPrecondition, InvalidArgument, TamtoError, Unavailable
-from tamto_common.ring import HashRing
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.acks import AckSet
+from tamto_router.consumers import Consumers
 from tamto_router.cursor_commits import CursorCommits
 from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
 from tamto_router.key_holds import KeyHolds
@@ -65,13 +66,20 @@ class Delivery:
 
 
 class Credit:
-    """Messages a consumer will still take; a batch may overdraw it once."""
+    """Messages a consumer will still take; a batch may overdraw it once.
+
+    `watchers` (one per subscription the consumer is attached to) hear of every
+    grant, so a subscription queues the consumer for delivery without scanning.
+    """
 
     def __init__(self) -> None:
         self.available = 0
+        self.watchers: dict[int, Callable[[], None]] = {}
 
     def grant(self, messages: int) -> None:
         self.available += messages
+        for watcher in list(self.watchers.values()):
+            watcher()
 
     def take(self, messages: int) -> None:
         self.available -= messages
@@ -127,25 +135,6 @@ def _as_runs(offsets: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _without(ranges: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts of inclusive `ranges` outside the sorted inclusive `holes`."""
-    left: list[tuple[int, int]] = []
-    for first, last in ranges:
-        for lo, hi in holes:
-            if hi < first:
-                continue
-            if lo > last:
-                break
-            if lo > first:
-                left.append((first, lo - 1))
-            first = hi + 1
-            if first > last:
-                break
-        if first <= last:
-            left.append((first, last))
-    return left
-
-
 def _minus(run: Run, first: int, last: int) -> list[Run]:
     """What is left of `run` outside [first, last]."""
     left = []
@@ -166,6 +155,7 @@ class Subscription:
         read_max: int,
         publish_dead: Publish | None = None,
         commit_interval_s: float = 0.05,
+        max_consumers: int = 0,
     ) -> None:
         self.log = partition_log
         self.name = name
@@ -183,16 +173,14 @@ class Subscription:
         self._publish_dead = publish_dead
         self.dead_lettered = 0
         self.type: SubscriptionType | None = None
-        self.consumers: list[tuple[str, int, ConsumerSlot]] = []  # (name, arrival, slot)
-        self._arrivals = itertools.count()
-        self._round_robin = 0
+        self.consumers = Consumers(max_consumers)
+        self._served: set[int] = set()  # slot ids ever handed a run (detach looks for theirs)
         self.in_flight: list[Run] = []
         self.pending: list[Run] = []
         self.position = acks.next_unacked(acks.floor)
         self._changed = asyncio.Event()
         self.closed = False
         self._keys = KeyHolds()  # key-shared: who holds each key, which keys wait
-        self._ring = HashRing([])
         partition_log.listeners.add(self.poke)
         self._task = asyncio.create_task(
             self._dispatch(),
@@ -228,16 +216,15 @@ class Subscription:
                 f"multicast consumer {self.name!r} on {self.log.stream}/{self.partition} is "
                 "already connected (consumer names must be unique)"
             )
+        # Key-shared: consistent hashing of keys onto consumers, so a consumer
+        # joining or leaving moves only the keys on its arcs. O(log n): `Consumers`.
+        self.consumers.add(
+            slot,
+            keyed=kind is SubscriptionType.KEY_SHARED,
+            what=f"subscription {self.name!r} on {self.log.stream}/{self.partition}",
+        )
         self.type = kind
-        self.consumers.append((slot.name, next(self._arrivals), slot))
-        self.consumers.sort(key=lambda c: (c[0], c[1]))
-        self._rebuild_ring()
         self.poke()
-
-    def _rebuild_ring(self) -> None:
-        """Key-shared: consistent hashing of keys onto consumers, so a consumer
-        joining or leaving moves only the keys on its arcs."""
-        self._ring = HashRing(str(c[2].id) for c in self.consumers)
 
     def detach(self, slot: ConsumerSlot, graceful: bool = False) -> None:
         """The consumer left: everything it had unacked is due for redelivery now.
@@ -246,11 +233,18 @@ class Subscription:
         using up a delivery (they were buffered, not failed); one that vanished
         (crashed, lost its connection) may have died on them, so they count.
         """
-        self.consumers = [c for c in self.consumers if c[2] is not slot]
-        self._rebuild_ring()
+        if not self.consumers.remove(slot):
+            return
+        self.poke()
+        if slot.id not in self._served:
+            return  # never handed anything: no pass over the in-flight runs
+        self._served.discard(slot.id)
         now = time.monotonic()
-        mine = [r for r in self.in_flight if r.consumer == slot.id]
-        self.in_flight = [r for r in self.in_flight if r.consumer != slot.id]
+        mine: list[Run] = []
+        kept: list[Run] = []
+        for run in self.in_flight:
+            (mine if run.consumer == slot.id else kept).append(run)
+        self.in_flight = kept
         for run in mine:
             self._keys.give_back(run.first, run.last)
             count = run.count - 1 if graceful else run.count
@@ -267,20 +261,9 @@ class Subscription:
                     f"the partition holds offsets below {self.log.durable_offset}"
                 )
 
-    async def ack(self, ranges: list[tuple[int, int]], slot: ConsumerSlot | None = None) -> None:
-        """Apply acks at once; the cursor is committed behind them (`flush_acks`).
-
-        On a shared or key-shared subscription an ack from `slot` covers only what
-        no other consumer holds: offsets in flight to another consumer stay theirs
-        (a range ack, e.g. a cumulative one, cannot settle messages another consumer
-        has not processed; that consumer acks them, or they come back when it
-        leaves). Exclusive, failover and multicast subscriptions have one active
-        consumer, so its acks, cumulative ones included, apply as sent.
-        """
+    async def ack(self, ranges: list[tuple[int, int]]) -> None:
+        """Apply acks at once; the cursor is committed behind them (`flush_acks`)."""
         self._check_ranges(ranges, "ack")
-        if slot is not None and self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
-            held = sorted((r.first, r.last) for r in self.in_flight if r.consumer != slot.id)
-            ranges = _without(ranges, held)
         for first, last in ranges:
             self.acks.ack_range(first, last)
             self._keys.settle(first, last)
@@ -318,17 +301,10 @@ class Subscription:
     # -- dispatch ----------------------------------------------------------
 
     def _next_consumer(self) -> ConsumerSlot | None:
-        if not self.consumers:
-            return None
         if self.type is SubscriptionType.SHARED:
-            for i in range(len(self.consumers)):
-                slot = self.consumers[(self._round_robin + i) % len(self.consumers)][2]
-                if slot.credit.available > 0:
-                    self._round_robin = (self._round_robin + i + 1) % len(self.consumers)
-                    return slot
-            return None
-        active = self.consumers[0][2]
-        return active if active.credit.available > 0 else None
+            return self.consumers.next_with_credit()  # round-robin, O(1) amortized
+        active = self.consumers.first()
+        return active if active is not None and active.credit.available > 0 else None
 
     def _expire(self, now: float) -> None:
         expired = [r for r in self.in_flight if r.due <= now]
@@ -437,7 +413,7 @@ class Subscription:
         Returns None when all of it was handled, or the offset where the budget ran
         out (the caller keeps the rest for later).
         """
-        attached = any(c[2] is slot for c in self.consumers)
+        attached = slot in self.consumers
         now = time.monotonic()
         for first, length in unacked_runs(batch, lo, hi, self.acks):
             if not attached:  # it left while we read: keep the messages for the next one
@@ -453,6 +429,7 @@ class Subscription:
             piece = deliverable(batch, first, length)
             slot.outbox.put_nowait(Delivery(self.partition, piece, count))
             slot.credit.take(length)
+            self._served.add(slot.id)
             self.in_flight.append(Run(first, last, count, now + self.ack_timeout_s, slot.id))
             if budget is not None and last < min(batch.end - 1, hi):
                 nxt = self.acks.next_unacked(last + 1)
@@ -471,7 +448,7 @@ class Subscription:
         moved is not handed over until its old consumer acked it), or when an
         earlier message of its key is waiting: order per key holds.
         """
-        if not any(c[2].credit.available > 0 for c in self.consumers):
+        if not self.consumers.any_credit():
             return False
         self._keys.keep_waiting_only((r.first, r.last) for r in self.pending)
         # Older (pending) messages first, then fresh ones: per key, offsets ascend.
@@ -480,7 +457,7 @@ class Subscription:
             self.pending.remove(run)
         sources = [(r.first, r.last, r.count, False) for r in due]
         if self.position < self.log.durable_offset:
-            credit = sum(c[2].credit.available for c in self.consumers)
+            credit = self.consumers.credit_up_to(self._read_max)
             want = max(1, min(self._read_max, credit))
             sources.append((self.position, self.position + want - 1, 0, True))
         if not sources:
@@ -527,29 +504,31 @@ class Subscription:
             return False
         decoded = decode_batch(batch.arrow_ipc)
         keys = decoded.column("key").to_pylist()
-        slots = {str(c[2].id): c[2] for c in self.consumers}
-        budget = {sid: slot.credit.available for sid, slot in slots.items()}
-        chosen: dict[str, list[int]] = {}
+        budget: dict[int, int] = {}  # slot id -> credit left, for the consumers keys hash to
+        chosen: dict[int, list[int]] = {}
         waiting: list[int] = []
         for first, length in runs:
             for offset in range(first, first + length):
                 key = keys[offset - batch.base_offset]
-                target = self._ring.owner((key or b"").hex())
+                target = self.consumers.owner(key).id
+                if target not in budget:
+                    budget[target] = self.consumers.by_id(target).credit.available
                 if (
                     key in blocked
                     or budget[target] <= 0
-                    or not self._keys.may_deliver(offset, key, slots[target].id)
+                    or not self._keys.may_deliver(offset, key, target)
                 ):
                     blocked.add(key)
                     waiting.append(offset)
                     continue
                 budget[target] -= 1
                 chosen.setdefault(target, []).append(offset)
-                self._keys.deliver(offset, key, slots[target].id)
+                self._keys.deliver(offset, key, target)
         for first, last in _as_runs(waiting):
             self.pending.append(Run(first, last, previous_count, now))
         for target, offsets in chosen.items():
-            slot = slots[target]
+            slot = self.consumers.by_id(target)
+            self._served.add(target)
             rows = [o - batch.base_offset for o in offsets]
             data = encode_record_batch(decoded.take(rows))
             piece = Batch(offsets[0], len(offsets), batch.publish_time_us, data)
@@ -641,7 +620,7 @@ class Subscription:
         self.log.listeners.discard(self.poke)
         # Commit what was acked (this may fail too: then the acks are redelivered).
         self._cursor_closing = asyncio.create_task(self._cursor.close())
-        for _, _, slot in self.consumers:
+        for slot in self.consumers:
             slot.outbox.put_nowait(error)
 
     async def close(self) -> None:
@@ -651,7 +630,7 @@ class Subscription:
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         await self._cursor.close()
-        for _, _, slot in self.consumers:
+        for slot in self.consumers:
             slot.outbox.put_nowait(
                 Unavailable(f"partition {self.log.stream}/{self.partition} moved")
             )
