@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 
 import grpc
 import pytest
@@ -34,7 +35,7 @@ async def raw_consume(
             await stub.Authenticate(gateway_pb2.AuthenticateRequest(api_key=cluster.credential))
         ).token
 
-        async def feed():  # type: ignore[no-untyped-def]
+        async def feed() -> AsyncIterator[messages_pb2.ConsumeRequest]:
             for request in requests:
                 yield request
             await asyncio.sleep(30)  # keep the stream open; the server ends it first

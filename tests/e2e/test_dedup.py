@@ -112,7 +112,10 @@ async def test_retried_sequences_get_their_offsets_back_after_a_router_crash(
                     partition=0,
                     batch=messages_pb2.RecordBatch(arrow_ipc=data, count=count),
                 )
-                return await stub.Publish(request, metadata=auth, wait_for_ready=True)
+                response: gateway_pb2.PublishResponse = await stub.Publish(
+                    request, metadata=auth, wait_for_ready=True
+                )
+                return response
 
             first = await publish(batch(0, 100), 100)
             second = await publish(batch(100, 50), 50)

@@ -4,8 +4,10 @@ registers again, and every acknowledged message is still delivered."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -92,6 +94,11 @@ async def test_kill9_while_producing_and_consuming_delivers_every_acknowledged_m
 ) -> None:
     total, kill_after = 600, 150
     acked: set[bytes] = set()
+
+    def record_ack(payload: bytes, future: asyncio.Future[Any]) -> None:
+        if not future.exception():
+            acked.add(payload)
+
     received: list[bytes] = []
     killed = asyncio.Event()
 
@@ -105,9 +112,7 @@ async def test_kill9_while_producing_and_consuming_delivers_every_acknowledged_m
                 for i in range(total):
                     payload = f"p{i}".encode()
                     future = await producer.send(payload)
-                    future.add_done_callback(
-                        lambda f, p=payload: acked.add(p) if not f.exception() else None
-                    )
+                    future.add_done_callback(functools.partial(record_ack, payload))
                     if i == kill_after:
                         await producer.flush()
                         killed.set()

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,10 +80,10 @@ class Launcher:
             },
         )
 
-    def members(self) -> list[dict[str, object]]:
+    def members(self) -> list[dict[str, Any]]:
         result = self.cli("status", "--json", "--etcd", f"127.0.0.1:{self.etcd}")
         assert result.returncode == 0, result.stderr
-        members: list[dict[str, object]] = json.loads(result.stdout)
+        members: list[dict[str, Any]] = json.loads(result.stdout)
         return members
 
 

@@ -54,7 +54,9 @@ class Session:
     consumer: tamto_sdk.Consumer
     clean: bool = True  # no kill -9 while it lived: its acks are persisted on close
     acked: set[bytes] = field(default_factory=set)
-    order: dict[bytes | None, list[int]] = field(default_factory=dict)  # first deliveries
+    order: dict[bytes | None, list[tuple[int, int]]] = field(
+        default_factory=dict
+    )  # first deliveries
 
 
 @dataclass

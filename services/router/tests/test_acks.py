@@ -29,7 +29,7 @@ def test_one_gap_costs_one_range_however_many_acks() -> None:
 
 def test_matches_a_set_model_under_random_acks() -> None:
     rng = random.Random(7)
-    acks, model = AckSet(floor=0), set()
+    acks, model = AckSet(floor=0), set[int]()
     for _ in range(2_000):
         first = rng.randrange(0, 300)
         last = first + rng.randrange(0, 5)
@@ -54,7 +54,7 @@ def test_ack_through_is_cumulative() -> None:
 def test_unacked_runs_and_next_acked_match_a_set_model() -> None:
     rng = random.Random(11)
     for _ in range(200):
-        acks, model = AckSet(floor=rng.randrange(0, 5)), set()
+        acks, model = AckSet(floor=rng.randrange(0, 5)), set[int]()
         model.update(range(acks.floor))
         for _ in range(rng.randrange(0, 12)):
             first = rng.randrange(0, 60)

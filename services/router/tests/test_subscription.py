@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -78,6 +78,11 @@ def offsets(d: Delivery) -> list[int]:
 
 def payloads(d: Delivery) -> list[bytes]:
     return [bytes(p) for p in decode_batch(d.batch.arrow_ipc).column("payload").to_pylist()]
+
+
+def memory_storage(sub: Subscription) -> MemoryStorage:
+    """The test storage behind `sub` (typed as the real client on the subscription)."""
+    return cast(MemoryStorage, sub.log.storage)
 
 
 def subscription(
@@ -388,8 +393,8 @@ class GatedStorage(MemoryStorage):
 
 async def test_messages_given_back_during_a_read_still_go_before_their_keys_later_ones() -> None:
     sub = subscription([keyed_batch(0, [b"k"])])
-    storage = GatedStorage(sub.log.storage.batches)
-    sub.log.storage = storage
+    storage = GatedStorage(memory_storage(sub).batches)
+    sub.log.storage = storage  # type: ignore[assignment]
     a = slot_with_credit("a", 5)
     sub.attach(a, SubscriptionType.KEY_SHARED)
     assert delivered_offsets(await next_delivery(a)) == [0]
@@ -415,7 +420,7 @@ async def test_a_nacked_message_holds_back_the_later_messages_of_its_key() -> No
     sub.attach(slot, SubscriptionType.KEY_SHARED)
     assert delivered_offsets(await next_delivery(slot)) == [0, 1]
     sub.nack([(0, 1)], 0.3)
-    sub.log.storage.batches.append(keyed_batch(2, [b"k", b"i"]))
+    memory_storage(sub).batches.append(keyed_batch(2, [b"k", b"i"]))
     sub.log.durable_offset = 4
     sub.poke()
     # Key i has nothing waiting and flows; key k's offset 2 waits for offset 0.

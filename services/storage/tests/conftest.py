@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from storage_testkit import DEFAULT_OPTIONS
+from storage_testkit import DEFAULT_OPTIONS, OpenPartition
 
 from tamto_storage.model import PartitionId
 from tamto_storage.partition import Partition
 from tamto_storage.store import partition_dir
 from tamto_storage.wal import WalOptions
-
-OpenPartition = Callable[..., Awaitable[Partition]]
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ def install(stage: str) -> None:
                 block(stage)
             real_replace(src, dst)
 
-        os.replace = replace
+        os.replace = replace  # type: ignore[assignment]
     elif stage == "before-manifest":
         real_write = StreamManifest._write
 

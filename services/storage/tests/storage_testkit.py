@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from tamto_protocol.batch import BatchColumns, decode_batch, encode_batch
@@ -12,6 +12,9 @@ from tamto_storage.partition import Partition
 from tamto_storage.wal import WalOptions
 
 DEFAULT_OPTIONS = WalOptions()
+
+#: The `load` fixture's type: `await load()` or `await load(options)` opens the test partition.
+OpenPartition = Callable[..., Awaitable[Partition]]
 PUBLISH_TIME_US = 1_700_000_000_000_000
 
 

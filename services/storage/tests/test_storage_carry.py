@@ -5,7 +5,7 @@ message twice."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -136,7 +136,7 @@ async def read_everything(partition: Partition, start: int) -> list[StoredBatch]
     return out
 
 
-def offsets_in(batches: list[StoredBatch]) -> list[int]:
+def offsets_in(batches: Sequence[StoredBatch]) -> list[int]:
     return [o for b in batches for o in range(b.base_offset, b.end_offset)]
 
 

@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import OpenPartition
-from storage_testkit import DEFAULT_OPTIONS, make_batch
+from storage_testkit import DEFAULT_OPTIONS, OpenPartition, make_batch
 
 from tamto_common.errors import FailedPrecondition, InvalidArgument
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch

@@ -289,7 +289,7 @@ def test_the_read_response_is_what_protobuf_serialises() -> None:
                     base_offset=b.base_offset,
                     count=b.count,
                     publish_time_us=b.publish_time_us,
-                    arrow_ipc=b.arrow_ipc,
+                    arrow_ipc=bytes(b.arrow_ipc),
                 )
                 for b in stored
             ],

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import OpenPartition
 from storage_testkit import (
     PUBLISH_TIME_US,
+    OpenPartition,
     check_batch,
     make_batch,
     payload_for,

@@ -6,8 +6,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from conftest import OpenPartition
-from storage_testkit import check_batch, make_batch, wal_files
+from storage_testkit import OpenPartition, check_batch, make_batch, wal_files
 
 from tamto_storage.wal import WalOptions, create_wal_file
 from tamto_storage.wal_recovery import wal_file_name
