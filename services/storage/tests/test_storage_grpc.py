@@ -192,7 +192,7 @@ async def test_corruption_is_data_loss(tmp_path: Path) -> None:
         await expect_status(
             stub.Read(storage_pb2.ReadRequest(partition=REF, from_offset=3)),
             grpc.StatusCode.DATA_LOSS,
-            f"partition log corrupt from offset 3: frame checksum mismatch in {path}",
+            f"data lost: {path} holding offsets 3- is damaged: frame checksum mismatch",
         )
         await expect_status(
             stub.Append(
@@ -201,5 +201,8 @@ async def test_corruption_is_data_loss(tmp_path: Path) -> None:
                 )
             ),
             grpc.StatusCode.DATA_LOSS,
-            "partition log corrupt from offset 3",
+            "holding offsets 3- is damaged",
         )
+        # The damage does not stop a claim: the offsets below it stay readable.
+        opened = await stub.OpenPartition(storage_pb2.OpenPartitionRequest(partition=REF, epoch=2))
+        assert (opened.start_offset, opened.next_offset) == (0, 3)

@@ -7,6 +7,8 @@ Translation to and from gRPC happens in exactly one place per direction:
 
 from __future__ import annotations
 
+import re
+
 import grpc
 
 
@@ -63,6 +65,29 @@ class DataCorruption(TamtoError):
     """Stored data failed its checksum; the partition refuses to serve past it."""
 
     code = grpc.StatusCode.DATA_LOSS
+
+
+def damaged_offsets_error(file: str, first: int, last: int | None, reason: str) -> DataCorruption:
+    """DATA_LOSS for stored data that failed its checks: the file and the offsets it covers.
+
+    `last` None: the damage starts at `first` and its end is not known (a WAL
+    frame whose header cannot be trusted). The wording is the contract
+    `damaged_offsets` parses, so a service that only sees the gRPC status (the
+    router) can step over the damaged range.
+    """
+    covered = f"offsets {first}-{last}" if last is not None else f"offsets {first}-"
+    return DataCorruption(f"data lost: {file} holding {covered} is damaged: {reason}")
+
+
+_DAMAGED = re.compile(r"holding offsets (\d+)-(\d*) is damaged")
+
+
+def damaged_offsets(message: str) -> tuple[int, int | None] | None:
+    """(first, last or None) of a `damaged_offsets_error` message, or None for another."""
+    match = _DAMAGED.search(message)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2)) if match.group(2) else None
 
 
 class ConfigError(TamtoError):

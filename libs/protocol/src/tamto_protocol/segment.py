@@ -129,6 +129,10 @@ class SegmentEntry:
     schema_version: int = SEGMENT_SCHEMA_VERSION
     generation: int = 0
     staged: bool = False
+    #: The whole file's digest (``crc32:<8 hex>``), recorded when it was written;
+    #: empty for a segment written before digests existed. Storage checks it
+    #: before it first serves the file (see docs/segments.md, Integrity).
+    digest: str = ""
 
     @property
     def end_offset(self) -> int:
@@ -145,10 +149,10 @@ class SegmentEntry:
         return f"{partition_dir_name(self.partition)}/{name}"
 
     def to_dict(self) -> dict[str, Any]:
-        """The entry's JSON object; `generation` and `staged` only when set, so a
-        manifest without carried segments reads the same as before they existed."""
+        """The entry's JSON object; `generation`, `staged` and `digest` only when set,
+        so a manifest without them reads the same as before they existed."""
         data = asdict(self)
-        for name, default in (("generation", 0), ("staged", False)):
+        for name, default in (("generation", 0), ("staged", False), ("digest", "")):
             if data[name] == default:
                 del data[name]
         return data

@@ -10,7 +10,7 @@ from typing import Any
 import aetcd
 import structlog
 
-from tamto_common.errors import Unavailable
+from tamto_common.errors import DataCorruption, Unavailable, damaged_offsets
 from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
 from tamto_protocol.batch import decode_batch
 from tamto_router.dedup import DedupWindow
@@ -101,9 +101,19 @@ class Partitions:
             return None
         window = DedupWindow(window_ms * 1000)
         since = time.time_ns() // 1000 - window.window_us
-        offset = await storage.offset_for_time(stream, partition, since)
+        try:
+            offset = await storage.offset_for_time(stream, partition, since)
+        except DataCorruption as exc:  # a damaged segment: rebuild from past its range
+            offset = _past_damage(stream, partition, exc, bounds.next_offset)
         while offset < bounds.next_offset:
-            batches, _ = await storage.read(stream, partition, offset, 10_000)
+            try:
+                batches, _ = await storage.read(stream, partition, offset, 10_000)
+            except DataCorruption as exc:
+                # Damaged stored data must not stop the claim (publishing would fail
+                # for as long as it is there): its ids are lost to the window, the
+                # rest of the log is not. Consumers reading the range get DATA_LOSS.
+                offset = _past_damage(stream, partition, exc, bounds.next_offset)
+                continue
             if not batches:
                 break
             for batch in batches:
@@ -129,3 +139,18 @@ class Partitions:
                 log.warning("release failed", stream=claim.stream, error=str(exc))
         self._logs.clear()
         self._claims.clear()
+
+
+def _past_damage(stream: str, partition: int, exc: DataCorruption, end: int) -> int:
+    """Where the dedup rebuild goes on after `exc`: past the damaged range it names, or
+    at the log's end when its end is not known (WAL damage ends the readable log)."""
+    damaged = damaged_offsets(str(exc))
+    resume = end if damaged is None or damaged[1] is None else damaged[1] + 1
+    log.error(
+        "dedup window rebuilt without a damaged range",
+        stream=stream,
+        partition=partition,
+        error=str(exc),
+        resume_at=resume,
+    )
+    return resume

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tamto_common.durable import fsync_dir, make_dirs, write_atomic
+from tamto_common.durable import fsync_dir, make_dirs
 from tamto_protocol.batch import int64_array, int_values
 from tamto_protocol.segment import (
     CARRIED_DIR,
@@ -42,7 +42,7 @@ from tamto_protocol.segment import (
     segment_file_name,
 )
 from tamto_storage.interest import Rewrite, Span
-from tamto_storage.segments import TMP_SUFFIX, Segment, segment_entry, write_parquet
+from tamto_storage.segments import TMP_SUFFIX, Segment, segment_entry, write_digested
 
 
 def offsets_of(segment: Segment) -> npt.NDArray[np.int64]:
@@ -112,8 +112,9 @@ def write_carried(partition: int, directory: Path, rewrite: Rewrite) -> Segment:
     folder = directory / CARRIED_DIR
     make_dirs(folder)
     path = folder / carried_file_name(first, last, generation)
-    write_atomic(path, lambda f: write_parquet(table, f))
-    entry = segment_entry(partition, metadata, path.stat().st_size, table.num_rows, staged=True)
+    digest = write_digested(path, table)
+    size = path.stat().st_size
+    entry = segment_entry(partition, metadata, size, table.num_rows, staged=True, digest=digest)
     return Segment(entry, path)
 
 

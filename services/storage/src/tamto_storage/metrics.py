@@ -47,3 +47,8 @@ UNSEALED_BYTES = Gauge(
     "what the sealer still has to write (at most about a segment per partition, or "
     "what arrived within the seal age)",
 )
+DAMAGED_SEGMENTS = Counter(
+    "tamto_storage_damaged_segments",
+    "Segment files found damaged by a read (digest or page checksum mismatch, or "
+    "undecodable): each is answered with DATA_LOSS for its range until repaired",
+)

@@ -27,6 +27,7 @@ import itertools
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import structlog
@@ -34,11 +35,13 @@ import structlog
 from tamto_common.durable import fsync_dir, make_dirs
 from tamto_common.errors import DataCorruption, FailedPrecondition, InvalidArgument, Unavailable
 from tamto_protocol.batch import BatchFormatError, validate_batch
+from tamto_protocol.segment import SegmentEntry
 from tamto_storage import metrics
 from tamto_storage.cursors import CursorStore
 from tamto_storage.epoch import FILE_NAME as EPOCH_FILE
 from tamto_storage.epoch import load_epoch, store_epoch
 from tamto_storage.frame import MAX_BODY_BYTES
+from tamto_storage.integrity import file_digest
 from tamto_storage.model import Cursor, PartitionId, PartitionOffsets, ReadResult, StoredBatch
 from tamto_storage.segment_log import SegmentLog
 from tamto_storage.segments import (
@@ -113,18 +116,22 @@ class Partition:
         *,
         floor: int = 0,
         decoded_groups: DecodedGroups | None = None,
+        recorded: Sequence[SegmentEntry] = (),
     ) -> Partition:
         """Open the partition stored in `directory` (created if missing), recovering its WAL.
 
         `floor` is the retention floor the stream's manifest records: segment
         files below it were expired and are not served (see `expired_files`).
         Segment reads keep decoded row groups in `decoded_groups` (shared by the
-        store's partitions), if given.
+        store's partitions), if given. `recorded` are the partition's entries in
+        the manifest: their digests (`tamto_storage.integrity`) carry over to the
+        files found, and a file found damaged keeps its recorded entry.
         """
         await asyncio.to_thread(make_dirs, directory)
         await asyncio.to_thread(_migrate_layout, directory)
         stored = await asyncio.to_thread(load_epoch, directory)
         found = await asyncio.to_thread(scan_segments, pid.partition, directory)
+        found = await asyncio.to_thread(_match_recorded, found, recorded)
         live, superseded = choose_live(found)
         kept = [s for s in live if s.first_offset >= floor]
         segments = SegmentLog(kept, floor, decoded_groups)
@@ -168,15 +175,17 @@ class Partition:
         return wal_start if sealed_start is None else min(sealed_start, wal_start)
 
     async def open(self, epoch: int) -> PartitionOffsets:
-        """Claim the partition for `epoch` (>= the current one); return its offsets."""
+        """Claim the partition for `epoch` (>= the current one); return its offsets.
+
+        A damaged WAL does not stop the claim: the offsets below the damage stay
+        readable (the log's end is where the damage starts), while appends are
+        refused with DATA_LOSS until `tamto storage repair` (see `damage`).
+        """
         if epoch < 0:
             raise InvalidArgument(f"epoch must not be negative, got {epoch}")
         async with self._epoch_lock:
             if epoch < self._fence:
                 raise FailedPrecondition(f"stale epoch {epoch} < current {self._fence}")
-            corruption = self._wal.corruption
-            if corruption is not None:
-                raise corruption.error()
             if epoch > self._epoch:
                 # Fence first: while the new epoch is being made durable neither
                 # the old owner nor the new one may append.
@@ -288,6 +297,13 @@ class Partition:
             return sealed
         offset = self._wal.offset_for_time(time_us)
         return max(offset, self._start_offset())
+
+    def damage(self) -> list[str]:
+        """What this partition knows to be damaged (WAL and segments), one line each."""
+        found = [f"{path}: {reason}" for path, reason in self._segments.damaged.items()]
+        if self._wal.corruption is not None:
+            found.append(str(self._wal.corruption.error()))
+        return found
 
     @property
     def unsealed_bytes(self) -> int:
@@ -433,6 +449,30 @@ def _check_batches(batches: Sequence[StoredBatch]) -> None:
                 f"batch {i}: base offset {batch.base_offset} does not follow the previous "
                 f"batch, which ends at {batches[i - 1].end_offset}"
             )
+
+
+def _match_recorded(found: list[Segment], recorded: Sequence[SegmentEntry]) -> list[Segment]:
+    """The segments found on disk, with what the manifest recorded of them (blocking).
+
+    A file the manifest records with the same range, generation, rows and size
+    gets the recorded digest; a damaged one gets its recorded entry whole (its
+    footer could not say). A file the manifest does not record yet (sealed just
+    before a crash) is digested now.
+    """
+    by_file = {entry.file: entry for entry in recorded}
+    matched = []
+    for segment in found:
+        entry = by_file.get(segment.entry.file)
+        mine = segment.entry
+        if segment.damage:
+            if entry is not None:
+                segment = replace(segment, entry=entry)
+        elif entry is None:
+            segment = replace(segment, entry=replace(mine, digest=file_digest(segment.path)))
+        elif replace(entry, digest="") == mine:
+            segment = replace(segment, entry=entry)
+        matched.append(segment)
+    return matched
 
 
 def remove_sealed_wal_files(wal_dir: Path, sealed_end: int) -> None:

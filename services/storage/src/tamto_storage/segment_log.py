@@ -7,19 +7,35 @@ on disk for a grace period (see `tamto_storage.sealer`) so a Spark job that
 listed them can finish reading. Interest retention may also `replace` a run of
 segments by one covering the same range with fewer rows, so a segment's range
 can hold offsets it no longer stores: reads skip to the next stored one.
+
+Integrity: before a segment is first read its file digest is checked against
+the manifest's (once per file and process, `VerifiedFiles`), and every page
+decoded is checked against its CRC. A segment that fails, or whose footer was
+unreadable at load, is recorded in `damaged` and every read of its range
+raises DATA_LOSS naming the file and the range; the other segments are
+unaffected.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
-from tamto_common.errors import DataCorruption
+import pyarrow as pa
+import structlog
+
+from tamto_common.errors import DataCorruption, damaged_offsets_error
+from tamto_storage import metrics
 from tamto_storage import segments as seg
+from tamto_storage.integrity import VerifiedFiles
 from tamto_storage.model import StoredBatch
 from tamto_storage.segments import DecodedGroups, Segment
+
+log = structlog.get_logger(__name__)
+_T = TypeVar("_T")
 
 
 class SegmentLog:
@@ -30,6 +46,9 @@ class SegmentLog:
     ) -> None:
         """`decoded_groups`: where reads keep decoded row groups (None: nowhere)."""
         self._decoded_groups = decoded_groups
+        self._verified = VerifiedFiles()
+        #: Damaged segment files, by path: what is wrong with each.
+        self.damaged: dict[Path, str] = {}
         self._segments: list[Segment] = []
         self._firsts: list[int] = []
         self.floor = floor
@@ -63,6 +82,8 @@ class SegmentLog:
             )
         if not self._segments:
             self.floor = min(self.floor, segment.first_offset)
+        if segment.damage:
+            self.damaged[segment.path] = segment.damage
         self._segments.append(segment)
         self._firsts.append(segment.first_offset)
 
@@ -103,9 +124,12 @@ class SegmentLog:
         for segment in self._segments[max(i, 0) :]:
             if segment.end_offset <= from_offset or segment.entry.rows == 0:
                 continue
-            batches = await asyncio.to_thread(
+            batches = await self._checked(
+                segment,
                 _read_batches,
                 segment.path,
+                segment.entry.digest,
+                self._verified,
                 from_offset,
                 max_messages,
                 max_bytes,
@@ -119,14 +143,50 @@ class SegmentLog:
         """The first sealed offset published at or after `time_us`, or None."""
         for segment in self._segments:
             if segment.entry.max_publish_time_us >= time_us:
-                found = await asyncio.to_thread(seg.first_offset_at_or_after, segment.path, time_us)
+                found = await self._checked(
+                    segment, seg.first_offset_at_or_after, segment.path, time_us
+                )
                 if found is not None:  # an emptied carried-forward segment stores none
                     return found
         return None
 
+    async def _checked(self, segment: Segment, read: Callable[..., _T], *args: Any) -> _T:
+        """`read(*args)` in a worker thread; damage it meets (or met before) is DATA_LOSS
+        naming the file and the segment's range, and is remembered in `damaged`."""
+        damage = self.damaged.get(segment.path)
+        if damage is None:
+            try:
+                return await asyncio.to_thread(read, *args)
+            except FileNotFoundError:
+                raise  # sealing or retention removed it: the caller routes again
+            except (OSError, pa.ArrowException, DataCorruption) as exc:
+                damage = str(exc)
+                log.error(
+                    "segment damaged",
+                    file=str(segment.path),
+                    first_offset=segment.first_offset,
+                    last_offset=segment.last_offset,
+                    error=damage,
+                )
+                metrics.DAMAGED_SEGMENTS.inc()
+                self.damaged[segment.path] = damage
+        raise damaged_offsets_error(
+            str(segment.path), segment.first_offset, segment.last_offset, damage
+        )
+
 
 def _read_batches(
-    path: Path, from_offset: int, max_messages: int, max_bytes: int, cache: DecodedGroups | None
+    path: Path,
+    digest: str,
+    verified: VerifiedFiles,
+    from_offset: int,
+    max_messages: int,
+    max_bytes: int,
+    cache: DecodedGroups | None,
 ) -> list[StoredBatch]:
-    """`read_rows` as stored batches, in one trip to a worker thread."""
+    """`read_rows` as stored batches, in one trip to a worker thread, after the file's
+    digest is checked (the first time this process reads the file)."""
+    problem = verified.check(path, digest)
+    if problem is not None:
+        raise DataCorruption(problem)
     return seg.to_stored_batches(seg.read_rows(path, from_offset, max_messages, max_bytes, cache))

@@ -166,6 +166,7 @@ class PartitionStore(StoreView):
             options,
             floor=floor,
             decoded_groups=self._decoded_groups,
+            recorded=manifest.current.for_partition(pid.partition),
         )
         await manifest.update(lambda m: _reconcile(m, partition, self._grace_deadline_us()))
         return partition

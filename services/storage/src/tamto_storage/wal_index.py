@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tamto_common.errors import DataCorruption
+from tamto_common.errors import DataCorruption, damaged_offsets_error
 from tamto_storage.frame import HEADER_SIZE
 
 
@@ -40,7 +40,12 @@ class Corruption:
     reason: str
 
     def error(self) -> DataCorruption:
-        return DataCorruption(
-            f"partition log corrupt from offset {self.offset}: {self.reason} "
-            f"in {self.file} at byte {self.position}"
+        """DATA_LOSS naming the file and the first offset lost (the end is not known:
+        nothing after the damage is trusted until `tamto storage repair`)."""
+        return damaged_offsets_error(
+            str(self.file),
+            self.offset,
+            None,
+            f"{self.reason} at byte {self.position}; "
+            f"the partition's log is readable below offset {self.offset}",
         )
