@@ -1,12 +1,12 @@
 """The life of a service process: start, serve, register, stop gracefully.
 
-`run_service` is the one way a Tamto service runs. It builds the gRPC server
-(health service, error translation), connects to etcd and NATS, lets the
-service wire its servicers and background work, registers the instance in
-etcd, then waits for SIGTERM or SIGINT. Shutdown goes in order: report
-NOT_SERVING, deregister (peers stop routing here), stop accepting and drain
-in-flight calls for the grace period, close the service's own resources, then
-the bus and etcd.
+`main` (the process edge) and `serve` are the one way a Tamto service runs.
+`serve` builds the gRPC server (health service, error translation), connects
+to etcd and NATS, lets the service wire its servicers and background work,
+registers the instance in etcd, then waits for SIGTERM or SIGINT. Shutdown goes
+in order: report NOT_SERVING, deregister (peers stop routing here), stop
+accepting and drain in-flight calls for the grace period, close the service's
+own resources, then the bus and etcd.
 """
 
 from __future__ import annotations
