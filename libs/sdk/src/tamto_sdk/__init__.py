@@ -21,6 +21,7 @@ from tamto_sdk.errors import (
     Timeout,
     Unauthenticated,
     Unavailable,
+    UndecodableBatch,
 )
 from tamto_sdk.messages import (
     Durability,
@@ -89,6 +90,7 @@ __all__ = [
     "Timeout",
     "Unauthenticated",
     "Unavailable",
+    "UndecodableBatch",
     "WhoAmI",
     "connect",
     "errors",

@@ -27,6 +27,7 @@ from tamto_sdk.errors import (
     TamtoError,
     Unauthenticated,
     Unavailable,
+    UndecodableBatch,
     from_rpc_error,
     from_status,
 )
@@ -83,7 +84,7 @@ class Consumer:
         self._refill_at = max(1, credits // 2)
         self._options = calls.options
 
-        self._buffer: deque[MessageBatch] = deque()
+        self._buffer: deque[MessageBatch | UndecodableBatch] = deque()
         self._data = asyncio.Event()
         self._iter_batch: MessageBatch | None = None
         self._iter_messages: list[Message] = []
@@ -232,7 +233,11 @@ class Consumer:
                         await self._data.wait()
                 except TimeoutError:
                     return None
-        return self._buffer.popleft()
+        item = self._buffer.popleft()
+        if isinstance(item, UndecodableBatch):
+            self._took(item.count)
+            raise item
+        return item
 
     def _took(self, count: int) -> None:
         self._taken_since_grant += count
@@ -243,14 +248,15 @@ class Consumer:
 
     # -- acknowledging -----------------------------------------------------
 
-    def ack(self, item: Message | MessageBatch) -> None:
-        """Acknowledge a message or every message of a batch.
+    def ack(self, item: Message | MessageBatch | UndecodableBatch) -> None:
+        """Acknowledge a message or every message of a batch (an `UndecodableBatch`:
+        skip its messages).
 
         Acks are coalesced into offset ranges and sent in the background within
         `ClientOptions.ack_linger_s`; `flush_acks` and `close` send them at once.
         """
         self._check_ackable(item.stream)
-        if isinstance(item, MessageBatch):
+        if isinstance(item, MessageBatch | UndecodableBatch):
             for first, last in item.offset_ranges():
                 self._add_ack(item.partition, first, last)
         else:
@@ -287,7 +293,7 @@ class Consumer:
         if stream != self._stream:
             raise InvalidArgument(f"{stream!r} is not the stream of this consumer")
 
-    def nack(self, item: Message | MessageBatch, delay_s: float = 0.0) -> None:
+    def nack(self, item: Message | MessageBatch | UndecodableBatch, delay_s: float = 0.0) -> None:
         """Ask for a message, or every message of a batch, to be redelivered.
 
         The server redelivers at once, or after `delay_s` seconds (millisecond
@@ -304,7 +310,11 @@ class Consumer:
         delay_ms = round(delay_s * 1000)
         if delay_ms > _MAX_NACK_DELAY_MS:
             raise ValueError(f"delay_s must be at most {_MAX_NACK_DELAY_MS / 1000} seconds")
-        ranges = item.offset_ranges() if isinstance(item, MessageBatch) else [(item.offset,) * 2]
+        ranges = (
+            item.offset_ranges()
+            if isinstance(item, MessageBatch | UndecodableBatch)
+            else [(item.offset,) * 2]
+        )
         if not ranges:
             return
         self._pending_nacks.setdefault((item.partition, delay_ms), []).extend(ranges)
@@ -490,7 +500,13 @@ class Consumer:
             call.cancel()
 
     def _on_delivery(self, delivery: Any) -> None:
-        batch = MessageBatch._from_delivery(delivery)
+        try:
+            batch = MessageBatch._from_delivery(delivery)
+        except BatchFormatError as exc:
+            # Raised to the application in the batch's place; the stream goes on.
+            self._buffer.append(_undecodable(delivery, str(exc)))
+            self._data.set()
+            return
         if len(batch) == 0:
             return
         low = self._low_water.get(batch.partition)
@@ -597,6 +613,21 @@ async def _write_or_raise(call: Any, request: Any) -> None:
         await call.write(request)
     except (asyncio.InvalidStateError, grpc.aio.UsageError):
         raise from_status(await call.code(), await call.details()) from None
+
+
+def _undecodable(delivery: Any, reason: str) -> UndecodableBatch:
+    """The error a delivery that cannot be decoded is raised as, naming its offsets."""
+    stored = delivery.batch
+    offsets = list(delivery.offsets) or list(
+        range(int(stored.base_offset), int(stored.base_offset) + int(stored.count))
+    )
+    return UndecodableBatch(
+        reason,
+        stream=delivery.stream,
+        partition=int(delivery.partition),
+        offset_ranges=_merge_ranges([(o, o) for o in offsets]),
+        delivery_count=int(delivery.delivery_count) or 1,
+    )
 
 
 def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

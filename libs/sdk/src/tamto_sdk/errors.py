@@ -23,6 +23,7 @@ __all__ = [
     "Timeout",
     "Unauthenticated",
     "Unavailable",
+    "UndecodableBatch",
     "from_rpc_error",
 ]
 
@@ -104,6 +105,45 @@ class DataLoss(TamtoError):
     """Stored data is corrupt or lost."""
 
     default_code = "DATA_LOSS"
+
+
+class UndecodableBatch(DataLoss):
+    """A delivered batch whose Arrow buffers fail validation: the consumer raises
+    it in place of the batch and goes on with the next one.
+
+    It names where the messages are (`stream`, `partition`, `offset_ranges`).
+    Pass it to `Consumer.ack` to skip them, or to `Consumer.nack` to have them
+    redelivered (past the stream's ``max_deliveries`` they go to its dead-letter
+    stream, which is how to term them).
+    """
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        stream: str,
+        partition: int,
+        offset_ranges: list[tuple[int, int]],
+        delivery_count: int,
+    ) -> None:
+        where = ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in offset_ranges)
+        super().__init__(
+            f"undecodable batch from the server: stream {stream!r} partition {partition} "
+            f"offsets {where}: {reason}"
+        )
+        self.stream = stream
+        self.partition = partition
+        self.delivery_count = delivery_count
+        self._ranges = list(offset_ranges)
+
+    def offset_ranges(self) -> list[tuple[int, int]]:
+        """The offsets of the batch as inclusive (first, last) runs, as `MessageBatch`'s."""
+        return list(self._ranges)
+
+    @property
+    def count(self) -> int:
+        """How many messages the batch holds."""
+        return sum(last - first + 1 for first, last in self._ranges)
 
 
 class Timeout(TamtoError):

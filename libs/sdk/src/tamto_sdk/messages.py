@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tamto_protocol.batch import BATCH_SCHEMA, decode_batch
+from tamto_protocol.batch import BATCH_SCHEMA, decode_valid_batch
 from tamto_protocol.v1 import messages_pb2
 from tamto_sdk.errors import InvalidArgument
 
@@ -425,7 +425,8 @@ class MessageBatch:
     @classmethod
     def _from_delivery(cls, delivery: Any) -> MessageBatch:
         stored = delivery.batch
-        record_batch = decode_batch(stored.arrow_ipc)
+        # In full: a batch whose offsets lie would read memory outside it (issue 17).
+        record_batch = decode_valid_batch(stored.arrow_ipc)
         return cls(
             stream=delivery.stream,
             partition=int(delivery.partition),
