@@ -24,7 +24,14 @@ DURABILITIES: Final[tuple[Durability, ...]] = ("group", "interval")
 #: a message also goes once every subscription has acked it (the limits still apply).
 RetentionPolicy = Literal["limits", "interest"]
 RETENTION_POLICIES: Final[tuple[RetentionPolicy, ...]] = ("limits", "interest")
-KINDS: Final = ("persistent",)
+KINDS: Final = ("persistent", "ephemeral")
+#: What an ephemeral consumer's full buffer drops ("" on persistent streams).
+Overflow = Literal["drop_oldest", "drop_newest"]
+OVERFLOWS: Final[tuple[Overflow, ...]] = ("drop_oldest", "drop_newest")
+DEFAULT_BUFFER_MESSAGES: Final = 10_000
+DEFAULT_REQUEST_TIMEOUT_MS: Final = 30_000
+#: Allowed ranges of the ephemeral-only settings.
+EPHEMERAL_LIMITS: Final[dict[str, Limit]] = {}
 
 #: Defaults of the settings whose zero value is not "off".
 DEFAULT_DEDUP_WINDOW_MS: Final = 2 * 60 * 1000
@@ -64,6 +71,12 @@ LIMITS: Final[dict[str, Limit]] = {
 }
 
 
+EPHEMERAL_LIMITS.update(
+    buffer_messages=Limit(1, 1_000_000),
+    request_timeout_ms=Limit(1, 600_000),
+)
+
+
 def stream_key(name: str) -> bytes:
     """The etcd key holding the definition of stream `name`."""
     return f"{STREAMS_PREFIX}{name}".encode()
@@ -76,7 +89,9 @@ class StreamDef:
     Attributes:
         name: the stream name (see `tamto_common.names`).
         partitions: partition count, fixed at creation.
-        kind: "persistent" (the only kind so far).
+        kind: "persistent" or "ephemeral" (at-most-once, never stored; see
+            docs/ephemeral.md). An ephemeral stream has one partition and uses
+            only the three ephemeral settings below; the others keep their defaults.
         retention_ms: keep messages at least this long; 0 keeps them forever.
         retention_bytes: per partition; 0 is unbounded.
         retention_policy: "limits" (only the two limits above remove messages) or
@@ -93,6 +108,9 @@ class StreamDef:
         durability: "group" (fsync per group commit) or "interval" (fsync at most
             every `fsync_interval_ms`; acks still wait for it).
         fsync_interval_ms: with "interval" durability only; 0 otherwise.
+        buffer_messages: ephemeral only: messages held per consumer (0 on persistent).
+        overflow: ephemeral only: what a full buffer drops ("" on persistent).
+        request_timeout_ms: ephemeral only: a request's default wait for its reply.
     """
 
     name: str
@@ -108,6 +126,14 @@ class StreamDef:
     dead_letter_stream: str = ""
     durability: Durability = "group"
     fsync_interval_ms: int = 0
+    buffer_messages: int = 0
+    overflow: Overflow | Literal[""] = ""
+    request_timeout_ms: int = 0
+
+    @property
+    def ephemeral(self) -> bool:
+        """Whether this is an ephemeral stream (at-most-once, never stored)."""
+        return self.kind == "ephemeral"
 
     @property
     def dead_letter(self) -> str:
@@ -143,6 +169,14 @@ class StreamDef:
         check_name("stream", self.name)
         if self.kind not in KINDS:
             raise InvalidArgument(f"kind must be one of {_choices(KINDS)}, got {self.kind!r}")
+        if self.ephemeral:
+            self._validate_ephemeral()
+            return
+        for name in EPHEMERAL_LIMITS:
+            if getattr(self, name) != 0:
+                raise InvalidArgument(f"{name} applies only to ephemeral streams")
+        if self.overflow:
+            raise InvalidArgument("overflow applies only to ephemeral streams")
         _check_int("partitions", self.partitions, Limit(1, max_partitions))
         for name, limit in LIMITS.items():
             if name != "fsync_interval_ms":
@@ -173,6 +207,19 @@ class StreamDef:
         if self.dead_letter == self.name:
             raise InvalidArgument(
                 f"dead_letter_stream must differ from the stream itself ({self.name!r})"
+            )
+
+    def _validate_ephemeral(self) -> None:
+        if self.partitions != 1:
+            raise InvalidArgument(
+                f"an ephemeral stream has no partitions to choose: partitions must be 0 or 1, "
+                f"got {self.partitions}"
+            )
+        for name, limit in EPHEMERAL_LIMITS.items():
+            _check_int(name, getattr(self, name), limit)
+        if self.overflow not in OVERFLOWS:
+            raise InvalidArgument(
+                f"overflow must be one of {_choices(OVERFLOWS)}, got {self.overflow!r}"
             )
 
     def differences(self, other: StreamDef) -> list[str]:

@@ -7,6 +7,13 @@ from tamto_sdk import errors
 from tamto_sdk.admin import Streams
 from tamto_sdk.client import Client, connect
 from tamto_sdk.consumer import Consumer
+from tamto_sdk.ephemeral import (
+    EphemeralBatch,
+    EphemeralMessage,
+    EphemeralProducer,
+    ReplyHandler,
+    Subscription,
+)
 from tamto_sdk.errors import (
     AlreadyExists,
     Closed,
@@ -26,8 +33,10 @@ from tamto_sdk.errors import (
 from tamto_sdk.messages import (
     Durability,
     EnsureResult,
+    EphemeralConfig,
     Message,
     MessageBatch,
+    Overflow,
     PublishedBatch,
     PublishResult,
     RetentionPolicy,
@@ -60,6 +69,10 @@ __all__ = [
     "DataLoss",
     "Durability",
     "EnsureResult",
+    "EphemeralBatch",
+    "EphemeralConfig",
+    "EphemeralMessage",
+    "EphemeralProducer",
     "FailedPrecondition",
     "Grant",
     "Identity",
@@ -70,11 +83,13 @@ __all__ = [
     "MessageBatch",
     "NewApiKey",
     "NotFound",
+    "Overflow",
     "Permission",
     "PermissionDenied",
     "Producer",
     "PublishResult",
     "PublishedBatch",
+    "ReplyHandler",
     "ResourceExhausted",
     "RetentionPolicy",
     "Role",
@@ -85,6 +100,7 @@ __all__ = [
     "StreamInfo",
     "StreamKind",
     "Streams",
+    "Subscription",
     "SubscriptionType",
     "TamtoError",
     "Timeout",

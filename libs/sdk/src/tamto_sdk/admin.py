@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from tamto_protocol.v1 import gateway_pb2
 from tamto_sdk._calls import Calls
-from tamto_sdk.messages import EnsureResult, StreamConfig, StreamInfo, StreamKind
+from tamto_sdk.errors import InvalidArgument
+from tamto_sdk.messages import EnsureResult, EphemeralConfig, StreamConfig, StreamInfo, StreamKind
 
 __all__ = ["Streams"]
 
@@ -21,7 +22,7 @@ class Streams:
         name: str,
         *,
         partitions: int = 1,
-        config: StreamConfig | None = None,
+        config: StreamConfig | EphemeralConfig | None = None,
         overwrite: bool = False,
         kind: StreamKind = StreamKind.PERSISTENT,
     ) -> EnsureResult:
@@ -33,12 +34,19 @@ class Streams:
         replaces it. The partition count never changes: overwriting it raises
         `FailedPrecondition`. An illegal name or value raises `InvalidArgument`
         naming the field and its allowed range.
+
+        An ephemeral stream (docs/ephemeral.md): give `kind=StreamKind.EPHEMERAL`
+        or an `EphemeralConfig` (either implies the other); it has one partition.
         """
-        request = gateway_pb2.EnsureStreamRequest(
-            name=name,
-            config=(config or StreamConfig())._to_proto(kind, partitions),
-            overwrite=overwrite,
-        )
+        if isinstance(config, EphemeralConfig) or kind is StreamKind.EPHEMERAL:
+            if isinstance(config, StreamConfig):
+                raise InvalidArgument("an ephemeral stream takes an EphemeralConfig")
+            if partitions != 1:
+                raise InvalidArgument(f"an ephemeral stream has 1 partition, not {partitions}")
+            wire = (config or EphemeralConfig())._to_proto()
+        else:
+            wire = (config or StreamConfig())._to_proto(kind, partitions)
+        request = gateway_pb2.EnsureStreamRequest(name=name, config=wire, overwrite=overwrite)
         response = await self._calls.unary(self._calls.stub.EnsureStream, request)
         info = StreamInfo._from_proto(response.stream)
         self._partitions[info.name] = info.partitions

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from types import TracebackType
 
 import grpc
@@ -12,6 +13,15 @@ from tamto_sdk._calls import Calls
 from tamto_sdk.admin import Streams
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.consumer import Consumer
+from tamto_sdk.ephemeral import (
+    EphemeralBatch,
+    EphemeralProducer,
+    Handler,
+    ReplyHandler,
+    Subscription,
+    reply,
+    request,
+)
 from tamto_sdk.errors import Closed, Unavailable
 from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
@@ -83,6 +93,7 @@ class Client:
         self._security = Security(self._calls)
         self._producers: list[Producer] = []
         self._consumers: list[Consumer] = []
+        self._ephemeral: list[EphemeralProducer | Subscription | ReplyHandler] = []
         self._closed = False
 
     @property
@@ -156,6 +167,98 @@ class Client:
         self._consumers.append(consumer)
         return consumer
 
+    def ephemeral_producer(
+        self, stream: str, *, max_batch_messages: int = 1000, max_pending: int = 100_000
+    ) -> EphemeralProducer:
+        """A producer for ephemeral stream `stream`: `await producer.publish(payload,
+        topic="a.b")`; use it as an async context manager (docs/ephemeral.md)."""
+        self._check_open()
+        producer = EphemeralProducer(
+            self._calls, stream, max_batch_messages=max_batch_messages, max_pending=max_pending
+        )
+        self._ephemeral.append(producer)
+        return producer
+
+    def subscribe(
+        self,
+        stream: str,
+        *,
+        match: str | None = None,
+        group: str = "",
+        consumer_name: str = "",
+    ) -> Subscription:
+        """Receive what ephemeral stream `stream` gets from now on, at most once.
+
+        `match` is a RabbitMQ topic pattern (`*` one word, `#` zero or more; None:
+        everything). With a `group`, the live consumers of the same group and match
+        share the messages (each to one of them); without, this consumer gets every
+        match. Use it as an async context manager and async iterator.
+        """
+        self._check_open()
+        subscription = Subscription(
+            self._calls, stream, match=match, group=group, consumer_name=consumer_name
+        )
+        self._ephemeral.append(subscription)
+        return subscription
+
+    async def request(
+        self,
+        stream: str,
+        payload: bytes,
+        *,
+        topic: str = "",
+        timeout_s: float | None = None,
+        response_stream: str = "",
+        key: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> EphemeralBatch:
+        """Publish a request to ephemeral stream `stream` and return its reply.
+
+        The server makes the response stream (`response_stream`, or a unique name)
+        and waits `timeout_s` (None: the stream's `request_timeout_ms`) for a
+        reply; without one it raises `Timeout`. The client sets no deadline itself.
+        A taken `response_stream` raises `AlreadyExists`.
+        """
+        self._check_open()
+        return await request(
+            self._calls,
+            stream,
+            payload,
+            topic=topic,
+            timeout_s=timeout_s,
+            response_stream=response_stream,
+            key=key,
+            headers=headers,
+        )
+
+    async def reply(
+        self,
+        response_stream: str,
+        payload: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Answer a request; `NotFound` if its response stream is gone (answered,
+        timed out, or never made)."""
+        self._check_open()
+        await reply(self._calls, response_stream, payload, key=key, headers=headers)
+
+    def reply_handler(
+        self,
+        stream: str,
+        handler: Handler,
+        *,
+        match: str | None = None,
+        group: str = "",
+    ) -> ReplyHandler:
+        """Answer the requests `stream` receives (see `subscribe` for `match` and
+        `group`) with `handler(message) -> bytes`; use it as an async context manager."""
+        subscription = self.subscribe(stream, match=match, group=group)
+        handler_ = ReplyHandler(self._calls, subscription, handler)
+        self._ephemeral.append(handler_)
+        return handler_
+
     def _check_open(self) -> None:
         if self._closed:
             raise Closed("client is closed")
@@ -168,8 +271,10 @@ class Client:
         await asyncio.gather(
             *(p.close() for p in self._producers),
             *(c.close() for c in self._consumers),
+            *(e.close() for e in self._ephemeral),
             return_exceptions=True,
         )
+        self._ephemeral.clear()
         self._producers.clear()
         self._consumers.clear()
         await self._calls.close()

@@ -50,11 +50,14 @@ class StreamKind(enum.Enum):
 
     UNSPECIFIED = "unspecified"
     PERSISTENT = "persistent"
+    EPHEMERAL = "ephemeral"
+    """At-most-once, never stored, topic-routed (docs/ephemeral.md)."""
 
 
 _KIND_FROM_PROTO = {
     messages_pb2.STREAM_KIND_UNSPECIFIED: StreamKind.UNSPECIFIED,
     messages_pb2.STREAM_KIND_PERSISTENT: StreamKind.PERSISTENT,
+    messages_pb2.STREAM_KIND_EPHEMERAL: StreamKind.EPHEMERAL,
 }
 _KIND_TO_PROTO = {kind: value for value, kind in _KIND_FROM_PROTO.items()}
 
@@ -200,21 +203,92 @@ class StreamConfig:
         )
 
 
+class Overflow(enum.Enum):
+    """What an ephemeral consumer's full buffer drops (whole batches, counted in messages)."""
+
+    DROP_OLDEST = "drop_oldest"
+    """The oldest buffered messages make room (the default)."""
+    DROP_NEWEST = "drop_newest"
+    """New messages are dropped while the buffer is full."""
+
+
+_OVERFLOW_FROM_PROTO = {
+    messages_pb2.OVERFLOW_UNSPECIFIED: Overflow.DROP_OLDEST,
+    messages_pb2.OVERFLOW_DROP_OLDEST: Overflow.DROP_OLDEST,
+    messages_pb2.OVERFLOW_DROP_NEWEST: Overflow.DROP_NEWEST,
+}
+_OVERFLOW_TO_PROTO = {
+    Overflow.DROP_OLDEST: messages_pb2.OVERFLOW_DROP_OLDEST,
+    Overflow.DROP_NEWEST: messages_pb2.OVERFLOW_DROP_NEWEST,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EphemeralConfig:
+    """An ephemeral stream's settings (docs/ephemeral.md); 0 means the server's default.
+
+    Attributes:
+        buffer_messages: messages held per consumer for a slow one (default 10,000;
+            1 to 1,000,000).
+        overflow: what a full buffer drops.
+        request_timeout_ms: how long a request waits for its reply unless it says
+            (default 30,000; 1 to 600,000).
+    """
+
+    buffer_messages: int = 0
+    overflow: Overflow = Overflow.DROP_OLDEST
+    request_timeout_ms: int = 0
+
+    def _to_proto(self) -> Any:
+        for name, high in (("buffer_messages", _UINT32), ("request_timeout_ms", _UINT64)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
+                raise InvalidArgument(
+                    f"{name} must be an integer between 0 and {high}, got {value!r}"
+                )
+        if not isinstance(self.overflow, Overflow):
+            raise InvalidArgument(f"overflow must be a tamto_sdk.Overflow, got {self.overflow!r}")
+        return messages_pb2.StreamConfig(
+            kind=messages_pb2.STREAM_KIND_EPHEMERAL,
+            buffer_messages=self.buffer_messages,
+            overflow=_OVERFLOW_TO_PROTO[self.overflow],
+            request_timeout_ms=self.request_timeout_ms,
+        )
+
+    @classmethod
+    def _from_proto(cls, config: Any) -> EphemeralConfig:
+        return cls(
+            buffer_messages=int(config.buffer_messages),
+            overflow=_OVERFLOW_FROM_PROTO.get(config.overflow, Overflow.DROP_OLDEST),
+            request_timeout_ms=int(config.request_timeout_ms),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class StreamInfo:
-    """A stream's definition as the server stores it."""
+    """A stream's definition as the server stores it (`ephemeral` is set for an
+    ephemeral stream; `config` then holds only defaults)."""
 
     name: str
     partitions: int
     kind: StreamKind = StreamKind.PERSISTENT
     config: StreamConfig = StreamConfig()
+    ephemeral: EphemeralConfig | None = None
 
     @classmethod
     def _from_proto(cls, info: Any) -> StreamInfo:
+        kind = _KIND_FROM_PROTO.get(info.config.kind, StreamKind.UNSPECIFIED)
+        if kind is StreamKind.EPHEMERAL:
+            return cls(
+                name=info.name,
+                partitions=int(info.config.partitions),
+                kind=kind,
+                ephemeral=EphemeralConfig._from_proto(info.config),
+            )
         return cls(
             name=info.name,
             partitions=int(info.config.partitions),
-            kind=_KIND_FROM_PROTO.get(info.config.kind, StreamKind.UNSPECIFIED),
+            kind=kind,
             config=StreamConfig._from_proto(info.config),
         )
 

@@ -127,6 +127,21 @@ class TestCluster:
         finally:
             self.stop_all()
 
+    def start_gateway(self, timeout_s: float = 30.0) -> str:
+        """Start one more gateway of this cluster (``gateway-2``, ``gateway-3``, ...:
+        its own port and instance id, the same etcd, NATS and peers) and return its
+        URL. `stop_all` stops it too; `kill9` and `stop` take its name."""
+        name = f"gateway-{sum(1 for n in self.processes if n.startswith('gateway-')) + 2}"
+        self.ports[name] = free_port()
+        env = service_env("gateway", self.shared, self.ports[name])
+        env["TAMTO_GATEWAY_INSTANCE_ID"] = f"{name}-{self._suffix}"
+        log = self.workdir / "logs" / f"{name}.log"
+        proc = TestProcess(name, service_argv("gateway"), log, env)
+        self.processes[name] = proc.start()
+        proc.wait_ready(lambda: healthy(self.address(name), self._launcher_tls), timeout_s)
+        scheme = "tamto" if self.tls_dir is None else "tamtos"
+        return f"{scheme}://{self.address(name)}"
+
     def kill9(self, name: str) -> None:
         self.processes[name].kill9()
 
@@ -134,7 +149,8 @@ class TestCluster:
         return self.processes[name].stop()
 
     def stop_all(self) -> None:
-        for name in reversed(SERVICES):
+        extra = [n for n in self.processes if n not in SERVICES]
+        for name in [*reversed(extra), *reversed(SERVICES)]:
             proc = self.processes.get(name)
             if proc is not None:
                 proc.stop()

@@ -9,12 +9,15 @@ from collections.abc import AsyncIterator
 import grpc
 
 from tamto_common.audit import ADMIN
-from tamto_common.errors import InvalidArgument
+from tamto_common.errors import FailedPrecondition, InvalidArgument
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.policy import Permission
 from tamto_gateway.consume import FanOut
+from tamto_gateway.ephemeral import EphemeralHub
+from tamto_gateway.ephemeral_api import EphemeralApi
 from tamto_gateway.policy import Guard
+from tamto_gateway.requests import RequestBroker
 from tamto_gateway.security_api import AuthForwarder, SecurityApi
 from tamto_gateway.stream_proto import stream_def, stream_info
 from tamto_gateway.streams import StreamRegistry
@@ -26,7 +29,11 @@ from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_
 from tamto_protocol.wire import PUBLISH
 
 
-class GatewayServicer(SecurityApi, gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
+class GatewayServicer(
+    SecurityApi,
+    EphemeralApi,
+    gateway_pb2_grpc.GatewayServicer,  # type: ignore[misc]
+):
     """Every call but Authenticate is authenticated; stream calls are authorized per stream:
     Publish needs `publish`, Consume `consume`, Ensure/DeleteStream `admin`, DescribeStream
     any permission on the stream; ListStreams shows the streams the caller holds any
@@ -39,8 +46,12 @@ class GatewayServicer(SecurityApi, gateway_pb2_grpc.GatewayServicer):  # type: i
         guard: Guard,
         auth: AuthForwarder,
         max_message_bytes: int,
+        ephemeral: EphemeralHub,
+        requests: RequestBroker,
     ) -> None:
         self._streams = streams
+        self._ephemeral = ephemeral
+        self._requests = requests
         self._upstream = upstream
         self._guard = guard
         self._auth = auth
@@ -174,6 +185,10 @@ class GatewayServicer(SecurityApi, gateway_pb2_grpc.GatewayServicer):  # type: i
         check_name("stream", request.stream)
         await self._authorize(context, Permission.PUBLISH, request.stream, "Publish")
         stream = await self._streams.describe(request.stream)
+        if stream.ephemeral:
+            raise FailedPrecondition(
+                f"stream {stream.name!r} is ephemeral: publish with PublishEphemeral"
+            )
         if request.partition >= stream.partitions:
             raise InvalidArgument(
                 f"stream {stream.name!r} has partitions 0-{stream.partitions - 1}, "
@@ -213,6 +228,10 @@ class GatewayServicer(SecurityApi, gateway_pb2_grpc.GatewayServicer):  # type: i
             principal, Permission.CONSUME, sub.stream, context.peer() or "unknown", "Consume"
         )
         stream = await self._streams.describe(sub.stream)
+        if stream.ephemeral:
+            raise FailedPrecondition(
+                f"stream {stream.name!r} is ephemeral: receive with SubscribeEphemeral"
+            )
         partitions = sorted(set(sub.partitions)) or list(range(stream.partitions))
         outside = [p for p in partitions if p >= stream.partitions]
         if outside:

@@ -13,9 +13,12 @@ from tamto_common.channels import ChannelPool
 from tamto_common.membership import MemberDirectory
 from tamto_common.service import Runtime
 from tamto_gateway.config import GatewayConfig
+from tamto_gateway.ephemeral import EphemeralHub
+from tamto_gateway.ephemeral_api import serve_ephemeral
 from tamto_gateway.grpc_api import GatewayServicer, serve
 from tamto_gateway.oidc import ExternalVerifier, OidcIssuer, load_issuers
 from tamto_gateway.policy import Guard, PolicyCache
+from tamto_gateway.requests import RequestBroker
 from tamto_gateway.routing import Routes
 from tamto_gateway.security_api import AuthForwarder
 from tamto_gateway.streams import StreamRegistry
@@ -61,14 +64,23 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     subscription = await streams.watch_events()
     if subscription is not None:
         runtime.resources.push_async_callback(subscription.unsubscribe)
+    ephemeral = EphemeralHub(runtime.bus)
+    await ephemeral.start()
+    runtime.resources.push_async_callback(ephemeral.close)
+    requests = RequestBroker(runtime.bus, runtime.etcd, ephemeral)
+    runtime.resources.push_async_callback(requests.close)
     servicer = GatewayServicer(
         streams,
         upstream,
         Guard(Authenticator(internal, external), cache, audit),
         AuthForwarder(routes, channels, config.upstream_timeout_s),
         config.max_message_bytes,
+        ephemeral,
+        requests,
     )
+    servicer.consumers_per_connection.limit = config.max_consumers_per_connection
     serve(servicer, runtime.server)
+    serve_ephemeral(servicer, runtime.server)
 
 
 async def _refetch_jwks(verifier: TokenVerifier, announced: asyncio.Event) -> None:

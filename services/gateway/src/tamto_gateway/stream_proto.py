@@ -11,8 +11,11 @@ from typing import Any
 from tamto_common.errors import InvalidArgument
 from tamto_common.streams import (
     DEFAULT_ACK_TIMEOUT_MS,
+    DEFAULT_BUFFER_MESSAGES,
     DEFAULT_DEDUP_WINDOW_MS,
+    DEFAULT_REQUEST_TIMEOUT_MS,
     Durability,
+    Overflow,
     RetentionPolicy,
     StreamDef,
 )
@@ -37,12 +40,42 @@ _RETENTION_TO_PROTO: dict[str, Any] = {
     "interest": messages_pb2.RETENTION_POLICY_INTEREST,
 }
 _KINDS = (messages_pb2.STREAM_KIND_UNSPECIFIED, messages_pb2.STREAM_KIND_PERSISTENT)
+_OVERFLOW_FROM_PROTO: dict[int, Overflow] = {
+    messages_pb2.OVERFLOW_UNSPECIFIED: "drop_oldest",
+    messages_pb2.OVERFLOW_DROP_OLDEST: "drop_oldest",
+    messages_pb2.OVERFLOW_DROP_NEWEST: "drop_newest",
+}
+_OVERFLOW_TO_PROTO: dict[str, Any] = {
+    "drop_oldest": messages_pb2.OVERFLOW_DROP_OLDEST,
+    "drop_newest": messages_pb2.OVERFLOW_DROP_NEWEST,
+}
+#: Settings of persistent streams only; an ephemeral stream's request must leave them 0.
+_PERSISTENT_ONLY = (
+    "retention_ms",
+    "retention_bytes",
+    "retention_policy",
+    "dedup_window_ms",
+    "ack_timeout_ms",
+    "max_deliveries",
+    "max_lag",
+    "dead_letter_stream",
+    "durability",
+    "fsync_interval_ms",
+)
+_EPHEMERAL_ONLY = ("buffer_messages", "overflow", "request_timeout_ms")
 
 
 def stream_def(name: str, config: messages_pb2.StreamConfig) -> StreamDef:
     """The definition a request asks for; zeros become defaults. Not validated yet."""
+    if config.kind == messages_pb2.STREAM_KIND_EPHEMERAL:
+        return _ephemeral_def(name, config)
     if config.kind not in _KINDS:
-        raise InvalidArgument(f"kind must be STREAM_KIND_PERSISTENT, got {config.kind}")
+        raise InvalidArgument(
+            f"kind must be STREAM_KIND_PERSISTENT or STREAM_KIND_EPHEMERAL, got {config.kind}"
+        )
+    for field in _EPHEMERAL_ONLY:
+        if getattr(config, field):
+            raise InvalidArgument(f"{field} applies only to ephemeral streams")
     durability = _DURABILITY_FROM_PROTO.get(config.durability)
     if durability is None:
         raise InvalidArgument(
@@ -71,9 +104,39 @@ def stream_def(name: str, config: messages_pb2.StreamConfig) -> StreamDef:
     )
 
 
+def _ephemeral_def(name: str, config: messages_pb2.StreamConfig) -> StreamDef:
+    for field in _PERSISTENT_ONLY:
+        if getattr(config, field):
+            raise InvalidArgument(f"{field} applies only to persistent streams")
+    overflow = _OVERFLOW_FROM_PROTO.get(config.overflow)
+    if overflow is None:
+        raise InvalidArgument(
+            f"overflow must be OVERFLOW_DROP_OLDEST or OVERFLOW_DROP_NEWEST, got {config.overflow}"
+        )
+    return StreamDef(
+        name=name,
+        partitions=config.partitions or 1,
+        kind="ephemeral",
+        buffer_messages=config.buffer_messages or DEFAULT_BUFFER_MESSAGES,
+        overflow=overflow,
+        request_timeout_ms=config.request_timeout_ms or DEFAULT_REQUEST_TIMEOUT_MS,
+    )
+
+
 def stream_info(stream: StreamDef) -> messages_pb2.StreamInfo:
     """A stored definition as the API shows it (every value explicit, the dead-letter
-    stream resolved)."""
+    stream resolved; an ephemeral stream shows only its own settings)."""
+    if stream.ephemeral:
+        return messages_pb2.StreamInfo(
+            name=stream.name,
+            config=messages_pb2.StreamConfig(
+                kind=messages_pb2.STREAM_KIND_EPHEMERAL,
+                partitions=1,
+                buffer_messages=stream.buffer_messages,
+                overflow=_OVERFLOW_TO_PROTO[stream.overflow],
+                request_timeout_ms=stream.request_timeout_ms,
+            ),
+        )
     return messages_pb2.StreamInfo(
         name=stream.name,
         config=messages_pb2.StreamConfig(

@@ -1,0 +1,484 @@
+"""Ephemeral streams and request/reply in the SDK (docs/ephemeral.md).
+
+- `EphemeralProducer` (`client.ephemeral_producer`): `publish(payload, topic=...)`
+  batches messages per topic while the previous batch is in flight, one Arrow
+  batch per call, at most once (a failed call is not retried: it may have
+  reached consumers).
+- `Subscription` (`client.subscribe`): an async iterator of `EphemeralMessage`
+  (or of whole `EphemeralBatch`es, `batches()`), selecting topics with a
+  RabbitMQ topic pattern, alone or as a member of a group.
+- `request` / `reply` and `ReplyHandler` (`client.request`, `client.reply`,
+  `client.reply_handler`): the server makes the response stream and times the
+  request out (the client sets no deadline of its own); no reply in time raises
+  `Timeout`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+import grpc
+import pyarrow as pa
+
+from tamto_protocol.batch import HEADERS_TYPE, KEY_TYPE, decode_batch, ipc_buffer, make_batch
+from tamto_protocol.v1 import gateway_pb2, messages_pb2
+from tamto_sdk._calls import Calls
+from tamto_sdk.errors import (
+    Closed,
+    InvalidArgument,
+    NotFound,
+    TamtoError,
+    Unauthenticated,
+    from_rpc_error,
+)
+from tamto_sdk.messages import us_to_datetime
+
+__all__ = [
+    "EphemeralBatch",
+    "EphemeralMessage",
+    "EphemeralProducer",
+    "ReplyHandler",
+    "Subscription",
+]
+
+#: The longest a request may wait (the server refuses more with InvalidArgument).
+MAX_REQUEST_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True, slots=True)
+class EphemeralMessage:
+    """One message of an ephemeral stream.
+
+    Attributes:
+        stream, topic: where it was published, and under which topic.
+        payload, key, headers: as the producer gave them.
+        response_stream: set on a request: `client.reply` to it.
+        publish_time: when its gateway put it on the bus (aware, UTC).
+    """
+
+    stream: str
+    topic: str
+    payload: bytes
+    key: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    response_stream: str = ""
+    publish_time: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EphemeralBatch:
+    """Messages published together (one topic), decoded once.
+
+    `dropped`: messages this consumer lost to its full buffer just before these.
+    """
+
+    stream: str
+    topic: str
+    record_batch: pa.RecordBatch
+    response_stream: str = ""
+    publish_time: datetime | None = None
+    dropped: int = 0
+
+    def __len__(self) -> int:
+        return int(self.record_batch.num_rows)
+
+    def __iter__(self) -> Iterator[EphemeralMessage]:
+        columns = self.record_batch.to_pydict()
+        for payload, key, headers in zip(
+            columns["payload"], columns["key"], columns["headers"], strict=True
+        ):
+            yield EphemeralMessage(
+                stream=self.stream,
+                topic=self.topic,
+                payload=payload,
+                key=key,
+                headers=dict(headers) if headers else {},
+                response_stream=self.response_stream,
+                publish_time=self.publish_time,
+            )
+
+    @classmethod
+    def _from_delivery(cls, delivery: Any) -> EphemeralBatch:
+        return cls(
+            stream=delivery.stream,
+            topic=delivery.topic,
+            record_batch=decode_batch(delivery.batch.arrow_ipc),
+            response_stream=delivery.response_stream,
+            publish_time=us_to_datetime(int(delivery.publish_time_us)),
+            dropped=int(delivery.dropped),
+        )
+
+
+def encode_messages(
+    payloads: Sequence[bytes],
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Mapping[str, str] | None] | None = None,
+) -> messages_pb2.RecordBatch:
+    """Payloads (and keys and headers) as one Arrow `RecordBatch`."""
+    for payload in payloads:
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise InvalidArgument(f"payload must be bytes, got {type(payload).__name__}")
+    batch = make_batch(
+        pa.array(payloads, pa.binary()),
+        keys=None if keys is None else pa.array(keys, KEY_TYPE),
+        headers=None
+        if headers is None
+        else pa.array([list(h.items()) if h else None for h in headers], HEADERS_TYPE),
+    )
+    return messages_pb2.RecordBatch(arrow_ipc=ipc_buffer(batch).to_pybytes(), count=len(payloads))
+
+
+class EphemeralProducer:
+    """Publishes to one ephemeral stream; use it as an async context manager.
+
+    `publish` queues a message and returns; messages of a topic queued while
+    that topic's previous batch is in flight go together in the next one (at
+    most `max_batch_messages`). `flush` waits until everything queued was
+    taken by a gateway, and raises the first error since the last flush.
+    """
+
+    def __init__(
+        self,
+        calls: Calls,
+        stream: str,
+        *,
+        max_batch_messages: int = 1000,
+        max_pending: int = 100_000,
+    ) -> None:
+        self._calls = calls
+        self._stream = stream
+        self._max_batch = max_batch_messages
+        self._max_pending = max_pending
+        self._pending: dict[str, list[tuple[bytes, bytes | None, Mapping[str, str] | None]]] = {}
+        self._senders: dict[str, asyncio.Task[None]] = {}
+        self._count = 0
+        self._room = asyncio.Event()
+        self._room.set()
+        self._error: TamtoError | None = None
+        self._closed = False
+
+    @property
+    def stream(self) -> str:
+        return self._stream
+
+    async def publish(
+        self,
+        payload: bytes,
+        *,
+        topic: str = "",
+        key: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Queue one message under `topic` (words of letters, digits, '_' and '-'
+        separated by '.'; the gateway checks it)."""
+        if self._closed:
+            raise Closed("producer is closed")
+        self._raise_error()
+        while self._count >= self._max_pending:
+            self._room.clear()
+            await self._room.wait()
+        self._pending.setdefault(topic, []).append((bytes(payload), key, headers))
+        self._count += 1
+        if topic not in self._senders:
+            self._senders[topic] = asyncio.create_task(self._send(topic))
+
+    async def publish_batch(self, payloads: Sequence[bytes], *, topic: str = "") -> int:
+        """Publish `payloads` under `topic` as one batch now; returns how many
+        consuming entities the gateway knew to match (0: they were unmatched)."""
+        response = await self._call(topic, encode_messages(payloads))
+        return int(response.matched_entities)
+
+    async def _call(self, topic: str, batch: messages_pb2.RecordBatch) -> Any:
+        request = gateway_pb2.PublishEphemeralRequest(stream=self._stream, topic=topic, batch=batch)
+        return await self._calls.unary(self._calls.stub.PublishEphemeral, request, retry=False)
+
+    async def _send(self, topic: str) -> None:
+        try:
+            while self._pending.get(topic):
+                queue = self._pending[topic]
+                taken, self._pending[topic] = queue[: self._max_batch], queue[self._max_batch :]
+                try:
+                    batch = encode_messages(
+                        [p for p, _, _ in taken], [k for _, k, _ in taken], [h for _, _, h in taken]
+                    )
+                    await self._call(topic, batch)
+                except TamtoError as exc:
+                    self._error = self._error or exc
+                except Exception as exc:
+                    self._error = self._error or InvalidArgument(f"cannot publish: {exc}")
+                finally:
+                    self._count -= len(taken)
+                    self._room.set()
+        finally:
+            self._pending.pop(topic, None)
+            self._senders.pop(topic, None)
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    async def flush(self) -> None:
+        """Wait until every queued message was sent; raise the first error since the last flush."""
+        while self._senders:
+            await asyncio.gather(*self._senders.values(), return_exceptions=True)
+        self._raise_error()
+
+    async def close(self) -> None:
+        """Flush, then refuse further publishes. Idempotent."""
+        if self._closed:
+            return
+        try:
+            await self.flush()
+        finally:
+            self._closed = True
+
+    async def __aenter__(self) -> EphemeralProducer:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class Subscription:
+    """A consumer of an ephemeral stream (see the module docstring).
+
+    `async with client.subscribe(...) as sub` (or `await sub.start()`) returns once
+    the gateway has it in place: from then on it receives what is published.
+    Iterating starts it too. `dropped` counts messages lost to a full buffer.
+    """
+
+    def __init__(
+        self, calls: Calls, stream: str, *, match: str | None, group: str, consumer_name: str
+    ) -> None:
+        self._calls = calls
+        self._request = gateway_pb2.SubscribeEphemeralRequest(
+            stream=stream, group=group, consumer_name=consumer_name
+        )
+        if match is not None:
+            self._request.match = match
+        self._call: Any = None
+        self._pending: list[EphemeralMessage] = []
+        self.entity = ""
+        self.dropped = 0
+        self._closed = False
+
+    async def start(self) -> Subscription:
+        """Open the subscription; returns once it is live. Raises what the gateway refused."""
+        if self._call is not None:
+            return self
+        if self._closed:
+            raise Closed("subscription is closed")
+        for attempt in (1, 2):
+            metadata = await self._calls.auth.metadata()
+            self._call = self._calls.stub.SubscribeEphemeral(self._request, metadata=metadata)
+            try:
+                first = await self._read()
+            except Unauthenticated:
+                if attempt == 2:
+                    raise
+                await self._calls.auth.renew_after_rejection(metadata)
+                continue
+            if first is None or first.WhichOneof("event") != "subscribed":
+                raise Closed("the gateway ended the subscription before it started")
+            self.entity = first.subscribed.entity
+            return self
+        raise AssertionError("unreachable")
+
+    async def _read(self) -> Any:
+        try:
+            data = await self._call.read()
+        except grpc.aio.AioRpcError as exc:
+            if self._closed and exc.code() == grpc.StatusCode.CANCELLED:
+                return None
+            raise from_rpc_error(exc) from None
+        return None if data is grpc.aio.EOF else data
+
+    async def next_batch(self) -> EphemeralBatch | None:
+        """The next batch delivered, or None once the subscription ended."""
+        await self.start()
+        while True:
+            event = await self._read()
+            if event is None:
+                return None
+            if event.WhichOneof("event") == "delivery":
+                batch = EphemeralBatch._from_delivery(event.delivery)
+                self.dropped += batch.dropped
+                return batch
+
+    async def batches(self) -> AsyncIterator[EphemeralBatch]:
+        """Every batch delivered, until the subscription ends."""
+        while (batch := await self.next_batch()) is not None:
+            yield batch
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> EphemeralMessage:
+        while not self._pending:
+            batch = await self.next_batch()
+            if batch is None:
+                raise StopAsyncIteration
+            self._pending = list(batch)
+            self._pending.reverse()
+        return self._pending.pop()
+
+    async def close(self) -> None:
+        """Leave: nothing more is delivered to this consumer. Idempotent."""
+        self._closed = True
+        if self._call is not None:
+            self._call.cancel()
+
+    async def __aenter__(self) -> Subscription:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+def timeout_ms(timeout_s: float | None) -> int:
+    """A request's timeout on the wire (0: the stream's default); `InvalidArgument`
+    for a value that is not a positive number of seconds."""
+    if timeout_s is None:
+        return 0
+    if (
+        not isinstance(timeout_s, int | float)
+        or isinstance(timeout_s, bool)
+        or math.isnan(timeout_s)
+        or timeout_s <= 0
+    ):
+        raise InvalidArgument(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    return max(1, math.ceil(timeout_s * 1000))
+
+
+async def request(
+    calls: Calls,
+    stream: str,
+    payload: bytes,
+    *,
+    topic: str = "",
+    timeout_s: float | None = None,
+    response_stream: str = "",
+    key: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> EphemeralBatch:
+    """Publish a request and return its reply (see `Client.request`)."""
+    message = gateway_pb2.RequestRequest(
+        stream=stream,
+        topic=topic,
+        batch=encode_messages([payload], [key], [headers]),
+        response_stream=response_stream,
+        timeout_ms=timeout_ms(timeout_s),
+    )
+    for attempt in (1, 2):
+        metadata = await calls.auth.metadata()
+        try:
+            # No deadline of our own: the server answers DEADLINE_EXCEEDED in time.
+            response = await calls.stub.Request(message, metadata=metadata, timeout=None)
+        except grpc.aio.AioRpcError as exc:
+            error = from_rpc_error(exc)
+            if isinstance(error, Unauthenticated) and attempt == 1:
+                await calls.auth.renew_after_rejection(metadata)
+                continue
+            raise error from None
+        return EphemeralBatch(
+            stream=response.response_stream,
+            topic="",
+            record_batch=decode_batch(response.batch.arrow_ipc),
+            response_stream=response.response_stream,
+        )
+    raise AssertionError("unreachable")
+
+
+async def reply(
+    calls: Calls,
+    response_stream: str,
+    payload: bytes,
+    *,
+    key: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer a request (see `Client.reply`)."""
+    message = gateway_pb2.ReplyRequest(
+        response_stream=response_stream, batch=encode_messages([payload], [key], [headers])
+    )
+    await calls.unary(calls.stub.Reply, message, retry=False)
+
+
+Handler = Callable[[EphemeralMessage], bytes | Awaitable[bytes]]
+
+
+class ReplyHandler:
+    """Answers the requests an ephemeral stream receives with `handler(message)`
+    (sync or async, returning the reply payload); use it as an async context
+    manager, or `start` and `close` it.
+
+    Messages without a response stream are passed over. A reply to a request
+    that has meanwhile expired is counted in `expired`; a handler that raises
+    is counted in `failed` (the requester then gets its timeout).
+    """
+
+    def __init__(self, calls: Calls, subscription: Subscription, handler: Handler) -> None:
+        self._calls = calls
+        self._subscription = subscription
+        self._handler = handler
+        self._task: asyncio.Task[None] | None = None
+        self.answered = 0
+        self.expired = 0
+        self.failed = 0
+
+    async def start(self) -> ReplyHandler:
+        await self._subscription.start()
+        self._task = asyncio.create_task(self._run(), name="tamto-reply-handler")
+        return self
+
+    async def _run(self) -> None:
+        async for message in self._subscription:
+            if not message.response_stream:
+                continue
+            try:
+                result = self._handler(message)
+                if inspect.isawaitable(result):
+                    result = await result
+                await reply(self._calls, message.response_stream, result)
+                self.answered += 1
+            except NotFound:
+                self.expired += 1
+            except Exception:
+                self.failed += 1
+
+    async def close(self) -> None:
+        await self._subscription.close()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TamtoError):
+                await self._task
+
+    async def __aenter__(self) -> ReplyHandler:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,357 @@
+"""Ephemeral streams at a gateway: topic-routed, at-most-once, never stored.
+
+A published batch (one topic for all its messages) goes on the internal bus
+(NATS) as one message, on the subject `tamto_common.topics.bus_subject` names.
+Every gateway subscribes only as narrowly as its consumers' patterns allow
+(`TopicPattern.bus_filter`) and decides exactly, per batch, with the pattern
+itself. What the bus carries is an encoded `EphemeralDelivery`; the gateway
+forwards those bytes to its consumers as they are (`delivery_event`).
+
+Entities: a consumer without a group is an entity of its own (one bus
+subscription per distinct filter on this gateway, shared by its consumers); a
+group is an entity per (stream, group, pattern), whose gateways join one NATS
+queue group, so each batch reaches one gateway, which gives it to one of its
+live members. A member that leaves stops receiving at once; nothing is
+redelivered.
+
+Each consumer has a bounded buffer (the stream's `buffer_messages`); when a slow
+consumer's buffer is full the stream's `overflow` drops the oldest or the newest
+batches, counted in messages, so nobody else waits for it.
+
+A batch no entity matches is counted as unmatched at the publishing gateway.
+Gateways announce their entities on the bus (`tamto.eph-interest`) on every
+change and every `ANNOUNCE_S`, so the count covers the whole cluster (up to an
+announcement's delay after a consumer comes or goes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+import structlog
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from prometheus_client import Counter
+
+from tamto_common.streams import StreamDef
+from tamto_common.topics import TopicPattern, bus_subject, topic_of_subject
+from tamto_protocol.v1 import gateway_pb2, messages_pb2
+from tamto_protocol.wire import int_field, len_header
+
+log = structlog.get_logger(__name__)
+
+INTEREST_SUBJECT: Final = "tamto.eph-interest"
+#: Gateways re-announce their entities this often; an announcement lasts 3x as long.
+ANNOUNCE_S: Final = 2.0
+
+PUBLISHED = Counter(
+    "tamto_ephemeral_published_messages",
+    "messages published to an ephemeral stream at this gateway",
+    ["stream"],
+)
+UNMATCHED = Counter(
+    "tamto_ephemeral_unmatched_messages",
+    "ephemeral messages no consuming entity matched when published (dropped)",
+    ["stream"],
+)
+DELIVERED = Counter(
+    "tamto_ephemeral_delivered_messages",
+    "ephemeral messages handed to this gateway's consumers",
+    ["stream"],
+)
+DROPPED = Counter(
+    "tamto_ephemeral_dropped_messages",
+    "ephemeral messages dropped from a full consumer buffer",
+    ["stream", "overflow"],
+)
+
+
+def delivery_event(delivery: bytes, dropped: int) -> bytes:
+    """`EphemeralEvent` {delivery = 1} around an encoded `EphemeralDelivery`, with its
+    `dropped` field (6) appended: protobuf merges a repeated scalar field, last wins."""
+    extra = int_field(6, dropped)
+    return b"".join([len_header(1, len(delivery) + len(extra)), delivery, extra])
+
+
+def subscribed_event(entity: str) -> bytes:
+    return gateway_pb2.EphemeralEvent(
+        subscribed=gateway_pb2.EphemeralSubscribed(entity=entity)
+    ).SerializeToString()
+
+
+@dataclass(eq=False)
+class EphemeralConsumer:
+    """One consumer's bounded buffer of encoded deliveries (see the module docstring)."""
+
+    stream: str
+    limit: int
+    drop_newest: bool
+    _items: deque[tuple[bytes, int]] = field(default_factory=deque)
+    _buffered: int = 0
+    _dropped: int = 0
+    _ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def buffered(self) -> int:
+        return self._buffered
+
+    def offer(self, delivery: bytes, count: int) -> None:
+        """Buffer a delivery of `count` messages, dropping what the overflow policy says."""
+        if self._buffered + count > self.limit and self._items:
+            if self.drop_newest:
+                self._drop(count)
+                return
+            while self._items and self._buffered + count > self.limit:
+                _, old = self._items.popleft()
+                self._buffered -= old
+                self._drop(old)
+        self._items.append((delivery, count))
+        self._buffered += count
+        self._ready.set()
+
+    def _drop(self, count: int) -> None:
+        self._dropped += count
+        DROPPED.labels(self.stream, "drop_newest" if self.drop_newest else "drop_oldest").inc(count)
+
+    async def next_event(self) -> bytes:
+        """The next `EphemeralEvent` to send (waits for one)."""
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        delivery, count = self._items.popleft()
+        self._buffered -= count
+        dropped, self._dropped = self._dropped, 0
+        DELIVERED.labels(self.stream).inc(count)
+        return delivery_event(delivery, dropped)
+
+
+@dataclass(eq=False)
+class _Entity:
+    """A group on this gateway (its local members), or the consumers of one bus filter."""
+
+    key: tuple[str, str, str]  # (stream, group or "", pattern)
+    pattern: TopicPattern
+    members: list[EphemeralConsumer] = field(default_factory=list)
+    subscription: Subscription | None = None
+    _turn: itertools.count[int] = field(default_factory=itertools.count)
+
+    def pick(self) -> EphemeralConsumer | None:
+        """The member to give the next batch: the next in turn with room, else the
+        least loaded (which then overflows)."""
+        if not self.members:
+            return None
+        start = next(self._turn) % len(self.members)
+        ordered = self.members[start:] + self.members[:start]
+        for member in ordered:
+            if member.buffered < member.limit:
+                return member
+        return min(ordered, key=lambda m: m.buffered)
+
+
+class EphemeralHub:
+    """This gateway's ephemeral consumers, their bus subscriptions, and publishing."""
+
+    def __init__(self, bus: NatsClient) -> None:
+        self._bus = bus
+        self._id = uuid.uuid4().hex
+        # Plain consumers: one entry per (stream, "", pattern); the bus subscription is
+        # per filter, shared by entries whose patterns narrow to the same filter.
+        self._entities: dict[tuple[str, str, str], _Entity] = {}
+        self._filters: dict[tuple[str, str], tuple[Subscription, list[_Entity]]] = {}
+        self._remote: dict[str, tuple[float, dict[str, list[list[str]]]]] = {}
+        self._interest_sub: Subscription | None = None
+        self._announcer: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        self._interest_sub = await self._bus.subscribe(INTEREST_SUBJECT, cb=self._on_interest)
+        self._announcer = asyncio.create_task(self._announce_forever(), name="eph-announce")
+
+    async def close(self) -> None:
+        if self._announcer is not None:
+            self._announcer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._announcer
+        for sub in [self._interest_sub, *(e.subscription for e in self._entities.values())]:
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+        for sub, _ in self._filters.values():
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    # -- publishing -----------------------------------------------------------------
+
+    async def publish(
+        self,
+        stream: StreamDef,
+        topic: str,
+        arrow_ipc: bytes,
+        count: int,
+        response_stream: str = "",
+    ) -> int:
+        """Put one batch on the bus; returns how many entities known here match it
+        (0: counted as unmatched). `topic` must have been checked."""
+        delivery = gateway_pb2.EphemeralDelivery(
+            stream=stream.name,
+            topic=topic,
+            batch=messages_pb2.RecordBatch(arrow_ipc=arrow_ipc, count=count),
+            response_stream=response_stream,
+            publish_time_us=time.time_ns() // 1000,
+        )
+        await self._bus.publish(bus_subject(stream.name, topic), delivery.SerializeToString())
+        PUBLISHED.labels(stream.name).inc(count)
+        matched = self.matching_entities(stream.name, topic)
+        if matched == 0:
+            UNMATCHED.labels(stream.name).inc(count)
+        return matched
+
+    def matching_entities(self, stream: str, topic: str) -> int:
+        """Entities (here and announced by other gateways) whose pattern matches."""
+        entities: set[tuple[str, str, str]] = set()
+        for key, entity in self._entities.items():
+            if key[0] == stream and entity.members and entity.pattern.matches(topic):
+                entities.add(key)  # a plain consumer's key ends in its own uuid
+        now = time.monotonic()
+        for gateway, (expires, streams) in list(self._remote.items()):
+            if expires < now:
+                del self._remote[gateway]
+                continue
+            for group, pattern, name in streams.get(stream, []):
+                if TopicPattern.parse(pattern).matches(topic):
+                    entities.add((stream, group, pattern if group else name))
+        return len(entities)
+
+    # -- consuming ------------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def consumer(
+        self, stream: StreamDef, pattern: TopicPattern, group: str
+    ) -> AsyncIterator[tuple[EphemeralConsumer, str]]:
+        """A consumer of `stream` receiving what `pattern` matches, alone or as a member
+        of `group`; yields it and the entity's name, and removes it on exit."""
+        consumer = EphemeralConsumer(
+            stream.name, stream.buffer_messages, stream.overflow == "drop_newest"
+        )
+        key = (stream.name, group, pattern.text if group else uuid.uuid4().hex)
+        async with self._lock:
+            entity = self._entities.get(key)
+            if entity is None:
+                entity = _Entity(key, pattern)
+                self._entities[key] = entity
+                await self._subscribe(entity)
+            entity.members.append(consumer)
+        await self._announce()
+        name = f"group {group} matching {pattern.text!r}" if group else "consumer"
+        try:
+            yield consumer, name
+        finally:
+            async with self._lock:
+                entity.members.remove(consumer)
+                if not entity.members:
+                    del self._entities[key]
+                    await self._unsubscribe(entity)
+            with contextlib.suppress(Exception):
+                await self._announce()
+
+    async def _subscribe(self, entity: _Entity) -> None:
+        stream, group, _ = entity.key
+        subject = entity.pattern.bus_filter(stream)
+        if group:
+            pattern_id = uuid.uuid5(uuid.NAMESPACE_URL, entity.pattern.text).hex
+            queue = f"tamto.eph.{stream}.{group}.{pattern_id}"
+            entity.subscription = await self._bus.subscribe(
+                subject, queue=queue, cb=self._dispatcher([entity])
+            )
+            return
+        shared = self._filters.get((stream, subject))
+        if shared is None:
+            entities = [entity]
+            sub = await self._bus.subscribe(subject, cb=self._dispatcher(entities))
+            self._filters[(stream, subject)] = (sub, entities)
+        else:
+            shared[1].append(entity)
+
+    async def _unsubscribe(self, entity: _Entity) -> None:
+        if entity.subscription is not None:
+            with contextlib.suppress(Exception):
+                await entity.subscription.unsubscribe()
+            return
+        filter_key = (entity.key[0], entity.pattern.bus_filter(entity.key[0]))
+        sub, entities = self._filters[filter_key]
+        entities.remove(entity)
+        if not entities:
+            del self._filters[filter_key]
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    def _dispatcher(self, entities: list[_Entity]) -> Callable[[Msg], asyncio.Future[None]]:
+        async def dispatch(msg: Msg) -> None:
+            topic = topic_of_subject(msg.subject)
+            data = msg.data
+            count = 0
+            for entity in entities:
+                if not entity.pattern.matches(topic):
+                    continue
+                member = entity.pick()
+                if member is None:
+                    continue
+                if not count:
+                    count = _batch_count(data)
+                member.offer(data, count)
+
+        return dispatch  # type: ignore[return-value]
+
+    # -- interest announcements -----------------------------------------------------
+
+    def _interest(self) -> dict[str, list[list[str]]]:
+        streams: dict[str, list[list[str]]] = {}
+        for (stream, group, pattern_or_id), entity in self._entities.items():
+            if entity.members:
+                streams.setdefault(stream, []).append(
+                    [group, entity.pattern.text, "" if group else pattern_or_id]
+                )
+        return streams
+
+    async def _announce(self) -> None:
+        body = json.dumps({"gateway": self._id, "streams": self._interest()}).encode()
+        await self._bus.publish(INTEREST_SUBJECT, body)
+
+    async def _announce_forever(self) -> None:
+        while True:
+            await asyncio.sleep(ANNOUNCE_S)
+            try:
+                await self._announce()
+            except Exception as exc:
+                log.warning("ephemeral interest not announced", error=str(exc))
+
+    async def _on_interest(self, msg: Msg) -> None:
+        try:
+            body = json.loads(msg.data)
+            gateway = str(body["gateway"])
+            streams = {
+                str(s): [[str(g), str(p), str(n)] for g, p, n in rows]
+                for s, rows in body["streams"].items()
+            }
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("bad ephemeral interest announcement", error=str(exc))
+            return
+        if gateway != self._id:
+            self._remote[gateway] = (time.monotonic() + 3 * ANNOUNCE_S, streams)
+
+
+def _batch_count(delivery: bytes) -> int:
+    """The message count of an encoded `EphemeralDelivery` (parses the small message;
+    the Arrow bytes are not looked at)."""
+    parsed = gateway_pb2.EphemeralDelivery.FromString(delivery)
+    return int(parsed.batch.count)

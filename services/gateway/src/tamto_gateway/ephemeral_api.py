@@ -1,0 +1,148 @@
+"""The Gateway RPCs of ephemeral streams and request/reply: authorize, validate, hand over.
+
+A mixin of `GatewayServicer` (like `SecurityApi`), so the ephemeral RPCs live
+beside the others' authentication and authorization without crowding
+`grpc_api.py`. Protobuf stops here: `EphemeralHub` and `RequestBroker` get
+checked domain values and Arrow bytes. PublishEphemeral and Request need
+`publish` on the stream, SubscribeEphemeral `consume`; Reply only an
+authenticated caller (a response stream's name is its capability).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Final
+
+import grpc
+
+from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound
+from tamto_common.names import check_name
+from tamto_common.policy import Permission
+from tamto_common.streams import StreamDef
+from tamto_common.topics import TopicPattern, check_topic
+from tamto_gateway.ephemeral import EphemeralHub, subscribed_event
+from tamto_gateway.requests import RequestBroker
+from tamto_protocol.batch import BatchFormatError, validate_batch
+from tamto_protocol.v1 import gateway_pb2, messages_pb2
+
+if TYPE_CHECKING:
+    from tamto_gateway.streams import StreamRegistry
+    from tamto_gateway.tokens import Principal
+
+_GENERATED_RESPONSE: Final = re.compile(r"reply-[0-9a-f]{32}")
+
+
+class EphemeralApi:
+    """PublishEphemeral, SubscribeEphemeral, Request and Reply (see the module docstring)."""
+
+    _streams: StreamRegistry
+    _max_message_bytes: int
+    _ephemeral: EphemeralHub
+    _requests: RequestBroker
+
+    if TYPE_CHECKING:
+
+        async def _principal(self, context: grpc.aio.ServicerContext, action: str) -> Principal: ...
+
+        async def _authorize(
+            self,
+            context: grpc.aio.ServicerContext,
+            permission: Permission | None,
+            stream: str,
+            action: str,
+        ) -> Principal: ...
+
+    async def _ephemeral_stream(self, name: str) -> StreamDef:
+        """The definition of ephemeral stream `name`: NOT_FOUND if missing,
+        FAILED_PRECONDITION if it is persistent or a response stream."""
+        if _GENERATED_RESPONSE.fullmatch(name):
+            raise FailedPrecondition(
+                f"{name!r} is a response stream: only its requester receives from it"
+            )
+        try:
+            stream = await self._streams.describe(name)
+        except NotFound:
+            stream = await self._streams.describe(name, fresh=True)
+        if not stream.ephemeral:
+            raise FailedPrecondition(
+                f"stream {name!r} is persistent: use Publish and Consume (topics, matches "
+                "and groups are for ephemeral streams)"
+            )
+        return stream
+
+    def _checked_batch(self, batch: messages_pb2.RecordBatch) -> bytes:
+        arrow_ipc = batch.arrow_ipc  # each access copies the bytes: once
+        try:
+            validate_batch(arrow_ipc, batch.count, self._max_message_bytes)
+        except BatchFormatError as exc:
+            raise InvalidArgument(f"malformed batch: {exc}") from None
+        return arrow_ipc
+
+    async def PublishEphemeral(
+        self, request: gateway_pb2.PublishEphemeralRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.PublishEphemeralResponse:
+        check_name("stream", request.stream)
+        await self._authorize(context, Permission.PUBLISH, request.stream, "PublishEphemeral")
+        check_topic(request.topic)
+        stream = await self._ephemeral_stream(request.stream)
+        arrow_ipc = self._checked_batch(request.batch)
+        matched = await self._ephemeral.publish(
+            stream, request.topic, arrow_ipc, request.batch.count
+        )
+        return gateway_pb2.PublishEphemeralResponse(
+            count=request.batch.count, matched_entities=matched
+        )
+
+    async def SubscribeEphemeral(
+        self, request: gateway_pb2.SubscribeEphemeralRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        """Responses are encoded `EphemeralEvent`s (registered by `serve_ephemeral`)."""
+        check_name("stream", request.stream)
+        await self._authorize(context, Permission.CONSUME, request.stream, "SubscribeEphemeral")
+        pattern = TopicPattern.parse(request.match if request.HasField("match") else "#")
+        if request.group:
+            check_name("group", request.group)
+        stream = await self._ephemeral_stream(request.stream)
+        async with self._ephemeral.consumer(stream, pattern, request.group) as (consumer, entity):
+            yield subscribed_event(entity)
+            while True:
+                yield await consumer.next_event()
+
+    async def Request(
+        self, request: gateway_pb2.RequestRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.RequestResponse:
+        check_name("stream", request.stream)
+        await self._authorize(context, Permission.PUBLISH, request.stream, "Request")
+        check_topic(request.topic)
+        stream = await self._ephemeral_stream(request.stream)
+        arrow_ipc = self._checked_batch(request.batch)
+        name, reply = await self._requests.request(
+            stream,
+            request.topic,
+            arrow_ipc,
+            request.batch.count,
+            request.response_stream,
+            request.timeout_ms,
+        )
+        return gateway_pb2.RequestResponse(response_stream=name, batch=reply.batch)
+
+    async def Reply(
+        self, request: gateway_pb2.ReplyRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.ReplyResponse:
+        await self._principal(context, "Reply")
+        check_name("response stream", request.response_stream)
+        self._checked_batch(request.batch)
+        await self._requests.reply(request.response_stream, request.batch)
+        return gateway_pb2.ReplyResponse()
+
+
+def serve_ephemeral(servicer: EphemeralApi, server: grpc.aio.Server) -> None:
+    """Register SubscribeEphemeral to send its already encoded events as they are
+    (after the generated registration, which it takes over)."""
+    handler = grpc.unary_stream_rpc_method_handler(
+        servicer.SubscribeEphemeral,
+        request_deserializer=gateway_pb2.SubscribeEphemeralRequest.FromString,
+        response_serializer=None,
+    )
+    server.add_registered_method_handlers("tamto.v1.Gateway", {"SubscribeEphemeral": handler})

@@ -1,0 +1,174 @@
+"""Response streams (request/reply) at a gateway, with server-side timeouts.
+
+A request is an ephemeral publish that names a response stream. The requester's
+gateway makes that stream: it listens on the stream's reply subject on the bus
+(`tamto.reply.<name>`), publishes the request, and waits for the first reply up
+to the request's timeout (else the stream's `request_timeout_ms`). It answers
+the requester with the reply, or with DEADLINE_EXCEEDED when none came: clients
+never time out by themselves. Either way the response stream is gone after.
+
+Only the requester receives from a response stream: it exists only as that
+gateway's bus subscription, never as a stream anyone can subscribe to. A reply
+is a bus request to the reply subject: the requester's gateway answers "taken"
+to the first, "gone" to any later one, and nobody answers for an unknown or
+expired stream (NATS's no-responders), so `reply` refuses both with NOT_FOUND.
+
+Names: a request without one gets a unique generated name (`reply-<uuid>`).
+A chosen name is reserved cluster-wide in etcd (`/tamto/responses/<name>`,
+bound to this gateway's lease, so a crashed gateway's names free up) while the
+request waits; a name taken, or naming an existing stream, is ALREADY_EXISTS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Any, Final
+
+import aetcd
+import grpc
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
+from nats.errors import TimeoutError as NatsTimeout
+
+from tamto_common.errors import AlreadyExists, InvalidArgument, NotFound, TamtoError, Unavailable
+from tamto_common.membership import KeptLease
+from tamto_common.names import check_name
+from tamto_common.streams import StreamDef, stream_key
+from tamto_gateway.ephemeral import EphemeralHub
+from tamto_protocol.v1 import gateway_pb2, messages_pb2
+
+RESPONSES_PREFIX: Final = "/tamto/responses/"
+REPLY_PREFIX: Final = "tamto.reply"
+#: The longest a request may wait for its reply.
+MAX_TIMEOUT_MS: Final = 600_000
+_TAKEN: Final = b"taken"
+_GONE: Final = b"gone"
+_LEASE_TTL_S: Final = 10
+
+
+class RequestTimeout(TamtoError):
+    """No reply came within the request's timeout (the server's, not the client's)."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+    retriable = True
+
+
+def check_timeout_ms(timeout_ms: int) -> int:
+    """Return `timeout_ms` if allowed (0: the stream's default), else `InvalidArgument`."""
+    if not 0 <= timeout_ms <= MAX_TIMEOUT_MS:
+        raise InvalidArgument(
+            f"timeout_ms must be between 1 and {MAX_TIMEOUT_MS} (0: the stream's "
+            f"request_timeout_ms), got {timeout_ms}"
+        )
+    return timeout_ms
+
+
+def reply_subject(response_stream: str) -> str:
+    # Names hold letters, digits, '.', '_', '-': '.' becomes '~' (in no name).
+    return f"{REPLY_PREFIX}.{response_stream.replace('.', '~')}"
+
+
+class RequestBroker:
+    """Makes response streams for requests at this gateway and relays replies."""
+
+    def __init__(self, bus: NatsClient, etcd: aetcd.Client, hub: EphemeralHub) -> None:
+        self._bus = bus
+        self._etcd = etcd
+        self._hub = hub
+        self._lease = KeptLease(etcd, _LEASE_TTL_S)
+        self._leased = False
+        self._leasing = asyncio.Lock()
+
+    async def close(self) -> None:
+        if self._leased:
+            await self._lease.__aexit__(None, None, None)
+
+    async def request(
+        self,
+        stream: StreamDef,
+        topic: str,
+        arrow_ipc: bytes,
+        count: int,
+        response_stream: str,
+        timeout_ms: int,
+    ) -> tuple[str, gateway_pb2.ReplyRequest]:
+        """Publish a request and wait for its reply; returns the response stream's name
+        and the reply. Raises `RequestTimeout` when no reply came in time."""
+        timeout_ms = check_timeout_ms(timeout_ms) or stream.request_timeout_ms
+        async with self._reserved(response_stream) as name:
+            loop = asyncio.get_running_loop()
+            reply: asyncio.Future[bytes] = loop.create_future()
+
+            async def on_reply(msg: Msg) -> None:
+                taken = not reply.done()
+                if taken:
+                    reply.set_result(msg.data)
+                with contextlib.suppress(Exception):
+                    await msg.respond(_TAKEN if taken else _GONE)
+
+            sub = await self._bus.subscribe(reply_subject(name), cb=on_reply)
+            try:
+                await self._hub.publish(stream, topic, arrow_ipc, count, response_stream=name)
+                try:
+                    data = await asyncio.wait_for(reply, timeout_ms / 1000)
+                except TimeoutError:
+                    raise RequestTimeout(
+                        f"no reply on response stream {name!r} within {timeout_ms} ms"
+                    ) from None
+            finally:
+                if not reply.done():
+                    reply.cancel()
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+        return name, gateway_pb2.ReplyRequest.FromString(data)
+
+    async def reply(self, response_stream: str, batch: messages_pb2.RecordBatch) -> None:
+        """Deliver a reply to the requester waiting on `response_stream`."""
+        check_name("response stream", response_stream)
+        body = gateway_pb2.ReplyRequest(response_stream=response_stream, batch=batch)
+        try:
+            answer = await self._bus.request(
+                reply_subject(response_stream), body.SerializeToString(), timeout=5
+            )
+        except NoRespondersError:
+            answer = None
+        except NatsTimeout:
+            raise Unavailable(
+                f"the requester of response stream {response_stream!r} did not answer"
+            ) from None
+        if answer is None or answer.data != _TAKEN:
+            raise NotFound(
+                f"response stream {response_stream!r} does not exist or has expired "
+                "(it takes one reply, until its request times out)"
+            )
+
+    @contextlib.asynccontextmanager
+    async def _reserved(self, name: str) -> Any:
+        """A response stream name, unique in the cluster while the block runs."""
+        if not name:
+            yield f"reply-{uuid.uuid4().hex}"
+            return
+        check_name("response stream", name)
+        if await self._etcd.get(stream_key(name)) is not None:
+            raise AlreadyExists(f"{name!r} names a stream; a response stream needs its own name")
+        async with self._leasing:
+            if not self._leased:
+                await self._lease.__aenter__()
+                self._leased = True
+        key = f"{RESPONSES_PREFIX}{name}".encode()
+        tx = self._etcd.transactions
+        created, _ = await self._etcd.transaction(
+            compare=[tx.version(key) == 0],
+            success=[tx.put(key, b"", lease=self._lease.lease)],
+            failure=[],
+        )
+        if not created:
+            raise AlreadyExists(f"response stream {name!r} is already in use")
+        try:
+            yield name
+        finally:
+            with contextlib.suppress(Exception):
+                await self._etcd.delete(key)

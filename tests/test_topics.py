@@ -1,0 +1,84 @@
+"""The topic matcher against the conformance table, and the topic/pattern rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from tamto_common.errors import InvalidArgument
+from tamto_common.topics import (
+    TopicPattern,
+    bus_subject,
+    check_pattern,
+    check_topic,
+    topic_of_subject,
+)
+from tests.topic_cases import CASES
+
+
+@pytest.mark.parametrize(("pattern", "topic", "expected"), CASES)
+def test_matcher_agrees_with_rabbitmq(pattern: str, topic: str, expected: bool) -> None:
+    assert TopicPattern.parse(pattern).matches(topic) is expected
+
+
+def _nats_matches(filter_: str, subject: str) -> bool:
+    """NATS's subject matching: `*` one token, `>` one or more, only last."""
+    f, s = filter_.split("."), subject.split(".")
+    for i, token in enumerate(f):
+        if token == ">":
+            return len(s) > i
+        if i >= len(s) or (token != "*" and token != s[i]):
+            return False
+    return len(f) == len(s)
+
+
+@pytest.mark.parametrize(("pattern", "topic", "expected"), CASES)
+def test_the_bus_filter_never_hides_a_match(pattern: str, topic: str, expected: bool) -> None:
+    """The bus may carry more than a pattern matches, never less."""
+    subject = bus_subject("orders.eu", topic)
+    assert topic_of_subject(subject) == topic
+    if expected:
+        assert _nats_matches(TopicPattern.parse(pattern).bus_filter("orders.eu"), subject)
+
+
+def test_a_filter_without_hash_is_exact() -> None:
+    f = TopicPattern.parse("a.*.c").bus_filter("s")
+    assert _nats_matches(f, bus_subject("s", "a.x.c"))
+    assert not _nats_matches(f, bus_subject("s", "a.x.c.d"))
+    assert not _nats_matches(f, bus_subject("t", "a.x.c"))
+
+
+@pytest.mark.parametrize(
+    ("topic", "problem"),
+    [
+        ("a.b*", "word 2"),
+        ("a.#", "word 2"),
+        ("a b", "word 1"),
+        ("ä", "word 1"),
+        ("x" * 256, "at most 255"),
+    ],
+)
+def test_illegal_topics_are_refused_naming_the_problem(topic: str, problem: str) -> None:
+    with pytest.raises(InvalidArgument, match=problem):
+        check_topic(topic)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [
+        ("a.b*", "word 2"),
+        ("**", "word 1"),
+        ("a.>", "word 2"),
+        ("#" * 2, "word 1"),
+        ("a." * 128, "at most 255"),
+    ],
+)
+def test_illegal_patterns_are_refused_naming_the_problem(pattern: str, problem: str) -> None:
+    with pytest.raises(InvalidArgument, match=problem):
+        check_pattern(pattern)
+
+
+def test_legal_edge_values() -> None:
+    assert check_topic("") == ""
+    assert check_topic("x" * 255) == "x" * 255
+    assert check_pattern("") == ""
+    assert check_pattern("#.*.#") == "#.*.#"
