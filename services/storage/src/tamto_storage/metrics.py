@@ -24,6 +24,12 @@ GROUP_COMMIT_BATCHES = Histogram(
     "Batches made durable by one group commit (one fsync)",
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
 )
+QUARANTINED_BATCHES = Gauge(
+    "tamto_storage_quarantined_batches",
+    "Stored batches that could not be sealed and were kept aside under a partition's "
+    "_quarantine/ directory (tamto_storage.quarantine), per stream, on this node",
+    ["stream"],
+)
 READ_BATCHES = Counter(
     "tamto_storage_read_batches",
     "Batches served by reads by offset, per source: wal (not sealed yet), tail (sealed, "

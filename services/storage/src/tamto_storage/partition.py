@@ -3,8 +3,9 @@
 Layout under ``<data-dir>/streams/<stream>/partition=<p>/``: sealed Parquet
 segments ``segment-<first>-<last>.parquet`` (see `tamto_storage.segments`), and,
 hidden from Spark's file listing by their leading ``_``, ``_wal/`` (see
-`tamto_storage.wal`), ``_epoch`` (see `tamto_storage.epoch`) and ``_cursors/``
-(see `tamto_storage.cursors`). Directories of the old layout (``wal/``,
+`tamto_storage.wal`), ``_epoch`` (see `tamto_storage.epoch`), ``_cursors/``
+(see `tamto_storage.cursors`) and, when a stored batch could not be sealed,
+``_quarantine/`` (see `tamto_storage.quarantine`). Directories of the old layout (``wal/``,
 ``epoch``, ``cursors/``) are renamed on load.
 
 Reads by offset are served by the WAL from its first batch on and by the
@@ -43,6 +44,7 @@ from tamto_storage.epoch import load_epoch, store_epoch
 from tamto_storage.frame import MAX_BODY_BYTES
 from tamto_storage.integrity import file_digest
 from tamto_storage.model import Cursor, PartitionId, PartitionOffsets, ReadResult, StoredBatch
+from tamto_storage.quarantine import quarantine, quarantined, runs
 from tamto_storage.segment_log import SegmentLog
 from tamto_storage.segments import (
     DecodedGroups,
@@ -144,6 +146,8 @@ class Partition:
         below = [s for s in live if s.first_offset < floor]
         partition.expired_files = [s.path for s in (*below, *superseded)]
         partition._unsealed_bytes = wal.bytes_from(partition._segments.end_offset)
+        kept_aside = await asyncio.to_thread(quarantined, directory)
+        metrics.QUARANTINED_BATCHES.labels(pid.stream).inc(len(kept_aside))
         return partition
 
     @property
@@ -342,18 +346,31 @@ class Partition:
                 batches = [b for b in batches if b.end_offset <= target]
                 if not batches:
                     break
-                segment = await asyncio.to_thread(
-                    write_segment, self.id.partition, self._dir, batches
-                )
-                self._segments.add(segment)
+                for segment in await asyncio.to_thread(self._write_segments, batches):
+                    self._segments.add(segment)
+                    written.append(segment)
                 self._unsealed_bytes -= sum(len(b.arrow_ipc) for b in batches)
-                written.append(segment)
             if self._wal.durable_offset <= self._segments.end_offset:
                 self._unsealed_since = None
                 self._unsealed_bytes = 0
             elif written:
                 self._unsealed_since = started
             return written
+
+    def _write_segments(self, batches: Sequence[StoredBatch]) -> list[Segment]:
+        """The segments for contiguous `batches` (blocking): a batch that cannot be
+        sealed is quarantined and sealed past (`tamto_storage.quarantine`), so one
+        bad batch never stops its partition's, or the node's, sealing."""
+        return [
+            write_segment(self.id.partition, self._dir, run)
+            if reason is None
+            else quarantine(self.id, self._dir, run[0], reason)
+            for run, reason in runs(batches)
+        ]
+
+    def quarantined(self) -> list[str]:
+        """The offsets (``<first>-<last>``) of the batches quarantined so far (blocking)."""
+        return quarantined(self._dir)
 
     def sealed_wal_files(self) -> list[WalFileSummary]:
         """The WAL files the committed segments fully cover (the read tail), oldest first."""

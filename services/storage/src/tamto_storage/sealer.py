@@ -183,7 +183,10 @@ class Sealer:
             if force or partition.seal_due(
                 now, self._options.segment_bytes, self._options.max_age_s
             ):
-                await self.seal(partition)
+                try:
+                    await self.seal(partition)
+                except Exception:  # the other partitions keep sealing (issue 17)
+                    log.exception("sealing a partition failed", partition=str(partition.id))
         await self.fit_tails()
         if self._retention_for is not None:
             await self.apply_retention()
