@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -19,6 +20,7 @@ import aetcd
 import structlog
 
 from tamto_common.errors import Unavailable
+from tamto_protocol.reconnect import RECONNECT_OPTIONS
 
 MEMBERS_PREFIX = "/tamto/members/"
 log = structlog.get_logger(__name__)
@@ -54,7 +56,7 @@ async def connect_etcd(endpoints: list[tuple[str, int]], timeout_s: float = 10.0
     last: Exception | None = None
     while time.monotonic() < deadline:
         for host, port in endpoints:
-            client = aetcd.Client(host=host, port=port, timeout=2)
+            client = aetcd.Client(host=host, port=port, timeout=2, options=dict(RECONNECT_OPTIONS))
             try:
                 await client.connect()
                 await client.status()
@@ -68,12 +70,24 @@ async def connect_etcd(endpoints: list[tuple[str, int]], timeout_s: float = 10.0
     raise Unavailable(f"etcd at {where} not reachable: {last}")
 
 
+#: How soon a failed keep-alive is tried again (etcd down, restarting or paused):
+#: the lease is renewed within this long of etcd answering again.
+RETRY_KEEP_ALIVE_S = 0.2
+
+
 class KeptLease:
     """An etcd lease kept alive by a loop this object owns.
 
-    The loop refreshes every third of the TTL. If the lease is lost (etcd
-    restarted, a long pause), it grants a new one and calls `on_new_lease`, so
-    the owner can put its lease-bound keys again.
+    The loop refreshes every third of the TTL, and every `RETRY_KEEP_ALIVE_S`
+    after a failure. If the lease is lost (etcd restarted, a long pause), it
+    grants a new one and calls `on_new_lease`, so the owner can put its
+    lease-bound keys again.
+
+    `valid()` says whether the lease is surely still alive in etcd: it is until
+    TTL seconds after the last refresh (or grant) that etcd answered was *sent*,
+    since etcd counts the TTL from when it handled it. While etcd cannot be
+    reached, what the lease protects (a partition's ownership) must stop before
+    `valid()` turns false, because after that someone else may take over.
     """
 
     def __init__(
@@ -87,6 +101,11 @@ class KeptLease:
         self._on_new_lease = on_new_lease
         self.lease: Any = None
         self._task: asyncio.Task[None] | None = None
+        self._valid_until = -math.inf  # time.monotonic()
+
+    def valid(self) -> bool:
+        """Whether etcd surely still holds the lease (see the class docstring)."""
+        return time.monotonic() < self._valid_until
 
     async def __aenter__(self) -> KeptLease:
         await self._grant()
@@ -102,22 +121,34 @@ class KeptLease:
             await self.lease.revoke()
 
     async def _grant(self) -> None:
+        sent = time.monotonic()
         self.lease = await self._client.lease(self._ttl)
+        self._valid_until = sent + self._ttl
         if self._on_new_lease is not None:
             await self._on_new_lease(self.lease)
 
     async def _keep_alive(self) -> None:
+        failing = False
         while True:
-            await asyncio.sleep(self._ttl / 3)
+            await asyncio.sleep(RETRY_KEEP_ALIVE_S if failing else self._ttl / 3)
             try:
+                sent = time.monotonic()
                 response = await self.lease.refresh()
                 if response.TTL <= 0:
                     log.warning("lease lost, granting a new one")
                     await self._grant()
+                else:
+                    self._valid_until = sent + int(response.TTL)
+                if failing:
+                    log.info("lease keep-alive works again")
+                failing = False
             except Exception as exc:
-                log.warning("lease keep-alive failed", error=str(exc))
+                if not failing:
+                    log.warning("lease keep-alive failed", error=str(exc))
+                failing = True
                 with contextlib.suppress(Exception):
                     await self._grant()
+                    failing = False
 
 
 class Registration(KeptLease):

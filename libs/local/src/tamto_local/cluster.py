@@ -2,8 +2,9 @@
 
 `LocalCluster` starts etcd and nats-server, then auth, storage, router and
 gateway (in that order, each waiting for the one before it to report healthy
-over the gRPC health service), restarts any service that dies, and stops
-everything in reverse order. Every byte of state lives under one data
+over the gRPC health service), restarts any of them that dies (etcd and
+nats-server too, on the same data and port), and stops everything in reverse
+order. Every byte of state lives under one data
 directory: starting again on the same directory reuses etcd's data, the
 partitions' logs and the development credential.
 """
@@ -40,6 +41,11 @@ from tamto_local.process import LineSink, ManagedProcess
 from tamto_local.tls import cert_paths, ensure_dev_pki
 
 SERVICES = ("auth", "storage", "router", "gateway")
+#: The infrastructure the services need, started before them and supervised like them.
+INFRA = ("etcd", "nats")
+#: A process that exits sooner than this after its start is crash-looping: its
+#: restarts back off (0.5 s more each time, up to 5 s); any other exit restarts at once.
+CRASH_LOOP_S = 5.0
 
 
 class LaunchError(Exception):
@@ -206,7 +212,10 @@ class LocalCluster:
         self.processes: dict[str, ManagedProcess] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
-        self.restarts: dict[str, int] = dict.fromkeys(SERVICES, 0)
+        self.restarts: dict[str, int] = dict.fromkeys((*INFRA, *SERVICES), 0)
+        self._infra: dict[str, tuple[list[str], int]] = {}  # name -> (argv, port)
+        self._started_at: dict[str, float] = {}
+        self._quick_exits: dict[str, int] = dict.fromkeys((*INFRA, *SERVICES), 0)
 
     def _check_ports(self) -> None:
         c = self.config
@@ -256,8 +265,10 @@ class LocalCluster:
         self._supervisor = asyncio.create_task(self._supervise(), name="supervisor")
 
     async def _start_infra(self, name: str, argv: list[str], port: int) -> None:
+        self._infra[name] = (argv, port)
         proc = ManagedProcess(name, argv, sink=self._sink)
         self.processes[name] = proc
+        self._started_at[name] = time.monotonic()
         await proc.start()
         await self._wait(name, lambda: tcp_open(self.config.host, port))
 
@@ -266,6 +277,7 @@ class LocalCluster:
             name, service_argv(name), env=self._service_env(name), sink=self._sink
         )
         self.processes[name] = proc
+        self._started_at[name] = time.monotonic()
         await proc.start()
         address = f"{self.config.host}:{self.ports[name]}"
         tls = launcher_tls(self.config.tls_dir if self.config.tls else None)
@@ -285,14 +297,16 @@ class LocalCluster:
         except TimeoutError as exc:
             raise LaunchError(str(exc)) from None
 
+    async def _restart(self, name: str) -> None:
+        if name in self._infra:
+            await self._start_infra(name, *self._infra[name])
+        else:
+            await self._start_service(name)
+
     async def _supervise(self) -> None:
-        """Restart any service that exits while the cluster is up."""
+        """Restart any process (service, etcd or nats-server) that exits while the cluster is up."""
         while not self._stopping:
-            waits = {
-                asyncio.ensure_future(p.wait()): name
-                for name, p in self.processes.items()
-                if name in SERVICES
-            }
+            waits = {asyncio.ensure_future(p.wait()): name for name, p in self.processes.items()}
             done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for fut in pending:
                 fut.cancel()
@@ -302,10 +316,12 @@ class LocalCluster:
                 name = waits[fut]
                 self.restarts[name] += 1
                 self._notify(f"{name} exited with code {fut.result()}; restarting it")
-                backoff = min(5.0, 0.5 * self.restarts[name])
-                await asyncio.sleep(backoff)  # a crash loop must not spin the CPU
+                ran = time.monotonic() - self._started_at.get(name, 0.0)
+                quick = self._quick_exits[name] + 1 if ran < CRASH_LOOP_S else 0
+                self._quick_exits[name] = quick
+                await asyncio.sleep(min(5.0, 0.5 * quick))  # a crash loop must not spin the CPU
                 try:
-                    await self._start_service(name)
+                    await self._restart(name)
                     self._notify(f"{name} is back (restart {self.restarts[name]})")
                 except LaunchError as exc:
                     self._notify(f"{name} failed to restart: {exc}")

@@ -46,8 +46,19 @@ class Calls:
         """End the publish stream (the producers are closed first, so nothing waits on it)."""
         await self.publish_raw.close()
 
-    async def unary(self, method: Callable[..., Any], request: Any, *, retry: bool = True) -> Any:
-        """Invoke `method(request)` and return its response or raise a `TamtoError`."""
+    async def unary(
+        self,
+        method: Callable[..., Any],
+        request: Any,
+        *,
+        retry: bool = True,
+        deduplicated: bool = False,
+    ) -> Any:
+        """Invoke `method(request)` and return its response or raise a `TamtoError`.
+
+        `deduplicated`: the request carries ids the server deduplicates, so a call
+        whose connection was torn down mid-call is retried too (`from_rpc_error`).
+        """
         reauthenticated = False
 
         async def attempt() -> Any:
@@ -56,7 +67,7 @@ class Calls:
             try:
                 return await method(request, metadata=metadata, timeout=self.options.rpc_timeout_s)
             except grpc.aio.AioRpcError as exc:
-                error: TamtoError = from_rpc_error(exc)
+                error: TamtoError = from_rpc_error(exc, deduplicated=deduplicated)
             if isinstance(error, Unauthenticated) and not reauthenticated:
                 reauthenticated = True
                 await self.auth.renew_after_rejection(metadata)

@@ -1,4 +1,11 @@
-"""Exponential backoff with full jitter, bounded by a deadline (internal)."""
+"""Exponential backoff with full jitter, bounded by a deadline (internal).
+
+Attempt n waits a uniformly random time in [0, min(max backoff, initial * 2^n)]
+("full jitter"): clients that failed together do not retry together, and the
+wait after a peer comes back stays below `ClientOptions.retry_max_backoff_s`
+(0.25 s by default), which with the channels' own reconnect backoff
+(`tamto_protocol.reconnect`) keeps a client's return within a second.
+"""
 
 from __future__ import annotations
 
@@ -33,7 +40,7 @@ class Backoff:
             self._options.retry_initial_backoff_s * (2**self._attempt),
         )
         self._attempt += 1
-        delay = random.uniform(cap / 2, cap)
+        delay = random.uniform(0, cap)
         remaining = self.remaining()
         if remaining <= 0:
             return None

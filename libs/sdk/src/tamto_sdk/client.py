@@ -8,6 +8,7 @@ from types import TracebackType
 
 import grpc
 
+from tamto_protocol.reconnect import RECONNECT_OPTIONS
 from tamto_protocol.v1 import gateway_pb2_grpc
 from tamto_sdk._calls import Calls
 from tamto_sdk.admin import Streams
@@ -44,12 +45,16 @@ async def connect(url: str, *, api_key: str, options: ClientOptions | None = Non
     options = options if options is not None else ClientOptions()
     endpoint = parse_url(url)
     # Batches of up to 32 MiB (`MAX_BATCH_BYTES`) travel both ways; the servers allow
-    # 64 MiB per message. An application's own setting of these options wins.
+    # 64 MiB per message. A gateway serving again is dialled within 0.3 s
+    # (`tamto_protocol.reconnect`). An application's own setting of these options wins.
     channel_options = list(options.channel_options)
     given = {name for name, _ in channel_options}
-    for name in ("grpc.max_send_message_length", "grpc.max_receive_message_length"):
-        if name not in given:
-            channel_options.append((name, _MAX_MESSAGE_BYTES))
+    defaults = [
+        ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+        *RECONNECT_OPTIONS,
+    ]
+    channel_options.extend((name, value) for name, value in defaults if name not in given)
     tls = endpoint.tls or options.tls
     if tls:
         credentials = grpc.ssl_channel_credentials(

@@ -185,13 +185,44 @@ _BY_STATUS: dict[grpc.StatusCode, type[TamtoError]] = {
 }
 
 
-def from_rpc_error(error: grpc.aio.AioRpcError) -> TamtoError:
+#: What gRPC says (as INTERNAL or UNKNOWN) when the connection under a call was torn
+#: down mid-call, e.g. by the peer's process dying: the request may or may not have
+#: arrived. Matched in lower case.
+_CONNECTION_LOST = (
+    "error from core",
+    "stream removed",
+    "rst_stream",
+    "socket closed",
+    "connection reset",
+    "broken pipe",
+    "goaway",
+    "end of tcp stream",
+)
+
+
+def connection_lost(status: grpc.StatusCode, details: str | None) -> bool:
+    """Whether a call ended because its connection was torn down mid-call, not by the server."""
+    if status not in (grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN):
+        return False
+    text = (details or "").lower()
+    return any(sign in text for sign in _CONNECTION_LOST)
+
+
+def from_rpc_error(error: grpc.aio.AioRpcError, *, deduplicated: bool = False) -> TamtoError:
     """Translate a failed gRPC call into the matching `TamtoError` subclass.
 
     The returned error keeps the original status name in ``code`` and chains the
-    gRPC error as its ``__cause__``.
+    gRPC error as its ``__cause__``. `deduplicated`: the request carries ids the
+    server deduplicates (a publish with message ids), so sending it again is safe
+    even when it may have been applied: a connection torn down mid-call
+    (`connection_lost`) is then a retriable `Unavailable` instead of `Internal`.
     """
-    translated = from_status(error.code(), error.details())
+    code, details = error.code(), error.details()
+    translated: TamtoError
+    if deduplicated and connection_lost(code, details):
+        translated = Unavailable(f"connection lost mid-call: {details}", code=code.name)
+    else:
+        translated = from_status(code, details)
     translated.__cause__ = error
     return translated
 

@@ -17,8 +17,10 @@ class ClientOptions:
         retry_deadline_s: how long retriable failures (UNAVAILABLE, ...) are retried
             before the error is surfaced; applies to publishes, admin calls and
             consumer reconnects.
-        retry_initial_backoff_s: first backoff between retries; doubles per attempt.
-        retry_max_backoff_s: cap on a single backoff.
+        retry_initial_backoff_s: cap of the first backoff between retries; doubles per
+            attempt. Each backoff is a uniformly random time up to its cap (full jitter).
+        retry_max_backoff_s: the largest cap of a single backoff: after a gateway comes
+            back, a retrying call tries again within this long.
         rpc_timeout_s: deadline of one unary RPC attempt.
         token_refresh_margin_s: re-authenticate when the token expires within this margin.
         ack_linger_s: how long a consumer coalesces acks before sending them.
@@ -32,7 +34,7 @@ class ClientOptions:
 
     retry_deadline_s: float = 30.0
     retry_initial_backoff_s: float = 0.05
-    retry_max_backoff_s: float = 2.0
+    retry_max_backoff_s: float = 0.25
     rpc_timeout_s: float = 30.0
     token_refresh_margin_s: float = 30.0
     ack_linger_s: float = 0.01

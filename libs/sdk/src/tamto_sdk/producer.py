@@ -623,7 +623,9 @@ class Producer:
             self._open.pop(partition, None)
             raise
 
-    def _encode(self, batch: _Batch) -> pa.Buffer:
+    def _encode(self, batch: _Batch) -> tuple[pa.Buffer, bool]:
+        """The batch in Arrow IPC form, and whether every message has an id (so the
+        server deduplicates a resend of it)."""
         key, payload, headers, ids, event_time = batch.columns()
         if self._idempotent:
             missing = ids.null_count
@@ -635,7 +637,7 @@ class Producer:
                     if missing == len(ids)
                     else pc.replace_with_mask(ids, pc.is_null(ids), generated)
                 )
-        return ipc_buffer(
+        encoded = ipc_buffer(
             make_batch(
                 payload,
                 keys=key,
@@ -645,12 +647,13 @@ class Producer:
                 producer=self._producer_name,
             )
         )
+        return encoded, ids.null_count == 0
 
     async def _publish(self, partition: int, batch: _Batch) -> None:
         error: TamtoError | None = None
         try:
             try:
-                arrow_ipc = self._encode(batch)
+                arrow_ipc, deduplicated = self._encode(batch)
             except Exception as exc:
                 raise InvalidArgument(f"cannot encode batch: {exc}") from exc
             count = batch.count
@@ -660,7 +663,11 @@ class Producer:
                 # In wire form: the Arrow bytes are copied once, not three times.
                 return publish_request(stream, partition, arrow_ipc, count, call_id)
 
-            response: Any = await self._calls.unary(self._calls.publish_raw, request)
+            # With ids on every message, a send cut off mid-call is retried too: the
+            # server's dedup window recognises it if the first one was stored.
+            response: Any = await self._calls.unary(
+                self._calls.publish_raw, request, deduplicated=deduplicated
+            )
             if int(response.count) not in (0, count):
                 raise Internal(f"published {count} messages but {response.count} acked")
             base = int(response.base_offset)

@@ -66,6 +66,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         storage_for,
         config.claim_timeout_s,
         stream_def,
+        lease_valid=lease.valid,
     )
     resources.push_async_callback(partitions.close)
 
