@@ -21,7 +21,7 @@ from tamto_cli.auth_cmds import auth_app
 from tamto_cli.bench import bench
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
-from tamto_cli.status import fetch_status, render_status
+from tamto_cli.status import fetch_notes, fetch_status, render_status
 from tamto_cli.up import run_up
 from tamto_common.errors import TamtoError
 from tamto_local.cluster import ClusterConfig
@@ -75,16 +75,20 @@ def status(
     ),
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """List the registered members with their health and version."""
+    """List the registered members with their health and version, and notes on what
+    needs attention (batches a storage node quarantined)."""
     try:
         rows = asyncio.run(fetch_status(etcd))
     except TamtoError as exc:
         err.print(f"tamto status: {exc}")
         raise typer.Exit(1) from None
+    notes = asyncio.run(fetch_notes(rows))
     if as_json:
-        print(json.dumps([{**asdict(m), "health": h} for m, h in rows]))
+        print(
+            json.dumps([{**asdict(m), "health": h, "notes": notes.get(m.key, "")} for m, h in rows])
+        )
     else:
-        render_status(rows, console)
+        render_status(rows, console, notes)
 
 
 app.add_typer(auth_app, name="auth")

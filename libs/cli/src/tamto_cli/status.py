@@ -1,10 +1,14 @@
-"""`tamto status`: the members registered in etcd, with their health and version."""
+"""`tamto status`: the members registered in etcd, with their health and version, and
+what needs an operator's attention on them (batches a storage node quarantined)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
+from collections.abc import Mapping
 
+from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
@@ -30,9 +34,45 @@ async def fetch_status(etcd_endpoint: str) -> list[tuple[Member, str]]:
     return list(zip(members, health, strict=True))
 
 
-def render_status(rows: list[tuple[Member, str]], console: Console) -> None:
+#: Storage's gauge of batches kept aside because they could not be sealed
+#: (`tamto_storage.quarantine`), per stream.
+QUARANTINED_METRIC = "tamto_storage_quarantined_batches"
+
+
+async def fetch_notes(rows: list[tuple[Member, str]]) -> dict[str, str]:
+    """What needs attention, by member key: for each serving storage node, the streams
+    with quarantined batches (from its metrics page; a node that does not answer has
+    no note)."""
+    storage = [m for m, health in rows if m.service == "storage" and health == "SERVING"]
+    notes = await asyncio.gather(*(asyncio.to_thread(_quarantine_note, m) for m in storage))
+    return {m.key: note for m, note in zip(storage, notes, strict=True) if note}
+
+
+def _quarantine_note(member: Member) -> str:
+    """``quarantined: <stream> <n>, ...`` from the node's metrics page (blocking)."""
+    try:
+        url = f"http://{member.metrics_address}/metrics"
+        with urllib.request.urlopen(url, timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return ""
+    counts = {
+        sample.labels.get("stream", ""): int(sample.value)
+        for family in text_string_to_metric_families(text)
+        if family.name == QUARANTINED_METRIC
+        for sample in family.samples
+        if sample.value
+    }
+    if not counts:
+        return ""
+    return "quarantined: " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
+
+
+def render_status(
+    rows: list[tuple[Member, str]], console: Console, notes: Mapping[str, str] | None = None
+) -> None:
     table = Table(title="Tamto members")
-    for column in ("service", "instance", "address", "health", "version", "pid", "up"):
+    for column in ("service", "instance", "address", "health", "version", "pid", "up", "notes"):
         table.add_column(column)
     now = time.time()
     for member, health in rows:
@@ -45,5 +85,6 @@ def render_status(rows: list[tuple[Member, str]], console: Console) -> None:
             member.version,
             str(member.pid),
             f"{now - member.started_at:.0f}s",
+            f"[red]{notes.get(member.key, '')}[/]" if notes else "",
         )
     console.print(table)
