@@ -1,9 +1,10 @@
 """Rebuilding a partition's WAL index from its files when the partition opens.
 
 Files are scanned in offset order and every frame's CRC and offsets are checked.
-A torn tail — an incomplete frame, or a CRC failure on the very last frame of the
-last file — is what a crash mid-write leaves behind; nothing after it was ever
-acknowledged, so it is truncated away (and logged). Anything else that fails a
+A torn tail — an incomplete frame, a CRC failure on the very last frame of the
+last file, or a bad frame followed only by zeros (a power cut after the file grew,
+before its blocks were written) — is what a crash mid-write leaves behind; nothing
+after it was ever acknowledged, so it is truncated away (and logged). Anything else that fails a
 check is corruption: indexing stops there and the partition refuses to serve it.
 Blocking: run through a thread.
 """
@@ -111,6 +112,8 @@ def _scan_file(path: Path, expected: int, *, last_file: bool, scan: _Scan) -> in
                 position += problem.frame_length
                 continue
             torn, reason = problem
+            if not torn and last_file and _zeros_after(f, position, size):
+                torn, reason = True, f"{reason}, and only zeros follow it"
             if torn and last_file:
                 later = _valid_frame_after(f, size, position + 1, expected, scan.max_epoch)
                 if later is None:
@@ -123,6 +126,22 @@ def _scan_file(path: Path, expected: int, *, last_file: bool, scan: _Scan) -> in
             scan.corruption = Corruption(expected, path, position, reason)
             break
     return expected
+
+
+def _zeros_after(f: BinaryIO, position: int, size: int) -> bool:
+    """Whether the bad frame at `position` ends the file in zeros: a crash after the file
+    grew but before its blocks were written (power loss) leaves zeros, not data. Zeros from
+    the frame's end (from the frame itself when its header is zeros) to the end of the file."""
+    f.seek(position)
+    header = f.read(HEADER_SIZE)
+    start = position
+    if len(header) == HEADER_SIZE and any(header):
+        start = min(position + decode_header(header).frame_length, size)
+    f.seek(start)
+    while chunk := f.read(1 << 20):
+        if chunk.count(0) != len(chunk):
+            return False
+    return True
 
 
 #: How many epochs past the last good frame's a later frame's epoch is looked for.
