@@ -19,6 +19,7 @@ from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
 from tamto_protocol.wire import STORAGE_APPEND, int_field, stored_batch_field
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch
 from tamto_storage.partition import Partition
+from tamto_storage.space import refusing_when_full
 from tamto_storage.store import PartitionStore
 
 if TYPE_CHECKING:
@@ -40,7 +41,8 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):  # type: ignore[misc]
 
     async def OpenPartition(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         partition = await self._partition(request)
-        offsets = await partition.open(request.epoch)
+        with refusing_when_full():
+            offsets = await partition.open(request.epoch)
         return storage_pb2.OpenPartitionResponse(
             next_offset=offsets.next_offset, start_offset=offsets.start_offset
         )
@@ -66,7 +68,8 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):  # type: ignore[misc]
             StoredBatch(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc)
             for b in request.batches
         ]
-        next_offset = await partition.append(request.epoch, batches)
+        with refusing_when_full():
+            next_offset = await partition.append(request.epoch, batches)
         return storage_pb2.StorageAppendResponse(next_offset=next_offset)
 
     async def Read(self, request: Any, context: grpc.aio.ServicerContext) -> bytes:
@@ -85,7 +88,8 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):  # type: ignore[misc]
     async def CommitCursor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         partition = await self._partition(request)
         cursor = Cursor(request.ack_floor, _ranges(request.acked_above_floor))
-        await partition.commit_cursor(request.epoch, request.subscription, cursor)
+        with refusing_when_full():
+            await partition.commit_cursor(request.epoch, request.subscription, cursor)
         return storage_pb2.CommitCursorResponse()
 
     async def GetCursor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:

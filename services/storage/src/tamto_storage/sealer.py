@@ -37,6 +37,7 @@ from pathlib import Path
 import structlog
 
 from tamto_protocol.segment import ExpiredFile, Manifest
+from tamto_storage import space
 from tamto_storage.interest import ReclaimLimits
 from tamto_storage.partition import Partition, remove_files
 from tamto_storage.reclaim import Reclaimer
@@ -185,8 +186,13 @@ class Sealer:
             ):
                 try:
                     await self.seal(partition)
-                except Exception:  # the other partitions keep sealing (issue 17)
-                    log.exception("sealing a partition failed", partition=str(partition.id))
+                    space.written("seals")
+                except Exception as exc:  # the other partitions keep sealing (issue 17)
+                    if space.is_disk_full(exc):
+                        # Its temporary file is gone (write_atomic); the next round retries.
+                        space.refused(exc.filename or str(partition.id), exc, "seals")
+                    else:
+                        log.exception("sealing a partition failed", partition=str(partition.id))
         await self.fit_tails()
         if self._retention_for is not None:
             await self.apply_retention()

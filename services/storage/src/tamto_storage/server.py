@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from tamto_common.service import Runtime
 from tamto_common.streams import read_stream
+from tamto_storage import space
 from tamto_storage.config import StorageConfig
 from tamto_storage.grpc_api import StorageServicer, serve
 from tamto_storage.metrics import UNSEALED_BYTES
@@ -16,6 +17,7 @@ from tamto_storage.wal import WalOptions
 
 async def setup(config: StorageConfig, runtime: Runtime) -> None:
     """Build the partition store, serve it, start its sealer; close both on shutdown."""
+    space.set_node(config.member_id)
 
     async def stream_options(stream: str, defaults: WalOptions) -> WalOptions:
         """A stream's durability policy from its definition in etcd, if it has one."""

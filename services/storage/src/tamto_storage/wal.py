@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import itertools
 import mmap
 import os
@@ -49,7 +50,7 @@ import structlog
 
 from tamto_common.durable import fsync_dir, make_dirs
 from tamto_common.errors import FailedPrecondition, TamtoError, Unavailable
-from tamto_storage import metrics
+from tamto_storage import metrics, space
 from tamto_storage.frame import HEADER_SIZE, crc_matches, decode_header, encode_header
 from tamto_storage.model import StoredBatch
 from tamto_storage.wal_index import Corruption, IndexEntry
@@ -468,8 +469,12 @@ class Wal:
             else:
                 fsync_seconds = await asyncio.to_thread(self._write_group, group)
         except Exception as exc:  # the writer must survive to fail later appends, not hang them
-            self._fail(group, exc)
+            if space.is_disk_full(exc):
+                self._refuse_for_space(group, exc)
+            else:
+                self._fail(group, exc)
             return
+        space.written()
         self._fsyncs += 1
         for seconds in fsync_seconds:
             metrics.FSYNC_SECONDS.observe(seconds)
@@ -492,6 +497,43 @@ class Wal:
             if item.done is not None and not item.done.done():
                 item.done.set_exception(self._failure)
         self._pending = []
+
+    def _refuse_for_space(self, group: list[_Pending], exc: OSError) -> None:
+        """The disk is full (`tamto_storage.space`): nothing of `group`, or of what queued
+        behind it, is acknowledged, and the log forgets where they were placed. Whatever
+        part of them reached a file is cut off, so the next append starts again at the
+        durable end, in their place: no hole, and appends resume once space returns."""
+        first = group[0].entry
+        error = space.refused(first.file, exc)
+        failed, self._pending = [*group, *self._pending], []
+        try:
+            self._discard_from(first.file, first.position, {item.entry.file for item in failed})
+        except OSError as cleanup:
+            self._fail(failed, cleanup)
+            return
+        self._reserved_end = self._durable_end
+        self._tail, self._tail_size = first.file, first.position
+        for item in failed:
+            if item.done is not None and not item.done.done():
+                item.done.set_exception(error)
+
+    def _discard_from(self, file: Path, position: int, files: set[Path]) -> None:
+        """Cut `file` back to `position` and delete the later `files` (blocking, brief)."""
+        if self._writer_fd is not None and self._writer_path != file:
+            os.close(self._writer_fd)
+            self._writer_fd = self._writer_path = None
+        for later in files - {file}:
+            with contextlib.suppress(FileNotFoundError):
+                later.unlink()
+        if self._writer_fd is not None:
+            os.ftruncate(self._writer_fd, position)
+            return
+        with contextlib.suppress(FileNotFoundError):
+            fd = os.open(file, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, position)
+            finally:
+                os.close(fd)
 
     def _write_group(self, group: Sequence[_Pending]) -> list[float]:
         """Write and fsync a group (worker thread, or the loop: `commits_inline`).
