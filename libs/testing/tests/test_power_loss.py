@@ -38,19 +38,23 @@ def test_only_synced_data_and_synced_names_survive_a_cut(tmp_path: Path) -> None
             f.write(b"-unsynced")
         fsync_path(mnt / "dir")
         write_atomic(mnt / "dir" / "state.json", b"{}")
+        os.link(mnt / "dir" / "state.json", mnt / "dir" / "linked.json")  # as carry.promote
+        fsync_path(mnt / "dir")
         (mnt / "dir" / "unnamed").write_bytes(b"its data, never its name")
         fsync_path(mnt / "dir" / "unnamed")  # data durable, directory entry not
         (mnt / "volatile").write_bytes(b"gone")
         report = disk.cut()
         disk.mount()
-        assert sorted(p.name for p in (mnt / "dir").iterdir()) == ["log", "state.json"]
+        names = sorted(p.name for p in (mnt / "dir").iterdir())
+        assert names == ["linked.json", "log", "state.json"]
         log = (mnt / "dir" / "log").read_bytes()
         # A real disk may keep part of the unsynced append, torn or as zeros: never more.
         assert log.startswith(b"synced")
         assert len(log) <= len(b"synced-unsynced") or set(log[6:]) == {0}
         assert (mnt / "dir" / "state.json").read_bytes() == b"{}"
+        assert (mnt / "dir" / "linked.json").read_bytes() == b"{}"
         assert not (mnt / "volatile").exists()
-        assert report["files"] == 2
+        assert report["files"] == 3
 
 
 def test_after_power_off_the_disk_fails_every_write_with_eio(tmp_path: Path) -> None:

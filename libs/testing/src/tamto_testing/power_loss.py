@@ -309,6 +309,13 @@ class _PowerLossFs:
         _call(os.rename, self._full(old), self._full(new))
         return 0
 
+    def link(self, target: str, source: str) -> int:
+        """A hard link `target` to the existing `source`: one node, two names (after a cut
+        the durable image holds two copies, with the same content)."""
+        self._powered("")
+        _call(os.link, self._full(source), self._full(target))
+        return 0
+
     def chmod(self, path: str, mode: int) -> int:
         _call(os.chmod, self._full(path), mode)
         return 0
