@@ -7,7 +7,9 @@ through a second one, so every delivery here crossed the bus between gateways.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import sys
 import time
 import uuid
 from collections import Counter
@@ -456,3 +458,75 @@ async def test_only_the_first_reply_counts(
     with pytest.raises(NotFound):
         await two.reply(request.response_stream, b"second")
     assert [m.payload for m in await waiting] == [b"first"]
+
+
+# -- CLI -----------------------------------------------------------------------------------
+
+
+def tamto_env(cluster: TestCluster) -> dict[str, str]:
+    return {**os.environ, "TAMTO_URL": cluster.url, "TAMTO_API_KEY": cluster.credential}
+
+
+async def tamto(cluster: TestCluster, *args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tamto_cli",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=tamto_env(cluster),
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    return process.returncode or 0, out.decode(), err.decode()
+
+
+async def test_cli_pub_topic_sub_match_group_and_request(
+    two_gateways: tuple[TestCluster, str], clients: tuple[tamto_sdk.Client, tamto_sdk.Client]
+) -> None:
+    cluster, _ = two_gateways
+    one, two = clients
+    stream = unique("eph-cli")
+    code, out, err = await tamto(cluster, "stream", "ensure", stream, "--kind", "ephemeral")
+    assert code == 0, err
+    code, out, err = await tamto(cluster, "stream", "describe", stream, "--json")
+    assert code == 0, err
+    assert '"kind": "ephemeral"' in out
+    assert '"overflow": "drop_oldest"' in out
+
+    # tamto pub --topic: an SDK subscriber on the other gateway receives it.
+    async with two.subscribe(stream, match="cli.*") as sub:
+        code, out, err = await tamto(cluster, "pub", stream, "--topic", "cli.a", "hello", "world")
+        assert code == 0, err
+        assert out.strip() == f"{stream}: 2 published to topic 'cli.a'"
+        got = [m.payload async for m in _take(sub, 2)]
+    assert got == [b"hello", b"world"]
+
+    # tamto sub --match --group --count: runs until it has two matching messages.
+    sub_process = asyncio.create_task(
+        tamto(cluster, "sub", stream, "--match", "x.#", "--group", "g", "--count", "2")
+    )
+    async with one.ephemeral_producer(stream) as producer:
+
+        async def published_until_it_exits() -> bool:
+            await producer.publish_batch([b"skip"], topic="y")
+            await producer.publish_batch([b"take"], topic="x.b")
+            return sub_process.done()
+
+        await eventually(published_until_it_exits, 60, "tamto sub got two messages")
+    code, out, err = sub_process.result()
+    assert code == 0, err
+    assert out.splitlines() == [f"{stream}[x.b]\t\ttake"] * 2
+
+    # tamto request: answered by a handler, or the server's timeout (exit 1).
+    async with two.reply_handler(stream, lambda m: m.payload.upper(), match="ask"):
+        code, out, err = await tamto(cluster, "request", stream, "hi", "--topic", "ask")
+        assert (code, out) == (0, "HI\n"), err
+    code, out, err = await tamto(cluster, "request", stream, "hi", "--timeout-s", "0.2")
+    assert code == 1
+    assert "no reply on response stream" in err
+
+
+async def _take(sub: Subscription, count: int) -> AsyncIterator[tamto_sdk.EphemeralMessage]:
+    for _ in range(count):
+        yield await asyncio.wait_for(anext(sub), 10)

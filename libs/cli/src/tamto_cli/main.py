@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 import tamto_sdk
-from tamto_cli import settings
+from tamto_cli import ephemeral_cmds, settings
 from tamto_cli.auth_cmds import auth_app
 from tamto_cli.bench import bench
 from tamto_cli.connect import connect_client
@@ -93,6 +93,7 @@ def status(
 
 app.add_typer(auth_app, name="auth")
 app.command()(bench)
+app.command("request")(ephemeral_cmds.request)
 
 stream_app = typer.Typer(help="Create, inspect, list and delete streams.")
 app.add_typer(stream_app, name="stream")
@@ -108,9 +109,10 @@ _ZERO_MEANS = {
 
 
 def _info_dict(info: tamto_sdk.StreamInfo) -> dict[str, object]:
+    settings_ = info.ephemeral if info.ephemeral is not None else info.config
     config = {
         name: value.value if isinstance(value, enum.Enum) else value
-        for name, value in asdict(info.config).items()
+        for name, value in asdict(settings_).items()
     }
     return {"name": info.name, "partitions": info.partitions, "kind": info.kind.value, **config}
 
@@ -152,6 +154,18 @@ def stream_ensure(
         int, typer.Option(help="with --durability interval: ms between fsyncs (0: default)")
     ] = 0,
     overwrite: Annotated[bool, typer.Option(help="apply a different config if it exists")] = False,
+    kind: Annotated[
+        str, typer.Option(help="persistent, or ephemeral (at-most-once, topics; never stored)")
+    ] = "persistent",
+    buffer_messages: Annotated[
+        int, typer.Option(help="ephemeral: messages held per slow consumer (0: default)")
+    ] = 0,
+    overflow: Annotated[
+        str, typer.Option(help="ephemeral: what a full buffer drops, drop_oldest or drop_newest")
+    ] = "drop_oldest",
+    request_timeout_ms: Annotated[
+        int, typer.Option(help="ephemeral: a request's default wait for its reply (0: default)")
+    ] = 0,
     as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
@@ -174,7 +188,15 @@ def stream_ensure(
             f"tamto: --retention-policy must be 'limits' or 'interest', got {retention_policy!r}"
         )
         raise typer.Exit(2) from None
-    config = tamto_sdk.StreamConfig(
+    if kind not in ("persistent", "ephemeral"):
+        err.print(f"tamto: --kind must be 'persistent' or 'ephemeral', got {kind!r}")
+        raise typer.Exit(2)
+    try:
+        dropping = tamto_sdk.Overflow(overflow)
+    except ValueError:
+        err.print(f"tamto: --overflow must be 'drop_oldest' or 'drop_newest', got {overflow!r}")
+        raise typer.Exit(2) from None
+    config: tamto_sdk.StreamConfig | tamto_sdk.EphemeralConfig = tamto_sdk.StreamConfig(
         retention_ms=retention_ms,
         retention_bytes=retention_bytes,
         retention_policy=policy,
@@ -186,6 +208,8 @@ def stream_ensure(
         durability=mode,
         fsync_interval_ms=fsync_interval_ms,
     )
+    if kind == "ephemeral":
+        config = tamto_sdk.EphemeralConfig(buffer_messages, dropping, request_timeout_ms)
 
     async def run() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
@@ -287,16 +311,23 @@ def pub(
         list[str] | None, typer.Argument(help="payloads (default: stdin lines)")
     ] = None,
     key: Annotated[str | None, typer.Option(help="message key")] = None,
+    topic: Annotated[
+        str | None, typer.Option(help="to an ephemeral stream, under this topic (a.b.c)")
+    ] = None,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Publish messages durably; prints partition and offset of each."""
+    """Publish messages durably; prints partition and offset of each. With --topic, to
+    an ephemeral stream (at most once; prints how many were published)."""
     payloads = messages or [line.rstrip("\n") for line in sys.stdin]
     key_bytes = key.encode() if key is not None else None
 
     async def run() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
+            if topic is not None:
+                await ephemeral_cmds.publish(client, stream, payloads, topic, key_bytes)
+                return
             async with client.producer(stream) as producer:
                 futures = [await producer.send(p.encode(), key=key_bytes) for p in payloads]
                 for payload, future in zip(payloads, futures, strict=True):
@@ -309,7 +340,16 @@ def pub(
 @app.command()
 def sub(
     stream: str,
-    subscription: Annotated[str, typer.Option("--subscription", "-s", help="subscription name")],
+    subscription: Annotated[
+        str | None,
+        typer.Option("--subscription", "-s", help="subscription name (persistent streams)"),
+    ] = None,
+    match: Annotated[
+        str | None, typer.Option(help="ephemeral: topic pattern, * one word, # any (default: #)")
+    ] = None,
+    group: Annotated[
+        str, typer.Option(help="ephemeral: share the messages with this group's members")
+    ] = "",
     count: Annotated[int, typer.Option(help="stop after this many messages (0: never)")] = 0,
     sub_type: Annotated[
         str, typer.Option("--type", help="exclusive, failover, shared, key-shared, multicast")
@@ -325,12 +365,20 @@ def sub(
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Consume messages through a subscription, acking each one after printing it."""
+    """Consume messages through a subscription, acking each one after printing it.
+    Without --subscription, receive from an ephemeral stream (--match, --group),
+    printing `STREAM[TOPIC]<TAB>KEY<TAB>PAYLOAD` lines."""
+    if subscription is not None and (match is not None or group):
+        err.print("tamto sub: --match and --group are for ephemeral streams (no --subscription)")
+        raise typer.Exit(2)
     kind = _subscription_type(sub_type)
     position = _start_position(start)
 
     async def run() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
+            if subscription is None:
+                await ephemeral_cmds.subscribe(client, stream, match, group, count)
+                return
             async with client.consumer(
                 stream, subscription, type=kind, start=position, consumer_name=consumer_name
             ) as consumer:
