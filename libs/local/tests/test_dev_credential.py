@@ -11,7 +11,9 @@ import pytest
 
 from tamto_cli.settings import api_key
 from tamto_common.apikeys import parse_api_key
+from tamto_common.durable import DamagedFile
 from tamto_local.cluster import LaunchError, dev_credential, load_dev_credential
+from tamto_local.tls import ensure_dev_pki
 
 
 def test_made_once_private_and_read_back(tmp_path: Path) -> None:
@@ -35,3 +37,10 @@ def test_an_empty_or_damaged_credential_is_refused_with_its_path(
     assert path.read_bytes() == content  # left for the user to look at
     with pytest.raises(SystemExit, match="development credential"):
         api_key(None, tmp_path)
+
+
+def test_an_empty_development_tls_file_is_named_not_used(tmp_path: Path) -> None:
+    ensure_dev_pki(tmp_path / "tls", names=("gateway",))
+    (tmp_path / "tls" / "gateway-key.pem").write_bytes(b"")
+    with pytest.raises(DamagedFile, match=r"gateway-key.pem is empty"):
+        ensure_dev_pki(tmp_path / "tls", names=("gateway",))

@@ -253,7 +253,12 @@ class LocalCluster:
         c.data_dir.mkdir(parents=True, exist_ok=True)
         self.credential = dev_credential(c.data_dir)
         if c.tls:
-            await asyncio.to_thread(ensure_dev_pki, c.tls_dir)
+            try:
+                await asyncio.to_thread(ensure_dev_pki, c.tls_dir)
+            except DamagedFile as exc:
+                raise LaunchError(
+                    f"{exc}: delete {c.tls_dir} to make a new development PKI"
+                ) from None
         self.ports = {name: free_port(c.host) for name in SERVICES}
         self.ports["gateway"] = c.gateway_port
 

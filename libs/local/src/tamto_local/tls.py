@@ -158,10 +158,19 @@ def cert_paths(directory: Path, name: str) -> CertPaths:
 
 def ensure_dev_pki(directory: Path, names: Iterable[str] = DEV_NAMES) -> dict[str, CertPaths]:
     """The development CA and a certificate per name, created where missing."""
-    if not (directory / CA_FILE).exists() or not (directory / CA_KEY_FILE).exists():
+    if not _present(directory / CA_FILE, directory / CA_KEY_FILE):
         make_ca(directory)
     out: dict[str, CertPaths] = {}
     for name in names:
         paths = cert_paths(directory, name)
-        out[name] = paths if paths.cert.exists() and paths.key.exists() else issue(directory, name)
+        out[name] = paths if _present(paths.cert, paths.key) else issue(directory, name)
     return out
+
+
+def _present(*paths: Path) -> bool:
+    """Whether every file is there; `DamagedFile` for one that is there but empty."""
+    for path in paths:
+        if not path.exists():
+            return False
+        read_whole(path, "development TLS file")
+    return True
