@@ -39,6 +39,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -465,6 +466,14 @@ def _call(function: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R
         raise _fuse_error(exc) from None
 
 
+def _unmount_when_orphaned(mountpoint: Path) -> None:
+    """A test killed before it could unmount must not leave the mount behind."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    subprocess.run(["fusermount3", "-u", "-z", str(mountpoint)], check=False)
+
+
 def _main(backing: Path, mountpoint: Path, seed: int) -> None:
     from mfusepy import FUSE
 
@@ -473,6 +482,7 @@ def _main(backing: Path, mountpoint: Path, seed: int) -> None:
     state.mkdir()
     fs = _PowerLossFs(backing, state, seed)
     signal.signal(signal.SIGUSR1, fs.power_off)
+    threading.Thread(target=_unmount_when_orphaned, args=(mountpoint,), daemon=True).start()
     # Foreground, single-threaded; no kernel attribute caching, so sizes are never stale.
     FUSE(
         fs,
