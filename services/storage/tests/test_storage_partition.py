@@ -18,7 +18,7 @@ async def test_open_returns_offsets_and_stores_the_epoch(load: OpenPartition, pd
     partition = await load()
     offsets = await partition.open(3)
     assert (offsets.start_offset, offsets.next_offset) == (0, 0)
-    assert (pdir / "_epoch").read_text().strip() == "3"
+    assert (pdir / "_epoch").read_text().split()[0] == "3"
     await partition.append(3, [make_batch(0)])
     assert (await partition.open(3)).next_offset == 3  # reopening with the same epoch is fine
 

@@ -22,6 +22,7 @@ from tamto_cli.bench import bench
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
 from tamto_cli.status import fetch_notes, fetch_status, render_status
+from tamto_cli.storage_cmds import storage_app
 from tamto_cli.up import run_up
 from tamto_common.errors import TamtoError
 from tamto_local.cluster import ClusterConfig
@@ -92,6 +93,7 @@ def status(
 
 
 app.add_typer(auth_app, name="auth")
+app.add_typer(storage_app, name="storage")
 app.command()(bench)
 app.command("request")(ephemeral_cmds.request)
 

@@ -23,13 +23,14 @@ manifest format from. Blocking I/O only (`read_manifest`): no event loop here.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+
+from tamto_protocol.checked import dumps_checked, loads_checked
 
 #: Bumped on any change to SEGMENT_SCHEMA; see docs/segments.md for the rules.
 SEGMENT_SCHEMA_VERSION = 1
@@ -69,6 +70,10 @@ SEGMENT_SUFFIX = ".parquet"
 _SEGMENT_NAME = re.compile(r"^segment-(\d{20})-(\d{20})\.parquet$")
 _CARRIED_NAME = re.compile(r"^segment-(\d{20})-(\d{20})\.g(\d+)\.parquet$")
 _MANIFEST_NAME = re.compile(r"^(\d{20})\.json$")
+
+
+#: The members of a manifest's JSON object (besides its checksum).
+_MANIFEST_MEMBERS = frozenset({"format", "version", "segments", "start_offsets", "expired"})
 
 
 class ManifestError(ValueError):
@@ -202,12 +207,12 @@ class Manifest:
             "start_offsets": {str(p): o for p, o in sorted(self.start_offsets.items())},
             "expired": [asdict(e) for e in self.expired],
         }
-        return json.dumps(data, indent=1).encode()
+        return dumps_checked(data, indent=1)
 
     @classmethod
     def from_json(cls, data: bytes, source: str) -> Manifest:
         try:
-            raw: dict[str, Any] = json.loads(data)
+            raw: dict[str, Any] = loads_checked(data, _MANIFEST_MEMBERS)
             if raw.get("format") != MANIFEST_FORMAT:
                 raise ManifestError(
                     f"manifest {source} has format {raw.get('format')!r}; "

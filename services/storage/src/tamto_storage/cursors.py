@@ -2,27 +2,30 @@
 
 Each cursor is ``<partition-dir>/_cursors/<subscription>.json``::
 
-    {"version": 1, "ack_floor": 120, "acked_above_floor": [[122, 130], [140, 140]]}
+    {"version": 1, "ack_floor": 120, "acked_above_floor": [[122, 130], [140, 140]],
+     "crc32": "..."}
 
 Every offset below ``ack_floor`` is acked; the ranges (inclusive, sorted,
 disjoint, above the floor) hold the acks beyond it. A commit replaces the file
 atomically (temp file, fsync, rename, fsync dir), so a crash leaves either the
-old cursor or the new one. Epoch fencing is the partition's job.
+old cursor or the new one; ``crc32`` (`tamto_protocol.checked`) finds a flipped
+bit. Epoch fencing is the partition's job.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 from tamto_common.durable import make_dirs, write_atomic
 from tamto_common.errors import DataCorruption, InvalidArgument
 from tamto_common.names import check_name
+from tamto_protocol.checked import dumps_checked, loads_checked
 from tamto_storage.model import Cursor, OffsetRange
 
 _VERSION = 1
+_MEMBERS = frozenset({"version", "ack_floor", "acked_above_floor"})
 
 
 def check_cursor(cursor: Cursor) -> None:
@@ -88,13 +91,13 @@ class CursorStore:
             raw = await asyncio.to_thread(_read, path)
             if raw is not None:
                 cursor = merge_cursors(_decode(path, raw), cursor)
-            data = json.dumps(
+            data = dumps_checked(
                 {
                     "version": _VERSION,
                     "ack_floor": cursor.ack_floor,
                     "acked_above_floor": [[r.first, r.last] for r in cursor.acked_above_floor],
                 }
-            ).encode()
+            )
             await asyncio.to_thread(_write, path, data)
 
     async def get(self, subscription: str) -> Cursor | None:
@@ -143,10 +146,15 @@ def _read_all(directory: Path) -> dict[str, tuple[Path, bytes]]:
 
 def _decode(path: Path, raw: bytes) -> Cursor:
     try:
-        doc: Any = json.loads(raw)
+        doc: Any = loads_checked(raw, _MEMBERS)
         if doc["version"] != _VERSION:
             raise ValueError(f"unknown version {doc['version']!r}")
         ranges = tuple(OffsetRange(int(f), int(last)) for f, last in doc["acked_above_floor"])
         return Cursor(int(doc["ack_floor"]), ranges)
     except (ValueError, KeyError, TypeError) as exc:
         raise DataCorruption(f"cursor file {path} is unreadable: {exc}") from None
+
+
+def read_cursor_file(path: Path) -> Cursor:
+    """The cursor a file holds (blocking); DataCorruption if it is unreadable."""
+    return _decode(path, path.read_bytes())

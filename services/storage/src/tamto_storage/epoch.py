@@ -1,6 +1,8 @@
 """The owner epoch of a partition, stored durably in ``<partition-dir>/_epoch``.
 
-The file holds the epoch as decimal text and is replaced atomically. Blocking:
+The file holds the epoch as decimal text with its checksum (``7 crc32:<hex>``,
+`tamto_protocol.checked`; a bare number, written before checksums, reads too)
+and is replaced atomically. Blocking:
 call through a thread.
 """
 
@@ -10,6 +12,7 @@ from pathlib import Path
 
 from tamto_common.durable import write_atomic
 from tamto_common.errors import DataCorruption
+from tamto_protocol.checked import line_checked, parse_line_checked
 
 FILE_NAME = "_epoch"
 
@@ -18,15 +21,17 @@ def load_epoch(partition_dir: Path) -> int:
     """The stored epoch, 0 when none was ever stored."""
     path = partition_dir / FILE_NAME
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except FileNotFoundError:
         return 0
     try:
-        return int(text.strip())
-    except ValueError:
-        raise DataCorruption(f"epoch file {path} holds {text[:40]!r}, not an integer") from None
+        return int(parse_line_checked(raw.decode()))
+    except ValueError:  # UnicodeDecodeError too
+        raise DataCorruption(
+            f"epoch file {path} holds {raw[:40]!r}, not an integer with its checksum"
+        ) from None
 
 
 def store_epoch(partition_dir: Path, epoch: int) -> None:
     """Durably record `epoch`."""
-    write_atomic(partition_dir / FILE_NAME, f"{epoch}\n".encode())
+    write_atomic(partition_dir / FILE_NAME, line_checked(str(epoch)))

@@ -13,11 +13,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
+import structlog
+
 from tamto_common.durable import make_dirs, write_atomic
-from tamto_protocol.segment import MANIFEST_DIR, Manifest, manifest_file_name, manifest_versions
-from tamto_protocol.segment import read_manifest as _read_manifest
+from tamto_protocol.segment import (
+    MANIFEST_DIR,
+    Manifest,
+    ManifestError,
+    manifest_file_name,
+    manifest_versions,
+)
+
+log = structlog.get_logger(__name__)
 
 KEEP_VERSIONS = 3
 
@@ -30,11 +40,30 @@ class StreamManifest:
         self._stream_dir = stream_dir
         self._current = current
         self._lock = asyncio.Lock()
+        #: Versions found damaged when loading, one line each (`tamto storage verify`).
+        self.damage: list[str] = []
 
     @classmethod
     async def load(cls, stream_dir: Path) -> StreamManifest:
-        """The stream's newest manifest version (empty when it has none yet)."""
-        return cls(stream_dir, await asyncio.to_thread(_read_manifest, stream_dir))
+        """The stream's newest readable manifest version (empty when it has none yet).
+
+        A damaged newest version (bad JSON, checksum mismatch) does not stop the
+        stream: the newest older version that reads is taken, and loading the
+        partitions reconciles it with the segment files on disk, then writes the
+        next version over the damaged one. What only the lost version knew (a
+        retention floor or grace deadline set by its change) is taken again from
+        the older version; `damage` says what was skipped.
+        """
+        current, damage = await asyncio.to_thread(newest_readable, stream_dir)
+        manifest = cls(stream_dir, current)
+        if damage:
+            # A whole version above every damaged one, so readers (Spark's source
+            # takes the newest) never land on a damaged file again.
+            newest = manifest_versions(stream_dir)[-1][0]
+            manifest._current = replace(current, version=newest + 1)
+            await asyncio.to_thread(manifest._write, manifest._current)
+            manifest.damage = damage
+        return manifest
 
     @property
     def current(self) -> Manifest:
@@ -63,3 +92,28 @@ class StreamManifest:
             if version <= manifest.version - KEEP_VERSIONS:
                 with contextlib.suppress(FileNotFoundError):
                     path.unlink()
+
+
+def newest_readable(stream_dir: Path) -> tuple[Manifest, list[str]]:
+    """The newest manifest version that reads, and what was wrong with newer ones (blocking)."""
+    damage: list[str] = []
+    for version, path in reversed(manifest_versions(stream_dir)):
+        try:
+            return Manifest.from_json(path.read_bytes(), str(path)), damage
+        except FileNotFoundError:
+            continue
+        except ManifestError as exc:
+            log.error("manifest version damaged", file=str(path), version=version, error=str(exc))
+            damage.append(str(exc))
+    return Manifest(), damage
+
+
+def rewrite(stream_dir: Path, change: Callable[[Manifest], Manifest]) -> Manifest:
+    """Apply `change` to the newest readable version and write the result as the next
+    version, above any damaged one (blocking; `tamto storage repair`, node stopped)."""
+    current, _ = newest_readable(stream_dir)
+    versions = manifest_versions(stream_dir)
+    newest = versions[-1][0] if versions else current.version
+    new = replace(change(current), version=max(newest, current.version) + 1)
+    StreamManifest(stream_dir, current)._write(new)
+    return new

@@ -53,8 +53,10 @@ UNSEALED_BYTES = Gauge(
     "what the sealer still has to write (at most about a segment per partition, or "
     "what arrived within the seal age)",
 )
-DAMAGED_SEGMENTS = Counter(
-    "tamto_storage_damaged_segments",
-    "Segment files found damaged by a read (digest or page checksum mismatch, or "
-    "undecodable): each is answered with DATA_LOSS for its range until repaired",
+DAMAGED_FILES = Gauge(
+    "tamto_storage_damaged_files",
+    "Files of an open partition found damaged (segments failing their digest or page "
+    "checksums, a WAL frame failing its CRC): their offsets are answered with DATA_LOSS "
+    "until `tamto storage repair`; per stream and partition",
+    ["stream", "partition"],
 )

@@ -148,6 +148,7 @@ class Partition:
         partition._unsealed_bytes = wal.bytes_from(partition._segments.end_offset)
         kept_aside = await asyncio.to_thread(quarantined, directory)
         metrics.QUARANTINED_BATCHES.labels(pid.stream).inc(len(kept_aside))
+        partition.count_damage()
         return partition
 
     @property
@@ -264,6 +265,9 @@ class Partition:
                         batches = await self._wal_read(wal_start, max_messages, max_bytes)
             except FileNotFoundError:
                 continue  # sealing or retention removed the file meanwhile: route again
+            except DataCorruption:
+                self.count_damage()
+                raise
             next_offset = batches[-1].end_offset if batches else from_offset
             return ReadResult(tuple(batches), next_offset)
         raise Unavailable(f"partition {self.id}: files kept disappearing under a read")
@@ -308,6 +312,13 @@ class Partition:
         if self._wal.corruption is not None:
             found.append(str(self._wal.corruption.error()))
         return found
+
+    def count_damage(self) -> None:
+        """Show what is known damaged in the `tamto_storage_damaged_files` gauge
+        (`tamto status` reads it)."""
+        damaged = len(self.damage())
+        if damaged:
+            metrics.DAMAGED_FILES.labels(self.id.stream, str(self.id.partition)).set(damaged)
 
     @property
     def unsealed_bytes(self) -> int:
@@ -473,8 +484,8 @@ def _match_recorded(found: list[Segment], recorded: Sequence[SegmentEntry]) -> l
 
     A file the manifest records with the same range, generation, rows and size
     gets the recorded digest; a damaged one gets its recorded entry whole (its
-    footer could not say). A file the manifest does not record yet (sealed just
-    before a crash) is digested now.
+    footer could not say). A file the manifest does not record as it is (sealed
+    just before a crash, or written by `tamto storage repair`) is digested now.
     """
     by_file = {entry.file: entry for entry in recorded}
     matched = []
@@ -484,10 +495,10 @@ def _match_recorded(found: list[Segment], recorded: Sequence[SegmentEntry]) -> l
         if segment.damage:
             if entry is not None:
                 segment = replace(segment, entry=entry)
-        elif entry is None:
-            segment = replace(segment, entry=replace(mine, digest=file_digest(segment.path)))
-        elif replace(entry, digest="") == mine:
+        elif entry is not None and replace(entry, digest="") == mine:
             segment = replace(segment, entry=entry)
+        else:
+            segment = replace(segment, entry=replace(mine, digest=file_digest(segment.path)))
         matched.append(segment)
     return matched
 

@@ -28,7 +28,6 @@ import pyarrow as pa
 import structlog
 
 from tamto_common.errors import DataCorruption, damaged_offsets_error
-from tamto_storage import metrics
 from tamto_storage import segments as seg
 from tamto_storage.integrity import VerifiedFiles
 from tamto_storage.model import StoredBatch
@@ -168,7 +167,6 @@ class SegmentLog:
                     last_offset=segment.last_offset,
                     error=damage,
                 )
-                metrics.DAMAGED_SEGMENTS.inc()
                 self.damaged[segment.path] = damage
         raise damaged_offsets_error(
             str(segment.path), segment.first_offset, segment.last_offset, damage

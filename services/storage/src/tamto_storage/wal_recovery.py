@@ -61,8 +61,12 @@ class _Scan:
         self.corruption: Corruption | None = None
 
 
-def recover(wal_dir: Path) -> Recovered:
-    """Scan, check and index every WAL file; truncate a torn tail."""
+def recover(wal_dir: Path, *, truncate: bool = True) -> Recovered:
+    """Scan, check and index every WAL file; truncate a torn tail.
+
+    `truncate` False (`tamto storage verify`, which only looks): a torn tail is
+    left as it is and logged, and the log ends before it as it would after truncation.
+    """
     files = list_wal_files(wal_dir)
     scan = _Scan()
     start = files[0][0] if files else 0
@@ -73,7 +77,8 @@ def recover(wal_dir: Path) -> Recovered:
                 expected, path, 0, f"file starts at offset {first}, expected {expected}"
             )
             break
-        expected = _scan_file(path, expected, last_file=i == len(files) - 1, scan=scan)
+        last_file = i == len(files) - 1
+        expected = _scan_file(path, expected, last_file=last_file, scan=scan, truncate=truncate)
         if scan.corruption is not None:
             break
     tail = None
@@ -98,7 +103,7 @@ def recover(wal_dir: Path) -> Recovered:
     )
 
 
-def _scan_file(path: Path, expected: int, *, last_file: bool, scan: _Scan) -> int:
+def _scan_file(path: Path, expected: int, *, last_file: bool, scan: _Scan, truncate: bool) -> int:
     """Index the frames of one file; returns the offset after its last good frame."""
     size = path.stat().st_size
     position = 0
@@ -115,9 +120,10 @@ def _scan_file(path: Path, expected: int, *, last_file: bool, scan: _Scan) -> in
             if not torn and last_file and _zeros_after(f, position, size):
                 torn, reason = True, f"{reason}, and only zeros follow it"
             if torn and last_file:
-                later = _valid_frame_after(f, size, position + 1, expected, scan.max_epoch)
+                later = valid_frame_after(f, size, position + 1, expected, scan.max_epoch)
                 if later is None:
-                    _truncate(path, position, size, reason)
+                    if truncate:
+                        _truncate(path, position, size, reason)
                     break
                 # A damaged header (say, its length) can pass for a torn write, but
                 # a crash never leaves a good frame after a torn one: this is damage,
@@ -148,7 +154,7 @@ def _zeros_after(f: BinaryIO, position: int, size: int) -> bool:
 _EPOCH_SEARCH = 16
 
 
-def _valid_frame_after(
+def valid_frame_after(
     f: BinaryIO, size: int, start: int, expected: int, last_epoch: int
 ) -> int | None:
     """The position of a valid frame after `start` holding offsets >= `expected`, if any.

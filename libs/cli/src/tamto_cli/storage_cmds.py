@@ -1,0 +1,103 @@
+"""`tamto storage verify` and `tamto storage repair`: an operator's tools for damaged files.
+
+Both act on a storage node's data directory while that node is stopped (see
+`tamto_storage.scrub` for what is checked and what each repair does, and the
+README's Operations section for the procedure). Every repair is an audit record
+(JSON lines, `tamto_common.audit`) in ``<data-dir>/audit.jsonl`` unless
+``--audit-file`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tamto_common.audit import ADMIN, AuditLog
+from tamto_storage.scrub import Finding, Repaired, repair, verify
+
+storage_app = typer.Typer(help="Check and repair a stopped storage node's files.")
+
+StorageDir = Annotated[
+    Path, typer.Option("--data-dir", help="the storage node's data directory (node stopped)")
+]
+Stream = Annotated[str | None, typer.Option(help="only this stream")]
+PartitionOpt = Annotated[int | None, typer.Option(help="only this partition (with --stream)")]
+AUDIT_FILE = "audit.jsonl"
+
+
+def _finding_dict(finding: Finding) -> dict[str, object]:
+    return {**asdict(finding), "file": str(finding.file)}
+
+
+@storage_app.command("verify")
+def storage_verify(
+    data_dir: StorageDir,
+    stream: Stream = None,
+    partition: PartitionOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Check every segment, manifest, WAL, cursor and epoch file; exit 1 if any is damaged."""
+    findings = verify(data_dir, stream, partition)
+    if as_json:
+        print(json.dumps([_finding_dict(f) for f in findings]))
+    elif not findings:
+        typer.echo(f"{data_dir}: no damage found")
+    for finding in findings if not as_json else ():
+        typer.echo(f"DAMAGED {finding.describe()}")
+    raise typer.Exit(1 if findings else 0)
+
+
+@storage_app.command("repair")
+def storage_repair(
+    data_dir: StorageDir,
+    stream: Stream = None,
+    partition: PartitionOpt = None,
+    audit_file: Annotated[
+        Path | None, typer.Option(help="append audit records here (default <data-dir>/audit.jsonl)")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+) -> None:
+    """Return damaged partitions to service: damaged files move to _damaged/, the offsets
+    they held are recorded as lost (audited), and the partition accepts publishes again."""
+    findings = verify(data_dir, stream, partition)
+    if not findings:
+        typer.echo(f"{data_dir}: no damage found, nothing to repair")
+        return
+    for finding in findings:
+        typer.echo(f"DAMAGED {finding.describe()}")
+    if not yes and not typer.confirm("Repair these (the offsets they hold are lost)?"):
+        raise typer.Exit(1)
+    audit = AuditLog("storage", audit_file or data_dir / AUDIT_FILE, None)
+    actor = getpass.getuser()
+
+    def record(done: Repaired) -> None:
+        f = done.finding
+        where = f.stream if f.partition is None else f"{f.stream}/{f.partition}"
+        lost = f"; offsets {done.lost} lost" if done.lost else ""
+        asyncio.run(
+            audit.record(
+                ADMIN,
+                actor=actor,
+                action="storage.repair",
+                target=f"{f.kind} {where} {f.file}",
+                outcome="repaired",
+                source="cli",
+                detail=f"{f.problem}; {done.action}{lost}",
+            )
+        )
+        typer.echo(f"REPAIRED {f.kind} {where}: {done.action}{lost}")
+
+    try:
+        repair(data_dir, findings, record)
+    finally:
+        asyncio.run(audit.close())
+    left = verify(data_dir, stream, partition)
+    for finding in left:
+        typer.echo(f"STILL DAMAGED {finding.describe()} (run repair again)")
+    raise typer.Exit(1 if left else 0)
