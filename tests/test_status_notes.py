@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_wsgi_server
 
-from tamto_cli.status import QUARANTINED_METRIC, fetch_notes
+from tamto_cli.status import DAMAGED_METRIC, QUARANTINED_METRIC, fetch_notes
 from tamto_common.membership import Member
 
 
@@ -54,3 +54,25 @@ async def test_a_storage_node_with_quarantined_batches_gets_a_note(
 async def test_a_node_that_does_not_answer_has_no_note() -> None:
     gone = member("storage", f"127.0.0.1:{free_port()}")
     assert await fetch_notes([(gone, "SERVING"), (gone, "UNREACHABLE")]) == {}
+
+
+async def test_a_storage_node_with_damaged_files_gets_a_note() -> None:
+    registry = CollectorRegistry()
+    damaged = Gauge(DAMAGED_METRIC, "damaged files", ["stream", "partition"], registry=registry)
+    quarantined = Gauge(QUARANTINED_METRIC, "kept aside", ["stream"], registry=registry)
+    port = free_port()
+    server, thread = start_wsgi_server(port, addr="127.0.0.1", registry=registry)
+    try:
+        storage = member("storage", f"127.0.0.1:{port}")
+        damaged.labels("orders", "3").set(2)
+        assert await fetch_notes([(storage, "SERVING")]) == {
+            storage.key: "damaged: orders/3 2 files (tamto storage verify)"
+        }
+        quarantined.labels("orders").inc()
+        assert await fetch_notes([(storage, "SERVING")]) == {
+            storage.key: "quarantined: orders 1; damaged: orders/3 2 files (tamto storage verify)"
+        }
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

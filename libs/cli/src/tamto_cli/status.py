@@ -37,6 +37,9 @@ async def fetch_status(etcd_endpoint: str) -> list[tuple[Member, str]]:
 #: Storage's gauge of batches kept aside because they could not be sealed
 #: (`tamto_storage.quarantine`), per stream.
 QUARANTINED_METRIC = "tamto_storage_quarantined_batches"
+#: Storage's gauge of damaged files found in an open partition (`tamto storage verify`
+#: and `repair` deal with them), per stream and partition.
+DAMAGED_METRIC = "tamto_storage_damaged_files"
 
 
 async def fetch_notes(rows: list[tuple[Member, str]]) -> dict[str, str]:
@@ -49,23 +52,36 @@ async def fetch_notes(rows: list[tuple[Member, str]]) -> dict[str, str]:
 
 
 def _quarantine_note(member: Member) -> str:
-    """``quarantined: <stream> <n>, ...`` from the node's metrics page (blocking)."""
+    """``quarantined: <stream> <n>, ...; damaged: <stream>/<p> <n> files, ...`` from the
+    node's metrics page (blocking)."""
     try:
         url = f"http://{member.metrics_address}/metrics"
         with urllib.request.urlopen(url, timeout=2) as response:
             text = response.read().decode()
     except OSError:
         return ""
+    families = list(text_string_to_metric_families(text))
     counts = {
         sample.labels.get("stream", ""): int(sample.value)
-        for family in text_string_to_metric_families(text)
+        for family in families
         if family.name == QUARANTINED_METRIC
         for sample in family.samples
         if sample.value
     }
-    if not counts:
-        return ""
-    return "quarantined: " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items()))
+    damaged = {
+        f"{sample.labels.get('stream', '')}/{sample.labels.get('partition', '')}": int(sample.value)
+        for family in families
+        if family.name == DAMAGED_METRIC
+        for sample in family.samples
+        if sample.value
+    }
+    notes = []
+    if counts:
+        notes.append("quarantined: " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items())))
+    if damaged:
+        files = ", ".join(f"{p} {n} files" for p, n in sorted(damaged.items()))
+        notes.append(f"damaged: {files} (tamto storage verify)")
+    return "; ".join(notes)
 
 
 def render_status(
