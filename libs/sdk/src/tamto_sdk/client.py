@@ -256,11 +256,13 @@ class Client:
         *,
         match: str | None = None,
         group: str = "",
+        concurrency: int = 16,
     ) -> ReplyHandler:
         """Answer the requests `stream` receives (see `subscribe` for `match` and
-        `group`) with `handler(message) -> bytes`; use it as an async context manager."""
+        `group`) with `handler(message) -> bytes`, up to `concurrency` at once; use
+        it as an async context manager."""
         subscription = self.subscribe(stream, match=match, group=group)
-        handler_ = ReplyHandler(self._calls, subscription, handler)
+        handler_ = ReplyHandler(self._calls, subscription, handler, concurrency)
         self._ephemeral.append(handler_)
         return handler_
 

@@ -431,15 +431,22 @@ class ReplyHandler:
     (sync or async, returning the reply payload); use it as an async context
     manager, or `start` and `close` it.
 
-    Messages without a response stream are passed over. A reply to a request
-    that has meanwhile expired is counted in `expired`; a handler that raises
-    is counted in `failed` (the requester then gets its timeout).
+    Messages without a response stream are passed over. Up to `concurrency`
+    requests are handled at once. A reply to a request that has meanwhile
+    expired is counted in `expired`; a handler that raises is counted in
+    `failed` (the requester then gets its timeout).
     """
 
-    def __init__(self, calls: Calls, subscription: Subscription, handler: Handler) -> None:
+    def __init__(
+        self, calls: Calls, subscription: Subscription, handler: Handler, concurrency: int = 16
+    ) -> None:
+        if concurrency < 1:
+            raise InvalidArgument(f"concurrency must be at least 1, got {concurrency}")
         self._calls = calls
         self._subscription = subscription
         self._handler = handler
+        self._slots = asyncio.Semaphore(concurrency)
+        self._running: set[asyncio.Task[None]] = set()
         self._task: asyncio.Task[None] | None = None
         self.answered = 0
         self.expired = 0
@@ -454,23 +461,31 @@ class ReplyHandler:
         async for message in self._subscription:
             if not message.response_stream:
                 continue
-            try:
-                result = self._handler(message)
-                if inspect.isawaitable(result):
-                    result = await result
-                await reply(self._calls, message.response_stream, result)
-                self.answered += 1
-            except NotFound:
-                self.expired += 1
-            except Exception:
-                self.failed += 1
+            await self._slots.acquire()
+            task = asyncio.create_task(self._answer(message))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _answer(self, message: EphemeralMessage) -> None:
+        try:
+            result = self._handler(message)
+            if inspect.isawaitable(result):
+                result = await result
+            await reply(self._calls, message.response_stream, result)
+            self.answered += 1
+        except NotFound:
+            self.expired += 1
+        except Exception:
+            self.failed += 1
+        finally:
+            self._slots.release()
 
     async def close(self) -> None:
         await self._subscription.close()
-        if self._task is not None:
-            self._task.cancel()
+        for task in [t for t in (self._task, *self._running) if t is not None]:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError, TamtoError):
-                await self._task
+                await task
 
     async def __aenter__(self) -> ReplyHandler:
         return await self.start()

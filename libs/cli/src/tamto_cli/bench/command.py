@@ -101,7 +101,7 @@ def bench(
         int, typer.Option(help="unacknowledged publishes per producer (both systems)")
     ] = 10_000,
     systems: Annotated[
-        str, typer.Option(help="what to run, of: tamto,jetstream,core,ceiling")
+        str, typer.Option(help="what to run, of: tamto,jetstream,core,ceiling,ephemeral")
     ] = ",".join(SYSTEMS),
     jetstream_sync: Annotated[
         str, typer.Option(help="JetStream sync_interval (always: fsync before every ack)")
@@ -121,7 +121,8 @@ def bench(
         Path | None, typer.Option("--data-dir", help="where the running system's state lives")
     ] = None,
 ) -> None:
-    """Measure throughput, latency and memory of Tamto beside NATS JetStream (loopback only)."""
+    """Measure throughput, latency and memory of Tamto beside NATS JetStream, and its
+    ephemeral streams beside core NATS (loopback only)."""
     chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
     unknown = [s for s in chosen if s not in SYSTEMS]
     if unknown or not chosen:
@@ -149,7 +150,7 @@ def bench(
         err.print("tamto bench: --duration must be > 0 and every size at least 8 bytes")
         raise typer.Exit(2)
     target = None
-    if not local and "tamto" in chosen:
+    if not local and ("tamto" in chosen or "ephemeral" in chosen):
         data = settings.data_dir(data_dir)
         target = TamtoTarget(settings.gateway_url(url), settings.api_key(api_key, data), etcd)
 

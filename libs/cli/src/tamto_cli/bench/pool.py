@@ -44,6 +44,10 @@ def _job(spec: JobSpec) -> Job:
         from tamto_cli.bench import tamto_jobs
 
         return tamto_jobs.publish if spec.role == "pub" else tamto_jobs.consume
+    if spec.system == "ephemeral" or spec.role in ("fan", "req", "rep"):
+        from tamto_cli.bench import ephemeral_jobs
+
+        return ephemeral_jobs.JOBS[(spec.system, spec.role)]
     if spec.system in ("jetstream", "core"):
         from tamto_cli.bench import nats_jobs
 

@@ -16,6 +16,10 @@ LATENCY_P99_MS = 10.0
 BIG_SIZE = 10240
 BIG_MB_S = 150.0
 CEILING_SHARE = 0.7
+#: Issue 23's targets for ephemeral streams, beside core NATS through nats-py.
+EPHEMERAL_RATIO = 2.0
+EPHEMERAL_RATIO_SIZES = (100, 1024)
+EPHEMERAL_P99_MS = 5.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ def verdicts(doc: dict[str, Any]) -> list[Verdict]:
         if int(size) == BIG_SIZE and "tamto" in systems:
             mb = _get(doc, size, "tamto", "publish_mb_s")
             out.append(Verdict("10 KiB ≥ 150 MB/s", int(size), mb, BIG_MB_S, mb >= BIG_MB_S))
+        out += _ephemeral_verdicts(doc, size, systems)
         if "ceiling" in systems and "tamto" in systems:
             share = r["publish_vs_ceiling"]
             out.append(
@@ -107,11 +112,95 @@ def verdicts(doc: dict[str, Any]) -> list[Verdict]:
     return out
 
 
+def _ephemeral_verdicts(doc: dict[str, Any], size: str, systems: dict[str, Any]) -> list[Verdict]:
+    out: list[Verdict] = []
+    if "ephemeral" not in systems:
+        return out
+    if int(size) in EPHEMERAL_RATIO_SIZES and "core_nats" in systems:
+        ratio = _ratio(
+            _get(doc, size, "ephemeral", "pubsub_msgs_s"),
+            _get(doc, size, "core_nats", "pubsub_msgs_s"),
+        )
+        out.append(
+            Verdict(
+                "ephemeral pub→deliver ≥ 2x core NATS",
+                int(size),
+                ratio,
+                EPHEMERAL_RATIO,
+                ratio >= EPHEMERAL_RATIO,
+            )
+        )
+    latency = systems["ephemeral"].get(f"latency_{LATENCY_RATE:g}")
+    if latency is not None:
+        p99 = _num(latency["p99_ms"])
+        out.append(
+            Verdict(
+                "ephemeral p99 ≤ 5 ms @ 5,000/s",
+                int(size),
+                p99,
+                EPHEMERAL_P99_MS,
+                p99 <= EPHEMERAL_P99_MS,
+            )
+        )
+    return out
+
+
+def ephemeral_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """Ephemeral streams beside core NATS: metric, size, ephemeral, core NATS, ratio."""
+    out: list[list[str]] = []
+    for size, systems in doc["sizes"].items():
+        if "ephemeral" not in systems:
+            continue
+
+        def pair(label: str, key: str, size: str = size) -> list[str]:
+            mine = _get(doc, size, "ephemeral", key)
+            theirs = _get(doc, size, "core_nats", key)
+            return [label, size, _fmt(mine), _fmt(theirs), _fmt(_ratio(mine, theirs), "x")]
+
+        out.append(pair("pub→deliver msg/s", "pubsub_msgs_s"))
+        out.append(pair("pub→deliver MB/s", "pubsub_mb_s"))
+        for key in sorted(
+            (k for k in systems["ephemeral"] if k.startswith("latency_")),
+            key=lambda k: float(k.split("_", 1)[1]),
+        ):
+            rate = int(float(key.split("_", 1)[1]))
+            for label, field in (("p50", "p50_ms"), ("p99", "p99_ms")):
+                mine = _num(systems["ephemeral"][key].get(field))
+                theirs = _num(systems.get("core_nats", {}).get(key, {}).get(field))
+                saturated = systems["ephemeral"][key].get("saturated")
+                out.append(
+                    [
+                        f"latency {label} ms @ {rate:,}/s",
+                        size,
+                        _fmt(mine) + (" (sat.)" if saturated else ""),
+                        _fmt(theirs),
+                        _fmt(_ratio(mine, theirs), "x"),
+                    ]
+                )
+        for key in sorted(k for k in systems["ephemeral"] if k.startswith("fanout_")):
+            if key.endswith("_deliveries_s"):
+                consumers = key.split("_")[1]
+                out.append(pair(f"fan-out to {consumers}: deliveries/s", key))
+        if "rr_per_s" in systems["ephemeral"]:
+            out.append(pair("request/reply round trips/s", "rr_per_s"))
+            out.append(pair("request/reply p50 ms", "rr_p50_ms"))
+            out.append(pair("request/reply p99 ms", "rr_p99_ms"))
+    return out
+
+
+EPHEMERAL_HEADERS = ["ephemeral", "size B", "Tamto ephemeral", "core NATS", "ratio"]
+
+
 def finish(doc: dict[str, Any]) -> dict[str, Any]:
     """Add the ratios and the target verdicts to a run's document."""
     doc["ratios"] = {size: ratios(doc, size) for size in doc["sizes"]}
     doc["targets"] = [asdict(v) for v in verdicts(doc)]
     return doc
+
+
+def _is_ratio(target: str) -> bool:
+    """Whether a target's bar is a ratio (e.g. "publish ≥ 10x JetStream")."""
+    return "x JetStream" in target or "x core NATS" in target
 
 
 def _fmt(value: float, unit: str = "") -> str:
@@ -223,6 +312,14 @@ def render(doc: dict[str, Any], console: Console) -> None:
         previous = row[1]
         table.add_row(*row)
     console.print(table)
+    eph = ephemeral_rows(doc)
+    if eph:
+        eph_table = Table(title="ephemeral streams", header_style="bold")
+        for i, header in enumerate(EPHEMERAL_HEADERS):
+            eph_table.add_column(header, justify="left" if i == 0 else "right")
+        for row in eph:
+            eph_table.add_row(*row)
+        console.print(eph_table)
     memory = Table(title="peak RSS (MiB)", header_style="bold")
     memory.add_column("system")
     memory.add_column("process")
@@ -235,7 +332,7 @@ def render(doc: dict[str, Any], console: Console) -> None:
     for header in ("target", "size B", "measured", "bar", ""):
         targets.add_column(header, justify="right" if header != "target" else "left")
     for v in verdicts(doc):
-        unit = "%" if "ceiling" in v.target else "x" if "JetStream" in v.target else ""
+        unit = "%" if "ceiling" in v.target else "x" if _is_ratio(v.target) else ""
         targets.add_row(
             v.target,
             str(v.size),
@@ -252,9 +349,13 @@ def markdown(doc: dict[str, Any]) -> str:
     """The summary and the verdicts as Markdown tables (for docs/benchmarks.md)."""
     lines = ["| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(row) + " |" for row in rows(doc)]
+    eph = ephemeral_rows(doc)
+    if eph:
+        lines += ["", "| " + " | ".join(EPHEMERAL_HEADERS) + " |", "|" + "---|" * 5]
+        lines += ["| " + " | ".join(row) + " |" for row in eph]
     lines += ["", "| target | size B | measured | bar | |", "|---|---|---|---|---|"]
     for v in verdicts(doc):
-        unit = "%" if "ceiling" in v.target else "x" if "JetStream" in v.target else ""
+        unit = "%" if "ceiling" in v.target else "x" if _is_ratio(v.target) else ""
         lines.append(
             f"| {v.target} | {v.size} | {_fmt(v.value, unit)} | {_fmt(v.bar, unit)} | "
             f"{'met' if v.met else '**missed**'} |"

@@ -38,7 +38,11 @@ from tamto_common.config import MIB
 from tamto_local.ports import free_port
 from tamto_protocol.partitioning import partition_for_key
 
-SYSTEMS = ("tamto", "jetstream", "core", "ceiling")
+SYSTEMS = ("tamto", "jetstream", "core", "ceiling", "ephemeral")
+#: Ephemeral fan-out: this many consumers, over two subscriber workers.
+FAN_OUT = 100
+#: Requests in flight per requester worker (both systems).
+REQUESTS_IN_FLIGHT = 16
 MB = 1_000_000
 #: Publishes all JetStream producers may have unacknowledged together (see `_publish`).
 _JETSTREAM_MAX_QUEUED = 8_000
@@ -171,6 +175,41 @@ class Runner:
                     )
             if "ceiling" in o.systems:
                 plan.append((f"bare ceiling {size} B", self._bind(self._ceiling, size)))
+            if "ephemeral" in o.systems:
+                plan += self._ephemeral_phases(size, first=size == o.sizes[0])
+        return plan
+
+    def _ephemeral_phases(self, size: int, first: bool) -> list[Phase]:
+        """Ephemeral pub/sub and latency per size; fan-out and request/reply once (at the
+        first size), each beside core NATS when the run has it."""
+        o = self.options
+        plan: list[Phase] = [
+            (f"ephemeral pub/sub {size} B", self._bind(self._eph_pubsub, size)),
+            *(
+                (
+                    f"ephemeral latency {size} B @ {rate:g}/s",
+                    self._bind(self._latency, "ephemeral", size, rate),
+                )
+                for rate in o.rates
+            ),
+        ]
+        if first:
+            for system in ("ephemeral", "core"):
+                if system == "core" and "core" not in o.systems:
+                    continue
+                label = "ephemeral" if system == "ephemeral" else "core NATS"
+                plan.append(
+                    (
+                        f"{label} fan-out x{FAN_OUT} {size} B",
+                        self._bind(self._fan_out, system, size),
+                    )
+                )
+                plan.append(
+                    (
+                        f"{label} request/reply {size} B",
+                        self._bind(self._request_reply, system, size),
+                    )
+                )
         return plan
 
     @staticmethod
@@ -184,7 +223,8 @@ class Runner:
         o = self.options
         target = kw.pop("target", None)
         if target is None:
-            target = self.tamto.url if system == "tamto" and self.tamto else self.nats_url or ""
+            tamto = system in ("tamto", "ephemeral") and self.tamto
+            target = self.tamto.url if tamto and self.tamto else self.nats_url or ""
         return JobSpec(
             system=system,
             role=role,
@@ -214,6 +254,9 @@ class Runner:
             assert self._tamto_admin is not None
             await self._tamto_admin.streams.ensure(stream, partitions=self.options.partitions)
             await self._warm_up(stream)
+        elif system == "ephemeral":
+            assert self._tamto_admin is not None
+            await self._tamto_admin.streams.ensure(stream, kind=tamto_sdk.StreamKind.EPHEMERAL)
         elif system == "jetstream":
             await self._nats_admin.jetstream().add_stream(
                 StreamConfig(
@@ -251,7 +294,7 @@ class Runner:
 
     async def _delete(self, system: str, stream: str) -> None:
         with contextlib.suppress(Exception):  # cleanup only: a leftover stream is harmless
-            if system == "tamto" and self._tamto_admin is not None:
+            if system in ("tamto", "ephemeral") and self._tamto_admin is not None:
                 await self._tamto_admin.streams.delete(stream)
             elif system == "jetstream":
                 await self._nats_admin.jetstream().delete_stream(stream)
@@ -355,7 +398,10 @@ class Runner:
         o = self.options
         stream = self._stream("lat", size, rate)
         await self._create(system, stream, push=True)
-        subs = [self._spec(system, "sub", stream, size, latency=True) for _ in range(o.consumers)]
+        subs = [
+            self._spec(system, "sub", stream, size, latency=True, group="bench")
+            for _ in range(o.consumers)
+        ]
         pubs = [
             self._spec(system, "pub", stream, size, rate=rate / o.producers)
             for _ in range(o.producers)
@@ -390,6 +436,83 @@ class Runner:
                 "pubsub_msgs_s": delivered,
                 "pubsub_mb_s": delivered * size / MB,
                 "publish_msgs_s": published,
+            },
+        )
+
+    async def _eph_pubsub(self, size: int) -> None:
+        """Ephemeral publish→deliver throughput: subscribers in one group, as core NATS's
+        pub/sub phase uses one queue group."""
+        o = self.options
+        stream = self._stream("eph", size)
+        await self._create("ephemeral", stream)
+        subs = [
+            self._spec("ephemeral", "sub", stream, size, group="bench") for _ in range(o.consumers)
+        ]
+        pubs = [self._spec("ephemeral", "pub", stream, size) for _ in range(o.producers)]
+        try:
+            results = await self._run("ephemeral pub/sub", subs + pubs, o.duration_s + o.idle_s)
+        finally:
+            await self._delete("ephemeral", stream)
+        delivered = sum(r.in_window for r in results[: len(subs)]) / o.duration_s
+        self._record(
+            size,
+            "ephemeral",
+            {
+                "pubsub_msgs_s": delivered,
+                "pubsub_mb_s": delivered * size / MB,
+                "publish_msgs_s": sum(r.in_window for r in results[len(subs) :]) / o.duration_s,
+                "dropped": sum(r.errors for r in results[: len(subs)]),
+            },
+        )
+
+    async def _fan_out(self, system: str, size: int) -> None:
+        """One publisher, `FAN_OUT` consumers without a group over two workers."""
+        o = self.options
+        stream = self._stream("fan", size)
+        await self._create(system, stream)
+        role = "sub" if system == "ephemeral" else "fan"
+        subs = [self._spec(system, role, stream, size, subscribers=FAN_OUT // 2) for _ in range(2)]
+        pubs = [self._spec(system, "pub", stream, size)]
+        try:
+            results = await self._run(f"{system} fan-out", subs + pubs, o.duration_s + o.idle_s)
+        finally:
+            await self._delete(system, stream)
+        delivered = sum(r.in_window for r in results[: len(subs)]) / o.duration_s
+        self._record(
+            size,
+            "core_nats" if system == "core" else system,
+            {
+                f"fanout_{FAN_OUT}_deliveries_s": delivered,
+                f"fanout_{FAN_OUT}_publish_msgs_s": results[-1].in_window / o.duration_s,
+            },
+        )
+
+    async def _request_reply(self, system: str, size: int) -> None:
+        """Round trips per second and their latency: one replier, `producers` requesters
+        with `REQUESTS_IN_FLIGHT` requests each."""
+        o = self.options
+        stream = self._stream("rr", size)
+        await self._create(system, stream)
+        replier = [self._spec(system, "rep", stream, size)]
+        requesters = [
+            self._spec(system, "req", stream, size, window=REQUESTS_IN_FLIGHT)
+            for _ in range(o.producers)
+        ]
+        try:
+            results = await self._run(
+                f"{system} request/reply", replier + requesters, o.duration_s + o.idle_s
+            )
+        finally:
+            await self._delete(system, stream)
+        samples = sorted(ns for r in results[1:] for ns in r.latencies_ns)
+        self._record(
+            size,
+            "core_nats" if system == "core" else system,
+            {
+                "rr_per_s": sum(r.in_window for r in results[1:]) / o.duration_s,
+                "rr_p50_ms": percentile(samples, 50) / 1e6,
+                "rr_p99_ms": percentile(samples, 99) / 1e6,
+                "rr_errors": sum(r.errors for r in results[1:]),
             },
         )
 
@@ -440,7 +563,7 @@ async def run_bench(
         notes: list[str] = []
         tamto: TamtoTarget | None = None
         storage_urls: list[str] = []
-        if "tamto" in o.systems:
+        if "tamto" in o.systems or "ephemeral" in o.systems:
             if local:
                 tamto = await stack.enter_async_context(local_tamto(workdir / "tamto"))
             elif target is None:

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 class JobSpec:
     """One worker's part of a workload; pickled to the worker process.
 
-    `system` is "tamto", "jetstream", "core" (core NATS) or "ceiling"; `role` is
-    "pub", "sub" or, for the ceiling, "client", "hop" and "sink". A publisher with
+    `system` is "tamto", "ephemeral" (Tamto's ephemeral streams), "jetstream",
+    "core" (core NATS) or "ceiling"; `role` is "pub", "sub", "fan" (core NATS
+    fan-out), "req" and "rep" (request/reply) or, for the ceiling, "client",
+    "hop" and "sink". A publisher with
     `rate` > 0 paces itself (messages per second) and stamps each payload with its
     send time; a subscriber with `latency` reads those stamps.
     """
@@ -30,6 +32,10 @@ class JobSpec:
     #: Tamto publishers: messages per `send_batch` call (0: one `send` per message).
     batch_api: int = 0
     idle_s: float = 1.0
+    #: Ephemeral and fan-out subscribers: the group to join ("" none), and how many
+    #: subscriptions one worker holds.
+    group: str = ""
+    subscribers: int = 1
     #: Ceiling: the port to serve on, the next hop's address, the file to write.
     port: int = 0
     path: str = ""

@@ -1,0 +1,236 @@
+"""Ephemeral-stream and request/reply workloads, and their core NATS peers (nats-py).
+
+Run inside a worker process (see `pool`). The two systems do the same things:
+
+- pub/sub: publishers as fast as they can (or at `spec.rate`, stamped), subscribers
+  in one group (`spec.group`; core NATS: a queue group) counting deliveries in the
+  window, with publish→deliver latencies when asked;
+- fan-out: each subscriber worker holds `spec.subscribers` subscriptions without a
+  group, each receiving everything;
+- request/reply: `spec.window` requests in flight per requester, a replier that
+  echoes the payload; round trips are counted and timed (`latencies_ns`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import nats
+import pyarrow.compute as pc
+from nats.aio.msg import Msg
+
+import tamto_sdk
+from tamto_cli.bench.gate import Gate
+from tamto_cli.bench.nats_jobs import subject_of
+from tamto_cli.bench.spec import JobResult, JobSpec
+from tamto_cli.bench.timing import in_window, paced, stamp_of, wait_for_start
+
+#: Publishes between two yields to the event loop.
+_YIELD_EVERY = 256
+_FLUSH_TIMEOUT_S = 30.0
+#: Latency samples from the first part of the window are dropped (connections warm up).
+_WARMUP_FRACTION = 0.2
+_REQUEST_TIMEOUT_S = 5.0
+
+
+async def eph_publish(spec: JobSpec, gate: Gate) -> JobResult:
+    """Publish to an ephemeral stream (SDK batching per topic); count what was sent."""
+    result = JobResult()
+    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+        async with client.ephemeral_producer(spec.stream, max_pending=spec.window) as producer:
+            start = await wait_for_start(await gate.ready())
+            end = start + spec.duration_s
+            result.started = time.time()
+
+            async def send(payload: bytes) -> None:
+                await producer.publish(payload, topic="bench.load")
+
+            if spec.rate > 0:
+                result.total = await paced(spec.rate, start, end, send, spec.size)
+            else:
+                payload = os.urandom(spec.size)
+                while time.monotonic() < end:
+                    for _ in range(_YIELD_EVERY):
+                        await producer.publish(payload, topic="bench.load")
+                    result.total += _YIELD_EVERY
+                    await asyncio.sleep(0)
+            result.in_window = result.total
+            await asyncio.wait_for(producer.flush(), _FLUSH_TIMEOUT_S)
+            result.last = time.time()
+    return result
+
+
+async def eph_subscribe(spec: JobSpec, gate: Gate) -> JobResult:
+    """`spec.subscribers` subscriptions (in `spec.group`, if any) counting deliveries."""
+    result = JobResult()
+    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+        subs = [
+            await client.subscribe(spec.stream, match="bench.#", group=spec.group).start()
+            for _ in range(spec.subscribers)
+        ]
+        start_wall = await gate.ready()
+        result.started = start_wall
+        warm_ns = int((start_wall + spec.duration_s * _WARMUP_FRACTION) * 1e9)
+        start = await wait_for_start(start_wall)
+
+        async def read(sub: tamto_sdk.Subscription) -> None:
+            async for batch in sub.batches():
+                received_ns = time.time_ns()
+                n = len(batch)
+                result.total += n
+                result.last = time.time()
+                if in_window(start, start + spec.duration_s):
+                    result.in_window += n
+                if spec.latency:
+                    stamps = pc.binary_slice(batch.record_batch.column("payload"), 0, 8)
+                    for raw in stamps.to_pylist():
+                        sent_ns = stamp_of(raw)
+                        if sent_ns >= warm_ns:
+                            result.latencies_ns.append(received_ns - sent_ns)
+
+        readers = [asyncio.create_task(read(sub)) for sub in subs]
+        await asyncio.sleep(max(0.0, start + spec.duration_s + spec.idle_s - time.monotonic()))
+        for task in readers:
+            task.cancel()
+        result.errors = sum(sub.dropped for sub in subs)
+    return result
+
+
+async def eph_request(spec: JobSpec, gate: Gate) -> JobResult:
+    """`spec.window` request loops; each round trip counted and timed."""
+    result = JobResult()
+    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+
+        async def ask(payload: bytes) -> None:
+            await client.request(
+                spec.stream, payload, topic="bench.rpc", timeout_s=_REQUEST_TIMEOUT_S
+            )
+
+        await _request_loops(spec, gate, result, ask)
+    return result
+
+
+async def eph_reply(spec: JobSpec, gate: Gate) -> JobResult:
+    """Answer every request with its own payload until the window (and idle) ends."""
+    result = JobResult()
+    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+        handler = client.reply_handler(
+            spec.stream, lambda m: m.payload, match="bench.rpc", group="bench", concurrency=64
+        )
+        async with handler:
+            start = await wait_for_start(await gate.ready())
+            await asyncio.sleep(max(0.0, start + spec.duration_s + spec.idle_s - time.monotonic()))
+        result.total = handler.answered
+        result.errors = handler.failed + handler.expired
+    return result
+
+
+async def core_fan_out(spec: JobSpec, gate: Gate) -> JobResult:
+    """`spec.subscribers` plain core NATS subscriptions, each receiving everything."""
+    result = JobResult()
+    nc = await nats.connect(spec.target, max_reconnect_attempts=0)
+    try:
+        window = {"start": 0.0, "end": 0.0}
+
+        async def on_message(msg: Msg) -> None:
+            result.total += 1
+            result.last = time.time()
+            if window["start"] <= time.monotonic() <= window["end"]:
+                result.in_window += 1
+
+        for _ in range(spec.subscribers):
+            await nc.subscribe(
+                subject_of(spec.stream),
+                cb=on_message,
+                pending_msgs_limit=1_000_000,
+                pending_bytes_limit=1 << 30,
+            )
+        await nc.flush()
+        start_wall = await gate.ready()
+        result.started = start_wall
+        start = await wait_for_start(start_wall)
+        window["start"], window["end"] = start, start + spec.duration_s
+        await asyncio.sleep(spec.duration_s + spec.idle_s)
+    finally:
+        await nc.close()
+    return result
+
+
+async def core_request(spec: JobSpec, gate: Gate) -> JobResult:
+    """Core NATS request/reply (`nc.request`), `spec.window` loops."""
+    result = JobResult()
+    nc = await nats.connect(spec.target, max_reconnect_attempts=0)
+    try:
+
+        async def ask(payload: bytes) -> None:
+            await nc.request(subject_of(spec.stream), payload, timeout=_REQUEST_TIMEOUT_S)
+
+        await _request_loops(spec, gate, result, ask)
+    finally:
+        await nc.close()
+    return result
+
+
+async def core_reply(spec: JobSpec, gate: Gate) -> JobResult:
+    """A core NATS replier (queue group) echoing each request."""
+    result = JobResult()
+    nc = await nats.connect(spec.target, max_reconnect_attempts=0)
+    try:
+
+        async def on_request(msg: Msg) -> None:
+            await msg.respond(msg.data)
+            result.total += 1
+
+        await nc.subscribe(subject_of(spec.stream), queue="bench", cb=on_request)
+        await nc.flush()
+        start = await wait_for_start(await gate.ready())
+        await asyncio.sleep(max(0.0, start + spec.duration_s + spec.idle_s - time.monotonic()))
+    finally:
+        await nc.close()
+    return result
+
+
+async def _request_loops(
+    spec: JobSpec,
+    gate: Gate,
+    result: JobResult,
+    ask: Callable[[bytes], Coroutine[Any, Any, None]],
+) -> None:
+    payload = os.urandom(spec.size)
+    start = await wait_for_start(await gate.ready())
+    end = start + spec.duration_s
+    warm = start + spec.duration_s * _WARMUP_FRACTION
+    result.started = time.time()
+
+    async def loop() -> None:
+        while time.monotonic() < end:
+            sent = time.monotonic_ns()
+            try:
+                await ask(payload)
+            except Exception:
+                result.errors += 1
+                continue
+            now = time.monotonic()
+            result.total += 1
+            if start <= now <= end:
+                result.in_window += 1
+            if now >= warm:
+                result.latencies_ns.append(time.monotonic_ns() - sent)
+
+    await asyncio.gather(*(loop() for _ in range(max(1, spec.window))))
+    result.last = time.time()
+
+
+JOBS = {
+    ("ephemeral", "pub"): eph_publish,
+    ("ephemeral", "sub"): eph_subscribe,
+    ("ephemeral", "req"): eph_request,
+    ("ephemeral", "rep"): eph_reply,
+    ("core", "fan"): core_fan_out,
+    ("core", "req"): core_request,
+    ("core", "rep"): core_reply,
+}

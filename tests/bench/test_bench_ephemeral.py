@@ -1,0 +1,45 @@
+"""`tamto bench --systems ephemeral,core` measures ephemeral streams beside core NATS.
+
+No performance assertion: only that each number was measured, is a number, and
+shows in the tables and the targets.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from .tiny_run import run_bench
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.timeout(240)
+def test_bench_reports_ephemeral_rows_beside_core_nats(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    md = tmp_path / "bench.md"
+    proc = run_bench(
+        "--local",
+        "--systems",
+        "ephemeral,core",
+        "--json",
+        str(out),
+        "--markdown",
+        str(md),
+        cwd=tmp_path,
+        timeout_s=230,
+    )
+    size = json.loads(out.read_text())["sizes"]["100"]
+    for system in ("ephemeral", "core_nats"):
+        for metric in ("pubsub_msgs_s", "fanout_100_deliveries_s", "rr_per_s", "rr_p99_ms"):
+            assert isinstance(size[system][metric], int | float), (system, metric)
+        assert size[system]["latency_500"]["samples"] > 0, system
+    assert size["ephemeral"]["pubsub_msgs_s"] > 0
+    assert size["ephemeral"]["fanout_100_deliveries_s"] > 0
+    assert size["ephemeral"]["rr_per_s"] > 0
+    targets = {t["target"] for t in json.loads(out.read_text())["targets"]}
+    assert targets >= {"ephemeral pub→deliver ≥ 2x core NATS"}
+    assert "ephemeral streams" in proc.stdout
+    assert "| ephemeral | size B | Tamto ephemeral | core NATS | ratio |" in md.read_text()
