@@ -63,6 +63,8 @@ UNARY = [
 ]
 #: Requests that could delete or replace what the other properties use get no known names.
 NO_KNOWN_NAMES = {"DeleteStream"}
+#: The stream pipelined publishes go to (not checked by the consumer of `NAMES`).
+PIPELINED = ["fuzz-pipelined"]
 
 
 @dataclass
@@ -87,9 +89,20 @@ class Gateway:
             response_deserializer=lambda b: b,
         )
         try:
-            return call(request, metadata=self.metadata(auth), timeout=20)
+            answer = call(request, metadata=self.metadata(auth), timeout=20)
         except grpc.RpcError as exc:
             return exc
+        if method.name == "Publish":
+            self.record_acked(request.batch)
+        return answer
+
+    def record_acked(self, batch: Any) -> None:
+        """Note the payloads of an acknowledged publish, which must be a valid batch."""
+        try:
+            accepted = validate_batch(batch.arrow_ipc, batch.count, 0)
+        except BatchFormatError as exc:
+            raise AssertionError(f"the gateway acknowledged an invalid batch: {exc}") from None
+        self.acked_payloads.update(accepted.column("payload").to_pylist())
 
 
 #: How often each status answered, per RPC (printed with -s, for judging the campaign).
@@ -118,7 +131,7 @@ def gateway(tamto_cluster: TestCluster) -> Iterator[Gateway]:
     token = gateway_pb2.AuthenticateResponse.FromString(answer).token
     gw = Gateway(channel, token)
     ensure = SERVICE.methods_by_name["EnsureStream"]
-    for name in NAMES:
+    for name in [*NAMES, *PIPELINED]:
         config = messages_pb2.StreamConfig(partitions=2)
         created = gw.unary(ensure, gateway_pb2.EnsureStreamRequest(name=name, config=config))
         assert not isinstance(created, grpc.RpcError), created
@@ -181,14 +194,8 @@ def test_publish_of_fuzzed_batches_stores_nothing_invalid(
             partition=partition,
             batch=messages_pb2.RecordBatch(arrow_ipc=data, count=count),
         )
-        answer = gateway.unary(publish, request)
+        answer = gateway.unary(publish, request)  # notes what was acknowledged
         assert_precise(answer, f"Publish({stream!r}, {partition}, {len(data)} bytes, {count})")
-        if not isinstance(answer, grpc.RpcError):
-            try:
-                accepted = validate_batch(data, count, 0)
-            except BatchFormatError as exc:
-                raise AssertionError(f"the gateway acknowledged an invalid batch: {exc}") from None
-            gateway.acked_payloads.update(accepted.column("payload").to_pylist())
 
     fuzz()
 
@@ -243,6 +250,51 @@ def test_consume_streams_of_fuzzed_requests_end_precisely(
         except grpc.RpcError as exc:
             if exc.code() != Code.DEADLINE_EXCEEDED:
                 assert_precise(exc, f"Consume({[first, *rest]})")
+
+    fuzz()
+    assert_serving(tamto_cluster)
+
+
+#: A status code by its number (`CallStatus.code` of a pipelined call's answer).
+_BY_NUMBER = {code.value[0]: code for code in Code}
+
+
+def test_publish_stream_calls_and_ephemeral_subscriptions_end_precisely(
+    tamto_cluster: TestCluster, gateway: Gateway
+) -> None:
+    publish_stream = gateway.channel.stream_stream(
+        f"/{SERVICE.full_name}/PublishStream",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=gateway_pb2.PublishStreamResponse.FromString,
+    )
+    subscribe = gateway.channel.unary_stream(
+        f"/{SERVICE.full_name}/SubscribeEphemeral",
+        request_serializer=lambda m: m.SerializeToString(),
+        response_deserializer=lambda b: b,
+    )
+    publish_request = requests(gateway_pb2.PublishRequest.DESCRIPTOR, PIPELINED)
+    subscribe_request = requests(gateway_pb2.SubscribeEphemeralRequest.DESCRIPTOR, PIPELINED)
+
+    @fuzz_settings(ci_examples=20, long_examples=1_000)
+    @given(calls=st.lists(publish_request, min_size=1, max_size=5), sub=subscribe_request)
+    def fuzz(calls: list[Any], sub: Any) -> None:
+        what = f"PublishStream({calls})"
+        try:
+            for answer in publish_stream(
+                iter(calls), metadata=gateway.metadata("token"), timeout=10
+            ):
+                code = _BY_NUMBER.get(answer.status.code, Code.UNKNOWN)
+                assert code in PRECISE, f"{what}: call {answer.call_id} answered {code.name}"
+                if code is not Code.OK:
+                    assert answer.status.message, f"{what}: {code.name} without a message"
+        except grpc.RpcError as exc:
+            assert_precise(exc, what)
+        try:
+            for _ in subscribe(sub, metadata=gateway.metadata("token"), timeout=0.5):
+                pass
+        except grpc.RpcError as exc:
+            if exc.code() != Code.DEADLINE_EXCEEDED:  # still subscribed: fine
+                assert_precise(exc, f"SubscribeEphemeral({sub})")
 
     fuzz()
     assert_serving(tamto_cluster)
