@@ -49,7 +49,7 @@ def offsets_of(segment: Segment) -> npt.NDArray[np.int64]:
     """The offsets a segment holds, sorted (read from the offset column alone)."""
     if segment.complete:
         return np.arange(segment.first_offset, segment.end_offset, dtype=np.int64)
-    table = pq.read_table(segment.path, columns=["offset"])
+    table = pq.read_table(segment.path, columns=["offset"], page_checksum_verification=True)
     return int_values(table.column("offset"))
 
 
@@ -72,7 +72,8 @@ def needed_rows(segment: Segment, keep: Sequence[Span]) -> pa.Table:
     spans = [(s, e) for s, e in spans if s < e]
     if not spans:
         return SEGMENT_SCHEMA.empty_table()
-    parquet = pq.ParquetFile(segment.path)
+    # Page CRCs checked: a damaged page must not be carried forward as if whole.
+    parquet = pq.ParquetFile(segment.path, page_checksum_verification=True)
     column = parquet.schema_arrow.get_field_index("offset")
     groups = []
     for i in range(parquet.metadata.num_row_groups):
