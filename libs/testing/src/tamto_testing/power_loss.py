@@ -12,9 +12,9 @@ filesystem keeps the *durable* image, the disk's content after a power cut:
 - a file's data becomes durable on `fsync`/`fdatasync` of that file, as it is
   at that moment (written ranges are tracked, so a sync copies only them);
 - a directory's entries (names and which file or directory each names)
-  become durable on `fsync` of that directory, as a whole; a new file is
-  part of a durable directory only after such an fsync, a rename or an unlink
-  too. Metadata other than names and sizes (modes, times) is not modelled.
+  become durable on `fsync` of that directory, as a whole: a new file, a
+  rename or an unlink is durable only after it. Metadata other than names
+  and sizes (modes, times) is not modelled.
 
 `cut()` is the power cut: it unmounts (every process using the mount must be
 dead by then: `kill -9` it first) and replaces `backing` with the durable
@@ -194,8 +194,8 @@ class _PowerLossFs:
         self.root_id = self._fresh(os.lstat(backing).st_ino)
         #: The durable entries of each directory node: name -> (kind, node id).
         self.durable_dirs: dict[int, dict[str, tuple[str, int]]] = {}
-        #: Written, not yet synced ranges of each file node (start, end), and whether
-        #: its size changed (truncate) since its last sync.
+        #: Written, not yet synced byte ranges of each file node, [start, end); a
+        #: truncate is an empty range, so the next sync takes the new size.
         self.dirty: dict[int, list[tuple[int, int]]] = {}
         self.fh_node: dict[int, int] = {}
         #: After `power_off`: the kind of operation the power fails at; then failed.
