@@ -61,3 +61,11 @@ def test_a_null_payload_is_refused_naming_the_column() -> None:
     data = encode_record_batch(pa.RecordBatch.from_arrays(columns, schema=nullable))
     with pytest.raises(BatchFormatError, match="column 'payload'"):
         validate_batch(data, ROWS, 0)
+
+
+def test_a_column_name_that_is_not_utf8_is_refused() -> None:
+    """Found by the long fuzz run: pyarrow raises UnicodeDecodeError reading the name."""
+    data = valid_batch()
+    assert data.count(b"event_time") == 1
+    with pytest.raises(BatchFormatError):
+        validate_batch(data.replace(b"event_time", b"\xe5vent_time"), ROWS, 0)

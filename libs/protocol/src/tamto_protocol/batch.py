@@ -207,7 +207,9 @@ def _read_batches(data: bytes | memoryview) -> list[pa.RecordBatch]:
         if not reader.schema.equals(BATCH_SCHEMA, check_metadata=False):
             raise BatchFormatError(_schema_mismatch(reader.schema))
         return list(reader)
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+    # Any Arrow error (ArrowNotImplementedError for an unknown codec or type too), and
+    # a column name that is not UTF-8, which pyarrow raises when the name is read.
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         raise BatchFormatError(f"not an Arrow IPC stream: {exc}") from exc
 
 
