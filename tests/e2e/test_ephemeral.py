@@ -530,3 +530,20 @@ async def test_cli_pub_topic_sub_match_group_and_request(
 async def _take(sub: Subscription, count: int) -> AsyncIterator[tamto_sdk.EphemeralMessage]:
     for _ in range(count):
         yield await asyncio.wait_for(anext(sub), 10)
+
+
+async def test_batches_larger_than_a_bus_message_travel_in_slices(
+    clients: tuple[tamto_sdk.Client, tamto_sdk.Client],
+) -> None:
+    """NATS carries 1 MiB per message: a 1.8 MB batch arrives whole, in slices; one
+    message too large for the bus is refused naming the limit."""
+    one, two = clients
+    stream = await ephemeral(one)
+    payloads = [bytes([i]) * 600_000 for i in range(3)]
+    async with two.subscribe(stream) as sub:
+        async with one.ephemeral_producer(stream) as producer:
+            assert await producer.publish_batch(payloads) == 1
+            got = [m.payload async for m in _take(sub, 3)]
+            assert got == payloads
+            with pytest.raises(InvalidArgument, match="exceeds what the bus carries"):
+                await producer.publish_batch([bytes(1_046_000)])

@@ -141,7 +141,9 @@ class EphemeralProducer:
 
     `publish` queues a message and returns; messages of a topic queued while
     that topic's previous batch is in flight go together in the next one (at
-    most `max_batch_messages`). `flush` waits until everything queued was
+    most `max_batch_messages` and, unless one message is larger, `max_batch_bytes`
+    of payload: the bus carries 1 MiB per message, and a gateway slices larger
+    batches). `flush` waits until everything queued was
     taken by a gateway, and raises the first error since the last flush.
     """
 
@@ -152,10 +154,12 @@ class EphemeralProducer:
         *,
         max_batch_messages: int = 1000,
         max_pending: int = 100_000,
+        max_batch_bytes: int = 512 << 10,
     ) -> None:
         self._calls = calls
         self._stream = stream
         self._max_batch = max_batch_messages
+        self._max_batch_bytes = max_batch_bytes
         self._max_pending = max_pending
         self._pending: dict[str, list[tuple[bytes, bytes | None, Mapping[str, str] | None]]] = {}
         self._senders: dict[str, asyncio.Task[None]] = {}
@@ -204,7 +208,13 @@ class EphemeralProducer:
         try:
             while self._pending.get(topic):
                 queue = self._pending[topic]
-                taken, self._pending[topic] = queue[: self._max_batch], queue[self._max_batch :]
+                cut, size = 0, 0
+                while cut < min(len(queue), self._max_batch) and (
+                    cut == 0 or size + len(queue[cut][0]) <= self._max_batch_bytes
+                ):
+                    size += len(queue[cut][0])
+                    cut += 1
+                taken, self._pending[topic] = queue[:cut], queue[cut:]
                 try:
                     batch = encode_messages(
                         [p for p, _, _ in taken], [k for _, k, _ in taken], [h for _, _, h in taken]

@@ -43,8 +43,10 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from prometheus_client import Counter
 
+from tamto_common.errors import InvalidArgument
 from tamto_common.streams import StreamDef
 from tamto_common.topics import TopicPattern, bus_subject, topic_of_subject
+from tamto_protocol.batch import slice_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_protocol.wire import int_field, len_header
 
@@ -53,6 +55,9 @@ log = structlog.get_logger(__name__)
 INTEREST_SUBJECT: Final = "tamto.eph-interest"
 #: Gateways re-announce their entities this often; an announcement lasts 3x as long.
 ANNOUNCE_S: Final = 2.0
+#: Room left in a bus message for the `EphemeralDelivery` around the Arrow bytes
+#: (names, topic and numbers: topics and names are at most a few hundred bytes).
+_ENVELOPE_BYTES: Final = 4096
 
 PUBLISHED = Counter(
     "tamto_ephemeral_published_messages",
@@ -201,20 +206,44 @@ class EphemeralHub:
         response_stream: str = "",
     ) -> int:
         """Put one batch on the bus; returns how many entities known here match it
-        (0: counted as unmatched). `topic` must have been checked."""
-        delivery = gateway_pb2.EphemeralDelivery(
-            stream=stream.name,
-            topic=topic,
-            batch=messages_pb2.RecordBatch(arrow_ipc=arrow_ipc, count=count),
-            response_stream=response_stream,
-            publish_time_us=time.time_ns() // 1000,
-        )
-        await self._bus.publish(bus_subject(stream.name, topic), delivery.SerializeToString())
+        (0: counted as unmatched). `topic` must have been checked.
+
+        A batch larger than the bus takes in one message (NATS's max_payload, 1 MiB
+        by default) travels as several slices; a single message that large is
+        refused with INVALID_ARGUMENT.
+        """
+        subject = bus_subject(stream.name, topic)
+        publish_time_us = time.time_ns() // 1000
+        for piece, piece_count in self._pieces(arrow_ipc, count):
+            delivery = gateway_pb2.EphemeralDelivery(
+                stream=stream.name,
+                topic=topic,
+                batch=messages_pb2.RecordBatch(arrow_ipc=piece, count=piece_count),
+                response_stream=response_stream,
+                publish_time_us=publish_time_us,
+            )
+            await self._bus.publish(subject, delivery.SerializeToString())
         PUBLISHED.labels(stream.name).inc(count)
         matched = self.matching_entities(stream.name, topic)
         if matched == 0:
             UNMATCHED.labels(stream.name).inc(count)
         return matched
+
+    def _pieces(self, arrow_ipc: bytes, count: int) -> list[tuple[bytes, int]]:
+        """The batch, or slices of it that each fit in one bus message."""
+        limit = self._bus.max_payload - _ENVELOPE_BYTES
+        if len(arrow_ipc) <= limit:
+            return [(arrow_ipc, count)]
+        if count == 1:
+            raise InvalidArgument(
+                f"an ephemeral message of {len(arrow_ipc)} bytes (encoded) exceeds what the "
+                f"bus carries in one message ({limit} bytes)"
+            )
+        half = count // 2
+        return [
+            *self._pieces(slice_batch(arrow_ipc, 0, half), half),
+            *self._pieces(slice_batch(arrow_ipc, half, count - half), count - half),
+        ]
 
     def matching_entities(self, stream: str, topic: str) -> int:
         """Entities (here and announced by other gateways) whose pattern matches."""
