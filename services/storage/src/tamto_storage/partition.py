@@ -171,8 +171,18 @@ class Partition:
         return self._wal
 
     def offsets(self) -> PartitionOffsets:
-        """Where the log starts (segments included) and where the next append must start."""
-        return PartitionOffsets(self._start_offset(), self._wal.next_offset)
+        """Where the log starts (segments included) and where the next append must start.
+
+        With a damaged WAL the end is given as one past the first damaged offset:
+        acknowledged messages lie beyond it, so a reader (the router's delivery,
+        which reads up to the end) must reach the damage and get DATA_LOSS, not
+        wait in silence at its start. Appends are refused there anyway.
+        """
+        end = self._wal.next_offset
+        corruption = self._wal.corruption
+        if corruption is not None:
+            end = max(end, corruption.offset + 1)
+        return PartitionOffsets(self._start_offset(), end)
 
     def _start_offset(self) -> int:
         wal_start = min(max(self._wal.start_offset, self._segments.floor), self._wal.next_offset)

@@ -1,0 +1,90 @@
+"""A flipped bit in a WAL frame, with real processes (issue 17 Found 4, acceptance 3).
+
+Before: the damage was found precisely, but no offset of the partition could be
+read any more, not even the intact ones below it, and nothing said how to get
+the partition back. Now: the router claims the partition, a consumer reads the
+offsets below the damage and then gets the SDK's `DataLoss` naming the WAL file
+and the first offset lost; a publish is refused with `DataLoss` too (appending
+would reuse offsets already acknowledged), never retried; `tamto storage
+repair` records the damaged frame's offsets as lost, keeps the frames after it,
+and the partition serves and accepts publishes again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import tamto_sdk
+from tamto_sdk import Start
+from tamto_storage.wal_recovery import recover
+from tamto_testing.cluster import TestCluster
+from tamto_testing.infra import Infra
+
+from .test_damaged_segment import receive, tamto_cli
+
+pytestmark = pytest.mark.e2e
+
+STREAM = "damaged"
+#: Nothing is sealed while the test runs: the messages stay in the WAL only.
+STORAGE_ENV = {"TAMTO_STORAGE_SEAL_AGE_MS": "3600000"}
+
+
+@pytest.fixture
+def cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
+    with TestCluster(tmp_path / "cluster", tamto_infra).running({"storage": STORAGE_ENV}) as c:
+        yield c
+
+
+async def test_wal_damage_keeps_the_offsets_below_readable_and_repair_restores_service(
+    cluster: TestCluster,
+) -> None:
+    storage_dir = cluster.workdir / "storage"
+    wal_dir = storage_dir / "streams" / STREAM / "partition=0" / "_wal"
+    payloads = [f"m{i:02d}".encode() for i in range(30)]
+    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        await client.streams.ensure(STREAM, partitions=1)
+        async with client.producer(STREAM) as producer:
+            for first in (0, 10, 20):  # three stored batches: three WAL frames
+                sent = [await producer.send(p) for p in payloads[first : first + 10]]
+                await asyncio.gather(*sent)
+    cluster.stop("router")
+    cluster.kill9("storage")  # a clean stop would seal the WAL into Parquet
+    entries = recover(wal_dir, truncate=False).entries
+    assert [(e.base_offset, e.count) for e in entries] == [(0, 10), (10, 10), (20, 10)]
+    middle = entries[1]
+    with middle.file.open("r+b") as f:  # one bit of the middle frame's body
+        f.seek(middle.position + 36 + middle.body_length // 2)
+        value = f.read(1)[0]
+        f.seek(-1, 1)
+        f.write(bytes([value ^ 0x10]))
+    cluster.start("storage", extra_env=STORAGE_ENV)
+    cluster.start("router")
+
+    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        assert await receive(client, "below", Start.earliest(), 10) == payloads[:10]
+        with pytest.raises(tamto_sdk.DataLoss) as read_error:
+            await receive(client, "across", Start.earliest(), 30)
+        assert str(middle.file) in str(read_error.value)
+        assert "offsets 10-" in str(read_error.value)
+        async with client.producer(STREAM) as producer:
+            with pytest.raises(tamto_sdk.DataLoss, match="offsets 10-"):
+                await asyncio.wait_for(producer.send_and_wait(b"refused"), 30)
+
+    cluster.stop("router")
+    cluster.stop("storage")
+    repair = tamto_cli("storage", "repair", "--data-dir", str(storage_dir), "--yes")
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert "offsets 10-19 lost" in repair.stdout
+    assert "offsets 10-19 lost" in (storage_dir / "audit.jsonl").read_text()
+    cluster.start("storage", extra_env=STORAGE_ENV)
+    cluster.start("router")
+
+    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with client.producer(STREAM) as producer:
+            assert (await producer.send_and_wait(b"after")).offset == 30
+        expected = [*payloads[:10], *payloads[20:], b"after"]
+        assert await receive(client, "repaired", Start.earliest(), 21) == expected
