@@ -19,6 +19,7 @@ import tamto_sdk
 from tamto_cli import ephemeral_cmds, settings
 from tamto_cli.auth_cmds import auth_app
 from tamto_cli.bench import bench
+from tamto_cli.chaos import chaos
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
 from tamto_cli.status import fetch_notes, fetch_status, render_status
@@ -96,6 +97,7 @@ app.add_typer(auth_app, name="auth")
 app.add_typer(storage_app, name="storage")
 app.command()(bench)
 app.command("request")(ephemeral_cmds.request)
+app.command()(chaos)
 
 stream_app = typer.Typer(help="Create, inspect, list and delete streams.")
 app.add_typer(stream_app, name="stream")

@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aetcd.exceptions as etcd_errors
 import grpc
 import structlog
 from prometheus_client import Histogram
@@ -22,11 +23,17 @@ from tamto_common.errors import TamtoError, Unavailable
 
 log = structlog.get_logger(__name__)
 
+#: What the etcd client raises when etcd cannot be reached in time.
+ETCD_UNREACHABLE = (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError)
+
 
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     """The status and message for an exception, or None for an unexpected one."""
     if isinstance(exc, TamtoError):
         return exc.code, str(exc)
+    if isinstance(exc, ETCD_UNREACHABLE):
+        # etcd down, restarting or paused: a call that needed it may succeed soon.
+        return grpc.StatusCode.UNAVAILABLE, f"etcd unavailable: {exc}"
     if isinstance(exc, grpc.aio.AioRpcError):
         code = exc.code()
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):

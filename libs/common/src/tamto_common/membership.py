@@ -170,16 +170,27 @@ async def list_members(client: aetcd.Client, service: str | None = None) -> list
     return sorted(members, key=lambda m: (m.service, m.instance_id))
 
 
+#: After a failed refresh or a change, the directory refreshes this often for
+#: `EAGER_FOR_S`: when etcd comes back from an outage that outlasted the leases,
+#: every member's key vanishes and is put again moments later, and a view taken
+#: in between must not stay empty for a whole interval.
+EAGER_INTERVAL_S = 0.1
+EAGER_FOR_S = 3.0
+
+
 class MemberDirectory:
     """A local, periodically refreshed view of the members of some services.
 
     Owned by the process that needs it; `refresh()` can also be called when a
-    lookup misses (a member just joined) or a peer fails (it just left).
+    lookup misses (a member just joined) or a peer fails (it just left). It
+    refreshes every `interval_s`, and every `EAGER_INTERVAL_S` for a while after
+    a failure or a change.
     """
 
     def __init__(self, client: aetcd.Client, interval_s: float = 1.0) -> None:
         self._client = client
         self._interval = interval_s
+        self._eager_until = -math.inf  # time.monotonic()
         self._members: dict[str, list[Member]] = {}
         self._task: asyncio.Task[None] | None = None
         self.changed = asyncio.Event()
@@ -193,6 +204,7 @@ class MemberDirectory:
             grouped.setdefault(member.service, []).append(member)
         if grouped != self._members:
             self._members = grouped
+            self._eager_until = time.monotonic() + EAGER_FOR_S
             self.changed.set()
             self.changed = asyncio.Event()
 
@@ -209,8 +221,11 @@ class MemberDirectory:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self._interval)
+            eager = time.monotonic() < self._eager_until
+            await asyncio.sleep(EAGER_INTERVAL_S if eager else self._interval)
             try:
                 await self.refresh()
             except Exception as exc:
-                log.warning("member directory refresh failed", error=str(exc))
+                if not eager:
+                    log.warning("member directory refresh failed", error=str(exc))
+                self._eager_until = time.monotonic() + EAGER_FOR_S

@@ -65,13 +65,21 @@ class Partitions:
                 return current
             if current is not None:
                 await current.close()
-            opened = await self._open(stream, partition)
+            try:
+                opened = await self._open(stream, partition)
+            except Exception as exc:
+                log.warning(
+                    "partition open failed", stream=stream, partition=partition, error=repr(exc)
+                )
+                raise
             self._logs[key] = opened
             return opened
 
     async def _open(self, stream: str, partition: int) -> PartitionLog:
         started = time.monotonic()
         deadline = started + self._claim_timeout
+        # The storage node first: without one, claiming would only use up an epoch.
+        storage = self._storage_for(stream, partition)
         while True:
             try:
                 result: Claim | Held = await claim_partition(
@@ -89,7 +97,6 @@ class Partitions:
                 )
             await asyncio.sleep(0.2)  # the holder's lease expires within its TTL
         claimed = time.monotonic()
-        storage = self._storage_for(stream, partition)
         bounds = await storage.open_partition(stream, partition, result.epoch)
         self._claims[(stream, partition)] = result
         opened = time.monotonic()

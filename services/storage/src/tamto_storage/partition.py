@@ -108,6 +108,7 @@ class Partition:
         self._fence = epoch  # >= _epoch: an open in progress already fences older epochs
         self._epoch_lock = asyncio.Lock()
         self._cursors = CursorStore(directory / CURSORS_DIR)
+        self._damage_shown = False  # whether the damaged-files gauge has this partition
 
     @classmethod
     async def load(
@@ -327,8 +328,9 @@ class Partition:
         """Show what is known damaged in the `tamto_storage_damaged_files` gauge
         (`tamto status` reads it)."""
         damaged = len(self.damage())
-        if damaged:
+        if damaged or self._damage_shown:  # no series for the (many) partitions never damaged
             metrics.DAMAGED_FILES.labels(self.id.stream, str(self.id.partition)).set(damaged)
+            self._damage_shown = True
 
     @property
     def unsealed_bytes(self) -> int:

@@ -97,11 +97,14 @@ class SegmentLog:
             )
         self._segments[i : i + len(old)] = [new]
         self._firsts[i : i + len(old)] = [new.first_offset]
+        for segment in old:
+            self.damaged.pop(segment.path, None)
 
     def remove_first(self) -> Segment:
         """Drop the oldest segment (retention) and raise the floor past it."""
         segment = self._segments.pop(0)
         self._firsts.pop(0)
+        self.damaged.pop(segment.path, None)
         self.floor = segment.end_offset
         return segment
 

@@ -547,7 +547,10 @@ def to_stored_batches(table: pa.Table) -> list[StoredBatch]:
 
 def first_offset_at_or_after(path: Path, time_us: int) -> int | None:
     """The first offset in a segment published at or after `time_us`, if any."""
-    table = pq.read_table(path, columns=["offset", "publish_time"], page_checksum_verification=True)
+    # ParquetFile, not pq.read_table: that goes through pyarrow.dataset, whose first use
+    # imports pandas (~4 s on a loaded 2-core machine), stalling a router's first takeover.
+    with pq.ParquetFile(path, page_checksum_verification=True) as segment:
+        table = segment.read(columns=["offset", "publish_time"])
     times = int_values(table.column("publish_time").cast(pa.int64()))
     hits = np.flatnonzero(times >= time_us)
     if not len(hits):

@@ -1,0 +1,375 @@
+"""A randomized fault campaign against a whole local system (issue 19).
+
+`run_campaign` starts a supervised local system (`tamto_local.LocalCluster`,
+which restarts any process that exits, etcd and nats-server included) on free
+ports, runs producers that publish with ids and a consumer that acks what it
+receives, and meanwhile hits random processes with faults, one at a time:
+`kill -9` (the launcher restarts it) or SIGSTOP for a while, then SIGCONT. Each
+fault waits until its process is serving again and every client progressed
+again (or a bound passed) before the next one, so each stall and recovery
+belongs to one fault. At the end a fresh subscription reads the stream from
+the start, and `tamto_cli.chaos.checker` judges what was recorded.
+
+A fixed `plan` of faults replaces the random choice (the etcd and NATS outage
+tests use one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import tamto_sdk
+from tamto_cli.chaos.checker import ChaosReport, Fault, check
+from tamto_common.membership import connect_etcd, list_members
+from tamto_local.cluster import INFRA, SERVICES, ClusterConfig, LocalCluster, grpc_healthy
+from tamto_local.infra import tcp_open
+from tamto_local.ports import free_port
+
+STREAM = "chaos"
+#: Every kind of process a fault can hit.
+TARGETS = (*INFRA, *SERVICES)
+KINDS = ("kill", "stop")
+#: How long a fault may take to be over (its process serving, every client moving again).
+RECOVERY_LIMIT_S = 60.0
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    """One fault of a fixed plan: `kind` ("kill" or "stop") on `target`; a stop lasts `pause_s`."""
+
+    target: str
+    kind: str
+    pause_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class ChaosOptions:
+    """How long, how hard and at what a campaign hits."""
+
+    duration_s: float = 60.0
+    targets: tuple[str, ...] = TARGETS
+    kinds: tuple[str, ...] = KINDS
+    #: Range of a SIGSTOP's length, seconds.
+    pause_s: tuple[float, float] = (0.5, 3.0)
+    #: Range of the quiet time between one fault being over and the next, seconds.
+    gap_s: tuple[float, float] = (0.3, 1.0)
+    producers: int = 2
+    #: Messages per second each producer offers (in chunks of `chunk`, each awaited).
+    rate: int = 200
+    chunk: int = 10
+    partitions: int = 2
+    seed: int | None = None
+    lease_ttl_s: int = 5
+    #: Fixed faults, in order, instead of random ones (then `duration_s` is a minimum).
+    plan: Sequence[PlannedFault] | None = None
+    #: Quiet time before the first fault, seconds.
+    warmup_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        unknown = set(self.targets) - set(TARGETS)
+        if unknown or not self.targets:
+            raise ValueError(f"targets must be some of {', '.join(TARGETS)}; got {self.targets}")
+        if set(self.kinds) - set(KINDS) or not self.kinds:
+            raise ValueError(f"kinds must be some of {', '.join(KINDS)}; got {self.kinds}")
+        if self.duration_s <= 0 or self.producers <= 0 or self.rate <= 0 or self.chunk <= 0:
+            raise ValueError("duration, producers, rate and chunk must be positive")
+
+
+@dataclass
+class _Record:
+    """What the clients saw, as it happened (monotonic seconds)."""
+
+    progress: dict[str, list[float]] = field(default_factory=dict)
+    acked: set[str] = field(default_factory=set)
+    delivered: Counter[str] = field(default_factory=Counter)
+    send_failures: int = 0
+    faults: list[Fault] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.changed = asyncio.Event()
+
+    def moved(self, client: str) -> None:
+        self.progress.setdefault(client, []).append(time.monotonic())
+        self.changed.set()
+
+    async def until(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait until `condition` holds after some client moved (False after `timeout_s`)."""
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), remaining)
+        return True
+
+    def all_moved_since(self, moment: float) -> bool:
+        return all(m and m[-1] > moment for m in self.progress.values())
+
+
+class _Logs:
+    """Each process's output in `<dir>/<name>.log`."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._dir = directory
+        self._files: dict[str, IO[str]] = {}
+
+    def sink(self, name: str, line: str) -> None:
+        f = self._files.get(name)
+        if f is None:
+            f = self._files[name] = (self._dir / f"{name}.log").open("a", buffering=1)
+        f.write(line + "\n")
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+
+
+async def run_campaign(
+    options: ChaosOptions, data_dir: Path, say: Callable[[str], None] = lambda _: None
+) -> ChaosReport:
+    """Run one campaign in `data_dir` (a fresh directory) and return its report."""
+    config = ClusterConfig(
+        data_dir,
+        gateway_port=free_port(),
+        etcd_port=free_port(),
+        etcd_peer_port=free_port(),
+        nats_port=free_port(),
+        lease_ttl_s=options.lease_ttl_s,
+    )
+    logs = _Logs(data_dir / "logs")
+    record = _Record()
+    cluster = LocalCluster(config, logs.sink, lambda m: logs.sink("launcher", m))
+    # SIGTERM ends the campaign as Ctrl-C does: the system is stopped, not orphaned.
+    current = asyncio.current_task()
+    assert current is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, current.cancel)
+    try:
+        await cluster.start()
+        say(f"system up on {config.gateway_url}; data in {data_dir}")
+        return await _campaign(cluster, options, record, say)
+    finally:
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+        await cluster.stop()
+        logs.close()
+
+
+async def _campaign(
+    cluster: LocalCluster, options: ChaosOptions, record: _Record, say: Callable[[str], None]
+) -> ChaosReport:
+    url, key = cluster.config.gateway_url, cluster.credential
+    stop = asyncio.Event()
+    clients = [await tamto_sdk.connect(url, api_key=key) for _ in range(options.producers + 1)]
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        await clients[0].streams.ensure(STREAM, partitions=options.partitions)
+        for i in range(options.producers):
+            record.progress[f"producer-{i}"] = []
+        record.progress["consumer"] = []
+        tasks += [
+            asyncio.create_task(_produce(clients[i], f"producer-{i}", options, record, stop))
+            for i in range(options.producers)
+        ]
+        tasks.append(asyncio.create_task(_consume(clients[-1], record)))
+        started = time.monotonic()
+        await _wait_all_moved(record, started, tasks)
+        await asyncio.sleep(options.warmup_s)
+        await _hit(cluster, options, record, tasks, say)
+        duration = time.monotonic() - started
+        if not await _all_registered(cluster):
+            record.notes.append(f"not every service registered in etcd {RECOVERY_LIMIT_S} s on")
+        stop.set()
+        await asyncio.gather(*tasks[:-1])
+        # The consumer drains what was acked before it stops.
+        drained = await record.until(
+            lambda: record.acked <= record.delivered.keys(), RECOVERY_LIMIT_S
+        )
+        if not drained:
+            record.notes.append("the campaign's consumer did not receive every acked message")
+        tasks[-1].cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await tasks[-1]
+        read_back = await _read_back(clients[0], len(record.acked))
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for client in clients:
+            with contextlib.suppress(Exception):
+                await client.close()
+    return check(
+        duration_s=duration,
+        faults=record.faults,
+        progress=record.progress,
+        acked=record.acked,
+        delivered=record.delivered,
+        read_back=read_back,
+        send_failures=record.send_failures,
+        notes=record.notes,
+    )
+
+
+async def _wait_all_moved(record: _Record, since: float, tasks: list[asyncio.Task[None]]) -> bool:
+    """Wait until every client progressed after `since` (False after `RECOVERY_LIMIT_S`)."""
+    deadline = time.monotonic() + RECOVERY_LIMIT_S
+    while not record.all_moved_since(since):
+        if time.monotonic() > deadline:
+            return False
+        for task in tasks:
+            if task.done():
+                task.result()  # a client died: raise its error
+        await asyncio.sleep(0.01)
+    return True
+
+
+async def _hit(
+    cluster: LocalCluster,
+    options: ChaosOptions,
+    record: _Record,
+    tasks: list[asyncio.Task[None]],
+    say: Callable[[str], None],
+) -> None:
+    rng = random.Random(options.seed)
+    end = time.monotonic() + options.duration_s
+    planned = list(options.plan or ())
+    while planned or (options.plan is None and time.monotonic() < end):
+        if planned:
+            fault = planned.pop(0)
+        else:
+            fault = PlannedFault(
+                rng.choice(options.targets),
+                rng.choice(options.kinds),
+                rng.uniform(*options.pause_s),
+            )
+        hit = await _inject(cluster, fault)
+        record.faults.append(hit)
+        if not await _wait_all_moved(record, hit.back, tasks):
+            record.notes.append(
+                f"clients did not all progress within {RECOVERY_LIMIT_S:.0f} s of {hit}"
+            )
+        say(f"fault {len(record.faults)}: {fault.kind} {fault.target}, down {hit.downtime_s:.2f} s")
+        await asyncio.sleep(rng.uniform(*options.gap_s))
+    if options.plan is not None:
+        await asyncio.sleep(max(0.0, end - time.monotonic()))
+
+
+async def _inject(cluster: LocalCluster, fault: PlannedFault) -> Fault:
+    """Do `fault` and return it with the moment its process was serving again."""
+    process = cluster.processes[fault.target]
+    at = time.monotonic()
+    if fault.kind == "stop":
+        process.send(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(fault.pause_s)
+        finally:
+            process.send(signal.SIGCONT)
+        return Fault(fault.target, fault.kind, at, time.monotonic())
+    process.send(signal.SIGKILL)
+    deadline = at + RECOVERY_LIMIT_S
+    while not await _serving_again(cluster, fault.target, process):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{fault.target} did not come back within {RECOVERY_LIMIT_S} s")
+        await asyncio.sleep(0.02)
+    return Fault(fault.target, fault.kind, at, time.monotonic())
+
+
+async def _all_registered(cluster: LocalCluster) -> bool:
+    """Whether every service is registered in etcd again, within `RECOVERY_LIMIT_S`."""
+    etcd = await connect_etcd([(cluster.config.host, cluster.config.etcd_port)])
+    try:
+        deadline = time.monotonic() + RECOVERY_LIMIT_S
+        while {m.service for m in await list_members(etcd)} < set(SERVICES):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.1)
+        return True
+    finally:
+        await etcd.close()
+
+
+async def _serving_again(cluster: LocalCluster, name: str, old: object) -> bool:
+    """Whether a new process of `name` (not `old`) answers: its health check, or its port."""
+    process = cluster.processes[name]
+    if process is old or not process.running():
+        return False
+    config = cluster.config
+    if name == "etcd":
+        return await tcp_open(config.host, config.etcd_port)
+    if name == "nats":
+        return await tcp_open(config.host, config.nats_port)
+    try:
+        return await grpc_healthy(f"{config.host}:{cluster.ports[name]}")
+    except Exception:  # not serving yet
+        return False
+
+
+async def _produce(
+    client: tamto_sdk.Client,
+    name: str,
+    options: ChaosOptions,
+    record: _Record,
+    stop: asyncio.Event,
+) -> None:
+    """Publish ids `<name>-<n>` in awaited chunks at `options.rate`; record every ack."""
+    interval = options.chunk / options.rate
+    seq = 0
+    async with client.producer(STREAM, linger_ms=2) as producer:
+        next_at = time.monotonic()
+        while not stop.is_set():
+            ids = [f"{name}-{seq + k}" for k in range(options.chunk)]
+            seq += options.chunk
+            futures = [await producer.send(i.encode(), id=i) for i in ids]
+            results = await asyncio.gather(*futures, return_exceptions=True)
+            for message_id, result in zip(ids, results, strict=True):
+                if isinstance(result, BaseException):
+                    record.send_failures += 1
+                else:
+                    record.acked.add(message_id)
+            if any(not isinstance(r, BaseException) for r in results):
+                record.moved(name)
+            next_at = max(next_at + interval, time.monotonic() - interval)
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+
+async def _consume(client: tamto_sdk.Client, record: _Record) -> None:
+    """Receive and ack on one subscription until cancelled; record every delivery."""
+    async with client.consumer(STREAM, "chaos-live", credits=2000) as consumer:
+        while True:
+            batch = await consumer.receive_batch(max_messages=1000, timeout_s=0.1)
+            if len(batch):
+                ids = batch.record_batch.column("id").to_pylist()
+                record.delivered.update(i for i in ids if i is not None)
+                consumer.ack(batch)
+                record.moved("consumer")
+
+
+async def _read_back(client: tamto_sdk.Client, expected: int) -> Counter[str]:
+    """Every id stored in the stream, counted once per stored message (partition, offset)."""
+    stored: dict[tuple[int, int], str] = {}
+    sub = f"chaos-check-{random.getrandbits(32):08x}"
+    async with client.consumer(STREAM, sub, credits=10_000) as consumer:
+        idle_until = time.monotonic() + 10.0
+        while time.monotonic() < idle_until:
+            batch = await consumer.receive_batch(max_messages=5000, timeout_s=0.5)
+            if not len(batch):
+                if len(stored) >= expected:
+                    idle_until = min(idle_until, time.monotonic() + 1.0)
+                continue
+            ids = batch.record_batch.column("id").to_pylist()
+            for offset, message_id in zip(batch.offset_list(), ids, strict=True):
+                stored[(batch.partition, offset)] = message_id
+            consumer.ack(batch)
+            idle_until = time.monotonic() + 10.0
+    return Counter(stored.values())

@@ -1,0 +1,200 @@
+"""What a fault campaign measured, judged: losses, duplicates, stalls, recovery times.
+
+The campaign (`tamto_cli.chaos.campaign`) records facts as they happen: every
+fault with when it hit and when its process was serving again, every moment a
+client made progress (a producer's ack, a consumer's delivery), the ids acked,
+delivered and finally read back. `check` turns them into a `ChaosReport`; it
+is pure, so its rules are tested without running a campaign.
+
+A client's stall beyond downtime is measured per gap between two of its
+progress moments: the part of the gap after the last faulted process that was
+down during it was serving again (the whole gap if no fault touched it). A
+fault's recovery time is how long after its process was serving again the
+slowest client made progress.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+#: Issue 19's bound: no client stalls longer than this beyond the downtime it waited out.
+STALL_BOUND_S = 1.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: `kind` ("kill" or "stop") on process `target`, from `at` until `back`
+    (monotonic seconds): the restarted process answering its health check, or SIGCONT."""
+
+    target: str
+    kind: str
+    at: float
+    back: float
+
+    @property
+    def downtime_s(self) -> float:
+        return self.back - self.at
+
+
+@dataclass(frozen=True)
+class FaultOutcome:
+    fault: Fault
+    #: Seconds from `fault.back` until every client progressed again (None: some never did).
+    recovery_s: float | None
+    #: Per client, how long into the fault it still progressed (0: not at all): what
+    #: kept serving while the process was down (NATS: the whole outage; etcd: while
+    #: the partitions' ownership lease was surely valid, and never longer than its TTL).
+    served_s: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ChaosReport:
+    duration_s: float
+    faults: list[FaultOutcome]
+    acked: int
+    #: Acked ids the final read did not find.
+    lost: list[str]
+    #: Ids the final read found more than once.
+    stored_twice: list[str]
+    #: Ids a campaign consumer received more than once (redeliveries: at-least-once).
+    delivered_twice: int
+    #: Per client, the longest stall beyond the downtime of the faults it overlapped.
+    stalls: dict[str, float]
+    #: Sends that failed for good (the SDK gave up after its retry deadline).
+    send_failures: int
+    #: What went wrong besides the measures above (a campaign with notes fails).
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def longest_stall_s(self) -> float:
+        return max(self.stalls.values(), default=0.0)
+
+    @property
+    def passed(self) -> bool:
+        return (
+            not self.lost
+            and not self.stored_twice
+            and self.longest_stall_s <= STALL_BOUND_S
+            and not self.notes
+        )
+
+    def faults_by_kind(self) -> Counter[str]:
+        return Counter(f"{o.fault.kind} {o.fault.target}" for o in self.faults)
+
+
+def stall_beyond_downtime(progress: Sequence[float], faults: Sequence[Fault]) -> float:
+    """The longest part of a gap between two progress moments not excused by a fault
+    (see the module docstring). `progress` is sorted."""
+    longest = 0.0
+    for before, after in itertools.pairwise(progress):
+        excused_until = before
+        for fault in faults:
+            if fault.at < after and fault.back > before:
+                excused_until = max(excused_until, min(fault.back, after))
+        longest = max(longest, after - excused_until)
+    return longest
+
+
+def recovery_time(fault: Fault, progress: Mapping[str, Sequence[float]]) -> float | None:
+    """Seconds after `fault.back` until every client progressed (None if one never did)."""
+    slowest = 0.0
+    for moments in progress.values():
+        i = bisect.bisect_right(moments, fault.back)
+        if i == len(moments):
+            return None
+        slowest = max(slowest, moments[i] - fault.back)
+    return slowest
+
+
+def served_during(fault: Fault, progress: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """Per client, its last progress moment within the fault, as seconds after `fault.at`."""
+    served = {}
+    for name, moments in progress.items():
+        i = bisect.bisect_right(moments, fault.back)
+        last = moments[i - 1] if i else -math.inf
+        served[name] = max(0.0, last - fault.at)
+    return served
+
+
+def check(
+    *,
+    duration_s: float,
+    faults: Sequence[Fault],
+    progress: Mapping[str, Sequence[float]],
+    acked: Iterable[str],
+    delivered: Counter[str],
+    read_back: Counter[str],
+    send_failures: int = 0,
+    notes: Sequence[str] = (),
+) -> ChaosReport:
+    """Judge one campaign (see the module docstring)."""
+    ordered = {name: sorted(moments) for name, moments in progress.items()}
+    acked_set = set(acked)
+    return ChaosReport(
+        duration_s=duration_s,
+        faults=[
+            FaultOutcome(f, recovery_time(f, ordered), served_during(f, ordered)) for f in faults
+        ],
+        acked=len(acked_set),
+        lost=sorted(acked_set - set(read_back)),
+        stored_twice=sorted(i for i, n in read_back.items() if n > 1),
+        delivered_twice=sum(1 for n in delivered.values() if n > 1),
+        stalls={name: stall_beyond_downtime(m, faults) for name, m in ordered.items()},
+        send_failures=send_failures,
+        notes=list(notes),
+    )
+
+
+def render(report: ChaosReport) -> str:
+    """The report as Markdown (what `tamto chaos` prints and docs/recovery.md shows)."""
+    recoveries = sorted(o.recovery_s for o in report.faults if o.recovery_s is not None)
+    never = sum(1 for o in report.faults if o.recovery_s is None)
+
+    def pct(q: float) -> str:
+        if not recoveries:
+            return "-"
+        return f"{recoveries[min(len(recoveries) - 1, int(q * len(recoveries)))]:.2f} s"
+
+    lines = [
+        f"**{'PASS' if report.passed else 'FAIL'}**: {len(report.faults)} faults in "
+        f"{report.duration_s:.0f} s",
+        "",
+        "| measure | value |",
+        "| --- | --- |",
+        f"| messages acknowledged | {report.acked} |",
+        f"| acknowledged but lost | {len(report.lost)} |",
+        f"| stored twice | {len(report.stored_twice)} |",
+        f"| delivered more than once (redeliveries) | {report.delivered_twice} |",
+        f"| sends failed after the SDK's retry deadline | {report.send_failures} |",
+        f"| longest stall beyond downtime | {report.longest_stall_s:.2f} s |",
+        f"| recovery per fault: median / p90 / max | {pct(0.5)} / {pct(0.9)} / "
+        f"{recoveries[-1] if recoveries else 0:.2f} s |",
+        f"| faults after which a client never progressed | {never} |",
+        "",
+        "| client | longest stall beyond downtime |",
+        "| --- | --- |",
+        *(f"| {name} | {stall:.2f} s |" for name, stall in sorted(report.stalls.items())),
+        "",
+        "| fault | count | downtime median | recovery max |",
+        "| --- | --- | --- | --- |",
+    ]
+    groups: dict[str, list[FaultOutcome]] = {}
+    for outcome in report.faults:
+        groups.setdefault(f"{outcome.fault.kind} {outcome.fault.target}", []).append(outcome)
+    for name, outcomes in sorted(groups.items()):
+        downs = sorted(o.fault.downtime_s for o in outcomes)
+        worst = max((o.recovery_s for o in outcomes if o.recovery_s is not None), default=0.0)
+        lines.append(
+            f"| {name} | {len(outcomes)} | {downs[len(downs) // 2]:.2f} s | {worst:.2f} s |"
+        )
+    if report.lost:
+        lines += ["", f"lost (first 20): {', '.join(report.lost[:20])}"]
+    if report.stored_twice:
+        lines += ["", f"stored twice (first 20): {', '.join(report.stored_twice[:20])}"]
+    lines += [f"- {note}" for note in report.notes]
+    return "\n".join(lines)

@@ -1,0 +1,75 @@
+"""The fault campaign's checker: what counts as lost, stored twice, a stall, a recovery."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from tamto_cli.chaos.checker import (
+    Fault,
+    check,
+    recovery_time,
+    render,
+    served_during,
+    stall_beyond_downtime,
+)
+
+
+def test_a_gap_during_a_fault_counts_only_after_the_process_was_back() -> None:
+    fault = Fault("gateway", "kill", at=10.0, back=12.0)
+    # Progress at 9.9, then nothing until 12.4: 0.4 s beyond the downtime.
+    assert abs(stall_beyond_downtime([9.8, 9.9, 12.4, 12.5], [fault]) - 0.4) < 1e-9
+
+
+def test_a_gap_no_fault_explains_counts_whole() -> None:
+    assert abs(stall_beyond_downtime([1.0, 1.1, 3.1], []) - 2.0) < 1e-9
+    fault_before = Fault("router", "stop", at=0.0, back=0.5)
+    assert abs(stall_beyond_downtime([1.0, 1.1, 3.1], [fault_before]) - 2.0) < 1e-9
+
+
+def test_the_last_fault_back_within_a_gap_excuses_it() -> None:
+    faults = [Fault("etcd", "kill", 10.0, 10.5), Fault("storage", "kill", 11.0, 13.0)]
+    assert abs(stall_beyond_downtime([9.9, 13.2], faults) - 0.2) < 1e-9
+
+
+def test_recovery_is_the_slowest_clients_first_progress_after_the_fault() -> None:
+    fault = Fault("storage", "kill", 10.0, 12.0)
+    progress = {"p": [9.0, 12.1, 12.2], "c": [9.5, 12.7]}
+    assert abs((recovery_time(fault, progress) or 0) - 0.7) < 1e-9
+    assert recovery_time(fault, {"p": [9.0]}) is None
+
+
+def test_lost_and_stored_twice_come_from_the_final_read() -> None:
+    report = check(
+        duration_s=60,
+        faults=[Fault("router", "kill", 10.0, 11.0)],
+        progress={"p": [9.0, 11.2], "c": [9.0, 11.3]},
+        acked={"a", "b", "c"},
+        delivered=Counter({"a": 1, "b": 2}),
+        read_back=Counter({"a": 1, "b": 2}),
+    )
+    assert report.lost == ["c"]
+    assert report.stored_twice == ["b"]
+    assert report.delivered_twice == 1
+    assert not report.passed
+    text = render(report)
+    assert "**FAIL**" in text
+    assert "| acknowledged but lost | 1 |" in text
+
+
+def test_a_clean_campaign_passes() -> None:
+    report = check(
+        duration_s=60,
+        faults=[Fault("nats", "stop", 10.0, 12.0)],
+        progress={"p": [9.4, 9.5, 12.3], "c": [9.1, 12.4]},
+        acked={"a"},
+        delivered=Counter({"a": 1}),
+        read_back=Counter({"a": 1}),
+    )
+    assert report.passed
+    assert abs(report.longest_stall_s - 0.4) < 1e-9
+
+
+def test_served_during_is_how_long_into_the_fault_each_client_still_progressed() -> None:
+    fault = Fault("etcd", "stop", at=10.0, back=20.0)
+    served = served_during(fault, {"p": [9.0, 11.0, 13.5, 20.2], "c": [9.5, 20.3]})
+    assert served == {"p": 3.5, "c": 0.0}
