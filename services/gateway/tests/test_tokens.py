@@ -122,8 +122,19 @@ async def test_valid_token_gives_its_principal(
     verifier: TokenVerifier, key: Ed25519PrivateKey
 ) -> None:
     exp = int(time.time()) + 300
-    principal = await verifier.verify(sign(key, "k1", exp=exp))
-    assert principal == Principal(subject="alice", expires_at=float(exp))
+    iat = exp - 300
+    principal = await verifier.verify(sign(key, "k1", exp=exp, iat=iat))
+    assert principal == Principal(subject="alice", expires_at=float(exp), issued_at=float(iat))
+
+
+async def test_a_token_names_the_api_key_it_was_minted_from(
+    verifier: TokenVerifier, key: Ed25519PrivateKey
+) -> None:
+    principal = await verifier.verify(sign(key, "k1", key_id="0123456789ab"))
+    assert principal.key_id == "0123456789ab"
+    for bad in (7, ""):
+        with pytest.raises(Unauthenticated, match="token key id invalid"):
+            await verifier.verify(sign(key, "k1", key_id=bad))
 
 
 async def test_keys_are_cached(

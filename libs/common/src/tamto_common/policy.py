@@ -8,9 +8,11 @@ The auth service writes the policy to etcd; every gateway reads all of it into a
     /tamto/auth/bindings/<role>/<subject>  {"subject", "role", "created_at"}
 
 `<subject>` is percent-encoded in the key (an OIDC subject may hold `/`). API
-keys live under `/tamto/auth/keys/<key_id>` (see the auth service). After every
-change the auth service publishes `tamto.events.auth.changed`, and gateways
-reload the snapshot.
+keys live under `/tamto/auth/keys/<key_id>` (see the auth service); the
+snapshot keeps of each only whether it is disabled, because a token minted from
+a key names it (claim `key_id`) and stops working when its key is disabled,
+deleted or rotated. After every change the auth service publishes
+`tamto.events.auth.changed`, and gateways reload the snapshot.
 
 Permissions are `publish`, `consume` and `admin`, each granted on a stream-name
 pattern in which `*` matches any run of characters (`orders.*`, `*`). `admin`
@@ -36,6 +38,9 @@ AUTH_PREFIX = "/tamto/auth/"
 IDENTITIES_PREFIX = AUTH_PREFIX + "identities/"
 ROLES_PREFIX = AUTH_PREFIX + "roles/"
 BINDINGS_PREFIX = AUTH_PREFIX + "bindings/"
+KEYS_PREFIX = AUTH_PREFIX + "keys/"
+#: The token claim naming the API key a token was minted from.
+KEY_ID_CLAIM = "key_id"
 #: Bus topic (under `tamto.events.`) announcing any change to identities, keys or policy.
 AUTH_CHANGED = "auth.changed"
 #: The pattern that grants over every stream; `admin` on it manages security.
@@ -222,6 +227,10 @@ class Policy:
     roles: Mapping[str, Role] = field(default_factory=dict)
     #: subject -> names of the roles bound to it (a role that no longer exists grants nothing)
     bindings: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: API key id -> whether it is disabled; a key not here was deleted (or is newer)
+    api_keys: Mapping[str, bool] = field(default_factory=dict)
+    #: Wall-clock time (unix seconds) when the read that made this snapshot began
+    loaded_at: float = 0.0
 
     @classmethod
     def build(
@@ -229,8 +238,11 @@ class Policy:
         identities: Iterable[IdentityRecord],
         roles: Iterable[Role],
         bindings: Iterable[tuple[str, str]],
+        api_keys: Mapping[str, bool] | None = None,
+        loaded_at: float = 0.0,
     ) -> Policy:
-        """A snapshot from records as stored; `bindings` are (subject, role) pairs."""
+        """A snapshot from records as stored; `bindings` are (subject, role) pairs,
+        `api_keys` maps key ids to whether they are disabled."""
         bound: dict[str, list[str]] = {}
         for subject, role in bindings:
             bound.setdefault(subject, []).append(role)
@@ -238,12 +250,20 @@ class Policy:
             identities={i.name: i for i in identities},
             roles={r.name: r for r in roles},
             bindings={s: tuple(sorted(r)) for s, r in bound.items()},
+            api_keys=dict(api_keys or {}),
+            loaded_at=loaded_at,
         )
 
     def disabled(self, subject: str) -> bool:
         """Whether `subject` is an identity that an administrator disabled."""
         record = self.identities.get(subject)
         return record is not None and record.disabled
+
+    def key_usable(self, key_id: str) -> bool | None:
+        """Whether API key `key_id` may still back tokens: False when disabled, None
+        when this snapshot does not know it (deleted, or created after the snapshot)."""
+        disabled = self.api_keys.get(key_id)
+        return None if disabled is None else not disabled
 
     def roles_of(self, subject: str) -> tuple[str, ...]:
         """The names of the roles bound to `subject`."""
@@ -276,6 +296,15 @@ class Policy:
             g.permission is Permission.ADMIN and g.pattern == ALL_STREAMS
             for g in self.grants_of(subject)
         )
+
+
+def key_disabled(data: bytes) -> bool:
+    """Whether a stored API key record (auth's JSON) is disabled; unreadable ones are."""
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return True
+    return not isinstance(record, dict) or record.get("disabled") is not False
 
 
 def denied(subject: str, permission: Permission | str, what: str) -> PermissionDenied:

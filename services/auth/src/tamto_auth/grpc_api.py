@@ -125,7 +125,7 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):  # type: ignore[misc]
             log.info("authentication refused", key_id=api_key.key_id)
             await self._login_audit(caller, "refused", "(unknown)", f"key {api_key.key_id}: {exc}")
             raise
-        issued = self._issuer.issue(subject)
+        issued = self._issuer.issue(subject, key_id=api_key.key_id)
         log.info("authenticated", key_id=api_key.key_id, subject=subject)
         await self._login_audit(caller, "ok", subject, f"key {api_key.key_id}")
         return auth_pb2.AuthResponse(

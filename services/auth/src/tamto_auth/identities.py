@@ -31,8 +31,8 @@ import structlog
 
 from tamto_common.apikeys import ApiKey, new_api_key
 from tamto_common.errors import DataCorruption, NotFound, Unauthenticated
+from tamto_common.policy import KEYS_PREFIX as KEYS_PREFIX
 
-KEYS_PREFIX = "/tamto/auth/keys/"
 SCRYPT_N = 2**14
 SCRYPT_R = 8
 SCRYPT_P = 1

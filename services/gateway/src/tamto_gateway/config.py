@@ -5,13 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tamto_common.config import ServiceConfig, one_of, positive, setting
+from tamto_common.config import ServiceConfig, not_negative, one_of, positive, setting
 
 
 @dataclass(frozen=True, kw_only=True)
 class GatewayConfig(ServiceConfig):
     max_message_bytes: int = setting(1024 * 1024, "largest payload accepted, in bytes", positive)
     max_partitions: int = setting(1024, "most partitions a stream may have", positive)
+    max_consumers_per_connection: int = setting(
+        1000,
+        "most consume streams one client connection may hold open; more are refused with "
+        "RESOURCE_EXHAUSTED (0: no limit)",
+        not_negative,
+    )
     token_issuer: str = setting("tamto", "issuer expected in tokens")
     token_audience: str = setting("tamto", "audience expected in tokens")
     upstream_timeout_s: float = setting(30.0, "deadline for calls to routers and auth", positive)

@@ -8,14 +8,16 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from tamto_common.audit import ADMIN
+from tamto_common.audit import ADMIN, LOGIN
 from tamto_common.errors import FailedPrecondition, InvalidArgument
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.policy import Permission
+from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
 from tamto_gateway.consume import FanOut
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_api import EphemeralApi
+from tamto_gateway.limits import ConsumersPerConnection
 from tamto_gateway.policy import Guard
 from tamto_gateway.requests import RequestBroker
 from tamto_gateway.security_api import AuthForwarder, SecurityApi
@@ -56,6 +58,7 @@ class GatewayServicer(
         self._guard = guard
         self._auth = auth
         self._max_message_bytes = max_message_bytes
+        self.consumers_per_connection = ConsumersPerConnection(0)
 
     async def _principal(self, context: grpc.aio.ServicerContext, action: str) -> Principal:
         return await self._guard.principal(
@@ -94,6 +97,16 @@ class GatewayServicer(
         self, request: gateway_pb2.AuthenticateRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.AuthenticateResponse:
         if not request.api_key:
+            # Refused here, never reaching auth: audited here, like auth's refusals.
+            await self._guard.audit.record(
+                LOGIN,
+                actor="(unknown)",
+                action="authenticate",
+                target="api key",
+                outcome="refused",
+                source=context.peer() or "unknown",
+                detail="api_key is required",
+            )
             raise InvalidArgument("api_key is required")
         response = await self._auth.call(
             "Authenticate",
@@ -224,6 +237,9 @@ class GatewayServicer(
         sub = first.subscribe
         check_name("stream", sub.stream)
         check_name("subscription", sub.subscription)
+        check_consumer_name(sub.consumer_name)
+        if sub.start.WhichOneof("position") == "time_us":
+            check_start_time_us(sub.start.time_us)
         await self._guard.require(
             principal, Permission.CONSUME, sub.stream, context.peer() or "unknown", "Consume"
         )
@@ -232,10 +248,12 @@ class GatewayServicer(
             raise FailedPrecondition(
                 f"stream {stream.name!r} is ephemeral: receive with SubscribeEphemeral"
             )
-        partitions = sorted(set(sub.partitions)) or list(range(stream.partitions))
+        partitions = list(check_partitions(sub.partitions)) or list(range(stream.partitions))
         outside = [p for p in partitions if p >= stream.partitions]
         if outside:
             raise InvalidArgument(f"stream {stream.name!r} has no partition {outside[0]}")
+        peer = context.peer() or "unknown"
+        self.consumers_per_connection.enter(peer)
         fan_out = FanOut(self._upstream, sub)
         try:
             await fan_out.open(partitions)
@@ -250,6 +268,7 @@ class GatewayServicer(
                 with contextlib.suppress(asyncio.CancelledError):
                     await reader
         finally:
+            self.consumers_per_connection.leave(peer)
             await fan_out.close()
 
 

@@ -9,6 +9,11 @@ while it runs coalesce into one more reload.
 
 `Guard` is what the servicer calls: authenticate the bearer token, then check
 a permission on a stream against the cached policy, auditing every refusal.
+A token minted from an API key is refused once the snapshot says that key is
+disabled or gone (disabled, deleted or rotated: within milliseconds of the
+change, as for a disabled identity). A key the snapshot does not know may be
+newer than it: the snapshot is read again once (shared by concurrent callers)
+unless it was read after the token was minted.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 
 import aetcd
 import structlog
@@ -25,19 +31,21 @@ from nats.aio.subscription import Subscription
 
 from tamto_common.audit import DENIED, AuditLog
 from tamto_common.bus import EVENTS
-from tamto_common.errors import TamtoError, Unauthenticated
+from tamto_common.errors import TamtoError, Unauthenticated, Unavailable
 from tamto_common.policy import (
     ALL_STREAMS,
     AUTH_CHANGED,
     AUTH_PREFIX,
     BINDINGS_PREFIX,
     IDENTITIES_PREFIX,
+    KEYS_PREFIX,
     ROLES_PREFIX,
     IdentityRecord,
     Permission,
     Policy,
     Role,
     denied,
+    key_disabled,
     parse_binding,
 )
 from tamto_gateway.tokens import Metadata, Principal, Verifier, bearer_token
@@ -47,9 +55,11 @@ log = structlog.get_logger(__name__)
 
 async def load_policy(etcd: aetcd.Client) -> Policy:
     """The policy as stored now, read in one range request."""
+    loaded_at = time.time()
     identities: list[IdentityRecord] = []
     roles: list[Role] = []
     bindings: list[tuple[str, str]] = []
+    api_keys: dict[str, bool] = {}
     for kv in await etcd.get_prefix(AUTH_PREFIX.encode()):
         key = kv.key.decode()
         if key.startswith(IDENTITIES_PREFIX):
@@ -58,7 +68,14 @@ async def load_policy(etcd: aetcd.Client) -> Policy:
             roles.append(Role.from_json(kv.value))
         elif key.startswith(BINDINGS_PREFIX):
             bindings.append(parse_binding(kv.value))
-    return Policy.build(identities, roles, bindings)
+        elif key.startswith(KEYS_PREFIX):
+            api_keys[key.removeprefix(KEYS_PREFIX)] = key_disabled(kv.value)
+    return Policy.build(identities, roles, bindings, api_keys, loaded_at)
+
+
+#: How far auth's clock may run ahead of a gateway's when comparing a token's `iat`
+#: with the time a policy snapshot was read.
+CLOCK_SKEW_S = 2.0
 
 
 class PolicyCache:
@@ -78,11 +95,30 @@ class PolicyCache:
         self._task: asyncio.Task[None] | None = None
         self._subscription: Subscription | None = None
         self._signing_key_listeners: list[asyncio.Event] = []
+        self._fresh_lock = asyncio.Lock()
         self.reloads = 0
 
     @property
     def policy(self) -> Policy:
         """The latest snapshot."""
+        return self._policy
+
+    def _keep(self, policy: Policy) -> None:
+        """Use `policy` unless a snapshot read later is already in use."""
+        if policy.loaded_at >= self._policy.loaded_at:
+            self._policy = policy
+
+    async def fresh(self, newer_than: float) -> Policy:
+        """A snapshot read after `newer_than` (unix seconds): the current one if it
+        is, else one read now (callers waiting together share one read)."""
+        if self._policy.loaded_at > newer_than:
+            return self._policy
+        async with self._fresh_lock:
+            if self._policy.loaded_at <= newer_than:
+                try:
+                    self._keep(await load_policy(self._etcd))
+                except Exception as exc:
+                    raise Unavailable(f"cannot read the security policy: {exc}") from None
         return self._policy
 
     def signing_key_events(self) -> asyncio.Event:
@@ -113,7 +149,7 @@ class PolicyCache:
                 await asyncio.wait_for(self._wanted.wait(), self._refresh_s)
             self._wanted.clear()
             try:
-                self._policy = await load_policy(self._etcd)
+                self._keep(await load_policy(self._etcd))
                 self.reloads += 1
             except Exception as exc:  # keep the last good policy; the next event or tick retries
                 log.warning("policy reload failed", error=str(exc))
@@ -148,6 +184,8 @@ class Guard:
             principal = await self._verifier.verify(bearer_token(metadata))
             if self._cache.policy.disabled(principal.subject):
                 raise Unauthenticated(f"identity {principal.subject!r} is disabled")
+            if principal.key_id is not None:
+                await self._check_key(principal.key_id, principal.issued_at)
         except Unauthenticated as exc:
             await self.audit.record(
                 DENIED,
@@ -160,6 +198,15 @@ class Guard:
             )
             raise
         return principal
+
+    async def _check_key(self, key_id: str, issued_at: float) -> None:
+        """Refuse a token whose API key is disabled, deleted or rotated."""
+        usable = self._cache.policy.key_usable(key_id)
+        if usable is None:  # deleted, or newer than the snapshot
+            policy = await self._cache.fresh(newer_than=issued_at + CLOCK_SKEW_S)
+            usable = policy.key_usable(key_id)
+        if not usable:
+            raise Unauthenticated(f"API key {key_id} of this token is disabled or deleted")
 
     async def require(
         self, principal: Principal, permission: Permission, stream: str, source: str, action: str

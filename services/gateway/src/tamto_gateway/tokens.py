@@ -28,6 +28,7 @@ import structlog
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from tamto_common.errors import TamtoError, Unauthenticated, Unavailable
+from tamto_common.policy import KEY_ID_CLAIM
 
 ALGORITHM = "EdDSA"
 REQUIRED_CLAIMS = ("iss", "aud", "sub", "iat", "exp")
@@ -37,10 +38,17 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who a verified token speaks for, and until when (unix seconds)."""
+    """Who a verified token speaks for, and until when (unix seconds).
+
+    `key_id`: the API key the token was minted from (auth's tokens only), which the
+    policy check refuses once that key is disabled, deleted or rotated; `issued_at`
+    its `iat` (unix seconds).
+    """
 
     subject: str
     expires_at: float
+    key_id: str | None = None
+    issued_at: float = 0.0
 
 
 def parse_jwks(text: str) -> dict[str, Ed25519PublicKey]:
@@ -124,7 +132,15 @@ class TokenVerifier:
         subject = claims["sub"]
         if not isinstance(subject, str) or not subject:
             raise Unauthenticated("token subject invalid")
-        return Principal(subject=subject, expires_at=float(claims["exp"]))
+        key_id = claims.get(KEY_ID_CLAIM)
+        if key_id is not None and (not isinstance(key_id, str) or not key_id):
+            raise Unauthenticated("token key id invalid")
+        return Principal(
+            subject=subject,
+            expires_at=float(claims["exp"]),
+            key_id=key_id,
+            issued_at=float(claims["iat"]),
+        )
 
     def _decode(self, token: str, key: Ed25519PublicKey) -> dict[str, Any]:
         with decode_errors():

@@ -13,7 +13,9 @@ pass over all of them on the router's event loop:
   those that left or ran out of credit, and puts the one picked at the back.
 
 Every attached consumer is counted against `max_consumers` (per subscription);
-the excess is refused with RESOURCE_EXHAUSTED naming the limit.
+the excess is refused with RESOURCE_EXHAUSTED naming the limit. The gauge
+`tamto_router_attached_consumers` counts attachments per stream (a consumer of
+a 4-partition stream is attached 4 times: once per partition's subscription).
 """
 
 from __future__ import annotations
@@ -25,18 +27,27 @@ from collections.abc import Iterator
 from functools import partial
 from typing import TYPE_CHECKING
 
+from prometheus_client import Gauge
+
 from tamto_common.errors import ResourceExhausted
 from tamto_common.ring import HashRing
 
 if TYPE_CHECKING:
     from tamto_router.subscription import ConsumerSlot
 
+ATTACHED = Gauge(
+    "tamto_router_attached_consumers",
+    "Consumers attached to subscriptions, per stream (one per consumer and partition)",
+    ["stream"],
+)
+
 
 class Consumers:
     """The consumer slots of one subscription; `ring` is kept only when `keyed`."""
 
-    def __init__(self, max_consumers: int = 0) -> None:
+    def __init__(self, max_consumers: int = 0, stream: str = "") -> None:
         self.max_consumers = max_consumers
+        self._gauge = ATTACHED.labels(stream)
         self._slots: dict[int, ConsumerSlot] = {}
         self._order: list[tuple[str, int, int]] = []  # (name, arrival, slot id), sorted
         self._arrival_of: dict[int, int] = {}
@@ -73,6 +84,7 @@ class Consumers:
             if self._ring is None:
                 self._ring = HashRing([])
             self._ring.add(str(slot.id))
+        self._gauge.inc()
         self.credited(slot)
 
     def remove(self, slot: ConsumerSlot) -> bool:
@@ -84,6 +96,7 @@ class Consumers:
         del self._order[bisect.bisect_left(self._order, entry)]
         if self._ring is not None:
             self._ring.remove(str(slot.id))
+        self._gauge.dec()
         return True  # a queued slot is dropped from `ready` when it comes up
 
     def first(self) -> ConsumerSlot | None:

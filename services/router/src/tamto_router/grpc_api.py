@@ -11,6 +11,7 @@ import grpc
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
+from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
 from tamto_protocol.delivery_wire import consume_delivery, raw_responses
 from tamto_protocol.v1 import messages_pb2, router_pb2, router_pb2_grpc
 from tamto_protocol.wire import ROUTER_APPEND
@@ -37,7 +38,7 @@ def start_from_proto(start: messages_pb2.StartPosition) -> Start:
             raise InvalidArgument(f"start offset must be >= 0, got {start.offset}")
         return Start("offset", start.offset)
     if which == "time_us":
-        return Start("time", start.time_us)
+        return Start("time", check_start_time_us(start.time_us))
     return Start("earliest")
 
 
@@ -56,9 +57,9 @@ def spec_from_proto(sub: messages_pb2.Subscribe) -> SubscribeSpec:
         sub.stream,
         sub.subscription,
         start_from_proto(sub.start),
-        tuple(sorted(set(sub.partitions))),
+        check_partitions(sub.partitions),
         _TYPES[sub.type],
-        sub.consumer_name[:200],
+        check_consumer_name(sub.consumer_name),
     )
 
 

@@ -173,7 +173,7 @@ class Subscription:
         self._publish_dead = publish_dead
         self.dead_lettered = 0
         self.type: SubscriptionType | None = None
-        self.consumers = Consumers(max_consumers)
+        self.consumers = Consumers(max_consumers, partition_log.stream)
         self._served: set[int] = set()  # slot ids ever handed a run (detach looks for theirs)
         self.in_flight: list[Run] = []
         self.pending: list[Run] = []

@@ -1,0 +1,50 @@
+"""Rules for the fields of a Subscribe, checked where a consume stream enters (the
+gateway) and again by the router, which other services may reach directly.
+
+Each breach is INVALID_ARGUMENT naming the field and the rule, instead of being
+accepted silently (a start time of -1 or 2^63-1, `partitions: [0, 0, 0]`) or
+stored and logged whatever its size (a 10 KiB consumer name).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+
+from tamto_common.errors import InvalidArgument
+
+#: Longest consumer name, in characters: it is logged, and orders failover consumers.
+MAX_CONSUMER_NAME_CHARS = 256
+#: Latest start time accepted: 9999-12-31T23:59:59.999999Z, in µs since the epoch.
+MAX_START_TIME_US = 253_402_300_799_999_999
+
+
+def check_consumer_name(name: str) -> str:
+    """`name` if it is at most `MAX_CONSUMER_NAME_CHARS` printable characters (empty is fine)."""
+    if len(name) > MAX_CONSUMER_NAME_CHARS:
+        raise InvalidArgument(
+            f"consumer_name has {len(name)} characters; at most {MAX_CONSUMER_NAME_CHARS} "
+            "are allowed"
+        )
+    if not name.isprintable():
+        raise InvalidArgument("consumer_name must not contain control characters")
+    return name
+
+
+def check_start_time_us(time_us: int) -> int:
+    """`time_us` if it is a time from the epoch to the end of year 9999, in µs."""
+    if not 0 <= time_us <= MAX_START_TIME_US:
+        raise InvalidArgument(
+            f"start.time_us must be from 0 to {MAX_START_TIME_US} (µs since the epoch, "
+            f"up to 9999-12-31), got {time_us}"
+        )
+    return time_us
+
+
+def check_partitions(partitions: Iterable[int]) -> tuple[int, ...]:
+    """The partitions sorted, if none is listed twice."""
+    ordered = sorted(partitions)
+    for previous, current in itertools.pairwise(ordered):
+        if previous == current:
+            raise InvalidArgument(f"partitions lists partition {current} more than once")
+    return tuple(ordered)
