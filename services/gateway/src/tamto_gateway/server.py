@@ -78,6 +78,7 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
         ephemeral,
         requests,
     )
+    servicer.consumers_per_connection.limit = config.max_consumers_per_connection
     serve(servicer, runtime.server)
     serve_ephemeral(servicer, runtime.server)
 
