@@ -158,7 +158,7 @@ def first_acks(ledger: Ledger, before: int, tasks: list[asyncio.Task[None]]) -> 
     return lambda: ledger.appends > before + PARTITIONS or any(t.done() for t in tasks)
 
 
-@pytest.mark.timeout(1800 if long_tests_enabled() else 300)
+@pytest.mark.timeout(3600 if long_tests_enabled() else 300)
 async def test_acked_appends_and_committed_cursors_survive_power_cuts(
     tamto_infra: Infra, tmp_path: Path
 ) -> None:
