@@ -5,6 +5,7 @@ from __future__ import annotations
 from tamto_common.channels import ChannelPool
 from tamto_common.config import MIB
 from tamto_common.errors import Unavailable
+from tamto_common.loop_lag import LoopLagMonitor
 from tamto_common.membership import KeptLease, MemberDirectory
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.service import Runtime
@@ -21,6 +22,8 @@ from tamto_router.storage_client import StorageClient
 
 async def setup(config: RouterConfig, runtime: Runtime) -> None:
     resources = runtime.resources
+    # Measures how long any step holds the loop (gauge tamto_event_loop_lag_max_seconds).
+    await resources.enter_async_context(LoopLagMonitor())
     directory = await resources.enter_async_context(MemberDirectory(runtime.etcd))
     channels = ChannelPool()
     resources.push_async_callback(channels.close)

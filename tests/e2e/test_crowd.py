@@ -1,0 +1,243 @@
+"""A crowd on one shared subscription while producers publish (issue 17 Deliver 6).
+
+About 1,000 consumers on one subscription used to stall the router for minutes:
+it rebuilt a 64-point ring over all consumers on every attach and detach, on its
+event loop, missed its etcd keep-alive, lost its ownership lease and failed
+every publish for 143 s. Here consumers attach to one shared subscription of a
+4-partition stream in waves, while a producer publishes one message every 50 ms
+and acking readers drain what comes; then they all leave at once.
+
+Asserted: no publish slower than 1 s and none failed, throughout; no lease lost
+(the router's member key and the partitions' owner keys keep their lease and
+creation revision); after the crowd leaves, publishing is normal again within
+5 s. Reported (printed, and in the assertion messages): router and gateway
+memory per consumer, the router's longest event-loop lag, the slowest publish.
+
+Size: 300 consumers in CI; `TAMTO_LONG_TESTS=1` runs the acceptance's 10,000
+(or set `TAMTO_CROWD_CONSUMERS`). See docs/testing.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+import grpc
+import pytest
+
+import tamto_sdk
+from tamto_common.config import parse_endpoints
+from tamto_common.membership import connect_etcd
+from tamto_protocol.batch import BatchColumns, encode_batch
+from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
+from tamto_testing.cluster import TestCluster
+from tamto_testing.infra import Infra
+from tamto_testing.waiting import eventually, long_tests_enabled
+from tests.e2e.members import metrics_of, own_members
+
+pytestmark = pytest.mark.e2e
+
+CONSUMERS = int(
+    os.environ.get("TAMTO_CROWD_CONSUMERS") or (10_000 if long_tests_enabled() else 300)
+)
+PARTITIONS = 4
+PER_CONNECTION = 500  # consume streams per client connection (the gateway's limit)
+WAVE = 250  # consumers opening at once
+PUBLISH_EVERY_S = 0.05
+SLOWEST_PUBLISH_S = 1.0
+BACK_TO_NORMAL_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    env = {"gateway": {"TAMTO_GATEWAY_MAX_CONSUMERS_PER_CONNECTION": str(PER_CONNECTION)}}
+    with TestCluster(tmp_path_factory.mktemp("crowd"), tamto_infra).running(env) as running:
+        yield running
+
+
+@dataclass
+class Publisher:
+    """Publishes one message every `PUBLISH_EVERY_S`, recording each latency."""
+
+    stub: gateway_pb2_grpc.GatewayStub
+    token: str
+    stream: str
+    latencies: list[tuple[float, float]] = field(default_factory=list)  # (sent at, seconds)
+    failures: list[str] = field(default_factory=list)
+
+    async def run(self) -> None:
+        batch = encode_batch(BatchColumns([b"crowd"], [None], [None], [None], [None]))
+        for n in range(10**9):
+            request = gateway_pb2.PublishRequest(
+                stream=self.stream,
+                partition=n % PARTITIONS,
+                batch=messages_pb2.RecordBatch(arrow_ipc=batch, count=1),
+            )
+            began = time.monotonic()
+            try:
+                await self.stub.Publish(request, metadata=bearer(self.token), timeout=60)
+            except grpc.aio.AioRpcError as exc:
+                self.failures.append(f"{exc.code().name}: {exc.details()}")
+            self.latencies.append((began, time.monotonic() - began))
+            await asyncio.sleep(max(0.0, began + PUBLISH_EVERY_S - time.monotonic()))
+
+    def slowest_since(self, since: float) -> float:
+        return max((s for t, s in self.latencies if t >= since), default=0.0)
+
+
+def bearer(token: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")]
+
+
+async def consumer(
+    stub: gateway_pb2_grpc.GatewayStub, token: str, stream: str, received: list[int]
+) -> None:
+    """One shared consumer: subscribe, then ack (and re-credit) whatever comes."""
+    call = stub.Consume(metadata=bearer(token))
+    subscribe = messages_pb2.Subscribe(
+        stream=stream, subscription="crowd", type=messages_pb2.SUBSCRIPTION_TYPE_SHARED
+    )
+    await call.write(messages_pb2.ConsumeRequest(subscribe=subscribe))
+    await call.write(messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=10)))
+    try:
+        async for response in call:
+            if response.WhichOneof("response") != "delivery":
+                return
+            d = response.delivery
+            last = d.batch.base_offset + d.batch.count - 1
+            acks = messages_pb2.PartitionAcks(
+                partition=d.partition,
+                ranges=[messages_pb2.OffsetRange(first=d.batch.base_offset, last=last)],
+            )
+            received.append(d.batch.count)
+            await call.write(messages_pb2.ConsumeRequest(ack=acks))
+            await call.write(
+                messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=d.batch.count))
+            )
+    finally:
+        call.cancel()
+
+
+def gauge(metrics: str, name: str) -> float:
+    """The sum of a metric's samples on a /metrics page."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(name) and line[len(name)] in " {"
+    )
+
+
+async def leases(cluster: TestCluster, stream: str) -> dict[str, tuple[int, int]]:
+    """(lease, creation revision) of the router's member key and of each owner key."""
+    router = (await own_members(cluster))["router"]
+    etcd = await connect_etcd(parse_endpoints(cluster.infra.etcd_endpoint))
+    try:
+        keys = [router.key] + [f"/tamto/owners/{stream}/{p}" for p in range(PARTITIONS)]
+        out = {}
+        for key in keys:
+            kv = await etcd.get(key.encode())
+            assert kv is not None, f"{key} is missing"
+            out[key] = (kv.lease, kv.create_revision)
+        return out
+    finally:
+        await etcd.close()
+
+
+@contextlib.asynccontextmanager
+async def connections(
+    cluster: TestCluster, count: int
+) -> AsyncIterator[list[gateway_pb2_grpc.GatewayStub]]:
+    """`count` stubs, each on a client connection of its own."""
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    async with contextlib.AsyncExitStack() as stack:
+        channels = [
+            await stack.enter_async_context(
+                grpc.aio.insecure_channel(cluster.gateway_address, options=own)
+            )
+            for _ in range(count)
+        ]
+        yield [gateway_pb2_grpc.GatewayStub(c) for c in channels]
+
+
+async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: TestCluster) -> None:
+    stream = f"crowd-{uuid.uuid4().hex[:8]}"
+    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        await client.streams.ensure(stream, partitions=PARTITIONS)
+        token = (await client.security.token())[0]
+    n_connections = -(-CONSUMERS // PER_CONNECTION)
+    async with connections(cluster, n_connections + 1) as stubs:
+        publisher = Publisher(stubs[-1], token, stream)
+        publishing = asyncio.create_task(publisher.run())
+        await eventually(lambda: len(publisher.latencies) >= 20, 30, "publishing to start")
+        held = await leases(cluster, stream)
+        router_before = await metrics_of(cluster, "router")
+        gateway_before = await metrics_of(cluster, "gateway")
+
+        received: list[int] = []
+        tasks: list[asyncio.Task[None]] = []
+        attach_began = time.monotonic()
+        for i in range(CONSUMERS):
+            stub = stubs[i // PER_CONNECTION]
+            tasks.append(asyncio.create_task(consumer(stub, token, stream, received)))
+            if len(tasks) % WAVE == 0:
+                await asyncio.sleep(0)  # let this wave's streams start
+
+        async def all_attached() -> bool:
+            for task in tasks:
+                if task.done():
+                    task.result()  # a consumer that ended raises here
+                    raise AssertionError("a consumer's stream ended while the crowd was there")
+            metrics = await metrics_of(cluster, "router")
+            return gauge(metrics, "tamto_router_attached_consumers") >= CONSUMERS * PARTITIONS
+
+        await eventually(all_attached, 60 + CONSUMERS / 20, f"{CONSUMERS} consumers attached")
+        attached_s = time.monotonic() - attach_began
+        router_crowded = await metrics_of(cluster, "router")
+        gateway_crowded = await metrics_of(cluster, "gateway")
+        await eventually(lambda: sum(received) >= 20, 30, "the crowd to receive messages")
+
+        left_at = time.monotonic()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+        async def all_gone() -> bool:
+            metrics = await metrics_of(cluster, "router")
+            return gauge(metrics, "tamto_router_attached_consumers") == 0
+
+        await eventually(all_gone, 60 + CONSUMERS / 50, "the crowd to leave")
+        gone_s = time.monotonic() - left_at
+        normal_from = left_at + BACK_TO_NORMAL_S  # the window the acceptance gives
+        await eventually(
+            lambda: len([t for t, _ in publisher.latencies if t >= normal_from]) >= 20,
+            60,
+            "publishes from 5 s after the crowd left",
+        )
+        publishing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await publishing
+        router_after = await metrics_of(cluster, "router")
+
+    rss = "process_resident_memory_bytes"
+    router_per = (gauge(router_crowded, rss) - gauge(router_before, rss)) / CONSUMERS
+    gateway_per = (gauge(gateway_crowded, rss) - gauge(gateway_before, rss)) / CONSUMERS
+    lag = gauge(router_after, "tamto_event_loop_lag_max_seconds")
+    slowest = publisher.slowest_since(0)
+    report = (
+        f"{CONSUMERS} consumers x {PARTITIONS} partitions: attached in {attached_s:.1f} s, "
+        f"gone {gone_s:.1f} s after leaving; memory per consumer: router "
+        f"{router_per / 1024:.1f} KiB, gateway {gateway_per / 1024:.1f} KiB; router event "
+        f"loop held at most {lag:.3f} s; {len(publisher.latencies)} publishes, slowest "
+        f"{slowest:.3f} s, {len(publisher.failures)} failed"
+    )
+    print(report)
+    assert publisher.failures == [], f"{report}; {publisher.failures[:3]}"
+    assert slowest < SLOWEST_PUBLISH_S, report
+    assert await leases(cluster, stream) == held, f"a lease was lost; {report}"
+    after = publisher.slowest_since(left_at + BACK_TO_NORMAL_S)
+    assert after < SLOWEST_PUBLISH_S, f"publishing not normal 5 s after the crowd left; {report}"
