@@ -8,8 +8,9 @@ two kinds of check. Every data page has Parquet's own CRC (written with
 the file is written and recorded in the manifest entry. Page CRCs do not cover
 page headers, the footer or anything a reader skips, so the digest is checked
 once per file and process before the file is first served (`VerifiedFiles`):
-about 20 ms for a 64 MiB segment from the page cache on the build machine,
-against hundreds of reads that file serves. A file that fails either check is
+18-30 ms for a 31 MiB segment from the page cache on the (busy) build machine,
+against the 100-150 ms a whole decode of that file takes (docs/segments.md,
+Integrity, has the measurements). A file that fails either check is
 damaged as a whole: its offset range is answered with DATA_LOSS naming the file
 and the range (`damaged_offsets_error`), the other segments and the WAL keep
 serving, and `tamto storage verify` / `repair` deal with it (docs/segments.md).
