@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
+import os
 from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
@@ -29,6 +30,22 @@ StorageDir = Annotated[
 Stream = Annotated[str | None, typer.Option(help="only this stream")]
 PartitionOpt = Annotated[int | None, typer.Option(help="only this partition (with --stream)")]
 AUDIT_FILE = "audit.jsonl"
+
+
+def processes_using(directory: Path) -> list[int]:
+    """The ids of processes holding a file under `directory` open (Linux /proc; others
+    are skipped): a running storage node keeps its WAL files open."""
+    root = str(directory.resolve())
+    found = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            links = [os.readlink(fd) for fd in fd_dir.iterdir()]
+        except OSError:  # gone, or not ours to look at
+            continue
+        if any(link == root or link.startswith(root + os.sep) for link in links):
+            found.add(int(fd_dir.parent.name))
+    found.discard(os.getpid())
+    return sorted(found)
 
 
 def _finding_dict(finding: Finding) -> dict[str, object]:
@@ -65,6 +82,14 @@ def storage_repair(
 ) -> None:
     """Return damaged partitions to service: damaged files move to _damaged/, the offsets
     they held are recorded as lost (audited), and the partition accepts publishes again."""
+    busy = processes_using(data_dir)
+    if busy:
+        typer.echo(
+            f"{data_dir} is in use by process {', '.join(map(str, busy))}: "
+            "stop the storage node first",
+            err=True,
+        )
+        raise typer.Exit(2)
     findings = verify(data_dir, stream, partition)
     if not findings:
         typer.echo(f"{data_dir}: no damage found, nothing to repair")
