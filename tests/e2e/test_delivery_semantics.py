@@ -13,23 +13,33 @@ with TAMTO_LONG_TESTS=1 (docs/testing.md).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import dataclasses
+import json
+import signal
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
+import nats
 import pytest
+from nats.aio.msg import Msg
 
 import tamto_sdk
+from tamto_protocol.segment import read_manifest
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
-from tamto_sdk import SubscriptionType
+from tamto_sdk import Start, SubscriptionType
 from tamto_testing.cluster import TestCluster
-from tamto_testing.waiting import long_tests_enabled
+from tamto_testing.infra import Infra
+from tamto_testing.waiting import eventually, long_tests_enabled
 from tests.e2e.test_bad_input import publish
 from tests.e2e.test_subscriptions import take, unique
 
 pytestmark = pytest.mark.e2e
 
 #: Repetitions of each race: CI's short run, or the acceptance size.
-REPEATS = 50 if long_tests_enabled() else 5
+REPEATS = 50 if long_tests_enabled() else 10
 
 
 class RawConsumer:
@@ -81,6 +91,35 @@ class RawConsumer:
                     or range(batch.base_offset, batch.base_offset + batch.count)
                 )
         return got
+
+    async def counts(self, n: int, within_s: float = 15) -> list[int]:
+        """The delivery counts of the next `n` delivered messages."""
+        assert self.call is not None
+        got: list[int] = []
+        async with asyncio.timeout(within_s):
+            while len(got) < n:
+                response = await self.call.read()
+                assert response is not grpc.aio.EOF, f"stream ended after {len(got)}"
+                got.extend([response.delivery.delivery_count] * response.delivery.batch.count)
+        return got
+
+    async def error(self, within_s: float = 15) -> tuple[grpc.StatusCode, str]:
+        """Read until the server announces its error, half-close as the protocol asks,
+        and return the status the stream then ends with."""
+        assert self.call is not None
+        async with asyncio.timeout(within_s):
+            while True:
+                response = await self.call.read()
+                assert response is not grpc.aio.EOF, "the stream ended without an error"
+                if response.WhichOneof("response") == "error":
+                    break
+            self.half_close()
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                while await self.call.read() is not grpc.aio.EOF:
+                    pass
+        code = await self.call.code()
+        assert code.value[0] == response.error.code, "the in-band status is the status"
+        return code, await self.call.details() or ""
 
     async def end(self, within_s: float = 15) -> grpc.StatusCode:
         """Read until the stream ends; its status."""
@@ -134,19 +173,236 @@ async def test_a_range_ack_never_settles_what_another_shared_consumer_holds(
     await tamto_client.streams.ensure(stream, partitions=1)
     await publish(tamto_client, stream, 10)
     shared = messages_pb2.SUBSCRIPTION_TYPE_SHARED
-    async with RawConsumer(tamto_cluster) as a:
+    async with RawConsumer(tamto_cluster) as a, RawConsumer(tamto_cluster) as b:
         a.send(subscribe(stream, "work", shared))
         a.send(credit(2))
         assert await a.offsets(2) == [0, 1]
-        b = tamto_client.consumer(stream, "work", type=SubscriptionType.SHARED, credits=3)
-        async with b:
-            assert [m.offset for m in await take(b, 3)] == [2, 3, 4]
-            a.send(credit(1))
-            assert await a.offsets(1) == [5]
-            a.send(ack(0, 5))
-            a.half_close()
-            assert await a.end() == grpc.StatusCode.OK
-            # B leaves without acking what it holds.
+        b.send(subscribe(stream, "work", shared))
+        b.send(credit(3))
+        assert await b.offsets(3) == [2, 3, 4]
+        a.send(credit(1))
+        assert await a.offsets(1) == [5]
+        a.send(ack(0, 5))
+        a.half_close()
+        assert await a.end() == grpc.StatusCode.OK
+        b.half_close()  # B leaves without acking what it holds
+        assert await b.end() == grpc.StatusCode.OK
     async with tamto_client.consumer(stream, "work", type=SubscriptionType.SHARED) as c:
         again = sorted(m.offset for m in await take(c, 7))
     assert again == [2, 3, 4, 6, 7, 8, 9]
+
+
+# -- 3. a rejected ack's status reaches the application ----------------------------
+
+
+async def consume_until_it_fails(consumer: tamto_sdk.Consumer) -> None:
+    """Take and ack messages until the consumer raises (15 s at most)."""
+    async with asyncio.timeout(15):
+        while True:
+            for message in await consumer.receive_batch(5, timeout_s=1):
+                assert message.delivery_count == 1, "redelivered: it reconnected"
+                consumer.ack(message)
+
+
+async def test_a_rejected_ack_reaches_the_application_as_invalid_argument(
+    tamto_client: tamto_sdk.Client,
+) -> None:
+    """Before the fix, 10-40% of these ended with INTERNAL, which the SDK took for a
+    transport race: it reconnected silently and redelivered (delivery_count 2)."""
+    stream = unique("badack")
+    await tamto_client.streams.ensure(stream, partitions=1)
+    await publish(tamto_client, stream, 2000)
+    for attempt in range(REPEATS):
+        # A small credit window: credits and acks stream back while the bad ack lands.
+        consumer = tamto_client.consumer(stream, f"s{attempt}", credits=10)
+        async with consumer:
+            [first] = await take(consumer, 1)
+            consumer.ack(first)
+            consumer.ack(dataclasses.replace(first, offset=1_000_000))  # never delivered
+            with pytest.raises(tamto_sdk.TamtoError) as raised:
+                await consume_until_it_fails(consumer)
+            error = raised.value
+            assert isinstance(error, tamto_sdk.InvalidArgument), f"attempt {attempt}: {error!r}"
+            assert "cannot ack offsets 1000000-1000000" in str(error)
+            assert consumer.reconnects == 0
+
+
+async def test_an_empty_consume_request_is_a_precise_invalid_argument(
+    tamto_cluster: TestCluster, tamto_client: tamto_sdk.Client
+) -> None:
+    stream = unique("empty-req")
+    await tamto_client.streams.ensure(stream, partitions=1)
+    exclusive = messages_pb2.SUBSCRIPTION_TYPE_EXCLUSIVE
+    async with RawConsumer(tamto_cluster) as raw:
+        raw.send(subscribe(stream, "s", exclusive))
+        raw.send(messages_pb2.ConsumeRequest())
+        code, details = await raw.error()
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "a consume request must set one of" in details
+
+
+# -- 4. a vanished consumer uses up a delivery; a clean close is explicit ----------
+
+#: A consumer process: takes 5 messages without acking them, says so, and waits.
+HOLDER = textwrap.dedent(
+    """
+    import asyncio, sys
+    import tamto_sdk
+
+    async def main(url: str, key: str, stream: str, kind: str) -> None:
+        async with await tamto_sdk.connect(url, api_key=key) as client:
+            consumer = client.consumer(
+                stream, "work", type=tamto_sdk.SubscriptionType(kind), credits=5
+            )
+            async with consumer:
+                held = []
+                while len(held) < 5:
+                    held.extend(await consumer.receive_batch(5 - len(held), timeout_s=20))
+                print("held", *(m.offset for m in held), flush=True)
+                await asyncio.Event().wait()
+
+    asyncio.run(main(*sys.argv[1:]))
+    """
+)
+
+
+@pytest.mark.parametrize("kind", [SubscriptionType.EXCLUSIVE, SubscriptionType.SHARED])
+async def test_a_consumer_killed_with_sigkill_always_uses_up_a_delivery(
+    tamto_cluster: TestCluster, tamto_client: tamto_sdk.Client, kind: SubscriptionType
+) -> None:
+    """Before the fix the gateway took a killed client's end of stream for a clean
+    close in 20-50% of attempts: the next consumer saw delivery_count 1."""
+    for attempt in range(REPEATS):
+        stream = unique("sigkill")
+        await tamto_client.streams.ensure(stream, partitions=1)
+        await publish(tamto_client, stream, 5)
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            HOLDER,
+            tamto_cluster.url,
+            tamto_cluster.credential,
+            stream,
+            kind.value,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        try:
+            assert process.stdout is not None
+            async with asyncio.timeout(60):
+                line = await process.stdout.readline()
+            assert line.split() == [b"held", b"0", b"1", b"2", b"3", b"4"], line
+        finally:
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+        async with tamto_client.consumer(stream, "work", type=kind) as successor:
+            again = await take(successor, 5, within_s=30)
+            counts = [m.delivery_count for m in again]
+            assert counts == [2] * 5, f"attempt {attempt}: delivery counts {counts}"
+            successor.ack(again[-1])
+
+
+async def test_only_an_explicit_close_hands_messages_back_without_a_delivery(
+    tamto_cluster: TestCluster, tamto_client: tamto_sdk.Client
+) -> None:
+    stream = unique("close")
+    await tamto_client.streams.ensure(stream, partitions=1)
+    await publish(tamto_client, stream, 5)
+    async with tamto_client.consumer(stream, "work", credits=5) as polite:
+        await take(polite, 5)
+    # The SDK's close sent `close`: no delivery used up.
+    exclusive = messages_pb2.SUBSCRIPTION_TYPE_EXCLUSIVE
+    async with RawConsumer(tamto_cluster) as raw:
+        raw.send(subscribe(stream, "work", exclusive))
+        raw.send(credit(5))
+        assert await raw.counts(5) == [1] * 5
+        raw.half_close()  # the end of the stream, without `close`
+        assert await raw.end() == grpc.StatusCode.OK
+    async with tamto_client.consumer(stream, "work") as successor:
+        assert [m.delivery_count for m in await take(successor, 5)] == [2] * 5
+
+
+# -- 2. the readable range follows storage's manifest ------------------------------
+
+#: Storage seals at once and lets segments expire quickly.
+RETENTION_ENV = {
+    "TAMTO_STORAGE_SEAL_AGE_MS": "100",
+    "TAMTO_STORAGE_SEAL_CHECK_MS": "100",
+    "TAMTO_STORAGE_RETENTION_GRACE_MS": "60000",  # the files stay: reads must not use them
+}
+
+
+@pytest.fixture(scope="module")
+def retention_cluster(
+    tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestCluster]:
+    directory = tmp_path_factory.mktemp("retention") / "cluster"
+    with TestCluster(directory, tamto_infra).running({"storage": RETENTION_ENV}) as cluster:
+        yield cluster
+
+
+async def test_subscriptions_start_where_retention_left_the_partition(
+    retention_cluster: TestCluster,
+) -> None:
+    """Retention moved the manifest's start to 6: a new subscription at earliest starts
+    there and `Start.offset(2)` is out of range, though the router appended (and
+    cached) offsets 0-5 itself. Before the fix both read the removed messages."""
+    cluster = retention_cluster
+    stream = unique("retained")
+    stream_dir = cluster.workdir / "storage" / "streams" / stream
+    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        config = tamto_sdk.StreamConfig(retention_ms=1000)
+        await client.streams.ensure(stream, partitions=1, config=config)
+        await publish(client, stream, 6)
+
+        def start() -> int:
+            try:
+                return read_manifest(stream_dir).start_offsets.get(0, 0)
+            except FileNotFoundError:
+                return 0
+
+        await eventually(lambda: start() == 6, 30, "retention moved the start to 6")
+        for attempt in range(REPEATS):
+            at_earliest = client.consumer(stream, f"early{attempt}", start=Start.earliest())
+            async with at_earliest:
+                assert len(await at_earliest.receive_batch(10, timeout_s=0.3)) == 0
+            with pytest.raises(tamto_sdk.InvalidArgument, match=r"below .* start offset 6"):
+                async with client.consumer(stream, f"s{attempt}", start=Start.offset(2)) as c:
+                    await c.receive_batch(10, timeout_s=5)
+        await publish(client, stream, 2)
+        async with client.consumer(stream, "late", start=Start.earliest()) as late:
+            assert [m.offset for m in await take(late, 2)] == [6, 7]
+
+
+async def test_a_lagging_subscription_skips_what_retention_removed(
+    retention_cluster: TestCluster, nats_url: str
+) -> None:
+    """A subscription whose cursor is at 0 reattaches after retention moved the start
+    to 6: the router, told by storage's bus event, forgets its cached batches and
+    the subscription skips to 6. Before the fix it read 0-5 from the cache."""
+    cluster = retention_cluster
+    stream = unique("lagging")
+    bus = await nats.connect(nats_url)
+    events: asyncio.Queue[dict[str, int | str]] = asyncio.Queue()
+
+    async def on_event(msg: Msg) -> None:
+        event = json.loads(msg.data)
+        if event["stream"] == stream:
+            events.put_nowait(event)
+
+    await bus.subscribe("tamto.events.partition.range_shrunk", cb=on_event)
+    try:
+        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+            config = tamto_sdk.StreamConfig(retention_ms=1000)
+            await client.streams.ensure(stream, partitions=1, config=config)
+            async with client.consumer(stream, "lag", start=Start.earliest()):
+                pass  # the cursor now exists, at 0
+            await publish(client, stream, 6)
+            async with asyncio.timeout(30):
+                while (await events.get())["start_offset"] != 6:
+                    pass
+            async with client.consumer(stream, "lag") as lagging:
+                assert len(await lagging.receive_batch(10, timeout_s=0.5)) == 0
+                await publish(client, stream, 2)
+                assert [m.offset for m in await take(lagging, 2)] == [6, 7]
+    finally:
+        await bus.close()

@@ -12,6 +12,10 @@ from tamto_common.errors import Unavailable
 
 EVENTS = "tamto.events"
 
+#: Topic storage announces `{stream, partition, start_offset}` on after retention
+#: removed or rewrote segments of a partition (docs/segments.md, "The readable range").
+RANGE_SHRUNK = "partition.range_shrunk"
+
 
 async def connect_bus(url: str, name: str, timeout_s: float = 10.0) -> NatsClient:
     """Connect to NATS, reconnecting forever once connected."""

@@ -25,6 +25,12 @@ class InvalidArgument(TamtoError):
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
+class OutOfRange(InvalidArgument):
+    """An offset below a partition's start (retention removed it) or past its end."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
 class NotFound(TamtoError):
     """A named thing (stream, subscription, partition) does not exist."""
 

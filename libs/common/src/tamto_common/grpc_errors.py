@@ -47,13 +47,21 @@ def downstream_error(exc: grpc.aio.AioRpcError, what: str) -> TamtoError:
     status = status_for(exc)
     assert status is not None
     code, message = status
-    return _BY_CODE.get(code, Unavailable)(f"{what}: {message}")
+    return error_for(code, f"{what}: {message}")
+
+
+def error_for(code: grpc.StatusCode | int, message: str) -> TamtoError:
+    """The TamtoError for a status (a code or its number) a downstream service sent."""
+    if isinstance(code, int):
+        code = next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
+    return _BY_CODE.get(code, Unavailable)(message)
 
 
 _BY_CODE: dict[grpc.StatusCode, type[TamtoError]] = {
     cls.code: cls
     for cls in (
         errors.InvalidArgument,
+        errors.OutOfRange,
         errors.NotFound,
         errors.AlreadyExists,
         errors.FailedPrecondition,

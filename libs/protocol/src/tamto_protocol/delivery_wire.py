@@ -149,6 +149,32 @@ def _stored_batch(data: memoryview) -> StoredBatchView:
     return StoredBatchView(base, count, time_us, arrow)
 
 
+def consume_error(code: int, message: str) -> bytes:
+    """`tamto.v1.ConsumeResponse` {error = 2: `StreamError` {code = 1, message = 2}}: the
+    status a server is about to end a consume stream with, sent in-band first."""
+    text = message.encode()
+    body = int_field(1, code) + (len_header(2, len(text)) + text if text else b"")
+    return len_header(2, len(body)) + body
+
+
+def parse_consume_error(data: bytes) -> tuple[int, str] | None:
+    """(code, message) of an encoded `ConsumeResponse` holding a `StreamError`, or None.
+
+    Cheap for deliveries: only the first field's key is looked at.
+    """
+    if not data or data[0] != 0x12:  # field 2, length-delimited
+        return None
+    code, message = 0, ""
+    for number, _kind, value in _fields(memoryview(data)):
+        if number == 2 and isinstance(value, memoryview):
+            for inner, inner_kind, item in _fields(value):
+                if inner == 1 and inner_kind == 0 and isinstance(item, int):
+                    code = item
+                elif inner == 2 and isinstance(item, memoryview):
+                    message = bytes(item).decode(errors="replace")
+    return code, message
+
+
 def parse_consume_response(data: bytes) -> DeliveryView | None:
     """The delivery of an encoded `ConsumeResponse` (None if it holds none), its
     batch's Arrow bytes a view into `data`. Raises `WireError` on malformed input.

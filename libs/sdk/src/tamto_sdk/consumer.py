@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from tamto_protocol.batch import BatchFormatError
-from tamto_protocol.delivery_wire import WireError, parse_consume_response
+from tamto_protocol.delivery_wire import WireError, parse_consume_error, parse_consume_response
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk._retry import Backoff
@@ -105,6 +105,7 @@ class Consumer:
         self._session_id = 0
         self._state = asyncio.Condition()
         self._wake_writer = asyncio.Event()
+        self._write_lock = asyncio.Lock()  # one write at a time on the stream
         self._reconnects = 0
         self._received_in_session = False
         self._session_started = 0.0
@@ -485,6 +486,9 @@ class Consumer:
                 response = await call.read()
                 if response is grpc.aio.EOF:
                     return
+                ending = parse_consume_error(response)
+                if ending is not None:
+                    raise await self._server_ending(call, *ending)
                 try:
                     # The batch stays inside the response bytes: no copy.
                     delivery = parse_consume_response(response)
@@ -498,6 +502,22 @@ class Consumer:
                 self._call = None
                 self._state.notify_all()
             call.cancel()
+
+    async def _server_ending(self, call: Any, code: int, message: str) -> TamtoError:
+        """The server announced the status it ends the stream with: stop writing,
+        half-close and let it end. That status is the answer, whatever gRPC reports
+        next (a write racing with the end would make it INTERNAL)."""
+        async with self._state:
+            self._call = None  # the writer takes no new writes to this stream
+        async with self._write_lock:
+            with contextlib.suppress(Exception):
+                await call.done_writing()
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(_CLOSE_FLUSH_TIMEOUT_S):
+                while await call.read() is not grpc.aio.EOF:
+                    pass
+        status = next((s for s in grpc.StatusCode if s.value[0] == code), grpc.StatusCode.UNKNOWN)
+        return from_status(status, message)
 
     def _on_delivery(self, delivery: Any) -> None:
         try:
@@ -546,8 +566,9 @@ class Consumer:
             self._writing = bool(acks or nacks)
             self._flush_now.clear()
             try:
-                for request in requests:
-                    await call.write(request)
+                async with self._write_lock:
+                    for request in requests:
+                        await call.write(request)
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
                 # The session died; acks go out again on the next one (nacks do
                 # not: the next session redelivers every unacked message).
@@ -588,10 +609,14 @@ class Consumer:
         self._data.set()
         call = self._call
         if call is not None and self._runner is not None:
-            # Half-close and let the server end the stream, so that everything
-            # written (the last acks) reaches it before the call is torn down.
+            # Say we are leaving (a clean close hands unacked messages back without
+            # using up a delivery; the end of a stream alone does not), half-close,
+            # and let the server end the stream, so that everything written (the
+            # last acks) reaches it before the call is torn down.
             with contextlib.suppress(Exception):
-                await call.done_writing()
+                async with self._write_lock:
+                    await call.write(messages_pb2.ConsumeRequest(close=messages_pb2.Close()))
+                    await call.done_writing()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._runner), _CLOSE_FLUSH_TIMEOUT_S)
         for task in (self._writer, self._runner):

@@ -5,6 +5,15 @@ its partitions, splits the client's credits between them, routes each ack to
 the router owning that partition, and merges the routers' deliveries into the
 client's stream. If any router stream fails, the client's stream ends with
 that error, and the SDK reconnects (the routers redeliver what was unacked).
+
+Ending with an error is a handshake on both hops (`messages.proto` StreamError):
+a router announces its status in-band, the gateway stops writing to it and
+half-closes, and only then does the router's status arrive; the gateway does the
+same towards its client. A write racing with the end of a stream would otherwise
+make gRPC report INTERNAL ("Internal error from Core") instead of the status.
+A clean leave is the client's explicit `close`, forwarded to every router; the
+end of the client's stream alone is not one (a killed consumer may look
+half-closed).
 """
 
 from __future__ import annotations
@@ -15,13 +24,23 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from tamto_common.errors import InvalidArgument, Unavailable
-from tamto_common.grpc_errors import downstream_error
+from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
+from tamto_common.grpc_errors import downstream_error, error_for
 from tamto_gateway.upstream import Upstream
+from tamto_protocol.delivery_wire import consume_error, parse_consume_error
 from tamto_protocol.v1 import messages_pb2
 
 #: Put in the response queue to wake `responses` when the session is to stop.
 _WAKE = Unavailable("consume session stopped")
+
+#: Longest an erring consume stream waits for its client's half-close.
+END_WAIT_S = 2.0
+
+#: Longest the gateway waits for a router stream to end once it said it is ending.
+_ROUTER_END_S = 10.0
+
+#: Write failures on a router stream: that stream is ending, and its pump reports why.
+_WRITE_FAILED = (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError)
 
 
 class FanOut:
@@ -35,6 +54,9 @@ class FanOut:
         self._tasks: list[asyncio.Task[None]] = []
         self._finishing = False
         self._stopped: asyncio.Task[None] | None = None
+        self._ending: set[str] = set()  # routers that announced the end of their stream
+        #: The error a request of the client caused (the session then ends with it).
+        self.failure: TamtoError | None = None
 
     async def open(self, partitions: list[int]) -> None:
         by_router: dict[str, list[int]] = {}
@@ -55,6 +77,10 @@ class FanOut:
     async def _pump(self, address: str, call: grpc.aio.StreamStreamCall) -> None:
         try:
             async for response in call:
+                error = parse_consume_error(response)
+                if error is not None:
+                    await self._out.put(await self._router_ending(address, call, *error))
+                    return
                 if not self._finishing:  # after the client's half-close, nobody reads these
                     await self._out.put(response)
             await self._out.put(Unavailable(f"router {address} ended the consume stream"))
@@ -63,14 +89,36 @@ class FanOut:
         except asyncio.CancelledError:
             raise
 
+    async def _router_ending(
+        self, address: str, call: grpc.aio.StreamStreamCall, code: int, message: str
+    ) -> TamtoError:
+        """A router announced its status: stop writing to it, half-close, let it end."""
+        self._ending.add(address)
+        with contextlib.suppress(*_WRITE_FAILED):
+            await call.done_writing()
+        with contextlib.suppress(*_WRITE_FAILED, TimeoutError):
+            async with asyncio.timeout(_ROUTER_END_S):
+                async for _ in call:
+                    pass
+        return error_for(code, f"router {address}: {message}")
+
+    async def _write(self, address: str, request: messages_pb2.ConsumeRequest) -> None:
+        """Write to a router's stream unless it is ending; a failed write means it is
+        ending (its pump reports why), so the failure itself is not an error."""
+        if address in self._ending:
+            return
+        with contextlib.suppress(*_WRITE_FAILED):
+            await self._calls[address].write(request)
+
     async def forward(self, request: messages_pb2.ConsumeRequest) -> None:
         kind = request.WhichOneof("request")
         if kind == "credit":
             shares = _split(request.credit.messages, len(self._calls))
-            for call, share in zip(self._calls.values(), shares, strict=True):
+            for router, share in zip(self._calls, shares, strict=True):
                 if share:
-                    await call.write(
-                        messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=share))
+                    await self._write(
+                        router,
+                        messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=share)),
                     )
         elif kind in ("ack", "nack"):
             partition = request.ack.partition if kind == "ack" else request.nack.partition
@@ -79,9 +127,43 @@ class FanOut:
                 raise InvalidArgument(
                     f"{kind} for partition {partition}, which this session does not read"
                 )
-            await self._calls[address].write(request)
-        else:
+            await self._write(address, request)
+        elif kind == "close":
+            for router in self._calls:
+                await self._write(router, request)
+        elif kind == "subscribe":
             raise InvalidArgument("subscribe may be sent only once per consume stream")
+        else:
+            raise InvalidArgument(
+                "a consume request must set one of subscribe (first), credit, ack, nack or close"
+            )
+
+    async def forward_or_fail(self, request: messages_pb2.ConsumeRequest) -> None:
+        """`forward`; a request that breaks a rule fails the session (see `fail`)."""
+        try:
+            await self.forward(request)
+        except TamtoError as exc:
+            self.fail(exc)
+
+    async def serve(self, reader: asyncio.Task[None]) -> AsyncIterator[bytes]:
+        """What the client's stream sends: `responses`, then, after the client's
+        half-close, `finish`. On an error its status goes in-band first and is
+        raised once `reader` (the client's requests) ended or `END_WAIT_S` passed,
+        so that no write of the client races with the end of its stream."""
+        try:
+            async for response in self.responses():
+                yield response
+            await self.finish()
+        except TamtoError as exc:
+            yield consume_error(exc.code.value[0], str(exc))
+            await asyncio.wait({reader}, timeout=END_WAIT_S)
+            raise
+
+    def fail(self, error: TamtoError) -> None:
+        """End `responses` with `error` (a request of the client broke a rule)."""
+        self.failure = error
+        if self._out.empty():  # wake a `responses` waiting for the next one
+            self._out.put_nowait(_WAKE)
 
     def stop_when_done(self, task: asyncio.Task[None]) -> None:
         """End `responses` as soon as `task` (forwarding the client's requests) ends,
@@ -101,6 +183,8 @@ class FanOut:
         for no more event-loop rounds than it must.
         """
         while True:
+            if self.failure is not None:
+                raise self.failure
             if self._stopped is not None:
                 self._stopped.result()
                 return
@@ -120,9 +204,10 @@ class FanOut:
         self._finishing = True
         while not self._out.empty():
             self._out.get_nowait()  # unblock a pump waiting to hand over a delivery
-        for call in self._calls.values():
-            with contextlib.suppress(Exception):
-                await call.done_writing()
+        for address, call in self._calls.items():
+            if address not in self._ending:
+                with contextlib.suppress(Exception):
+                    await call.done_writing()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=timeout_s)
 

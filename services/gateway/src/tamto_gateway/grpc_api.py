@@ -260,9 +260,8 @@ class GatewayServicer(
             reader = asyncio.create_task(_forward_all(requests, fan_out))
             fan_out.stop_when_done(reader)
             try:
-                async for response in fan_out.responses():
+                async for response in fan_out.serve(reader):
                     yield response
-                await fan_out.finish()
             finally:
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -285,5 +284,9 @@ def serve(servicer: GatewayServicer, server: grpc.aio.Server) -> None:
 
 
 async def _forward_all(requests: AsyncIterator[messages_pb2.ConsumeRequest], fan: FanOut) -> None:
+    """Forward the client's requests until it half-closes. A request that breaks a
+    rule fails the session; what comes after it is read and ignored."""
     async for request in requests:
-        await fan.forward(request)
+        if fan.failure is not None:
+            continue
+        await fan.forward_or_fail(request)

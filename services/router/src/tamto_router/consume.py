@@ -16,7 +16,7 @@ from typing import Literal
 
 import structlog
 
-from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
+from tamto_common.errors import InvalidArgument, OutOfRange, TamtoError, Unavailable
 from tamto_router.acks import AckSet
 from tamto_router.dead_letters import Policy, Publish
 from tamto_router.partition_log import PartitionLog
@@ -102,6 +102,10 @@ class SubscriptionRegistry:
         if stored is not None:
             return stored
         start = spec.start
+        if start.kind != "latest":
+            # The start storage holds now, not the one known since the log opened:
+            # retention may have moved it, and what it removed must not be read.
+            await log.follow_start()
         if start.kind == "earliest":
             floor = log.start_offset
         elif start.kind == "latest":
@@ -109,6 +113,11 @@ class SubscriptionRegistry:
         elif start.kind == "time":
             floor = await log.storage.offset_for_time(log.stream, log.partition, start.value)
         else:
+            if start.value < log.start_offset:
+                raise OutOfRange(
+                    f"start offset {start.value} is below {log.stream}/{log.partition}'s "
+                    f"start offset {log.start_offset}: retention removed what came before"
+                )
             if not log.start_offset <= start.value <= log.durable_offset:
                 raise InvalidArgument(
                     f"start offset {start.value} is outside {log.stream}/{log.partition}'s "
@@ -138,6 +147,10 @@ class ConsumeSession:
         self._subscriptions: dict[int, Subscription] = {}
         self._acked: set[Subscription] = set()  # whose cursors this session changed
         self._stopped: asyncio.Task[None] | None = None
+        #: Set when the client sent `close`: only then is its leave a clean one.
+        self.closed_by_client = False
+        #: The error a request of the client caused (the session then ends with it).
+        self.failure: TamtoError | None = None
 
     async def __aenter__(self) -> ConsumeSession:
         try:
@@ -151,11 +164,12 @@ class ConsumeSession:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
-        # No exception: the consumer half-closed its stream, a clean leave. Its
-        # last acks are committed before its stream ends, so they stick.
-        graceful = exc_type is None
-        self._detach(graceful)
-        if graceful:
+        # A clean leave is an explicit `close` from the client, never the mere end
+        # of its stream: a consumer killed with SIGKILL may look half-closed, and
+        # what it held must use up a delivery. Any orderly end (no exception)
+        # commits the last acks before the stream ends, so they stick.
+        self._detach(exc_type is None and self.closed_by_client)
+        if exc_type is None:
             await self._flush_acks(list(self._acked))
 
     @staticmethod
@@ -193,11 +207,20 @@ class ConsumeSession:
             # Reloaded (its log failed over) while this session's acks were in
             # flight: they belong to the subscription's live state, not the old one.
             subscription = await self._registry.get(self.spec, partition)
-        await subscription.ack(ranges)
+        await subscription.ack(ranges, self.slot)
         self._acked.add(subscription)
 
     def nack(self, partition: int, ranges: list[tuple[int, int]], delay_s: float) -> None:
         self._subscription(partition).nack(ranges, delay_s)
+
+    def close_cleanly(self) -> None:
+        """The client said it is leaving on purpose (see `__aexit__`)."""
+        self.closed_by_client = True
+
+    def fail(self, error: TamtoError) -> None:
+        """End `deliveries` with `error` (a request of the client broke a rule)."""
+        self.failure = error
+        self.slot.outbox.put_nowait(_WAKE)
 
     def stop_when_done(self, task: asyncio.Task[None]) -> None:
         """End `deliveries` as soon as `task` (the stream's request reader) ends,
@@ -216,6 +239,8 @@ class ConsumeSession:
         waits for no more event-loop rounds than it must.
         """
         while True:
+            if self.failure is not None:
+                raise self.failure
             if self._stopped is not None:
                 self._stopped.result()
                 return

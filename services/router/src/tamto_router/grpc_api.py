@@ -8,16 +8,19 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from tamto_common.errors import InvalidArgument
+from tamto_common.errors import InvalidArgument, TamtoError
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
-from tamto_protocol.delivery_wire import consume_delivery, raw_responses
+from tamto_protocol.delivery_wire import consume_delivery, consume_error, raw_responses
 from tamto_protocol.v1 import messages_pb2, router_pb2, router_pb2_grpc
 from tamto_protocol.wire import ROUTER_APPEND
 from tamto_router.consume import ConsumeSession, Start, SubscribeSpec, SubscriptionRegistry
 from tamto_router.partitions import Partitions
 from tamto_router.subscription import SubscriptionType
+
+#: Longest an erring consume stream waits for its client's half-close (see `Consume`).
+END_WAIT_S = 2.0
 
 _TYPES = {
     messages_pb2.SUBSCRIPTION_TYPE_UNSPECIFIED: SubscriptionType.EXCLUSIVE,
@@ -128,18 +131,26 @@ class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
             reader = asyncio.create_task(_read_requests(request_iterator, session))
             session.stop_when_done(reader)
             try:
-                async for delivery in session.deliveries():
-                    batch = delivery.batch
-                    yield consume_delivery(
-                        spec.stream,
-                        delivery.partition,
-                        batch.base_offset,
-                        batch.count,
-                        batch.publish_time_us,
-                        batch.arrow_ipc,
-                        delivery.delivery_count,
-                        delivery.offsets or (),
-                    )
+                try:
+                    async for delivery in session.deliveries():
+                        batch = delivery.batch
+                        yield consume_delivery(
+                            spec.stream,
+                            delivery.partition,
+                            batch.base_offset,
+                            batch.count,
+                            batch.publish_time_us,
+                            batch.arrow_ipc,
+                            delivery.delivery_count,
+                            delivery.offsets or (),
+                        )
+                except TamtoError as exc:
+                    # The status in-band first; the status itself once the client has
+                    # half-closed, so that no write of its races with the end of the
+                    # stream (gRPC would report that as INTERNAL and hide this one).
+                    yield consume_error(exc.code.value[0], str(exc))
+                    await asyncio.wait({reader}, timeout=END_WAIT_S)
+                    raise
             finally:
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -149,18 +160,32 @@ class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
 async def _read_requests(
     requests: AsyncIterator[messages_pb2.ConsumeRequest], session: ConsumeSession
 ) -> None:
+    """Apply the client's requests until it half-closes. A request that breaks a
+    rule fails the session; what comes after it is read and ignored."""
     async for request in requests:
-        kind = request.WhichOneof("request")
-        if kind == "credit":
-            session.grant(request.credit.messages)
-        elif kind == "ack":
-            await session.ack(
-                request.ack.partition, [(r.first, r.last) for r in request.ack.ranges]
-            )
-        elif kind == "nack":
-            nack = request.nack
-            session.nack(
-                nack.partition, [(r.first, r.last) for r in nack.ranges], nack.delay_ms / 1000
-            )
-        else:
-            raise InvalidArgument("subscribe may be sent only once per consume stream")
+        if session.failure is not None:
+            continue
+        try:
+            await _apply(request, session)
+        except TamtoError as exc:
+            session.fail(exc)
+
+
+async def _apply(request: messages_pb2.ConsumeRequest, session: ConsumeSession) -> None:
+    """One request of a consume stream (acks are applied before the next is read)."""
+    kind = request.WhichOneof("request")
+    if kind == "credit":
+        session.grant(request.credit.messages)
+    elif kind == "ack":
+        await session.ack(request.ack.partition, [(r.first, r.last) for r in request.ack.ranges])
+    elif kind == "nack":
+        nack = request.nack
+        session.nack(nack.partition, [(r.first, r.last) for r in nack.ranges], nack.delay_ms / 1000)
+    elif kind == "close":
+        session.close_cleanly()
+    elif kind == "subscribe":
+        raise InvalidArgument("subscribe may be sent only once per consume stream")
+    else:
+        raise InvalidArgument(
+            "a consume request must set one of subscribe (first), credit, ack, nack or close"
+        )

@@ -165,6 +165,21 @@ class PartitionLog:
         for listener in list(self.listeners):
             listener()
 
+    def range_shrunk(self, start: int) -> None:
+        """Storage announced that retention moved the start to `start` or rewrote
+        segments: forget cached batches of the partition and wake the subscriptions
+        (one below the start skips to it at its next read)."""
+        self.start_offset = max(self.start_offset, start)
+        self.storage.forget_cached(self.stream, self.partition)
+        self._notify()
+
+    async def follow_start(self) -> int:
+        """Learn the partition's start from storage now, dropping what the router's
+        cache holds of it (docs/segments.md, "The readable range"); returns it."""
+        start = await self.storage.current_start(self.stream, self.partition, self.epoch)
+        self.start_offset = max(self.start_offset, start)
+        return self.start_offset
+
     async def close(self) -> None:
         """Finish what is queued, then stop the sender."""
         while self._queue and self.failure is None:

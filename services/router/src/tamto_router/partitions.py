@@ -147,6 +147,13 @@ class Partitions:
             offset = batches[-1].end
         return window
 
+    def range_shrunk(self, stream: str, partition: int, start: int) -> None:
+        """Storage removed or rewrote segments of a partition (a bus event): if this
+        router has it open, its log follows the new start and forgets cached batches."""
+        opened = self._logs.get((stream, partition))
+        if opened is not None:
+            opened.range_shrunk(start)
+
     def forget_claims(self) -> None:
         """The lease was lost, and with it every claim: reclaim on next use."""
         for partition_log in self._logs.values():

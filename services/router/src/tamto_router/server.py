@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
+import structlog
+from nats.aio.msg import Msg
+
+from tamto_common.bus import EVENTS, RANGE_SHRUNK
 from tamto_common.channels import ChannelPool
 from tamto_common.config import MIB
 from tamto_common.errors import Unavailable
@@ -18,6 +24,8 @@ from tamto_router.dead_letters import Policy
 from tamto_router.grpc_api import RouterServicer, serve
 from tamto_router.partitions import Partitions
 from tamto_router.storage_client import StorageClient
+
+log = structlog.get_logger(__name__)
 
 
 async def setup(config: RouterConfig, runtime: Runtime) -> None:
@@ -92,3 +100,13 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         max_consumers=config.max_consumers_per_subscription,
     )
     serve(RouterServicer(partitions, subscriptions), runtime.server)
+
+    async def range_shrunk(msg: Msg) -> None:
+        try:
+            event = json.loads(msg.data)
+            partitions.range_shrunk(event["stream"], event["partition"], event["start_offset"])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("bad range event", error=str(exc))
+
+    subscription = await runtime.bus.subscribe(f"{EVENTS}.{RANGE_SHRUNK}", cb=range_shrunk)
+    resources.push_async_callback(subscription.unsubscribe)

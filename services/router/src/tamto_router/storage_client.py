@@ -67,6 +67,26 @@ class StorageClient:
         )
         return LogBounds(r.start_offset, r.next_offset)
 
+    def forget_cached(self, stream: str, partition: int) -> None:
+        """Drop what the cache holds of a partition (storage changed what it stores)."""
+        if self._cache is not None:
+            self._cache.drop((stream, partition))
+
+    async def current_start(self, stream: str, partition: int, epoch: int) -> int:
+        """The partition's start as storage holds it now (retention moves it).
+
+        OpenPartition again with the owner's own epoch claims nothing new: it only
+        reports the offsets. What the cache holds of the partition is dropped, as
+        retention may have removed it and interest retention left holes in it.
+        """
+        self.forget_cached(stream, partition)
+        r = await self._call(
+            self._stub.OpenPartition,
+            storage_pb2.OpenPartitionRequest(partition=self._ref(stream, partition), epoch=epoch),
+            f"offsets of {stream}/{partition}",
+        )
+        return int(r.start_offset)
+
     async def append(self, stream: str, partition: int, epoch: int, batches: list[Batch]) -> int:
         pieces = [(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc) for b in batches]
 

@@ -33,7 +33,13 @@ from enum import Enum
 
 import structlog
 
-from tamto_common.errors import FailedPrecondition, InvalidArgument, TamtoError, Unavailable
+from tamto_common.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    OutOfRange,
+    TamtoError,
+    Unavailable,
+)
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.acks import AckSet
 from tamto_router.consumers import Consumers
@@ -133,6 +139,25 @@ def _as_runs(offsets: list[int]) -> list[tuple[int, int]]:
         else:
             runs.append((offset, offset))
     return runs
+
+
+def _without(ranges: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The parts of inclusive `ranges` outside the sorted inclusive `holes`."""
+    left: list[tuple[int, int]] = []
+    for first, last in ranges:
+        for lo, hi in holes:
+            if hi < first:
+                continue
+            if lo > last:
+                break
+            if lo > first:
+                left.append((first, lo - 1))
+            first = hi + 1
+            if first > last:
+                break
+        if first <= last:
+            left.append((first, last))
+    return left
 
 
 def _minus(run: Run, first: int, last: int) -> list[Run]:
@@ -261,9 +286,20 @@ class Subscription:
                     f"the partition holds offsets below {self.log.durable_offset}"
                 )
 
-    async def ack(self, ranges: list[tuple[int, int]]) -> None:
-        """Apply acks at once; the cursor is committed behind them (`flush_acks`)."""
+    async def ack(self, ranges: list[tuple[int, int]], slot: ConsumerSlot | None = None) -> None:
+        """Apply acks at once; the cursor is committed behind them (`flush_acks`).
+
+        On a shared or key-shared subscription an ack from `slot` covers only what
+        no other consumer holds: offsets in flight to another consumer stay theirs
+        (a range ack, e.g. a cumulative one, cannot settle messages another consumer
+        has not processed; that consumer acks them, or they come back when it
+        leaves). Exclusive, failover and multicast subscriptions have one active
+        consumer, so its acks, cumulative ones included, apply as sent.
+        """
         self._check_ranges(ranges, "ack")
+        if slot is not None and self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
+            held = sorted((r.first, r.last) for r in self.in_flight if r.consumer != slot.id)
+            ranges = _without(ranges, held)
         for first, last in ranges:
             self.acks.ack_range(first, last)
             self._keys.settle(first, last)
@@ -355,6 +391,28 @@ class Subscription:
             log.warning("subscription stopped", subscription=self.name, error=str(exc))
             self._fail(error)
 
+    async def _read(self, first: int, want: int) -> list[Batch] | None:
+        """Stored batches from `first` on; None when `first` is below the partition's
+        start, which storage moves by retention: the subscription then skips to the
+        start storage holds now (docs/segments.md, "The readable range")."""
+        try:
+            if first < self.log.start_offset:  # a start storage announced
+                raise OutOfRange(f"offset {first} is below the start {self.log.start_offset}")
+            batches, _ = await self.log.storage.read(self.log.stream, self.partition, first, want)
+        except OutOfRange:
+            start = await self.log.follow_start()
+            log.warning(
+                "retention removed messages before they were acked; skipping to the start",
+                subscription=self.name,
+                partition=f"{self.log.stream}/{self.partition}",
+                offsets=f"{self.acks.floor}-{start - 1}",
+            )
+            self.position = max(self.position, start)
+            if start > self.acks.floor:
+                await self.ack([(self.acks.floor, start - 1)])
+            return None
+        return batches
+
     def _budget(self, slot: ConsumerSlot) -> int | None:
         """How many messages `slot` may get now: exact credit for shared subscriptions
         (load balancing needs it), otherwise unbounded (a whole batch may overdraw)."""
@@ -363,7 +421,9 @@ class Subscription:
     async def _send_fresh(self, slot: ConsumerSlot) -> None:
         want = max(1, min(self._read_max, slot.credit.available))
         start = self.position
-        batches, _ = await self.log.storage.read(self.log.stream, self.partition, start, want)
+        batches = await self._read(start, want)
+        if batches is None:
+            return  # below the partition's start: skipped to it
         if not any(batch.end > start for batch in batches):
             # Never spin: durable data below the log's end must be readable.
             raise Unavailable(
@@ -382,7 +442,11 @@ class Subscription:
 
     async def _send_range(self, slot: ConsumerSlot, first: int, last: int, count: int) -> None:
         want = last - first + 1
-        batches, _ = await self.log.storage.read(self.log.stream, self.partition, first, want)
+        batches = await self._read(first, want)
+        if batches is None:  # below the partition's start: what is left waits its turn
+            if last >= self.log.start_offset:
+                self.pending.append(Run(self.log.start_offset, last, count, time.monotonic()))
+            return
         budget = self._budget(slot)
         end = first
         for batch in batches:
@@ -465,9 +529,13 @@ class Subscription:
         blocked: set[bytes | None] = set()
         progress = False
         for first, last, count, fresh in sources:
-            batches, _ = await self.log.storage.read(
-                self.log.stream, self.partition, first, last - first + 1
-            )
+            read = await self._read(first, last - first + 1)
+            if read is None:  # below the partition's start: skipped to it
+                if not fresh and last >= self.log.start_offset:
+                    self.pending.append(Run(self.log.start_offset, last, count, now))
+                progress = True
+                continue
+            batches = read
             if fresh and batches and batches[0].base_offset > first:
                 # Nothing is stored before it (retention dropped acked messages): skip the gap.
                 gap = batches[0].base_offset - first
@@ -587,10 +655,11 @@ class Subscription:
         batches: list[Batch] = []
         offset = first
         while offset <= last:  # one read returns a bounded number of bytes
-            got, _ = await self.log.storage.read(
-                self.log.stream, self.partition, offset, last - offset + 1
-            )
-            got = [b for b in got if b.end > offset and b.base_offset <= last]
+            read = await self._read(offset, last - offset + 1)
+            if read is None:  # retention removed the start of the range
+                offset = max(offset, self.log.start_offset)
+                continue
+            got = [b for b in read if b.end > offset and b.base_offset <= last]
             if not got:
                 break
             batches.extend(got)

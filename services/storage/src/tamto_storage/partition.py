@@ -34,7 +34,13 @@ from pathlib import Path
 import structlog
 
 from tamto_common.durable import fsync_dir, make_dirs
-from tamto_common.errors import DataCorruption, FailedPrecondition, InvalidArgument, Unavailable
+from tamto_common.errors import (
+    DataCorruption,
+    FailedPrecondition,
+    InvalidArgument,
+    OutOfRange,
+    Unavailable,
+)
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.segment import SegmentEntry
 from tamto_storage import metrics
@@ -259,7 +265,7 @@ class Partition:
         for _ in range(_READ_ATTEMPTS):
             start, end = self._start_offset(), self._wal.next_offset
             if from_offset < start:
-                raise InvalidArgument(
+                raise OutOfRange(
                     f"offset {from_offset} is below the partition's start offset {start}"
                 )
             if from_offset > end:

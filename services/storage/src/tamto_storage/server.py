@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tamto_common.bus import RANGE_SHRUNK, publish_event
 from tamto_common.service import Runtime
 from tamto_common.streams import read_stream
 from tamto_storage import space
@@ -47,6 +48,13 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
         decoded_groups=config.decoded_groups(),
     )
     runtime.resources.push_async_callback(store.close)
+
+    async def announce(stream: str, partition: int, start: int) -> None:
+        await publish_event(
+            runtime.bus, RANGE_SHRUNK, stream=stream, partition=partition, start_offset=start
+        )
+
+    store.on_range_shrunk = announce
     UNSEALED_BYTES.set_function(store.unsealed_bytes)
     store.start_sealer()
     serve(StorageServicer(store, config.read_max_bytes), runtime.server)

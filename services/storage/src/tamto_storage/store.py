@@ -49,6 +49,16 @@ def partition_id(stream: str, partition: int) -> PartitionId:
     return PartitionId(stream, partition)
 
 
+def shrunk_partitions(before: Manifest, after: Manifest) -> list[int]:
+    """Partitions whose start rose or whose segments were removed or replaced."""
+    kept = {s.file for s in after.segments}
+    changed = {s.partition for s in before.segments if s.file not in kept}
+    changed |= {
+        p for p, start in after.start_offsets.items() if start > before.start_offsets.get(p, 0)
+    }
+    return sorted(changed)
+
+
 class PartitionStore(StoreView):
     """Opens each partition once, on first use, and closes them all on `close`."""
 
@@ -81,6 +91,10 @@ class PartitionStore(StoreView):
             Sealer(self, seal_options, retention_for, clock) if seal_options is not None else None
         )
         self._closed = False
+        #: Told (stream, partition, start) after a manifest change removed or rewrote
+        #: segments of a partition: what was readable there may be gone (routers drop
+        #: their cached batches; docs/segments.md, "The readable range").
+        self.on_range_shrunk: Callable[[str, int, int], Awaitable[None]] | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -136,7 +150,18 @@ class PartitionStore(StoreView):
         return task.result().current
 
     async def manifest_update(self, stream: str, change: Callable[[Manifest], Manifest]) -> None:
-        await (await self._manifest(stream)).update(change)
+        manifest = await self._manifest(stream)
+        before = manifest.current
+        await manifest.update(change)
+        if self.on_range_shrunk is None:
+            return
+        for partition in shrunk_partitions(before, manifest.current):
+            try:
+                await self.on_range_shrunk(
+                    stream, partition, manifest.current.start_offsets.get(partition, 0)
+                )
+            except Exception as exc:  # the bus is down: routers learn it on their next read
+                log.warning("range change not announced", stream=stream, error=str(exc))
 
     async def get(self, stream: str, partition: int) -> Partition:
         """The partition, loaded (and its WAL recovered) on first use."""

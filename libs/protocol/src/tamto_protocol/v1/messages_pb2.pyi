@@ -188,17 +188,23 @@ class PartitionNacks(_message.Message):
     delay_ms: int
     def __init__(self, partition: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ..., delay_ms: _Optional[int] = ...) -> None: ...
 
+class Close(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class ConsumeRequest(_message.Message):
-    __slots__ = ("subscribe", "credit", "ack", "nack")
+    __slots__ = ("subscribe", "credit", "ack", "nack", "close")
     SUBSCRIBE_FIELD_NUMBER: _ClassVar[int]
     CREDIT_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     NACK_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
     subscribe: Subscribe
     credit: Credit
     ack: PartitionAcks
     nack: PartitionNacks
-    def __init__(self, subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., ack: _Optional[_Union[PartitionAcks, _Mapping]] = ..., nack: _Optional[_Union[PartitionNacks, _Mapping]] = ...) -> None: ...
+    close: Close
+    def __init__(self, subscribe: _Optional[_Union[Subscribe, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ..., ack: _Optional[_Union[PartitionAcks, _Mapping]] = ..., nack: _Optional[_Union[PartitionNacks, _Mapping]] = ..., close: _Optional[_Union[Close, _Mapping]] = ...) -> None: ...
 
 class Delivery(_message.Message):
     __slots__ = ("stream", "partition", "batch", "delivery_count", "offsets")
@@ -214,8 +220,18 @@ class Delivery(_message.Message):
     offsets: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[StoredBatch, _Mapping]] = ..., delivery_count: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class StreamError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class ConsumeResponse(_message.Message):
-    __slots__ = ("delivery",)
+    __slots__ = ("delivery", "error")
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     delivery: Delivery
-    def __init__(self, delivery: _Optional[_Union[Delivery, _Mapping]] = ...) -> None: ...
+    error: StreamError
+    def __init__(self, delivery: _Optional[_Union[Delivery, _Mapping]] = ..., error: _Optional[_Union[StreamError, _Mapping]] = ...) -> None: ...
