@@ -3,13 +3,13 @@ with RESOURCE_EXHAUSTED naming the node and the path, acknowledges nothing it di
 keeps serving reads, leaves no half-written segment, says so in a gauge and an error line,
 and resumes by itself once the filesystem grows again.
 
-The test mounts its own tmpfs (root only); it skips, saying why, where mounting is impossible.
+The test mounts its own tmpfs (`tamto_testing.small_disk`; root only); it skips, saying
+why, where mounting is impossible.
 """
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +26,8 @@ from tamto_protocol.segment import read_manifest
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
+from tamto_testing.small_disk import resize_tmpfs
+from tamto_testing.small_disk import small_disk as tamto_small_disk
 from tamto_testing.waiting import eventually
 
 REF = storage_pb2.PartitionRef(stream="full", partition=0)
@@ -36,24 +38,6 @@ STORAGE_ENV = {
     "TAMTO_STORAGE_SEAL_CHECK_MS": "100",
 }
 PAD = 20_000  # bytes per message: a few hundred appends fill the small filesystem
-
-
-def mount_tmpfs(path: Path, size: str) -> str | None:
-    """Mount a tmpfs of `size` at `path`; why not, when it cannot be done."""
-    path.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tamto-full-disk-test", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        return f"cannot mount a tmpfs here ({done.stderr.strip() or done.returncode})"
-    return None
-
-
-def resize_tmpfs(path: Path, size: str) -> None:
-    subprocess.run(["mount", "-o", f"remount,size={size}", str(path)], check=True)
 
 
 def wire(base: int, count: int = 1) -> Any:
@@ -114,14 +98,8 @@ async def disk_full_gauge(cluster: TestCluster) -> float:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A 3 MiB tmpfs where the cluster's storage keeps its data."""
-    data = tmp_path / "cluster" / "storage"
-    reason = mount_tmpfs(data, "3m")
-    if reason is not None:
-        pytest.skip(reason)
-    try:
+    with tamto_small_disk(tmp_path / "cluster" / "storage", "3m") as data:
         yield data
-    finally:
-        subprocess.run(["umount", "-l", str(data)], check=False)
 
 
 async def test_a_full_disk_refuses_appends_serves_reads_and_resumes_by_itself(
