@@ -7,14 +7,16 @@ CI runs a short, derandomized campaign; TAMTO_LONG_TESTS=1 a long random one.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tamto_protocol.batch import BatchFormatError, decode_batch, validate_batch
 from tamto_testing.crafted_batches import CRAFTED
-from tests.fuzz import CORPUS, arrow_buffers, fuzz_settings
+from tests.fuzz import CORPUS, LONG, arrow_buffers, fuzz_settings
 
 
+@pytest.mark.timeout(3600 if LONG else 300)
 @fuzz_settings(ci_examples=300, long_examples=20_000)
 @given(data=arrow_buffers(), count=st.integers(0, 40) | st.sampled_from([37, 3, 1]))
 def test_validate_batch_refuses_or_accepts_only_readable_batches(data: bytes, count: int) -> None:

@@ -35,9 +35,10 @@ from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_testing.cluster import TestCluster
 from tests.e2e.members import own_members
-from tests.fuzz import NAMES, arrow_buffers, fuzz_settings, requests
+from tests.fuzz import LONG, NAMES, arrow_buffers, fuzz_settings, requests
 
-pytestmark = pytest.mark.e2e
+#: A long campaign outlasts pytest-timeout's default 300 s per test.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(7200 if LONG else 300)]
 
 Code = grpc.StatusCode
 #: Answers that are precise and say retrying the same request will not help.
