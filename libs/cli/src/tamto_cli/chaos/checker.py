@@ -7,10 +7,10 @@ delivered and finally read back. `check` turns them into a `ChaosReport`; it
 is pure, so its rules are tested without running a campaign.
 
 A client's stall beyond downtime is measured per gap between two of its
-progress moments: the part of the gap after the last faulted process that was
-down during it was serving again (the whole gap if no fault touched it). A
-fault's recovery time is how long after its process was serving again the
-slowest client made progress.
+progress moments: the gap less the time within it that some faulted process
+was down (the whole gap if no fault touched it). A fault's recovery time is
+how long after the system was whole again (its process serving, and any fault
+overlapping it over too) the slowest client made progress.
 """
 
 from __future__ import annotations
@@ -88,26 +88,42 @@ class ChaosReport:
 
 
 def stall_beyond_downtime(progress: Sequence[float], faults: Sequence[Fault]) -> float:
-    """The longest part of a gap between two progress moments not excused by a fault
-    (see the module docstring). `progress` is sorted."""
+    """The longest gap between two progress moments, less the time within it that some
+    faulted process was down (see the module docstring). `progress` is sorted."""
     longest = 0.0
     for before, after in itertools.pairwise(progress):
-        excused_until = before
-        for fault in faults:
-            if fault.at < after and fault.back > before:
-                excused_until = max(excused_until, min(fault.back, after))
-        longest = max(longest, after - excused_until)
+        down, reached = 0.0, before
+        for fault in sorted(faults, key=lambda f: f.at):
+            start, end = max(fault.at, reached), min(fault.back, after)
+            if end > start:
+                down += end - start
+                reached = end
+        longest = max(longest, after - before - down)
     return longest
 
 
-def recovery_time(fault: Fault, progress: Mapping[str, Sequence[float]]) -> float | None:
-    """Seconds after `fault.back` until every client progressed (None if one never did)."""
+def whole_again(fault: Fault, faults: Sequence[Fault]) -> float:
+    """When no fault was in progress any more after `fault.back`: the end of the run of
+    overlapping faults `fault` ended in."""
+    whole = fault.back
+    for other in sorted(faults, key=lambda f: f.at):
+        if other.at < whole < other.back:
+            whole = other.back
+    return whole
+
+
+def recovery_time(
+    fault: Fault, progress: Mapping[str, Sequence[float]], faults: Sequence[Fault] = ()
+) -> float | None:
+    """Seconds after the system was whole again (`whole_again`; `fault.back` when no other
+    fault overlapped it) until every client progressed (None if one never did)."""
+    whole = whole_again(fault, faults)
     slowest = 0.0
     for moments in progress.values():
-        i = bisect.bisect_right(moments, fault.back)
+        i = bisect.bisect_right(moments, whole)
         if i == len(moments):
             return None
-        slowest = max(slowest, moments[i] - fault.back)
+        slowest = max(slowest, moments[i] - whole)
     return slowest
 
 
@@ -134,11 +150,13 @@ def check(
 ) -> ChaosReport:
     """Judge one campaign (see the module docstring)."""
     ordered = {name: sorted(moments) for name, moments in progress.items()}
+    faults = sorted(faults, key=lambda f: f.at)
     acked_set = set(acked)
     return ChaosReport(
         duration_s=duration_s,
         faults=[
-            FaultOutcome(f, recovery_time(f, ordered), served_during(f, ordered)) for f in faults
+            FaultOutcome(f, recovery_time(f, ordered, faults), served_during(f, ordered))
+            for f in faults
         ],
         acked=len(acked_set),
         lost=sorted(acked_set - set(read_back)),
