@@ -205,4 +205,4 @@ async def test_corruption_is_data_loss(tmp_path: Path) -> None:
         )
         # The damage does not stop a claim: the offsets below it stay readable.
         opened = await stub.OpenPartition(storage_pb2.OpenPartitionRequest(partition=REF, epoch=2))
-        assert (opened.start_offset, opened.next_offset) == (0, 4)  # reads reach the damage
+        assert (opened.start_offset, opened.next_offset) == (0, 9)  # the frames past it end at 9

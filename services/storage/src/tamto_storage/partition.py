@@ -180,15 +180,17 @@ class Partition:
     def offsets(self) -> PartitionOffsets:
         """Where the log starts (segments included) and where the next append must start.
 
-        With a damaged WAL the end is given as one past the first damaged offset:
-        acknowledged messages lie beyond it, so a reader (the router's delivery,
-        which reads up to the end) must reach the damage and get DATA_LOSS, not
-        wait in silence at its start. Appends are refused there anyway.
+        With a damaged WAL the end is where the frames that still check out
+        after the damage end (at least one past the first damaged offset):
+        acknowledged messages lie beyond the damage, so a reader (the router's
+        delivery, which reads up to the end) must reach it and get DATA_LOSS,
+        not wait in silence at its start, and the end must not move back below
+        what was acknowledged. Appends are refused there anyway.
         """
         end = self._wal.next_offset
         corruption = self._wal.corruption
         if corruption is not None:
-            end = max(end, corruption.offset + 1)
+            end = max(end, corruption.offset + 1, corruption.known_end or 0)
         return PartitionOffsets(self._start_offset(), end)
 
     def _start_offset(self) -> int:

@@ -38,6 +38,9 @@ class Corruption:
     file: Path
     position: int
     reason: str
+    #: Where the frames that still check out after the damage end, when recovery
+    #: looked (None: not looked for). The partition reports its end there.
+    known_end: int | None = None
 
     def error(self) -> DataCorruption:
         """DATA_LOSS naming the file and the first offset lost (the end is not known:

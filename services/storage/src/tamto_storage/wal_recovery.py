@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -85,13 +85,16 @@ def recover(wal_dir: Path, *, truncate: bool = True) -> Recovered:
     if files and scan.corruption is None:
         tail = (files[-1][1], files[-1][1].stat().st_size)
     if scan.corruption is not None:
-        c = scan.corruption
+        c = scan.corruption = replace(
+            scan.corruption, known_end=_end_beyond(files, scan.corruption, scan.max_epoch)
+        )
         log.error(
             "wal corruption",
             file=str(c.file),
             position=c.position,
             offset=c.offset,
             reason=c.reason,
+            frames_beyond_end=c.known_end,
         )
     return Recovered(
         entries=tuple(scan.entries),
@@ -101,6 +104,35 @@ def recover(wal_dir: Path, *, truncate: bool = True) -> Recovered:
         tail=tail,
         corruption=scan.corruption,
     )
+
+
+def _end_beyond(files: list[tuple[int, Path]], corruption: Corruption, max_epoch: int) -> int:
+    """Where the frames that still check out after the damage end (the damaged offset
+    + 1 when there are none): acknowledged messages the log holds but cannot serve
+    until repair, which the partition's end must not hide."""
+    end = corruption.offset + 1
+    after = False
+    for _, path in files:
+        after = after or path == corruption.file
+        if not after:
+            continue
+        size = path.stat().st_size
+        start = corruption.position + 1 if path == corruption.file else 0
+        with path.open("rb") as f:
+            position = valid_frame_after(f, size, start, corruption.offset, max_epoch)
+            while position is not None:
+                f.seek(position)
+                header_bytes = f.read(HEADER_SIZE)
+                header = decode_header(header_bytes)
+                body = f.read(header.body_length)
+                if len(body) != header.body_length or not crc_matches(header_bytes, body):
+                    position = valid_frame_after(f, size, position + 1, end, max_epoch)
+                    continue
+                end = max(end, header.base_offset + header.count)
+                position += header.frame_length
+                if position + HEADER_SIZE > size:
+                    break
+    return end
 
 
 def _scan_file(path: Path, expected: int, *, last_file: bool, scan: _Scan, truncate: bool) -> int:
