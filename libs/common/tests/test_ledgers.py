@@ -10,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator
 
 import aetcd
 import pytest
 
-from tamto_common.config import parse_endpoints
 from tamto_common.errors import NotFound
 from tamto_common.ledgers import (
     Ledger,
@@ -27,16 +25,11 @@ from tamto_common.ledgers import (
     read_ledgers,
     replace_replica,
 )
-from tamto_common.membership import connect_etcd
 
 
 @pytest.fixture
-async def etcd(etcd_endpoint: str) -> AsyncIterator[aetcd.Client]:
-    client = await connect_etcd(parse_endpoints(etcd_endpoint))
-    try:
-        yield client
-    finally:
-        await client.close()
+def etcd(etcd_client: aetcd.Client) -> aetcd.Client:
+    return etcd_client
 
 
 @pytest.fixture

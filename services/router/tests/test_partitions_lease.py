@@ -16,7 +16,7 @@ from tamto_router.ownership import Claim
 from tamto_router.partitions import Partitions
 
 
-def no_storage(stream: str, partition: int) -> Any:
+def no_storage(stream: str, partition: int, ledgers: Any) -> Any:
     raise AssertionError("an invalid lease must not reach storage")
 
 

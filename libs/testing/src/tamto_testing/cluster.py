@@ -3,6 +3,11 @@
 Services come up in dependency order and are waited on through the gRPC health
 service. Tests crash them with `kill9`, start them again with `start`, and read
 their logs from `<workdir>/logs/<service>.log`.
+
+`TestCluster(..., nodes=N)` with N > 1 runs N storage nodes and N routers
+(`storage`, `storage-2`, ..., `router`, `router-2`, ...: each its own port,
+instance id and data directory `<workdir>/node-<i>/<service>`) and two
+gateways (`gateway`, `gateway-2`), as `tamto up --nodes N` does.
 """
 
 from __future__ import annotations
@@ -48,9 +53,17 @@ class TestCluster:
     __test__ = False
 
     def __init__(
-        self, workdir: Path, infra: Infra, lease_ttl_s: int = 3, tls: bool = False
+        self,
+        workdir: Path,
+        infra: Infra,
+        lease_ttl_s: int = 3,
+        tls: bool = False,
+        nodes: int = 1,
     ) -> None:
+        if nodes < 1:
+            raise ValueError(f"nodes must be at least 1, not {nodes}")
         self.workdir = workdir
+        self.nodes = nodes
         self.infra = infra
         self.credential = dev_credential(workdir)
         # A distinct etcd prefix is not needed: every cluster gets its own instance
@@ -72,6 +85,8 @@ class TestCluster:
         )
         self._launcher_tls = launcher_tls(self.tls_dir)
         self.ports = {name: free_port() for name in SERVICES}
+        for name in node_services(nodes):
+            self.ports.setdefault(name, free_port())
         self.processes: dict[str, TestProcess] = {}
 
     @property
@@ -100,20 +115,43 @@ class TestCluster:
         """The instance id service `name` of this cluster registers under in etcd."""
         return f"{name}-{self._suffix}"
 
+    def storages(self) -> list[str]:
+        """The names of this cluster's storage nodes (`storage`, `storage-2`, ...)."""
+        return node_services(self.nodes, "storage")
+
+    def routers(self) -> list[str]:
+        """The names of this cluster's routers (`router`, `router-2`, ...)."""
+        return node_services(self.nodes, "router")
+
+    def data_dir(self, name: str) -> Path:
+        """The data directory of process `name` (`<workdir>/node-<i>/<service>` when
+        the cluster has several nodes, `<workdir>/<service>` otherwise)."""
+        service, index = split_name(name)
+        if self.nodes == 1 or service not in ("storage", "router"):
+            return self.workdir / service
+        return self.workdir / f"node-{index}" / service
+
     def start(
         self, name: str, timeout_s: float = 30.0, extra_env: dict[str, str] | None = None
     ) -> TestProcess:
-        env = service_env(name, self.shared, self.ports[name], extra_env)
-        env[f"TAMTO_{name.upper()}_INSTANCE_ID"] = self.instance_id(name)
-        proc = TestProcess(name, service_argv(name), self.workdir / "logs" / f"{name}.log", env)
+        """Start process `name`: a service (`storage`) or one node's (`storage-2`)."""
+        service, _ = split_name(name)
+        env = service_env(service, self.shared, self.ports[name], extra_env)
+        env[f"TAMTO_{service.upper()}_INSTANCE_ID"] = self.instance_id(name)
+        env["TAMTO_DATA_DIR"] = str(self.data_dir(name))
+        argv = service_argv(service)
+        proc = TestProcess(name, argv, self.workdir / "logs" / f"{name}.log", env)
         self.processes[name] = proc.start()
         proc.wait_ready(lambda: healthy(self.address(name), self._launcher_tls), timeout_s)
         return proc
 
     def start_all(self, extra_env: Mapping[str, dict[str, str]] | None = None) -> TestCluster:
-        """Start every service in order; `extra_env` adds variables per service name."""
-        for name in SERVICES:
-            self.start(name, extra_env=(extra_env or {}).get(name))
+        """Start every service in order, each node's storage and router (two gateways
+        with several nodes); `extra_env` adds variables per service name."""
+        for name in node_services(self.nodes):
+            self.start(name, extra_env=(extra_env or {}).get(split_name(name)[0]))
+        if self.nodes > 1:
+            self.start_gateway()
         return self
 
     @contextlib.contextmanager
@@ -154,3 +192,20 @@ class TestCluster:
             proc = self.processes.get(name)
             if proc is not None:
                 proc.stop()
+
+
+def split_name(name: str) -> tuple[str, int]:
+    """(service, node index) of a process name: `storage` -> ("storage", 1),
+    `router-3` -> ("router", 3)."""
+    service, _, index = name.partition("-")
+    return service, int(index) if index else 1
+
+
+def node_services(nodes: int, only: str | None = None) -> list[str]:
+    """Every service process of a cluster of `nodes` nodes, in start order (one gateway:
+    the second is `start_gateway`'s): auth, the storage nodes, the routers, gateway."""
+    names: list[str] = []
+    for service in SERVICES:
+        count = nodes if service in ("storage", "router") else 1
+        names += [service if i == 1 else f"{service}-{i}" for i in range(1, count + 1)]
+    return [n for n in names if only is None or split_name(n)[0] == only]

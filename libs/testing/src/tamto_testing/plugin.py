@@ -2,6 +2,7 @@
 
 - `tamto_infra` (session): running etcd and NATS.
 - `etcd_endpoint`, `nats_url` (session): their addresses.
+- `etcd_client` (function): an etcd client connected to that etcd.
 - `tamto_cluster` (module): auth, storage, router and gateway as processes.
 - `fresh_cluster` (function): a cluster of its own, for tests that crash services.
 - `tamto_client` (function): an SDK client connected to `tamto_cluster`.
@@ -16,9 +17,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import aetcd
 import pytest
 
 import tamto_sdk
+from tamto_common.config import parse_endpoints
+from tamto_common.membership import connect_etcd
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra, running_infra
 
@@ -35,6 +39,15 @@ def tamto_infra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
 @pytest.fixture(scope="session")
 def etcd_endpoint(tamto_infra: Infra) -> str:
     return tamto_infra.etcd_endpoint
+
+
+@pytest.fixture
+async def etcd_client(etcd_endpoint: str) -> AsyncIterator[aetcd.Client]:
+    client = await connect_etcd(parse_endpoints(etcd_endpoint))
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 @pytest.fixture(scope="session")

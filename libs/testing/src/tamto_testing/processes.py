@@ -89,6 +89,16 @@ class TestProcess:
             self.popen.send_signal(signal.SIGKILL)
             self.popen.wait()
 
+    def pause(self) -> None:
+        """Freeze it (SIGSTOP): alive but silent, so its etcd lease lapses after the TTL."""
+        if self.popen is not None and self.alive():
+            self.popen.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Let a paused process go on (SIGCONT)."""
+        if self.popen is not None and self.alive():
+            self.popen.send_signal(signal.SIGCONT)
+
     def stop(self, timeout_s: float = 15.0) -> int | None:
         """SIGTERM and wait; SIGKILL after the timeout. Returns the exit code."""
         if self.popen is None:

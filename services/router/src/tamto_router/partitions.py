@@ -1,4 +1,10 @@
-"""The partitions this router owns, claimed on first use through etcd."""
+"""The partitions this router owns, claimed on first use through etcd.
+
+A claim also records where the partition's data goes: the previous owner's
+ledger is closed at the end storage reports and a ledger of the new epoch is
+opened (`tamto_common.ledgers`, docs/cluster.md section 1). The storage node
+comes from that record, never from membership alone, once a partition has one.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import aetcd
 import structlog
 
 from tamto_common.errors import DataCorruption, Unavailable, damaged_offsets
+from tamto_common.ledgers import LedgerConflict, LedgerList, open_ledger, read_ledgers
 from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
 from tamto_protocol.batch import decode_batch
 from tamto_router.dedup import DedupWindow
@@ -21,16 +28,26 @@ from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
 
+#: Where a partition's data is: (storage instance id, its client), chosen from the
+#: partition's ledger list (see `Partitions`).
+StorageFor = Callable[[str, int, LedgerList], tuple[str, StorageClient]]
+
 
 class Partitions:
-    """Finds or claims the `PartitionLog` for (stream, partition)."""
+    """Finds or claims the `PartitionLog` for (stream, partition).
+
+    `storage_for(stream, partition, ledgers)` names the storage node of the
+    partition: the node of its current ledger when it has one (or Unavailable
+    naming that node when it is gone), a node from membership only for a
+    partition with no ledger yet.
+    """
 
     def __init__(
         self,
         etcd: aetcd.Client,
         lease: Callable[[], Any],
         instance: str,
-        storage_for: Callable[[str, int], StorageClient],
+        storage_for: StorageFor,
         claim_timeout_s: float,
         stream_def: Callable[[str], Awaitable[StreamDef | None]] | None = None,
         lease_valid: Callable[[], bool] = lambda: True,
@@ -79,7 +96,7 @@ class Partitions:
         started = time.monotonic()
         deadline = started + self._claim_timeout
         # The storage node first: without one, claiming would only use up an epoch.
-        storage = self._storage_for(stream, partition)
+        self._storage_for(stream, partition, await read_ledgers(self._etcd, stream, partition))
         while True:
             try:
                 result: Claim | Held = await claim_partition(
@@ -97,7 +114,12 @@ class Partitions:
                 )
             await asyncio.sleep(0.2)  # the holder's lease expires within its TTL
         claimed = time.monotonic()
+        # Read again under the new epoch: a claimer before this one may have opened a
+        # ledger meanwhile (on the node it recorded, which this one must use too).
+        ledgers = await read_ledgers(self._etcd, stream, partition)
+        node, storage = self._storage_for(stream, partition, ledgers)
         bounds = await storage.open_partition(stream, partition, result.epoch)
+        await self._open_ledger(ledgers, result.epoch, node, bounds)
         self._claims[(stream, partition)] = result
         opened = time.monotonic()
         dedup = await self._dedup_window(stream, partition, storage, bounds)
@@ -108,12 +130,50 @@ class Partitions:
             epoch=result.epoch,
             next_offset=bounds.next_offset,
             dedup_ids=len(dedup) if dedup is not None else 0,
+            storage_node=node,
             # Where a takeover spends its time: etcd, storage's open, the dedup rebuild.
             claim_s=round(claimed - started, 3),
             open_s=round(opened - claimed, 3),
             dedup_s=round(time.monotonic() - opened, 3),
         )
         return PartitionLog(stream, partition, result.epoch, storage, bounds, dedup)
+
+    async def _open_ledger(
+        self, ledgers: LedgerList, epoch: int, node: str, bounds: LogBounds
+    ) -> None:
+        """Record this epoch's ledger on `node` (one storage node: R = 1), closing the
+        previous owner's open ledger at the end storage reports now that `epoch`
+        fenced it. A partition's first ledger starts at 0: data written before
+        ledgers were recorded is on the node it was placed on."""
+        stream, partition = ledgers.stream, ledgers.partition
+        for attempt in range(3):
+            current = ledgers.current
+            first = bounds.next_offset if current is not None else 0
+            previous_end = bounds.next_offset - 1 if current and current.is_open else None
+            try:
+                await open_ledger(
+                    self._etcd,
+                    stream,
+                    partition,
+                    epoch,
+                    (node,),
+                    1,
+                    first,
+                    previous_last_offset=previous_end,
+                    based_on=ledgers,
+                )
+                return
+            except LedgerConflict as exc:
+                # Changed meanwhile (a claimer of an older epoch finishing its open):
+                # read it again; a stale epoch or a gap stays refused.
+                if "changed meanwhile" not in str(exc) or attempt == 2:
+                    raise
+                ledgers = await read_ledgers(self._etcd, stream, partition)
+                if ledgers.current is not None and node not in ledgers.current.ensemble:
+                    raise Unavailable(
+                        f"partition {stream}/{partition} was placed on "
+                        f"{list(ledgers.current.ensemble)} meanwhile, not on {node}"
+                    ) from exc
 
     async def _dedup_window(
         self, stream: str, partition: int, storage: StorageClient, bounds: LogBounds
@@ -163,6 +223,9 @@ class Partitions:
     async def close(self) -> None:
         for partition_log in self._logs.values():
             await partition_log.close()
+        # The open ledger stays open: the next owner closes it at the end storage
+        # reports once it fenced this epoch (a batch in flight when the sender
+        # stopped may or may not be stored, so this router's own count could be wrong).
         for claim in self._claims.values():
             try:
                 await release_partition(self._etcd, claim)

@@ -11,6 +11,7 @@ from tamto_common.bus import EVENTS, RANGE_SHRUNK
 from tamto_common.channels import ChannelPool
 from tamto_common.config import MIB
 from tamto_common.errors import Unavailable
+from tamto_common.ledgers import LedgerList
 from tamto_common.loop_lag import LoopLagMonitor
 from tamto_common.membership import KeptLease, MemberDirectory
 from tamto_common.ring import HashRing, partition_key
@@ -46,11 +47,26 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
 
     resources.push_async_callback(close_clients)
 
-    def storage_for(stream: str, partition: int) -> StorageClient:
+    def storage_for(stream: str, partition: int, ledgers: LedgerList) -> tuple[str, StorageClient]:
+        """The partition's storage node: the one its ledgers were recorded on (placement
+        is never recomputed: a lapsed lease must not move a partition to a node without
+        its data), from the hash ring of live nodes only for a partition never opened."""
         nodes = {m.instance_id: m.address for m in directory.members("storage")}
-        if not nodes:
+        current = ledgers.current
+        if current is not None:
+            node = current.ensemble[0]  # one replica (R = 1) until replication exists
+            if node not in nodes:
+                raise Unavailable(
+                    f"partition {stream}/{partition} is stored on storage node {node}, "
+                    "which is not registered (down?); it is served again when that node is back"
+                )
+        elif not nodes:
             raise Unavailable("no storage node is registered")
-        address = nodes[HashRing(nodes).owner(partition_key(stream, partition))]
+        else:
+            node = HashRing(nodes).owner(partition_key(stream, partition))
+        return node, client_at(nodes[node])
+
+    def client_at(address: str) -> StorageClient:
         channel = channels.get(address)
         client = clients.get(address)
         if client is None or client.channel is not channel:
@@ -64,7 +80,8 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
             partitions.forget_claims()
 
     lease = await resources.enter_async_context(
-        KeptLease(runtime.etcd, config.lease_ttl_s, on_new_lease)
+        # Refreshed on a thread of its own: a saturated loop must not lose ownership.
+        KeptLease(runtime.etcd, config.lease_ttl_s, on_new_lease, config.etcd_hosts())
     )
 
     async def stream_def(stream: str) -> StreamDef | None:
