@@ -10,6 +10,7 @@ from tamto_protocol.batch import (
     decode_batch,
     decode_valid_batch,
     encode_record_batch,
+    slice_batch,
     validate_batch,
 )
 from tamto_testing.crafted_batches import CRAFTED, ROWS, valid_batch
@@ -69,3 +70,16 @@ def test_a_column_name_that_is_not_utf8_is_refused() -> None:
     assert data.count(b"event_time") == 1
     with pytest.raises(BatchFormatError):
         validate_batch(data.replace(b"event_time", b"\xe5vent_time"), ROWS, 0)
+
+
+def test_slicing_a_lying_batch_is_refused_rather_than_copying_memory() -> None:
+    """Re-encoding a slice copied what the lying last offset pointed at: about 4,000
+    bytes from outside the batch, in a well-formed batch (the issue's leak)."""
+    crafted = CRAFTED["payload offset past the data"]
+    with pytest.raises(BatchFormatError, match="column 'payload'"):
+        slice_batch(crafted.arrow_ipc, ROWS - 7, 7)
+    sliced = decode_batch(slice_batch(valid_batch(), ROWS - 7, 7))
+    assert (
+        sliced.column("payload").to_pylist()
+        == decode_batch(valid_batch()).column("payload").to_pylist()[ROWS - 7 :]
+    )

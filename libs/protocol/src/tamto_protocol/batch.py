@@ -313,5 +313,11 @@ def slice_batch(data: bytes, start: int, length: int) -> bytes:
 
     Used only where a consumer must not see part of a stored batch (already
     acked messages, a start offset inside a batch); whole batches travel as-is.
+    The slice is checked in full first (`check_buffers`, about a tenth of the
+    re-encoding's cost): re-encoding copies the bytes its offsets point at, so a
+    lying offset would put memory from outside the batch into a well-formed one
+    that no later check could tell from what a producer sent (issue 17).
     """
-    return encode_record_batch(decode_batch(data).slice(start, length))
+    sliced = decode_batch(data).slice(start, length)
+    check_buffers(sliced)
+    return encode_record_batch(sliced)
