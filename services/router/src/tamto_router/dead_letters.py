@@ -16,7 +16,14 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from tamto_protocol.batch import decode_batch, encode_record_batch
+from tamto_protocol.batch import (
+    PAYLOAD_TYPE,
+    BatchFormatError,
+    decode_batch,
+    decode_valid_batch,
+    encode_record_batch,
+    make_batch,
+)
 
 HEADER_PREFIX = "tamto.dlq."
 
@@ -49,8 +56,18 @@ def dead_letter_batch(
     delivery_count: int,
     reason: str,
 ) -> bytes:
-    """The messages of `arrow_ipc` (offsets from `first_offset`) as dead letters."""
-    batch = decode_batch(arrow_ipc)
+    """The messages of `arrow_ipc` (offsets from `first_offset`) as dead letters.
+
+    A batch whose buffers fail the full check (one written past the gateway's and
+    storage's validation, docs/validation.md) cannot be read safely: its dead
+    letters have empty payloads and say why in their reason, rather than carry
+    whatever its offsets point at.
+    """
+    try:
+        batch = decode_valid_batch(arrow_ipc)
+    except BatchFormatError as exc:
+        batch = make_batch(pa.array([b""] * decode_batch(arrow_ipc).num_rows, PAYLOAD_TYPE))
+        reason = f"{reason}; undecodable: {exc}"
     rows = batch.num_rows
     old_headers = batch.column("headers").to_pylist()
     headers = []
