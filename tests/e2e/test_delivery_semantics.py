@@ -15,28 +15,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import signal
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import grpc
-import nats
 import pytest
-from nats.aio.msg import Msg
 
 import tamto_sdk
-from tamto_protocol.segment import read_manifest
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
-from tamto_sdk import Start, SubscriptionType
+from tamto_sdk import SubscriptionType
 from tamto_testing.cluster import TestCluster
-from tamto_testing.infra import Infra
-from tamto_testing.waiting import eventually, long_tests_enabled
+from tamto_testing.waiting import long_tests_enabled
 from tests.e2e.test_bad_input import publish
 from tests.e2e.test_subscriptions import take, unique
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800 if long_tests_enabled() else 300)]
 
 #: Repetitions of each race: CI's short run, or the acceptance size.
 REPEATS = 50 if long_tests_enabled() else 10
@@ -192,6 +187,33 @@ async def test_a_range_ack_never_settles_what_another_shared_consumer_holds(
     assert again == [2, 3, 4, 6, 7, 8, 9]
 
 
+async def test_a_nack_never_takes_back_what_another_shared_consumer_holds(
+    tamto_cluster: TestCluster, tamto_client: tamto_sdk.Client
+) -> None:
+    """The same rule for nacks: A nacks 2-4, which B holds; before the fix they went
+    back to the queue and A got them while B was still working on them."""
+    stream = unique("nack-router")
+    await tamto_client.streams.ensure(stream, partitions=1)
+    await publish(tamto_client, stream, 10)
+    shared = messages_pb2.SUBSCRIPTION_TYPE_SHARED
+    async with RawConsumer(tamto_cluster) as a, RawConsumer(tamto_cluster) as b:
+        a.send(subscribe(stream, "work", shared))
+        a.send(credit(2))
+        assert await a.offsets(2) == [0, 1]
+        b.send(subscribe(stream, "work", shared))
+        b.send(credit(3))
+        assert await b.offsets(3) == [2, 3, 4]
+        a.send(
+            messages_pb2.ConsumeRequest(
+                nack=messages_pb2.PartitionNacks(
+                    partition=0, ranges=[messages_pb2.OffsetRange(first=0, last=4)]
+                )
+            )
+        )
+        a.send(credit(5))
+        assert await a.offsets(5) == [0, 1, 5, 6, 7]
+
+
 # -- 3. a rejected ack's status reaches the application ----------------------------
 
 
@@ -319,90 +341,3 @@ async def test_only_an_explicit_close_hands_messages_back_without_a_delivery(
         assert await raw.end() == grpc.StatusCode.OK
     async with tamto_client.consumer(stream, "work") as successor:
         assert [m.delivery_count for m in await take(successor, 5)] == [2] * 5
-
-
-# -- 2. the readable range follows storage's manifest ------------------------------
-
-#: Storage seals at once and lets segments expire quickly.
-RETENTION_ENV = {
-    "TAMTO_STORAGE_SEAL_AGE_MS": "100",
-    "TAMTO_STORAGE_SEAL_CHECK_MS": "100",
-    "TAMTO_STORAGE_RETENTION_GRACE_MS": "60000",  # the files stay: reads must not use them
-}
-
-
-@pytest.fixture(scope="module")
-def retention_cluster(
-    tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TestCluster]:
-    directory = tmp_path_factory.mktemp("retention") / "cluster"
-    with TestCluster(directory, tamto_infra).running({"storage": RETENTION_ENV}) as cluster:
-        yield cluster
-
-
-async def test_subscriptions_start_where_retention_left_the_partition(
-    retention_cluster: TestCluster,
-) -> None:
-    """Retention moved the manifest's start to 6: a new subscription at earliest starts
-    there and `Start.offset(2)` is out of range, though the router appended (and
-    cached) offsets 0-5 itself. Before the fix both read the removed messages."""
-    cluster = retention_cluster
-    stream = unique("retained")
-    stream_dir = cluster.workdir / "storage" / "streams" / stream
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-        config = tamto_sdk.StreamConfig(retention_ms=1000)
-        await client.streams.ensure(stream, partitions=1, config=config)
-        await publish(client, stream, 6)
-
-        def start() -> int:
-            try:
-                return read_manifest(stream_dir).start_offsets.get(0, 0)
-            except FileNotFoundError:
-                return 0
-
-        await eventually(lambda: start() == 6, 30, "retention moved the start to 6")
-        for attempt in range(REPEATS):
-            at_earliest = client.consumer(stream, f"early{attempt}", start=Start.earliest())
-            async with at_earliest:
-                assert len(await at_earliest.receive_batch(10, timeout_s=0.3)) == 0
-            with pytest.raises(tamto_sdk.InvalidArgument, match=r"below .* start offset 6"):
-                async with client.consumer(stream, f"s{attempt}", start=Start.offset(2)) as c:
-                    await c.receive_batch(10, timeout_s=5)
-        await publish(client, stream, 2)
-        async with client.consumer(stream, "late", start=Start.earliest()) as late:
-            assert [m.offset for m in await take(late, 2)] == [6, 7]
-
-
-async def test_a_lagging_subscription_skips_what_retention_removed(
-    retention_cluster: TestCluster, nats_url: str
-) -> None:
-    """A subscription whose cursor is at 0 reattaches after retention moved the start
-    to 6: the router, told by storage's bus event, forgets its cached batches and
-    the subscription skips to 6. Before the fix it read 0-5 from the cache."""
-    cluster = retention_cluster
-    stream = unique("lagging")
-    bus = await nats.connect(nats_url)
-    events: asyncio.Queue[dict[str, int | str]] = asyncio.Queue()
-
-    async def on_event(msg: Msg) -> None:
-        event = json.loads(msg.data)
-        if event["stream"] == stream:
-            events.put_nowait(event)
-
-    await bus.subscribe("tamto.events.partition.range_shrunk", cb=on_event)
-    try:
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-            config = tamto_sdk.StreamConfig(retention_ms=1000)
-            await client.streams.ensure(stream, partitions=1, config=config)
-            async with client.consumer(stream, "lag", start=Start.earliest()):
-                pass  # the cursor now exists, at 0
-            await publish(client, stream, 6)
-            async with asyncio.timeout(30):
-                while (await events.get())["start_offset"] != 6:
-                    pass
-            async with client.consumer(stream, "lag") as lagging:
-                assert len(await lagging.receive_batch(10, timeout_s=0.5)) == 0
-                await publish(client, stream, 2)
-                assert [m.offset for m in await take(lagging, 2)] == [6, 7]
-    finally:
-        await bus.close()

@@ -148,6 +148,19 @@ class BatchCache:
                 break
         return found
 
+    def drop_below(self, key: PartitionKey, offset: int) -> None:
+        """Forget a partition's batches holding any offset below `offset` (storage's
+        start moved there: retention removed them)."""
+        part = self._partitions.get(key)
+        if part is None:
+            return
+        for base in [b for b in part.bases if b < offset]:
+            size = len(part.batches[base].arrow_ipc)
+            self._appended.pop((key[0], key[1], base), None)
+            if self._read.pop((key[0], key[1], base), None) is not None:
+                self._read_bytes -= size
+            self._remove(key, base, size)
+
     def drop(self, key: PartitionKey) -> None:
         """Forget a partition (it is being opened: what storage holds may have changed)."""
         part = self._partitions.pop(key, None)

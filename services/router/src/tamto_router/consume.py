@@ -211,7 +211,7 @@ class ConsumeSession:
         self._acked.add(subscription)
 
     def nack(self, partition: int, ranges: list[tuple[int, int]], delay_s: float) -> None:
-        self._subscription(partition).nack(ranges, delay_s)
+        self._subscription(partition).nack(ranges, delay_s, self.slot)
 
     def close_cleanly(self) -> None:
         """The client said it is leaving on purpose (see `__aexit__`)."""

@@ -174,8 +174,8 @@ class PartitionLog:
         self._notify()
 
     async def follow_start(self) -> int:
-        """Learn the partition's start from storage now, dropping what the router's
-        cache holds of it (docs/segments.md, "The readable range"); returns it."""
+        """Learn the partition's start from storage now, dropping cached batches
+        below it (docs/segments.md, "The readable range"); returns it."""
         start = await self.storage.current_start(self.stream, self.partition, self.epoch)
         self.start_offset = max(self.start_offset, start)
         return self.start_offset

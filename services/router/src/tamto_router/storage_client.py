@@ -76,16 +76,19 @@ class StorageClient:
         """The partition's start as storage holds it now (retention moves it).
 
         OpenPartition again with the owner's own epoch claims nothing new: it only
-        reports the offsets. What the cache holds of the partition is dropped, as
-        retention may have removed it and interest retention left holes in it.
+        reports the offsets. Cached batches below the start are dropped (retention
+        removed them); holes interest retention leaves above it come with a bus
+        event, which drops the partition's whole cache (`forget_cached`).
         """
-        self.forget_cached(stream, partition)
         r = await self._call(
             self._stub.OpenPartition,
             storage_pb2.OpenPartitionRequest(partition=self._ref(stream, partition), epoch=epoch),
             f"offsets of {stream}/{partition}",
         )
-        return int(r.start_offset)
+        start = int(r.start_offset)
+        if self._cache is not None:
+            self._cache.drop_below((stream, partition), start)
+        return start
 
     async def append(self, stream: str, partition: int, epoch: int, batches: list[Batch]) -> int:
         pieces = [(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc) for b in batches]

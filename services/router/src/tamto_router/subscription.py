@@ -317,14 +317,18 @@ class Subscription:
             self.log.stream, self.partition, self.name, self.log.epoch, acks
         )
 
-    def nack(self, ranges: list[tuple[int, int]], delay_s: float) -> None:
-        """Redeliver these in-flight offsets at once or after `delay_s`."""
+    def nack(
+        self, ranges: list[tuple[int, int]], delay_s: float, slot: ConsumerSlot | None = None
+    ) -> None:
+        """Redeliver these in-flight offsets at once or after `delay_s`; a nack from
+        `slot` touches only what is in flight to that consumer (never another's)."""
         self._check_ranges(ranges, "nack")
         due = time.monotonic() + delay_s
         for first, last in ranges:
             kept: list[Run] = []
             for run in self.in_flight:
-                if run.last < first or run.first > last:
+                mine = slot is None or run.consumer == slot.id
+                if not mine or run.last < first or run.first > last:
                     kept.append(run)
                     continue
                 lo, hi = max(run.first, first), min(run.last, last)
