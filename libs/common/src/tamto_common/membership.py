@@ -184,7 +184,8 @@ class MemberDirectory:
     Owned by the process that needs it; `refresh()` can also be called when a
     lookup misses (a member just joined) or a peer fails (it just left). It
     refreshes every `interval_s`, and every `EAGER_INTERVAL_S` for a while after
-    a failure or a change.
+    a failure or a change, and for as long as a service it saw has no member at
+    all (a killed storage node's key expired: its restart must be seen at once).
     """
 
     def __init__(self, client: aetcd.Client, interval_s: float = 1.0) -> None:
@@ -221,7 +222,7 @@ class MemberDirectory:
 
     async def _loop(self) -> None:
         while True:
-            eager = time.monotonic() < self._eager_until
+            eager = bool(self._gone) or time.monotonic() < self._eager_until
             await asyncio.sleep(EAGER_INTERVAL_S if eager else self._interval)
             try:
                 await self.refresh()
@@ -229,3 +230,5 @@ class MemberDirectory:
                 if not eager:
                     log.warning("member directory refresh failed", error=str(exc))
                 self._eager_until = time.monotonic() + EAGER_FOR_S
+        self._gone: set[str] = set()  # services seen before that have no member now
+            self._gone = (self._gone | self._members.keys()) - grouped.keys()
