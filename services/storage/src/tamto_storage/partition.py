@@ -502,12 +502,16 @@ def _check_batches(batches: Sequence[StoredBatch]) -> None:
 def _match_recorded(found: list[Segment], recorded: Sequence[SegmentEntry]) -> list[Segment]:
     """The segments found on disk, with what the manifest recorded of them (blocking).
 
-    A file the manifest records with the same range, generation, rows and size
-    gets the recorded digest; a damaged one gets its recorded entry whole (its
-    footer could not say). A file the manifest does not record as it is (sealed
-    just before a crash, or written by `tamto storage repair`) is digested now.
+    A file the manifest records with the same range, generation, rows, size and
+    times gets the recorded digest; a damaged one gets its recorded entry whole
+    (its footer could not say). A file whose footer says otherwise than its
+    entry, with no newer generation to explain it, changed under its name: it is
+    damaged. A file the manifest does not record as it is (sealed just before a
+    crash, or a rewrite promoted to the plain name just before one) takes the
+    digest recorded for its range and generation, or is digested now.
     """
     by_file = {entry.file: entry for entry in recorded}
+    by_version = {(e.first_offset, e.last_offset, e.generation): e for e in recorded}
     matched = []
     for segment in found:
         entry = by_file.get(segment.entry.file)
@@ -517,8 +521,16 @@ def _match_recorded(found: list[Segment], recorded: Sequence[SegmentEntry]) -> l
                 segment = replace(segment, entry=entry)
         elif entry is not None and replace(entry, digest="") == mine:
             segment = replace(segment, entry=entry)
+        elif entry is not None and mine.generation <= entry.generation:
+            damage = f"its footer ({mine}) disagrees with its manifest entry ({entry})"
+            segment = Segment(entry, segment.path, damage=damage)
         else:
-            segment = replace(segment, entry=replace(mine, digest=file_digest(segment.path)))
+            same = by_version.get((mine.first_offset, mine.last_offset, mine.generation))
+            if same is not None and replace(same, digest="", staged=mine.staged) == mine:
+                digest = same.digest
+            else:
+                digest = file_digest(segment.path)
+            segment = replace(segment, entry=replace(mine, digest=digest))
         matched.append(segment)
     return matched
 

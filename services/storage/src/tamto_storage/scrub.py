@@ -221,7 +221,7 @@ def _segment_problem(
         parquet = pq.ParquetFile(segment.path, page_checksum_verification=True)
         for group in range(parquet.metadata.num_row_groups):
             parquet.read_row_group(group, use_threads=False)
-    except (OSError, pa.ArrowException) as exc:
+    except (OSError, ValueError, pa.ArrowException) as exc:  # ValueError: bad UTF-8 too
         return str(exc)
     return ""
 

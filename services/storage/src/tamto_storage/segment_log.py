@@ -161,7 +161,7 @@ class SegmentLog:
                 return await asyncio.to_thread(read, *args)
             except FileNotFoundError:
                 raise  # sealing or retention removed it: the caller routes again
-            except (OSError, pa.ArrowException, DataCorruption) as exc:
+            except (OSError, ValueError, pa.ArrowException, DataCorruption) as exc:
                 damage = str(exc)
                 log.error(
                     "segment damaged",

@@ -300,7 +300,7 @@ def load_segment(partition: int, path: Path, *, staged: bool = False) -> Segment
     """
     try:
         meta = pq.read_metadata(path)
-    except (OSError, pa.ArrowInvalid) as exc:
+    except (OSError, ValueError, pa.ArrowException) as exc:  # a damaged footer: bad UTF-8 too
         raise DataCorruption(f"segment {path} cannot be read: {exc}") from exc
     kv = meta.metadata or {}
     try:
@@ -318,7 +318,10 @@ def load_segment(partition: int, path: Path, *, staged: bool = False) -> Segment
             f"segment {path} holds offsets {first}-{last} (generation {generation}) in "
             f"{meta.num_rows} rows; its name and contents disagree"
         )
-    entry = segment_entry(partition, kv, path.stat().st_size, meta.num_rows, staged=staged)
+    try:
+        entry = segment_entry(partition, kv, path.stat().st_size, meta.num_rows, staged=staged)
+    except (KeyError, ValueError):
+        raise DataCorruption(f"segment {path} lacks its publish time metadata") from None
     return Segment(entry, path)
 
 
