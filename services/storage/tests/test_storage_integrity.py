@@ -117,3 +117,22 @@ async def test_wal_damage_keeps_the_offsets_below_it_readable(tmp_path: Path) ->
             await partition.append(2, [make_batch(3)])
     finally:
         await partition.close()
+
+
+async def test_a_footer_that_disagrees_with_the_manifest_is_damage(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    await sealed_store(data, 3)
+    damaged = segment_path(data, 3, 5)
+    content = damaged.read_bytes()
+    # The footer's newest publish time, one digit changed: the file still parses.
+    newest = str(read_manifest(data / "streams" / "orders").segments[1].max_publish_time_us)
+    at = content.rindex(newest.encode()) + len(newest) - 1
+    damaged.write_bytes(content[:at] + bytes([content[at] ^ 0x01]) + content[at + 1 :])
+    store = PartitionStore(data, WalOptions())
+    try:
+        partition = await store.get("orders", 0)
+        with pytest.raises(DataCorruption, match="disagrees with its manifest entry"):
+            await partition.read(3, 0, BIG)
+        check_batch((await partition.read(6, 0, BIG)).batches[0])
+    finally:
+        await store.close()
