@@ -43,7 +43,7 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from prometheus_client import Counter
 
-from tamto_common.errors import InvalidArgument
+from tamto_common.errors import InvalidArgument, Unavailable
 from tamto_common.streams import StreamDef
 from tamto_common.topics import TopicPattern, bus_subject, topic_of_subject
 from tamto_protocol.batch import slice_batch
@@ -277,8 +277,16 @@ class EphemeralHub:
             entity = self._entities.get(key)
             if entity is None:
                 entity = _Entity(key, pattern)
-                self._entities[key] = entity
                 await self._subscribe(entity)
+                self._entities[key] = entity
+                try:
+                    # The server has the subscription once it answered a PING sent after
+                    # it: what any gateway publishes after this returns reaches it.
+                    await self._bus.flush(timeout=10)
+                except Exception as exc:
+                    del self._entities[key]
+                    await self._unsubscribe(entity)
+                    raise Unavailable(f"the bus did not confirm the subscription: {exc}") from exc
             entity.members.append(consumer)
         await self._announce()
         name = f"group {group} matching {pattern.text!r}" if group else "consumer"

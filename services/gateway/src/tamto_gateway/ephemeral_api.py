@@ -56,14 +56,18 @@ class EphemeralApi:
     async def _ephemeral_stream(self, name: str) -> StreamDef:
         """The definition of ephemeral stream `name`: NOT_FOUND if missing,
         FAILED_PRECONDITION if it is persistent or a response stream."""
+        refusal = f"{name!r} is a response stream: only its requester receives from it"
         if _GENERATED_RESPONSE.fullmatch(name):
-            raise FailedPrecondition(
-                f"{name!r} is a response stream: only its requester receives from it"
-            )
+            raise FailedPrecondition(refusal)
         try:
             stream = await self._streams.describe(name)
         except NotFound:
-            stream = await self._streams.describe(name, fresh=True)
+            try:
+                stream = await self._streams.describe(name, fresh=True)
+            except NotFound:
+                if await self._requests.in_use(name):
+                    raise FailedPrecondition(refusal) from None
+                raise
         if not stream.ephemeral:
             raise FailedPrecondition(
                 f"stream {name!r} is persistent: use Publish and Consume (topics, matches "

@@ -125,6 +125,11 @@ class RequestBroker:
                     await sub.unsubscribe()
         return name, gateway_pb2.ReplyRequest.FromString(data)
 
+    async def in_use(self, name: str) -> bool:
+        """Whether `name` is a response stream reserved by a waiting request (chosen
+        names only: generated ones are known by their form)."""
+        return await self._etcd.get(f"{RESPONSES_PREFIX}{name}".encode()) is not None
+
     async def reply(self, response_stream: str, batch: messages_pb2.RecordBatch) -> None:
         """Deliver a reply to the requester waiting on `response_stream`."""
         check_name("response stream", response_stream)
