@@ -309,27 +309,36 @@ class LocalCluster:
             await self._start_service(name)
 
     async def _supervise(self) -> None:
-        """Restart any process (service, etcd or nats-server) that exits while the cluster is up."""
+        """Restart any process (service, etcd or nats-server) that exits while the cluster
+        is up. Each has a watcher of its own: a restart that waits for etcd, or fails,
+        delays no other process's."""
+        watchers = [
+            asyncio.create_task(self._watch(name), name=f"watch-{name}") for name in self.processes
+        ]
+        try:
+            await asyncio.gather(*watchers)
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+
+    async def _watch(self, name: str) -> None:
         while not self._stopping:
-            waits = {asyncio.ensure_future(p.wait()): name for name, p in self.processes.items()}
-            done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for fut in pending:
-                fut.cancel()
+            code = await self.processes[name].wait()
             if self._stopping:
                 return
-            for fut in done:
-                name = waits[fut]
-                self.restarts[name] += 1
-                self._notify(f"{name} exited with code {fut.result()}; restarting it")
-                ran = time.monotonic() - self._started_at.get(name, 0.0)
-                quick = self._quick_exits[name] + 1 if ran < CRASH_LOOP_S else 0
-                self._quick_exits[name] = quick
-                await asyncio.sleep(min(5.0, 0.5 * quick))  # a crash loop must not spin the CPU
-                try:
-                    await self._restart(name)
-                    self._notify(f"{name} is back (restart {self.restarts[name]})")
-                except LaunchError as exc:
-                    self._notify(f"{name} failed to restart: {exc}")
+            self.restarts[name] += 1
+            self._notify(f"{name} exited with code {code}; restarting it")
+            ran = time.monotonic() - self._started_at.get(name, 0.0)
+            quick = self._quick_exits[name] + 1 if ran < CRASH_LOOP_S else 0
+            self._quick_exits[name] = quick
+            await asyncio.sleep(min(5.0, 0.5 * quick))  # a crash loop must not spin the CPU
+            try:
+                await self._restart(name)
+                self._notify(f"{name} is back (restart {self.restarts[name]})")
+            except LaunchError as exc:
+                self._notify(f"{name} failed to restart: {exc}")
+                await self.processes[name].kill()  # not serving: ended, to be started again
 
     async def kill(self, name: str) -> None:
         """Crash one process with SIGKILL (for demos and tests of recovery)."""
