@@ -19,6 +19,19 @@ CHANNEL_OPTIONS = [
     *RECONNECT_OPTIONS,
 ]
 
+#: What every service's gRPC server runs with: the channel options, and leave for
+#: the peers' keep-alive pings. gRPC servers by default accept a ping without data
+#: at most every 5 minutes and answer a third early one with GOAWAY "too many
+#: pings": an idle append stream between router and storage, pinged every 10 s
+#: (`grpc.keepalive_time_ms` above), was torn down that way after a few minutes,
+#: failing a publish with UNAVAILABLE (found by the long fuzz run, issue 17).
+SERVER_OPTIONS = [
+    *CHANNEL_OPTIONS,
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
+]
+
 
 _process_credentials: grpc.ChannelCredentials | None = None
 

@@ -29,7 +29,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from nats.aio.client import Client as NatsClient
 
 from tamto_common.bus import connect_bus, publish_event
-from tamto_common.channels import CHANNEL_OPTIONS, use_tls_for_peers
+from tamto_common.channels import SERVER_OPTIONS, use_tls_for_peers
 from tamto_common.config import ServiceConfig, load_config
 from tamto_common.errors import ConfigError, TamtoError
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
@@ -86,7 +86,7 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
 
     server = grpc.aio.server(
         interceptors=[*server_interceptors(), TranslateErrorsInterceptor()],
-        options=[*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)],
+        options=[*SERVER_OPTIONS, ("grpc.so_reuseport", 0)],
     )
     tls = config.tls()
     use_tls_for_peers(tls.channel_credentials() if tls is not None else None)
