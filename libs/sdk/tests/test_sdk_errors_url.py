@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -44,6 +46,38 @@ def test_unknown_status_is_internal_but_keeps_its_code() -> None:
     error = errors.from_rpc_error(_rpc_error(grpc.StatusCode.UNIMPLEMENTED))
     assert isinstance(error, errors.Internal)
     assert error.code == "UNIMPLEMENTED"
+
+
+@pytest.mark.parametrize(
+    ("status", "stdlib"),
+    [
+        (grpc.StatusCode.DEADLINE_EXCEEDED, TimeoutError),
+        (grpc.StatusCode.INVALID_ARGUMENT, ValueError),
+        (grpc.StatusCode.OUT_OF_RANGE, ValueError),
+    ],
+)
+def test_errors_are_also_the_stdlib_ones_code_already_catches(
+    status: grpc.StatusCode, stdlib: type[Exception]
+) -> None:
+    error = errors.from_rpc_error(_rpc_error(status, "too slow"))
+    with pytest.raises(stdlib) as caught:
+        raise error
+    assert caught.value is error
+    assert isinstance(error, errors.TamtoError)
+    assert str(error) == "too slow"
+    assert error.code == status.name
+
+
+def test_sdk_timeout_is_asyncio_timeout_error() -> None:
+    assert isinstance(errors.Timeout("late"), asyncio.TimeoutError)
+
+
+@pytest.mark.parametrize(
+    "cls", [errors.NotFound, errors.PermissionDenied, errors.Unavailable, errors.Internal]
+)
+def test_other_errors_are_not_stdlib_lookalikes(cls: type[errors.TamtoError]) -> None:
+    error = cls("x")
+    assert not isinstance(error, (LookupError, OSError, ValueError))
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,13 @@
 Every failed RPC is translated by `from_rpc_error`, the only place in the SDK
 that looks at gRPC status codes. Application code catches `TamtoError` (or a
 subclass) and may consult `retriable` to decide whether trying again can help.
+
+Two errors are also the standard library's, as nats-py's are, so code written
+against stdlib exceptions handles them without knowing the SDK: `Timeout` is a
+`TimeoutError` (so also `asyncio.TimeoutError`) and `InvalidArgument` a
+`ValueError`. No other pair is made on purpose: `NotFound` as `LookupError`
+would be caught by handlers meant for a missing dict key, and `PermissionDenied`
+as `PermissionError` would make it an `OSError` with errno semantics.
 """
 
 from __future__ import annotations
@@ -51,8 +58,11 @@ class TamtoError(Exception):
         return f"{type(self).__name__}({self.message!r}, code={self.code!r})"
 
 
-class InvalidArgument(TamtoError):
-    """The request itself is wrong; sending it again will not help."""
+class InvalidArgument(TamtoError, ValueError):
+    """The request itself is wrong; sending it again will not help.
+
+    Also a `ValueError`, so ``except ValueError`` catches it.
+    """
 
     default_code = "INVALID_ARGUMENT"
 
@@ -146,8 +156,12 @@ class UndecodableBatch(DataLoss):
         return sum(last - first + 1 for first, last in self._ranges)
 
 
-class Timeout(TamtoError):
-    """The operation did not complete in time; it may or may not have taken effect."""
+class Timeout(TamtoError, TimeoutError):
+    """The operation did not complete in time; it may or may not have taken effect.
+
+    Also the builtin `TimeoutError` (which `asyncio.TimeoutError` is), so
+    ``except TimeoutError`` catches it.
+    """
 
     default_code = "DEADLINE_EXCEEDED"
     default_retriable = True
