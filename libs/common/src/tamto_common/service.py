@@ -112,7 +112,8 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
         await setup(config, Runtime(service, server, etcd, bus, resources))
         await server.start()
         freeze_startup_objects()
-        async with Registration(etcd, member, config.lease_ttl_s):
+        # Refreshed on a thread of its own: a saturated loop must not deregister us.
+        async with Registration(etcd, member, config.lease_ttl_s, config.etcd_hosts()):
             for name in ("", f"tamto.v1.{service.capitalize()}"):
                 await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
             await publish_event(bus, "member.up", **_fields(member))
