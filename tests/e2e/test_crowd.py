@@ -22,10 +22,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 import pytest
@@ -47,7 +49,8 @@ CONSUMERS = int(
 )
 PARTITIONS = 4
 PER_CONNECTION = 500  # consume streams per client connection (the gateway's limit)
-WAVE = 250  # consumers opening at once
+PER_WORKER = 2_500  # consumers per worker process
+ROOT = Path(__file__).resolve().parents[2]  # where `tests.e2e.crowd_worker` imports from
 PUBLISH_EVERY_S = 0.05
 SLOWEST_PUBLISH_S = 1.0
 BACK_TO_NORMAL_S = 5.0
@@ -94,33 +97,62 @@ def bearer(token: str) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {token}")]
 
 
-async def consumer(
-    stub: gateway_pb2_grpc.GatewayStub, token: str, stream: str, received: list[int]
-) -> None:
-    """One shared consumer: subscribe, then ack (and re-credit) whatever comes."""
-    call = stub.Consume(metadata=bearer(token))
-    subscribe = messages_pb2.Subscribe(
-        stream=stream, subscription="crowd", type=messages_pb2.SUBSCRIPTION_TYPE_SHARED
-    )
-    await call.write(messages_pb2.ConsumeRequest(subscribe=subscribe))
-    await call.write(messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=10)))
-    try:
-        async for response in call:
-            if response.WhichOneof("response") != "delivery":
-                return
-            d = response.delivery
-            last = d.batch.base_offset + d.batch.count - 1
-            acks = messages_pb2.PartitionAcks(
-                partition=d.partition,
-                ranges=[messages_pb2.OffsetRange(first=d.batch.base_offset, last=last)],
+@dataclass
+class Crowd:
+    """Consumers in worker processes (`tests/e2e/crowd_worker.py`), `PER_WORKER` each."""
+
+    procs: list[asyncio.subprocess.Process] = field(default_factory=list)
+    opened: int = 0
+    received: dict[int, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    retries: list[str] = field(default_factory=list)
+    watchers: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def start(self, cluster: TestCluster, token: str, stream: str, count: int) -> None:
+        for w, first in enumerate(range(0, count, PER_WORKER)):
+            n = min(PER_WORKER, count - first)
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tests.e2e.crowd_worker",
+                cluster.gateway_address,
+                token,
+                stream,
+                str(n),
+                str(PER_CONNECTION),
+                cwd=ROOT,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
             )
-            received.append(d.batch.count)
-            await call.write(messages_pb2.ConsumeRequest(ack=acks))
-            await call.write(
-                messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=d.batch.count))
-            )
-    finally:
-        call.cancel()
+            self.procs.append(proc)
+            self.watchers.append(asyncio.create_task(self._watch(w, proc)))
+
+    async def _watch(self, w: int, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            line = raw.decode().strip()
+            if line == "open":
+                self.opened += 1
+            elif line.startswith("received "):
+                self.received[w] = int(line.split()[1])
+            elif line.startswith("error: "):
+                self.errors.append(line)
+            elif line.startswith("retry: "):
+                self.retries.append(line)
+
+    async def leave(self) -> None:
+        for proc in self.procs:
+            assert proc.stdin is not None
+            proc.stdin.write(b"leave\n")
+            await proc.stdin.drain()
+
+    async def stop(self) -> None:
+        for proc in self.procs:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+        for watcher in self.watchers:
+            watcher.cancel()
 
 
 def gauge(metrics: str, name: str) -> float:
@@ -169,49 +201,43 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
     async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(stream, partitions=PARTITIONS)
         token = (await client.security.token())[0]
-    n_connections = -(-CONSUMERS // PER_CONNECTION)
-    async with connections(cluster, n_connections + 1) as stubs:
-        publisher = Publisher(stubs[-1], token, stream)
+    async with connections(cluster, 1) as stubs:
+        publisher = Publisher(stubs[0], token, stream)
         publishing = asyncio.create_task(publisher.run())
         await eventually(lambda: len(publisher.latencies) >= 20, 30, "publishing to start")
         held = await leases(cluster, stream)
         router_before = await metrics_of(cluster, "router")
         gateway_before = await metrics_of(cluster, "gateway")
 
-        received: list[int] = []
-        tasks: list[asyncio.Task[None]] = []
+        crowd = Crowd()
         attach_began = time.monotonic()
-        for i in range(CONSUMERS):
-            stub = stubs[i // PER_CONNECTION]
-            tasks.append(asyncio.create_task(consumer(stub, token, stream, received)))
-            if len(tasks) % WAVE == 0:
-                await asyncio.sleep(0)  # let this wave's streams start
+        try:
+            await crowd.start(cluster, token, stream, CONSUMERS)
 
-        async def all_attached() -> bool:
-            for task in tasks:
-                if task.done():
-                    task.result()  # a consumer that ended raises here
-                    raise AssertionError("a consumer's stream ended while the crowd was there")
-            metrics = await metrics_of(cluster, "router")
-            return gauge(metrics, "tamto_router_attached_consumers") >= CONSUMERS * PARTITIONS
+            async def all_attached() -> bool:
+                assert crowd.errors == [], crowd.errors[:3]
+                metrics = await metrics_of(cluster, "router")
+                return gauge(metrics, "tamto_router_attached_consumers") >= CONSUMERS * PARTITIONS
 
-        await eventually(all_attached, 60 + CONSUMERS / 20, f"{CONSUMERS} consumers attached")
-        attached_s = time.monotonic() - attach_began
-        router_crowded = await metrics_of(cluster, "router")
-        gateway_crowded = await metrics_of(cluster, "gateway")
-        await eventually(lambda: sum(received) >= 20, 30, "the crowd to receive messages")
+            await eventually(all_attached, 60 + CONSUMERS / 20, f"{CONSUMERS} consumers attached")
+            attached_s = time.monotonic() - attach_began
+            router_crowded = await metrics_of(cluster, "router")
+            gateway_crowded = await metrics_of(cluster, "gateway")
+            await eventually(
+                lambda: sum(crowd.received.values()) >= 20, 30, "the crowd to receive messages"
+            )
+            assert crowd.errors == [], crowd.errors[:3]
+            left_at = time.monotonic()
+            await crowd.leave()
 
-        left_at = time.monotonic()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+            async def all_gone() -> bool:
+                metrics = await metrics_of(cluster, "router")
+                return gauge(metrics, "tamto_router_attached_consumers") == 0
 
-        async def all_gone() -> bool:
-            metrics = await metrics_of(cluster, "router")
-            return gauge(metrics, "tamto_router_attached_consumers") == 0
-
-        await eventually(all_gone, 60 + CONSUMERS / 50, "the crowd to leave")
-        gone_s = time.monotonic() - left_at
+            await eventually(all_gone, 60 + CONSUMERS / 50, "the crowd to leave")
+            gone_s = time.monotonic() - left_at
+        finally:
+            await crowd.stop()
         normal_from = left_at + BACK_TO_NORMAL_S  # the window the acceptance gives
         await eventually(
             lambda: len([t for t, _ in publisher.latencies if t >= normal_from]) >= 20,
@@ -227,13 +253,17 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
     router_per = (gauge(router_crowded, rss) - gauge(router_before, rss)) / CONSUMERS
     gateway_per = (gauge(gateway_crowded, rss) - gauge(gateway_before, rss)) / CONSUMERS
     lag = gauge(router_after, "tamto_event_loop_lag_max_seconds")
+    gateway_after = await metrics_of(cluster, "gateway")
+    gateway_lag = gauge(gateway_after, "tamto_event_loop_lag_max_seconds")
     slowest = publisher.slowest_since(0)
     report = (
         f"{CONSUMERS} consumers x {PARTITIONS} partitions: attached in {attached_s:.1f} s, "
         f"gone {gone_s:.1f} s after leaving; memory per consumer: router "
-        f"{router_per / 1024:.1f} KiB, gateway {gateway_per / 1024:.1f} KiB; router event "
-        f"loop held at most {lag:.3f} s; {len(publisher.latencies)} publishes, slowest "
-        f"{slowest:.3f} s, {len(publisher.failures)} failed"
+        f"{router_per / 1024:.1f} KiB, gateway {gateway_per / 1024:.1f} KiB; event loop held "
+        f"at most {lag:.3f} s (router), {gateway_lag:.3f} s (gateway); "
+        f"{len(publisher.latencies)} publishes, slowest "
+        f"{slowest:.3f} s, {len(publisher.failures)} failed; consumer streams reset and "
+        f"reopened: {len(crowd.retries)} {sorted(set(crowd.retries))[:3]}"
     )
     print(report)
     assert publisher.failures == [], f"{report}; {publisher.failures[:3]}"

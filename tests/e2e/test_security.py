@@ -546,10 +546,13 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
     tamto_cluster: TestCluster, stub: gateway_pb2_grpc.GatewayStub
 ) -> None:
     """Tokens name the key they were minted from; a key disabled, rotated or deleted
-    stops its live tokens within 2 s (it used to be up to their 15-minute lifetime),
-    each refusal audited, while a key created after the gateway's last policy read
-    works at once."""
+    stops its live tokens within 2 s (it used to be up to their 15-minute lifetime)
+    on every gateway (two here), each refusal audited, while a key created after
+    the gateway's last policy read works at once."""
     identity, role, stream = unique("revoked"), unique("revoked-role"), unique("revoked-stream")
+    second_url = await asyncio.to_thread(tamto_cluster.start_gateway)
+    channel = grpc.aio.insecure_channel(second_url.removeprefix("tamto://"))
+    stubs = [stub, gateway_pb2_grpc.GatewayStub(channel)]
     async with await admin_client(tamto_cluster) as admin:
         await admin.streams.ensure(stream)
         await admin.security.create_identity(identity)
@@ -566,8 +569,11 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
 
         def refused_within_2s(token: str, key_id: str) -> Any:
             async def refused() -> bool:
-                error = await attempt(stub, token, "publish", stream)
-                return error is not None and error.code() == grpc.StatusCode.UNAUTHENTICATED
+                for gateway in stubs:
+                    error = await attempt(gateway, token, "publish", stream)
+                    if error is None or error.code() != grpc.StatusCode.UNAUTHENTICATED:
+                        return False
+                return True
 
             return eventually(refused, 2.0, f"key {key_id}'s token to be refused")
 
@@ -597,15 +603,19 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
         await refused_within_2s(tokens[2], deleted)
 
         await admin.security.set_api_key_disabled(disabled, False)
-        await eventually(
-            lambda: _allowed(stub, tokens[0], stream), 2.0, "a re-enabled key's token to work"
-        )
+        for gateway in stubs:
+            await eventually(
+                lambda g=gateway: _allowed(g, tokens[0], stream),
+                2.0,
+                "a re-enabled key's token to work",
+            )
+    await channel.close()
 
     denials = [
         json.loads(line)
         for line in tamto_cluster.audit_file("gateway").read_text().splitlines()
         if "of this token is disabled or deleted" in line
-    ]
+    ]  # both gateways append to the one audit file of the cluster's gateway data dir
     assert {d["detail"].split()[2] for d in denials} >= {disabled, rotated, deleted}
     assert all(d["outcome"] == "unauthenticated" for d in denials)
 

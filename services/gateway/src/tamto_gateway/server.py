@@ -10,6 +10,7 @@ import structlog
 
 from tamto_common.audit import AuditLog
 from tamto_common.channels import ChannelPool
+from tamto_common.loop_lag import LoopLagMonitor
 from tamto_common.membership import MemberDirectory
 from tamto_common.service import Runtime
 from tamto_gateway.config import GatewayConfig
@@ -36,6 +37,8 @@ def _issuers(config: GatewayConfig) -> tuple[OidcIssuer, ...]:
 
 async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     issuers = _issuers(config)
+    # Measures how long any step holds the loop (gauge tamto_event_loop_lag_max_seconds).
+    await runtime.resources.enter_async_context(LoopLagMonitor())
     directory = await runtime.resources.enter_async_context(MemberDirectory(runtime.etcd))
     channels = ChannelPool()
     runtime.resources.push_async_callback(channels.close)

@@ -1,0 +1,125 @@
+"""A crowd of shared consumers in a process of its own (run by tests/e2e/test_crowd.py).
+
+Kept out of the test's process so that the test's publisher measures the
+system's latency, not the wait for an event loop busy with thousands of
+consumer streams. Usage:
+
+    python -m tests.e2e.crowd_worker ADDRESS TOKEN STREAM COUNT PER_CONNECTION
+
+Opens COUNT consume streams on one shared subscription (`crowd`), each acking
+and re-crediting what it receives, spread over connections of PER_CONNECTION
+streams; prints `open` once every stream has sent its subscribe, `received N`
+now and then, `retry: ...` when a stream was reset and is opened again, and
+`error: ...` if a stream ends otherwise. On a line `leave` on stdin it
+cancels every stream, prints `left` and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+
+import grpc
+
+from tamto_protocol.v1 import gateway_pb2_grpc, messages_pb2
+
+#: Statuses a consumer retries, as the SDK does: a gRPC server that is slow to
+#: accept a burst of new streams resets some of them (the client sees CANCELLED,
+#: or INTERNAL for a write racing the reset).
+RETRIED = {grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL}
+
+
+async def consumer(
+    stub: gateway_pb2_grpc.GatewayStub,
+    token: str,
+    stream: str,
+    opened: asyncio.Queue[None],
+    received: list[int],
+) -> None:
+    first = True
+    while True:
+        code, details = await consume(stub, token, stream, opened if first else None, received)
+        first = False
+        if code not in RETRIED:
+            print(f"error: the stream ended: {code} {details}", flush=True)
+            return
+        print(f"retry: {code} {details}", flush=True)
+        await asyncio.sleep(0.1)
+
+
+async def consume(
+    stub: gateway_pb2_grpc.GatewayStub,
+    token: str,
+    stream: str,
+    opened: asyncio.Queue[None] | None,
+    received: list[int],
+) -> tuple[grpc.StatusCode, str]:
+    """One consume stream until it ends: its status."""
+    call = stub.Consume(metadata=[("authorization", f"Bearer {token}")])
+    subscribe = messages_pb2.Subscribe(
+        stream=stream, subscription="crowd", type=messages_pb2.SUBSCRIPTION_TYPE_SHARED
+    )
+    try:
+        await call.write(messages_pb2.ConsumeRequest(subscribe=subscribe))
+        await call.write(messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=10)))
+        if opened is not None:
+            opened.put_nowait(None)
+        async for response in call:
+            if response.WhichOneof("response") != "delivery":
+                break
+            d = response.delivery
+            last = d.batch.base_offset + d.batch.count - 1
+            acks = messages_pb2.PartitionAcks(
+                partition=d.partition,
+                ranges=[messages_pb2.OffsetRange(first=d.batch.base_offset, last=last)],
+            )
+            received[0] += d.batch.count
+            await call.write(messages_pb2.ConsumeRequest(ack=acks))
+            await call.write(
+                messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=d.batch.count))
+            )
+    except grpc.aio.AioRpcError as exc:
+        return exc.code(), exc.details() or ""
+    finally:
+        call.cancel()
+    return await call.code(), await call.details()
+
+
+async def main(address: str, token: str, stream: str, count: int, per_connection: int) -> None:
+    own = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [
+        grpc.aio.insecure_channel(address, options=own) for _ in range(-(-count // per_connection))
+    ]
+    stubs = [gateway_pb2_grpc.GatewayStub(c) for c in channels]
+    opened: asyncio.Queue[None] = asyncio.Queue()
+    received = [0]
+    tasks = []
+    for i in range(count):
+        stub = stubs[i // per_connection]
+        tasks.append(asyncio.create_task(consumer(stub, token, stream, opened, received)))
+        if i % 100 == 99:
+            await asyncio.sleep(0.05)  # pace the opening: 2,000 streams a second at most
+    for _ in range(count):
+        await opened.get()
+    print("open", flush=True)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    leave = asyncio.create_task(reader.readline())
+    while not leave.done():
+        await asyncio.wait({leave}, timeout=1.0)
+        print(f"received {received[0]}", flush=True)
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    print("left", flush=True)
+    for channel in channels:
+        await channel.close()
+
+
+if __name__ == "__main__":
+    address, token, stream, count, per_connection = sys.argv[1:6]
+    asyncio.run(main(address, token, stream, int(count), int(per_connection)))
