@@ -30,6 +30,7 @@ import aetcd
 import grpc
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
@@ -81,8 +82,13 @@ class RequestBroker:
         self._lease = KeptLease(etcd, _LEASE_TTL_S)
         self._leased = False
         self._leasing = asyncio.Lock()
+        self._draining: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
+        for task in list(self._draining):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self._leased:
             await self._lease.__aexit__(None, None, None)
 
@@ -121,9 +127,21 @@ class RequestBroker:
             finally:
                 if not reply.done():
                     reply.cancel()
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
+                self._drain(sub)
         return name, gateway_pb2.ReplyRequest.FromString(data)
+
+    def _drain(self, sub: Subscription) -> None:
+        """Remove a response stream's subscription in the background, answering "gone"
+        to replies the bus already delivered to it (an unsubscribe would drop them
+        unanswered, and their senders would wait for a timeout instead of NOT_FOUND)."""
+
+        async def drain() -> None:
+            with contextlib.suppress(Exception):
+                await sub.drain()  # type: ignore[no-untyped-call]
+
+        task = asyncio.create_task(drain(), name="response-stream-drain")
+        self._draining.add(task)
+        task.add_done_callback(self._draining.discard)
 
     async def in_use(self, name: str) -> bool:
         """Whether `name` is a response stream reserved by a waiting request (chosen
