@@ -48,7 +48,7 @@ class Launcher:
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
-    def start(self, *extra: str) -> None:
+    def start(self, *extra: str, ready_s: float = 60) -> None:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [*TAMTO, "up", *self.args(), *extra],
@@ -57,7 +57,9 @@ class Launcher:
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, "COLUMNS": "200"},
             )
-        wait_for(lambda: "Tamto is up" in self.output(), 60, f"tamto up:\n{self.output()[-3000:]}")
+        wait_for(
+            lambda: "Tamto is up" in self.output(), ready_s, f"tamto up:\n{self.output()[-3000:]}"
+        )
 
     def stop(self) -> int:
         assert self.proc is not None

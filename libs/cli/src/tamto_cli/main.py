@@ -26,7 +26,7 @@ from tamto_cli.status import fetch_notes, fetch_status, render_status
 from tamto_cli.storage_cmds import storage_app
 from tamto_cli.up import run_up
 from tamto_common.errors import TamtoError
-from tamto_local.cluster import ClusterConfig
+from tamto_local.cluster import MAX_NODES, ClusterConfig
 
 app = typer.Typer(help="Tamto: durable streams, subscriptions and Parquet, in one system.")
 console = Console(highlight=False)
@@ -49,8 +49,15 @@ def up(
     tls: Annotated[
         bool, typer.Option(help="TLS on every service port, mTLS between services (dev CA)")
     ] = False,
+    nodes: Annotated[
+        int,
+        typer.Option(help="storage nodes and routers to run (more than 1: and two gateways)"),
+    ] = 1,
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
+    if not 1 <= nodes <= MAX_NODES:
+        err.print(f"tamto up: invalid --nodes {nodes}: must be 1-{MAX_NODES}")
+        raise typer.Exit(2)
     for name, port in (
         ("--gateway-port", gateway_port),
         ("--etcd-port", etcd_port),
@@ -66,6 +73,7 @@ def up(
         etcd_peer_port=etcd_port + 1,
         nats_port=nats_port,
         tls=tls,
+        nodes=nodes,
     )
     raise typer.Exit(asyncio.run(run_up(config, console, demo=demo, once=once, quiet=quiet)))
 

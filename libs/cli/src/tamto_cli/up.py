@@ -26,7 +26,8 @@ async def run_up(
 ) -> int:
     def sink(name: str, line: str) -> None:
         if not quiet:
-            prefix = Text(f"{name:>8} | ", style=COLORS.get(name, "white"))
+            style = COLORS.get(name.partition("-")[0], "white")
+            prefix = Text(f"{name:>9} | ", style=style)
             console.print(prefix + Text(line), soft_wrap=True, highlight=False)
 
     def notify(message: str) -> None:
@@ -43,6 +44,11 @@ async def run_up(
         await cluster.start()
         notify(f"all services healthy in {loop.time() - started:.1f}s")
         console.print(f"[bold green]Tamto is up.[/] gateway: {config.gateway_url}")
+        if config.nodes > 1:
+            console.print(
+                f"{config.nodes} storage nodes, {config.nodes} routers; gateways: "
+                + ", ".join(cluster.gateway_urls())
+            )
         console.print(f"development API key: [bold]{cluster.credential}[/]")
         console.print(f"data directory: {config.data_dir.resolve()}")
         ca = None

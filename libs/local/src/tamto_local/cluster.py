@@ -7,6 +7,11 @@ nats-server too, on the same data and port), and stops everything in reverse
 order. Every byte of state lives under one data
 directory: starting again on the same directory reuses etcd's data, the
 partitions' logs and the development credential.
+
+With `nodes` N > 1 (`tamto up --nodes N`) it runs N storage nodes and N routers
+and two gateways (processes `storage`, `storage-2`, ..., `gateway`, `gateway-2`;
+see `node_processes`), each with its own data directory `<dir>/node-<i>/<service>`
+and instance id (`storage-1`, `storage-2`, ...), all on loopback.
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ from tamto_local.process import LineSink, ManagedProcess
 from tamto_local.tls import cert_paths, ensure_dev_pki
 
 SERVICES = ("auth", "storage", "router", "gateway")
+#: Services that run once per node with several nodes; gateways run twice (`GATEWAYS`).
+PER_NODE = ("storage", "router")
+GATEWAYS = 2
+#: The most nodes `tamto up --nodes` runs on one machine.
+MAX_NODES = 16
 #: The infrastructure the services need, started before them and supervised like them.
 INFRA = ("etcd", "nats")
 #: A process that exits sooner than this after its start is crash-looping: its
@@ -65,6 +75,8 @@ class ClusterConfig:
     extra_env: dict[str, str] = field(default_factory=dict)
     #: Serve TLS on every service port (mTLS between services), with a development CA.
     tls: bool = False
+    #: Storage nodes and routers to run (`tamto up --nodes`); more than one adds a gateway.
+    nodes: int = 1
 
     @property
     def tls_dir(self) -> Path:
@@ -160,10 +172,49 @@ class ServiceEnv:
     tls_dir: Path | None = None
 
 
+def split_process(process: str) -> tuple[str, int]:
+    """(service, node index) of a process name: `storage` -> ("storage", 1),
+    `router-3` -> ("router", 3)."""
+    service, _, index = process.partition("-")
+    return service, int(index) if index else 1
+
+
+def node_processes(nodes: int) -> list[str]:
+    """The service processes of a system of `nodes` nodes, in start order: with one node
+    `SERVICES`; with more, auth, `storage` .. `storage-N`, `router` .. `router-N`,
+    `gateway` and `gateway-2`."""
+    names: list[str] = []
+    for service in SERVICES:
+        count = 1
+        if nodes > 1 and service in PER_NODE:
+            count = nodes
+        elif nodes > 1 and service == "gateway":
+            count = GATEWAYS
+        names += [service if i == 1 else f"{service}-{i}" for i in range(1, count + 1)]
+    return names
+
+
+def process_data_dir(data_dir: Path, process: str, nodes: int) -> Path:
+    """Where process `process` keeps its state: `<data_dir>/<service>` with one node,
+    `<data_dir>/node-<i>/<service>` with several."""
+    service, index = split_process(process)
+    return data_dir / service if nodes == 1 else data_dir / f"node-{index}" / service
+
+
 def service_env(
-    name: str, shared: ServiceEnv, port: int, extra: Mapping[str, str] | None = None
+    name: str,
+    shared: ServiceEnv,
+    port: int,
+    extra: Mapping[str, str] | None = None,
+    *,
+    process: str | None = None,
+    nodes: int = 1,
 ) -> dict[str, str]:
-    """The environment that configures service `name` (see each service's config)."""
+    """The environment that configures service `name` (see each service's config);
+    `process` names one of several of it (`storage-2`, see `node_processes`)."""
+    process = process or name
+    data_dir = process_data_dir(shared.data_dir, process, nodes)
+    index = split_process(process)[1]
     env = {
         **os.environ,
         "TAMTO_ETCD_ENDPOINTS": shared.etcd_endpoint,
@@ -172,15 +223,15 @@ def service_env(
         "TAMTO_LOG_LEVEL": shared.log_level,
         "TAMTO_HOST": shared.host,
         f"TAMTO_{name.upper()}_PORT": str(port),
-        f"TAMTO_{name.upper()}_INSTANCE_ID": f"{name}-1",
-        "TAMTO_DATA_DIR": str(shared.data_dir / name),
+        f"TAMTO_{name.upper()}_INSTANCE_ID": f"{name}-{index}",
+        "TAMTO_DATA_DIR": str(data_dir),
         "PYTHONUNBUFFERED": "1",
         **(extra or {}),
     }
     if name == "auth":
         env["TAMTO_AUTH_DEV_API_KEY"] = shared.credential
     if name in ("auth", "gateway"):
-        env[f"TAMTO_{name.upper()}_AUDIT_FILE"] = str(shared.data_dir / name / "audit.jsonl")
+        env[f"TAMTO_{name.upper()}_AUDIT_FILE"] = str(data_dir / "audit.jsonl")
     if shared.tls_dir is not None:
         paths = cert_paths(shared.tls_dir, name)
         env[f"TAMTO_{name.upper()}_TLS_CERT_FILE"] = str(paths.cert)
@@ -212,10 +263,21 @@ class LocalCluster:
         self.processes: dict[str, ManagedProcess] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
-        self.restarts: dict[str, int] = dict.fromkeys((*INFRA, *SERVICES), 0)
+        #: The service processes, in start order (`node_processes`).
+        self.names = node_processes(config.nodes)
+        self.restarts: dict[str, int] = dict.fromkeys((*INFRA, *self.names), 0)
         self._infra: dict[str, tuple[list[str], int]] = {}  # name -> (argv, port)
         self._started_at: dict[str, float] = {}
-        self._quick_exits: dict[str, int] = dict.fromkeys((*INFRA, *SERVICES), 0)
+        self._quick_exits: dict[str, int] = dict.fromkeys((*INFRA, *self.names), 0)
+
+    def gateway_urls(self) -> list[str]:
+        """Every gateway's URL (two with several nodes), once started."""
+        scheme = "tamtos" if self.config.tls else "tamto"
+        return [
+            f"{scheme}://{self.config.host}:{port}"
+            for name, port in self.ports.items()
+            if split_process(name)[0] == "gateway"
+        ]
 
     def _check_ports(self) -> None:
         c = self.config
@@ -231,7 +293,7 @@ class LocalCluster:
     def _service_env(self, name: str) -> dict[str, str]:
         c = self.config
         return service_env(
-            name,
+            split_process(name)[0],
             ServiceEnv(
                 c.etcd_endpoint,
                 c.nats_url,
@@ -244,6 +306,8 @@ class LocalCluster:
             ),
             self.ports[name],
             c.extra_env,
+            process=name,
+            nodes=c.nodes,
         )
 
     async def start(self) -> None:
@@ -259,13 +323,13 @@ class LocalCluster:
                 raise LaunchError(
                     f"{exc}: delete {c.tls_dir} to make a new development PKI"
                 ) from None
-        self.ports = {name: free_port(c.host) for name in SERVICES}
+        self.ports = {name: free_port(c.host) for name in self.names}
         self.ports["gateway"] = c.gateway_port
 
         etcd = EtcdSpec(c.data_dir / "etcd", c.etcd_port, c.etcd_peer_port, c.host)
         await self._start_infra("etcd", etcd_argv(etcd), c.etcd_port)
         await self._start_infra("nats", nats_argv(NatsSpec(c.nats_port, c.host)), c.nats_port)
-        for name in SERVICES:
+        for name in self.names:
             await self._start_service(name)
         self._supervisor = asyncio.create_task(self._supervise(), name="supervisor")
 
@@ -278,9 +342,8 @@ class LocalCluster:
         await self._wait(name, lambda: tcp_open(self.config.host, port))
 
     async def _start_service(self, name: str) -> None:
-        proc = ManagedProcess(
-            name, service_argv(name), env=self._service_env(name), sink=self._sink
-        )
+        argv = service_argv(split_process(name)[0])
+        proc = ManagedProcess(name, argv, env=self._service_env(name), sink=self._sink)
         self.processes[name] = proc
         self._started_at[name] = time.monotonic()
         await proc.start()
@@ -351,7 +414,7 @@ class LocalCluster:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._supervisor
-        for name in (*reversed(SERVICES), "nats", "etcd"):
+        for name in (*reversed(self.names), "nats", "etcd"):
             proc = self.processes.get(name)
             if proc is not None and proc.running():
                 started = time.monotonic()

@@ -7,27 +7,36 @@ their logs from `<workdir>/logs/<service>.log`.
 `TestCluster(..., nodes=N)` with N > 1 runs N storage nodes and N routers
 (`storage`, `storage-2`, ..., `router`, `router-2`, ...: each its own port,
 instance id and data directory `<workdir>/node-<i>/<service>`) and two
-gateways (`gateway`, `gateway-2`), as `tamto up --nodes N` does.
+gateways (`gateway`, `gateway-2`): the processes of `tamto up --nodes N`
+(`tamto_local.cluster.node_processes`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets
+import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tamto_common.config import parse_endpoints
+from tamto_common.ledgers import LEDGERS, LedgerList
+from tamto_common.membership import connect_etcd, list_members
 from tamto_common.tls import TlsMaterial
 from tamto_local.cluster import (
     SERVICES,
     ServiceEnv,
     dev_credential,
     launcher_tls,
+    node_processes,
+    process_data_dir,
     service_argv,
     service_env,
+    split_process,
 )
 from tamto_local.ports import free_port
 from tamto_local.tls import ensure_dev_pki
@@ -71,6 +80,7 @@ class TestCluster:
         # `<tmp_path>/cluster`), and clusters one after another in one etcd must
         # not share member keys, so a random part follows it.
         self._suffix = f"{workdir.name}-{secrets.token_hex(3)}"
+        forget_dead_placements(infra.etcd_endpoint)
         self.tls_dir = workdir / "tls" if tls else None
         if self.tls_dir is not None:
             ensure_dev_pki(self.tls_dir)
@@ -85,8 +95,9 @@ class TestCluster:
         )
         self._launcher_tls = launcher_tls(self.tls_dir)
         self.ports = {name: free_port() for name in SERVICES}
-        for name in node_services(nodes):
-            self.ports.setdefault(name, free_port())
+        for name in node_processes(nodes):
+            if name not in self.ports:
+                self.ports[name] = free_port()
         self.processes: dict[str, TestProcess] = {}
 
     @property
@@ -106,7 +117,7 @@ class TestCluster:
 
     def audit_file(self, name: str) -> Path:
         """Where service `name` (auth or gateway) appends audit records."""
-        return self.workdir / name / "audit.jsonl"
+        return self.data_dir(name) / "audit.jsonl"
 
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name]}"
@@ -117,28 +128,26 @@ class TestCluster:
 
     def storages(self) -> list[str]:
         """The names of this cluster's storage nodes (`storage`, `storage-2`, ...)."""
-        return node_services(self.nodes, "storage")
+        return [n for n in node_processes(self.nodes) if split_process(n)[0] == "storage"]
 
     def routers(self) -> list[str]:
         """The names of this cluster's routers (`router`, `router-2`, ...)."""
-        return node_services(self.nodes, "router")
+        return [n for n in node_processes(self.nodes) if split_process(n)[0] == "router"]
 
     def data_dir(self, name: str) -> Path:
         """The data directory of process `name` (`<workdir>/node-<i>/<service>` when
         the cluster has several nodes, `<workdir>/<service>` otherwise)."""
-        service, index = split_name(name)
-        if self.nodes == 1 or service not in ("storage", "router"):
-            return self.workdir / service
-        return self.workdir / f"node-{index}" / service
+        return process_data_dir(self.workdir, name, self.nodes)
 
     def start(
         self, name: str, timeout_s: float = 30.0, extra_env: dict[str, str] | None = None
     ) -> TestProcess:
         """Start process `name`: a service (`storage`) or one node's (`storage-2`)."""
-        service, _ = split_name(name)
-        env = service_env(service, self.shared, self.ports[name], extra_env)
+        service, _ = split_process(name)
+        env = service_env(
+            service, self.shared, self.ports[name], extra_env, process=name, nodes=self.nodes
+        )
         env[f"TAMTO_{service.upper()}_INSTANCE_ID"] = self.instance_id(name)
-        env["TAMTO_DATA_DIR"] = str(self.data_dir(name))
         argv = service_argv(service)
         proc = TestProcess(name, argv, self.workdir / "logs" / f"{name}.log", env)
         self.processes[name] = proc.start()
@@ -148,10 +157,8 @@ class TestCluster:
     def start_all(self, extra_env: Mapping[str, dict[str, str]] | None = None) -> TestCluster:
         """Start every service in order, each node's storage and router (two gateways
         with several nodes); `extra_env` adds variables per service name."""
-        for name in node_services(self.nodes):
-            self.start(name, extra_env=(extra_env or {}).get(split_name(name)[0]))
-        if self.nodes > 1:
-            self.start_gateway()
+        for name in node_processes(self.nodes):
+            self.start(name, extra_env=(extra_env or {}).get(split_process(name)[0]))
         return self
 
     @contextlib.contextmanager
@@ -171,12 +178,7 @@ class TestCluster:
         URL. `stop_all` stops it too; `kill9` and `stop` take its name."""
         name = f"gateway-{sum(1 for n in self.processes if n.startswith('gateway-')) + 2}"
         self.ports[name] = free_port()
-        env = service_env("gateway", self.shared, self.ports[name])
-        env["TAMTO_GATEWAY_INSTANCE_ID"] = f"{name}-{self._suffix}"
-        log = self.workdir / "logs" / f"{name}.log"
-        proc = TestProcess(name, service_argv("gateway"), log, env)
-        self.processes[name] = proc.start()
-        proc.wait_ready(lambda: healthy(self.address(name), self._launcher_tls), timeout_s)
+        self.start(name, timeout_s)
         scheme = "tamto" if self.tls_dir is None else "tamtos"
         return f"{scheme}://{self.address(name)}"
 
@@ -194,18 +196,39 @@ class TestCluster:
                 proc.stop()
 
 
-def split_name(name: str) -> tuple[str, int]:
-    """(service, node index) of a process name: `storage` -> ("storage", 1),
-    `router-3` -> ("router", 3)."""
-    service, _, index = name.partition("-")
-    return service, int(index) if index else 1
+def forget_dead_placements(etcd_endpoint: str) -> None:
+    """Delete the ledger lists (`/tamto/ledgers/...`) whose storage nodes are all gone.
 
+    A test session shares one etcd among many test clusters, and tests reuse
+    stream names ("s"): a ledger list left by an earlier cluster names storage
+    nodes that will never come back, so the router of a new cluster would refuse
+    the partition as placed on a missing node (which is right for a real cluster,
+    where etcd and the data belong together). Lists naming a node that is still
+    registered (a cluster still running, e.g. a module's) are kept.
+    """
 
-def node_services(nodes: int, only: str | None = None) -> list[str]:
-    """Every service process of a cluster of `nodes` nodes, in start order (one gateway:
-    the second is `start_gateway`'s): auth, the storage nodes, the routers, gateway."""
-    names: list[str] = []
-    for service in SERVICES:
-        count = nodes if service in ("storage", "router") else 1
-        names += [service if i == 1 else f"{service}-{i}" for i in range(1, count + 1)]
-    return [n for n in names if only is None or split_name(n)[0] == only]
+    async def forget() -> None:
+        etcd = await connect_etcd(parse_endpoints(etcd_endpoint))
+        try:
+            live = {m.instance_id for m in await list_members(etcd, "storage")}
+            for kv in await etcd.get_prefix(LEDGERS.encode()):
+                ledgers = LedgerList.from_json("", 0, kv.value, kv.mod_revision)
+                if not {node for ledger in ledgers.ledgers for node in ledger.ensemble} & live:
+                    await etcd.delete(kv.key)
+        finally:
+            await etcd.close()
+
+    # In a thread of its own: the caller may be sync code or inside a running loop.
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(forget())
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, name="forget-dead-placements")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
