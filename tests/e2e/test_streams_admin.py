@@ -37,6 +37,8 @@ FULL = StreamConfig(
     dead_letter_stream="poison-box",
     durability=Durability.INTERVAL,
     fsync_interval_ms=20,
+    replication_factor=1,
+    ack_quorum=1,
 )
 
 
@@ -57,7 +59,10 @@ async def test_defaults_are_explicit_in_describe(tamto_client: tamto_sdk.Client)
     await tamto_client.streams.ensure(name, partitions=2)
     info = await tamto_client.streams.describe(name)
     assert info.partitions == 2
-    assert info.config == replace(StreamConfig(), dead_letter_stream=f"{name}.dlq")
+    # One storage node: R = min(3, 1) = 1 and Q = 1 // 2 + 1 = 1, explicit once stored.
+    assert info.config == replace(
+        StreamConfig(), dead_letter_stream=f"{name}.dlq", replication_factor=1, ack_quorum=1
+    )
     assert info.config.ack_timeout_ms == 30_000
     assert info.config.dedup_window_ms == 120_000
     assert info.config.durability is Durability.GROUP_COMMIT
@@ -140,6 +145,17 @@ INVALID: list[tuple[int, StreamConfig, str]] = [
         "fsync_interval_ms must be between 1 and 60000, got 120000",
     ),
     (1, StreamConfig(dead_letter_stream="dead letters"), "illegal dead_letter_stream name"),
+    (
+        1,
+        StreamConfig(replication_factor=2),
+        "replication_factor 2 is more than the 1 live storage node(s)",
+    ),
+    (
+        1,
+        StreamConfig(replication_factor=1, ack_quorum=2),
+        "ack_quorum 2 is more than replication_factor 1",
+    ),
+    (1, StreamConfig(ack_quorum=3), "ack_quorum 3 is more than replication_factor 1"),
     (1, StreamConfig(dead_letter_stream="x" * 129), "illegal dead_letter_stream name"),
 ]
 
@@ -280,7 +296,7 @@ def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
         "--retention-policy", "interest", "--dedup-window-ms", "30000",
         "--ack-timeout-ms", "4000", "--max-deliveries", "3",
         "--max-lag", "100", "--dead-letter-stream", f"{name}-dead", "--durability", "interval",
-        "--fsync-interval-ms", "15",
+        "--fsync-interval-ms", "15", "--replication-factor", "1", "--ack-quorum", "1",
     ]  # fmt: skip
     created = cli(tamto_cluster, "ensure", name, *flags)
     assert created.returncode == 0, created.stderr
@@ -317,6 +333,8 @@ def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
         "dead_letter_stream": f"{name}-dead",
         "durability": "interval",
         "fsync_interval_ms": 15,
+        "replication_factor": 1,
+        "ack_quorum": 1,
     }
     table = cli(tamto_cluster, "describe", name)
     assert table.returncode == 0, table.stderr
@@ -336,6 +354,9 @@ def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
     invalid = cli(tamto_cluster, "ensure", unique("cli"), "--ack-timeout-ms", "1")
     assert invalid.returncode == 1
     assert "ack_timeout_ms must be between 100 and 86400000, got 1" in invalid.stderr
+    too_many = cli(tamto_cluster, "ensure", unique("cli"), "--replication-factor", "2")
+    assert too_many.returncode == 1
+    assert "replication_factor 2 is more than the 1 live storage node(s)" in too_many.stderr
 
     bad_mode = cli(tamto_cluster, "ensure", unique("cli"), "--durability", "sometimes")
     assert bad_mode.returncode == 2

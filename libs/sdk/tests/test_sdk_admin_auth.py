@@ -103,6 +103,8 @@ FULL = StreamConfig(
     dead_letter_stream="orders.poison",
     durability=Durability.INTERVAL,
     fsync_interval_ms=20,
+    replication_factor=3,
+    ack_quorum=2,
 )
 
 
@@ -123,6 +125,7 @@ async def test_ensure_sends_every_setting_and_describe_returns_them(
     assert (config.max_deliveries, config.max_lag) == (5, 1000)
     assert config.dead_letter_stream == "orders.poison"
     assert config.durability == messages_pb2.DURABILITY_INTERVAL
+    assert (config.replication_factor, config.ack_quorum) == (3, 2)
     assert config.fsync_interval_ms == 20
     assert config.kind == messages_pb2.STREAM_KIND_PERSISTENT
 

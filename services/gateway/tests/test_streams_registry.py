@@ -408,3 +408,68 @@ async def test_a_delete_elsewhere_drops_the_cached_definition(
         await watching.unsubscribe()
     finally:
         await other_bus.close()
+
+
+# -- replication (issue 21) -------------------------------------------------------------
+
+
+@pytest.fixture
+def three_nodes(etcd: aetcd.Client) -> StreamRegistry:
+    """A registry that sees three live storage nodes."""
+    return StreamRegistry(etcd, max_partitions=64, storage_nodes=lambda: 3)
+
+
+async def test_replication_defaults_to_three_nodes_and_a_majority(
+    three_nodes: StreamRegistry, etcd: aetcd.Client
+) -> None:
+    name = unique()
+    result = await three_nodes.ensure(StreamDef(name, 1, replication_factor=0, ack_quorum=0), False)
+    assert (result.stream.replication_factor, result.stream.ack_quorum) == (3, 2)
+    stored = await stored_raw(etcd, name)
+    assert (stored["replication_factor"], stored["ack_quorum"]) == (3, 2)
+    # Asking again with the defaults differs in nothing, even once fewer nodes are live.
+    two = StreamRegistry(etcd, max_partitions=64, storage_nodes=lambda: 2)
+    again = await two.ensure(StreamDef(name, 1, replication_factor=0, ack_quorum=0), False)
+    assert again.differences == []
+    # Naming R alone gives its majority as Q.
+    one = await three_nodes.ensure(StreamDef(name, 1, replication_factor=1, ack_quorum=0), True)
+    assert (one.stream.replication_factor, one.stream.ack_quorum) == (1, 1)
+
+
+async def test_replication_default_follows_fewer_nodes(etcd: aetcd.Client) -> None:
+    registry = StreamRegistry(etcd, max_partitions=64, storage_nodes=lambda: 2)
+    result = await registry.ensure(
+        StreamDef(unique(), 1, replication_factor=0, ack_quorum=0), False
+    )
+    assert (result.stream.replication_factor, result.stream.ack_quorum) == (2, 2)
+
+
+BAD_REPLICATION = [
+    ({"replication_factor": 4}, "replication_factor 4 is more than the 3 live storage node(s)"),
+    ({"replication_factor": 3, "ack_quorum": 4}, "ack_quorum 4 is more than replication_factor 3"),
+    ({"replication_factor": 2, "ack_quorum": -1}, "ack_quorum must be at least 1, got -1"),
+    ({"replication_factor": -2}, "replication_factor must be between 1 and"),
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"), BAD_REPLICATION, ids=[m.split(" ")[0] for _, m in BAD_REPLICATION]
+)
+async def test_bad_replication_is_refused_naming_the_field(
+    three_nodes: StreamRegistry, etcd: aetcd.Client, change: dict[str, int], message: str
+) -> None:
+    name = unique()
+    with pytest.raises(InvalidArgument) as info:
+        await three_nodes.ensure(replace(StreamDef(name, 1), **change), overwrite=False)  # type: ignore[arg-type]
+    assert message in str(info.value)
+    assert await etcd.get(stream_key(name)) is None
+
+
+async def test_overwriting_with_more_replicas_than_nodes_is_refused(
+    three_nodes: StreamRegistry, etcd: aetcd.Client
+) -> None:
+    name = unique()
+    await three_nodes.ensure(StreamDef(name, 1, replication_factor=3, ack_quorum=2), False)
+    with pytest.raises(InvalidArgument, match="replication_factor 5 is more than the 3"):
+        await three_nodes.ensure(StreamDef(name, 1, replication_factor=5, ack_quorum=3), True)
+    assert (await stored_raw(etcd, name))["replication_factor"] == 3

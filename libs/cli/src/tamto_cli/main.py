@@ -165,6 +165,12 @@ def stream_ensure(
     fsync_interval_ms: Annotated[
         int, typer.Option(help="with --durability interval: ms between fsyncs (0: default)")
     ] = 0,
+    replication_factor: Annotated[
+        int, typer.Option(help="R: storage nodes holding every message (0: min(3, nodes))")
+    ] = 0,
+    ack_quorum: Annotated[
+        int, typer.Option(help="Q: replicas fsynced before an ack (0: a majority of R)")
+    ] = 0,
     overwrite: Annotated[bool, typer.Option(help="apply a different config if it exists")] = False,
     kind: Annotated[
         str, typer.Option(help="persistent, or ephemeral (at-most-once, topics; never stored)")
@@ -219,6 +225,8 @@ def stream_ensure(
         dead_letter_stream=dead_letter_stream,
         durability=mode,
         fsync_interval_ms=fsync_interval_ms,
+        replication_factor=replication_factor,
+        ack_quorum=ack_quorum,
     )
     if kind == "ephemeral":
         config = tamto_sdk.EphemeralConfig(buffer_messages, dropping, request_timeout_ms)

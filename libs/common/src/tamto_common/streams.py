@@ -37,6 +37,9 @@ EPHEMERAL_LIMITS: Final[dict[str, Limit]] = {}
 DEFAULT_DEDUP_WINDOW_MS: Final = 2 * 60 * 1000
 DEFAULT_ACK_TIMEOUT_MS: Final = 30 * 1000
 DEFAULT_FSYNC_INTERVAL_MS: Final = 50
+#: Replication: the default R is min(DEFAULT_MAX_REPLICATION, live storage nodes) and
+#: the default Q a majority of R (docs/cluster.md section 2).
+DEFAULT_MAX_REPLICATION: Final = 3
 #: The most partitions a stream may have, unless a gateway is configured otherwise.
 MAX_PARTITIONS: Final = 1024
 DEAD_LETTER_SUFFIX: Final = ".dlq"
@@ -111,6 +114,10 @@ class StreamDef:
         buffer_messages: ephemeral only: messages held per consumer (0 on persistent).
         overflow: ephemeral only: what a full buffer drops ("" on persistent).
         request_timeout_ms: ephemeral only: a request's default wait for its reply.
+        replication_factor: persistent only: R, the storage nodes holding every entry
+            of a ledger (1 for definitions stored before replication existed).
+        ack_quorum: persistent only: Q, the replicas that must have an entry fsynced
+            before it is acknowledged (1 <= Q <= R).
     """
 
     name: str
@@ -129,6 +136,8 @@ class StreamDef:
     buffer_messages: int = 0
     overflow: Overflow | Literal[""] = ""
     request_timeout_ms: int = 0
+    replication_factor: int = 1
+    ack_quorum: int = 1
 
     @property
     def ephemeral(self) -> bool:
@@ -164,8 +173,26 @@ class StreamDef:
             fsync_interval_ms=interval,
         )
 
-    def validate(self, max_partitions: int = MAX_PARTITIONS) -> None:
-        """Raise `InvalidArgument` naming the first field that is out of its allowed range."""
+    def with_replication_defaults(self, storage_nodes: int) -> StreamDef:
+        """This definition with R and Q chosen where they are 0 ("the default").
+
+        R: min(3, `storage_nodes`) (1 while no storage node is registered); Q: a
+        majority of R. Applied once, at creation: a stored definition keeps its values.
+        """
+        if self.ephemeral:
+            return self
+        replication = self.replication_factor or max(1, min(DEFAULT_MAX_REPLICATION, storage_nodes))
+        quorum = self.ack_quorum or replication // 2 + 1
+        return replace(self, replication_factor=replication, ack_quorum=quorum)
+
+    def validate(
+        self, max_partitions: int = MAX_PARTITIONS, storage_nodes: int | None = None
+    ) -> None:
+        """Raise `InvalidArgument` naming the first field that is out of its allowed range.
+
+        With `storage_nodes` (the live storage nodes), a replication factor above it
+        is refused too: a new ledger could not find that many nodes.
+        """
         check_name("stream", self.name)
         if self.kind not in KINDS:
             raise InvalidArgument(f"kind must be one of {_choices(KINDS)}, got {self.kind!r}")
@@ -207,6 +234,24 @@ class StreamDef:
         if self.dead_letter == self.name:
             raise InvalidArgument(
                 f"dead_letter_stream must differ from the stream itself ({self.name!r})"
+            )
+        self._validate_replication(storage_nodes)
+
+    def _validate_replication(self, storage_nodes: int | None) -> None:
+        _check_int("replication_factor", self.replication_factor, Limit(1, 2**32 - 1))
+        if storage_nodes is not None and self.replication_factor > storage_nodes:
+            raise InvalidArgument(
+                f"replication_factor {self.replication_factor} is more than the "
+                f"{storage_nodes} live storage node(s)"
+            )
+        if not isinstance(self.ack_quorum, int) or isinstance(self.ack_quorum, bool):
+            raise InvalidArgument(f"ack_quorum must be an integer, got {self.ack_quorum!r}")
+        if self.ack_quorum < 1:
+            raise InvalidArgument(f"ack_quorum must be at least 1, got {self.ack_quorum}")
+        if self.ack_quorum > self.replication_factor:
+            raise InvalidArgument(
+                f"ack_quorum {self.ack_quorum} is more than replication_factor "
+                f"{self.replication_factor}"
             )
 
     def _validate_ephemeral(self) -> None:

@@ -135,6 +135,11 @@ class StreamConfig:
         durability: group commit (default) or interval.
         fsync_interval_ms: the interval with `Durability.INTERVAL` (0: the
             server's default); must stay 0 with group commit.
+        replication_factor: R, storage nodes holding every message (0: the
+            server's default at creation, min(3, storage nodes)); more than the
+            live storage nodes is refused.
+        ack_quorum: Q, replicas that must have a message fsynced before it is
+            acknowledged (0: a majority of R); 1 <= Q <= R.
     """
 
     retention_ms: int = 0
@@ -147,6 +152,8 @@ class StreamConfig:
     dead_letter_stream: str = ""
     durability: Durability = Durability.GROUP_COMMIT
     fsync_interval_ms: int = 0
+    replication_factor: int = 0
+    ack_quorum: int = 0
 
     def _to_proto(self, kind: StreamKind, partitions: int) -> Any:
         limits = {
@@ -158,6 +165,8 @@ class StreamConfig:
             "max_deliveries": (0, _UINT32),
             "max_lag": (0, _UINT64),
             "fsync_interval_ms": (0, _UINT32),
+            "replication_factor": (0, _UINT32),
+            "ack_quorum": (0, _UINT32),
         }
         values = {"partitions": partitions} | {
             name: getattr(self, name) for name in limits if name != "partitions"
@@ -200,6 +209,8 @@ class StreamConfig:
             dead_letter_stream=str(config.dead_letter_stream),
             durability=_DURABILITY_FROM_PROTO.get(config.durability, Durability.GROUP_COMMIT),
             fsync_interval_ms=int(config.fsync_interval_ms),
+            replication_factor=int(config.replication_factor),
+            ack_quorum=int(config.ack_quorum),
         )
 
 

@@ -63,7 +63,12 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
             await refresher
 
     runtime.resources.push_async_callback(stop_refresher)
-    streams = StreamRegistry(runtime.etcd, config.max_partitions, runtime.bus)
+    streams = StreamRegistry(
+        runtime.etcd,
+        config.max_partitions,
+        runtime.bus,
+        storage_nodes=lambda: len(directory.members("storage")),
+    )
     subscription = await streams.watch_events()
     if subscription is not None:
         runtime.resources.push_async_callback(subscription.unsubscribe)

@@ -61,6 +61,8 @@ _PERSISTENT_ONLY = (
     "dead_letter_stream",
     "durability",
     "fsync_interval_ms",
+    "replication_factor",
+    "ack_quorum",
 )
 _EPHEMERAL_ONLY = ("buffer_messages", "overflow", "request_timeout_ms")
 
@@ -101,6 +103,9 @@ def stream_def(name: str, config: messages_pb2.StreamConfig) -> StreamDef:
         dead_letter_stream=config.dead_letter_stream,
         durability=durability,
         fsync_interval_ms=config.fsync_interval_ms,
+        # 0: the default, chosen at creation (`StreamDef.with_replication_defaults`).
+        replication_factor=config.replication_factor,
+        ack_quorum=config.ack_quorum,
     )
 
 
@@ -152,5 +157,7 @@ def stream_info(stream: StreamDef) -> messages_pb2.StreamInfo:
             dead_letter_stream=stream.dead_letter,
             durability=_DURABILITY_TO_PROTO[stream.durability],
             fsync_interval_ms=stream.fsync_interval_ms,
+            replication_factor=stream.replication_factor,
+            ack_quorum=stream.ack_quorum,
         ),
     )

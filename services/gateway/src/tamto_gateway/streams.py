@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import aetcd
 import structlog
@@ -52,15 +53,25 @@ class StreamRegistry:
         etcd: aetcd.Client,
         max_partitions: int = MAX_PARTITIONS,
         bus: NatsClient | None = None,
+        storage_nodes: Callable[[], int] | None = None,
     ) -> None:
+        """`storage_nodes` counts the live storage nodes (for the replication
+        factor's default and bound); without it neither is applied."""
         self._etcd = etcd
         self._max_partitions = max_partitions
         self._bus = bus
+        self._storage_nodes = storage_nodes
         self._cache: dict[str, StreamDef] = {}
 
     def validate(self, wanted: StreamDef) -> None:
         """Raise `InvalidArgument` if `wanted` is not a legal definition."""
-        wanted.validate(self._max_partitions)
+        nodes = self._storage_nodes() if self._storage_nodes is not None else None
+        wanted.validate(self._max_partitions, nodes)
+
+    def _with_defaults(self, wanted: StreamDef) -> StreamDef:
+        """`wanted` with R and Q it leaves at 0 chosen for a new stream."""
+        nodes = self._storage_nodes() if self._storage_nodes is not None else 1
+        return wanted.with_replication_defaults(nodes)
 
     async def ensure(self, wanted: StreamDef, overwrite: bool) -> Ensured:
         """Create `wanted` if missing; otherwise report, and with `overwrite` apply, differences.
@@ -68,7 +79,8 @@ class StreamRegistry:
         Raises `InvalidArgument` for an illegal definition and `FailedPrecondition`
         when `overwrite` would change the partition count.
         """
-        wanted = wanted.normalized()
+        requested = wanted.normalized()
+        wanted = self._with_defaults(requested)
         self.validate(wanted)
         key = stream_key(wanted.name)
         tx = self._etcd.transactions
@@ -85,9 +97,11 @@ class StreamRegistry:
                 continue  # deleted meanwhile: create it
             stored = StreamDef.from_json(kv.value)
             self._cache[wanted.name] = stored
+            wanted = _replication_as_stored(requested, stored)
             diff = stored.differences(wanted)
             if not diff or not overwrite:
                 return Ensured(stored, False, diff)
+            self.validate(wanted)  # an R named now must fit the live storage nodes
             if stored.partitions != wanted.partitions:
                 raise FailedPrecondition(
                     f"stream {wanted.name!r} has {stored.partitions} partitions, requested "
@@ -162,3 +176,17 @@ class StreamRegistry:
             log.warning(
                 "stream event not published", topic=topic, stream=stream.name, error=str(exc)
             )
+
+
+def _replication_as_stored(requested: StreamDef, stored: StreamDef) -> StreamDef:
+    """`requested` with the R and Q it leaves to the default taken from `stored`:
+    the defaults were chosen at creation, and a request that does not name them
+    does not differ from the stored stream in them (nor changes them)."""
+    replication = requested.replication_factor or stored.replication_factor
+    if requested.ack_quorum:
+        quorum = requested.ack_quorum
+    elif requested.replication_factor:
+        quorum = replication // 2 + 1
+    else:
+        quorum = stored.ack_quorum
+    return replace(requested, replication_factor=replication, ack_quorum=quorum)
