@@ -40,6 +40,8 @@ _CLOSE_FLUSH_TIMEOUT_S = 5.0
 # A stream that stayed up this long counts as healthy: retrying starts afresh.
 _HEALTHY_SESSION_S = 5.0
 _MAX_NACK_DELAY_MS = (1 << 32) - 1  # PartitionNacks.delay_ms is a uint32
+#: The longest reason `Consumer.term` takes (the router refuses longer ones).
+_MAX_TERM_REASON = 1024
 
 
 class Consumer:
@@ -56,7 +58,9 @@ class Consumer:
     (and on close). If the stream fails with a
     retriable error the consumer reconnects with backoff and subscribes again; the
     server then redelivers whatever was not acked, so delivery is at-least-once.
-    `nack` asks for a redelivery (at once or after a delay) and is sent at once.
+    `nack` asks for a redelivery (at once or after a delay) and is sent at once,
+    as are `term` (never redeliver: to the dead-letter stream now) and
+    `in_progress` (restart a message's ack timeout).
     """
 
     def __init__(
@@ -95,6 +99,9 @@ class Consumer:
         # (partition, delay_ms) -> ranges. Unlike acks they are never resent on a
         # new session: that session redelivers every unacked message anyway.
         self._pending_nacks: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        # term and in_progress requests, sent without lingering; like nacks, never
+        # resent on a new session (it redelivers the messages they were about).
+        self._pending_verbs: list[Any] = []
         self._low_water: dict[int, int] = {}
         self._acks_flushed = asyncio.Event()
         self._acks_flushed.set()
@@ -323,6 +330,51 @@ class Consumer:
         self._flush_now.set()
         self._wake_writer.set()
 
+    def term(self, item: Message | MessageBatch | UndecodableBatch, reason: str = "") -> None:
+        """Give up on a message, or every message of a batch, for good.
+
+        The server never redelivers it: it moves it to the stream's dead-letter
+        stream at once (whatever ``max_deliveries`` says), with the header
+        ``tamto.dlq.reason`` set to ``"term: <reason>"`` (``"term"`` without a
+        reason), and acks it. Sent without lingering, like `nack`; a term that has
+        not reached the server when the stream breaks is dropped, and the new
+        stream redelivers the message (term it again). Only messages delivered to
+        this consumer and not acked are affected. Raises `Closed` after `close`.
+        """
+        self._check_ackable(item.stream)
+        if len(reason) > _MAX_TERM_REASON:
+            raise InvalidArgument(f"reason must be at most {_MAX_TERM_REASON} characters")
+        ranges = _ranges_of(item)
+        self._send_soon(
+            messages_pb2.ConsumeRequest(
+                term=messages_pb2.PartitionTerms(
+                    partition=item.partition, ranges=ranges, reason=reason
+                )
+            )
+        )
+
+    def in_progress(self, item: Message | MessageBatch) -> None:
+        """Say a message, or every message of a batch, is still being worked on:
+        its ack timeout (the stream's ``ack_timeout_ms``) starts again from when the
+        server gets this, so a slow handler is not redelivered to another consumer.
+        Call it again before each timeout runs out. Sent without lingering; raises
+        `Closed` after `close`.
+        """
+        self._check_ackable(item.stream)
+        self._send_soon(
+            messages_pb2.ConsumeRequest(
+                in_progress=messages_pb2.PartitionProgress(
+                    partition=item.partition, ranges=_ranges_of(item)
+                )
+            )
+        )
+
+    def _send_soon(self, request: Any) -> None:
+        self._pending_verbs.append(request)
+        self._acks_flushed.clear()
+        self._flush_now.set()
+        self._wake_writer.set()
+
     async def flush_acks(self, timeout_s: float | None = None) -> None:
         """Send every pending ack and nack now and wait until they have been written
         to the stream."""
@@ -335,7 +387,9 @@ class Consumer:
     def _has_pending(self) -> bool:
         """Whether acks or nacks are not yet written to the stream, counting those the
         writer took and is writing (a flush, or close, must wait for those too)."""
-        return bool(self._pending_acks or self._pending_nacks or self._writing)
+        return bool(
+            self._pending_acks or self._pending_nacks or self._pending_verbs or self._writing
+        )
 
     def _add_ack(self, partition: int, first: int, last: int) -> None:
         self._pending_acks.setdefault(partition, []).append((first, last))
@@ -465,6 +519,7 @@ class Consumer:
             # will whatever was nacked and not sent yet.
             self._buffer.clear()
             self._pending_nacks.clear()
+            self._pending_verbs.clear()
             if not self._has_pending():
                 self._acks_flushed.set()
             self._iter_batch = None
@@ -563,7 +618,9 @@ class Consumer:
             nacks = self._take_nacks()
             requests.extend(acks)
             requests.extend(nacks)
-            self._writing = bool(acks or nacks)
+            verbs, self._pending_verbs = self._pending_verbs, []
+            requests.extend(verbs)
+            self._writing = bool(acks or nacks or verbs)
             self._flush_now.clear()
             try:
                 async with self._write_lock:
@@ -665,3 +722,12 @@ def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append((first, last))
     return merged
+
+
+def _ranges_of(item: Message | MessageBatch | UndecodableBatch) -> list[Any]:
+    """The offsets of a message or batch as wire `OffsetRange`s."""
+    if isinstance(item, MessageBatch | UndecodableBatch):
+        runs = item.offset_ranges()
+    else:
+        runs = [(item.offset, item.offset)]
+    return [messages_pb2.OffsetRange(first=f, last=la) for f, la in runs]

@@ -120,8 +120,8 @@ class FanOut:
                         router,
                         messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=share)),
                     )
-        elif kind in ("ack", "nack"):
-            partition = request.ack.partition if kind == "ack" else request.nack.partition
+        elif kind in ("ack", "nack", "term", "in_progress"):
+            partition = getattr(request, kind).partition
             address = self._owner_of.get(partition)
             if address is None:
                 raise InvalidArgument(
@@ -135,7 +135,8 @@ class FanOut:
             raise InvalidArgument("subscribe may be sent only once per consume stream")
         else:
             raise InvalidArgument(
-                "a consume request must set one of subscribe (first), credit, ack, nack or close"
+                "a consume request must set one of subscribe (first), credit, ack, nack, "
+                "term, in_progress or close"
             )
 
     async def forward_or_fail(self, request: messages_pb2.ConsumeRequest) -> None:

@@ -213,6 +213,14 @@ class ConsumeSession:
     def nack(self, partition: int, ranges: list[tuple[int, int]], delay_s: float) -> None:
         self._subscription(partition).nack(ranges, delay_s, self.slot)
 
+    async def term(self, partition: int, ranges: list[tuple[int, int]], reason: str) -> None:
+        subscription = self._subscription(partition)
+        await subscription.term(ranges, reason, self.slot)
+        self._acked.add(subscription)
+
+    def in_progress(self, partition: int, ranges: list[tuple[int, int]]) -> None:
+        self._subscription(partition).in_progress(ranges, self.slot)
+
     def close_cleanly(self) -> None:
         """The client said it is leaving on purpose (see `__aexit__`)."""
         self.closed_by_client = True

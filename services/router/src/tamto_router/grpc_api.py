@@ -181,11 +181,18 @@ async def _apply(request: messages_pb2.ConsumeRequest, session: ConsumeSession) 
     elif kind == "nack":
         nack = request.nack
         session.nack(nack.partition, [(r.first, r.last) for r in nack.ranges], nack.delay_ms / 1000)
+    elif kind == "term":
+        term = request.term
+        await session.term(term.partition, [(r.first, r.last) for r in term.ranges], term.reason)
+    elif kind == "in_progress":
+        progress = request.in_progress
+        session.in_progress(progress.partition, [(r.first, r.last) for r in progress.ranges])
     elif kind == "close":
         session.close_cleanly()
     elif kind == "subscribe":
         raise InvalidArgument("subscribe may be sent only once per consume stream")
     else:
         raise InvalidArgument(
-            "a consume request must set one of subscribe (first), credit, ack, nack or close"
+            "a consume request must set one of subscribe (first), credit, ack, nack, term, "
+            "in_progress or close"
         )

@@ -51,6 +51,9 @@ from tamto_router.partition_log import PartitionLog
 
 log = structlog.get_logger(__name__)
 
+#: The longest reason a term may carry into its dead letters' header.
+MAX_TERM_REASON = 1024
+
 
 class SubscriptionType(Enum):
     EXCLUSIVE = "exclusive"
@@ -324,6 +327,16 @@ class Subscription:
         `slot` touches only what is in flight to that consumer (never another's)."""
         self._check_ranges(ranges, "nack")
         due = time.monotonic() + delay_s
+        for run in self._take_in_flight(ranges, slot):
+            self._keys.give_back(run.first, run.last)
+            self.pending.append(Run(run.first, run.last, run.count, due))
+        self.poke()
+
+    def _take_in_flight(
+        self, ranges: list[tuple[int, int]], slot: ConsumerSlot | None
+    ) -> list[Run]:
+        """Remove and return the parts of `ranges` in flight (to `slot`, if given)."""
+        taken: list[Run] = []
         for first, last in ranges:
             kept: list[Run] = []
             for run in self.in_flight:
@@ -332,10 +345,46 @@ class Subscription:
                     kept.append(run)
                     continue
                 lo, hi = max(run.first, first), min(run.last, last)
-                self._keys.give_back(lo, hi)
-                self.pending.append(Run(lo, hi, run.count, due))
+                taken.append(Run(lo, hi, run.count, run.due, run.consumer))
                 kept.extend(_minus(run, first, last))
             self.in_flight = kept
+        return taken
+
+    def in_progress(self, ranges: list[tuple[int, int]], slot: ConsumerSlot | None = None) -> None:
+        """The consumer is still working on these in-flight offsets: their ack
+        timeout starts again now (offsets not in flight to `slot` are left alone)."""
+        self._check_ranges(ranges, "mark in progress")
+        due = time.monotonic() + self.ack_timeout_s
+        for run in self._take_in_flight(ranges, slot):
+            run.due = due
+            self.in_flight.append(run)
+        self.poke()
+
+    async def term(
+        self, ranges: list[tuple[int, int]], reason: str, slot: ConsumerSlot | None = None
+    ) -> None:
+        """Never redeliver these in-flight offsets: dead-letter them now, with
+        ``term`` and `reason` in their reason header, and ack them. Offsets not in
+        flight to `slot` are left alone. If dead-lettering fails, or is cancelled
+        because the session ended, the offsets not yet moved stay in flight (their
+        ack timeout, or the consumer's leave, brings them back) and the error is
+        raised; one moved twice is stored once (dead letters' ids)."""
+        self._check_ranges(ranges, "term")
+        if len(reason) > MAX_TERM_REASON:
+            raise InvalidArgument(f"a term's reason is at most {MAX_TERM_REASON} characters")
+        if self._publish_dead is None:
+            raise FailedPrecondition(
+                f"{self.log.stream}/{self.partition} has no dead-letter stream to term into"
+            )
+        why = f"term: {reason}" if reason else "term"
+        taken = self._take_in_flight(ranges, slot)
+        for i, run in enumerate(taken):
+            try:
+                await self._dead_letter(run.first, run.last, run.count, why)
+            except BaseException:  # failed or cancelled (its session ended): keep them
+                self.in_flight.extend(taken[i:])
+                raise
+            self._keys.settle(run.first, run.last)
         self.poke()
 
     # -- dispatch ----------------------------------------------------------
