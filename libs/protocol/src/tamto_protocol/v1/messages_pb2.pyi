@@ -87,7 +87,7 @@ class StoredBatch(_message.Message):
     def __init__(self, base_offset: _Optional[int] = ..., count: _Optional[int] = ..., publish_time_us: _Optional[int] = ..., arrow_ipc: _Optional[bytes] = ...) -> None: ...
 
 class StreamConfig(_message.Message):
-    __slots__ = ("kind", "partitions", "retention_ms", "retention_bytes", "dedup_window_ms", "ack_timeout_ms", "max_deliveries", "max_lag", "dead_letter_stream", "durability", "fsync_interval_ms", "retention_policy", "buffer_messages", "overflow", "request_timeout_ms")
+    __slots__ = ("kind", "partitions", "retention_ms", "retention_bytes", "dedup_window_ms", "ack_timeout_ms", "max_deliveries", "max_lag", "dead_letter_stream", "durability", "fsync_interval_ms", "retention_policy", "buffer_messages", "overflow", "request_timeout_ms", "replication_factor", "ack_quorum")
     KIND_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_MS_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +103,8 @@ class StreamConfig(_message.Message):
     BUFFER_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     OVERFLOW_FIELD_NUMBER: _ClassVar[int]
     REQUEST_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    REPLICATION_FACTOR_FIELD_NUMBER: _ClassVar[int]
+    ACK_QUORUM_FIELD_NUMBER: _ClassVar[int]
     kind: StreamKind
     partitions: int
     retention_ms: int
@@ -118,7 +120,9 @@ class StreamConfig(_message.Message):
     buffer_messages: int
     overflow: Overflow
     request_timeout_ms: int
-    def __init__(self, kind: _Optional[_Union[StreamKind, str]] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., ack_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., max_lag: _Optional[int] = ..., dead_letter_stream: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., fsync_interval_ms: _Optional[int] = ..., retention_policy: _Optional[_Union[RetentionPolicy, str]] = ..., buffer_messages: _Optional[int] = ..., overflow: _Optional[_Union[Overflow, str]] = ..., request_timeout_ms: _Optional[int] = ...) -> None: ...
+    replication_factor: int
+    ack_quorum: int
+    def __init__(self, kind: _Optional[_Union[StreamKind, str]] = ..., partitions: _Optional[int] = ..., retention_ms: _Optional[int] = ..., retention_bytes: _Optional[int] = ..., dedup_window_ms: _Optional[int] = ..., ack_timeout_ms: _Optional[int] = ..., max_deliveries: _Optional[int] = ..., max_lag: _Optional[int] = ..., dead_letter_stream: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., fsync_interval_ms: _Optional[int] = ..., retention_policy: _Optional[_Union[RetentionPolicy, str]] = ..., buffer_messages: _Optional[int] = ..., overflow: _Optional[_Union[Overflow, str]] = ..., request_timeout_ms: _Optional[int] = ..., replication_factor: _Optional[int] = ..., ack_quorum: _Optional[int] = ...) -> None: ...
 
 class StreamInfo(_message.Message):
     __slots__ = ("name", "config")
