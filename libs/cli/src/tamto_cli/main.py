@@ -18,15 +18,12 @@ from rich.table import Table
 import tamto_sdk
 from tamto_cli import ephemeral_cmds, settings
 from tamto_cli.auth_cmds import auth_app
-from tamto_cli.bench import bench
-from tamto_cli.chaos import chaos
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
+from tamto_cli.extras import add_server_command, server_extra
 from tamto_cli.status import fetch_notes, fetch_status, render_status
 from tamto_cli.storage_cmds import storage_app
-from tamto_cli.up import run_up
 from tamto_common.errors import TamtoError
-from tamto_local.cluster import MAX_NODES, ClusterConfig
 
 app = typer.Typer(help="Tamto: durable streams, subscriptions and Parquet, in one system.")
 console = Console(highlight=False)
@@ -55,6 +52,9 @@ def up(
     ] = 1,
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
+    with server_extra("tamto up"):
+        from tamto_cli.up import run_up
+        from tamto_local.cluster import MAX_NODES, ClusterConfig
     if not 1 <= nodes <= MAX_NODES:
         err.print(f"tamto up: invalid --nodes {nodes}: must be 1-{MAX_NODES}")
         raise typer.Exit(2)
@@ -103,9 +103,9 @@ def status(
 
 app.add_typer(auth_app, name="auth")
 app.add_typer(storage_app, name="storage")
-app.command()(bench)
+add_server_command(app, "bench", "tamto_cli.bench", "bench")
 app.command("request")(ephemeral_cmds.request)
-app.command()(chaos)
+add_server_command(app, "chaos", "tamto_cli.chaos", "chaos")
 
 stream_app = typer.Typer(help="Create, inspect, list and delete streams.")
 app.add_typer(stream_app, name="stream")

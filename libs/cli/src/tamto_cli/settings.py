@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tamto_local.cluster import LaunchError, load_dev_credential
+from tamto_common.dev_credential import CredentialFileError, load_dev_credential
 
 DEFAULT_DATA_DIR = Path(".tamto")
 DEFAULT_GATEWAY = "127.0.0.1:7400"
@@ -28,7 +28,7 @@ def api_key(value: str | None, data: Path) -> str:
         return env
     try:
         credential = load_dev_credential(data)
-    except LaunchError as exc:
+    except CredentialFileError as exc:
         raise SystemExit(str(exc)) from None
     if credential is not None:
         return credential

@@ -13,8 +13,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tamto_common.config import parse_endpoints
+from tamto_common.health import grpc_healthy
 from tamto_common.membership import Member, connect_etcd, list_members
-from tamto_local.cluster import grpc_healthy
 
 
 async def _health(member: Member) -> str:

@@ -15,12 +15,15 @@ import json
 import os
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from tamto_cli.extras import server_extra
 from tamto_common.audit import ADMIN, AuditLog
-from tamto_storage.scrub import Finding, Repaired, repair, verify
+
+if TYPE_CHECKING:  # the storage package comes with the server extra; imported when run
+    from tamto_storage.scrub import Finding, Repaired
 
 storage_app = typer.Typer(help="Check and repair a stopped storage node's files.")
 
@@ -60,6 +63,8 @@ def storage_verify(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """Check every segment, manifest, WAL, cursor and epoch file; exit 1 if any is damaged."""
+    with server_extra("tamto storage verify"):
+        from tamto_storage.scrub import verify
     findings = verify(data_dir, stream, partition)
     if as_json:
         print(json.dumps([_finding_dict(f) for f in findings]))
@@ -82,6 +87,8 @@ def storage_repair(
 ) -> None:
     """Return damaged partitions to service: damaged files move to _damaged/, the offsets
     they held are recorded as lost (audited), and the partition accepts publishes again."""
+    with server_extra("tamto storage repair"):
+        from tamto_storage.scrub import repair, verify
     busy = processes_using(data_dir)
     if busy:
         typer.echo(

