@@ -47,6 +47,12 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):  # type: ignore[misc]
             next_offset=offsets.next_offset, start_offset=offsets.start_offset
         )
 
+    async def FenceLedger(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        partition = await self._partition(request)
+        with refusing_when_full():
+            last_offset = await partition.fence(request.epoch)
+        return storage_pb2.FenceLedgerResponse(last_offset=last_offset)
+
     async def Append(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         return await self._append(request)
 

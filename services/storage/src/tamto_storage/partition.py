@@ -218,6 +218,20 @@ class Partition:
                 self._epoch = epoch
         return self.offsets()
 
+    async def fence(self, epoch: int) -> int:
+        """Fence the partition's ledger for a new owner's recovery; the last offset stored.
+
+        The same fence as `open`: appends of epochs older than `epoch` are refused
+        from now on. It answers once every append accepted before the fence is
+        fsynced or failed, so the offset it gives is on disk here (with a failed
+        WAL write: the durable end; with a damaged WAL: `offsets`' end, see there).
+        """
+        await self.open(epoch)
+        await self._wal.settled()
+        if self._wal.corruption is not None:
+            return self.offsets().next_offset - 1
+        return self._wal.durable_offset - 1
+
     def _check_epoch(self, epoch: int) -> None:
         if epoch < self._fence:
             raise FailedPrecondition(f"stale epoch {epoch} < current {self._fence}")

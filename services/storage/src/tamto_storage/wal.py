@@ -130,6 +130,7 @@ class Wal:
         self._tail: Path | None = None  # file the next frame goes to
         self._tail_size = 0  # bytes placed in it, written or queued
         self._pending: list[_Pending] = []
+        self._last_queued: asyncio.Future[None] | None = None  # the newest append's outcome
         self._wake = asyncio.Event()
         self._closing = False
         self._writer_fd: int | None = None
@@ -226,8 +227,16 @@ class Wal:
             entry, header = self._place(batch, epoch)
             last = i == len(batches) - 1
             self._pending.append(_Pending(entry, header, batch.arrow_ipc, done if last else None))
+        self._last_queued = done
         self._wake.set()
         return done
+
+    async def settled(self) -> None:
+        """Wait until every append queued so far is fsynced or failed (groups commit
+        in queue order, so the newest append's outcome comes last)."""
+        last = self._last_queued
+        if last is not None and not last.done():
+            await asyncio.wait([last])
 
     def _place(self, batch: StoredBatch, epoch: int) -> tuple[IndexEntry, bytes]:
         """Decide the batch's file and position, rolling to a new file when full."""

@@ -31,6 +31,20 @@ class OpenPartitionResponse(_message.Message):
     start_offset: int
     def __init__(self, next_offset: _Optional[int] = ..., start_offset: _Optional[int] = ...) -> None: ...
 
+class FenceLedgerRequest(_message.Message):
+    __slots__ = ("partition", "epoch")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    epoch: int
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class FenceLedgerResponse(_message.Message):
+    __slots__ = ("last_offset",)
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    last_offset: int
+    def __init__(self, last_offset: _Optional[int] = ...) -> None: ...
+
 class StorageAppendRequest(_message.Message):
     __slots__ = ("partition", "epoch", "batches", "call_id")
     PARTITION_FIELD_NUMBER: _ClassVar[int]

@@ -39,6 +39,11 @@ class StorageStub:
                 request_serializer=tamto_dot_v1_dot_storage__pb2.OpenPartitionRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_storage__pb2.OpenPartitionResponse.FromString,
                 _registered_method=True)
+        self.FenceLedger = channel.unary_unary(
+                '/tamto.v1.Storage/FenceLedger',
+                request_serializer=tamto_dot_v1_dot_storage__pb2.FenceLedgerRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_storage__pb2.FenceLedgerResponse.FromString,
+                _registered_method=True)
         self.Append = channel.unary_unary(
                 '/tamto.v1.Storage/Append',
                 request_serializer=tamto_dot_v1_dot_storage__pb2.StorageAppendRequest.SerializeToString,
@@ -77,6 +82,16 @@ class StorageServicer:
     def OpenPartition(self, request, context):
         """Claims a partition for an owner epoch: later appends with an older epoch
         are refused (fencing). Returns where the log ends.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FenceLedger(self, request, context):
+        """Fences a ledger for recovery (docs/cluster.md section 3): from now on appends
+        of an epoch older than `epoch` are refused with FAILED_PRECONDITION (the same
+        fence OpenPartition sets); answers once every append accepted before it is
+        fsynced or failed, with the last offset stored.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,6 +146,11 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.OpenPartition,
                     request_deserializer=tamto_dot_v1_dot_storage__pb2.OpenPartitionRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_storage__pb2.OpenPartitionResponse.SerializeToString,
+            ),
+            'FenceLedger': grpc.unary_unary_rpc_method_handler(
+                    servicer.FenceLedger,
+                    request_deserializer=tamto_dot_v1_dot_storage__pb2.FenceLedgerRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_storage__pb2.FenceLedgerResponse.SerializeToString,
             ),
             'Append': grpc.unary_unary_rpc_method_handler(
                     servicer.Append,
@@ -190,6 +210,33 @@ class Storage:
             '/tamto.v1.Storage/OpenPartition',
             tamto_dot_v1_dot_storage__pb2.OpenPartitionRequest.SerializeToString,
             tamto_dot_v1_dot_storage__pb2.OpenPartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FenceLedger(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Storage/FenceLedger',
+            tamto_dot_v1_dot_storage__pb2.FenceLedgerRequest.SerializeToString,
+            tamto_dot_v1_dot_storage__pb2.FenceLedgerResponse.FromString,
             options,
             channel_credentials,
             insecure,
