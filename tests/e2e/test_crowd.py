@@ -214,12 +214,22 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
         try:
             await crowd.start(cluster, token, stream, CONSUMERS)
 
+            seen = [0.0]
+
             async def all_attached() -> bool:
                 assert crowd.errors == [], crowd.errors[:3]
                 metrics = await metrics_of(cluster, "router")
-                return gauge(metrics, "tamto_router_attached_consumers") >= CONSUMERS * PARTITIONS
+                seen[0] = gauge(metrics, "tamto_router_attached_consumers")
+                return seen[0] >= CONSUMERS * PARTITIONS
 
-            await eventually(all_attached, 60 + CONSUMERS / 20, f"{CONSUMERS} consumers attached")
+            try:
+                await eventually(all_attached, 60 + CONSUMERS / 20, f"{CONSUMERS} attached")
+            except AssertionError as exc:
+                raise AssertionError(
+                    f"{exc}: {seen[0]:.0f} of {CONSUMERS * PARTITIONS} attachments, "
+                    f"{len(crowd.retries)} streams reopened {sorted(set(crowd.retries))[:3]}, "
+                    f"slowest publish {publisher.slowest_since(0):.3f} s"
+                ) from None
             attached_s = time.monotonic() - attach_began
             router_crowded = await metrics_of(cluster, "router")
             gateway_crowded = await metrics_of(cluster, "gateway")
