@@ -21,6 +21,7 @@ from tamto_cli.auth_cmds import auth_app
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
 from tamto_cli.extras import add_server_command, server_extra
+from tamto_cli.output import PayloadFormat, message_json, parse_headers, render_payload
 from tamto_cli.status import fetch_notes, fetch_status, render_status
 from tamto_cli.storage_cmds import storage_app
 from tamto_common.errors import TamtoError
@@ -334,12 +335,26 @@ def pub(
     topic: Annotated[
         str | None, typer.Option(help="to an ephemeral stream, under this topic (a.b.c)")
     ] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option("--header", "-H", help="a header KEY=VALUE on every message (repeatable)"),
+    ] = None,
+    as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Publish messages durably; prints partition and offset of each. With --topic, to
-    an ephemeral stream (at most once; prints how many were published)."""
+    """Publish messages durably; prints partition and offset of each (--json: one JSON
+    object a line). With --topic, to an ephemeral stream (at most once; prints how
+    many were published)."""
+    try:
+        headers = parse_headers(header)
+    except ValueError as exc:
+        err.print(f"tamto pub: --header: {exc}")
+        raise typer.Exit(2) from None
+    if headers and topic is not None:
+        err.print("tamto pub: --header is for persistent streams (not with --topic)")
+        raise typer.Exit(2)
     payloads = messages or [line.rstrip("\n") for line in sys.stdin]
     key_bytes = key.encode() if key is not None else None
 
@@ -349,10 +364,17 @@ def pub(
                 await ephemeral_cmds.publish(client, stream, payloads, topic, key_bytes)
                 return
             async with client.producer(stream) as producer:
-                futures = [await producer.send(p.encode(), key=key_bytes) for p in payloads]
+                futures = [
+                    await producer.send(p.encode(), key=key_bytes, headers=headers)
+                    for p in payloads
+                ]
                 for payload, future in zip(payloads, futures, strict=True):
                     r = await future
-                    typer.echo(f"{r.stream}/{r.partition}@{r.offset}\t{payload}")
+                    if as_json:
+                        where = {"stream": r.stream, "partition": r.partition, "offset": r.offset}
+                        print(json.dumps({**where, "payload": payload}, ensure_ascii=False))
+                    else:
+                        typer.echo(f"{r.stream}/{r.partition}@{r.offset}\t{payload}")
 
     run_command(run())
 
@@ -381,11 +403,18 @@ def sub(
     consumer_name: Annotated[
         str | None, typer.Option(help="this consumer's name (multicast: its own cursor)")
     ] = None,
+    payload_format: Annotated[
+        PayloadFormat,
+        typer.Option("--format", help="payloads as raw text, pretty-printed json, or hex"),
+    ] = PayloadFormat.RAW,
+    as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Consume messages through a subscription, acking each one after printing it.
+    """Consume messages through a subscription, acking each one after printing it
+    (`STREAM/PARTITION@OFFSET<TAB>KEY<TAB>PAYLOAD`, or with --json one JSON object a
+    line with headers, id, publish_time and delivery_count too).
     Without --subscription, receive from an ephemeral stream (--match, --group),
     printing `STREAM[TOPIC]<TAB>KEY<TAB>PAYLOAD` lines."""
     if subscription is not None and (match is not None or group):
@@ -404,9 +433,13 @@ def sub(
             ) as consumer:
                 seen = 0
                 async for message in consumer:
-                    key = message.key.decode(errors="replace") if message.key else ""
-                    text = message.payload.decode(errors="replace")
-                    typer.echo(f"{stream}/{message.partition}@{message.offset}\t{key}\t{text}")
+                    if as_json:
+                        print(message_json(message, payload_format), flush=True)
+                    else:
+                        key = message.key.decode(errors="replace") if message.key else ""
+                        text = render_payload(message.payload, payload_format)
+                        where = f"{stream}/{message.partition}@{message.offset}"
+                        typer.echo(f"{where}\t{key}\t{text}")
                     consumer.ack(message)
                     seen += 1
                     if count and seen >= count:
