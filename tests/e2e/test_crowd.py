@@ -225,8 +225,11 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
             try:
                 await eventually(all_attached, 60 + CONSUMERS / 20, f"{CONSUMERS} attached")
             except AssertionError as exc:
+                router = await metrics_of(cluster, "router")
                 raise AssertionError(
-                    f"{exc}: {seen[0]:.0f} of {CONSUMERS * PARTITIONS} attachments, "
+                    f"{exc}: {seen[0]:.0f} of {CONSUMERS * PARTITIONS} attachments, router loop "
+                    f"held at most {gauge(router, 'tamto_event_loop_lag_max_seconds'):.3f} s, "
+                    f"longest GC {gauge(router, 'tamto_gc_pause_max_seconds'):.3f} s, "
                     f"{len(crowd.retries)} streams reopened {sorted(set(crowd.retries))[:3]}, "
                     f"slowest publish {publisher.slowest_since(0):.3f} s"
                 ) from None
@@ -263,6 +266,7 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
     router_per = (gauge(router_crowded, rss) - gauge(router_before, rss)) / CONSUMERS
     gateway_per = (gauge(gateway_crowded, rss) - gauge(gateway_before, rss)) / CONSUMERS
     lag = gauge(router_after, "tamto_event_loop_lag_max_seconds")
+    gc_pause = gauge(router_after, "tamto_gc_pause_max_seconds")
     gateway_after = await metrics_of(cluster, "gateway")
     gateway_lag = gauge(gateway_after, "tamto_event_loop_lag_max_seconds")
     slowest = publisher.slowest_since(0)
@@ -270,7 +274,8 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
         f"{CONSUMERS} consumers x {PARTITIONS} partitions: attached in {attached_s:.1f} s, "
         f"gone {gone_s:.1f} s after leaving; memory per consumer: router "
         f"{router_per / 1024:.1f} KiB, gateway {gateway_per / 1024:.1f} KiB; event loop held "
-        f"at most {lag:.3f} s (router), {gateway_lag:.3f} s (gateway); "
+        f"at most {lag:.3f} s (router; longest GC {gc_pause:.3f} s), {gateway_lag:.3f} s "
+        "(gateway); "
         f"{len(publisher.latencies)} publishes, slowest "
         f"{slowest:.3f} s, {len(publisher.failures)} failed; consumer streams reset and "
         f"reopened: {len(crowd.retries)} {sorted(set(crowd.retries))[:3]}"

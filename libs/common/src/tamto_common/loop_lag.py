@@ -6,13 +6,20 @@ woke up: that delay is how long something else held the loop. The longest delay
 seen is exported as the gauge `tamto_event_loop_lag_max_seconds` (since the
 process started), and every delay over `warn_s` is logged. Keep-alives run every
 third of the lease TTL, so a lag near TTL x 2/3 would lose a lease.
+
+Garbage collections are timed too (`gc.callbacks`): a full collection of a
+large heap holds the GIL, and so every thread, for as long as it runs. The
+longest is the gauge `tamto_gc_pause_max_seconds`; those over `warn_s` are logged
+with their generation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
+from typing import Any
 
 import structlog
 from prometheus_client import Gauge
@@ -22,6 +29,10 @@ log = structlog.get_logger(__name__)
 LAG_MAX = Gauge(
     "tamto_event_loop_lag_max_seconds",
     "Longest the event loop was held (a timer woke this much late), since the process started",
+)
+GC_PAUSE_MAX = Gauge(
+    "tamto_gc_pause_max_seconds",
+    "Longest garbage collection (it holds every thread), since the process started",
 )
 
 
@@ -33,12 +44,33 @@ class LoopLagMonitor:
         self._warn_s = warn_s
         self._task: asyncio.Task[None] | None = None
         self.max_lag_s = 0.0
+        self.max_gc_s = 0.0
+        self._gc_began = 0.0
 
     async def __aenter__(self) -> LoopLagMonitor:
         self._task = asyncio.create_task(self._run(), name="loop-lag")
+        gc.callbacks.append(self._on_gc)
         return self
 
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_began = time.monotonic()
+            return
+        pause = time.monotonic() - self._gc_began
+        if pause > self.max_gc_s:
+            self.max_gc_s = pause
+            GC_PAUSE_MAX.set(pause)
+        if pause > self._warn_s:
+            log.warning(
+                "garbage collection held every thread",
+                seconds=round(pause, 3),
+                generation=info.get("generation"),
+                collected=info.get("collected"),
+            )
+
     async def __aexit__(self, *exc_info: object) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._on_gc)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
