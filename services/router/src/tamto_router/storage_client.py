@@ -67,6 +67,18 @@ class StorageClient:
         )
         return LogBounds(r.start_offset, r.next_offset)
 
+    async def fence_ledger(self, stream: str, partition: int, epoch: int) -> int:
+        """Fence the partition's ledger on this node for `epoch` (appends of older
+        epochs are refused from now on); the last offset it has on disk (-1: none)."""
+        if self._cache is not None:
+            self._cache.drop((stream, partition))
+        r = await self._call(
+            self._stub.FenceLedger,
+            storage_pb2.FenceLedgerRequest(partition=self._ref(stream, partition), epoch=epoch),
+            f"fence {stream}/{partition}",
+        )
+        return int(r.last_offset)
+
     def forget_cached(self, stream: str, partition: int) -> None:
         """Drop what the cache holds of a partition (storage changed what it stores)."""
         if self._cache is not None:

@@ -1,0 +1,106 @@
+"""Quorum writes and fences over a ledger's replicas (docs/cluster.md sections 2 and 3).
+
+A ledger is held by an ensemble of R storage nodes; an entry is acknowledged once
+Q of them have it fsynced, and a new owner's recovery fences the previous ledger
+and learns its end from R - Q + 1 of them (enough that one of them has every
+entry that was ever acknowledged). This module is those two waits, over
+`StorageClient`s; it knows nothing of etcd or of the ledger record.
+
+Status: building blocks, tested against real storage servers; the router's
+partition log does not call them yet (it still writes one replica).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from tamto_common.errors import TamtoError, Unavailable
+from tamto_router.model import Batch
+from tamto_router.storage_client import StorageClient
+
+T = TypeVar("T")
+
+
+def no_quorum(reachable: int, replicas: int, needed: int) -> Unavailable:
+    """The one wording of a quorum that cannot be reached."""
+    return Unavailable(f"no quorum: {reachable} of {replicas} replicas reachable, {needed} needed")
+
+
+@dataclass(frozen=True)
+class QuorumOutcome(Generic[T]):
+    """What the replicas that answered in time said (by storage node), and why the
+    others failed (those that failed before the quorum was reached)."""
+
+    answers: Mapping[str, T]
+    failures: Mapping[str, TamtoError]
+
+
+async def first_answers(
+    replicas: Mapping[str, StorageClient],
+    call: Callable[[StorageClient], Awaitable[T]],
+    needed: int,
+) -> QuorumOutcome[T]:
+    """Call every replica at once and return as soon as `needed` of them answered.
+
+    Raises `no_quorum` as soon as so many failed that `needed` answers are out of
+    reach. Calls still running when it returns go on in the background (an
+    append reaches the slow replicas too) and their outcome is dropped.
+    """
+    if not 1 <= needed <= len(replicas):
+        raise ValueError(f"needed {needed} must be between 1 and {len(replicas)}")
+    tasks = {asyncio.ensure_future(call(client)): node for node, client in replicas.items()}
+    answers: dict[str, T] = {}
+    failures: dict[str, TamtoError] = {}
+    pending = set(tasks)
+    try:
+        while len(answers) < needed:
+            if len(replicas) - len(failures) < needed:
+                raise no_quorum(len(replicas) - len(failures), len(replicas), needed)
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                error = task.exception()
+                if error is None:
+                    answers[tasks[task]] = task.result()
+                elif isinstance(error, TamtoError):
+                    failures[tasks[task]] = error
+                else:
+                    raise error
+    finally:
+        for task in pending:  # keep running; retrieve the outcome so none is "never retrieved"
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return QuorumOutcome(answers, failures)
+
+
+async def append_quorum(
+    replicas: Mapping[str, StorageClient],
+    quorum: int,
+    stream: str,
+    partition: int,
+    epoch: int,
+    batches: list[Batch],
+) -> int:
+    """Append `batches` to every replica at once (each on its own pipelined append
+    stream); the next offset once `quorum` replicas have them fsynced."""
+    outcome = await first_answers(
+        replicas, lambda client: client.append(stream, partition, epoch, batches), quorum
+    )
+    return max(outcome.answers.values())
+
+
+async def fence_quorum(
+    replicas: Mapping[str, StorageClient],
+    quorum: int,
+    stream: str,
+    partition: int,
+    epoch: int,
+) -> QuorumOutcome[int]:
+    """Fence a ledger on its replicas for `epoch`; returns once R - Q + 1 of them
+    answered with their last offset. The highest of those is the ledger's end: at
+    least one of them holds every entry that Q replicas acknowledged."""
+    needed = len(replicas) - quorum + 1
+    return await first_answers(
+        replicas, lambda client: client.fence_ledger(stream, partition, epoch), needed
+    )

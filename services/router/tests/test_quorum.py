@@ -1,0 +1,120 @@
+"""Quorum appends and fences over three real storage servers (in this process)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tamto_common.errors import FailedPrecondition, Unavailable
+from tamto_common.grpc_errors import TranslateErrorsInterceptor
+from tamto_protocol.batch import BatchColumns, encode_batch
+from tamto_router.model import Batch
+from tamto_router.quorum import append_quorum, fence_quorum
+from tamto_router.storage_client import StorageClient
+from tamto_storage.grpc_api import StorageServicer, serve
+from tamto_storage.store import PartitionStore
+from tamto_storage.wal import WalOptions
+
+STREAM, PARTITION = "orders", 0
+
+
+class Node:
+    """One storage server over its own directory, and a client of it."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.store = PartitionStore(data_dir, WalOptions())
+        self.server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
+        serve(StorageServicer(self.store, 1 << 20), self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}")
+        self.client = StorageClient(self.channel, timeout_s=5.0)
+        self.stopped = False
+
+    async def stop(self) -> None:
+        if not self.stopped:
+            self.stopped = True
+            await self.server.stop(None)
+            await self.store.close()
+
+
+@pytest.fixture
+async def nodes(tmp_path: Path) -> AsyncIterator[dict[str, Node]]:
+    made = {name: Node(tmp_path / name) for name in ("storage-a", "storage-b", "storage-c")}
+    async with contextlib.AsyncExitStack() as stack:
+        for node in made.values():
+            await node.server.start()
+            stack.push_async_callback(node.stop)
+            stack.push_async_callback(node.client.close)
+            stack.push_async_callback(node.channel.close)
+        yield made
+
+
+def batch(base: int, count: int) -> Batch:
+    arrow = encode_batch(
+        BatchColumns(
+            payloads=[f"m{o}".encode() for o in range(base, base + count)],
+            keys=[None] * count,
+            headers=[None] * count,
+            ids=[None] * count,
+            event_times_us=[None] * count,
+            producer="test",
+        )
+    )
+    return Batch(base, count, 1_700_000_000_000_000, arrow)
+
+
+def clients(nodes: dict[str, Node]) -> dict[str, StorageClient]:
+    return {name: node.client for name, node in nodes.items()}
+
+
+async def open_all(nodes: dict[str, Node], epoch: int) -> None:
+    for node in nodes.values():
+        await node.client.open_partition(STREAM, PARTITION, epoch)
+
+
+async def test_an_append_is_acknowledged_with_one_replica_of_three_down(
+    nodes: dict[str, Node],
+) -> None:
+    await open_all(nodes, 1)
+    assert await append_quorum(clients(nodes), 2, STREAM, PARTITION, 1, [batch(0, 4)]) == 4
+    await nodes["storage-c"].stop()
+    assert await append_quorum(clients(nodes), 2, STREAM, PARTITION, 1, [batch(4, 2)]) == 6
+    for name in ("storage-a", "storage-b"):
+        batches, next_offset = await nodes[name].client.read(STREAM, PARTITION, 0, 100)
+        assert next_offset == 6
+        assert sum(b.count for b in batches) == 6
+
+
+async def test_two_replicas_of_three_down_is_no_quorum_never_an_ack(
+    nodes: dict[str, Node],
+) -> None:
+    await open_all(nodes, 1)
+    await nodes["storage-b"].stop()
+    await nodes["storage-c"].stop()
+    with pytest.raises(Unavailable, match="no quorum: 1 of 3 replicas reachable, 2 needed"):
+        await append_quorum(clients(nodes), 2, STREAM, PARTITION, 1, [batch(0, 3)])
+
+
+async def test_a_fence_needs_r_minus_q_plus_one_and_stops_the_old_owner(
+    nodes: dict[str, Node],
+) -> None:
+    await open_all(nodes, 1)
+    await append_quorum(clients(nodes), 2, STREAM, PARTITION, 1, [batch(0, 5)])
+    await nodes["storage-a"].stop()
+    # R = 3, Q = 2: two answers are enough to know every acknowledged entry.
+    fenced = await fence_quorum(clients(nodes), 2, STREAM, PARTITION, 2)
+    assert len(fenced.answers) >= 2
+    assert max(fenced.answers.values()) == 4
+    # The old owner (epoch 1) can no longer reach a quorum: both live replicas refuse.
+    with pytest.raises(Unavailable, match="no quorum"):
+        await append_quorum(clients(nodes), 2, STREAM, PARTITION, 1, [batch(5, 1)])
+    with pytest.raises(FailedPrecondition, match="stale epoch 1"):
+        await nodes["storage-b"].client.append(STREAM, PARTITION, 1, [batch(5, 1)])
+    # With a second node down too, the fence itself has no quorum.
+    await nodes["storage-b"].stop()
+    with pytest.raises(Unavailable, match="no quorum: 1 of 3 replicas reachable, 2 needed"):
+        await fence_quorum(clients(nodes), 2, STREAM, PARTITION, 3)
