@@ -11,9 +11,9 @@ import pytest
 
 from tamto_common.errors import FailedPrecondition, Unavailable
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
-from tamto_protocol.batch import BatchColumns, encode_batch
+from tamto_protocol.batch import BatchColumns, decode_batch, encode_batch
 from tamto_router.model import Batch
-from tamto_router.quorum import append_quorum, fence_quorum
+from tamto_router.quorum import append_quorum, fence_quorum, recover_ledger_end
 from tamto_router.storage_client import StorageClient
 from tamto_storage.grpc_api import StorageServicer, serve
 from tamto_storage.store import PartitionStore
@@ -118,3 +118,31 @@ async def test_a_fence_needs_r_minus_q_plus_one_and_stops_the_old_owner(
     await nodes["storage-b"].stop()
     with pytest.raises(Unavailable, match="no quorum: 1 of 3 replicas reachable, 2 needed"):
         await fence_quorum(clients(nodes), 2, STREAM, PARTITION, 3)
+
+
+async def test_recovery_copies_the_missing_tail_to_every_responder(
+    nodes: dict[str, Node],
+) -> None:
+    await open_all(nodes, 1)
+    await append_quorum(clients(nodes), 3, STREAM, PARTITION, 1, [batch(0, 4)])
+    # Two replicas got the next batches (a quorum acked them); storage-c missed them.
+    for name in ("storage-a", "storage-b"):
+        await nodes[name].client.append(STREAM, PARTITION, 1, [batch(4, 3), batch(7, 2)])
+    # Whichever two answer first, one of them has offset 8, and every responder ends there.
+    end, fenced = await recover_ledger_end(clients(nodes), 2, STREAM, PARTITION, 2)
+    assert end == 8
+    for name in fenced.answers:
+        batches, next_offset = await nodes[name].client.read(STREAM, PARTITION, 0, 100)
+        assert next_offset == 9
+        payloads = [
+            p for b in batches for p in decode_batch(b.arrow_ipc).column("payload").to_pylist()
+        ]
+        assert payloads == [f"m{o}".encode() for o in range(9)]
+    # With storage-a down, the next recovery hears from b and c: c ends at 8 too
+    # (caught up now or by the first recovery).
+    await nodes["storage-a"].stop()
+    end, fenced = await recover_ledger_end(clients(nodes), 2, STREAM, PARTITION, 3)
+    assert end == 8
+    assert set(fenced.answers) == {"storage-b", "storage-c"}
+    _, next_offset = await nodes["storage-c"].client.read(STREAM, PARTITION, 0, 100)
+    assert next_offset == 9

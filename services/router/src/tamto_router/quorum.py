@@ -104,3 +104,38 @@ async def fence_quorum(
     return await first_answers(
         replicas, lambda client: client.fence_ledger(stream, partition, epoch), needed
     )
+
+
+async def recover_ledger_end(
+    replicas: Mapping[str, StorageClient],
+    quorum: int,
+    stream: str,
+    partition: int,
+    epoch: int,
+    read_batch_messages: int = 10_000,
+) -> tuple[int, QuorumOutcome[int]]:
+    """A new owner's recovery of the previous ledger on its replicas; its last offset.
+
+    Fences the replicas for `epoch` (`fence_quorum`), takes the highest last
+    offset among the R - Q + 1 or more that answered, and copies to every
+    responder that lacks entries up to it the missing ones from a responder that
+    has them (appended with `epoch`, which the fence let in), so every responder
+    ends at the same offset. The caller closes the ledger there
+    (`tamto_common.ledgers`). A replica that did not answer may hold entries past
+    that end; they were never acknowledged.
+    """
+    fenced = await fence_quorum(replicas, quorum, stream, partition, epoch)
+    end = max(fenced.answers.values())
+    source = next(node for node, last in fenced.answers.items() if last == end)
+    for node, last in fenced.answers.items():
+        offset = last + 1
+        while offset <= end:
+            batches, _ = await replicas[source].read(stream, partition, offset, read_batch_messages)
+            wanted = [b for b in batches if b.base_offset >= offset and b.end <= end + 1]
+            if not wanted or wanted[0].base_offset != offset:
+                raise Unavailable(
+                    f"recovery of {stream}/{partition}: {source} does not hold offset "
+                    f"{offset} on a batch boundary for {node}"
+                )
+            offset = await replicas[node].append(stream, partition, epoch, wanted)
+    return end, fenced
