@@ -1,0 +1,45 @@
+"""Every program in examples/ runs to its `ok` against a real system (issue 24)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tamto_testing.cluster import TestCluster
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+PROGRAMS = sorted(p.name for p in EXAMPLES.glob("*.py"))
+
+
+def test_every_example_is_listed_here() -> None:
+    assert PROGRAMS == [
+        "arrow_batches.py",
+        "dead_letters.py",
+        "dedup_ids.py",
+        "replay.py",
+        "subscription_types.py",
+    ]
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_example_runs(tamto_cluster: TestCluster, program: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLES / program)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={
+            **os.environ,
+            "TAMTO_URL": tamto_cluster.url,
+            "TAMTO_API_KEY": tamto_cluster.credential,
+        },
+    )
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+    assert done.stdout.splitlines()[-1] == "ok"
