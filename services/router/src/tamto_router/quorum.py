@@ -3,8 +3,9 @@
 A ledger is held by an ensemble of R storage nodes; an entry is acknowledged once
 Q of them have it fsynced, and a new owner's recovery fences the previous ledger
 and learns its end from R - Q + 1 of them (enough that one of them has every
-entry that was ever acknowledged). This module is those two waits, over
-`StorageClient`s; it knows nothing of etcd or of the ledger record.
+entry that was ever acknowledged), then copies the entries some of them lack.
+This module is those waits and that copy, over `StorageClient`s; it knows
+nothing of etcd or of the ledger record.
 
 Status: building blocks, tested against real storage servers; the router's
 partition log does not call them yet (it still writes one replica).
