@@ -214,6 +214,24 @@ class Partitions:
         if opened is not None:
             opened.range_shrunk(start)
 
+    def claimed(self) -> list[tuple[str, int]]:
+        """The (stream, partition) pairs this router holds a claim on."""
+        return list(self._claims)
+
+    async def hand_back(self, stream: str, partition: int) -> None:
+        """Give one partition up: it is another live router's share of the ring now
+        (that router came back or joined). Its log is closed and the owner key
+        released, so the ring's owner claims it at once instead of waiting for it."""
+        key = (stream, partition)
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            opened = self._logs.pop(key, None)
+            claim = self._claims.pop(key, None)
+            if opened is not None:
+                await opened.close()
+            if claim is not None:
+                await release_partition(self._etcd, claim)
+                log.info("partition handed back", stream=stream, partition=partition)
+
     def forget_claims(self) -> None:
         """The lease was lost, and with it every claim: reclaim on next use."""
         for partition_log in self._logs.values():

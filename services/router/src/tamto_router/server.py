@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 
 import structlog
@@ -27,6 +29,10 @@ from tamto_router.partitions import Partitions
 from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
+
+#: How often a router looks for partitions that are another router's share now,
+#: besides every membership change.
+HAND_BACK_CHECK_S = 2.0
 
 
 async def setup(config: RouterConfig, runtime: Runtime) -> None:
@@ -127,3 +133,31 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
 
     subscription = await runtime.bus.subscribe(f"{EVENTS}.{RANGE_SHRUNK}", cb=range_shrunk)
     resources.push_async_callback(subscription.unsubscribe)
+
+    async def hand_back_loop() -> None:
+        """Give back the partitions that are another live router's share of the ring
+        (after a membership change, and every few seconds): a router that restarts or
+        joins gets its share again, as the gateways route it there."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(directory.changed.wait(), HAND_BACK_CHECK_S)
+            routers = {m.instance_id for m in directory.members("router")}
+            if config.member_id not in routers:
+                continue  # this router's own registration is not seen (yet): no view
+            ring = HashRing(routers)
+            for stream, partition in partitions.claimed():
+                if ring.owner(partition_key(stream, partition)) == config.member_id:
+                    continue
+                try:
+                    await partitions.hand_back(stream, partition)
+                except Exception as exc:
+                    log.warning("hand back failed", stream=stream, error=str(exc))
+
+    hand_back = asyncio.create_task(hand_back_loop(), name="hand-back")
+
+    async def stop_hand_back() -> None:
+        hand_back.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hand_back
+
+    resources.push_async_callback(stop_hand_back)
