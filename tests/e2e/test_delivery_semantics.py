@@ -125,7 +125,9 @@ class RawConsumer:
         return await self.call.code()
 
 
-def subscribe(stream: str, sub: str, kind: int) -> messages_pb2.ConsumeRequest:
+def subscribe(
+    stream: str, sub: str, kind: messages_pb2.SubscriptionType
+) -> messages_pb2.ConsumeRequest:
     return messages_pb2.ConsumeRequest(
         subscribe=messages_pb2.Subscribe(stream=stream, subscription=sub, type=kind)
     )
