@@ -20,9 +20,13 @@ err = Console(stderr=True, highlight=False)
 
 
 def ca_certificates(data: Path) -> bytes | None:
-    """PEM roots for a TLS gateway: TAMTO_CA_FILE, else the local dev CA (`tamto up --tls`)."""
+    """PEM roots for a TLS gateway: TAMTO_CA_FILE, else the selected context's CA file,
+    else the local dev CA (`tamto up --tls`)."""
     if path := os.environ.get("TAMTO_CA_FILE"):
         return Path(path).expanduser().read_bytes()
+    chosen = settings.context()
+    if chosen is not None and chosen.ca_file:
+        return Path(chosen.ca_file).read_bytes()
     local = data / "tls" / "ca.pem"
     return local.read_bytes() if local.exists() else None
 

@@ -20,6 +20,7 @@ from tamto_cli import ephemeral_cmds, settings
 from tamto_cli.auth_cmds import auth_app
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
+from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
 from tamto_cli.output import PayloadFormat, message_json, parse_headers, render_payload
 from tamto_cli.status import fetch_notes, fetch_status, render_status
@@ -104,6 +105,7 @@ def status(
 
 app.add_typer(auth_app, name="auth")
 app.add_typer(storage_app, name="storage")
+app.add_typer(context_app, name="context")
 add_server_command(app, "bench", "tamto_cli.bench", "bench")
 app.command("request")(ephemeral_cmds.request)
 add_server_command(app, "chaos", "tamto_cli.chaos", "chaos")
