@@ -46,3 +46,12 @@ def test_pub_refuses_a_malformed_header_with_exit_code_2(tamto_cluster: TestClus
     refused = tamto(tamto_cluster, "pub", "anything", "-H", "novalue", "x")
     assert refused.returncode == 2
     assert "KEY=VALUE" in refused.stderr
+
+
+@pytest.mark.parametrize("flag", [["--json"], ["--format", "hex"]])
+def test_sub_refuses_json_and_format_without_a_subscription(
+    tamto_cluster: TestCluster, flag: list[str]
+) -> None:
+    refused = tamto(tamto_cluster, "sub", "some-ephemeral-stream", *flag)
+    assert refused.returncode == 2
+    assert "--subscription" in refused.stderr

@@ -422,6 +422,9 @@ def sub(
     if subscription is not None and (match is not None or group):
         err.print("tamto sub: --match and --group are for ephemeral streams (no --subscription)")
         raise typer.Exit(2)
+    if subscription is None and (as_json or payload_format is not PayloadFormat.RAW):
+        err.print("tamto sub: --json and --format are for subscriptions (--subscription)")
+        raise typer.Exit(2)
     kind = _subscription_type(sub_type)
     position = _start_position(start)
 
