@@ -6,7 +6,9 @@
 - `tamto_cluster` (module): auth, storage, router and gateway as processes.
 - `fresh_cluster` (function): a cluster of its own, for tests that crash services.
 - `tamto_client` (function): an SDK client connected to `tamto_cluster`.
-- `spark` (session): one local SparkSession with the `tamto` data source.
+- `spark` (session): one local SparkSession with the `tamto` data source; skipped,
+  saying so, where PySpark or tamto-spark is not installed (tamto-testing does not
+  require them: only the Spark tests use this fixture).
 """
 
 from __future__ import annotations
@@ -83,6 +85,8 @@ def spark() -> Iterator[SparkSession]:
     cluster, so tests can see a retried task. Python workers run this
     interpreter; `tamto` is registered as a data source.
     """
+    for module, package in (("pyspark", "pyspark"), ("tamto_spark", "tamto-spark")):
+        pytest.importorskip(module, reason=f"the spark fixture needs {package} installed")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession

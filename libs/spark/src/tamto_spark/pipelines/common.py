@@ -1,7 +1,8 @@
-"""What the pipelines share: reading a stream, printing tables, writing outputs."""
+"""What the pipelines share: reading a stream, printing tables, writing outputs, charts."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -53,3 +54,25 @@ def write_parquet(frame: DataFrame, out_dir: str, name: str) -> str:
     path = str(Path(out_dir) / name)
     frame.write.mode("overwrite").parquet(path)
     return path
+
+
+class ChartsUnavailable(RuntimeError):
+    """A chart was asked for, but matplotlib (the `charts` extra) is not installed."""
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the file-only Agg backend, for the pipelines' PNG charts.
+
+    matplotlib is optional (`pip install 'tamto-spark[charts]'`); without it this raises
+    ChartsUnavailable naming the extra (the pipelines' `--no-chart` needs none).
+    """
+    try:
+        matplotlib = importlib.import_module("matplotlib")
+    except ModuleNotFoundError as exc:
+        if exc.name != "matplotlib":
+            raise
+        raise ChartsUnavailable(
+            "charts need matplotlib: pip install 'tamto-spark[charts]' (or pass --no-chart)"
+        ) from None
+    matplotlib.use("Agg")
+    return importlib.import_module("matplotlib.pyplot")

@@ -21,7 +21,13 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tamto_spark.pipelines.common import format_table, read_stream, write_parquet
+from tamto_spark.pipelines.common import (
+    ChartsUnavailable,
+    format_table,
+    pyplot,
+    read_stream,
+    write_parquet,
+)
 from tamto_spark.session import spark_session
 
 REASON = "tamto.dlq.reason"
@@ -54,7 +60,11 @@ def dead_letters(messages: DataFrame) -> DataFrame:
     )
 
 
-def run(spark: SparkSession, data_dir: str, dlq_stream: str, out_dir: str) -> DeadLetterReport:
+def run(
+    spark: SparkSession, data_dir: str, dlq_stream: str, out_dir: str, *, chart: bool = True
+) -> DeadLetterReport:
+    """Compute, write and render the report (and its PNG chart unless `chart` is False:
+    the chart needs matplotlib, the `charts` extra)."""
     letters = dead_letters(read_stream(spark, data_dir, dlq_stream)).cache()
     try:
         by_reason_df = (
@@ -97,15 +107,16 @@ def run(spark: SparkSession, data_dir: str, dlq_stream: str, out_dir: str) -> De
         ["deliveries", "reason", "messages"],
         [[r["delivery_count"], r["reason"], r["messages"]] for r in by_count],
     )
-    chart = _chart(by_count, Path(out_dir) / "dead_letters.png", dlq_stream) if by_count else None
-    return DeadLetterReport(by_reason, by_count, chart, text)
+    png = (
+        _chart(by_count, Path(out_dir) / "dead_letters.png", dlq_stream)
+        if chart and by_count
+        else None
+    )
+    return DeadLetterReport(by_reason, by_count, png, text)
 
 
 def _chart(rows: list[dict[str, Any]], path: Path, stream: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     reasons = sorted({r["reason"] for r in rows})
     counts = sorted({r["delivery_count"] for r in rows if r["delivery_count"] is not None})
@@ -134,9 +145,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stream", required=True, help="the stream whose dead letters to report")
     parser.add_argument("--dlq-stream", default="", help="default: <stream>.dlq")
     parser.add_argument("--out", required=True, help="directory for Parquet outputs and the chart")
+    parser.add_argument(
+        "--no-chart", action="store_true", help="no PNG chart (needs no matplotlib)"
+    )
     args = parser.parse_args(argv)
+    if not args.no_chart:
+        try:
+            pyplot()
+        except ChartsUnavailable as exc:
+            parser.error(str(exc))
     spark = spark_session("tamto-dead-letter-report")
-    report = run(spark, args.data_dir, args.dlq_stream or f"{args.stream}.dlq", args.out)
+    dlq = args.dlq_stream or f"{args.stream}.dlq"
+    report = run(spark, args.data_dir, dlq, args.out, chart=not args.no_chart)
     print(report.text, end="")
     if report.chart is not None:
         print(f"chart: {report.chart}")

@@ -18,7 +18,13 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from tamto_spark.pipelines.common import format_table, read_stream, write_parquet
+from tamto_spark.pipelines.common import (
+    ChartsUnavailable,
+    format_table,
+    pyplot,
+    read_stream,
+    write_parquet,
+)
 from tamto_spark.session import spark_session
 
 PERCENTILES = (0.5, 0.9, 0.99)
@@ -74,8 +80,10 @@ def run(
     top: int = 10,
     start_time: str = "",
     end_time: str = "",
+    chart: bool = True,
 ) -> TrafficReport:
-    """Compute, write and render the report."""
+    """Compute, write and render the report (and its PNG chart unless `chart` is False:
+    the chart needs matplotlib, the `charts` extra)."""
     messages = read_stream(spark, data_dir, stream, startTime=start_time, endTime=end_time)
     messages = messages.cache()
     try:
@@ -107,15 +115,12 @@ def run(
             [list(lat.values())],
         )
     )
-    chart = _chart(minutes, Path(out_dir) / "traffic.png", stream) if minutes else None
-    return TrafficReport(minutes, keys, lat, chart, text)
+    png = _chart(minutes, Path(out_dir) / "traffic.png", stream) if chart and minutes else None
+    return TrafficReport(minutes, keys, lat, png, text)
 
 
 def _chart(minutes: list[dict[str, Any]], path: Path, stream: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     figure, axes = plt.subplots(figsize=(8, 4))
     for partition in sorted({r["partition"] for r in minutes}):
@@ -142,10 +147,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-dir", required=True, help="storage's data directory")
     parser.add_argument("--stream", required=True)
     parser.add_argument("--out", required=True, help="directory for Parquet outputs and the chart")
+    parser.add_argument(
+        "--no-chart", action="store_true", help="no PNG chart (needs no matplotlib)"
+    )
     parser.add_argument("--top", type=int, default=10, help="how many keys to list")
     parser.add_argument("--start-time", default="", help="ISO-8601 publish time to start at")
     parser.add_argument("--end-time", default="", help="ISO-8601 publish time to stop before")
     args = parser.parse_args(argv)
+    if not args.no_chart:
+        try:
+            pyplot()
+        except ChartsUnavailable as exc:
+            parser.error(str(exc))
     spark = spark_session("tamto-traffic-report")
     report = run(
         spark,
@@ -155,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         top=args.top,
         start_time=args.start_time,
         end_time=args.end_time,
+        chart=not args.no_chart,
     )
     print(report.text, end="")
     if report.chart is not None:

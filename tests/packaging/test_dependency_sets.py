@@ -1,4 +1,5 @@
-"""The CLI as a user installs it: the client commands without the servers.
+"""What a user's install pulls in: the CLI's client commands without the servers,
+tamto-testing without PySpark, tamto-spark without matplotlib.
 
 `pip install tamto-cli` must not bring the gateway, router, storage, auth or the
 local launcher (their gRPC servers, etcd and nats-server binaries); those come with
@@ -24,12 +25,10 @@ from tests.packaging.test_sdk_wheel import run, uv
 SERVER_PACKAGES = {"tamto-local", "tamto-gateway", "tamto-router", "tamto-storage", "tamto-auth"}
 
 
-@pytest.fixture(scope="module")
-def cli_requirements(tmp_path_factory: pytest.TempPathFactory) -> list[Requirement]:
-    """The Requires-Dist lines of the tamto-cli wheel, built afresh."""
-    out = tmp_path_factory.mktemp("cli-dist")
-    run(uv(), "build", "--package", "tamto-cli", "--wheel", "--quiet", "-o", str(out))
-    (wheel,) = out.glob("tamto_cli-*.whl")
+def wheel_requirements(package: str, out: Path) -> list[Requirement]:
+    """The Requires-Dist lines of `package`'s wheel, built afresh into `out`."""
+    run(uv(), "build", "--package", package, "--wheel", "--quiet", "-o", str(out))
+    (wheel,) = out.glob(f"{package.replace('-', '_')}-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
         text = archive.read(metadata).decode()
@@ -40,18 +39,38 @@ def cli_requirements(tmp_path_factory: pytest.TempPathFactory) -> list[Requireme
     ]
 
 
+def split(requirements: list[Requirement], extra: str) -> tuple[set[str], set[str]]:
+    """(always required, required with `extra`) distribution names."""
+    always = {r.name for r in requirements if r.marker is None}
+    with_extra = {
+        r.name for r in requirements if r.marker is not None and r.marker.evaluate({"extra": extra})
+    }
+    return always, with_extra
+
+
+@pytest.fixture(scope="module")
+def cli_requirements(tmp_path_factory: pytest.TempPathFactory) -> list[Requirement]:
+    return wheel_requirements("tamto-cli", tmp_path_factory.mktemp("cli-dist"))
+
+
 def test_the_client_install_requires_no_server_package(
     cli_requirements: list[Requirement],
 ) -> None:
-    always = {r.name for r in cli_requirements if r.marker is None}
+    always, server = split(cli_requirements, "server")
     assert "tamto-sdk" in always
     assert always & SERVER_PACKAGES == set(), always
-    server = {
-        r.name
-        for r in cli_requirements
-        if r.marker is not None and r.marker.evaluate({"extra": "server"})
-    }
     assert server >= SERVER_PACKAGES, server
+
+
+def test_tamto_testing_requires_no_spark(tmp_path: Path) -> None:
+    always, _ = split(wheel_requirements("tamto-testing", tmp_path), "")
+    assert always & {"pyspark", "tamto-spark"} == set(), always
+
+
+def test_tamto_spark_charts_are_an_extra(tmp_path: Path) -> None:
+    always, charts = split(wheel_requirements("tamto-spark", tmp_path), "charts")
+    assert "matplotlib" not in always, always
+    assert "matplotlib" in charts, charts
 
 
 CLIENT_ONLY = """
