@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from pathlib import Path
 
 import structlog
 
 from tamto_common.audit import AuditLog
 from tamto_common.channels import ChannelPool
-from tamto_common.loop_lag import LoopLagMonitor
+from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
 from tamto_common.membership import MemberDirectory
 from tamto_common.service import Runtime
 from tamto_gateway.config import GatewayConfig
@@ -39,6 +40,10 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     issuers = _issuers(config)
     # Measures how long any step holds the loop (gauge tamto_event_loop_lag_max_seconds).
     await runtime.resources.enter_async_context(LoopLagMonitor())
+    # Full garbage collections while a crowd of consumers attaches took up to 3.1 s
+    # and held every thread (the lease keep-alive's too): at most one per 1,000
+    # second-generation collections (Python's default: 10). docs/testing.md, crowds.
+    gc.set_threshold(*gc.get_threshold()[:2], FULL_GC_EVERY)
     directory = await runtime.resources.enter_async_context(MemberDirectory(runtime.etcd))
     channels = ChannelPool()
     runtime.resources.push_async_callback(channels.close)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 
 import structlog
@@ -14,7 +15,7 @@ from tamto_common.channels import ChannelPool
 from tamto_common.config import MIB
 from tamto_common.errors import Unavailable
 from tamto_common.ledgers import LedgerList
-from tamto_common.loop_lag import LoopLagMonitor
+from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
 from tamto_common.membership import KeptLease, MemberDirectory
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.service import Runtime
@@ -39,6 +40,10 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     resources = runtime.resources
     # Measures how long any step holds the loop (gauge tamto_event_loop_lag_max_seconds).
     await resources.enter_async_context(LoopLagMonitor())
+    # Full garbage collections while a crowd of consumers attaches took up to 3.1 s
+    # and held every thread (the lease keep-alive's too): at most one per 1,000
+    # second-generation collections (Python's default: 10). docs/testing.md, crowds.
+    gc.set_threshold(*gc.get_threshold()[:2], FULL_GC_EVERY)
     directory = await resources.enter_async_context(MemberDirectory(runtime.etcd))
     channels = ChannelPool()
     resources.push_async_callback(channels.close)
