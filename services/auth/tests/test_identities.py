@@ -13,7 +13,7 @@ import pytest
 from tamto_auth.identities import KEYS_PREFIX, ApiKeyStore, KeyRecord
 from tamto_common.apikeys import ApiKey, new_api_key
 from tamto_common.config import parse_endpoints
-from tamto_common.errors import DataCorruption, NotFound, Unauthenticated
+from tamto_common.errors import DataLoss, NotFound, Unauthenticated
 from tamto_common.membership import connect_etcd
 
 
@@ -157,5 +157,5 @@ async def test_corrupt_record_is_data_corruption(
 ) -> None:
     key = new_api_key()
     await etcd.put(f"{prefix}{key.key_id}".encode(), b"{not json")
-    with pytest.raises(DataCorruption):
+    with pytest.raises(DataLoss):
         await store.verify(key)

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from storage_testkit import check_batch, make_batch
 
-from tamto_common.errors import DataCorruption, damaged_offsets
+from tamto_common.errors import DataLoss, damaged_offsets
 from tamto_protocol.segment import manifest_versions, segment_file_name
 from tamto_storage.model import Cursor, OffsetRange, PartitionId, StoredBatch
 from tamto_storage.scrub import Finding, Repaired, repair, verify
@@ -109,10 +109,10 @@ async def read_from(store: PartitionStore, offset: int) -> list[StoredBatch]:
     return list((await partition.read(offset, 0, BIG)).batches)
 
 
-async def read_or_error(store: PartitionStore, offset: int) -> list[StoredBatch] | DataCorruption:
+async def read_or_error(store: PartitionStore, offset: int) -> list[StoredBatch] | DataLoss:
     try:
         return await read_from(store, offset)
-    except DataCorruption as exc:
+    except DataLoss as exc:
         return exc
 
 
@@ -121,12 +121,12 @@ async def check_found(data: Path, kind: str, path: Path) -> None:
     store = PartitionStore(data, WalOptions())  # no sealer: stopping it changes nothing
     try:
         if kind == "epoch":
-            with pytest.raises(DataCorruption, match=str(path)):
+            with pytest.raises(DataLoss, match=str(path)):
                 await store.get(STREAM, 0)
             return
         partition = await store.get(STREAM, 0)
         if kind == "cursor":
-            with pytest.raises(DataCorruption, match=str(path)):
+            with pytest.raises(DataLoss, match=str(path)):
                 await partition.get_cursor("audit")
         if kind in ("manifest", "cursor"):  # no message is affected
             for offset in range(0, END, 3):
@@ -135,7 +135,7 @@ async def check_found(data: Path, kind: str, path: Path) -> None:
         damaged = (3, 5) if kind == "segment" else None
         for offset in range(0, END, 3):
             result = await read_or_error(store, offset)
-            if isinstance(result, DataCorruption):
+            if isinstance(result, DataLoss):
                 assert str(path) in str(result)
                 found = damaged_offsets(str(result))
                 assert found is not None

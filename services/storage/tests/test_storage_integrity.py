@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 from storage_testkit import check_batch, flip_byte, make_batch
 
-from tamto_common.errors import DataCorruption, damaged_offsets
+from tamto_common.errors import DataLoss, damaged_offsets
 from tamto_protocol.segment import read_manifest, segment_file_name
 from tamto_storage.integrity import file_digest
 from tamto_storage.model import PartitionId
@@ -79,7 +79,7 @@ async def test_a_damaged_segment_loses_its_range_only(tmp_path: Path, where: str
             check_batch(result.batches[0])
             assert result.batches[0].base_offset == offset
         for offset in (3, 4, 5):
-            with pytest.raises(DataCorruption) as info:
+            with pytest.raises(DataLoss) as info:
                 await partition.read(offset, 0, BIG)
             assert str(damaged) in str(info.value)
             assert damaged_offsets(str(info.value)) == (3, 5)
@@ -109,11 +109,11 @@ async def test_wal_damage_keeps_the_offsets_below_it_readable(tmp_path: Path) ->
         offsets = await partition.open(2)  # claiming works: the router can serve what is whole
         assert (offsets.start_offset, offsets.next_offset) == (0, 12)  # frames past it: 6-11
         check_batch((await partition.read(0, 0, BIG)).batches[0])
-        with pytest.raises(DataCorruption) as info:
+        with pytest.raises(DataLoss) as info:
             await partition.read(3, 0, BIG)
         assert damaged_offsets(str(info.value)) == (3, None)
         assert str(wal) in str(info.value)
-        with pytest.raises(DataCorruption):  # appending would reuse acknowledged offsets
+        with pytest.raises(DataLoss):  # appending would reuse acknowledged offsets
             await partition.append(2, [make_batch(3)])
     finally:
         await partition.close()
@@ -131,7 +131,7 @@ async def test_a_footer_that_disagrees_with_the_manifest_is_damage(tmp_path: Pat
     store = PartitionStore(data, WalOptions())
     try:
         partition = await store.get("orders", 0)
-        with pytest.raises(DataCorruption, match="disagrees with its manifest entry"):
+        with pytest.raises(DataLoss, match="disagrees with its manifest entry"):
             await partition.read(3, 0, BIG)
         check_batch((await partition.read(6, 0, BIG)).batches[0])
     finally:

@@ -21,7 +21,7 @@ from storage_testkit import (
     wal_files,
 )
 
-from tamto_common.errors import DataCorruption, InvalidArgument
+from tamto_common.errors import DataLoss, InvalidArgument
 from tamto_storage import wal as wal_module
 from tamto_storage.frame import HEADER_SIZE, crc_matches, decode_header, encode_header
 from tamto_storage.model import StoredBatch
@@ -202,14 +202,14 @@ async def test_flipped_byte_in_a_middle_frame_is_corruption(
     assert offsets_of(result.batches) == [0, 3]
     assert (await partition.read(4, 0, BIG)).batches[0].base_offset == 3
     for start in (6, 7, 12):
-        with pytest.raises(DataCorruption, match=rf"{path.name}.* at byte {corrupt_at}"):
+        with pytest.raises(DataLoss, match=rf"{path.name}.* at byte {corrupt_at}"):
             await partition.read(start, 0, BIG)
-    with pytest.raises(DataCorruption, match="offsets 6-"):
+    with pytest.raises(DataLoss, match="offsets 6-"):
         await partition.append(1, [make_batch(15)])
     # A new owner can claim it (the intact offsets stay readable), not append.
     # Its end is where the frames past the damage end: reads reach the damage.
     assert (await partition.open(2)).next_offset == 15
-    with pytest.raises(DataCorruption, match="offsets 6-"):
+    with pytest.raises(DataLoss, match="offsets 6-"):
         await partition.append(2, [make_batch(6)])
 
 
@@ -224,7 +224,7 @@ async def test_inconsistent_offsets_are_corruption(load: OpenPartition, pdir: Pa
     (wal_dir / wal_file_name(0)).write_bytes(frames)
     partition = await load()
     assert offsets_of((await partition.read(0, 0, BIG)).batches) == [0]
-    with pytest.raises(DataCorruption, match="frame holds offset 5, expected 3"):
+    with pytest.raises(DataLoss, match="frame holds offset 5, expected 3"):
         await partition.read(3, 0, BIG)
 
 
@@ -245,9 +245,9 @@ async def test_reads_reverify_checksums(load: OpenPartition, pdir: Path) -> None
     partition, path, batches = await three_batches(load, pdir)
     flip_byte(path, frame_position(batches, 1) + HEADER_SIZE + 3)  # bit rot while open
     assert offsets_of((await partition.read(0, 0, BIG)).batches) == [0]
-    with pytest.raises(DataCorruption, match="checksum"):
+    with pytest.raises(DataLoss, match="checksum"):
         await partition.read(3, 0, BIG)
-    with pytest.raises(DataCorruption):
+    with pytest.raises(DataLoss):
         await partition.append(1, [make_batch(9)])
 
 
@@ -259,7 +259,7 @@ async def test_reads_catch_a_file_cut_short_while_open(load: OpenPartition, pdir
     assert offsets_of(result.batches) == [0, 3]
     for batch in result.batches:
         check_batch(batch)
-    with pytest.raises(DataCorruption, match="shorter than indexed"):
+    with pytest.raises(DataLoss, match="shorter than indexed"):
         await partition.read(6, 0, BIG)
 
 
@@ -268,7 +268,7 @@ async def test_reads_catch_a_file_emptied_while_open(load: OpenPartition, pdir: 
     partition, path, _ = await three_batches(load, pdir)
     with path.open("r+b") as f:
         f.truncate(0)
-    with pytest.raises(DataCorruption, match="shorter than indexed"):
+    with pytest.raises(DataLoss, match="shorter than indexed"):
         await partition.read(0, 0, BIG)
 
 
@@ -331,6 +331,6 @@ async def test_a_damaged_length_field_is_corruption_not_a_torn_tail(
     size = path.stat().st_size
     partition = await load()
     assert path.stat().st_size == size, "acknowledged frames after the damage are kept"
-    with pytest.raises(DataCorruption, match="valid frame follows"):
+    with pytest.raises(DataLoss, match="valid frame follows"):
         await partition.read(6, 0, BIG)
     assert offsets_of((await partition.read(0, 0, BIG)).batches) == [0, 3]

@@ -67,13 +67,13 @@ class ResourceExhausted(TamtoError):
     retriable = True
 
 
-class DataCorruption(TamtoError):
+class DataLoss(TamtoError):
     """Stored data failed its checksum; the partition refuses to serve past it."""
 
     code = grpc.StatusCode.DATA_LOSS
 
 
-def damaged_offsets_error(file: str, first: int, last: int | None, reason: str) -> DataCorruption:
+def damaged_offsets_error(file: str, first: int, last: int | None, reason: str) -> DataLoss:
     """DATA_LOSS for stored data that failed its checks: the file and the offsets it covers.
 
     `last` None: the damage starts at `first` and its end is not known (a WAL
@@ -82,7 +82,7 @@ def damaged_offsets_error(file: str, first: int, last: int | None, reason: str) 
     router) can step over the damaged range.
     """
     covered = f"offsets {first}-{last}" if last is not None else f"offsets {first}-"
-    return DataCorruption(f"data lost: {file} holding {covered} is damaged: {reason}")
+    return DataLoss(f"data lost: {file} holding {covered} is damaged: {reason}")
 
 
 _DAMAGED = re.compile(r"holding offsets (\d+)-(\d*) is damaged")

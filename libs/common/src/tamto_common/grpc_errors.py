@@ -69,7 +69,7 @@ _BY_CODE: dict[grpc.StatusCode, type[TamtoError]] = {
         errors.PermissionDenied,
         errors.Unavailable,
         errors.ResourceExhausted,
-        errors.DataCorruption,
+        errors.DataLoss,
     )
 }
 

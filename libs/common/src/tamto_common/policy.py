@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tamto_common.errors import DataCorruption, InvalidArgument, PermissionDenied
+from tamto_common.errors import DataLoss, InvalidArgument, PermissionDenied
 
 AUTH_PREFIX = "/tamto/auth/"
 IDENTITIES_PREFIX = AUTH_PREFIX + "identities/"
@@ -151,7 +151,7 @@ class Role:
             )
             return cls(name=str(raw["name"]), grants=grants)
         except (ValueError, TypeError, KeyError, InvalidArgument) as exc:
-            raise DataCorruption(f"unreadable role record: {exc}") from None
+            raise DataLoss(f"unreadable role record: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +185,7 @@ class IdentityRecord:
                 disabled=bool(raw["disabled"]),
             )
         except (ValueError, TypeError, KeyError) as exc:
-            raise DataCorruption(f"unreadable identity record: {exc}") from None
+            raise DataLoss(f"unreadable identity record: {exc}") from None
 
 
 def identity_key(name: str) -> bytes:
@@ -216,7 +216,7 @@ def parse_binding(data: bytes) -> tuple[str, str]:
         raw: dict[str, Any] = json.loads(data)
         return str(raw["subject"]), str(raw["role"])
     except (ValueError, TypeError, KeyError) as exc:
-        raise DataCorruption(f"unreadable binding record: {exc}") from None
+        raise DataLoss(f"unreadable binding record: {exc}") from None
 
 
 @dataclass(frozen=True)

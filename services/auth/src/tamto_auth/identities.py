@@ -30,7 +30,7 @@ import aetcd
 import structlog
 
 from tamto_common.apikeys import ApiKey, new_api_key
-from tamto_common.errors import DataCorruption, NotFound, Unauthenticated
+from tamto_common.errors import DataLoss, NotFound, Unauthenticated
 from tamto_common.policy import KEYS_PREFIX as KEYS_PREFIX
 
 SCRYPT_N = 2**14
@@ -68,9 +68,9 @@ class KeyRecord:
             fields: dict[str, Any] = json.loads(data)
             record = cls(**fields)
         except (ValueError, TypeError) as exc:
-            raise DataCorruption(f"unreadable API key record: {exc}") from None
+            raise DataLoss(f"unreadable API key record: {exc}") from None
         if record.kdf != "scrypt":
-            raise DataCorruption(f"API key record uses unknown kdf {record.kdf!r}")
+            raise DataLoss(f"API key record uses unknown kdf {record.kdf!r}")
         return record
 
     def matches(self, secret: str) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import aetcd
 import structlog
 
-from tamto_common.errors import DataCorruption, Unavailable, damaged_offsets
+from tamto_common.errors import DataLoss, Unavailable, damaged_offsets
 from tamto_common.ledgers import LedgerConflict, LedgerList, open_ledger, read_ledgers
 from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
 from tamto_protocol.batch import decode_batch
@@ -187,12 +187,12 @@ class Partitions:
         since = time.time_ns() // 1000 - window.window_us
         try:
             offset = await storage.offset_for_time(stream, partition, since)
-        except DataCorruption as exc:  # a damaged segment: rebuild from past its range
+        except DataLoss as exc:  # a damaged segment: rebuild from past its range
             offset = _past_damage(stream, partition, exc, bounds.next_offset)
         while offset < bounds.next_offset:
             try:
                 batches, _ = await storage.read(stream, partition, offset, 10_000)
-            except DataCorruption as exc:
+            except DataLoss as exc:
                 # Damaged stored data must not stop the claim (publishing would fail
                 # for as long as it is there): its ids are lost to the window, the
                 # rest of the log is not. Consumers reading the range get DATA_LOSS.
@@ -253,7 +253,7 @@ class Partitions:
         self._claims.clear()
 
 
-def _past_damage(stream: str, partition: int, exc: DataCorruption, end: int) -> int:
+def _past_damage(stream: str, partition: int, exc: DataLoss, end: int) -> int:
     """Where the dedup rebuild goes on after `exc`: past the damaged range it names, or
     at the log's end when its end is not known (WAL damage ends the readable log)."""
     damaged = damaged_offsets(str(exc))

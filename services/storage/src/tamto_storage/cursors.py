@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tamto_common.durable import make_dirs, write_atomic
-from tamto_common.errors import DataCorruption, InvalidArgument
+from tamto_common.errors import DataLoss, InvalidArgument
 from tamto_common.names import check_name
 from tamto_protocol.checked import dumps_checked, loads_checked
 from tamto_storage.model import Cursor, OffsetRange
@@ -109,7 +109,7 @@ class CursorStore:
     async def all(self) -> dict[str, Cursor]:
         """Every committed cursor of the partition, by subscription (interest retention).
 
-        Raises DataCorruption when one is unreadable: the caller must then not
+        Raises DataLoss when one is unreadable: the caller must then not
         assume anything is acked.
         """
         # Commits replace files atomically: each read sees a whole cursor.
@@ -152,9 +152,9 @@ def _decode(path: Path, raw: bytes) -> Cursor:
         ranges = tuple(OffsetRange(int(f), int(last)) for f, last in doc["acked_above_floor"])
         return Cursor(int(doc["ack_floor"]), ranges)
     except (ValueError, KeyError, TypeError) as exc:
-        raise DataCorruption(f"cursor file {path} is unreadable: {exc}") from None
+        raise DataLoss(f"cursor file {path} is unreadable: {exc}") from None
 
 
 def read_cursor_file(path: Path) -> Cursor:
-    """The cursor a file holds (blocking); DataCorruption if it is unreadable."""
+    """The cursor a file holds (blocking); DataLoss if it is unreadable."""
     return _decode(path, path.read_bytes())

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tamto_common.durable import write_atomic
-from tamto_common.errors import DataCorruption
+from tamto_common.errors import DataLoss
 from tamto_protocol.checked import line_checked, parse_line_checked
 
 FILE_NAME = "_epoch"
@@ -27,7 +27,7 @@ def load_epoch(partition_dir: Path) -> int:
     try:
         return int(parse_line_checked(raw.decode()))
     except ValueError:  # UnicodeDecodeError too
-        raise DataCorruption(
+        raise DataLoss(
             f"epoch file {path} holds {raw[:40]!r}, not an integer with its checksum"
         ) from None
 

@@ -35,7 +35,7 @@ import structlog
 
 from tamto_common.durable import fsync_dir, make_dirs
 from tamto_common.errors import (
-    DataCorruption,
+    DataLoss,
     FailedPrecondition,
     InvalidArgument,
     OutOfRange,
@@ -298,7 +298,7 @@ class Partition:
                         batches = await self._wal_read(wal_start, max_messages, max_bytes)
             except FileNotFoundError:
                 continue  # sealing or retention removed the file meanwhile: route again
-            except DataCorruption:
+            except DataLoss:
                 self.count_damage()
                 raise
             next_offset = batches[-1].end_offset if batches else from_offset
@@ -383,7 +383,7 @@ class Partition:
             while self._segments.end_offset < target:
                 start = self._segments.end_offset
                 if start < self._wal.start_offset:
-                    raise DataCorruption(
+                    raise DataLoss(
                         f"partition {self.id}: sealed log ends at {start} but the WAL "
                         f"starts at {self._wal.start_offset}"
                     )

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from tamto_common.errors import DataCorruption
+from tamto_common.errors import DataLoss
 from tamto_protocol.segment import (
     ExpiredFile,
     Manifest,
@@ -136,7 +136,7 @@ class Reclaimer:
         counted as needed; None when it has no subscription (or an unreadable cursor)."""
         try:
             cursors = await partition.cursors()
-        except DataCorruption as exc:
+        except DataLoss as exc:
             log.error("interest retention skipped", partition=str(partition.id), error=str(exc))
             return None
         acked = AckedByAll.of(cursors.values())

@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tamto_common.durable import fsync_dir, make_dirs
-from tamto_common.errors import DataCorruption
+from tamto_common.errors import DataLoss
 from tamto_protocol.segment import (
     CARRIED_DIR,
     FIRST_OFFSET_KEY,
@@ -181,11 +181,11 @@ def verify_partition(stream: str, number: int, pdir: Path, manifest: Manifest) -
     for path in sorted(cursors.glob("*.json")) if cursors.is_dir() else ():
         try:
             read_cursor_file(path)
-        except DataCorruption as exc:
+        except DataLoss as exc:
             findings.append(Finding("cursor", stream, number, path, str(exc)))
     try:
         load_epoch(pdir)
-    except DataCorruption as exc:
+    except DataLoss as exc:
         findings.append(Finding("epoch", stream, number, pdir / EPOCH_FILE, str(exc)))
     return findings
 

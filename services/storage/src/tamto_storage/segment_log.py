@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import structlog
 
-from tamto_common.errors import DataCorruption, damaged_offsets_error
+from tamto_common.errors import DataLoss, damaged_offsets_error
 from tamto_storage import segments as seg
 from tamto_storage.integrity import VerifiedFiles
 from tamto_storage.model import StoredBatch
@@ -75,7 +75,7 @@ class SegmentLog:
     def add(self, segment: Segment) -> None:
         """Append a segment that starts exactly where the log ends."""
         if self._segments and segment.first_offset != self.end_offset:
-            raise DataCorruption(
+            raise DataLoss(
                 f"segment {segment.path.name} starts at {segment.first_offset}, "
                 f"but the sealed log ends at {self.end_offset}"
             )
@@ -90,9 +90,9 @@ class SegmentLog:
         """Put `new` where the consecutive segments `old` are; it covers exactly their range."""
         i = self._segments.index(old[0])
         if self._segments[i : i + len(old)] != list(old):
-            raise DataCorruption(f"segments to replace by {new.path.name} are not consecutive")
+            raise DataLoss(f"segments to replace by {new.path.name} are not consecutive")
         if (new.first_offset, new.end_offset) != (old[0].first_offset, old[-1].end_offset):
-            raise DataCorruption(
+            raise DataLoss(
                 f"segment {new.path.name} does not cover the range of the segments it replaces"
             )
         self._segments[i : i + len(old)] = [new]
@@ -161,7 +161,7 @@ class SegmentLog:
                 return await asyncio.to_thread(read, *args)
             except FileNotFoundError:
                 raise  # sealing or retention removed it: the caller routes again
-            except (OSError, ValueError, pa.ArrowException, DataCorruption) as exc:
+            except (OSError, ValueError, pa.ArrowException, DataLoss) as exc:
                 damage = str(exc)
                 log.error(
                     "segment damaged",
@@ -189,5 +189,5 @@ def _read_batches(
     digest is checked (the first time this process reads the file)."""
     problem = verified.check(path, digest)
     if problem is not None:
-        raise DataCorruption(problem)
+        raise DataLoss(problem)
     return seg.to_stored_batches(seg.read_rows(path, from_offset, max_messages, max_bytes, cache))

@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tamto_common.durable import write_atomic
-from tamto_common.errors import DataCorruption
+from tamto_common.errors import DataLoss
 from tamto_protocol.batch import (
     BATCH_SCHEMA,
     decode_batch,
@@ -125,9 +125,7 @@ def build_table(batches: Sequence[StoredBatch]) -> pa.Table:
     producer = pa.Table.from_batches(records, schema=BATCH_SCHEMA)
     first, end = batches[0].base_offset, batches[-1].end_offset
     if producer.num_rows != end - first:
-        raise DataCorruption(
-            f"batches for offsets {first}-{end - 1} hold {producer.num_rows} messages"
-        )
+        raise DataLoss(f"batches for offsets {first}-{end - 1} hold {producer.num_rows} messages")
     counts = np.fromiter((b.count for b in batches), dtype=np.int64, count=len(batches))
     times = np.fromiter((b.publish_time_us for b in batches), dtype=np.int64, count=len(batches))
     columns = {
@@ -301,27 +299,27 @@ def load_segment(partition: int, path: Path, *, staged: bool = False) -> Segment
     try:
         meta = pq.read_metadata(path)
     except (OSError, ValueError, pa.ArrowException) as exc:  # a damaged footer: bad UTF-8 too
-        raise DataCorruption(f"segment {path} cannot be read: {exc}") from exc
+        raise DataLoss(f"segment {path} cannot be read: {exc}") from exc
     kv = meta.metadata or {}
     try:
         first, last = int(kv[FIRST_OFFSET_KEY]), int(kv[LAST_OFFSET_KEY])
         generation = int(kv.get(GENERATION_KEY, b"0"))
     except (KeyError, ValueError):
-        raise DataCorruption(f"segment {path} lacks its offset metadata") from None
+        raise DataLoss(f"segment {path} lacks its offset metadata") from None
     named = parse_carried_name(path.name) if staged else parse_segment_name(path.name)
     expected = (first, last, generation) if staged else (first, last)
     # A sealed segment holds its whole range; a carried-forward one at most that.
     span = last - first + 1
     rows_fit = meta.num_rows <= span if generation else meta.num_rows == span
     if named != expected or not rows_fit:
-        raise DataCorruption(
+        raise DataLoss(
             f"segment {path} holds offsets {first}-{last} (generation {generation}) in "
             f"{meta.num_rows} rows; its name and contents disagree"
         )
     try:
         entry = segment_entry(partition, kv, path.stat().st_size, meta.num_rows, staged=staged)
     except (KeyError, ValueError):
-        raise DataCorruption(f"segment {path} lacks its publish time metadata") from None
+        raise DataLoss(f"segment {path} lacks its publish time metadata") from None
     return Segment(entry, path)
 
 
@@ -344,7 +342,7 @@ def scan_segments(partition: int, directory: Path) -> list[Segment]:
             if parse(path.name) is not None:
                 try:
                     found.append(load_segment(partition, path, staged=staged))
-                except DataCorruption as exc:
+                except DataLoss as exc:
                     found.append(damaged_segment(partition, path, str(exc), staged=staged))
     return sorted(found, key=lambda s: (s.first_offset, s.last_offset, s.generation))
 

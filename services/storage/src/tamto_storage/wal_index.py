@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tamto_common.errors import DataCorruption, damaged_offsets_error
+from tamto_common.errors import DataLoss, damaged_offsets_error
 from tamto_storage.frame import HEADER_SIZE
 
 
@@ -42,7 +42,7 @@ class Corruption:
     #: looked (None: not looked for). The partition reports its end there.
     known_end: int | None = None
 
-    def error(self) -> DataCorruption:
+    def error(self) -> DataLoss:
         """DATA_LOSS naming the file and the first offset lost (the end is not known:
         nothing after the damage is trusted until `tamto storage repair`)."""
         return damaged_offsets_error(
