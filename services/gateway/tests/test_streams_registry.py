@@ -250,7 +250,7 @@ BAD: list[tuple[dict[str, object], str]] = [
     ),
     ({"dead_letter_stream": "no spaces"}, "illegal dead_letter_stream name 'no spaces'"),
     ({"dead_letter_stream": ".hidden"}, "illegal dead_letter_stream name '.hidden'"),
-    ({"kind": "ephemeral"}, "kind must be one of 'persistent', got 'ephemeral'"),
+    ({"kind": "response"}, "kind must be one of 'persistent', 'ephemeral', got 'response'"),
     ({"ack_timeout_ms": "30s"}, "ack_timeout_ms must be an integer, got '30s'"),
 ]
 
