@@ -4,28 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tamto_common.polling import poll
 from tamto_local.binaries import binary
 
 
 async def wait_until(
     check: Callable[[], Awaitable[bool]], timeout_s: float, what: str, interval_s: float = 0.1
 ) -> None:
-    """Poll `check` until it returns True; TimeoutError naming `what` after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if await check():
-                return
-        except Exception:  # not ready yet: keep polling until the deadline
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not ready within {timeout_s:.0f}s")
-        await asyncio.sleep(interval_s)
+    """Poll `check` until it returns True (an exception: not ready yet); TimeoutError
+    naming `what` after the deadline (`tamto_common.polling`)."""
+    await poll(check, timeout_s, what, interval_s=interval_s, retry_errors=True, error=TimeoutError)
 
 
 async def tcp_open(host: str, port: int) -> bool:

@@ -11,23 +11,16 @@ import os
 import signal
 import socket
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from tamto_common.polling import poll_blocking
+
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll `condition` until true; AssertionError naming `what` after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            if condition():
-                return
-        except Exception:  # not ready yet
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
-        time.sleep(0.05)
+    """Poll `condition` until true (an exception: not yet); AssertionError naming `what`
+    after the deadline (`tamto_common.polling`)."""
+    poll_blocking(condition, timeout_s, what, retry_errors=True)
 
 
 def tcp_open(host: str, port: int) -> bool:

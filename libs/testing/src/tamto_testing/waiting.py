@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import os
-import time
 from collections.abc import Awaitable, Callable
+
+from tamto_common.polling import poll
 
 
 async def eventually(
@@ -18,18 +17,10 @@ async def eventually(
 ) -> float:
     """Poll `check` (plain or async) until it is true; return the seconds it took.
 
-    AssertionError naming `what` once `timeout_s` passed without it.
+    AssertionError naming `what` once `timeout_s` passed without it; an exception the
+    check raises is raised at once (`tamto_common.polling`).
     """
-    started = time.monotonic()
-    while True:
-        result = check()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return time.monotonic() - started
-        if time.monotonic() - started > timeout_s:
-            raise AssertionError(f"not within {timeout_s}s: {what}")
-        await asyncio.sleep(interval_s)
+    return await poll(check, timeout_s, what, interval_s=interval_s)
 
 
 def long_tests_enabled() -> bool:
