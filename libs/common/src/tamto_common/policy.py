@@ -22,7 +22,6 @@ and bindings needs `admin` on `*` exactly.
 
 from __future__ import annotations
 
-import enum
 import functools
 import json
 import re
@@ -33,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tamto_common.errors import DataLoss, InvalidArgument, PermissionDenied
+from tamto_protocol.security import IdentityKind as IdentityKind
+from tamto_protocol.security import Permission as Permission
 
 AUTH_PREFIX = "/tamto/auth/"
 IDENTITIES_PREFIX = AUTH_PREFIX + "identities/"
@@ -49,21 +50,6 @@ ALL_STREAMS = "*"
 _IDENTITY = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _PATTERN = re.compile(r"[A-Za-z0-9._*-]{1,128}")
 _MAX_SUBJECT = 256
-
-
-class Permission(enum.StrEnum):
-    """What a grant allows on the streams its pattern matches."""
-
-    PUBLISH = "publish"
-    CONSUME = "consume"
-    ADMIN = "admin"
-
-
-class IdentityKind(enum.StrEnum):
-    """A person or a program."""
-
-    USER = "user"
-    SERVICE = "service"
 
 
 def check_identity_name(name: str) -> str:

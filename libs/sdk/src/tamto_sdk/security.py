@@ -6,11 +6,11 @@ without it the gateway answers `PermissionDenied` naming the missing permission.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from tamto_protocol.security import IdentityKind, Permission
 from tamto_protocol.v1 import auth_pb2, gateway_pb2
 from tamto_sdk._calls import Calls
 
@@ -25,21 +25,6 @@ __all__ = [
     "Security",
     "WhoAmI",
 ]
-
-
-class Permission(enum.StrEnum):
-    """What a grant allows; `admin` implies `publish` and `consume` on the same pattern."""
-
-    PUBLISH = "publish"
-    CONSUME = "consume"
-    ADMIN = "admin"
-
-
-class IdentityKind(enum.StrEnum):
-    """A person or a program."""
-
-    USER = "user"
-    SERVICE = "service"
 
 
 @dataclass(frozen=True, slots=True)
