@@ -13,7 +13,7 @@ import sys
 
 from rich.console import Console
 
-from tamto_cli.bench.command import _Bar, _progress
+from tamto_bench.command import _Bar, _progress
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 PHASES = ("tamto publish 100 B", "tamto consume+ack 100 B", "tamto latency 100 B @ 500/s")

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tamto_cli.bench.harness import RssSampler
+from tamto_bench.harness import RssSampler
 
 
 async def test_settle_waits_until_nothing_is_pending() -> None:

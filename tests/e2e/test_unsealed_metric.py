@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import tamto_sdk
-from tamto_cli.bench.harness import unsealed_bytes
+from tamto_bench.harness import unsealed_bytes
 from tamto_protocol.segment import read_manifest
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra

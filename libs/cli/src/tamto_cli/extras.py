@@ -5,7 +5,8 @@ request, ...) with the SDK alone; `tamto up`, `tamto chaos` and `tamto storage
 verify/repair` run the servers' code and need `pip install 'tamto-cli[server]'`.
 Those commands import the server packages inside their functions, under
 `server_extra`, which turns a missing server package into one clear line naming
-the extra instead of a traceback.
+the extra instead of a traceback. `tamto bench` is the development-only package
+tamto-bench (libs/bench), registered when it is installed (`add_server_command`).
 """
 
 from __future__ import annotations
@@ -20,11 +21,18 @@ import typer
 SERVER_EXTRA = "server"
 #: Top-level modules of the packages only the server extra installs.
 SERVER_MODULES = frozenset(
-    {"tamto_local", "tamto_gateway", "tamto_router", "tamto_storage", "tamto_auth", "psutil"}
+    {"tamto_local", "tamto_gateway", "tamto_router", "tamto_storage", "tamto_auth"}
 )
+#: The development-only benchmark package (never installed by an extra).
+BENCH_MODULE = "tamto_bench"
 
 
-def missing_extra_message(command: str) -> str:
+def missing_extra_message(command: str, module: str = "") -> str:
+    if module == BENCH_MODULE:
+        return (
+            f"{command} is development only: install the workspace's libs/bench "
+            "(tamto-bench), as ./dev does"
+        )
     return (
         f"{command} needs Tamto's server packages, which this install lacks: "
         f"pip install 'tamto-cli[{SERVER_EXTRA}]'"
@@ -40,14 +48,16 @@ def server_extra(command: str) -> Iterator[None]:
     try:
         yield
     except ModuleNotFoundError as exc:
-        if not _is_server_module(exc):
+        if not _missing_module(exc):
             raise
-        typer.echo(missing_extra_message(command), err=True)
+        typer.echo(missing_extra_message(command, _missing_module(exc)), err=True)
         raise typer.Exit(2) from None
 
 
-def _is_server_module(exc: ModuleNotFoundError) -> bool:
-    return (exc.name or "").split(".")[0] in SERVER_MODULES
+def _missing_module(exc: ModuleNotFoundError) -> str:
+    """The optional top-level module `exc` is about, or "" when it is not one of ours."""
+    top = (exc.name or "").split(".")[0]
+    return top if top in SERVER_MODULES or top == BENCH_MODULE else ""
 
 
 def add_server_command(app: typer.Typer, name: str, module: str, attr: str) -> None:
@@ -57,13 +67,13 @@ def add_server_command(app: typer.Typer, name: str, module: str, attr: str) -> N
     try:
         command: Callable[..., None] = getattr(importlib.import_module(module), attr)
     except ModuleNotFoundError as exc:
-        if not _is_server_module(exc):
+        if not _missing_module(exc):
             raise
-        message = missing_extra_message(f"tamto {name}")
+        message = missing_extra_message(f"tamto {name}", _missing_module(exc))
 
         @app.command(
             name,
-            help=f"(needs pip install 'tamto-cli[{SERVER_EXTRA}]')",
+            help="(not installed here: run it for the reason)",
             context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
             add_help_option=False,
         )

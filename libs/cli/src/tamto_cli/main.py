@@ -106,7 +106,7 @@ def status(
 app.add_typer(auth_app, name="auth")
 app.add_typer(storage_app, name="storage")
 app.add_typer(context_app, name="context")
-add_server_command(app, "bench", "tamto_cli.bench", "bench")
+add_server_command(app, "bench", "tamto_bench", "bench")
 app.command("request")(ephemeral_cmds.request)
 add_server_command(app, "chaos", "tamto_cli.chaos", "chaos")
 

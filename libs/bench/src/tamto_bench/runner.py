@@ -19,8 +19,8 @@ import nats
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 import tamto_sdk
-from tamto_cli.bench.ceiling import BATCH_MESSAGES
-from tamto_cli.bench.harness import (
+from tamto_bench.ceiling import BATCH_MESSAGES
+from tamto_bench.harness import (
     HOST,
     JETSTREAM_CONFIG,
     RssSampler,
@@ -31,9 +31,9 @@ from tamto_cli.bench.harness import (
     storage_metrics_urls,
     unsealed_bytes,
 )
-from tamto_cli.bench.nats_jobs import push_consumer_config, subject_of
-from tamto_cli.bench.pool import BenchError, WorkerPool
-from tamto_cli.bench.spec import JobResult, JobSpec
+from tamto_bench.nats_jobs import push_consumer_config, subject_of
+from tamto_bench.pool import BenchError, WorkerPool
+from tamto_bench.spec import JobResult, JobSpec
 from tamto_common.config import MIB
 from tamto_local.ports import free_port
 from tamto_protocol.partitioning import partition_for_key

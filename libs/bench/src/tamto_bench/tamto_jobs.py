@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import tamto_sdk
-from tamto_cli.bench.gate import Gate
-from tamto_cli.bench.spec import JobResult, JobSpec
-from tamto_cli.bench.timing import in_window, paced, stamp_of, wait_for_start
+from tamto_bench.gate import Gate
+from tamto_bench.spec import JobResult, JobSpec
+from tamto_bench.timing import in_window, paced, stamp_of, wait_for_start
 from tamto_sdk import Start, SubscriptionType
 
 #: Sends between two yields to the event loop (`send` only enqueues and rarely yields).

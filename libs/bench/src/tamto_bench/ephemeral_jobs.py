@@ -24,10 +24,10 @@ import pyarrow.compute as pc
 from nats.aio.msg import Msg
 
 import tamto_sdk
-from tamto_cli.bench.gate import Gate
-from tamto_cli.bench.nats_jobs import subject_of
-from tamto_cli.bench.spec import JobResult, JobSpec
-from tamto_cli.bench.timing import in_window, paced, stamp_of, wait_for_start
+from tamto_bench.gate import Gate
+from tamto_bench.nats_jobs import subject_of
+from tamto_bench.spec import JobResult, JobSpec
+from tamto_bench.timing import in_window, paced, stamp_of, wait_for_start
 
 #: Publishes between two yields to the event loop.
 _YIELD_EVERY = 256

@@ -13,11 +13,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.progress import Progress as RichProgress
 
+from tamto_bench.harness import BenchSetupError, TamtoTarget
+from tamto_bench.pool import BenchError
+from tamto_bench.report import finish, markdown, render
+from tamto_bench.runner import SYSTEMS, BenchOptions, run_bench
 from tamto_cli import settings
-from tamto_cli.bench.harness import BenchSetupError, TamtoTarget
-from tamto_cli.bench.pool import BenchError
-from tamto_cli.bench.report import finish, markdown, render
-from tamto_cli.bench.runner import SYSTEMS, BenchOptions, run_bench
 from tamto_common.durable import write_atomic
 
 console = Console(highlight=False)

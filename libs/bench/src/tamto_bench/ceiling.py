@@ -19,9 +19,9 @@ from typing import Any
 
 import grpc
 
-from tamto_cli.bench.gate import Gate
-from tamto_cli.bench.spec import JobResult, JobSpec
-from tamto_cli.bench.timing import in_window, wait_for_start
+from tamto_bench.gate import Gate
+from tamto_bench.spec import JobResult, JobSpec
+from tamto_bench.timing import in_window, wait_for_start
 from tamto_protocol.batch import BatchColumns, encode_batch
 
 BATCH_MESSAGES = 1000

@@ -19,9 +19,9 @@ import nats
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from tamto_cli.bench.gate import Gate
-from tamto_cli.bench.spec import JobResult, JobSpec
-from tamto_cli.bench.timing import in_window, paced, stamp_of, wait_for_start
+from tamto_bench.gate import Gate
+from tamto_bench.spec import JobResult, JobSpec
+from tamto_bench.timing import in_window, paced, stamp_of, wait_for_start
 
 _YIELD_EVERY = 256
 _FLUSH_TIMEOUT_S = 30.0

@@ -23,8 +23,8 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from tamto_cli.bench.gate import Gate
-from tamto_cli.bench.spec import JobResult, JobSpec
+from tamto_bench.gate import Gate
+from tamto_bench.spec import JobResult, JobSpec
 
 #: How long after "go" the common window opens (lets every worker see the message).
 _START_MARGIN_S = 0.05
@@ -41,19 +41,19 @@ Job = Callable[[JobSpec, Gate], Coroutine[Any, Any, JobResult]]
 def _job(spec: JobSpec) -> Job:
     # Imported here, in the worker: the parent never loads the clients it does not use.
     if spec.system == "tamto":
-        from tamto_cli.bench import tamto_jobs
+        from tamto_bench import tamto_jobs
 
         return tamto_jobs.publish if spec.role == "pub" else tamto_jobs.consume
     if spec.system == "ephemeral" or spec.role in ("fan", "req", "rep"):
-        from tamto_cli.bench import ephemeral_jobs
+        from tamto_bench import ephemeral_jobs
 
         return ephemeral_jobs.JOBS[(spec.system, spec.role)]
     if spec.system in ("jetstream", "core"):
-        from tamto_cli.bench import nats_jobs
+        from tamto_bench import nats_jobs
 
         return nats_jobs.JOBS[(spec.system, spec.role)]
     if spec.system == "ceiling":
-        from tamto_cli.bench import ceiling
+        from tamto_bench import ceiling
 
         return ceiling.JOBS[spec.role]
     raise ValueError(f"unknown benchmark system {spec.system!r}")

@@ -6,6 +6,6 @@ loopback only, for a bounded number of seconds. `runner` drives the phases,
 the target verdicts. `docs/benchmarks.md` explains each number.
 """
 
-from tamto_cli.bench.command import bench
+from tamto_bench.command import bench
 
 __all__ = ["bench"]
