@@ -34,7 +34,7 @@ def wire(batch: StoredBatch) -> Any:
         base_offset=batch.base_offset,
         count=batch.count,
         publish_time_us=batch.publish_time_us,
-        arrow_ipc=batch.arrow_ipc,
+        arrow_ipc=bytes(batch.arrow_ipc),
     )
 
 

@@ -11,8 +11,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import OpenPartition
 from storage_testkit import (
+    OpenPartition,
     check_batch,
     flip_byte,
     frame_position,

@@ -8,8 +8,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import OpenPartition
-from storage_testkit import PUBLISH_TIME_US, check_batch, flip_byte, make_batch, read_all, wal_files
+from storage_testkit import (
+    PUBLISH_TIME_US,
+    OpenPartition,
+    check_batch,
+    flip_byte,
+    make_batch,
+    read_all,
+    wal_files,
+)
 
 from tamto_common.errors import InvalidArgument
 from tamto_storage.frame import HEADER_SIZE

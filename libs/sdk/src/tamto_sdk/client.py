@@ -154,8 +154,9 @@ class Client:
     ) -> Consumer:
         """A consumer of `subscription` on `stream`; use it as an async context manager.
 
-        `type` says how the subscription's consumers share its messages (exclusive,
-        failover or shared). `start` (default `Start.earliest()`) applies when the
+        `type` says how the subscription's consumers share its messages
+        (exclusive, failover, shared, key-shared or multicast; see
+        `SubscriptionType`). `start` (default `Start.earliest()`) applies when the
         subscription is created. At most `credits` messages are buffered or in
         flight. `consumer_name` shows in server logs and orders failover consumers.
         """

@@ -14,6 +14,9 @@ depends on the type:
 - failover: consumers ordered by (name, arrival); only the first receives, and
   when it leaves, its unacked messages go to the next.
 - shared: round-robin over consumers with credit; no ordering.
+- key-shared: each key to one consumer, chosen on a consistent-hash ring of the
+  consumers; a key that moves is held back until its old consumer acked it.
+- multicast: every consumer, by name, gets every message with its own cursor.
 
 An unacked run comes back after the stream's ack timeout, when its consumer
 leaves, or at once (or after a delay) on nack; each redelivery counts one more
