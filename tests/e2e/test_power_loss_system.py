@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 import tamto_sdk
-from tamto_local.cluster import SERVICES, load_dev_credential
+from tamto_common.dev_credential import load_dev_credential
+from tamto_local.cluster import SERVICES
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.power_loss import PowerLossDisk, unavailable_reason

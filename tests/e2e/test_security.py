@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 import uuid
@@ -605,7 +606,7 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
         await admin.security.set_api_key_disabled(disabled, False)
         for gateway in stubs:
             await eventually(
-                lambda g=gateway: _allowed(g, tokens[0], stream),
+                functools.partial(_allowed, gateway, tokens[0], stream),
                 2.0,
                 "a re-enabled key's token to work",
             )

@@ -47,7 +47,7 @@ class FakeEtcd:
 
 async def test_the_lease_stops_being_valid_within_its_ttl_of_etcd_going_away() -> None:
     etcd = FakeEtcd(ttl=1)
-    async with KeptLease(etcd, 1) as kept:  # type: ignore[arg-type]
+    async with KeptLease(etcd, 1) as kept:
         assert kept.valid()
         await eventually(lambda: etcd.refreshes >= 1, 3, "a refresh")
         etcd.down = True
@@ -62,5 +62,5 @@ async def test_the_lease_stops_being_valid_within_its_ttl_of_etcd_going_away() -
 
 async def test_without_an_answer_from_etcd_a_lease_was_never_valid() -> None:
     etcd = FakeEtcd(ttl=5)
-    kept = KeptLease(etcd, 5)  # type: ignore[arg-type]
+    kept = KeptLease(etcd, 5)
     assert not kept.valid()

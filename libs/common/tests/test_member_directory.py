@@ -42,7 +42,7 @@ async def test_a_service_that_lost_every_member_is_looked_for_eagerly(
     etcd = FakeEtcd()
     storage, router = member("storage"), member("router")
     etcd.members = {storage.key: storage, router.key: router}
-    async with MemberDirectory(etcd, interval_s=30.0) as directory:  # type: ignore[arg-type]
+    async with MemberDirectory(etcd, interval_s=30.0) as directory:
         del etcd.members[storage.key]  # its lease expired
         await directory.refresh()
         assert directory.members("storage") == []

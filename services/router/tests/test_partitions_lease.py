@@ -23,7 +23,7 @@ def no_storage(stream: str, partition: int, ledgers: Any) -> Any:
 async def test_no_partition_is_served_while_the_lease_may_have_expired() -> None:
     valid = True
     partitions = Partitions(
-        etcd=None,  # type: ignore[arg-type]
+        etcd=None,
         lease=lambda: None,
         instance="router-1",
         storage_for=no_storage,
