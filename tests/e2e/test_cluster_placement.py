@@ -21,7 +21,7 @@ import tamto_sdk
 from tamto_common.ledgers import read_ledgers
 from tamto_common.membership import list_members
 from tamto_router.ownership import OWNERS
-from tamto_sdk import ClientOptions, Unavailable
+from tamto_sdk import ClientOptions, StreamConfig, Unavailable
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually
@@ -44,7 +44,10 @@ async def publish_keyed(
     """Publish `count` messages with keys k0..k<count-1>; partition -> [(key, payload)] acked."""
     acked: dict[int, list[tuple[bytes, bytes]]] = {}
     async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-        await client.streams.ensure(stream, partitions=PARTITIONS)
+        # R = 1: the placement of a one-replica partition is what this file checks.
+        await client.streams.ensure(
+            stream, partitions=PARTITIONS, config=StreamConfig(replication_factor=1)
+        )
         async with client.producer(stream) as producer:
             sent = []
             for i in range(count):

@@ -46,12 +46,16 @@ def test_up_with_three_nodes_runs_and_registers_every_process(tmp_path: Path) ->
         payloads = asyncio.run(publish_and_read_back(up, f"tamto://{second}"))
         assert sorted(payloads) == sorted(f"m{i}".encode() for i in range(60))
 
-        # Each partition's data is in the directory of the storage node its ledger names.
+        # Each partition's data is in the directories of the storage nodes its ledger
+        # names (R = 3 by default on three storage nodes: all of them).
         placed = asyncio.run(placement(up.etcd, "spread"))
         assert set(placed) == set(range(PARTITIONS))
-        for node in placed.values():
-            index = node.removeprefix("storage-")
-            assert (up.data_dir / f"node-{index}" / "storage" / "streams" / "spread").is_dir()
+        for ensemble in placed.values():
+            assert len(ensemble) == 3
+            for node in ensemble:
+                index = node.removeprefix("storage-")
+                streams = up.data_dir / f"node-{index}" / "storage" / "streams"
+                assert (streams / "spread").is_dir()
     finally:
         assert up.stop() == 0
     assert "etcd stopped" in up.output()
@@ -79,15 +83,15 @@ async def publish_and_read_back(up: Launcher, second_gateway: str) -> list[bytes
     return got
 
 
-async def placement(etcd_port: int, stream: str) -> dict[int, str]:
-    """partition -> the storage node of its current ledger, for partitions that have one."""
+async def placement(etcd_port: int, stream: str) -> dict[int, tuple[str, ...]]:
+    """partition -> the storage nodes of its current ledger, for partitions that have one."""
     client = await connect_etcd([("127.0.0.1", etcd_port)])
     try:
         placed = {}
         for p in range(PARTITIONS):
             current = (await read_ledgers(client, stream, p)).current
             if current is not None:
-                (placed[p],) = current.ensemble
+                placed[p] = current.ensemble
         return placed
     finally:
         await client.close()

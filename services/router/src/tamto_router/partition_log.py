@@ -6,6 +6,12 @@ previous one is in flight, so a busy partition costs one RPC and one fsync per
 round trip, and order holds because exactly one append is in flight. A failed
 append poisons the log: every waiting append fails, and the owner reopens the
 partition (learning the true end of the log from storage) on the next request.
+
+A replicated partition (stream replication factor R > 1) sends each append to
+every replica of its ledger at once and counts it durable once its ack quorum Q
+have it fsynced (`tamto_router.quorum.first_answers`); reads go to `storage`, a
+replica that holds every durable entry (it moves to one that answered when it
+fails an append). R = 1 keeps the single-node path.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +30,7 @@ from tamto_common.errors import TamtoError, Unavailable
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.dedup import DedupWindow, message_offsets
 from tamto_router.model import Batch, LogBounds
+from tamto_router.quorum import first_answers
 from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
@@ -52,6 +59,8 @@ class PartitionLog:
         storage: StorageClient,
         bounds: LogBounds,
         dedup: DedupWindow | None = None,
+        replicas: Mapping[str, StorageClient] | None = None,
+        quorum: int = 1,
     ) -> None:
         self.stream = stream
         self.partition = partition
@@ -62,6 +71,10 @@ class PartitionLog:
         self.durable_offset = bounds.next_offset
         self.failure: TamtoError | None = None
         self.dedup = dedup
+        #: Replicated only: every replica of the ledger (by storage node; `storage` is
+        #: one of them) and the ack quorum.
+        self.replicas = dict(replicas) if replicas is not None else None
+        self.quorum = quorum
         self._queue: list[tuple[Batch, asyncio.Future[int]]] = []
         self._wake = asyncio.Event()
         self._grown = asyncio.Event()
@@ -134,9 +147,7 @@ class PartitionLog:
             if not pending:
                 continue
             try:
-                await self.storage.append(
-                    self.stream, self.partition, self.epoch, [b for b, _ in pending]
-                )
+                await self._store([b for b, _ in pending])
             except TamtoError as exc:
                 self._fail(exc, pending)
                 return
@@ -151,6 +162,28 @@ class PartitionLog:
             self._grown.set()
             self._grown = asyncio.Event()
             self._notify()
+
+    async def _store(self, batches: list[Batch]) -> None:
+        """Append to the one storage node, or to every replica until the quorum has it."""
+        if self.replicas is None:
+            await self.storage.append(self.stream, self.partition, self.epoch, batches)
+            return
+        outcome = await first_answers(
+            self.replicas,
+            lambda client: client.append(self.stream, self.partition, self.epoch, batches),
+            self.quorum,
+        )
+        if self.storage in [self.replicas[node] for node in outcome.failures]:
+            # The read replica failed this append: read from one that has it all.
+            node = next(iter(outcome.answers))
+            log.warning(
+                "read replica failed an append; reading from another",
+                stream=self.stream,
+                partition=self.partition,
+                replica=node,
+                failures={n: str(e) for n, e in outcome.failures.items()},
+            )
+            self.storage = self.replicas[node]
 
     def _fail(self, exc: TamtoError, pending: list[tuple[Batch, asyncio.Future[int]]]) -> None:
         self.failure = exc

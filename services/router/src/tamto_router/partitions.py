@@ -4,6 +4,11 @@ A claim also records where the partition's data goes: the previous owner's
 ledger is closed at the end storage reports and a ledger of the new epoch is
 opened (`tamto_common.ledgers`, docs/cluster.md section 1). The storage node
 comes from that record, never from membership alone, once a partition has one.
+
+A stream with replication factor R > 1 takes its own path (`_open_replicated`):
+the ledger's ensemble is R storage nodes, the previous open ledger is recovered
+from a quorum of them (`tamto_router.quorum.recover_ledger_end`) and closed at
+that end, and the log appends to every replica (docs/cluster.md sections 2-3).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from tamto_router.dedup import DedupWindow
 from tamto_router.model import LogBounds
 from tamto_router.ownership import Claim, Held, claim_partition, release_partition
 from tamto_router.partition_log import PartitionLog
+from tamto_router.quorum import no_quorum, recover_ledger_end
 from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
@@ -31,6 +37,15 @@ log = structlog.get_logger(__name__)
 #: Where a partition's data is: (storage instance id, its client), chosen from the
 #: partition's ledger list (see `Partitions`).
 StorageFor = Callable[[str, int, LedgerList], tuple[str, StorageClient]]
+
+#: A replicated partition's ensemble (its current ledger's, or R live storage nodes
+#: for a partition with none) and clients of the registered members of it.
+ReplicasFor = Callable[
+    [str, int, LedgerList, int], tuple[tuple[str, ...], dict[str, StorageClient]]
+]
+
+#: How long a claim waits for each replica to open the partition.
+REPLICA_OPEN_TIMEOUT_S = 3.0
 
 
 class Partitions:
@@ -51,12 +66,14 @@ class Partitions:
         claim_timeout_s: float,
         stream_def: Callable[[str], Awaitable[StreamDef | None]] | None = None,
         lease_valid: Callable[[], bool] = lambda: True,
+        replicas_for: ReplicasFor | None = None,
     ) -> None:
         self._etcd = etcd
         self._lease = lease
         self._lease_valid = lease_valid
         self._instance = instance
         self._storage_for = storage_for
+        self._replicas_for = replicas_for
         self._claim_timeout = claim_timeout_s
         self._stream_def = stream_def
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -95,8 +112,15 @@ class Partitions:
     async def _open(self, stream: str, partition: int) -> PartitionLog:
         started = time.monotonic()
         deadline = started + self._claim_timeout
-        # The storage node first: without one, claiming would only use up an epoch.
-        self._storage_for(stream, partition, await read_ledgers(self._etcd, stream, partition))
+        definition = await self._stream_def(stream) if self._stream_def else None
+        replicated = (
+            definition is not None
+            and definition.replication_factor > 1
+            and self._replicas_for is not None
+        )
+        if not replicated:
+            # The storage node first: without one, claiming would only use up an epoch.
+            self._storage_for(stream, partition, await read_ledgers(self._etcd, stream, partition))
         while True:
             try:
                 result: Claim | Held = await claim_partition(
@@ -117,9 +141,18 @@ class Partitions:
         # Read again under the new epoch: a claimer before this one may have opened a
         # ledger meanwhile (on the node it recorded, which this one must use too).
         ledgers = await read_ledgers(self._etcd, stream, partition)
-        node, storage = self._storage_for(stream, partition, ledgers)
-        bounds = await storage.open_partition(stream, partition, result.epoch)
-        await self._open_ledger(ledgers, result.epoch, node, bounds)
+        replicas: dict[str, StorageClient] | None = None
+        quorum = 1
+        if replicated:
+            assert definition is not None
+            node, replicas, quorum, bounds = await self._open_replicated(
+                ledgers, result.epoch, definition
+            )
+            storage = replicas[node]
+        else:
+            node, storage = self._storage_for(stream, partition, ledgers)
+            bounds = await storage.open_partition(stream, partition, result.epoch)
+            await self._open_ledger(ledgers, result.epoch, (node,), 1, bounds)
         self._claims[(stream, partition)] = result
         opened = time.monotonic()
         dedup = await self._dedup_window(stream, partition, storage, bounds)
@@ -136,12 +169,76 @@ class Partitions:
             open_s=round(opened - claimed, 3),
             dedup_s=round(time.monotonic() - opened, 3),
         )
-        return PartitionLog(stream, partition, result.epoch, storage, bounds, dedup)
+        return PartitionLog(
+            stream, partition, result.epoch, storage, bounds, dedup, replicas, quorum
+        )
+
+    async def _open_replicated(
+        self, ledgers: LedgerList, epoch: int, definition: StreamDef
+    ) -> tuple[str, dict[str, StorageClient], int, LogBounds]:
+        """Open a replicated partition for `epoch`: recover the previous open ledger
+        from a quorum of its replicas, open the partition on every registered replica,
+        record the new ledger (same ensemble: its members hold the partition's earlier
+        entries), and return the read replica, the replicas that are at the log's end,
+        the ack quorum and the bounds."""
+        assert self._replicas_for is not None
+        stream, partition = ledgers.stream, ledgers.partition
+        ensemble, clients = self._replicas_for(
+            stream, partition, ledgers, definition.replication_factor
+        )
+        current = ledgers.current
+        quorum = current.ack_quorum if current is not None else definition.ack_quorum
+        if len(clients) < quorum:
+            raise no_quorum(len(clients), len(ensemble), quorum)
+        end: int | None = None
+        if current is not None and current.is_open:
+            end, _ = await recover_ledger_end(
+                clients, quorum, stream, partition, epoch, ensemble_size=len(ensemble)
+            )
+
+        async def open_one(client: StorageClient) -> LogBounds:
+            return await asyncio.wait_for(
+                client.open_partition(stream, partition, epoch), REPLICA_OPEN_TIMEOUT_S
+            )
+
+        nodes = list(clients)
+        answers = await asyncio.gather(
+            *(open_one(clients[n]) for n in nodes), return_exceptions=True
+        )
+        opened = {n: b for n, b in zip(nodes, answers, strict=True) if isinstance(b, LogBounds)}
+        if not opened:
+            raise no_quorum(0, len(ensemble), quorum)
+        wanted = end + 1 if end is not None else max(b.next_offset for b in opened.values())
+        at_end = {
+            n: clients[n] for n in ensemble if n in opened and opened[n].next_offset == wanted
+        }
+        for n in nodes:
+            if n not in at_end:
+                # Catching a replica up is not built: it takes no appends of this ledger.
+                log.warning(
+                    "replica left out of the ledger's appends",
+                    stream=stream,
+                    partition=partition,
+                    replica=n,
+                    answer=repr(answers[nodes.index(n)]),
+                    wanted_next_offset=wanted,
+                )
+        if len(at_end) < quorum:
+            raise no_quorum(len(at_end), len(ensemble), quorum)
+        reader = next(iter(at_end))
+        bounds = opened[reader]
+        await self._open_ledger(ledgers, epoch, ensemble, quorum, bounds)
+        return reader, at_end, quorum, bounds
 
     async def _open_ledger(
-        self, ledgers: LedgerList, epoch: int, node: str, bounds: LogBounds
+        self,
+        ledgers: LedgerList,
+        epoch: int,
+        ensemble: tuple[str, ...],
+        quorum: int,
+        bounds: LogBounds,
     ) -> None:
-        """Record this epoch's ledger on `node` (one storage node: R = 1), closing the
+        """Record this epoch's ledger on `ensemble` with ack quorum `quorum`, closing the
         previous owner's open ledger at the end storage reports now that `epoch`
         fenced it. A partition's first ledger starts at 0: data written before
         ledgers were recorded is on the node it was placed on."""
@@ -156,8 +253,8 @@ class Partitions:
                     stream,
                     partition,
                     epoch,
-                    (node,),
-                    1,
+                    ensemble,
+                    quorum,
                     first,
                     previous_last_offset=previous_end,
                     based_on=ledgers,
@@ -169,10 +266,12 @@ class Partitions:
                 if "changed meanwhile" not in str(exc) or attempt == 2:
                     raise
                 ledgers = await read_ledgers(self._etcd, stream, partition)
-                if ledgers.current is not None and node not in ledgers.current.ensemble:
+                if ledgers.current is not None and not set(ensemble) <= set(
+                    ledgers.current.ensemble
+                ):
                     raise Unavailable(
                         f"partition {stream}/{partition} was placed on "
-                        f"{list(ledgers.current.ensemble)} meanwhile, not on {node}"
+                        f"{list(ledgers.current.ensemble)} meanwhile, not on {list(ensemble)}"
                     ) from exc
 
     async def _dedup_window(

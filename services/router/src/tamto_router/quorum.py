@@ -7,8 +7,8 @@ entry that was ever acknowledged), then copies the entries some of them lack.
 This module is those waits and that copy, over `StorageClient`s; it knows
 nothing of etcd or of the ledger record.
 
-Status: building blocks, tested against real storage servers; the router's
-partition log does not call them yet (it still writes one replica).
+Used by the router for streams with replication factor R > 1: the partition
+log's appends (`first_answers`) and the claim's recovery (`recover_ledger_end`).
 """
 
 from __future__ import annotations
@@ -97,11 +97,17 @@ async def fence_quorum(
     stream: str,
     partition: int,
     epoch: int,
+    ensemble_size: int | None = None,
 ) -> QuorumOutcome[int]:
     """Fence a ledger on its replicas for `epoch`; returns once R - Q + 1 of them
     answered with their last offset. The highest of those is the ledger's end: at
-    least one of them holds every entry that Q replicas acknowledged."""
-    needed = len(replicas) - quorum + 1
+    least one of them holds every entry that Q replicas acknowledged.
+
+    R is `ensemble_size` when `replicas` are only the reachable members of the
+    ensemble (a dead member still counts in R: fewer answers would not be safe)."""
+    needed = (ensemble_size or len(replicas)) - quorum + 1
+    if needed > len(replicas):
+        raise no_quorum(len(replicas), ensemble_size or len(replicas), needed)
     return await first_answers(
         replicas, lambda client: client.fence_ledger(stream, partition, epoch), needed
     )
@@ -114,6 +120,7 @@ async def recover_ledger_end(
     partition: int,
     epoch: int,
     read_batch_messages: int = 10_000,
+    ensemble_size: int | None = None,
 ) -> tuple[int, QuorumOutcome[int]]:
     """A new owner's recovery of the previous ledger on its replicas; its last offset.
 
@@ -125,7 +132,7 @@ async def recover_ledger_end(
     (`tamto_common.ledgers`). A replica that did not answer may hold entries past
     that end; they were never acknowledged.
     """
-    fenced = await fence_quorum(replicas, quorum, stream, partition, epoch)
+    fenced = await fence_quorum(replicas, quorum, stream, partition, epoch, ensemble_size)
     end = max(fenced.answers.values())
     source = next(node for node, last in fenced.answers.items() if last == end)
     for node, last in fenced.answers.items():

@@ -77,6 +77,30 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
             node = HashRing(nodes).owner(partition_key(stream, partition))
         return node, client_at(nodes[node])
 
+    def replicas_for(
+        stream: str, partition: int, ledgers: LedgerList, replication: int
+    ) -> tuple[tuple[str, ...], dict[str, StorageClient]]:
+        """A replicated partition's ensemble and clients of its registered members:
+        its current ledger's ensemble (recorded, never recomputed: those nodes hold its
+        entries), or for a partition with no ledger the `replication` live storage
+        nodes that follow its hash on the storage ring."""
+        nodes = {m.instance_id: m.address for m in directory.members("storage")}
+        current = ledgers.current
+        if current is not None:
+            ensemble = current.ensemble
+        else:
+            ring, chosen = HashRing(nodes), list[str]()
+            while ring and len(chosen) < replication:
+                chosen.append(ring.owner(partition_key(stream, partition)))
+                ring.remove(chosen[-1])
+            ensemble = tuple(chosen)
+            if len(ensemble) < replication:
+                raise Unavailable(
+                    f"partition {stream}/{partition} needs {replication} storage nodes, "
+                    f"{len(ensemble)} are registered"
+                )
+        return ensemble, {n: client_at(nodes[n]) for n in ensemble if n in nodes}
+
     def client_at(address: str) -> StorageClient:
         channel = channels.get(address)
         client = clients.get(address)
@@ -106,6 +130,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         config.claim_timeout_s,
         stream_def,
         lease_valid=lease.valid,
+        replicas_for=replicas_for,
     )
     resources.push_async_callback(partitions.close)
 
