@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import tamto_sdk
+from tamto_common.dev_credential import load_dev_credential
 from tamto_common.ledgers import read_ledgers
 from tamto_common.membership import connect_etcd
-from tamto_local.cluster import load_dev_credential
 
 from .test_launcher import Launcher
 
