@@ -1,12 +1,14 @@
 """Replicated publishing on a three-node cluster (issue 21 Deliver 3; docs/cluster.md
 sections 2-3): a stream with R = 3 and Q = 2 keeps every acknowledged message when
-one storage node is killed (kill -9) during publishing, and refuses publishes with
+one storage node is killed (kill -9) during publishing and then a router (its
+successor recovers the open ledger from a quorum), and refuses publishes with
 UNAVAILABLE ("no quorum") once a second one is killed, instead of acknowledging
 what is held once.
 """
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import Callable
@@ -17,6 +19,7 @@ import pytest
 
 import tamto_sdk
 from tamto_common.ledgers import read_ledgers
+from tamto_router.ownership import OWNERS
 from tamto_sdk import ClientOptions, StreamConfig
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
@@ -101,6 +104,28 @@ async def test_r3_q2_keeps_acked_messages_through_one_kill_and_refuses_after_two
         read_s = time.monotonic() - started
         assert set(acked) <= set(read), "no acknowledged message is lost"
 
+        # The router owning partition 0 dies (kill -9): the next owner recovers its
+        # open ledger from the two live replicas, closes it there and opens the next.
+        owner_kv = await etcd_client.get(f"{OWNERS}{stream}/0".encode())
+        assert owner_kv is not None
+        cluster.kill9(name_of[json.loads(owner_kv.value)["owner"]])
+        failed_over_at = time.monotonic()
+        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+            async with client.producer(stream) as producer:
+                await publish_round(producer, "f", PER_ROUND, acked)
+        failover_s = time.monotonic() - failed_over_at
+        assert len(acked) == (ROUNDS + 1) * PER_ROUND, "every publish after the failover acked"
+        ledgers = (await read_ledgers(etcd_client, stream, 0)).ledgers
+        assert len(ledgers) >= 2
+        older, newer = ledgers[-2], ledgers[-1]
+        assert older.state == "closed"
+        assert older.last_offset is not None
+        assert newer.first_offset == older.last_offset + 1
+        assert newer.ensemble == older.ensemble
+        assert newer.epoch > older.epoch
+        read = await consume_all(cluster, stream, "check-after-failover", len(acked))
+        assert set(acked) <= set(read), "no acknowledged message is lost across the failover"
+
         second = next(n for n in cluster.storages() if n != victim)
         cluster.kill9(second)
         refused_at = time.monotonic()
@@ -114,6 +139,7 @@ async def test_r3_q2_keeps_acked_messages_through_one_kill_and_refuses_after_two
         assert "no quorum" in str(refused.value), refused.value
         print(
             f"\nR=3 Q=2: {len(acked)} acked, {after_kill_s:.2f}s publishing after the first "
-            f"kill, read back in {read_s:.2f}s; refused after the second kill in "
+            f"kill, read back in {read_s:.2f}s; {PER_ROUND} published across a router "
+            f"kill in {failover_s:.2f}s; refused after the second storage kill in "
             f"{time.monotonic() - refused_at:.2f}s: {refused.value}"
         )
