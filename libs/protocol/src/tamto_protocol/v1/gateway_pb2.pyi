@@ -213,3 +213,94 @@ class ReplyRequest(_message.Message):
 class ReplyResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ListSubscriptionsRequest(_message.Message):
+    __slots__ = ("stream",)
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    def __init__(self, stream: _Optional[str] = ...) -> None: ...
+
+class ListSubscriptionsResponse(_message.Message):
+    __slots__ = ("subscriptions",)
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    subscriptions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, subscriptions: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DescribeSubscriptionRequest(_message.Message):
+    __slots__ = ("stream", "subscription")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    subscription: str
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
+
+class SubscriptionInfo(_message.Message):
+    __slots__ = ("stream", "subscription", "partitions")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    subscription: str
+    partitions: _containers.RepeatedCompositeFieldContainer[_messages_pb2.SubscriptionPartition]
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[_messages_pb2.SubscriptionPartition, _Mapping]]] = ...) -> None: ...
+
+class SeekSubscriptionRequest(_message.Message):
+    __slots__ = ("stream", "subscription", "target", "partitions", "offsets")
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    subscription: str
+    target: _messages_pb2.SeekTarget
+    partitions: _containers.RepeatedScalarFieldContainer[int]
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., target: _Optional[_Union[_messages_pb2.SeekTarget, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class DeleteSubscriptionRequest(_message.Message):
+    __slots__ = ("stream", "subscription")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    subscription: str
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ...) -> None: ...
+
+class DeleteSubscriptionResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class StreamStats(_message.Message):
+    __slots__ = ("stream", "partitions")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    partitions: _containers.RepeatedCompositeFieldContainer[_messages_pb2.PartitionStats]
+    def __init__(self, stream: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[_messages_pb2.PartitionStats, _Mapping]]] = ...) -> None: ...
+
+class GetMessagesRequest(_message.Message):
+    __slots__ = ("stream", "partition", "offset", "count")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    partition: int
+    offset: int
+    count: int
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+
+class GetMessagesResponse(_message.Message):
+    __slots__ = ("batches",)
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredBatch]
+    def __init__(self, batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ...) -> None: ...

@@ -161,6 +161,36 @@ class GatewayStub:
                 request_serializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyResponse.FromString,
                 _registered_method=True)
+        self.ListSubscriptions = channel.unary_unary(
+                '/tamto.v1.Gateway/ListSubscriptions',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.ListSubscriptionsRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.ListSubscriptionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeSubscription = channel.unary_unary(
+                '/tamto.v1.Gateway/DescribeSubscription',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.DescribeSubscriptionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.SubscriptionInfo.FromString,
+                _registered_method=True)
+        self.SeekSubscription = channel.unary_unary(
+                '/tamto.v1.Gateway/SeekSubscription',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.SeekSubscriptionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.SubscriptionInfo.FromString,
+                _registered_method=True)
+        self.DeleteSubscription = channel.unary_unary(
+                '/tamto.v1.Gateway/DeleteSubscription',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.DeleteSubscriptionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.DeleteSubscriptionResponse.FromString,
+                _registered_method=True)
+        self.DescribeStreamStats = channel.unary_unary(
+                '/tamto.v1.Gateway/DescribeStreamStats',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.DescribeStreamRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.StreamStats.FromString,
+                _registered_method=True)
+        self.GetMessages = channel.unary_unary(
+                '/tamto.v1.Gateway/GetMessages',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.GetMessagesRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.GetMessagesResponse.FromString,
+                _registered_method=True)
         self.WhoAmI = channel.unary_unary(
                 '/tamto.v1.Gateway/WhoAmI',
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.WhoAmIRequest.SerializeToString,
@@ -341,6 +371,49 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSubscriptions(self, request, context):
+        """Subscription administration (docs/subscriptions-admin.md). List, Describe and
+        Seek need `consume` on the stream, Delete `admin`. NOT_FOUND names an unknown
+        stream or subscription; OUT_OF_RANGE gives a partition's valid range.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SeekSubscription(self, request, context):
+        """Moves the cursor (Pulsar's reset-cursor: live consumers are disconnected and
+        read on from the new position when they reconnect; a skip disconnects nobody).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeStreamStats(self, request, context):
+        """Per partition: stored range, bytes on disk, publish rate, owner. Any permission.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetMessages(self, request, context):
+        """Reads stored messages by offset without a subscription (peek). Needs `consume`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WhoAmI(self, request, context):
         """Who the caller's token speaks for, and what it may do (no permission needed).
         """
@@ -475,6 +548,36 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.RotateSigningKey,
                     request_deserializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_auth__pb2.RotateSigningKeyResponse.SerializeToString,
+            ),
+            'ListSubscriptions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSubscriptions,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.ListSubscriptionsRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.ListSubscriptionsResponse.SerializeToString,
+            ),
+            'DescribeSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeSubscription,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.DescribeSubscriptionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.SubscriptionInfo.SerializeToString,
+            ),
+            'SeekSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeekSubscription,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.SeekSubscriptionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.SubscriptionInfo.SerializeToString,
+            ),
+            'DeleteSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSubscription,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.DeleteSubscriptionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.DeleteSubscriptionResponse.SerializeToString,
+            ),
+            'DescribeStreamStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeStreamStats,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.DescribeStreamRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.StreamStats.SerializeToString,
+            ),
+            'GetMessages': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetMessages,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.GetMessagesRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.GetMessagesResponse.SerializeToString,
             ),
             'WhoAmI': grpc.unary_unary_rpc_method_handler(
                     servicer.WhoAmI,
@@ -1157,6 +1260,168 @@ class Gateway:
             '/tamto.v1.Gateway/RotateSigningKey',
             tamto_dot_v1_dot_auth__pb2.RotateSigningKeyRequest.SerializeToString,
             tamto_dot_v1_dot_auth__pb2.RotateSigningKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSubscriptions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/ListSubscriptions',
+            tamto_dot_v1_dot_gateway__pb2.ListSubscriptionsRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.ListSubscriptionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/DescribeSubscription',
+            tamto_dot_v1_dot_gateway__pb2.DescribeSubscriptionRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.SubscriptionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeekSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/SeekSubscription',
+            tamto_dot_v1_dot_gateway__pb2.SeekSubscriptionRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.SubscriptionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/DeleteSubscription',
+            tamto_dot_v1_dot_gateway__pb2.DeleteSubscriptionRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.DeleteSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeStreamStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/DescribeStreamStats',
+            tamto_dot_v1_dot_gateway__pb2.DescribeStreamRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.StreamStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetMessages(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/GetMessages',
+            tamto_dot_v1_dot_gateway__pb2.GetMessagesRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.GetMessagesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -261,3 +261,81 @@ class ConsumeResponse(_message.Message):
     delivery: Delivery
     error: StreamError
     def __init__(self, delivery: _Optional[_Union[Delivery, _Mapping]] = ..., error: _Optional[_Union[StreamError, _Mapping]] = ...) -> None: ...
+
+class SeekTarget(_message.Message):
+    __slots__ = ("earliest", "latest", "offset", "time_us", "skip")
+    EARLIEST_FIELD_NUMBER: _ClassVar[int]
+    LATEST_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIME_US_FIELD_NUMBER: _ClassVar[int]
+    SKIP_FIELD_NUMBER: _ClassVar[int]
+    earliest: bool
+    latest: bool
+    offset: int
+    time_us: int
+    skip: int
+    def __init__(self, earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., time_us: _Optional[int] = ..., skip: _Optional[int] = ...) -> None: ...
+
+class SubscriptionConsumer(_message.Message):
+    __slots__ = ("name", "address", "credits", "unacked")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    UNACKED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    address: str
+    credits: int
+    unacked: int
+    def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., credits: _Optional[int] = ..., unacked: _Optional[int] = ...) -> None: ...
+
+class SubscriptionPartition(_message.Message):
+    __slots__ = ("partition", "exists", "start_offset", "ack_floor", "position", "end_offset", "backlog_messages", "backlog_bytes", "unacked", "oldest_unacked_publish_time_us", "redeliveries", "dead_lettered", "type", "consumers")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ACK_FLOOR_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UNACKED_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_UNACKED_PUBLISH_TIME_US_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    exists: bool
+    start_offset: int
+    ack_floor: int
+    position: int
+    end_offset: int
+    backlog_messages: int
+    backlog_bytes: int
+    unacked: int
+    oldest_unacked_publish_time_us: int
+    redeliveries: int
+    dead_lettered: int
+    type: SubscriptionType
+    consumers: _containers.RepeatedCompositeFieldContainer[SubscriptionConsumer]
+    def __init__(self, partition: _Optional[int] = ..., exists: _Optional[bool] = ..., start_offset: _Optional[int] = ..., ack_floor: _Optional[int] = ..., position: _Optional[int] = ..., end_offset: _Optional[int] = ..., backlog_messages: _Optional[int] = ..., backlog_bytes: _Optional[int] = ..., unacked: _Optional[int] = ..., oldest_unacked_publish_time_us: _Optional[int] = ..., redeliveries: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., consumers: _Optional[_Iterable[_Union[SubscriptionConsumer, _Mapping]]] = ...) -> None: ...
+
+class PartitionStats(_message.Message):
+    __slots__ = ("partition", "start_offset", "end_offset", "messages", "wal_bytes", "segment_bytes", "publish_rate", "owner")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    WAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PUBLISH_RATE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    start_offset: int
+    end_offset: int
+    messages: int
+    wal_bytes: int
+    segment_bytes: int
+    publish_rate: float
+    owner: str
+    def __init__(self, partition: _Optional[int] = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., messages: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., segment_bytes: _Optional[int] = ..., publish_rate: _Optional[float] = ..., owner: _Optional[str] = ...) -> None: ...

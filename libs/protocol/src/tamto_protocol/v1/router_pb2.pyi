@@ -38,3 +38,63 @@ class RouterAppendResponse(_message.Message):
     count: int
     offsets: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, base_offset: _Optional[int] = ..., count: _Optional[int] = ..., offsets: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class RouterPartitionRequest(_message.Message):
+    __slots__ = ("stream", "partition")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    partition: int
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class RouterListSubscriptionsResponse(_message.Message):
+    __slots__ = ("subscriptions",)
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    subscriptions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, subscriptions: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RouterSubscriptionRequest(_message.Message):
+    __slots__ = ("stream", "partition", "subscription")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    partition: int
+    subscription: str
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., subscription: _Optional[str] = ...) -> None: ...
+
+class RouterSeekRequest(_message.Message):
+    __slots__ = ("stream", "partition", "subscription", "target")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    partition: int
+    subscription: str
+    target: _messages_pb2.SeekTarget
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., subscription: _Optional[str] = ..., target: _Optional[_Union[_messages_pb2.SeekTarget, _Mapping]] = ...) -> None: ...
+
+class RouterDeleteSubscriptionResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class RouterReadRequest(_message.Message):
+    __slots__ = ("stream", "partition", "from_offset", "max_messages")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    partition: int
+    from_offset: int
+    max_messages: int
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., from_offset: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+
+class RouterReadResponse(_message.Message):
+    __slots__ = ("batches",)
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredBatch]
+    def __init__(self, batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ...) -> None: ...

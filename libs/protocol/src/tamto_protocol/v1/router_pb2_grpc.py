@@ -50,6 +50,36 @@ class RouterStub:
                 request_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_messages__pb2.ConsumeResponse.FromString,
                 _registered_method=True)
+        self.ListSubscriptions = channel.unary_unary(
+                '/tamto.v1.Router/ListSubscriptions',
+                request_serializer=tamto_dot_v1_dot_router__pb2.RouterPartitionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_router__pb2.RouterListSubscriptionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeSubscription = channel.unary_unary(
+                '/tamto.v1.Router/DescribeSubscription',
+                request_serializer=tamto_dot_v1_dot_router__pb2.RouterSubscriptionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_messages__pb2.SubscriptionPartition.FromString,
+                _registered_method=True)
+        self.SeekSubscription = channel.unary_unary(
+                '/tamto.v1.Router/SeekSubscription',
+                request_serializer=tamto_dot_v1_dot_router__pb2.RouterSeekRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_messages__pb2.SubscriptionPartition.FromString,
+                _registered_method=True)
+        self.DeleteSubscription = channel.unary_unary(
+                '/tamto.v1.Router/DeleteSubscription',
+                request_serializer=tamto_dot_v1_dot_router__pb2.RouterSubscriptionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_router__pb2.RouterDeleteSubscriptionResponse.FromString,
+                _registered_method=True)
+        self.GetPartitionStats = channel.unary_unary(
+                '/tamto.v1.Router/GetPartitionStats',
+                request_serializer=tamto_dot_v1_dot_router__pb2.RouterPartitionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_messages__pb2.PartitionStats.FromString,
+                _registered_method=True)
+        self.Read = channel.unary_unary(
+                '/tamto.v1.Router/Read',
+                request_serializer=tamto_dot_v1_dot_router__pb2.RouterReadRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_router__pb2.RouterReadResponse.FromString,
+                _registered_method=True)
 
 
 class RouterServicer:
@@ -76,6 +106,48 @@ class RouterServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListSubscriptions(self, request, context):
+        """Subscription administration on one partition this router owns.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SeekSubscription(self, request, context):
+        """Live consumers are disconnected (UNAVAILABLE) and read on from the new cursor
+        when they reconnect; `skip` only acknowledges, nobody is disconnected.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSubscription(self, request, context):
+        """FAILED_PRECONDITION while consumers are attached.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetPartitionStats(self, request, context):
+        """The partition's stored range, bytes on disk and publish rate.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Read(self, request, context):
+        """Stored batches from an offset, without a subscription (peek).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RouterServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +165,36 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.Consume,
                     request_deserializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeResponse.SerializeToString,
+            ),
+            'ListSubscriptions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSubscriptions,
+                    request_deserializer=tamto_dot_v1_dot_router__pb2.RouterPartitionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_router__pb2.RouterListSubscriptionsResponse.SerializeToString,
+            ),
+            'DescribeSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeSubscription,
+                    request_deserializer=tamto_dot_v1_dot_router__pb2.RouterSubscriptionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_messages__pb2.SubscriptionPartition.SerializeToString,
+            ),
+            'SeekSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeekSubscription,
+                    request_deserializer=tamto_dot_v1_dot_router__pb2.RouterSeekRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_messages__pb2.SubscriptionPartition.SerializeToString,
+            ),
+            'DeleteSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSubscription,
+                    request_deserializer=tamto_dot_v1_dot_router__pb2.RouterSubscriptionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_router__pb2.RouterDeleteSubscriptionResponse.SerializeToString,
+            ),
+            'GetPartitionStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPartitionStats,
+                    request_deserializer=tamto_dot_v1_dot_router__pb2.RouterPartitionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_messages__pb2.PartitionStats.SerializeToString,
+            ),
+            'Read': grpc.unary_unary_rpc_method_handler(
+                    servicer.Read,
+                    request_deserializer=tamto_dot_v1_dot_router__pb2.RouterReadRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_router__pb2.RouterReadResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +278,168 @@ class Router:
             '/tamto.v1.Router/Consume',
             tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
             tamto_dot_v1_dot_messages__pb2.ConsumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSubscriptions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Router/ListSubscriptions',
+            tamto_dot_v1_dot_router__pb2.RouterPartitionRequest.SerializeToString,
+            tamto_dot_v1_dot_router__pb2.RouterListSubscriptionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Router/DescribeSubscription',
+            tamto_dot_v1_dot_router__pb2.RouterSubscriptionRequest.SerializeToString,
+            tamto_dot_v1_dot_messages__pb2.SubscriptionPartition.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeekSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Router/SeekSubscription',
+            tamto_dot_v1_dot_router__pb2.RouterSeekRequest.SerializeToString,
+            tamto_dot_v1_dot_messages__pb2.SubscriptionPartition.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Router/DeleteSubscription',
+            tamto_dot_v1_dot_router__pb2.RouterSubscriptionRequest.SerializeToString,
+            tamto_dot_v1_dot_router__pb2.RouterDeleteSubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPartitionStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Router/GetPartitionStats',
+            tamto_dot_v1_dot_router__pb2.RouterPartitionRequest.SerializeToString,
+            tamto_dot_v1_dot_messages__pb2.PartitionStats.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Read(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Router/Read',
+            tamto_dot_v1_dot_router__pb2.RouterReadRequest.SerializeToString,
+            tamto_dot_v1_dot_router__pb2.RouterReadResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tamto_protocol.v1 import messages_pb2 as tamto_dot_v1_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tamto/v1/storage.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\"1\n\x0cPartitionRef\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\"P\n\x14OpenPartitionRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"B\n\x15OpenPartitionResponse\x12\x13\n\x0bnext_offset\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"N\n\x12\x46\x65nceLedgerRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"*\n\x13\x46\x65nceLedgerResponse\x12\x13\n\x0blast_offset\x18\x01 \x01(\x03\"\x89\x01\n\x14StorageAppendRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12&\n\x07\x62\x61tches\x18\x03 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\x12\x0f\n\x07\x63\x61ll_id\x18\x0f \x01(\x04\",\n\x15StorageAppendResponse\x12\x13\n\x0bnext_offset\x18\x01 \x01(\x03\"\x87\x01\n\x1bStorageAppendStreamResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12$\n\x06status\x18\x02 \x01(\x0b\x32\x14.tamto.v1.CallStatus\x12\x31\n\x08response\x18\x03 \x01(\x0b\x32\x1f.tamto.v1.StorageAppendResponse\"c\n\x0bReadRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x13\n\x0b\x66rom_offset\x18\x02 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x03 \x01(\r\"K\n\x0cReadResponse\x12&\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\"\xaa\x01\n\x13\x43ommitCursorRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x11\n\tack_floor\x18\x04 \x01(\x03\x12\x30\n\x11\x61\x63ked_above_floor\x18\x05 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\"\x16\n\x14\x43ommitCursorResponse\"S\n\x10GetCursorRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x14\n\x0csubscription\x18\x02 \x01(\t\"h\n\x11GetCursorResponse\x12\x0e\n\x06\x65xists\x18\x01 \x01(\x08\x12\x11\n\tack_floor\x18\x02 \x01(\x03\x12\x30\n\x11\x61\x63ked_above_floor\x18\x03 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\"R\n\x14OffsetForTimeRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x0f\n\x07time_us\x18\x02 \x01(\x03\"\'\n\x15OffsetForTimeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x32\xeb\x04\n\x07Storage\x12P\n\rOpenPartition\x12\x1e.tamto.v1.OpenPartitionRequest\x1a\x1f.tamto.v1.OpenPartitionResponse\x12J\n\x0b\x46\x65nceLedger\x12\x1c.tamto.v1.FenceLedgerRequest\x1a\x1d.tamto.v1.FenceLedgerResponse\x12I\n\x06\x41ppend\x12\x1e.tamto.v1.StorageAppendRequest\x1a\x1f.tamto.v1.StorageAppendResponse\x12Y\n\x0c\x41ppendStream\x12\x1e.tamto.v1.StorageAppendRequest\x1a%.tamto.v1.StorageAppendStreamResponse(\x01\x30\x01\x12\x35\n\x04Read\x12\x15.tamto.v1.ReadRequest\x1a\x16.tamto.v1.ReadResponse\x12P\n\rOffsetForTime\x12\x1e.tamto.v1.OffsetForTimeRequest\x1a\x1f.tamto.v1.OffsetForTimeResponse\x12M\n\x0c\x43ommitCursor\x12\x1d.tamto.v1.CommitCursorRequest\x1a\x1e.tamto.v1.CommitCursorResponse\x12\x44\n\tGetCursor\x12\x1a.tamto.v1.GetCursorRequest\x1a\x1b.tamto.v1.GetCursorResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tamto/v1/storage.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\"1\n\x0cPartitionRef\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\"P\n\x14OpenPartitionRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"B\n\x15OpenPartitionResponse\x12\x13\n\x0bnext_offset\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"N\n\x12\x46\x65nceLedgerRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"*\n\x13\x46\x65nceLedgerResponse\x12\x13\n\x0blast_offset\x18\x01 \x01(\x03\"\x89\x01\n\x14StorageAppendRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12&\n\x07\x62\x61tches\x18\x03 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\x12\x0f\n\x07\x63\x61ll_id\x18\x0f \x01(\x04\",\n\x15StorageAppendResponse\x12\x13\n\x0bnext_offset\x18\x01 \x01(\x03\"\x87\x01\n\x1bStorageAppendStreamResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12$\n\x06status\x18\x02 \x01(\x0b\x32\x14.tamto.v1.CallStatus\x12\x31\n\x08response\x18\x03 \x01(\x0b\x32\x1f.tamto.v1.StorageAppendResponse\"c\n\x0bReadRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x13\n\x0b\x66rom_offset\x18\x02 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x03 \x01(\r\"K\n\x0cReadResponse\x12&\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\"\xbb\x01\n\x13\x43ommitCursorRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x11\n\tack_floor\x18\x04 \x01(\x03\x12\x30\n\x11\x61\x63ked_above_floor\x18\x05 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\x12\x0f\n\x07replace\x18\x06 \x01(\x08\"\x16\n\x14\x43ommitCursorResponse\"S\n\x10GetCursorRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x14\n\x0csubscription\x18\x02 \x01(\t\"h\n\x11GetCursorResponse\x12\x0e\n\x06\x65xists\x18\x01 \x01(\x08\x12\x11\n\tack_floor\x18\x02 \x01(\x03\x12\x30\n\x11\x61\x63ked_above_floor\x18\x03 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\"R\n\x14OffsetForTimeRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x0f\n\x07time_us\x18\x02 \x01(\x03\"\'\n\x15OffsetForTimeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"?\n\x12ListCursorsRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\",\n\x13ListCursorsResponse\x12\x15\n\rsubscriptions\x18\x01 \x03(\t\"e\n\x13\x44\x65leteCursorRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"\'\n\x14\x44\x65leteCursorResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"B\n\x15PartitionStatsRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\"m\n\x16PartitionStatsResponse\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\x12\x11\n\twal_bytes\x18\x03 \x01(\x04\x12\x15\n\rsegment_bytes\x18\x04 \x01(\x04\x32\xdb\x06\n\x07Storage\x12P\n\rOpenPartition\x12\x1e.tamto.v1.OpenPartitionRequest\x1a\x1f.tamto.v1.OpenPartitionResponse\x12J\n\x0b\x46\x65nceLedger\x12\x1c.tamto.v1.FenceLedgerRequest\x1a\x1d.tamto.v1.FenceLedgerResponse\x12I\n\x06\x41ppend\x12\x1e.tamto.v1.StorageAppendRequest\x1a\x1f.tamto.v1.StorageAppendResponse\x12Y\n\x0c\x41ppendStream\x12\x1e.tamto.v1.StorageAppendRequest\x1a%.tamto.v1.StorageAppendStreamResponse(\x01\x30\x01\x12\x35\n\x04Read\x12\x15.tamto.v1.ReadRequest\x1a\x16.tamto.v1.ReadResponse\x12P\n\rOffsetForTime\x12\x1e.tamto.v1.OffsetForTimeRequest\x1a\x1f.tamto.v1.OffsetForTimeResponse\x12M\n\x0c\x43ommitCursor\x12\x1d.tamto.v1.CommitCursorRequest\x1a\x1e.tamto.v1.CommitCursorResponse\x12\x44\n\tGetCursor\x12\x1a.tamto.v1.GetCursorRequest\x1a\x1b.tamto.v1.GetCursorResponse\x12J\n\x0bListCursors\x12\x1c.tamto.v1.ListCursorsRequest\x1a\x1d.tamto.v1.ListCursorsResponse\x12M\n\x0c\x44\x65leteCursor\x12\x1d.tamto.v1.DeleteCursorRequest\x1a\x1e.tamto.v1.DeleteCursorResponse\x12S\n\x0ePartitionStats\x12\x1f.tamto.v1.PartitionStatsRequest\x1a .tamto.v1.PartitionStatsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -53,17 +53,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READRESPONSE']._serialized_start=811
   _globals['_READRESPONSE']._serialized_end=886
   _globals['_COMMITCURSORREQUEST']._serialized_start=889
-  _globals['_COMMITCURSORREQUEST']._serialized_end=1059
-  _globals['_COMMITCURSORRESPONSE']._serialized_start=1061
-  _globals['_COMMITCURSORRESPONSE']._serialized_end=1083
-  _globals['_GETCURSORREQUEST']._serialized_start=1085
-  _globals['_GETCURSORREQUEST']._serialized_end=1168
-  _globals['_GETCURSORRESPONSE']._serialized_start=1170
-  _globals['_GETCURSORRESPONSE']._serialized_end=1274
-  _globals['_OFFSETFORTIMEREQUEST']._serialized_start=1276
-  _globals['_OFFSETFORTIMEREQUEST']._serialized_end=1358
-  _globals['_OFFSETFORTIMERESPONSE']._serialized_start=1360
-  _globals['_OFFSETFORTIMERESPONSE']._serialized_end=1399
-  _globals['_STORAGE']._serialized_start=1402
-  _globals['_STORAGE']._serialized_end=2021
+  _globals['_COMMITCURSORREQUEST']._serialized_end=1076
+  _globals['_COMMITCURSORRESPONSE']._serialized_start=1078
+  _globals['_COMMITCURSORRESPONSE']._serialized_end=1100
+  _globals['_GETCURSORREQUEST']._serialized_start=1102
+  _globals['_GETCURSORREQUEST']._serialized_end=1185
+  _globals['_GETCURSORRESPONSE']._serialized_start=1187
+  _globals['_GETCURSORRESPONSE']._serialized_end=1291
+  _globals['_OFFSETFORTIMEREQUEST']._serialized_start=1293
+  _globals['_OFFSETFORTIMEREQUEST']._serialized_end=1375
+  _globals['_OFFSETFORTIMERESPONSE']._serialized_start=1377
+  _globals['_OFFSETFORTIMERESPONSE']._serialized_end=1416
+  _globals['_LISTCURSORSREQUEST']._serialized_start=1418
+  _globals['_LISTCURSORSREQUEST']._serialized_end=1481
+  _globals['_LISTCURSORSRESPONSE']._serialized_start=1483
+  _globals['_LISTCURSORSRESPONSE']._serialized_end=1527
+  _globals['_DELETECURSORREQUEST']._serialized_start=1529
+  _globals['_DELETECURSORREQUEST']._serialized_end=1630
+  _globals['_DELETECURSORRESPONSE']._serialized_start=1632
+  _globals['_DELETECURSORRESPONSE']._serialized_end=1671
+  _globals['_PARTITIONSTATSREQUEST']._serialized_start=1673
+  _globals['_PARTITIONSTATSREQUEST']._serialized_end=1739
+  _globals['_PARTITIONSTATSRESPONSE']._serialized_start=1741
+  _globals['_PARTITIONSTATSRESPONSE']._serialized_end=1850
+  _globals['_STORAGE']._serialized_start=1853
+  _globals['_STORAGE']._serialized_end=2712
 # @@protoc_insertion_point(module_scope)

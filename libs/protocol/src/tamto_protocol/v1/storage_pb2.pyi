@@ -92,18 +92,20 @@ class ReadResponse(_message.Message):
     def __init__(self, batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ..., next_offset: _Optional[int] = ...) -> None: ...
 
 class CommitCursorRequest(_message.Message):
-    __slots__ = ("partition", "subscription", "epoch", "ack_floor", "acked_above_floor")
+    __slots__ = ("partition", "subscription", "epoch", "ack_floor", "acked_above_floor", "replace")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ACK_FLOOR_FIELD_NUMBER: _ClassVar[int]
     ACKED_ABOVE_FLOOR_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
     partition: PartitionRef
     subscription: str
     epoch: int
     ack_floor: int
     acked_above_floor: _containers.RepeatedCompositeFieldContainer[_messages_pb2.OffsetRange]
-    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., subscription: _Optional[str] = ..., epoch: _Optional[int] = ..., ack_floor: _Optional[int] = ..., acked_above_floor: _Optional[_Iterable[_Union[_messages_pb2.OffsetRange, _Mapping]]] = ...) -> None: ...
+    replace: bool
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., subscription: _Optional[str] = ..., epoch: _Optional[int] = ..., ack_floor: _Optional[int] = ..., acked_above_floor: _Optional[_Iterable[_Union[_messages_pb2.OffsetRange, _Mapping]]] = ..., replace: _Optional[bool] = ...) -> None: ...
 
 class CommitCursorResponse(_message.Message):
     __slots__ = ()
@@ -140,3 +142,49 @@ class OffsetForTimeResponse(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     offset: int
     def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class ListCursorsRequest(_message.Message):
+    __slots__ = ("partition",)
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ...) -> None: ...
+
+class ListCursorsResponse(_message.Message):
+    __slots__ = ("subscriptions",)
+    SUBSCRIPTIONS_FIELD_NUMBER: _ClassVar[int]
+    subscriptions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, subscriptions: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteCursorRequest(_message.Message):
+    __slots__ = ("partition", "subscription", "epoch")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    subscription: str
+    epoch: int
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., subscription: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class DeleteCursorResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class PartitionStatsRequest(_message.Message):
+    __slots__ = ("partition",)
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ...) -> None: ...
+
+class PartitionStatsResponse(_message.Message):
+    __slots__ = ("start_offset", "next_offset", "wal_bytes", "segment_bytes")
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    start_offset: int
+    next_offset: int
+    wal_bytes: int
+    segment_bytes: int
+    def __init__(self, start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., segment_bytes: _Optional[int] = ...) -> None: ...

@@ -74,6 +74,21 @@ class StorageStub:
                 request_serializer=tamto_dot_v1_dot_storage__pb2.GetCursorRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_storage__pb2.GetCursorResponse.FromString,
                 _registered_method=True)
+        self.ListCursors = channel.unary_unary(
+                '/tamto.v1.Storage/ListCursors',
+                request_serializer=tamto_dot_v1_dot_storage__pb2.ListCursorsRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_storage__pb2.ListCursorsResponse.FromString,
+                _registered_method=True)
+        self.DeleteCursor = channel.unary_unary(
+                '/tamto.v1.Storage/DeleteCursor',
+                request_serializer=tamto_dot_v1_dot_storage__pb2.DeleteCursorRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_storage__pb2.DeleteCursorResponse.FromString,
+                _registered_method=True)
+        self.PartitionStats = channel.unary_unary(
+                '/tamto.v1.Storage/PartitionStats',
+                request_serializer=tamto_dot_v1_dot_storage__pb2.PartitionStatsRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_storage__pb2.PartitionStatsResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServicer:
@@ -139,6 +154,26 @@ class StorageServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListCursors(self, request, context):
+        """Subscription administration: the partition's cursors by name, removing one
+        (current epoch only), and the partition's stored range and bytes on disk.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteCursor(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PartitionStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -181,6 +216,21 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.GetCursor,
                     request_deserializer=tamto_dot_v1_dot_storage__pb2.GetCursorRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_storage__pb2.GetCursorResponse.SerializeToString,
+            ),
+            'ListCursors': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCursors,
+                    request_deserializer=tamto_dot_v1_dot_storage__pb2.ListCursorsRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_storage__pb2.ListCursorsResponse.SerializeToString,
+            ),
+            'DeleteCursor': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteCursor,
+                    request_deserializer=tamto_dot_v1_dot_storage__pb2.DeleteCursorRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_storage__pb2.DeleteCursorResponse.SerializeToString,
+            ),
+            'PartitionStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.PartitionStats,
+                    request_deserializer=tamto_dot_v1_dot_storage__pb2.PartitionStatsRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_storage__pb2.PartitionStatsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -399,6 +449,87 @@ class Storage:
             '/tamto.v1.Storage/GetCursor',
             tamto_dot_v1_dot_storage__pb2.GetCursorRequest.SerializeToString,
             tamto_dot_v1_dot_storage__pb2.GetCursorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCursors(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Storage/ListCursors',
+            tamto_dot_v1_dot_storage__pb2.ListCursorsRequest.SerializeToString,
+            tamto_dot_v1_dot_storage__pb2.ListCursorsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteCursor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Storage/DeleteCursor',
+            tamto_dot_v1_dot_storage__pb2.DeleteCursorRequest.SerializeToString,
+            tamto_dot_v1_dot_storage__pb2.DeleteCursorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PartitionStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Storage/PartitionStats',
+            tamto_dot_v1_dot_storage__pb2.PartitionStatsRequest.SerializeToString,
+            tamto_dot_v1_dot_storage__pb2.PartitionStatsResponse.FromString,
             options,
             channel_credentials,
             insecure,
