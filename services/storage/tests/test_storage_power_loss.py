@@ -26,6 +26,7 @@ import grpc
 import pytest
 from storage_testkit import make_batch, payload_for
 
+from tamto_common.channels import peer_channel
 from tamto_protocol.batch import decode_batch
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
 from tamto_testing.cluster import TestCluster
@@ -178,7 +179,11 @@ async def test_acked_appends_and_committed_cursors_survive_power_cuts(
         for cut in range(cuts + 1):
             cluster.start("storage", extra_env=STORAGE_ENV)
             epoch = cut + 1  # a new owner after every restart, as a router's takeover
-            async with grpc.aio.insecure_channel(cluster.address("storage")) as channel:
+            # Tamto's channel options: gRPC's default backoff would fail the first calls
+            # with "Connection refused" for up to seconds after the restart, on a
+            # connection the last cut's channel left in backoff (tamto_protocol.reconnect).
+            async with peer_channel(cluster.address("storage")) as channel:
+                await asyncio.wait_for(channel.channel_ready(), 30)
                 stub = storage_pb2_grpc.StorageStub(channel)
                 next_offsets = await check_after_restart(stub, epoch, ledger)
                 if cut == cuts:
