@@ -161,3 +161,35 @@ def test_rebuilding_from_the_log_recognises_sequences() -> None:
     assert len(window) == 3000
     plan = window.plan(seq("p-1", 1500, 3000), now_us=5000)
     assert message_offsets(plan, 2, base=3000) == [1500, 3000]
+
+
+def test_truncate_forgets_ids_of_appends_that_never_became_durable() -> None:
+    """A window kept across a reopen must not answer a retry with an offset the log
+    lacks: ids recorded at or beyond the log's end are forgotten, the rest kept."""
+    window = DedupWindow(60_000_000)
+    window.record(seq("p", 0, 1, 2), range(0, 3), time_us=0)
+    window.record(ids("x", "order:9"), [3, 4], time_us=1)
+    window.record(seq("p", 3, 4), range(5, 7), time_us=2)  # never stored
+    window.record(ids("y", "order:12"), [7, 8], time_us=3)  # never stored
+    assert window.truncate(5) == 4
+    assert len(window) == 5
+    retry = window.plan(ids("p:3", "p:4", "y", "order:12", "x", "p:2"), now_us=4)
+    assert retry.keep is not None
+    assert retry.keep.to_pylist() == [True, True, True, True, False, False]
+    assert message_offsets(retry, 6, base=5) == [5, 6, 7, 8, 3, 2]
+    # The prefix's highest number went back too: the retried run is new again.
+    assert window.plan(seq("p", 3, 4), now_us=4).sequence == IdSequence("p", 3, 4)
+    assert window._prefixes["order"].highest == 9
+    assert window.truncate(0) == 5
+    assert len(window) == 0
+    assert window._prefixes == {}
+
+
+def test_truncate_keeps_the_stored_part_of_a_run() -> None:
+    window = DedupWindow(60_000_000)
+    window.record(seq("p", 0, 1, 2, 3), range(10, 14), time_us=0)
+    window.record(seq("q", 1, 5, 9), range(14, 17), time_us=0)
+    assert window.truncate(16) == 1
+    assert window.truncate(12) == 4
+    plan = window.plan(seq("p", 0, 1, 2), now_us=1)
+    assert message_offsets(plan, 3, base=12) == [10, 11, 12]

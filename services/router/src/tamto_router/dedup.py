@@ -21,7 +21,9 @@ Two kinds of id are remembered differently, with the same exact semantics:
 
 A batch that is not a fresh run (a retry, repeats, mixed ids) is planned id by
 id against both. A batch without ids is skipped by one null count. The window
-is rebuilt from the log when a router takes a partition over.
+is rebuilt from the log when a router takes a partition over, and kept (cut
+back to the log's end, `truncate`) when the same router reopens it with no other
+owner in between (storage restarted, the ownership lease was granted again).
 """
 
 from __future__ import annotations
@@ -269,6 +271,73 @@ class DedupWindow:
                 state.in_dict += 1
                 state.highest = max(state.highest, split[1])
             self._seen[message_id] = (offset, time_us, split[0] if split else None)
+
+    def truncate(self, end: int) -> int:
+        """Forget every id remembered at offset `end` or beyond; returns how many.
+
+        A partition reopened by the owner that recorded this window (storage
+        restarted, the lease was granted again, no other owner in between) keeps
+        it: what the log stored below its end is what the window recorded, but ids
+        recorded for appends that never became durable would answer a retry with
+        an offset the log does not have. Offsets grow in record order, so those
+        are the newest entries.
+        """
+        dropped = 0
+        touched: set[str] = set()
+        seen = self._seen
+        while seen:
+            _message_id, (offset, _, prefix) = next(reversed(seen.items()))
+            if offset < end:
+                break
+            seen.popitem(last=True)
+            dropped += 1
+            if prefix is not None:
+                self._prefixes[prefix].in_dict -= 1
+                touched.add(prefix)
+        runs = self._runs
+        while runs:
+            prefix = runs[-1][1]
+            state = self._prefixes[prefix]
+            run = state.runs[-1]
+            if run.base_offset + run.count <= end:
+                break
+            touched.add(prefix)
+            kept = max(0, end - run.base_offset)
+            dropped += run.count - kept
+            self._run_ids -= run.count - kept
+            if kept == 0:
+                state.runs.pop()
+                runs.pop()
+                continue
+            # Part of one batch stored (not done by storage, which appends whole
+            # batches; kept exact anyway): the run keeps its first `kept` ids.
+            if run.numbers is None:
+                run.last = run.first + kept - 1
+            else:
+                run.numbers = run.numbers[:kept]
+                run.last = run.numbers[-1]
+            break
+        if touched:
+            self._recompute_highest(touched)
+        return dropped
+
+    def _recompute_highest(self, prefixes: set[str]) -> None:
+        """The highest number of each of `prefixes` from what is still remembered."""
+        highest = {p: -1 for p in prefixes}
+        for p in prefixes:
+            state = self._prefixes[p]
+            if state.runs:
+                highest[p] = state.runs[-1].last
+        if any(self._prefixes[p].in_dict for p in prefixes):
+            for message_id, (_, _, prefix) in self._seen.items():
+                if prefix in highest:
+                    split = split_sequence_id(message_id)
+                    assert split is not None
+                    highest[prefix] = max(highest[prefix], split[1])
+        for p, value in highest.items():
+            state = self._prefixes[p]
+            state.highest = value
+            self._forget_if_empty(p, state)
 
 
 def _first(run: _Run) -> int:

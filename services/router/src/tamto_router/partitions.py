@@ -22,7 +22,7 @@ import aetcd
 import structlog
 
 from tamto_common.errors import DataLoss, Unavailable, damaged_offsets
-from tamto_common.ledgers import LedgerConflict, LedgerList, open_ledger, read_ledgers
+from tamto_common.ledgers import Ledger, LedgerConflict, LedgerList, open_ledger, read_ledgers
 from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
 from tamto_protocol.batch import decode_batch
 from tamto_router.dedup import DedupWindow
@@ -79,6 +79,9 @@ class Partitions:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._claims: dict[tuple[str, int], Claim] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        #: The last epoch this router claimed of each partition it has opened: a claim
+        #: of the next one means nobody else owned it in between (`_dedup_window`).
+        self._epochs: dict[tuple[str, int], int] = {}
 
     async def get(self, stream: str, partition: int) -> PartitionLog:
         """The partition's log, claimed if needed; Unavailable while the ownership
@@ -100,7 +103,9 @@ class Partitions:
             if current is not None:
                 await current.close()
             try:
-                opened = await self._open(stream, partition)
+                opened = await self._open(
+                    stream, partition, current.dedup if current is not None else None
+                )
             except Exception as exc:
                 log.warning(
                     "partition open failed", stream=stream, partition=partition, error=repr(exc)
@@ -109,7 +114,11 @@ class Partitions:
             self._logs[key] = opened
             return opened
 
-    async def _open(self, stream: str, partition: int) -> PartitionLog:
+    async def _open(
+        self, stream: str, partition: int, previous: DedupWindow | None
+    ) -> PartitionLog:
+        """Claim and open the partition; `previous` is the dedup window of this
+        router's failed log of it, if any (kept when nobody else owned it since)."""
         started = time.monotonic()
         deadline = started + self._claim_timeout
         definition = await self._stream_def(stream) if self._stream_def else None
@@ -138,24 +147,32 @@ class Partitions:
                 )
             await asyncio.sleep(0.2)  # the holder's lease expires within its TTL
         claimed = time.monotonic()
+        # Nobody claimed the partition since this router's last claim of it (a failed
+        # open's included): the log holds what this router's window recorded.
+        own_epochs = self._epochs.get((stream, partition)) == result.epoch - 1
+        self._epochs[(stream, partition)] = result.epoch
         # Read again under the new epoch: a claimer before this one may have opened a
         # ledger meanwhile (on the node it recorded, which this one must use too).
         ledgers = await read_ledgers(self._etcd, stream, partition)
         replicas: dict[str, StorageClient] | None = None
         quorum = 1
+        ensemble: tuple[str, ...] = ()
+        client_for: Callable[[str], StorageClient | None] | None = None
         if replicated:
             assert definition is not None
-            node, replicas, quorum, bounds = await self._open_replicated(
+            node, replicas, quorum, bounds, ensemble = await self._open_replicated(
                 ledgers, result.epoch, definition
             )
             storage = replicas[node]
+            client_for = self._client_for(stream, partition, result.epoch, ensemble, quorum)
         else:
             node, storage = self._storage_for(stream, partition, ledgers)
             bounds = await storage.open_partition(stream, partition, result.epoch)
             await self._open_ledger(ledgers, result.epoch, (node,), 1, bounds)
         self._claims[(stream, partition)] = result
         opened = time.monotonic()
-        dedup = await self._dedup_window(stream, partition, storage, bounds)
+        kept = previous if own_epochs else None
+        dedup = await self._dedup_window(stream, partition, storage, bounds, kept)
         log.info(
             "partition claimed",
             stream=stream,
@@ -163,6 +180,7 @@ class Partitions:
             epoch=result.epoch,
             next_offset=bounds.next_offset,
             dedup_ids=len(dedup) if dedup is not None else 0,
+            dedup_kept=kept is not None and dedup is kept,
             storage_node=node,
             # Where a takeover spends its time: etcd, storage's open, the dedup rebuild.
             claim_s=round(claimed - started, 3),
@@ -170,17 +188,40 @@ class Partitions:
             dedup_s=round(time.monotonic() - opened, 3),
         )
         return PartitionLog(
-            stream, partition, result.epoch, storage, bounds, dedup, replicas, quorum
+            stream,
+            partition,
+            result.epoch,
+            storage,
+            bounds,
+            dedup,
+            replicas,
+            quorum,
+            ensemble,
+            client_for,
         )
+
+    def _client_for(
+        self, stream: str, partition: int, epoch: int, ensemble: tuple[str, ...], quorum: int
+    ) -> Callable[[str], StorageClient | None]:
+        """How a replicated log reaches a member of its ledger's ensemble now (None
+        while it is not registered), to catch it up."""
+        assert self._replicas_for is not None
+        replicas_for = self._replicas_for
+        recorded = LedgerList(stream, partition, (Ledger(epoch, ensemble, quorum, 0),))
+
+        def client_for(node: str) -> StorageClient | None:
+            return replicas_for(stream, partition, recorded, len(ensemble))[1].get(node)
+
+        return client_for
 
     async def _open_replicated(
         self, ledgers: LedgerList, epoch: int, definition: StreamDef
-    ) -> tuple[str, dict[str, StorageClient], int, LogBounds]:
+    ) -> tuple[str, dict[str, StorageClient], int, LogBounds, tuple[str, ...]]:
         """Open a replicated partition for `epoch`: recover the previous open ledger
         from a quorum of its replicas, open the partition on every registered replica,
         record the new ledger (same ensemble: its members hold the partition's earlier
         entries), and return the read replica, the replicas that are at the log's end,
-        the ack quorum and the bounds."""
+        the ack quorum, the bounds and the ensemble (the log catches up the others)."""
         assert self._replicas_for is not None
         stream, partition = ledgers.stream, ledgers.partition
         ensemble, clients = self._replicas_for(
@@ -214,9 +255,9 @@ class Partitions:
         }
         for n in nodes:
             if n not in at_end:
-                # Catching a replica up is not built: it takes no appends of this ledger.
+                # It takes no appends until the log caught it up in the background.
                 log.warning(
-                    "replica left out of the ledger's appends",
+                    "replica not at the log's end: caught up before it takes appends",
                     stream=stream,
                     partition=partition,
                     replica=n,
@@ -228,7 +269,7 @@ class Partitions:
         reader = next(iter(at_end))
         bounds = opened[reader]
         await self._open_ledger(ledgers, epoch, ensemble, quorum, bounds)
-        return reader, at_end, quorum, bounds
+        return reader, at_end, quorum, bounds, ensemble
 
     async def _open_ledger(
         self,
@@ -275,13 +316,32 @@ class Partitions:
                     ) from exc
 
     async def _dedup_window(
-        self, stream: str, partition: int, storage: StorageClient, bounds: LogBounds
+        self,
+        stream: str,
+        partition: int,
+        storage: StorageClient,
+        bounds: LogBounds,
+        kept: DedupWindow | None = None,
     ) -> DedupWindow | None:
-        """The partition's dedup window, rebuilt from what the log stored within it."""
+        """The partition's dedup window: `kept` (this router's own window of the
+        previous epoch, when nobody else owned the partition since) cut back to the
+        log's end, else rebuilt from what the log stored within the window."""
         definition = await self._stream_def(stream) if self._stream_def else None
         window_ms = definition.dedup_window_ms if definition else DEFAULT_DEDUP_WINDOW_MS
         if window_ms <= 0:
             return None
+        if kept is not None:
+            kept.window_us = window_ms * 1000
+            dropped = kept.truncate(bounds.next_offset)
+            if dropped:
+                log.info(
+                    "dedup window kept without ids never stored",
+                    stream=stream,
+                    partition=partition,
+                    dropped=dropped,
+                    next_offset=bounds.next_offset,
+                )
+            return kept
         window = DedupWindow(window_ms * 1000)
         since = time.time_ns() // 1000 - window.window_us
         try:
@@ -300,9 +360,8 @@ class Partitions:
             if not batches:
                 break
             for batch in batches:
-                offsets = list(range(batch.base_offset, batch.end))
                 ids = decode_batch(batch.arrow_ipc).column("id")
-                window.record(ids, offsets, batch.publish_time_us)
+                window.record(ids, range(batch.base_offset, batch.end), batch.publish_time_us)
             offset = batches[-1].end
         return window
 
@@ -325,6 +384,7 @@ class Partitions:
         async with self._locks.setdefault(key, asyncio.Lock()):
             opened = self._logs.pop(key, None)
             claim = self._claims.pop(key, None)
+            self._epochs.pop(key, None)
             if opened is not None:
                 await opened.close()
             if claim is not None:
