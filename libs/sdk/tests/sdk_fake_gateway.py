@@ -97,7 +97,7 @@ def slice_ipc(data: bytes, start: int, length: int) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-class FakeGateway(gateway_pb2_grpc.GatewayServicer):  # type: ignore[misc]
+class FakeGateway(gateway_pb2_grpc.GatewayServicer):
     def __init__(self) -> None:
         self.url = ""
         self.token_ttl_s = 3600.0

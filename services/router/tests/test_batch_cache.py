@@ -133,7 +133,7 @@ class CountingStub:
 
 def client_with(stub: CountingStub, cache: BatchCache) -> StorageClient:
     client = StorageClient(grpc.aio.insecure_channel("127.0.0.1:9"), 1.0, cache=cache)
-    client._stub = stub
+    client._stub = stub  # type: ignore[assignment]  # a stand-in with the methods used
     if hasattr(client, "_append"):  # appends may go out as raw request bytes
         client._append = stub.Append  # type: ignore[assignment]
     return client

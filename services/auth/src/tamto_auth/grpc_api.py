@@ -67,7 +67,7 @@ def _kind(text: str) -> IdentityKind:
         raise InvalidArgument(f"unknown identity kind {text[:50]!r}: use user or service") from None
 
 
-class AuthServicer(auth_pb2_grpc.AuthServicer):  # type: ignore[misc]
+class AuthServicer(auth_pb2_grpc.AuthServicer):
     """Authenticate (API key -> token), GetJwks and the admin API. Errors are TamtoErrors,
     translated by `TranslateErrorsInterceptor`."""
 

@@ -34,7 +34,7 @@ from tamto_protocol.wire import PUBLISH
 class GatewayServicer(
     SecurityApi,
     EphemeralApi,
-    gateway_pb2_grpc.GatewayServicer,  # type: ignore[misc]
+    gateway_pb2_grpc.GatewayServicer,
 ):
     """Every call but Authenticate is authenticated; stream calls are authorized per stream:
     Publish needs `publish`, Consume `consume`, Ensure/DeleteStream `admin`, DescribeStream

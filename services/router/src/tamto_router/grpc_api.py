@@ -78,7 +78,7 @@ def serve(servicer: RouterServicer, server: grpc.aio.Server) -> None:
     )
 
 
-class RouterServicer(router_pb2_grpc.RouterServicer):  # type: ignore[misc]
+class RouterServicer(router_pb2_grpc.RouterServicer):
     def __init__(self, partitions: Partitions, subscriptions: SubscriptionRegistry) -> None:
         self._partitions = partitions
         self._subscriptions = subscriptions

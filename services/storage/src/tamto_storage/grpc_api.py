@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
 
-class StorageServicer(storage_pb2_grpc.StorageServicer):  # type: ignore[misc]
+class StorageServicer(storage_pb2_grpc.StorageServicer):
     """Serves partitions of one `PartitionStore`."""
 
     def __init__(self, store: PartitionStore, read_max_bytes: int) -> None:
