@@ -24,3 +24,11 @@ def check_name(kind: str, name: str) -> str:
             "'.', '_' or '-', starting with a letter or digit"
         )
     return name
+
+
+def check_cursor_name(name: str) -> str:
+    """Return `name` if it names a subscription's cursor: a subscription name, or a
+    multicast consumer's own cursor "<subscription>~<consumer>" (both legal names)."""
+    for part in name.split("~", 1):
+        check_name("subscription", part)
+    return name

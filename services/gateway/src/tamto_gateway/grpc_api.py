@@ -23,6 +23,7 @@ from tamto_gateway.requests import RequestBroker
 from tamto_gateway.security_api import AuthForwarder, SecurityApi
 from tamto_gateway.stream_proto import stream_def, stream_info
 from tamto_gateway.streams import StreamRegistry
+from tamto_gateway.subscriptions_api import SubscriptionsApi
 from tamto_gateway.tokens import Principal
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.batch import BatchFormatError, validate_batch
@@ -34,6 +35,7 @@ from tamto_protocol.wire import PUBLISH
 class GatewayServicer(
     SecurityApi,
     EphemeralApi,
+    SubscriptionsApi,
     gateway_pb2_grpc.GatewayServicer,
 ):
     """Every call but Authenticate is authenticated; stream calls are authorized per stream:

@@ -3,13 +3,15 @@ builds their protobufs. Failures come back as TamtoError subclasses."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from tamto_common.channels import ChannelPool
 from tamto_common.grpc_errors import downstream_error
 from tamto_gateway.routing import Routes
 from tamto_protocol.pipelined import PipelinedCalls
-from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2
+from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2, router_pb2_grpc
 from tamto_protocol.wire import ROUTER_APPEND, ROUTER_APPEND_STREAM, router_append_request
 
 ROUTER_CONSUME = "/tamto.v1.Router/Consume"
@@ -67,6 +69,68 @@ class Upstream:
             response_deserializer=None,
         )
         return consume()
+
+    # -- subscription administration, stream stats, peek (one partition each) ----
+
+    async def _router_call(self, stream: str, partition: int, method: str, request: Any) -> Any:
+        """One unary call to the router owning the partition."""
+        address = await self.routes.router_for(stream, partition)
+        stub = router_pb2_grpc.RouterStub(self._channels.get(address))
+        try:
+            return await getattr(stub, method)(request, timeout=self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise downstream_error(exc, f"router {address}") from exc
+
+    async def list_subscriptions(self, stream: str, partition: int) -> list[str]:
+        request = router_pb2.RouterPartitionRequest(stream=stream, partition=partition)
+        r = await self._router_call(stream, partition, "ListSubscriptions", request)
+        return list(r.subscriptions)
+
+    async def describe_subscription(
+        self, stream: str, partition: int, subscription: str
+    ) -> messages_pb2.SubscriptionPartition:
+        request = router_pb2.RouterSubscriptionRequest(
+            stream=stream, partition=partition, subscription=subscription
+        )
+        r: messages_pb2.SubscriptionPartition = await self._router_call(
+            stream, partition, "DescribeSubscription", request
+        )
+        return r
+
+    async def seek_subscription(
+        self, stream: str, partition: int, subscription: str, target: messages_pb2.SeekTarget
+    ) -> messages_pb2.SubscriptionPartition:
+        request = router_pb2.RouterSeekRequest(
+            stream=stream, partition=partition, subscription=subscription, target=target
+        )
+        r: messages_pb2.SubscriptionPartition = await self._router_call(
+            stream, partition, "SeekSubscription", request
+        )
+        return r
+
+    async def delete_subscription(self, stream: str, partition: int, subscription: str) -> bool:
+        request = router_pb2.RouterSubscriptionRequest(
+            stream=stream, partition=partition, subscription=subscription
+        )
+        r = await self._router_call(stream, partition, "DeleteSubscription", request)
+        return bool(r.deleted)
+
+    async def partition_stats(self, stream: str, partition: int) -> messages_pb2.PartitionStats:
+        request = router_pb2.RouterPartitionRequest(stream=stream, partition=partition)
+        r: messages_pb2.PartitionStats = await self._router_call(
+            stream, partition, "GetPartitionStats", request
+        )
+        return r
+
+    async def read(
+        self, stream: str, partition: int, offset: int, count: int
+    ) -> list[messages_pb2.StoredBatch]:
+        """Stored batches holding [offset, offset + count) (whole: they may start before)."""
+        request = router_pb2.RouterReadRequest(
+            stream=stream, partition=partition, from_offset=offset, max_messages=count
+        )
+        r = await self._router_call(stream, partition, "Read", request)
+        return list(r.batches)
 
     async def authenticate(self, api_key: str) -> tuple[str, int]:
         stub = auth_pb2_grpc.AuthStub(self._channels.get(await self.routes.auth_address()))

@@ -15,6 +15,8 @@ from tamto_common.subscribe import check_consumer_name, check_partitions, check_
 from tamto_protocol.delivery_wire import consume_delivery, consume_error, raw_responses
 from tamto_protocol.v1 import messages_pb2, router_pb2, router_pb2_grpc
 from tamto_protocol.wire import ROUTER_APPEND
+from tamto_router.admin import SubscriptionAdmin
+from tamto_router.admin_api import AdminApi
 from tamto_router.consume import ConsumeSession, Start, SubscribeSpec, SubscriptionRegistry
 from tamto_router.partitions import Partitions
 from tamto_router.subscription import SubscriptionType
@@ -78,10 +80,13 @@ def serve(servicer: RouterServicer, server: grpc.aio.Server) -> None:
     )
 
 
-class RouterServicer(router_pb2_grpc.RouterServicer):
-    def __init__(self, partitions: Partitions, subscriptions: SubscriptionRegistry) -> None:
+class RouterServicer(AdminApi, router_pb2_grpc.RouterServicer):
+    def __init__(
+        self, partitions: Partitions, subscriptions: SubscriptionRegistry, instance: str = ""
+    ) -> None:
         self._partitions = partitions
         self._subscriptions = subscriptions
+        self._admin = SubscriptionAdmin(partitions, subscriptions, instance)
 
     async def Append(
         self, request: router_pb2.RouterAppendRequest, context: grpc.aio.ServicerContext

@@ -30,3 +30,67 @@ class LogBounds:
 
     start_offset: int
     next_offset: int
+
+
+# -- subscription administration and stream stats (`tamto_router.admin`) --------
+
+
+@dataclass(frozen=True, slots=True)
+class DiskUsage:
+    """A partition's stored range and its bytes on disk, as storage reports them."""
+
+    bounds: LogBounds
+    wal_bytes: int
+    segment_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Seek:
+    """Where to move a subscription's cursor: `kind` is earliest, latest, offset
+    (`value` the offset), time (`value` µs since the epoch) or skip (`value` messages)."""
+
+    kind: str
+    value: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerState:
+    """A consumer attached to a subscription: its credit and what it holds unacked."""
+
+    name: str
+    credits: int
+    unacked: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionState:
+    """One partition of a subscription, as `SubscriptionAdmin.describe` finds it."""
+
+    partition: int
+    exists: bool
+    start_offset: int = 0
+    ack_floor: int = 0
+    position: int = 0
+    end_offset: int = 0
+    backlog_messages: int = 0
+    backlog_bytes: int = 0
+    unacked: int = 0
+    oldest_unacked_publish_time_us: int = 0
+    redeliveries: int = 0
+    dead_lettered: int = 0
+    #: The subscription type's value ("shared", ...), None with no consumer attached.
+    type: str | None = None
+    consumers: tuple[ConsumerState, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """A partition's stored range, size on disk, recent publish rate and owner."""
+
+    partition: int
+    start_offset: int
+    end_offset: int
+    wal_bytes: int
+    segment_bytes: int
+    publish_rate: float
+    owner: str

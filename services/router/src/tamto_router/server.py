@@ -152,7 +152,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         cursor_commit_s=config.cursor_commit_ms / 1000,
         max_consumers=config.max_consumers_per_subscription,
     )
-    serve(RouterServicer(partitions, subscriptions), runtime.server)
+    serve(RouterServicer(partitions, subscriptions, config.member_id), runtime.server)
 
     async def range_shrunk(msg: Msg) -> None:
         try:

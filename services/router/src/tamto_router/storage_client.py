@@ -13,7 +13,7 @@ from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
 from tamto_protocol.wire import STORAGE_APPEND, STORAGE_APPEND_STREAM, storage_append_request
 from tamto_router.acks import AckSet
 from tamto_router.batch_cache import BatchCache
-from tamto_router.model import Batch, LogBounds
+from tamto_router.model import Batch, DiskUsage, LogBounds
 
 #: Most Arrow bytes one read returns from the cache (storage's own default cap).
 CACHE_READ_MAX_BYTES = 8 * 1024 * 1024
@@ -162,8 +162,15 @@ class StorageClient:
         return AckSet(r.ack_floor, [(x.first, x.last) for x in r.acked_above_floor])
 
     async def commit_cursor(
-        self, stream: str, partition: int, subscription: str, epoch: int, acks: AckSet
+        self,
+        stream: str,
+        partition: int,
+        subscription: str,
+        epoch: int,
+        acks: AckSet,
+        replace: bool = False,
     ) -> None:
+        """Add `acks` to the stored cursor, or with `replace` (a seek) store exactly them."""
         await self._call(
             self._stub.CommitCursor,
             storage_pb2.CommitCursorRequest(
@@ -174,8 +181,40 @@ class StorageClient:
                 acked_above_floor=[
                     messages_pb2.OffsetRange(first=a, last=b) for a, b in acks.ranges
                 ],
+                replace=replace,
             ),
             f"commit cursor {stream}/{partition}",
+        )
+
+    async def list_cursors(self, stream: str, partition: int) -> list[str]:
+        """The names of the partition's stored cursors, sorted."""
+        r = await self._call(
+            self._stub.ListCursors,
+            storage_pb2.ListCursorsRequest(partition=self._ref(stream, partition)),
+            f"list cursors {stream}/{partition}",
+        )
+        return list(r.subscriptions)
+
+    async def delete_cursor(
+        self, stream: str, partition: int, subscription: str, epoch: int
+    ) -> bool:
+        r = await self._call(
+            self._stub.DeleteCursor,
+            storage_pb2.DeleteCursorRequest(
+                partition=self._ref(stream, partition), subscription=subscription, epoch=epoch
+            ),
+            f"delete cursor {stream}/{partition}",
+        )
+        return bool(r.deleted)
+
+    async def disk_usage(self, stream: str, partition: int) -> DiskUsage:
+        r = await self._call(
+            self._stub.PartitionStats,
+            storage_pb2.PartitionStatsRequest(partition=self._ref(stream, partition)),
+            f"stats of {stream}/{partition}",
+        )
+        return DiskUsage(
+            LogBounds(r.start_offset, r.next_offset), int(r.wal_bytes), int(r.segment_bytes)
         )
 
 

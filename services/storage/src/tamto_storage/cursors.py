@@ -77,18 +77,19 @@ class CursorStore:
             check_name("subscription", part)
         return self._dir / f"{subscription}.json"
 
-    async def commit(self, subscription: str, cursor: Cursor) -> None:
+    async def commit(self, subscription: str, cursor: Cursor, replace: bool = False) -> None:
         """Durably add `cursor`'s acks to the subscription's cursor.
 
         Acks only ever accumulate: the stored cursor becomes the union of what it
         held and what is committed. So commits that arrive out of order (a session
         of a reloaded subscription still acking while the new one commits) can
-        never move a cursor back and resurrect acknowledged messages.
+        never move a cursor back and resurrect acknowledged messages. Only a seek
+        (`replace`, subscription administration) stores `cursor` as it is.
         """
         path = self._path(subscription)
         check_cursor(cursor)
         async with self._lock:
-            raw = await asyncio.to_thread(_read, path)
+            raw = None if replace else await asyncio.to_thread(_read, path)
             if raw is not None:
                 cursor = merge_cursors(_decode(path, raw), cursor)
             data = dumps_checked(
@@ -105,6 +106,16 @@ class CursorStore:
         path = self._path(subscription)
         raw = await asyncio.to_thread(_read, path)
         return None if raw is None else _decode(path, raw)
+
+    async def delete(self, subscription: str) -> bool:
+        """Remove the subscription's cursor; False when it had none."""
+        path = self._path(subscription)
+        async with self._lock:
+            return await asyncio.to_thread(_remove, path)
+
+    async def names(self) -> list[str]:
+        """The subscriptions with a cursor, sorted (their files are not read)."""
+        return sorted(await asyncio.to_thread(_names, self._dir))
 
     async def all(self) -> dict[str, Cursor]:
         """Every committed cursor of the partition, by subscription (interest retention).
@@ -127,6 +138,25 @@ def _read(path: Path) -> bytes | None:
         return path.read_bytes()
     except FileNotFoundError:
         return None
+
+
+def _remove(path: Path) -> bool:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _names(directory: Path) -> list[str]:
+    try:
+        return [
+            p.stem
+            for p in directory.iterdir()
+            if p.suffix == ".json" and not p.name.startswith(".")
+        ]
+    except FileNotFoundError:
+        return []
 
 
 def _read_all(directory: Path) -> dict[str, tuple[Path, bytes]]:

@@ -95,8 +95,30 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         partition = await self._partition(request)
         cursor = Cursor(request.ack_floor, _ranges(request.acked_above_floor))
         with refusing_when_full():
-            await partition.commit_cursor(request.epoch, request.subscription, cursor)
+            await partition.commit_cursor(
+                request.epoch, request.subscription, cursor, request.replace
+            )
         return storage_pb2.CommitCursorResponse()
+
+    async def ListCursors(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        partition = await self._partition(request)
+        return storage_pb2.ListCursorsResponse(subscriptions=await partition.cursor_names())
+
+    async def DeleteCursor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        partition = await self._partition(request)
+        deleted = await partition.delete_cursor(request.epoch, request.subscription)
+        return storage_pb2.DeleteCursorResponse(deleted=deleted)
+
+    async def PartitionStats(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        partition = await self._partition(request)
+        offsets = partition.offsets()
+        wal_bytes, segment_bytes = await partition.disk_bytes()
+        return storage_pb2.PartitionStatsResponse(
+            start_offset=offsets.start_offset,
+            next_offset=offsets.next_offset,
+            wal_bytes=wal_bytes,
+            segment_bytes=segment_bytes,
+        )
 
     async def GetCursor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         partition = await self._partition(request)

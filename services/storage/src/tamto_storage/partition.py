@@ -466,10 +466,27 @@ class Partition:
             size -= oldest.entry.size_bytes
         return expired
 
-    async def commit_cursor(self, epoch: int, subscription: str, cursor: Cursor) -> None:
-        """Durably store a subscription's cursor, if `epoch` is the current owner's."""
+    async def commit_cursor(
+        self, epoch: int, subscription: str, cursor: Cursor, replace: bool = False
+    ) -> None:
+        """Durably store a subscription's cursor, if `epoch` is the current owner's
+        (merged with the stored one unless `replace`: see `CursorStore.commit`)."""
         self._check_epoch(epoch)
-        await self._cursors.commit(subscription, cursor)
+        await self._cursors.commit(subscription, cursor, replace)
+
+    async def delete_cursor(self, epoch: int, subscription: str) -> bool:
+        """Remove a subscription's cursor, if `epoch` is the current owner's."""
+        self._check_epoch(epoch)
+        return await self._cursors.delete(subscription)
+
+    async def cursor_names(self) -> list[str]:
+        """The subscriptions with a cursor on this partition, sorted."""
+        return await self._cursors.names()
+
+    async def disk_bytes(self) -> tuple[int, int]:
+        """Bytes on disk of the WAL files and of the sealed segments."""
+        wal = await asyncio.to_thread(_files_bytes, self._dir / WAL_DIR)
+        return wal, self._segments.size_bytes
 
     async def get_cursor(self, subscription: str) -> Cursor | None:
         """The subscription's cursor, or None when none was committed."""
@@ -560,6 +577,14 @@ def remove_sealed_wal_files(wal_dir: Path, sealed_end: int) -> None:
     files = list_wal_files(wal_dir)
     pairs = itertools.pairwise(files)
     remove_files([path for (_, path), (after, _) in pairs if after <= sealed_end])
+
+
+def _files_bytes(directory: Path) -> int:
+    """The summed size of the regular files in `directory` (0 when it is missing)."""
+    try:
+        return sum(e.stat().st_size for e in os.scandir(directory) if e.is_file())
+    except FileNotFoundError:
+        return 0
 
 
 def remove_files(paths: Sequence[Path]) -> None:

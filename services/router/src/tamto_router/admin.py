@@ -1,0 +1,263 @@
+"""Subscription administration and stream stats on the partitions this router owns.
+
+Operators ask how far behind a subscription is, move its cursor, skip what is
+stuck, delete it, and look at a partition's size and messages without
+subscribing (issue 24). Every call works on one partition, which the router
+claims if it does not own it yet (the gateway routes it to the owner).
+
+A subscription's state lives in two places: its durable cursor in storage, and,
+while it is loaded here (a consumer attached since the router took the
+partition), the live `Subscription` with its in-flight runs and consumers.
+Describe reads the live one when there is one, the stored cursor otherwise.
+
+A seek behaves as Pulsar's reset-cursor: the live subscription is closed, its
+consumers are disconnected (UNAVAILABLE: they reconnect and read on from the new
+position), and the cursor is replaced in storage under the registry's lock for
+that subscription, so no consumer loads it half-way. A skip only acknowledges
+(the next N unacked messages, or everything for "skip all" = seek latest): the
+live subscription applies it and nobody is disconnected.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange
+from tamto_router.acks import AckSet
+from tamto_router.consume import SubscriptionRegistry
+from tamto_router.model import (
+    Batch,
+    ConsumerState,
+    PartitionState,
+    Seek,
+    SubscriptionState,
+)
+from tamto_router.partition_log import PartitionLog
+from tamto_router.partitions import Partitions
+from tamto_router.subscription import Subscription
+
+#: The window a partition's publish rate is measured over.
+RATE_WINDOW_S = 60
+
+#: Most messages one peek returns.
+MAX_PEEK = 1000
+
+
+def skip_ranges(acks: AckSet, start: int, end: int, count: int) -> list[tuple[int, int]]:
+    """The inclusive ranges of the first `count` unacked offsets in [start, end)."""
+    ranges: list[tuple[int, int]] = []
+    for first, length in acks.unacked_runs(start, end):
+        if count <= 0:
+            break
+        take = min(length, count)
+        ranges.append((first, first + take - 1))
+        count -= take
+    return ranges
+
+
+def backlog(acks: AckSet, start: int, end: int) -> int:
+    """Offsets in [start, end) not acked."""
+    return sum(length for _, length in acks.unacked_runs(start, end))
+
+
+class SubscriptionAdmin:
+    """List, describe, seek, skip and delete subscriptions; partition stats and peek."""
+
+    def __init__(
+        self, partitions: Partitions, registry: SubscriptionRegistry, instance: str
+    ) -> None:
+        self._partitions = partitions
+        self._registry = registry
+        self._instance = instance
+
+    @staticmethod
+    def _live(log: PartitionLog, name: str) -> Subscription | None:
+        live = log.subscriptions.get(name)
+        return live if isinstance(live, Subscription) and not live.closed else None
+
+    async def names(self, stream: str, partition: int) -> list[str]:
+        """The subscriptions with a cursor on the partition, sorted."""
+        log = await self._partitions.get(stream, partition)
+        return await log.storage.list_cursors(stream, partition)
+
+    async def describe(self, stream: str, partition: int, name: str) -> SubscriptionState:
+        log = await self._partitions.get(stream, partition)
+        live = self._live(log, name)
+        if live is not None:
+            acks = live.acks
+        else:
+            stored = await log.storage.get_cursor(stream, partition, name)
+            if stored is None:
+                return SubscriptionState(partition, exists=False)
+            acks = stored
+        start, end = log.start_offset, log.durable_offset
+        waiting = backlog(acks, max(acks.floor, start), end)
+        state = SubscriptionState(
+            partition,
+            exists=True,
+            start_offset=start,
+            ack_floor=acks.floor,
+            position=acks.floor if live is None else live.position,
+            end_offset=end,
+            backlog_messages=waiting,
+            backlog_bytes=await self._backlog_bytes(log, waiting),
+            oldest_unacked_publish_time_us=await self._publish_time(
+                log, acks.next_unacked(max(acks.floor, start))
+            ),
+            redeliveries=self._registry.redelivered(stream, partition, name),
+        )
+        if live is None:
+            return state
+        consumers = tuple(
+            ConsumerState(
+                slot.name,
+                slot.credit.available,
+                sum(r.last - r.first + 1 for r in live.in_flight if r.consumer == slot.id),
+            )
+            for slot in live.consumers
+        )
+        return replace(
+            state,
+            unacked=sum(r.last - r.first + 1 for r in live.in_flight),
+            dead_lettered=live.dead_lettered,
+            type=live.type.value if live.type is not None and consumers else None,
+            consumers=consumers,
+        )
+
+    async def _backlog_bytes(self, log: PartitionLog, messages: int) -> int:
+        """An estimate: `messages` times the partition's average stored message size."""
+        if messages == 0:
+            return 0
+        usage = await log.storage.disk_usage(log.stream, log.partition)
+        stored = usage.bounds.next_offset - usage.bounds.start_offset
+        if stored <= 0:
+            return 0
+        return (usage.wal_bytes + usage.segment_bytes) * messages // stored
+
+    @staticmethod
+    async def _publish_time(log: PartitionLog, offset: int) -> int:
+        """The publish time of the message at `offset` (0 when it is not stored)."""
+        if offset >= log.durable_offset:
+            return 0
+        batches, _ = await log.storage.read(log.stream, log.partition, offset, 1)
+        for batch in batches:
+            if batch.base_offset <= offset < batch.end:
+                return batch.publish_time_us
+        return 0
+
+    async def seek(self, stream: str, partition: int, name: str, seek: Seek) -> SubscriptionState:
+        """Move the cursor (see the module docstring); NotFound when there is none."""
+        log = await self._partitions.get(stream, partition)
+        async with self._registry.lock(stream, partition, name):
+            live = self._live(log, name)
+            stored = live.acks if live is not None else None
+            if stored is None:
+                stored = await log.storage.get_cursor(stream, partition, name)
+            if stored is None:
+                raise NotFound(f"subscription {name!r} has no cursor on {stream}/{partition}")
+            if seek.kind == "skip":
+                await self._skip(log, live, stored, name, seek.value)
+            else:
+                target = await self._target(log, seek)
+                if live is not None:
+                    await live.close()
+                    if log.subscriptions.get(name) is live:
+                        del log.subscriptions[name]
+                await log.storage.commit_cursor(
+                    stream, partition, name, log.epoch, AckSet(target), replace=True
+                )
+        return await self.describe(stream, partition, name)
+
+    async def _skip(
+        self, log: PartitionLog, live: Subscription | None, acks: AckSet, name: str, count: int
+    ) -> None:
+        if count <= 0:
+            raise InvalidArgument(f"skip needs a positive number of messages, got {count}")
+        start = max(acks.floor, log.start_offset)
+        ranges = skip_ranges(acks, start, log.durable_offset, count)
+        if not ranges:
+            return
+        if live is not None:
+            await live.ack(ranges)
+            await live.flush_acks()
+            return
+        for first, last in ranges:
+            acks.ack_range(first, last)
+        await log.storage.commit_cursor(log.stream, log.partition, name, log.epoch, acks)
+
+    @staticmethod
+    async def _target(log: PartitionLog, seek: Seek) -> int:
+        """The offset the cursor moves to; OutOfRange outside the stored range."""
+        if seek.kind == "latest":
+            return log.durable_offset
+        start = await log.follow_start()
+        if seek.kind == "earliest":
+            return start
+        if seek.kind == "time":
+            return await log.storage.offset_for_time(log.stream, log.partition, seek.value)
+        end = log.durable_offset
+        if not start <= seek.value <= end:
+            raise OutOfRange(
+                f"offset {seek.value} is outside {log.stream}/{log.partition}'s valid range "
+                f"[{start}, {end}] (the oldest stored offset to the partition's end)"
+            )
+        return seek.value
+
+    async def delete(self, stream: str, partition: int, name: str) -> bool:
+        """Remove the subscription's cursor; FailedPrecondition while consumers are attached."""
+        log = await self._partitions.get(stream, partition)
+        async with self._registry.lock(stream, partition, name):
+            live = self._live(log, name)
+            if live is not None:
+                if live.consumers:
+                    raise FailedPrecondition(
+                        f"subscription {name!r} on {stream}/{partition} has "
+                        f"{len(live.consumers)} consumer(s) attached: close them first"
+                    )
+                await live.close()
+                if log.subscriptions.get(name) is live:
+                    del log.subscriptions[name]
+            return await log.storage.delete_cursor(stream, partition, name, log.epoch)
+
+    async def stats(self, stream: str, partition: int) -> PartitionState:
+        log = await self._partitions.get(stream, partition)
+        usage = await log.storage.disk_usage(stream, partition)
+        since_us = time.time_ns() // 1000 - RATE_WINDOW_S * 1_000_000
+        recent_from = await log.storage.offset_for_time(stream, partition, since_us)
+        end = max(log.durable_offset, usage.bounds.next_offset)
+        return PartitionState(
+            partition,
+            usage.bounds.start_offset,
+            end,
+            usage.wal_bytes,
+            usage.segment_bytes,
+            max(0, end - recent_from) / RATE_WINDOW_S,
+            self._instance,
+        )
+
+    async def read(self, stream: str, partition: int, offset: int, count: int) -> list[Batch]:
+        """Stored batches holding [offset, offset + count) (the first may start before
+        `offset`, the last end after); OutOfRange outside the stored range."""
+        if not 1 <= count <= MAX_PEEK:
+            raise InvalidArgument(f"count must be 1-{MAX_PEEK}, got {count}")
+        log = await self._partitions.get(stream, partition)
+        start = await log.follow_start()
+        end = log.durable_offset
+        if not start <= offset < end:
+            raise OutOfRange(
+                f"offset {offset} is outside {stream}/{partition}'s stored offsets "
+                f"[{start}, {end - 1}]"
+                if end > start
+                else f"{stream}/{partition} holds no messages (next offset {end})"
+            )
+        found: list[Batch] = []
+        at, last = offset, min(offset + count, end) - 1
+        while at <= last:  # one read returns a bounded number of bytes
+            batches, _ = await log.storage.read(stream, partition, at, last - at + 1)
+            got = [b for b in batches if b.end > at and b.base_offset <= last]
+            if not got:
+                break
+            found.extend(got)
+            at = got[-1].end
+        return found
