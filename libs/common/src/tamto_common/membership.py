@@ -22,12 +22,20 @@ import aetcd
 import grpc
 import structlog
 from aetcd.rpc import rpc_pb2, rpc_pb2_grpc
+from prometheus_client import Counter
 
 from tamto_common.errors import Unavailable
 from tamto_protocol.reconnect import RECONNECT_OPTIONS
 
 MEMBERS_PREFIX = "/tamto/members/"
 log = structlog.get_logger(__name__)
+
+LEASE_REGRANTS = Counter(
+    "tamto_lease_regrants",
+    "etcd leases this process granted anew because the previous one was lost (expired "
+    "during an etcd outage or a pause) or could not be refreshed: the keys bound to it "
+    "(its registration, a router's partition claims) were put or claimed again",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +156,11 @@ class KeptLease:
             await self.lease.revoke()
 
     async def _grant(self) -> None:
+        regrant = self.lease is not None
         sent = time.monotonic()
         self.lease = await self._client.lease(self._ttl)
+        if regrant:
+            LEASE_REGRANTS.inc()
         self._valid_until = sent + self._ttl
         if self._on_new_lease is not None:
             await self._on_new_lease(self.lease)
