@@ -58,6 +58,14 @@ from tamto_sdk.security import (
     Security,
     WhoAmI,
 )
+from tamto_sdk.subscriptions import (
+    ConsumerInfo,
+    PartitionStats,
+    StreamStats,
+    SubscriptionInfo,
+    SubscriptionPartitionInfo,
+    Subscriptions,
+)
 
 __all__ = [
     "AlreadyExists",
@@ -66,6 +74,7 @@ __all__ = [
     "ClientOptions",
     "Closed",
     "Consumer",
+    "ConsumerInfo",
     "DataLoss",
     "Durability",
     "EnsureResult",
@@ -84,6 +93,7 @@ __all__ = [
     "NewApiKey",
     "NotFound",
     "Overflow",
+    "PartitionStats",
     "Permission",
     "PermissionDenied",
     "Producer",
@@ -99,9 +109,13 @@ __all__ = [
     "StreamConfig",
     "StreamInfo",
     "StreamKind",
+    "StreamStats",
     "Streams",
     "Subscription",
+    "SubscriptionInfo",
+    "SubscriptionPartitionInfo",
     "SubscriptionType",
+    "Subscriptions",
     "TamtoError",
     "Timeout",
     "Unauthenticated",

@@ -1,11 +1,21 @@
-"""Stream administration: ensure, describe, list, delete."""
+"""Stream administration: ensure, describe, list, delete; stats and peek (`get`)."""
 
 from __future__ import annotations
+
+import builtins
 
 from tamto_protocol.v1 import gateway_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk.errors import InvalidArgument
-from tamto_sdk.messages import EnsureResult, EphemeralConfig, StreamConfig, StreamInfo, StreamKind
+from tamto_sdk.messages import (
+    EnsureResult,
+    EphemeralConfig,
+    MessageBatch,
+    StreamConfig,
+    StreamInfo,
+    StreamKind,
+)
+from tamto_sdk.subscriptions import StreamStats, get_messages, stream_stats
 
 __all__ = ["Streams"]
 
@@ -77,6 +87,19 @@ class Streams:
         )
         self._partitions.pop(name, None)
         return bool(response.deleted)
+
+    async def stats(self, name: str) -> StreamStats:
+        """Per partition: first and end offsets, messages, bytes on disk (WAL and
+        segments), publish rate over the last minute, and the owning router."""
+        return await stream_stats(self._calls, name)
+
+    async def get(
+        self, name: str, partition: int, offset: int, count: int = 1
+    ) -> builtins.list[MessageBatch]:
+        """Peek: the stored messages [offset, offset + count) of one partition (at most
+        1000), read without a subscription. `OutOfRange` names the stored range when
+        `offset` is outside it; fewer come back when the partition ends sooner."""
+        return await get_messages(self._calls, name, partition, offset, count)
 
     async def partition_count(self, name: str) -> int:
         """The partition count of `name`, described once and cached."""

@@ -28,6 +28,7 @@ from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.producer import Producer
 from tamto_sdk.security import Security
+from tamto_sdk.subscriptions import Subscriptions
 from tamto_sdk.url import parse_url, tls_mismatch
 
 __all__ = ["Client", "connect"]
@@ -96,6 +97,7 @@ class Client:
         self._calls = Calls(stub, self._auth, options, channel)
         self._streams = Streams(self._calls)
         self._security = Security(self._calls)
+        self._subscriptions = Subscriptions(self._calls)
         self._producers: list[Producer] = []
         self._consumers: list[Consumer] = []
         self._ephemeral: list[EphemeralProducer | Subscription | ReplyHandler] = []
@@ -110,6 +112,11 @@ class Client:
     def streams(self) -> Streams:
         """Stream administration: ensure, describe, list."""
         return self._streams
+
+    @property
+    def subscriptions(self) -> Subscriptions:
+        """Subscription administration: list, describe, seek, skip, delete."""
+        return self._subscriptions
 
     @property
     def security(self) -> Security:

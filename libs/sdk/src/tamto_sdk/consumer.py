@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import math
 from collections import deque
+from collections.abc import Mapping
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -33,6 +34,7 @@ from tamto_sdk.errors import (
 )
 from tamto_sdk.messages import Message, MessageBatch
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
+from tamto_sdk.subscriptions import Subscriptions
 
 __all__ = ["Consumer"]
 
@@ -368,6 +370,32 @@ class Consumer:
                 )
             )
         )
+
+    async def seek(self, to: StartPosition | Mapping[int, int]) -> None:
+        """Move this consumer's subscription to `to` (`Start.earliest()`,
+        `Start.latest()`, `Start.offset(n)`, `Start.time(moment)` or partition ->
+        offset) and read on from there: acks so far are flushed first, messages
+        received and not yet taken are dropped, and the consumer reconnects (as
+        every consumer of the subscription does: Pulsar's reset-cursor).
+
+        Exclusive, failover and multicast consumers may seek (a multicast one moves
+        only its own cursor). Shared and key-shared ones raise `FailedPrecondition`:
+        other consumers share the cursor, so seek it with `client.subscriptions.seek`.
+        """
+        if self._type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
+            raise FailedPrecondition(
+                f"a {self._type.value} consumer cannot seek: the subscription's other "
+                "consumers share its cursor (use client.subscriptions.seek)"
+            )
+        await self.flush_acks()
+        cursor = self._subscription
+        if self._type is SubscriptionType.MULTICAST:
+            cursor = f"{self._subscription}~{self._consumer_name}"
+        await Subscriptions(self._calls).seek(self._stream, cursor, to)
+        self._buffer.clear()
+        self._iter_batch = None
+        self._iter_messages = []
+        self._iter_pos = 0
 
     def _send_soon(self, request: Any) -> None:
         self._pending_verbs.append(request)

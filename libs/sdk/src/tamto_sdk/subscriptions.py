@@ -1,0 +1,368 @@
+"""Subscription administration, stream stats and peek: what a consumer is doing and
+how to steer it (issue 24). Reach it as `client.subscriptions`.
+
+`describe` answers "how far behind is it": per partition its cursor, the
+partition's end, the backlog in messages and (estimated) bytes, what is in
+flight and the age of the oldest message not acked. `seek` moves the cursor as
+Pulsar's reset-cursor does: consumers attached are disconnected, reconnect on
+their own, and read on from the new position (messages acked past it come
+again); `skip` acknowledges the next N messages (or all: the backlog is
+cleared) and disconnects nobody. The subscription stays durable throughout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tamto_protocol.batch import decode_valid_batch
+from tamto_protocol.v1 import gateway_pb2, messages_pb2
+from tamto_sdk._calls import Calls
+from tamto_sdk.errors import InvalidArgument
+from tamto_sdk.messages import MessageBatch, us_to_datetime
+from tamto_sdk.positions import StartPosition, SubscriptionType
+
+__all__ = [
+    "ConsumerInfo",
+    "PartitionStats",
+    "StreamStats",
+    "SubscriptionInfo",
+    "SubscriptionPartitionInfo",
+    "Subscriptions",
+]
+
+_TYPE_FROM_PROTO = {
+    messages_pb2.SUBSCRIPTION_TYPE_EXCLUSIVE: SubscriptionType.EXCLUSIVE,
+    messages_pb2.SUBSCRIPTION_TYPE_FAILOVER: SubscriptionType.FAILOVER,
+    messages_pb2.SUBSCRIPTION_TYPE_SHARED: SubscriptionType.SHARED,
+    messages_pb2.SUBSCRIPTION_TYPE_KEY_SHARED: SubscriptionType.KEY_SHARED,
+    messages_pb2.SUBSCRIPTION_TYPE_MULTICAST: SubscriptionType.MULTICAST,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerInfo:
+    """A consumer attached to a subscription on one partition.
+
+    Attributes:
+        name: its `consumer_name` ("" if it gave none).
+        address: the client's address ("" when the server does not know it).
+        credits: messages it will still take (negative: overdrawn by one batch).
+        unacked: messages delivered to it and not acked yet.
+    """
+
+    name: str
+    address: str
+    credits: int
+    unacked: int
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionPartitionInfo:
+    """One partition of a subscription.
+
+    Attributes:
+        partition: the partition.
+        start_offset: the oldest offset stored.
+        ack_floor: every offset below it is acked (the committed cursor).
+        position: the next offset never delivered (`ack_floor` when no consumer
+            has loaded the subscription since its router took the partition).
+        end_offset: the offset the next published message gets.
+        backlog_messages: messages not acked from `ack_floor` to `end_offset`.
+        backlog_bytes: an estimate: `backlog_messages` times the partition's
+            average stored message size.
+        unacked: delivered and not acked (in flight).
+        oldest_unacked_publish_time: when the oldest message not acked was
+            published (None: nothing waits).
+        oldest_unacked_age_s: how old that message was when this was described.
+        redeliveries: messages delivered again since the router started.
+        dead_lettered: messages moved to the dead-letter stream since the router
+            loaded the subscription.
+        type: the subscription type, None while no consumer is attached.
+        consumers: the consumers attached.
+    """
+
+    partition: int
+    start_offset: int
+    ack_floor: int
+    position: int
+    end_offset: int
+    backlog_messages: int
+    backlog_bytes: int
+    unacked: int
+    oldest_unacked_publish_time: datetime | None
+    oldest_unacked_age_s: float | None
+    redeliveries: int
+    dead_lettered: int
+    type: SubscriptionType | None
+    consumers: tuple[ConsumerInfo, ...]
+
+    @classmethod
+    def _from_proto(cls, p: Any, now_us: int) -> SubscriptionPartitionInfo:
+        oldest = int(p.oldest_unacked_publish_time_us)
+        return cls(
+            partition=int(p.partition),
+            start_offset=int(p.start_offset),
+            ack_floor=int(p.ack_floor),
+            position=int(p.position),
+            end_offset=int(p.end_offset),
+            backlog_messages=int(p.backlog_messages),
+            backlog_bytes=int(p.backlog_bytes),
+            unacked=int(p.unacked),
+            oldest_unacked_publish_time=us_to_datetime(oldest) if oldest else None,
+            oldest_unacked_age_s=max(0.0, (now_us - oldest) / 1e6) if oldest else None,
+            redeliveries=int(p.redeliveries),
+            dead_lettered=int(p.dead_lettered),
+            type=_TYPE_FROM_PROTO.get(p.type),
+            consumers=tuple(
+                ConsumerInfo(c.name, c.address, int(c.credits), int(c.unacked)) for c in p.consumers
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionInfo:
+    """A subscription on a stream: its partitions (those it has a cursor on) and totals."""
+
+    stream: str
+    subscription: str
+    partitions: tuple[SubscriptionPartitionInfo, ...]
+
+    @property
+    def backlog_messages(self) -> int:
+        return sum(p.backlog_messages for p in self.partitions)
+
+    @property
+    def backlog_bytes(self) -> int:
+        return sum(p.backlog_bytes for p in self.partitions)
+
+    @property
+    def unacked(self) -> int:
+        return sum(p.unacked for p in self.partitions)
+
+    @property
+    def type(self) -> SubscriptionType | None:
+        """The type of the first partition with consumers attached (None: none are)."""
+        return next((p.type for p in self.partitions if p.type is not None), None)
+
+    @property
+    def oldest_unacked_age_s(self) -> float | None:
+        ages = [p.oldest_unacked_age_s for p in self.partitions if p.oldest_unacked_age_s]
+        return max(ages) if ages else None
+
+    @classmethod
+    def _from_proto(cls, info: Any) -> SubscriptionInfo:
+        now_us = time.time_ns() // 1000
+        return cls(
+            stream=info.stream,
+            subscription=info.subscription,
+            partitions=tuple(
+                SubscriptionPartitionInfo._from_proto(p, now_us) for p in info.partitions
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStats:
+    """A stream partition's stored range, size on disk, publish rate and owner.
+
+    Attributes:
+        partition: the partition.
+        start_offset: the oldest offset stored.
+        end_offset: the offset the next message gets.
+        messages: messages stored (`end_offset - start_offset`).
+        wal_bytes, segment_bytes: bytes on disk of the write-ahead log and of
+            sealed segments.
+        publish_rate: messages per second published over the last minute.
+        owner: the router instance that owns the partition.
+    """
+
+    partition: int
+    start_offset: int
+    end_offset: int
+    messages: int
+    wal_bytes: int
+    segment_bytes: int
+    publish_rate: float
+    owner: str
+
+    @property
+    def bytes_on_disk(self) -> int:
+        return self.wal_bytes + self.segment_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStats:
+    """Every partition's `PartitionStats`, and totals."""
+
+    stream: str
+    partitions: tuple[PartitionStats, ...]
+
+    @property
+    def messages(self) -> int:
+        return sum(p.messages for p in self.partitions)
+
+    @property
+    def bytes_on_disk(self) -> int:
+        return sum(p.bytes_on_disk for p in self.partitions)
+
+    @property
+    def publish_rate(self) -> float:
+        return sum(p.publish_rate for p in self.partitions)
+
+
+def _target(to: StartPosition) -> messages_pb2.SeekTarget:
+    """The seek target of a start position (the two messages' fields share names)."""
+    start = to._to_proto()
+    which = start.WhichOneof("position")
+    return messages_pb2.SeekTarget(**{which: getattr(start, which)})
+
+
+class Subscriptions:
+    """Subscription administration; reach it as `client.subscriptions`.
+
+    `list`, `describe`, `seek` and `skip` need `consume` on the stream, `delete`
+    needs `admin`. An unknown stream or subscription raises `NotFound` naming
+    it; an offset outside a partition's stored range `OutOfRange` with the range.
+    """
+
+    def __init__(self, calls: Calls) -> None:
+        self._calls = calls
+
+    async def list(self, stream: str) -> list[str]:
+        """The stream's subscriptions, sorted (a multicast consumer's own cursor is
+        listed as ``"<subscription>~<consumer>"``)."""
+        response = await self._calls.unary(
+            self._calls.stub.ListSubscriptions,
+            gateway_pb2.ListSubscriptionsRequest(stream=stream),
+        )
+        return list(response.subscriptions)
+
+    async def describe(self, stream: str, subscription: str) -> SubscriptionInfo:
+        """Where the subscription is on each partition it has a cursor on, its backlog,
+        what is in flight and to whom (see `SubscriptionPartitionInfo`)."""
+        response = await self._calls.unary(
+            self._calls.stub.DescribeSubscription,
+            gateway_pb2.DescribeSubscriptionRequest(stream=stream, subscription=subscription),
+        )
+        return SubscriptionInfo._from_proto(response)
+
+    async def seek(
+        self,
+        stream: str,
+        subscription: str,
+        to: StartPosition | Mapping[int, int],
+        *,
+        partitions: Sequence[int] | None = None,
+    ) -> SubscriptionInfo:
+        """Move the cursor to `to`: `Start.earliest()`, `Start.latest()` (skip all),
+        `Start.offset(n)` (on every partition), `Start.time(moment)` (the first
+        message published at or after it), or a mapping partition -> offset.
+        `partitions` limits a position to those partitions (default: every one the
+        subscription has a cursor on).
+
+        Consumers attached are disconnected; they reconnect on their own and read
+        on from the new position (Pulsar's reset-cursor). Messages acked past it
+        are delivered again.
+        """
+        if isinstance(to, StartPosition):
+            request = gateway_pb2.SeekSubscriptionRequest(
+                stream=stream,
+                subscription=subscription,
+                target=_target(to),
+                partitions=list(partitions or ()),
+            )
+        else:
+            if partitions is not None:
+                raise InvalidArgument("offsets per partition name their partitions already")
+            if not to:
+                raise InvalidArgument("seek needs at least one partition -> offset")
+            request = gateway_pb2.SeekSubscriptionRequest(
+                stream=stream, subscription=subscription, offsets=dict(to)
+            )
+        response = await self._calls.unary(self._calls.stub.SeekSubscription, request, retry=False)
+        return SubscriptionInfo._from_proto(response)
+
+    async def skip(
+        self,
+        stream: str,
+        subscription: str,
+        count: int | None = None,
+        *,
+        partitions: Sequence[int] | None = None,
+    ) -> SubscriptionInfo:
+        """Acknowledge the next `count` unacked messages on each partition (None:
+        all of them, clearing the backlog). Nobody is disconnected."""
+        if count is None:
+            target = messages_pb2.SeekTarget(latest=True)
+        elif count <= 0:
+            raise InvalidArgument(f"skip needs a positive count, got {count}")
+        else:
+            target = messages_pb2.SeekTarget(skip=count)
+        request = gateway_pb2.SeekSubscriptionRequest(
+            stream=stream,
+            subscription=subscription,
+            target=target,
+            partitions=list(partitions or ()),
+        )
+        response = await self._calls.unary(self._calls.stub.SeekSubscription, request, retry=False)
+        return SubscriptionInfo._from_proto(response)
+
+    async def delete(self, stream: str, subscription: str) -> bool:
+        """Remove the subscription's cursors; `FailedPrecondition` while consumers
+        are attached."""
+        response = await self._calls.unary(
+            self._calls.stub.DeleteSubscription,
+            gateway_pb2.DeleteSubscriptionRequest(stream=stream, subscription=subscription),
+        )
+        return bool(response.deleted)
+
+
+async def stream_stats(calls: Calls, stream: str) -> StreamStats:
+    """Per partition: stored range, bytes on disk, publish rate, owner."""
+    response = await calls.unary(
+        calls.stub.DescribeStreamStats, gateway_pb2.DescribeStreamRequest(name=stream)
+    )
+    return StreamStats(
+        stream=response.stream,
+        partitions=tuple(
+            PartitionStats(
+                partition=int(p.partition),
+                start_offset=int(p.start_offset),
+                end_offset=int(p.end_offset),
+                messages=int(p.messages),
+                wal_bytes=int(p.wal_bytes),
+                segment_bytes=int(p.segment_bytes),
+                publish_rate=float(p.publish_rate),
+                owner=p.owner,
+            )
+            for p in response.partitions
+        ),
+    )
+
+
+async def get_messages(
+    calls: Calls, stream: str, partition: int, offset: int, count: int
+) -> list[MessageBatch]:
+    """The stored messages [offset, offset + count) of one partition, read without a
+    subscription (nothing is acked or delivered)."""
+    response = await calls.unary(
+        calls.stub.GetMessages,
+        gateway_pb2.GetMessagesRequest(
+            stream=stream, partition=partition, offset=offset, count=count
+        ),
+    )
+    return [
+        MessageBatch(
+            stream=stream,
+            partition=partition,
+            first_offset=int(b.base_offset),
+            publish_time=us_to_datetime(int(b.publish_time_us)),
+            record_batch=decode_valid_batch(b.arrow_ipc),
+            delivery_count=0,
+        )
+        for b in response.batches
+    ]
