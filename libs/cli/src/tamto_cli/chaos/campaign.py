@@ -334,14 +334,32 @@ async def _all_registered(cluster: LocalCluster) -> bool:
         await etcd.close()
 
 
+async def _etcd_answers(host: str, port: int) -> bool:
+    """Whether etcd answers a (linearizable) read within a second."""
+    try:
+        etcd = await connect_etcd([(host, port)], timeout_s=0.5)
+    except Exception:
+        return False
+    try:
+        await asyncio.wait_for(etcd.get(b"/tamto/"), 1.0)
+        return True
+    except Exception:
+        return False
+    finally:
+        with contextlib.suppress(Exception):
+            await etcd.close()
+
+
 async def _serving_again(cluster: LocalCluster, name: str, old: object) -> bool:
-    """Whether a new process of `name` (not `old`) answers: its health check, or its port."""
+    """Whether a new process of `name` (not `old`) answers: its health check, etcd a
+    read (its port opens a second or more before it has a leader and answers), NATS
+    its port."""
     process = cluster.processes[name]
     if process is old or not process.running():
         return False
     config = cluster.config
     if name == "etcd":
-        return await tcp_open(config.host, config.etcd_port)
+        return await _etcd_answers(config.host, config.etcd_port)
     if name == "nats":
         return await tcp_open(config.host, config.nats_port)
     try:
