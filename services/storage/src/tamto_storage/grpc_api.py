@@ -9,7 +9,7 @@ registers it with a pass-through serializer). Errors are raised as
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import grpc
 
@@ -26,6 +26,15 @@ if TYPE_CHECKING:
     from typing_extensions import Buffer
 
 
+class _PartitionRequest(Protocol):
+    """Every Storage request names its partition in a `partition` field."""
+
+    @property
+    def partition(self) -> storage_pb2.PartitionRef: ...
+
+    def HasField(self, field_name: Literal["partition"]) -> bool: ...
+
+
 class StorageServicer(storage_pb2_grpc.StorageServicer):
     """Serves partitions of one `PartitionStore`."""
 
@@ -33,13 +42,15 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         self._store = store
         self._read_max_bytes = read_max_bytes
 
-    async def _partition(self, request: Any) -> Partition:
+    async def _partition(self, request: _PartitionRequest) -> Partition:
         if not request.HasField("partition"):
             raise InvalidArgument("partition is required")
         ref = request.partition
         return await self._store.get(ref.stream, ref.partition)
 
-    async def OpenPartition(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def OpenPartition(
+        self, request: storage_pb2.OpenPartitionRequest, context: grpc.aio.ServicerContext
+    ) -> storage_pb2.OpenPartitionResponse:
         partition = await self._partition(request)
         with refusing_when_full():
             offsets = await partition.open(request.epoch)
@@ -47,18 +58,24 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
             next_offset=offsets.next_offset, start_offset=offsets.start_offset
         )
 
-    async def FenceLedger(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def FenceLedger(
+        self, request: storage_pb2.FenceLedgerRequest, context: grpc.aio.ServicerContext
+    ) -> storage_pb2.FenceLedgerResponse:
         partition = await self._partition(request)
         with refusing_when_full():
             last_offset = await partition.fence(request.epoch)
         return storage_pb2.FenceLedgerResponse(last_offset=last_offset)
 
-    async def Append(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def Append(
+        self, request: storage_pb2.StorageAppendRequest, context: grpc.aio.ServicerContext
+    ) -> storage_pb2.StorageAppendResponse:
         return await self._append(request)
 
     async def AppendStream(
-        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Any]:
+        self,
+        request_iterator: AsyncIterator[storage_pb2.StorageAppendRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[storage_pb2.StorageAppendStreamResponse]:
         """Append calls pipelined on one stream (`tamto_common.pipelined`)."""
         async for answer in answer_calls(
             request_iterator,
@@ -68,7 +85,9 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         ):
             yield answer
 
-    async def _append(self, request: Any) -> Any:
+    async def _append(
+        self, request: storage_pb2.StorageAppendRequest
+    ) -> storage_pb2.StorageAppendResponse:
         partition = await self._partition(request)
         batches = [
             StoredBatch(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc)
@@ -78,7 +97,9 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
             next_offset = await partition.append(request.epoch, batches)
         return storage_pb2.StorageAppendResponse(next_offset=next_offset)
 
-    async def Read(self, request: Any, context: grpc.aio.ServicerContext) -> bytes:
+    async def Read(
+        self, request: storage_pb2.ReadRequest, context: grpc.aio.ServicerContext
+    ) -> bytes:
         """The `ReadResponse`, already encoded: register with `serve`."""
         partition = await self._partition(request)
         result = await partition.read(
@@ -86,12 +107,16 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         )
         return read_response(result.batches, result.next_offset)
 
-    async def OffsetForTime(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def OffsetForTime(
+        self, request: storage_pb2.OffsetForTimeRequest, context: grpc.aio.ServicerContext
+    ) -> storage_pb2.OffsetForTimeResponse:
         partition = await self._partition(request)
         offset = await partition.offset_for_time(request.time_us)
         return storage_pb2.OffsetForTimeResponse(offset=offset)
 
-    async def CommitCursor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def CommitCursor(
+        self, request: storage_pb2.CommitCursorRequest, context: grpc.aio.ServicerContext
+    ) -> storage_pb2.CommitCursorResponse:
         partition = await self._partition(request)
         cursor = Cursor(request.ack_floor, _ranges(request.acked_above_floor))
         with refusing_when_full():
@@ -100,16 +125,22 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
             )
         return storage_pb2.CommitCursorResponse()
 
-    async def ListCursors(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ListCursors(
+        self, request: storage_pb2.ListCursorsRequest, context: grpc.aio.ServicerContext
+    ) -> storage_pb2.ListCursorsResponse:
         partition = await self._partition(request)
         return storage_pb2.ListCursorsResponse(subscriptions=await partition.cursor_names())
 
-    async def DeleteCursor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def DeleteCursor(
+        self, request: storage_pb2.DeleteCursorRequest, context: grpc.aio.ServicerContext
+    ) -> storage_pb2.DeleteCursorResponse:
         partition = await self._partition(request)
         deleted = await partition.delete_cursor(request.epoch, request.subscription)
         return storage_pb2.DeleteCursorResponse(deleted=deleted)
 
-    async def PartitionStats(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def PartitionStats(
+        self, request: storage_pb2.PartitionStatsRequest, context: grpc.aio.ServicerContext
+    ) -> storage_pb2.PartitionStatsResponse:
         partition = await self._partition(request)
         offsets = partition.offsets()
         wal_bytes, segment_bytes = await partition.disk_bytes()
@@ -120,7 +151,9 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
             segment_bytes=segment_bytes,
         )
 
-    async def GetCursor(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def GetCursor(
+        self, request: storage_pb2.GetCursorRequest, context: grpc.aio.ServicerContext
+    ) -> storage_pb2.GetCursorResponse:
         partition = await self._partition(request)
         cursor = await partition.get_cursor(request.subscription)
         if cursor is None:
@@ -162,5 +195,5 @@ def read_response(batches: Sequence[StoredBatch], next_offset: int) -> bytes:
     return b"".join(pieces)
 
 
-def _ranges(ranges: Iterable[Any]) -> tuple[OffsetRange, ...]:
+def _ranges(ranges: Iterable[messages_pb2.OffsetRange]) -> tuple[OffsetRange, ...]:
     return tuple(OffsetRange(r.first, r.last) for r in ranges)
