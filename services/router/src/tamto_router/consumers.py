@@ -33,7 +33,7 @@ from tamto_common.errors import ResourceExhausted
 from tamto_common.ring import HashRing
 
 if TYPE_CHECKING:
-    from tamto_router.subscription import ConsumerSlot
+    from tamto_router.slots import ConsumerSlot
 
 ATTACHED = Gauge(
     "tamto_router_attached_consumers",

@@ -7,6 +7,7 @@ at its edge, as storage's own `model.py` does for its service.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +31,29 @@ class LogBounds:
 
     start_offset: int
     next_offset: int
+
+
+class SubscriptionType(Enum):
+    """How a subscription shares its messages among its consumers (`strategies`)."""
+
+    EXCLUSIVE = "exclusive"
+    FAILOVER = "failover"
+    SHARED = "shared"
+    KEY_SHARED = "key_shared"
+    # Each consumer (by name) has a subscription of its own, with its own cursor:
+    # inside the router that subscription behaves as an exclusive one.
+    MULTICAST = "multicast"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """Messages handed to one consumer: a whole or sliced batch, and its delivery count."""
+
+    partition: int
+    batch: Batch
+    delivery_count: int
+    #: Key-shared deliveries are sparse: each message's offset. None: contiguous.
+    offsets: tuple[int, ...] | None = None
 
 
 # -- subscription administration and stream stats (`tamto_router.admin`) --------

@@ -8,7 +8,8 @@ next offset never delivered.
 
 One dispatcher task (owned here) hands out messages, always the most urgent
 first: due redeliveries, then fresh data from the log. Which consumer gets them
-depends on the type:
+depends on the type, one strategy each (`tamto_router.strategies`), picked when
+a consumer attaches to a subscription that has none:
 
 - exclusive: one consumer; attaching a second is refused.
 - failover: consumers ordered by (name, arrival); only the first receives, and
@@ -28,11 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import Enum
 
 import structlog
 
@@ -43,14 +40,26 @@ from tamto_common.errors import (
     TamtoError,
     Unavailable,
 )
-from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.acks import AckSet
 from tamto_router.consumers import Consumers
 from tamto_router.cursor_commits import CursorCommits
 from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
-from tamto_router.key_holds import KeyHolds
-from tamto_router.model import Batch
+from tamto_router.model import Batch, Delivery, SubscriptionType
 from tamto_router.partition_log import PartitionLog
+from tamto_router.runs import Run, as_runs, deliverable, minus, unacked_runs
+from tamto_router.slots import ConsumerSlot, Credit
+from tamto_router.strategies import Strategy, for_type
+
+# Where the router's other modules (and tests) have always found them.
+__all__ = [
+    "MAX_TERM_REASON",
+    "ConsumerSlot",
+    "Credit",
+    "Delivery",
+    "Run",
+    "Subscription",
+    "SubscriptionType",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -58,125 +67,9 @@ log = structlog.get_logger(__name__)
 MAX_TERM_REASON = 1024
 
 
-class SubscriptionType(Enum):
-    EXCLUSIVE = "exclusive"
-    FAILOVER = "failover"
-    SHARED = "shared"
-    KEY_SHARED = "key_shared"
-    # Each consumer (by name) has a subscription of its own, with its own cursor:
-    # inside the router that subscription behaves as an exclusive one.
-    MULTICAST = "multicast"
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    partition: int
-    batch: Batch
-    delivery_count: int
-    #: Key-shared deliveries are sparse: each message's offset. None: contiguous.
-    offsets: tuple[int, ...] | None = None
-
-
-class Credit:
-    """Messages a consumer will still take; a batch may overdraw it once.
-
-    `watchers` (one per subscription the consumer is attached to) hear of every
-    grant, so a subscription queues the consumer for delivery without scanning.
-    """
-
-    def __init__(self) -> None:
-        self.available = 0
-        self.watchers: dict[int, Callable[[], None]] = {}
-
-    def grant(self, messages: int) -> None:
-        self.available += messages
-        for watcher in list(self.watchers.values()):
-            watcher()
-
-    def take(self, messages: int) -> None:
-        self.available -= messages
-
-
-_slot_ids = itertools.count(1)
-
-
-@dataclass(eq=False)
-class ConsumerSlot:
-    """A consumer session as subscriptions see it: its credit and its outbox."""
-
-    name: str
-    credit: Credit = field(default_factory=Credit)
-    outbox: asyncio.Queue[Delivery | BaseException] = field(default_factory=asyncio.Queue)
-    id: int = field(default_factory=lambda: next(_slot_ids))
-
-
-@dataclass(slots=True)
-class Run:
-    """Offsets [first, last] delivered `count` times; `due` is a deadline or not-before time."""
-
-    first: int
-    last: int
-    count: int
-    due: float
-    consumer: int = 0
-
-
-def unacked_runs(batch: Batch, lo: int, hi: int, acks: AckSet) -> list[tuple[int, int]]:
-    """(first offset, length) runs of `batch` within [lo, hi] that are not acked."""
-    return acks.unacked_runs(max(lo, batch.base_offset), min(batch.end, hi + 1))
-
-
-def deliverable(batch: Batch, first: int, length: int) -> Batch:
-    """The part of `batch` from `first`: as-is when whole, re-encoded when sliced."""
-    from tamto_protocol.batch import slice_batch
-
-    if first == batch.base_offset and length == batch.count:
-        return batch
-    data = slice_batch(batch.arrow_ipc, first - batch.base_offset, length)
-    return Batch(first, length, batch.publish_time_us, data)
-
-
-def _as_runs(offsets: list[int]) -> list[tuple[int, int]]:
-    """Ascending offsets as inclusive (first, last) runs."""
-    runs: list[tuple[int, int]] = []
-    for offset in offsets:
-        if runs and offset == runs[-1][1] + 1:
-            runs[-1] = (runs[-1][0], offset)
-        else:
-            runs.append((offset, offset))
-    return runs
-
-
-def _without(ranges: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts of inclusive `ranges` outside the sorted inclusive `holes`."""
-    left: list[tuple[int, int]] = []
-    for first, last in ranges:
-        for lo, hi in holes:
-            if hi < first:
-                continue
-            if lo > last:
-                break
-            if lo > first:
-                left.append((first, lo - 1))
-            first = hi + 1
-            if first > last:
-                break
-        if first <= last:
-            left.append((first, last))
-    return left
-
-
-def _minus(run: Run, first: int, last: int) -> list[Run]:
-    """What is left of `run` outside [first, last]."""
-    left = []
-    if run.first < first:
-        left.append(Run(run.first, min(run.last, first - 1), run.count, run.due, run.consumer))
-    if run.last > last:
-        left.append(Run(max(run.first, last + 1), run.last, run.count, run.due, run.consumer))
-    return left
-
-
 class Subscription:
+    """One subscription on one partition; the type's decisions are its `strategy`'s."""
+
     def __init__(
         self,
         partition_log: PartitionLog,
@@ -200,10 +93,12 @@ class Subscription:
         self._cursor_closing: asyncio.Task[None] | None = None
         self.policy = policy
         self.ack_timeout_s = policy.ack_timeout_s
-        self._read_max = read_max
+        #: The most messages one read asks storage for.
+        self.read_max = read_max
         self._publish_dead = publish_dead
         self.dead_lettered = 0
-        self.type: SubscriptionType | None = None
+        #: The type's decisions; None until a consumer first attaches.
+        self.strategy: Strategy | None = None
         self.consumers = Consumers(max_consumers, partition_log.stream)
         self._served: set[int] = set()  # slot ids ever handed a run (detach looks for theirs)
         self.in_flight: list[Run] = []
@@ -211,7 +106,6 @@ class Subscription:
         self.position = acks.next_unacked(acks.floor)
         self._changed = asyncio.Event()
         self.closed = False
-        self._keys = KeyHolds()  # key-shared: who holds each key, which keys wait
         partition_log.listeners.add(self.poke)
         self._task = asyncio.create_task(
             self._dispatch(),
@@ -221,6 +115,11 @@ class Subscription:
     @property
     def partition(self) -> int:
         return self.log.partition
+
+    @property
+    def type(self) -> SubscriptionType | None:
+        """The type of the consumers attached (or last attached); None before any."""
+        return self.strategy.type if self.strategy is not None else None
 
     def poke(self) -> None:
         """Something changed (credit, consumers, acks, data): let the dispatcher look again."""
@@ -237,24 +136,20 @@ class Subscription:
                 f"subscription {self.name!r} on {self.log.stream}/{self.partition} is "
                 f"{self.type.value}, not {kind.value}"
             )
-        if self.consumers and kind is SubscriptionType.EXCLUSIVE:
-            raise FailedPrecondition(
-                f"subscription {self.name!r} on {self.log.stream}/{self.partition} already has "
-                "a consumer (exclusive)"
-            )
-        if self.consumers and kind is SubscriptionType.MULTICAST:
-            raise FailedPrecondition(
-                f"multicast consumer {self.name!r} on {self.log.stream}/{self.partition} is "
-                "already connected (consumer names must be unique)"
-            )
+        strategy = self.strategy
+        if strategy is None or strategy.type is not kind:
+            # No consumer is attached: the type is the newcomer's.
+            strategy = for_type(kind)
+        elif self.consumers:
+            strategy.admit(self)
         # Key-shared: consistent hashing of keys onto consumers, so a consumer
         # joining or leaving moves only the keys on its arcs. O(log n): `Consumers`.
         self.consumers.add(
             slot,
-            keyed=kind is SubscriptionType.KEY_SHARED,
+            keyed=strategy.keyed,
             what=f"subscription {self.name!r} on {self.log.stream}/{self.partition}",
         )
-        self.type = kind
+        self.strategy = strategy
         self.poke()
 
     def detach(self, slot: ConsumerSlot, graceful: bool = False) -> None:
@@ -277,7 +172,7 @@ class Subscription:
             (mine if run.consumer == slot.id else kept).append(run)
         self.in_flight = kept
         for run in mine:
-            self._keys.give_back(run.first, run.last)
+            self._given_back(run.first, run.last)
             count = run.count - 1 if graceful else run.count
             self.pending.append(Run(run.first, run.last, count, now))
         self.poke()
@@ -295,20 +190,20 @@ class Subscription:
     async def ack(self, ranges: list[tuple[int, int]], slot: ConsumerSlot | None = None) -> None:
         """Apply acks at once; the cursor is committed behind them (`flush_acks`).
 
-        On a shared or key-shared subscription an ack from `slot` covers only what
-        no other consumer holds: offsets in flight to another consumer stay theirs
-        (a range ack, e.g. a cumulative one, cannot settle messages another consumer
-        has not processed; that consumer acks them, or they come back when it
-        leaves). Exclusive, failover and multicast subscriptions have one active
-        consumer, so its acks, cumulative ones included, apply as sent.
+        The strategy says which part of an ack from `slot` applies
+        (`Strategy.ackable`): on a shared or key-shared subscription only what no
+        other consumer holds (a range ack, e.g. a cumulative one, cannot settle
+        messages another consumer has not processed; that consumer acks them, or
+        they come back when it leaves). Exclusive, failover and multicast
+        subscriptions have one active consumer, so its acks, cumulative ones
+        included, apply as sent.
         """
         self._check_ranges(ranges, "ack")
-        if slot is not None and self.type in (SubscriptionType.SHARED, SubscriptionType.KEY_SHARED):
-            held = sorted((r.first, r.last) for r in self.in_flight if r.consumer != slot.id)
-            ranges = _without(ranges, held)
+        if slot is not None and self.strategy is not None:
+            ranges = self.strategy.ackable(ranges, slot.id, self.in_flight)
         for first, last in ranges:
             self.acks.ack_range(first, last)
-            self._keys.settle(first, last)
+            self._settled(first, last)
         self.in_flight = [r for r in self.in_flight if self.acks.next_unacked(r.first) <= r.last]
         self.pending = [r for r in self.pending if self.acks.next_unacked(r.first) <= r.last]
         self._cursor.changed()
@@ -331,7 +226,7 @@ class Subscription:
         self._check_ranges(ranges, "nack")
         due = time.monotonic() + delay_s
         for run in self._take_in_flight(ranges, slot):
-            self._keys.give_back(run.first, run.last)
+            self._given_back(run.first, run.last)
             self.pending.append(Run(run.first, run.last, run.count, due))
         self.poke()
 
@@ -349,7 +244,7 @@ class Subscription:
                     continue
                 lo, hi = max(run.first, first), min(run.last, last)
                 taken.append(Run(lo, hi, run.count, run.due, run.consumer))
-                kept.extend(_minus(run, first, last))
+                kept.extend(minus(run, first, last))
             self.in_flight = kept
         return taken
 
@@ -387,23 +282,25 @@ class Subscription:
             except BaseException:  # failed or cancelled (its session ended): keep them
                 self.in_flight.extend(taken[i:])
                 raise
-            self._keys.settle(run.first, run.last)
+            self._settled(run.first, run.last)
         self.poke()
 
     # -- dispatch ----------------------------------------------------------
 
-    def _next_consumer(self) -> ConsumerSlot | None:
-        if self.type is SubscriptionType.SHARED:
-            return self.consumers.next_with_credit()  # round-robin, O(1) amortized
-        active = self.consumers.first()
-        return active if active is not None and active.credit.available > 0 else None
+    def _given_back(self, first: int, last: int) -> None:
+        if self.strategy is not None:
+            self.strategy.given_back(first, last)
+
+    def _settled(self, first: int, last: int) -> None:
+        if self.strategy is not None:
+            self.strategy.settled(first, last)
 
     def _expire(self, now: float) -> None:
         expired = [r for r in self.in_flight if r.due <= now]
         if expired:
             self.in_flight = [r for r in self.in_flight if r.due > now]
             for run in expired:
-                self._keys.give_back(run.first, run.last)
+                self._given_back(run.first, run.last)
                 self.pending.append(Run(run.first, run.last, run.count, now))
 
     def _next_wakeup(self, now: float) -> float | None:
@@ -420,21 +317,8 @@ class Subscription:
                 self._expire(now)
                 if await self._dead_letter_what_is_over_limits(now):
                     continue
-                if self.type is SubscriptionType.KEY_SHARED:
-                    if await self._dispatch_by_key(now):
-                        continue
-                    slot = None
-                else:
-                    slot = self._next_consumer()
-                if slot is not None:
-                    due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
-                    if due:
-                        self.pending.remove(due[0])
-                        await self._send_range(slot, due[0].first, due[0].last, due[0].count)
-                        continue
-                    if self.position < self.log.durable_offset:
-                        await self._send_fresh(slot)
-                        continue
+                if self.strategy is not None and await self.strategy.dispatch(self, now):
+                    continue
                 # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a
                 # cancellation (close) that coincides with a poke, and close hangs.
                 with contextlib.suppress(TimeoutError):
@@ -447,7 +331,20 @@ class Subscription:
             log.warning("subscription stopped", subscription=self.name, error=str(exc))
             self._fail(error)
 
-    async def _read(self, first: int, want: int) -> list[Batch] | None:
+    async def serve(self, slot: ConsumerSlot, now: float) -> bool:
+        """Send `slot` the most urgent run: the first due redelivery, else fresh data
+        from the log. False when there is neither (the strategy picked `slot`)."""
+        due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
+        if due:
+            self.pending.remove(due[0])
+            await self._send_range(slot, due[0].first, due[0].last, due[0].count)
+            return True
+        if self.position < self.log.durable_offset:
+            await self._send_fresh(slot)
+            return True
+        return False
+
+    async def read(self, first: int, want: int) -> list[Batch] | None:
         """Stored batches from `first` on; None when `first` is below the partition's
         start, which storage moves by retention: the subscription then skips to the
         start storage holds now (docs/segments.md, "The readable range")."""
@@ -470,14 +367,13 @@ class Subscription:
         return batches
 
     def _budget(self, slot: ConsumerSlot) -> int | None:
-        """How many messages `slot` may get now: exact credit for shared subscriptions
-        (load balancing needs it), otherwise unbounded (a whole batch may overdraw)."""
-        return slot.credit.available if self.type is SubscriptionType.SHARED else None
+        """How many messages `slot` may get now (`Strategy.budget`)."""
+        return self.strategy.budget(slot) if self.strategy is not None else None
 
     async def _send_fresh(self, slot: ConsumerSlot) -> None:
-        want = max(1, min(self._read_max, slot.credit.available))
+        want = max(1, min(self.read_max, slot.credit.available))
         start = self.position
-        batches = await self._read(start, want)
+        batches = await self.read(start, want)
         if batches is None:
             return  # below the partition's start: skipped to it
         if not any(batch.end > start for batch in batches):
@@ -498,7 +394,7 @@ class Subscription:
 
     async def _send_range(self, slot: ConsumerSlot, first: int, last: int, count: int) -> None:
         want = last - first + 1
-        batches = await self._read(first, want)
+        batches = await self.read(first, want)
         if batches is None:  # below the partition's start: what is left waits its turn
             if last >= self.log.start_offset:
                 self.pending.append(Run(self.log.start_offset, last, count, time.monotonic()))
@@ -545,124 +441,35 @@ class Subscription:
                 length = min(length, budget)
                 budget -= length
             last = first + length - 1
-            count = previous_count + 1
-            piece = deliverable(batch, first, length)
-            slot.outbox.put_nowait(Delivery(self.partition, piece, count))
-            slot.credit.take(length)
-            self._served.add(slot.id)
-            self.in_flight.append(Run(first, last, count, now + self.ack_timeout_s, slot.id))
+            self.hand(slot, deliverable(batch, first, length), previous_count + 1, now)
             if budget is not None and last < min(batch.end - 1, hi):
                 nxt = self.acks.next_unacked(last + 1)
                 if nxt <= min(batch.end - 1, hi):
                     return nxt
         return None
 
-    # -- key-shared ----------------------------------------------------------
-
-    async def _dispatch_by_key(self, now: float) -> bool:
-        """One round of key-shared delivery; True when anything moved.
-
-        Each message goes to the consumer its key hashes to. A message waits
-        (as a pending run) when that consumer has no credit, when an earlier
-        message of its key is still in flight at another consumer (a key that
-        moved is not handed over until its old consumer acked it), or when an
-        earlier message of its key is waiting: order per key holds.
-        """
-        if not self.consumers.any_credit():
-            return False
-        self._keys.keep_waiting_only((r.first, r.last) for r in self.pending)
-        # Older (pending) messages first, then fresh ones: per key, offsets ascend.
-        due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
-        for run in due:
-            self.pending.remove(run)
-        sources = [(r.first, r.last, r.count, False) for r in due]
-        if self.position < self.log.durable_offset:
-            credit = self.consumers.credit_up_to(self._read_max)
-            want = max(1, min(self._read_max, credit))
-            sources.append((self.position, self.position + want - 1, 0, True))
-        if not sources:
-            return False
-        blocked: set[bytes | None] = set()
-        progress = False
-        for first, last, count, fresh in sources:
-            read = await self._read(first, last - first + 1)
-            if read is None:  # below the partition's start: skipped to it
-                if not fresh and last >= self.log.start_offset:
-                    self.pending.append(Run(self.log.start_offset, last, count, now))
-                progress = True
-                continue
-            batches = read
-            if fresh and batches and batches[0].base_offset > first:
-                # Nothing is stored before it (retention dropped acked messages): skip the gap.
-                gap = batches[0].base_offset - first
-                first, last = first + gap, last + gap
-            end = first
-            for batch in batches:
-                if batch.base_offset > last:
-                    break
-                progress |= self._hand_out_by_key(batch, first, last, count, blocked, now)
-                end = max(end, min(batch.end, last + 1))
-            if fresh and end > self.position:
-                self.position = end
-                progress = True
-            elif not fresh and first < end <= last:
-                # A read returns a bounded number of bytes: the rest of the run waits.
-                self.pending.append(Run(end, last, count, now))
-        return progress
-
-    def _hand_out_by_key(
+    def hand(
         self,
-        batch: Batch,
-        lo: int,
-        hi: int,
-        previous_count: int,
-        blocked: set[bytes | None],
+        slot: ConsumerSlot,
+        piece: Batch,
+        count: int,
         now: float,
-    ) -> bool:
-        runs = unacked_runs(batch, lo, hi, self.acks)
-        if not runs:
-            return False
-        if not self.consumers:  # they all left while we read: keep it for the next ones
-            for first, length in runs:
-                self.pending.append(Run(first, first + length - 1, previous_count, now))
-            return False
-        decoded = decode_batch(batch.arrow_ipc)
-        keys = decoded.column("key").to_pylist()
-        budget: dict[int, int] = {}  # slot id -> credit left, for the consumers keys hash to
-        chosen: dict[int, list[int]] = {}
-        waiting: list[int] = []
-        for first, length in runs:
-            for offset in range(first, first + length):
-                key = keys[offset - batch.base_offset]
-                target = self.consumers.owner(key).id
-                if target not in budget:
-                    budget[target] = self.consumers.by_id(target).credit.available
-                if (
-                    key in blocked
-                    or budget[target] <= 0
-                    or not self._keys.may_deliver(offset, key, target)
-                ):
-                    blocked.add(key)
-                    waiting.append(offset)
-                    continue
-                budget[target] -= 1
-                chosen.setdefault(target, []).append(offset)
-                self._keys.deliver(offset, key, target)
-        for first, last in _as_runs(waiting):
-            self.pending.append(Run(first, last, previous_count, now))
-        for target, offsets in chosen.items():
-            slot = self.consumers.by_id(target)
-            self._served.add(target)
-            rows = [o - batch.base_offset for o in offsets]
-            data = encode_record_batch(decoded.take(rows))
-            piece = Batch(offsets[0], len(offsets), batch.publish_time_us, data)
-            sparse = None if offsets[-1] - offsets[0] + 1 == len(offsets) else tuple(offsets)
-            slot.outbox.put_nowait(Delivery(self.partition, piece, previous_count + 1, sparse))
-            slot.credit.take(len(offsets))
-            deadline = now + self.ack_timeout_s
-            for first, last in _as_runs(offsets):
-                self.in_flight.append(Run(first, last, previous_count + 1, deadline, slot.id))
-        return bool(chosen)
+        offsets: list[int] | None = None,
+    ) -> None:
+        """Deliver `piece` (its `count`th delivery) to `slot` and track it in flight
+        until its ack deadline. `offsets`: each message's offset when `piece` holds
+        messages picked out of a batch (key-shared), not one contiguous run."""
+        sparse = None
+        runs = [(piece.base_offset, piece.end - 1)]
+        if offsets is not None and offsets[-1] - offsets[0] + 1 != len(offsets):
+            sparse = tuple(offsets)
+            runs = as_runs(offsets)
+        slot.outbox.put_nowait(Delivery(self.partition, piece, count, sparse))
+        slot.credit.take(piece.count)
+        self._served.add(slot.id)
+        deadline = now + self.ack_timeout_s
+        for first, last in runs:
+            self.in_flight.append(Run(first, last, count, deadline, slot.id))
 
     async def _dead_letter_what_is_over_limits(self, now: float) -> bool:
         """Move runs over max_deliveries or max_lag to the dead-letter stream."""
@@ -686,7 +493,7 @@ class Subscription:
                     if run.first < threshold:
                         runs.remove(run)
                         last = min(run.last, threshold - 1)
-                        runs.extend(_minus(run, run.first, last))
+                        runs.extend(minus(run, run.first, last))
                         await self._dead_letter_or_retry(run, last, "max_lag", self.pending)
                         return True
         return False
@@ -711,7 +518,7 @@ class Subscription:
         batches: list[Batch] = []
         offset = first
         while offset <= last:  # one read returns a bounded number of bytes
-            read = await self._read(offset, last - offset + 1)
+            read = await self.read(offset, last - offset + 1)
             if read is None:  # retention removed the start of the range
                 offset = max(offset, self.log.start_offset)
                 continue
