@@ -177,7 +177,9 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):
     def _info(self, name: str) -> Any:
         return messages_pb2.StreamInfo(name=name, config=self.configs[name])
 
-    async def Authenticate(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def Authenticate(
+        self, request: gateway_pb2.AuthenticateRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
         self.auth_calls += 1
         if request.api_key != API_KEY:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "unknown API key")
@@ -188,7 +190,9 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):
             token=token, expires_at_unix=int(time.time() + self.token_ttl_s)
         )
 
-    async def EnsureStream(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def EnsureStream(
+        self, request: gateway_pb2.EnsureStreamRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
         await self._check_auth(context, "EnsureStream")
         self.ensure_requests.append(request)
         if request.name not in self.streams:
@@ -208,25 +212,33 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):
             stream=self._info(request.name), created=False, differences=differences
         )
 
-    async def DescribeStream(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def DescribeStream(
+        self, request: gateway_pb2.DescribeStreamRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
         await self._check_auth(context, "DescribeStream")
         if request.name not in self.streams:
             await context.abort(grpc.StatusCode.NOT_FOUND, f"no stream {request.name!r}")
         return self._info(request.name)
 
-    async def ListStreams(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def ListStreams(
+        self, request: gateway_pb2.ListStreamsRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
         await self._check_auth(context, "ListStreams")
         return gateway_pb2.ListStreamsResponse(
             streams=[self._info(n) for n in sorted(self.streams)]
         )
 
-    async def DeleteStream(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def DeleteStream(
+        self, request: gateway_pb2.DeleteStreamRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
         await self._check_auth(context, "DeleteStream")
         deleted = self.streams.pop(request.name, None) is not None
         self.configs.pop(request.name, None)
         return gateway_pb2.DeleteStreamResponse(deleted=deleted)
 
-    async def Publish(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+    async def Publish(
+        self, request: gateway_pb2.PublishRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
         await self._check_auth(context, "Publish")
         self.publish_requests.append(request)
         await self.notify()
@@ -252,12 +264,14 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):
         )
 
     async def PublishStream(
-        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[Any]:
+        self,
+        request_iterator: AsyncIterator[gateway_pb2.PublishRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[gateway_pb2.PublishStreamResponse]:
         """Each request is one `Publish`, run as its own task; its abort refuses only it."""
         answers: asyncio.Queue[Any] = asyncio.Queue()
 
-        async def one(request: Any) -> None:
+        async def one(request: gateway_pb2.PublishRequest) -> None:
             answer = gateway_pb2.PublishStreamResponse(call_id=request.call_id)
             try:
                 answer.response.CopyFrom(await self.Publish(request, _CallContext(context)))
@@ -280,7 +294,9 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):
             reader.cancel()
 
     async def Consume(
-        self, request_iterator: AsyncIterator[Any], context: grpc.aio.ServicerContext
+        self,
+        request_iterator: AsyncIterator[messages_pb2.ConsumeRequest],
+        context: grpc.aio.ServicerContext,
     ) -> None:
         await self._check_auth(context, "Consume")
         first = await context.read()
