@@ -16,6 +16,7 @@ from tamto_local.ports import free_port
 from tamto_protocol.pipelined import STREAM_RETRY_S, PipelinedCalls
 from tamto_protocol.v1 import router_pb2
 from tamto_protocol.wire import router_append_request
+from tamto_testing.waiting import eventually
 
 METHOD = "/tamto.v1.Router/AppendStream"
 
@@ -318,15 +319,17 @@ async def test_a_peer_without_the_stream_method_is_called_unary(
         await old.stop()
         await new.start(old.port)
         now[0] = STREAM_RETRY_S  # the stream is tried again only after a while
-        deadline = asyncio.get_running_loop().time() + 20
-        while True:  # the channel reconnects to the new server with its own backoff
+
+        async def answered() -> bool:
             try:
                 assert (await calls(request(5), timeout=10)).base_offset == 5
-                break
             except grpc.aio.AioRpcError as exc:
                 if exc.code() is not grpc.StatusCode.UNAVAILABLE:
                     raise
-                assert asyncio.get_running_loop().time() < deadline, "never reconnected"
+                return False  # the channel reconnects to the new server with its own backoff
+            return True
+
+        await eventually(answered, 20, "the channel reconnected to the upgraded peer")
         assert len(new.stream_metadata) == 1, "called over the stream again"
         assert unary_calls == [3, 4]
     finally:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import aetcd
@@ -26,6 +24,7 @@ from tamto_common.streams import (
     stream_key,
 )
 from tamto_gateway.streams import StreamRegistry
+from tamto_testing.waiting import eventually
 
 
 def unique(prefix: str = "s") -> str:
@@ -69,21 +68,6 @@ def full(name: str) -> StreamDef:
         durability="interval",
         fsync_interval_ms=25,
     )
-
-
-async def eventually(check: Callable[[], object], deadline_s: float = 5.0) -> None:
-    """Re-run the async or sync `check` until it stops raising AssertionError."""
-    end = time.monotonic() + deadline_s
-    while True:
-        try:
-            result = check()
-            if asyncio.iscoroutine(result):
-                await result
-            return
-        except AssertionError:
-            if time.monotonic() > end:
-                raise
-        await asyncio.sleep(0.02)
 
 
 async def stored_raw(etcd: aetcd.Client, name: str) -> dict[str, object]:
@@ -388,23 +372,23 @@ async def test_a_delete_elsewhere_drops_the_cached_definition(
         name = unique()
         await there.ensure(StreamDef(name, 2), overwrite=False)
 
-        async def cached_is_gone() -> None:
+        async def cached_is_gone() -> bool:
             try:
                 await here.describe(name)
             except NotFound:
-                return
-            raise AssertionError("still cached")
+                return True
+            return False
 
         assert (await here.describe(name)).partitions == 2  # cached now
         await there.delete(name)
-        await eventually(cached_is_gone)
+        await eventually(cached_is_gone, 10, "the deleted stream to leave the cache")
         # Re-created with another partition count: the cache must not keep the old one.
         await there.ensure(StreamDef(name, 5), overwrite=False)
 
-        async def five() -> None:
-            assert (await here.describe(name)).partitions == 5
+        async def five() -> bool:
+            return (await here.describe(name)).partitions == 5
 
-        await eventually(five)
+        await eventually(five, 10, "the re-created stream's 5 partitions")
         await watching.unsubscribe()
     finally:
         await other_bus.close()
