@@ -132,6 +132,23 @@ async def test_exclusive_refuses_a_second_consumer_and_a_different_type() -> Non
     await sub.close()
 
 
+async def test_the_type_is_the_first_consumers_and_changes_only_once_all_left() -> None:
+    sub = subscription([batch(0, 2)])
+    assert sub.type is None
+    first = slot_with_credit("a", credit=1)
+    sub.attach(first, SubscriptionType.EXCLUSIVE)
+    assert sub.type is SubscriptionType.EXCLUSIVE
+    assert offsets(await next_delivery(first)) == [0, 1]
+    sub.detach(first, graceful=True)
+    keyed = slot_with_credit("b")
+    sub.attach(keyed, SubscriptionType.KEY_SHARED)  # nobody attached: the newcomer's type
+    assert sub.type is SubscriptionType.KEY_SHARED
+    assert sorted(delivered_offsets(await next_delivery(keyed))) == [0, 1]
+    with pytest.raises(FailedPrecondition, match="is key_shared, not exclusive"):
+        sub.attach(slot_with_credit(), SubscriptionType.EXCLUSIVE)
+    await sub.close()
+
+
 async def test_failover_gives_everything_to_one_and_hands_unacked_to_the_next() -> None:
     sub = subscription([batch(0, 3)])
     first, second = slot_with_credit("a"), slot_with_credit("b")

@@ -68,7 +68,15 @@ MAX_TERM_REASON = 1024
 
 
 class Subscription:
-    """One subscription on one partition; the type's decisions are its `strategy`'s."""
+    """One subscription on one partition; the type's decisions are its `strategy`'s.
+
+    Its public surface: consumers `attach`/`detach`; their verbs `ack`, `nack`,
+    `in_progress`, `term` and `flush_acks`; `poke` when credit or data changed;
+    `close`; state to read (`acks`,
+    `in_flight`, `pending`, `position`, `consumers`, `type`, `dead_lettered`,
+    `closed`). `read`, `serve` and `hand` are what strategies use
+    (`strategies.base.Host`).
+    """
 
     def __init__(
         self,
