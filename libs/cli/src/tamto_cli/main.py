@@ -8,7 +8,6 @@ import json
 import sys
 from dataclasses import asdict
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,7 +16,7 @@ from rich.table import Table
 
 import tamto_sdk
 from tamto_cli import ephemeral_cmds, settings
-from tamto_cli.auth_cmds import auth_app
+from tamto_cli.auth_cmds import ApiKey, AsJson, DataDir, Url, auth_app
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
@@ -30,10 +29,6 @@ from tamto_common.errors import TamtoError
 app = typer.Typer(help="Tamto: durable streams, subscriptions and Parquet, in one system.")
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
-
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="where all state lives")]
-Url = Annotated[str | None, typer.Option("--url", help="gateway URL (env TAMTO_URL)")]
-ApiKey = Annotated[str | None, typer.Option("--api-key", help="API key (env TAMTO_API_KEY)")]
 
 
 @app.command()
@@ -114,7 +109,6 @@ stream_app = typer.Typer(help="Create, inspect, list and delete streams.")
 app.add_typer(stream_app, name="stream")
 
 _DEFAULTS = tamto_sdk.StreamConfig()
-AsJson = Annotated[bool, typer.Option("--json", help="print JSON")]
 _ZERO_MEANS = {
     "retention_ms": "forever",
     "retention_bytes": "unbounded",
