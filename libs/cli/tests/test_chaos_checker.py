@@ -7,6 +7,7 @@ from collections import Counter
 from tamto_cli.chaos.checker import (
     Fault,
     check,
+    fault_stalls,
     recovery_time,
     render,
     served_during,
@@ -82,3 +83,28 @@ def test_served_during_is_how_long_into_the_fault_each_client_still_progressed()
     fault = Fault("etcd", "stop", at=10.0, back=20.0)
     served = served_during(fault, {"p": [9.0, 11.0, 13.5, 20.2], "c": [9.5, 20.3]})
     assert served == {"p": 3.5, "c": 0.0}
+
+
+def test_each_stall_is_attributed_to_the_faults_its_gap_overlaps() -> None:
+    router = Fault("router", "kill", at=10.0, back=12.0)
+    etcd = Fault("etcd", "stop", at=20.0, back=21.0)
+    storage = Fault("storage", "kill", at=30.0, back=31.0)
+    progress = {
+        # 0.5 s beyond the router's downtime; 0.08 s beyond etcd's (too short to count).
+        "p": [9.9, 12.4, 19.97, 21.05],
+        # 0.8 s beyond storage's downtime.
+        "c": [29.9, 31.7],
+    }
+    stalls = fault_stalls(progress, [router, etcd, storage])
+    assert [round(s, 6) for s in stalls] == [0.5, 0.0, 0.8]
+    report = check(
+        duration_s=40,
+        faults=[router, etcd, storage],
+        progress=progress,
+        acked=[],
+        delivered=Counter(),
+        read_back=Counter(),
+    )
+    assert [round(o.stall_s, 6) for o in report.faults] == [0.5, 0.0, 0.8]
+    rows = [r for r in render(report).splitlines() if r.startswith("| kill storage |")]
+    assert rows[0].endswith("| 0.80 s |"), rows

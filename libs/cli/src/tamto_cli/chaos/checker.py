@@ -24,6 +24,9 @@ from dataclasses import dataclass, field
 
 #: Issue 19's bound: no client stalls longer than this beyond the downtime it waited out.
 STALL_BOUND_S = 1.0
+#: Stalls shorter than this are not attributed to faults (`fault_stalls`): clients
+#: progress every few tens of milliseconds, and those gaps say nothing about a fault.
+ATTRIBUTED_STALL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,9 @@ class FaultOutcome:
     #: kept serving while the process was down (NATS: the whole outage; etcd: while
     #: the partitions' ownership lease was surely valid, and never longer than its TTL).
     served_s: dict[str, float] = field(default_factory=dict)
+    #: The longest stall beyond downtime of any client in a gap overlapping this fault
+    #: (`fault_stalls`): which faults the clients waited longest after.
+    stall_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -90,16 +96,39 @@ class ChaosReport:
 def stall_beyond_downtime(progress: Sequence[float], faults: Sequence[Fault]) -> float:
     """The longest gap between two progress moments, less the time within it that some
     faulted process was down (see the module docstring). `progress` is sorted."""
-    longest = 0.0
+    return max((beyond for _, _, beyond in _gaps(progress, faults)), default=0.0)
+
+
+def _gaps(progress: Sequence[float], faults: Sequence[Fault]) -> list[tuple[float, float, float]]:
+    """(before, after, stall beyond downtime) of each gap between two progress moments."""
+    ordered = sorted(faults, key=lambda f: f.at)
+    gaps = []
     for before, after in itertools.pairwise(progress):
         down, reached = 0.0, before
-        for fault in sorted(faults, key=lambda f: f.at):
+        for fault in ordered:
+            if fault.at >= after:
+                break
             start, end = max(fault.at, reached), min(fault.back, after)
             if end > start:
                 down += end - start
                 reached = end
-        longest = max(longest, after - before - down)
-    return longest
+        gaps.append((before, after, after - before - down))
+    return gaps
+
+
+def fault_stalls(progress: Mapping[str, Sequence[float]], faults: Sequence[Fault]) -> list[float]:
+    """Per fault (in `faults` order), the longest stall beyond downtime of any client in
+    a gap that overlaps the fault (0.0 when none does). A stall is counted under every
+    fault its gap overlaps; stalls under `ATTRIBUTED_STALL_S` are left out."""
+    stalls = [0.0] * len(faults)
+    for moments in progress.values():
+        for before, after, beyond in _gaps(moments, faults):
+            if beyond < ATTRIBUTED_STALL_S:
+                continue
+            for i, fault in enumerate(faults):
+                if fault.at < after and fault.back > before:
+                    stalls[i] = max(stalls[i], beyond)
+    return stalls
 
 
 def whole_again(fault: Fault, faults: Sequence[Fault]) -> float:
@@ -152,11 +181,12 @@ def check(
     ordered = {name: sorted(moments) for name, moments in progress.items()}
     faults = sorted(faults, key=lambda f: f.at)
     acked_set = set(acked)
+    stalls = fault_stalls(ordered, faults)
     return ChaosReport(
         duration_s=duration_s,
         faults=[
-            FaultOutcome(f, recovery_time(f, ordered, faults), served_during(f, ordered))
-            for f in faults
+            FaultOutcome(f, recovery_time(f, ordered, faults), served_during(f, ordered), stall)
+            for f, stall in zip(faults, stalls, strict=True)
         ],
         acked=len(acked_set),
         lost=sorted(acked_set - set(read_back)),
@@ -198,8 +228,8 @@ def render(report: ChaosReport) -> str:
         "| --- | --- |",
         *(f"| {name} | {stall:.2f} s |" for name, stall in sorted(report.stalls.items())),
         "",
-        "| fault | count | downtime median | recovery max |",
-        "| --- | --- | --- | --- |",
+        "| fault | count | downtime median | recovery max | stall beyond downtime max |",
+        "| --- | --- | --- | --- | --- |",
     ]
     groups: dict[str, list[FaultOutcome]] = {}
     for outcome in report.faults:
@@ -207,8 +237,10 @@ def render(report: ChaosReport) -> str:
     for name, outcomes in sorted(groups.items()):
         downs = sorted(o.fault.downtime_s for o in outcomes)
         worst = max((o.recovery_s for o in outcomes if o.recovery_s is not None), default=0.0)
+        stall = max(o.stall_s for o in outcomes)
         lines.append(
-            f"| {name} | {len(outcomes)} | {downs[len(downs) // 2]:.2f} s | {worst:.2f} s |"
+            f"| {name} | {len(outcomes)} | {downs[len(downs) // 2]:.2f} s | {worst:.2f} s "
+            f"| {stall:.2f} s |"
         )
     if report.lost:
         lines += ["", f"lost (first 20): {', '.join(report.lost[:20])}"]
