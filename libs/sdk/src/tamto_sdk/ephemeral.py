@@ -31,12 +31,14 @@ import pyarrow as pa
 from tamto_protocol.batch import HEADERS_TYPE, KEY_TYPE, decode_batch, ipc_buffer, make_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
+from tamto_sdk._retry import Backoff
 from tamto_sdk.errors import (
     Closed,
     InvalidArgument,
     NotFound,
     TamtoError,
     Unauthenticated,
+    Unavailable,
     from_rpc_error,
 )
 from tamto_sdk.messages import us_to_datetime
@@ -269,6 +271,13 @@ class Subscription:
     `async with client.subscribe(...) as sub` (or `await sub.start()`) returns once
     the gateway has it in place: from then on it receives what is published.
     Iterating starts it too. `dropped` counts messages lost to a full buffer.
+
+    When its gateway goes away (killed, restarted, the connection lost) the
+    subscription subscribes again through the client's address with the
+    client's retry backoff (`ClientOptions`: within a second of a gateway
+    serving again), until `retry_deadline_s`; then iteration raises the error.
+    What was published while it was away, and what its old gateway had buffered
+    for it, is lost (at most once). `reconnects` counts the times it did.
     """
 
     def __init__(
@@ -284,6 +293,7 @@ class Subscription:
         self._pending: list[EphemeralMessage] = []
         self.entity = ""
         self.dropped = 0
+        self.reconnects = 0
         self._closed = False
 
     async def start(self) -> Subscription:
@@ -302,8 +312,10 @@ class Subscription:
                     raise
                 await self._calls.auth.renew_after_rejection(metadata)
                 continue
+            if first is None and not self._closed:
+                raise Unavailable("the gateway ended the subscription before it started")
             if first is None or first.WhichOneof("event") != "subscribed":
-                raise Closed("the gateway ended the subscription before it started")
+                raise Closed("the subscription ended before it started")
             self.entity = first.subscribed.entity
             return self
         raise AssertionError("unreachable")
@@ -314,20 +326,54 @@ class Subscription:
         except grpc.aio.AioRpcError as exc:
             if self._closed and exc.code() == grpc.StatusCode.CANCELLED:
                 return None
-            raise from_rpc_error(exc) from None
+            # Reading changes nothing at the gateway: a connection torn down mid-call
+            # is a lost connection (Unavailable), safe to subscribe again after.
+            raise from_rpc_error(exc, deduplicated=True) from None
         return None if data is grpc.aio.EOF else data
 
     async def next_batch(self) -> EphemeralBatch | None:
-        """The next batch delivered, or None once the subscription ended."""
+        """The next batch delivered, or None once the subscription was closed."""
         await self.start()
         while True:
-            event = await self._read()
+            try:
+                event = await self._read()
+            except TamtoError as exc:
+                if self._closed or not exc.retriable:
+                    raise
+                await self._resubscribe(exc)
+                continue
             if event is None:
-                return None
+                if self._closed:
+                    return None
+                # Only a gateway shutting down ends a subscription: subscribe again.
+                await self._resubscribe(Unavailable("the gateway ended the subscription"))
+                continue
             if event.WhichOneof("event") == "delivery":
                 batch = EphemeralBatch._from_delivery(event.delivery)
                 self.dropped += batch.dropped
                 return batch
+
+    async def _resubscribe(self, error: TamtoError) -> None:
+        """Subscribe again after `error` ended the call, with the client's backoff;
+        raise the last error once `retry_deadline_s` is spent or one is not retriable."""
+        backoff = Backoff(self._calls.options)
+        while not self._closed:
+            if self._call is not None:
+                self._call.cancel()
+                self._call = None
+            try:
+                await self.start()
+            except TamtoError as exc:
+                if self._closed or not exc.retriable:
+                    raise
+                error = exc
+            else:
+                self.reconnects += 1
+                return
+            delay = backoff.next_delay()
+            if delay is None:
+                raise error
+            await asyncio.sleep(delay)
 
     async def batches(self) -> AsyncIterator[EphemeralBatch]:
         """Every batch delivered, until the subscription ends."""
