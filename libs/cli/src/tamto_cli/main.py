@@ -7,7 +7,6 @@ import enum
 import json
 import sys
 from dataclasses import asdict
-from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -21,12 +20,22 @@ from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
-from tamto_cli.output import PayloadFormat, message_json, parse_headers, render_payload
+from tamto_cli.output import PayloadFormat, message_line, parse_headers
 from tamto_cli.status import fetch_notes, fetch_status, render_status
 from tamto_cli.storage_cmds import storage_app
+from tamto_cli.subscription_cmds import (
+    VerbRouting,
+    parse_position,
+    print_stats,
+    stats_json,
+    stream_get,
+    subscription_app,
+)
 from tamto_common.errors import TamtoError
 
-app = typer.Typer(help="Tamto: durable streams, subscriptions and Parquet, in one system.")
+app = typer.Typer(
+    cls=VerbRouting, help="Tamto: durable streams, subscriptions and Parquet, in one system."
+)
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
@@ -101,12 +110,14 @@ def status(
 app.add_typer(auth_app, name="auth")
 app.add_typer(storage_app, name="storage")
 app.add_typer(context_app, name="context")
+app.add_typer(subscription_app, name="subscription")
 add_server_command(app, "bench", "tamto_bench", "bench")
 app.command("request")(ephemeral_cmds.request)
 add_server_command(app, "chaos", "tamto_cli.chaos", "chaos")
 
-stream_app = typer.Typer(help="Create, inspect, list and delete streams.")
+stream_app = typer.Typer(help="Create, inspect, list and delete streams; peek at messages.")
 app.add_typer(stream_app, name="stream")
+stream_app.command("get")(stream_get)
 
 _DEFAULTS = tamto_sdk.StreamConfig()
 _ZERO_MEANS = {
@@ -262,14 +273,16 @@ def stream_describe(
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Show a stream's partitions and every setting."""
+    """Show a stream's settings and, per partition, its first and end offsets,
+    messages, bytes on disk (WAL and segments), publish rate and owning router."""
 
     async def run() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
             info = await client.streams.describe(name)
+            stats = None if info.ephemeral is not None else await client.streams.stats(name)
         fields = _info_dict(info)
         if as_json:
-            print(json.dumps(fields))
+            print(json.dumps({**fields, "stats": stats_json(stats) if stats else []}))
             return
         table = Table(title=f"stream {info.name}", show_header=True, header_style="bold")
         table.add_column("setting")
@@ -282,6 +295,8 @@ def stream_describe(
                 shown = f"0 ({_ZERO_MEANS[field]})"
             table.add_row(field, shown)
         console.print(table)
+        if stats is not None:
+            print_stats(stats)
 
     run_command(run())
 
@@ -412,7 +427,8 @@ def sub(
     (`STREAM/PARTITION@OFFSET<TAB>KEY<TAB>PAYLOAD`, or with --json one JSON object a
     line with headers, id, publish_time and delivery_count too).
     Without --subscription, receive from an ephemeral stream (--match, --group),
-    printing `STREAM[TOPIC]<TAB>KEY<TAB>PAYLOAD` lines."""
+    printing `STREAM[TOPIC]<TAB>KEY<TAB>PAYLOAD` lines.
+    Administration: tamto sub list|describe|seek|skip|delete (tamto subscription --help)."""
     if subscription is not None and (match is not None or group):
         err.print("tamto sub: --match and --group are for ephemeral streams (no --subscription)")
         raise typer.Exit(2)
@@ -432,13 +448,7 @@ def sub(
             ) as consumer:
                 seen = 0
                 async for message in consumer:
-                    if as_json:
-                        print(message_json(message, payload_format), flush=True)
-                    else:
-                        key = message.key.decode(errors="replace") if message.key else ""
-                        text = render_payload(message.payload, payload_format)
-                        where = f"{stream}/{message.partition}@{message.offset}"
-                        typer.echo(f"{where}\t{key}\t{text}")
+                    print(message_line(message, payload_format, as_json), flush=True)
                     consumer.ack(message)
                     seen += 1
                     if count and seen >= count:
@@ -459,18 +469,4 @@ def _subscription_type(text: str) -> tamto_sdk.SubscriptionType:
 
 
 def _start_position(text: str) -> tamto_sdk.StartPosition:
-    kind, _, value = text.partition(":")
-    try:
-        if kind == "earliest" and not value:
-            return tamto_sdk.Start.earliest()
-        if kind == "latest" and not value:
-            return tamto_sdk.Start.latest()
-        if kind == "offset":
-            return tamto_sdk.Start.offset(int(value))
-        if kind == "time":
-            when = datetime.fromisoformat(value)
-            return tamto_sdk.Start.time(when if when.tzinfo else when.replace(tzinfo=UTC))
-    except ValueError:
-        pass
-    err.print(f"tamto sub: --start must be earliest, latest, offset:N or time:ISO, not {text!r}")
-    raise typer.Exit(2)
+    return parse_position(text, "tamto sub: --start")

@@ -1,6 +1,6 @@
 """How the CLI shows messages and reads message options, for people and for scripts.
 
-`tamto pub`, `tamto sub` (and later `tamto stream get`) share these: one
+`tamto pub`, `tamto sub` and `tamto stream get` share these: one
 parser for ``--header k=v``, one rendering of a payload in each ``--format``
 (raw text, pretty-printed JSON, hex), and one JSON shape per message for
 ``--json`` (one object a line, so a script can read the output as a stream).
@@ -71,3 +71,13 @@ def message_json(message: tamto_sdk.Message, form: PayloadFormat) -> str:
         "payload": payload,
     }
     return json.dumps(fields, ensure_ascii=False)
+
+
+def message_line(message: tamto_sdk.Message, form: PayloadFormat, as_json: bool) -> str:
+    """How `tamto sub` and `tamto stream get` print one message: `message_json`, or
+    ``STREAM/PARTITION@OFFSET<TAB>KEY<TAB>PAYLOAD``."""
+    if as_json:
+        return message_json(message, form)
+    key = message.key.decode(errors="replace") if message.key else ""
+    where = f"{message.stream}/{message.partition}@{message.offset}"
+    return f"{where}\t{key}\t{render_payload(message.payload, form)}"
