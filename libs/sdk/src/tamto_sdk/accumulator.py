@@ -1,0 +1,497 @@
+"""The producer's accumulator: messages collected into per-partition batches.
+
+`Producer.send` and `Producer.send_batch` add messages here; the sender
+(`tamto_sdk.sender`) takes finished batches from here, one partition at a time,
+and hands back each batch's outcome. As aiokafka's ``MessageAccumulator``, this
+is where batching decisions live: which partition a message goes to (its key's,
+or the sticky partition for keyless ones), when a batch is full
+(`max_batch_messages`, `max_batch_bytes`), how long an open one lingers,
+backpressure (`max_pending_messages`) and `flush`. It sends nothing itself.
+
+The hot path stays cheap: a plain `send` is two list appends to its partition's
+open batch and a future; rows of `send_batch` join as whole Arrow slices. The
+columns are built once per batch (`tamto_sdk.columns`) when the sender takes it.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import random
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tamto_protocol.batch import int_values
+from tamto_protocol.partitioning import partition_for_key
+from tamto_sdk.columns import (
+    MESSAGE_OVERHEAD,
+    Columns,
+    concat_columns,
+    int_array,
+    message_columns,
+    row_sizes,
+)
+from tamto_sdk.errors import Closed, TamtoError
+from tamto_sdk.messages import PublishedBatch, PublishResult, datetime_to_us
+
+__all__ = ["Accumulator", "BatchOutcome", "ProducerBatch"]
+
+# `PublishResult` is a frozen dataclass with slots; its generated __init__ sets each
+# field through object.__setattr__, which costs three times what setting the slots
+# directly does. Results are built once per message, so they are built this way.
+_new_result = object.__new__
+_set_stream = PublishResult.__dict__["stream"].__set__
+_set_partition = PublishResult.__dict__["partition"].__set__
+_set_offset = PublishResult.__dict__["offset"].__set__
+
+
+class _Extras:
+    """The optional fields of a batch's single messages, once one of them has any."""
+
+    __slots__ = ("event_times", "headers", "ids", "keys")
+
+    def __init__(self, count: int) -> None:
+        self.keys: list[bytes | None] = [None] * count
+        self.headers: list[Mapping[str, str] | None] = [None] * count
+        self.ids: list[str | None] = [None] * count
+        self.event_times: list[int | None] = [None] * count
+
+
+class _Singles:
+    """Messages given one by one to `send`, each with its own future."""
+
+    __slots__ = ("extras", "futures", "payloads")
+
+    def __init__(self) -> None:
+        self.payloads: list[bytes] = []
+        self.futures: list[asyncio.Future[PublishResult]] = []
+        self.extras: _Extras | None = None
+
+    def __len__(self) -> int:
+        return len(self.payloads)
+
+    def add(
+        self,
+        payload: bytes,
+        future: asyncio.Future[PublishResult],
+        key: bytes | None,
+        headers: Mapping[str, str] | None,
+        id: str | None,
+        event_time: datetime | None,
+    ) -> None:
+        """Append a message with optional fields (their lists start on first use)."""
+        extras = self.extras
+        if extras is None:
+            extras = self.extras = _Extras(len(self.payloads))
+        self.payloads.append(payload)
+        self.futures.append(future)
+        extras.keys.append(key)
+        extras.headers.append(headers)
+        extras.ids.append(id)
+        extras.event_times.append(datetime_to_us(event_time) if event_time is not None else None)
+
+    def columns(self) -> Columns:
+        extras = self.extras
+        if extras is None:
+            return message_columns(self.payloads)
+        return message_columns(
+            self.payloads, extras.keys, extras.headers, extras.ids, extras.event_times
+        )
+
+    def resolve(self, stream: str, partition: int, offsets: Sequence[int]) -> None:
+        for future, offset in zip(self.futures, offsets, strict=True):
+            if not future.done():
+                result = _new_result(PublishResult)
+                _set_stream(result, stream)
+                _set_partition(result, partition)
+                _set_offset(result, offset)
+                future.set_result(result)
+
+    def fail(self, error: TamtoError) -> None:
+        for future in self.futures:
+            if not future.done():
+                future.set_exception(error)
+
+
+class BatchOutcome:
+    """The one future of a `send_batch` call, filled in as its rows are published."""
+
+    __slots__ = ("future", "offsets", "partitions", "remaining", "stream")
+
+    def __init__(self, stream: str, count: int, future: asyncio.Future[PublishedBatch]) -> None:
+        self.stream = stream
+        self.future = future
+        self.remaining = count
+        self.partitions = array.array("i", bytes(4 * count))
+        self.offsets = array.array("q", bytes(8 * count))
+        if count == 0:
+            self._complete()
+
+    def fill(self, rows: range | list[int], partition: int, offsets: Sequence[int]) -> None:
+        """The call's `rows` were stored in `partition` at `offsets`."""
+        if isinstance(rows, range):
+            self.partitions[rows.start : rows.stop] = array.array("i", [partition]) * len(rows)
+            self.offsets[rows.start : rows.stop] = (
+                array.array("q", offsets) if not isinstance(offsets, array.array) else offsets
+            )
+        else:
+            for row, offset in zip(rows, offsets, strict=True):
+                self.partitions[row] = partition
+                self.offsets[row] = offset
+        self.remaining -= len(rows)
+        if self.remaining == 0:
+            self._complete()
+
+    def _complete(self) -> None:
+        if not self.future.done():
+            self.future.set_result(
+                PublishedBatch(
+                    self.stream,
+                    int_array(self.partitions, pa.int32()),
+                    int_array(self.offsets, pa.int64()),
+                )
+            )
+
+    def fail(self, error: TamtoError) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
+class _Rows:
+    """Rows of one `send_batch` call: their columns and where they sit in the call."""
+
+    __slots__ = ("arrays", "outcome", "rows")
+
+    def __init__(self, arrays: Columns, outcome: BatchOutcome, rows: range | list[int]) -> None:
+        self.arrays = arrays
+        self.outcome = outcome
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def columns(self) -> Columns:
+        return self.arrays
+
+    def resolve(self, stream: str, partition: int, offsets: Sequence[int]) -> None:
+        self.outcome.fill(self.rows, partition, offsets)
+
+    def fail(self, error: TamtoError) -> None:
+        self.outcome.fail(error)
+
+
+class ProducerBatch:
+    """One batch for one partition: what one Publish RPC carries.
+
+    Single messages go into `singles` (the open run); rows from `send_batch` close
+    that run and follow it as a `_Rows` part, so the order of calls is kept.
+    `done` resolves once the batch's outcome reached its futures (`flush` waits on it).
+    """
+
+    __slots__ = ("bytes", "count", "done", "first_at", "parts", "singles")
+
+    def __init__(self, now: float, done: asyncio.Future[None]) -> None:
+        self.singles = _Singles()
+        self.parts: list[_Singles | _Rows] = []
+        self.count = 0
+        self.bytes = 0
+        self.first_at = now
+        self.done = done
+
+    def add_rows(self, part: _Rows, size: int) -> None:
+        if self.singles.payloads:
+            self.parts.append(self.singles)
+            self.singles = _Singles()
+        self.parts.append(part)
+        self.count += len(part)
+        self.bytes += size
+
+    def all_parts(self) -> list[_Singles | _Rows]:
+        return [*self.parts, self.singles] if self.singles.payloads else self.parts
+
+    def columns(self) -> Columns:
+        """key, payload, headers, id, event_time of every message, in order."""
+        return concat_columns([part.columns() for part in self.all_parts()])
+
+    def resolve(self, stream: str, partition: int, offsets: Sequence[int]) -> None:
+        """Every message was stored: hand each future its offset."""
+        start = 0
+        for part in self.all_parts():
+            n = len(part)
+            part.resolve(stream, partition, offsets[start : start + n])
+            start += n
+
+    def fail(self, error: TamtoError) -> None:
+        for part in self.all_parts():
+            part.fail(error)
+
+
+class Accumulator:
+    """Per-partition queues of batches for one stream, and when each may go.
+
+    Keyed messages go to ``partition_for_key(key, partitions)``; keyless ones fill
+    the sticky partition's batch and rotate to the next partition between batches.
+    A partition's queue holds the batches not yet taken by its sender; the last
+    one may still be open (taking messages). `on_partition(partition)` is called
+    when a partition gets its first batch, to start that partition's sender, which
+    then loops on `ready` and `finish`.
+    """
+
+    def __init__(
+        self,
+        stream: str,
+        *,
+        linger_s: float,
+        max_batch_messages: int,
+        max_batch_bytes: int,
+        max_pending_messages: int,
+        on_partition: Callable[[int], object],
+    ) -> None:
+        self._stream = stream
+        self._linger_s = linger_s
+        self._max_batch_messages = max_batch_messages
+        self._max_batch_bytes = max_batch_bytes
+        self._max_pending = max_pending_messages
+        self._on_partition = on_partition
+        self._partitions = 0
+        self._sticky = 0
+        self._sticky_taken = 0  # messages sent to the sticky partition since it was chosen
+        self._queues: dict[int, deque[ProducerBatch]] = {}
+        self._open: dict[int, ProducerBatch] = {}
+        self._wakes: dict[int, asyncio.Event] = {}
+        self._unfinished: set[ProducerBatch] = set()
+        #: Messages added whose batch has no outcome yet (read on every `send`).
+        self.pending = 0
+        self._space = asyncio.Event()
+        self._space.set()
+        self._flushing = 0
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, partitions: int, loop: asyncio.AbstractEventLoop) -> None:
+        """The stream's partition count is known: messages can be added."""
+        self._partitions = partitions
+        self._sticky = random.randrange(partitions)
+        self._loop = loop
+
+    def close(self) -> None:
+        """No more messages: open batches go without lingering, waiters for space
+        get `Closed`."""
+        self._closed = True
+        self._space.set()
+        for wake in self._wakes.values():
+            wake.set()
+
+    # -- adding messages ------------------------------------------------------
+
+    def add(
+        self,
+        payload: bytes,
+        key: bytes | None,
+        headers: Mapping[str, str] | None,
+        id: str | None,
+        event_time: datetime | None,
+        plain: bool,
+    ) -> asyncio.Future[PublishResult]:
+        """Add one message (`plain`: it has no key, headers, id or event time) and
+        return the future of its `PublishResult`."""
+        size = len(payload) + MESSAGE_OVERHEAD
+        if plain:
+            partition = self._sticky
+        else:
+            if key is not None:
+                size += len(key)
+            if headers:
+                size += sum(len(k) + len(v) for k, v in headers.items())
+            partition = self._sticky if key is None else partition_for_key(key, self._partitions)
+        batch = self._open.get(partition)
+        if batch is None or (batch.bytes + size > self._max_batch_bytes and batch.count):
+            if batch is not None:
+                self._close_open(partition)
+                if key is None:
+                    self._rotate_sticky()
+                    partition = self._sticky
+                    batch = self._open.get(partition)
+            if batch is None or (batch.bytes + size > self._max_batch_bytes and batch.count):
+                batch = self._new_batch(partition)
+        future: asyncio.Future[PublishResult] = self._loop.create_future()  # type: ignore[union-attr]
+        singles = batch.singles
+        if plain and singles.extras is None:
+            singles.payloads.append(payload)
+            singles.futures.append(future)
+        else:
+            singles.add(payload, future, key, headers, id, event_time)
+        batch.count += 1
+        batch.bytes += size
+        self.pending += 1
+        if batch.count >= self._max_batch_messages or batch.bytes >= self._max_batch_bytes:
+            self._close_open(partition)
+            if key is None:
+                self._rotate_sticky()
+        return future
+
+    def add_rows(self, columns: Columns, outcome: BatchOutcome) -> None:
+        """Add the rows of one `send_batch` call (``columns``, at least one row),
+        whose results go to `outcome`."""
+        n = len(columns[1])
+        sizes = row_sizes(columns)
+        key_column = columns[0]
+        if key_column.null_count == n:
+            self._add_rows(None, columns, range(n), sizes, outcome)
+        else:
+            groups: dict[int | None, list[int]] = {}
+            for row, key in enumerate(key_column.to_pylist()):
+                group = None if key is None else partition_for_key(key, self._partitions)
+                groups.setdefault(group, []).append(row)
+            for partition, rows in groups.items():
+                taken = pa.array(rows, pa.int64())
+                group_columns = tuple(c.take(taken) for c in columns)
+                self._add_rows(partition, group_columns, rows, sizes.take(taken), outcome)
+        self.pending += n
+
+    def _add_rows(
+        self,
+        partition: int | None,
+        columns: Columns,
+        rows: range | list[int],
+        sizes: pa.Array,
+        outcome: BatchOutcome,
+    ) -> None:
+        """Add rows bound for `partition` (None: keyless) to batches, splitting at the caps."""
+        cumulative = int_values(pc.cumulative_sum(sizes))
+        n = len(cumulative)
+        start = 0
+        while start < n:
+            target = self._sticky if partition is None else partition
+            batch = self._open.get(target)
+            if batch is None:
+                batch = self._new_batch(target)
+            before = int(cumulative[start - 1]) if start else 0
+            room = self._max_batch_bytes - batch.bytes
+            end = max(start, int(np.searchsorted(cumulative, before + room, side="right")))
+            end = min(end, start + self._max_batch_messages - batch.count, n)
+            if end <= start:
+                if batch.count:  # the next row does not fit: close this batch and go on
+                    self._close_open(target)
+                    if partition is None:
+                        self._rotate_sticky()
+                    continue
+                end = start + 1  # one row larger than a whole batch still goes, alone
+            part_columns = tuple(c.slice(start, end - start) for c in columns)
+            batch.add_rows(
+                _Rows(part_columns, outcome, rows[start:end]), int(cumulative[end - 1]) - before
+            )
+            start = end
+            if batch.count >= self._max_batch_messages or batch.bytes >= self._max_batch_bytes:
+                self._close_open(target)
+                if partition is None:
+                    self._rotate_sticky()
+
+    async def wait_for_space(self) -> None:
+        """Wait while `max_pending_messages` are unresolved; `Closed` if closed meanwhile."""
+        while self.pending >= self._max_pending:
+            self._space.clear()
+            await self._space.wait()
+            if self._closed:
+                raise Closed("producer is closed")
+
+    def _rotate_sticky(self) -> None:
+        """Move keyless messages to the next partition (the current batch is closed)."""
+        self._sticky = (self._sticky + 1) % self._partitions
+        self._sticky_taken = 0
+
+    def _new_batch(self, partition: int) -> ProducerBatch:
+        """Open a new batch for `partition` (its open one is closed or missing)."""
+        loop: asyncio.AbstractEventLoop = self._loop  # type: ignore[assignment]
+        batch = ProducerBatch(loop.time(), loop.create_future())
+        queue = self._queues.get(partition)
+        if queue is None:
+            queue = self._queues[partition] = deque()
+            self._wakes[partition] = asyncio.Event()
+            self._on_partition(partition)
+        queue.append(batch)
+        self._open[partition] = batch
+        self._unfinished.add(batch)
+        self._wakes[partition].set()
+        return batch
+
+    def _close_open(self, partition: int) -> None:
+        """No more messages join `partition`'s open batch: it goes without lingering."""
+        if self._open.pop(partition, None) is not None:
+            self._wakes[partition].set()
+
+    # -- the sender's side ----------------------------------------------------
+
+    async def ready(self, partition: int) -> ProducerBatch:
+        """Wait for `partition`'s next batch to be due and take it from the queue.
+
+        A closed batch is due at once; the open one `linger_ms` after its first
+        message, or at once while flushing or closing (it is closed then).
+        """
+        queue = self._queues[partition]
+        wake = self._wakes[partition]
+        loop: asyncio.AbstractEventLoop = self._loop  # type: ignore[assignment]
+        while True:
+            if not queue:
+                wake.clear()
+                await wake.wait()
+                continue
+            batch = queue[0]
+            if self._open.get(partition) is batch:
+                if not self._flushing and not self._closed:
+                    remaining = batch.first_at + self._linger_s - loop.time()
+                    if remaining > 0:
+                        wake.clear()
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(wake.wait(), remaining)
+                        continue
+                del self._open[partition]
+                if partition == self._sticky:
+                    self._sticky_taken += batch.count
+                    # Without linger, batches are clocked by the one in flight:
+                    # keyless messages stay on one partition (so its batches grow
+                    # with the rate) until a full batch's worth went there.
+                    if self._linger_s or self._sticky_taken >= self._max_batch_messages:
+                        self._rotate_sticky()
+            queue.popleft()
+            return batch
+
+    def finish(self, batch: ProducerBatch, error: TamtoError | None) -> None:
+        """`batch` is done (resolved by the sender, or failed with `error`): release
+        its share of `max_pending_messages` and wake `flush`."""
+        if error is not None:
+            batch.fail(error)
+        if batch in self._unfinished:
+            self._unfinished.discard(batch)
+            self.pending -= batch.count
+            if self.pending < self._max_pending:
+                self._space.set()
+        if not batch.done.done():
+            batch.done.set_result(None)
+
+    def abort(self, partition: int, taken: ProducerBatch | None, error: TamtoError) -> None:
+        """`partition`'s sender stops: fail the batch it had `taken` and every queued one."""
+        queue = self._queues.get(partition, deque())
+        for failed in [*([taken] if taken is not None else []), *queue]:
+            self.finish(failed, error)
+        queue.clear()
+        self._open.pop(partition, None)
+
+    async def flush(self) -> None:
+        """Make every batch due now (no lingering) and wait until all have an outcome."""
+        waiting = [batch.done for batch in self._unfinished]
+        if not waiting:
+            return
+        self._flushing += 1
+        try:
+            for wake in self._wakes.values():
+                wake.set()
+            await asyncio.wait(waiting)
+        finally:
+            self._flushing -= 1
