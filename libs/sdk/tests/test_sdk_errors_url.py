@@ -68,6 +68,16 @@ def test_errors_are_also_the_stdlib_ones_code_already_catches(
     assert error.code == status.name
 
 
+def test_out_of_range_is_its_own_kind_of_invalid_argument() -> None:
+    error = errors.from_rpc_error(_rpc_error(grpc.StatusCode.OUT_OF_RANGE, "below start 6"))
+    assert type(error) is errors.OutOfRange
+    assert isinstance(error, errors.InvalidArgument)  # handlers written before it still work
+    assert not isinstance(error, LookupError)  # not an IndexError: no sequence was indexed
+    assert error.code == "OUT_OF_RANGE"
+    assert error.retriable is False
+    assert errors.OutOfRange("x").code == "OUT_OF_RANGE"
+
+
 def test_sdk_timeout_is_asyncio_timeout_error() -> None:
     assert isinstance(errors.Timeout("late"), asyncio.TimeoutError)
 

@@ -7,9 +7,11 @@ subclass) and may consult `retriable` to decide whether trying again can help.
 Two errors are also the standard library's, as nats-py's are, so code written
 against stdlib exceptions handles them without knowing the SDK: `Timeout` is a
 `TimeoutError` (so also `asyncio.TimeoutError`) and `InvalidArgument` a
-`ValueError`. No other pair is made on purpose: `NotFound` as `LookupError`
-would be caught by handlers meant for a missing dict key, and `PermissionDenied`
-as `PermissionError` would make it an `OSError` with errno semantics.
+`ValueError` (and so `OutOfRange`, one kind of it). No other pair is made on
+purpose: `NotFound` as `LookupError` would be caught by handlers meant for a
+missing dict key, `OutOfRange` as `IndexError` likewise (it is a `LookupError`
+too, for a sequence index), and `PermissionDenied` as `PermissionError` would
+make it an `OSError` with errno semantics.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ __all__ = [
     "Internal",
     "InvalidArgument",
     "NotFound",
+    "OutOfRange",
     "PermissionDenied",
     "ResourceExhausted",
     "TamtoError",
@@ -65,6 +68,18 @@ class InvalidArgument(TamtoError, ValueError):
     """
 
     default_code = "INVALID_ARGUMENT"
+
+
+class OutOfRange(InvalidArgument):
+    """An offset outside what a partition holds: below its start (retention or
+    truncation removed those messages) or past its end.
+
+    A kind of `InvalidArgument` (and so a `ValueError`), as the server's
+    ``OutOfRange`` is: code that catches `InvalidArgument` still catches it.
+    The message names the partition's start; read from there instead.
+    """
+
+    default_code = "OUT_OF_RANGE"
 
 
 class NotFound(TamtoError):
@@ -181,7 +196,7 @@ class Closed(TamtoError):
 
 _BY_STATUS: dict[grpc.StatusCode, type[TamtoError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
-    grpc.StatusCode.OUT_OF_RANGE: InvalidArgument,
+    grpc.StatusCode.OUT_OF_RANGE: OutOfRange,
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
