@@ -202,3 +202,31 @@ async def test_cursor_commits_accumulate_acks_and_never_move_back(load: OpenPart
     assert await partition.get_cursor("s") == Cursor(10)
     await partition.commit_cursor(1, "s", Cursor(0))
     assert await partition.get_cursor("s") == Cursor(10)
+
+
+async def test_a_seek_replaces_a_cursor_and_delete_removes_it(load: OpenPartition) -> None:
+    partition = await load()
+    await partition.open(1)
+    await partition.commit_cursor(1, "s", Cursor(10))
+    await partition.commit_cursor(1, "b~alice", Cursor(3))
+    assert await partition.cursor_names() == ["b~alice", "s"]
+    # Subscription administration's seek moves a cursor back, which a commit never does.
+    await partition.commit_cursor(1, "s", Cursor(4, (OffsetRange(6, 6),)), replace=True)
+    assert await partition.get_cursor("s") == Cursor(4, (OffsetRange(6, 6),))
+    with pytest.raises(FailedPrecondition):
+        await partition.delete_cursor(0, "s")
+    assert await partition.delete_cursor(1, "s") is True
+    assert await partition.delete_cursor(1, "s") is False
+    assert await partition.get_cursor("s") is None
+    assert await partition.cursor_names() == ["b~alice"]
+
+
+async def test_disk_bytes_counts_the_wal_files(load: OpenPartition) -> None:
+    partition = await load()
+    await partition.open(1)
+    before, _ = await partition.disk_bytes()
+    batch = make_batch(0, pad=1000)
+    await partition.append(1, [batch])
+    wal_bytes, segment_bytes = await partition.disk_bytes()
+    assert wal_bytes - before >= len(batch.arrow_ipc)
+    assert segment_bytes == 0
