@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pyarrow as pa
 
 from tamto_router.dedup import (
@@ -193,3 +196,47 @@ def test_truncate_keeps_the_stored_part_of_a_run() -> None:
     assert window.truncate(12) == 4
     plan = window.plan(seq("p", 0, 1, 2), now_us=1)
     assert message_offsets(plan, 3, base=12) == [10, 11, 12]
+
+
+def test_record_log_remembers_what_recording_batch_by_batch_does() -> None:
+    """The rebuild's bulk path answers every id as `record` would, batch by batch, on a
+    log of interleaved producers, a retried batch, sparse and non-canonical numbers,
+    explicit ids and rows without ids."""
+    rng = random.Random(19)
+    batches: list[list[str | None]] = []
+    next_number = {"p-0": 0, "p-1": 0, "order": 5}
+    for _ in range(300):
+        kind = rng.random()
+        if kind < 0.6:
+            prefix = rng.choice(["p-0", "p-1"])
+            size = rng.randint(1, 12)
+            first = next_number[prefix]
+            batches.append([f"{prefix}:{first + i}" for i in range(size)])
+            next_number[prefix] += size
+        elif kind < 0.7 and batches:  # a retry of some earlier batch's ids
+            batches.append(list(rng.choice(batches)))
+        elif kind < 0.8:  # sparse numbers, and numbers that are not canonical
+            n = next_number["order"]
+            batches.append([f"order:{n}", f"order:{n + 7}", f"order:0{n}", "x:"])
+            next_number["order"] += 10
+        else:
+            batches.append([None, f"uuid-{rng.randrange(50)}", None, "a:b:3"])
+    by_batch, bulk = DedupWindow(60_000_000), DedupWindow(60_000_000)
+    offset, rows, times = 0, [], []
+    for t, batch in enumerate(batches):
+        by_batch.record(ids(*batch), range(offset, offset + len(batch)), time_us=t)
+        rows += batch
+        times += [t] * len(batch)
+        offset += len(batch)
+    half = len(rows) // 2  # two stretches, as two reads from storage
+    bulk.record_log(ids(*rows[:half]), 0, np.array(times[:half], np.int64))
+    bulk.record_log(ids(*rows[half:]), half, np.array(times[half:], np.int64))
+    probes = {r for r in rows if r is not None} | {"p-0:100000", "order:1", "nope"}
+    for probe in sorted(probes):
+        assert bulk._lookup(probe) == by_batch._lookup(probe), probe
+    assert len(bulk) == len(by_batch)
+    for prefix, state in by_batch._prefixes.items():
+        assert bulk._prefixes[prefix].highest == state.highest, prefix
+    # Expiry follows the rows' times: the first half's ids go first.
+    bulk.plan(ids("late"), now_us=60_000_000 + times[half - 1] + 1)
+    assert bulk._lookup(str(rows[0])) is None or rows[0] is None

@@ -181,6 +181,10 @@ def string_scalar(text: str) -> pa.Scalar:
     return pa.Array.from_buffers(pa.string(), 1, buffers)[0]
 
 
+#: The metadata of the schema message of a `BATCH_SCHEMA` stream (`decode_column`).
+_SCHEMA_METADATA = pa.ipc.read_message(BATCH_SCHEMA.serialize()).metadata
+
+
 def decode_batch(data: bytes | memoryview) -> pa.RecordBatch:
     """Decode one IPC stream into a single record batch, checking the schema only.
 
@@ -190,6 +194,24 @@ def decode_batch(data: bytes | memoryview) -> pa.RecordBatch:
     storing them; anything from outside goes through `decode_valid_batch`.
     """
     return _combined(_read_batches(data))
+
+
+def decode_column(data: bytes | memoryview, name: str) -> pa.Array:
+    """Column `name` of `decode_batch(data)`, trusted the same way, read without parsing
+    the stream's schema when it is `BATCH_SCHEMA` byte for byte (as Tamto's own batches
+    are): reading the ids of thousands of small stored batches (a partition's dedup
+    window rebuilt on a takeover) took 4x as long through `decode_batch`."""
+    try:
+        messages = pa.ipc.MessageReader.open_stream(pa.py_buffer(data))
+        if messages.read_next_message().metadata.equals(_SCHEMA_METADATA):
+            index = BATCH_SCHEMA.get_field_index(name)
+            # Iterating stops at the end of the stream.
+            chunks = [pa.ipc.read_record_batch(m, BATCH_SCHEMA).column(index) for m in messages]
+            if len(chunks) == 1:
+                return chunks[0]
+    except (pa.ArrowException, OSError, StopIteration):
+        pass  # decode_batch says what is wrong
+    return decode_batch(data).column(name)
 
 
 def decode_valid_batch(data: bytes | memoryview) -> pa.RecordBatch:

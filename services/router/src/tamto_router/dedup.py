@@ -34,6 +34,8 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -41,6 +43,8 @@ from tamto_protocol.batch import prefixed_numbers, sequence_ids
 
 #: The largest sequence number (18 digits) a sequence id may carry.
 MAX_SEQUENCE = 10**18 - 1
+#: A sequence id, as `split_sequence_id` reads it (RE2: the prefix is up to the last ':').
+_SEQUENCE_ID = r"(?s)^(?P<prefix>.*):(?P<n>0|[1-9][0-9]{0,17})$"
 
 
 def split_sequence_id(message_id: str) -> tuple[str, int] | None:
@@ -261,16 +265,75 @@ class DedupWindow:
                 self._run_ids += n
                 return
         for message_id, offset in zip(ids.to_pylist(), offsets, strict=True):
-            if message_id is None or self._lookup(message_id) is not None:
+            self._remember(message_id, offset, time_us)
+
+    def _remember(self, message_id: str | None, offset: int, time_us: int) -> None:
+        """Record one id in the dictionary, unless it is remembered already."""
+        if message_id is None or self._lookup(message_id) is not None:
+            return
+        split = split_sequence_id(message_id)
+        if split is not None:
+            state = self._prefixes.get(split[0])
+            if state is None:
+                state = self._prefixes[split[0]] = _Prefix()
+            state.in_dict += 1
+            state.highest = max(state.highest, split[1])
+        self._seen[message_id] = (offset, time_us, split[0] if split else None)
+
+    def record_log(self, ids: pa.Array, base_offset: int, times_us: npt.NDArray[np.int64]) -> None:
+        """Remember the ids of a stretch of the stored log: row i at `base_offset + i`,
+        stored at `times_us[i]` (rebuilding the window on a takeover).
+
+        The same as `record` batch by batch, without its per-batch cost: one regular
+        expression over every id finds the sequence ids, and vectorised comparisons
+        cut them into runs (consecutive rows of one prefix with consecutive numbers,
+        which may span several stored batches of one producer). A run that does not
+        extend its prefix, and ids that are not sequence ids, take `record`'s per-id
+        path. A run is timed by its last row, so it is kept at least as long as each
+        of its ids.
+        """
+        n = len(ids)
+        if n == 0 or ids.null_count == n:
+            return
+        parts = pc.extract_regex(ids, _SEQUENCE_ID)
+        numbers = pc.cast(pc.struct_field(parts, "n"), pa.int64())
+        matched = pc.is_valid(numbers).to_numpy(zero_copy_only=False)
+        prefixes = pc.struct_field(parts, "prefix")
+        # A run starts where the previous row is not the same prefix's next number.
+        follows = pc.and_(
+            pc.equal(prefixes.slice(1), prefixes.slice(0, n - 1)),
+            pc.equal(numbers.slice(1), pc.add(numbers.slice(0, n - 1), 1)),
+        )
+        breaks = np.flatnonzero(
+            np.concatenate(([True], ~pc.fill_null(follows, False).to_numpy(zero_copy_only=False)))
+        )
+        ends = np.append(breaks[1:], n)
+        for start, end in zip(breaks.tolist(), ends.tolist(), strict=True):
+            if not matched[start]:
                 continue
-            split = split_sequence_id(message_id)
-            if split is not None:
-                state = self._prefixes.get(split[0])
-                if state is None:
-                    state = self._prefixes[split[0]] = _Prefix()
-                state.in_dict += 1
-                state.highest = max(state.highest, split[1])
-            self._seen[message_id] = (offset, time_us, split[0] if split else None)
+            prefix = prefixes[start].as_py()
+            first = numbers[start].as_py()
+            state = self._prefixes.get(prefix)
+            if state is None:
+                state = self._prefixes[prefix] = _Prefix()
+            time_us = int(times_us[end - 1])
+            if first > state.highest:
+                sequence = IdSequence(prefix, first, first + end - start - 1)
+                state.runs.append(_Run(sequence, base_offset + start, time_us))
+                state.highest = sequence.last
+                self._runs.append((time_us, prefix))
+                self._run_ids += end - start
+            else:
+                self.record(
+                    ids.slice(start, end - start),
+                    range(base_offset + start, base_offset + end),
+                    time_us,
+                )
+        others = np.flatnonzero(~matched & ids.is_valid().to_numpy(zero_copy_only=False))
+        if len(others):  # ids that are not sequence ids: one lookup each
+            other_ids = ids.take(pa.array(others)).to_pylist()
+            for row, message_id in zip(others.tolist(), other_ids, strict=True):
+                self._remember(message_id, base_offset + row, int(times_us[row]))
 
     def truncate(self, end: int) -> int:
         """Forget every id remembered at offset `end` or beyond; returns how many.

@@ -19,14 +19,16 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aetcd
+import numpy as np
+import pyarrow as pa
 import structlog
 
 from tamto_common.errors import DataLoss, Unavailable, damaged_offsets
 from tamto_common.ledgers import LedgerConflict, LedgerList, open_ledger, read_ledgers
 from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
-from tamto_protocol.batch import decode_batch
+from tamto_protocol.batch import decode_column
 from tamto_router.dedup import DedupWindow
-from tamto_router.model import LogBounds
+from tamto_router.model import Batch, LogBounds
 from tamto_router.ownership import Claim, Held, claim_partition, release_partition
 from tamto_router.partition_log import PartitionLog
 from tamto_router.quorum import no_quorum, recover_ledger_end
@@ -333,9 +335,7 @@ class Partitions:
                 continue
             if not batches:
                 break
-            for batch in batches:
-                ids = decode_batch(batch.arrow_ipc).column("id")
-                window.record(ids, range(batch.base_offset, batch.end), batch.publish_time_us)
+            _record_stored(window, batches)
             offset = batches[-1].end
         return window
 
@@ -384,6 +384,23 @@ class Partitions:
                 log.warning("release failed", stream=claim.stream, error=str(exc))
         self._logs.clear()
         self._claims.clear()
+
+
+def _record_stored(window: DedupWindow, batches: list[Batch]) -> None:
+    """Remember the ids of stored `batches` (ascending) in `window`: each stretch of
+    contiguous batches at once (`DedupWindow.record_log`), reading only their id column."""
+    start = 0
+    for i in range(1, len(batches) + 1):
+        if i < len(batches) and batches[i].base_offset == batches[i - 1].end:
+            continue
+        stretch = batches[start:i]
+        ids = pa.concat_arrays([decode_column(b.arrow_ipc, "id") for b in stretch])
+        times = np.repeat(
+            np.array([b.publish_time_us for b in stretch], np.int64),
+            [b.count for b in stretch],
+        )
+        window.record_log(ids, stretch[0].base_offset, times)
+        start = i
 
 
 def _past_damage(stream: str, partition: int, exc: DataLoss, end: int) -> int:
