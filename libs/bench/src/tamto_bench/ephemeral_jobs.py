@@ -20,20 +20,24 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import nats
-import pyarrow.compute as pc
 from nats.aio.msg import Msg
 
 import tamto_sdk
 from tamto_bench.gate import Gate
 from tamto_bench.nats_jobs import subject_of
 from tamto_bench.spec import JobResult, JobSpec
-from tamto_bench.timing import in_window, paced, stamp_of, wait_for_start
+from tamto_bench.timing import (
+    WARMUP_FRACTION,
+    batch_stamps,
+    in_window,
+    paced,
+    wait_for_start,
+    warmup_end_ns,
+)
 
 #: Publishes between two yields to the event loop.
 _YIELD_EVERY = 256
 _FLUSH_TIMEOUT_S = 30.0
-#: Latency samples from the first part of the window are dropped (connections warm up).
-_WARMUP_FRACTION = 0.2
 _REQUEST_TIMEOUT_S = 5.0
 
 
@@ -74,23 +78,18 @@ async def eph_subscribe(spec: JobSpec, gate: Gate) -> JobResult:
         ]
         start_wall = await gate.ready()
         result.started = start_wall
-        warm_ns = int((start_wall + spec.duration_s * _WARMUP_FRACTION) * 1e9)
+        warm_ns = warmup_end_ns(start_wall, spec.duration_s)
         start = await wait_for_start(start_wall)
 
         async def read(sub: tamto_sdk.Subscription) -> None:
             async for batch in sub.batches():
-                received_ns = time.time_ns()
-                n = len(batch)
-                result.total += n
-                result.last = time.time()
-                if in_window(start, start + spec.duration_s):
-                    result.in_window += n
-                if spec.latency:
-                    stamps = pc.binary_slice(batch.record_batch.column("payload"), 0, 8)
-                    for raw in stamps.to_pylist():
-                        sent_ns = stamp_of(raw)
-                        if sent_ns >= warm_ns:
-                            result.latencies_ns.append(received_ns - sent_ns)
+                result.record(
+                    len(batch),
+                    in_window(start, start + spec.duration_s),
+                    batch_stamps(batch.record_batch) if spec.latency else (),
+                    time.time_ns(),
+                    warm_ns,
+                )
 
         readers = [asyncio.create_task(read(sub)) for sub in subs]
         await asyncio.sleep(max(0.0, start + spec.duration_s + spec.idle_s - time.monotonic()))
@@ -203,7 +202,7 @@ async def _request_loops(
     payload = os.urandom(spec.size)
     start = await wait_for_start(await gate.ready())
     end = start + spec.duration_s
-    warm = start + spec.duration_s * _WARMUP_FRACTION
+    warm = start + spec.duration_s * WARMUP_FRACTION
     result.started = time.time()
 
     async def loop() -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats
@@ -20,13 +19,13 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from tamto_bench.gate import Gate
+from tamto_bench.receiving import consume_loop
 from tamto_bench.spec import JobResult, JobSpec
-from tamto_bench.timing import in_window, paced, stamp_of, wait_for_start
+from tamto_bench.timing import in_window, paced, stamp_of, wait_for_start, warmup_end_ns
 
 _YIELD_EVERY = 256
 _FLUSH_TIMEOUT_S = 30.0
 _FETCH = 1000
-WARMUP_FRACTION = 0.2
 
 
 def subject_of(stream: str) -> str:
@@ -110,11 +109,15 @@ async def js_consume(spec: JobSpec, gate: Gate) -> JobResult:
             for msg in msgs:
                 await msg.ack()
 
-        await _consume_loop(spec, gate, result, receive, ack)
+        await consume_loop(spec, gate, result, receive, ack, _stamps)
         await nc.flush(timeout=_FLUSH_TIMEOUT_S)
     finally:
         await nc.close()
     return result
+
+
+def _stamps(msgs: list[Msg]) -> list[int]:
+    return [stamp_of(msg.data) for msg in msgs]
 
 
 def push_consumer_config(stream: str) -> ConsumerConfig:
@@ -160,49 +163,13 @@ async def _js_push_latency(spec: JobSpec, gate: Gate) -> JobResult:
         )
         start_wall = await gate.ready()
         result.started = start_wall
-        window["warm_ns"] = (start_wall + spec.duration_s * WARMUP_FRACTION) * 1e9
+        window["warm_ns"] = warmup_end_ns(start_wall, spec.duration_s)
         start = await wait_for_start(start_wall)
         window["start"], window["end"] = start, start + spec.duration_s
         await asyncio.sleep(spec.duration_s + spec.idle_s)
     finally:
         await nc.close()
     return result
-
-
-async def _consume_loop(
-    spec: JobSpec,
-    gate: Gate,
-    result: JobResult,
-    receive: Callable[[float], Awaitable[list[Msg]]],
-    ack: Callable[[list[Msg]], Awaitable[None]],
-) -> None:
-    start_wall = await gate.ready()
-    start = await wait_for_start(start_wall)
-    result.started = start_wall
-    hard_end = start + spec.duration_s + spec.idle_s
-    warm_ns = int((start_wall + spec.duration_s * WARMUP_FRACTION) * 1e9)
-    last_seen = start
-    while True:
-        now = time.monotonic()
-        # Idle means drained once something came; before that, allow for slow setup.
-        idle_limit = spec.idle_s if result.total else max(4 * spec.idle_s, 5.0)
-        if now >= hard_end or (not spec.latency and now - last_seen > idle_limit):
-            return
-        msgs = await receive(max(0.01, min(0.2, hard_end - now)))
-        if not msgs:
-            continue
-        received_ns = time.time_ns()
-        last_seen = time.monotonic()
-        result.last = time.time()
-        result.total += len(msgs)
-        if in_window(start, start + spec.duration_s):
-            result.in_window += len(msgs)
-        if spec.latency:
-            for msg in msgs:
-                sent_ns = stamp_of(msg.data)
-                if sent_ns >= warm_ns:
-                    result.latencies_ns.append(received_ns - sent_ns)
-        await ack(msgs)
 
 
 async def core_publish(spec: JobSpec, gate: Gate) -> JobResult:
@@ -264,7 +231,7 @@ async def core_subscribe(spec: JobSpec, gate: Gate) -> JobResult:
         await nc.flush()
         start_wall = await gate.ready()
         result.started = start_wall
-        warm_ns = int((start_wall + spec.duration_s * WARMUP_FRACTION) * 1e9)
+        warm_ns = warmup_end_ns(start_wall, spec.duration_s)
         start = await wait_for_start(start_wall)
         window["start"], window["end"] = start, start + spec.duration_s
         await asyncio.sleep(spec.duration_s + spec.idle_s)

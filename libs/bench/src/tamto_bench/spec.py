@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -57,3 +59,19 @@ class JobResult:
     last: float = 0.0
     errors: int = 0
     latencies_ns: list[int] = field(default_factory=list)
+
+    def record(
+        self,
+        count: int,
+        counted: bool,
+        sent_ns: Iterable[int] = (),
+        received_ns: int = 0,
+        warm_ns: int = 0,
+    ) -> None:
+        """`count` messages received now, `counted` when inside the window; a latency
+        sample for each send time in `sent_ns` at or after `warm_ns`."""
+        self.total += count
+        self.last = time.time()
+        if counted:
+            self.in_window += count
+        self.latencies_ns.extend(received_ns - sent for sent in sent_ns if sent >= warm_ns)

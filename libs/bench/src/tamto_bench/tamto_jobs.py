@@ -9,19 +9,21 @@ import time
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 import tamto_sdk
 from tamto_bench.gate import Gate
+from tamto_bench.receiving import consume_loop
 from tamto_bench.spec import JobResult, JobSpec
-from tamto_bench.timing import in_window, paced, stamp_of, wait_for_start
+from tamto_bench.timing import batch_stamps, in_window, paced, wait_for_start
 from tamto_sdk import Start, SubscriptionType
 
 #: Sends between two yields to the event loop (`send` only enqueues and rarely yields).
 _YIELD_EVERY = 256
 _FLUSH_TIMEOUT_S = 30.0
-#: Latency samples from the first part of the window are dropped (connections warm up).
-WARMUP_FRACTION = 0.2
+
+
+def _stamps(batch: tamto_sdk.MessageBatch) -> list[int]:
+    return batch_stamps(batch.record_batch)
 
 
 async def publish(spec: JobSpec, gate: Gate) -> JobResult:
@@ -103,33 +105,13 @@ async def consume(spec: JobSpec, gate: Gate) -> JobResult:
             credits=spec.credits,
         )
         async with consumer:
-            start_wall = await gate.ready()
-            start = await wait_for_start(start_wall)
-            result.started = start_wall
-            hard_end = start + spec.duration_s + spec.idle_s
-            warm_ns = int((start_wall + spec.duration_s * WARMUP_FRACTION) * 1e9)
-            last_seen = start
-            while True:
-                now = time.monotonic()
-                # Idle means drained once something came; before that, allow for slow setup.
-                idle_limit = spec.idle_s if result.total else max(4 * spec.idle_s, 5.0)
-                if now >= hard_end or (not spec.latency and now - last_seen > idle_limit):
-                    break
-                batch = await consumer.receive_batch(1000, timeout_s=min(0.2, hard_end - now))
-                if not len(batch):
-                    continue
-                received_ns = time.time_ns()
-                last_seen = time.monotonic()
-                result.last = time.time()
-                result.total += len(batch)
-                if in_window(start, start + spec.duration_s):
-                    result.in_window += len(batch)
-                if spec.latency:
-                    stamps = pc.binary_slice(batch.record_batch.column("payload"), 0, 8)
-                    for raw in stamps.to_pylist():
-                        sent_ns = stamp_of(raw)
-                        if sent_ns >= warm_ns:
-                            result.latencies_ns.append(received_ns - sent_ns)
+
+            async def receive(timeout_s: float) -> tamto_sdk.MessageBatch:
+                return await consumer.receive_batch(1000, timeout_s=timeout_s)
+
+            async def ack(batch: tamto_sdk.MessageBatch) -> None:
                 consumer.ack(batch)
+
+            await consume_loop(spec, gate, result, receive, ack, _stamps)
             await consumer.flush_acks(timeout_s=_FLUSH_TIMEOUT_S)
     return result

@@ -7,9 +7,14 @@ import struct
 import time
 from collections.abc import Awaitable, Callable
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 _STAMP = struct.Struct("<q")
 #: How often a paced publisher wakes up to send what is due.
 TICK_S = 0.001
+#: Latency samples from the first part of the window are dropped (connections warm up).
+WARMUP_FRACTION = 0.2
 
 
 async def wait_for_start(start_wall: float) -> float:
@@ -30,6 +35,16 @@ def stamp_of(payload: bytes) -> int:
     """The send time (ns since the epoch) a `stamped` payload carries."""
     value: int = _STAMP.unpack_from(payload)[0]
     return value
+
+
+def batch_stamps(batch: pa.RecordBatch) -> list[int]:
+    """The send times the `stamped` payloads of an Arrow batch carry (one column slice)."""
+    return [stamp_of(raw) for raw in pc.binary_slice(batch.column("payload"), 0, 8).to_pylist()]
+
+
+def warmup_end_ns(start_wall: float, duration_s: float) -> int:
+    """Wall-clock ns before which latency samples are dropped (`WARMUP_FRACTION`)."""
+    return int((start_wall + duration_s * WARMUP_FRACTION) * 1e9)
 
 
 async def paced(

@@ -1,0 +1,59 @@
+"""The consumer side of a benchmark job: one receive loop for every system.
+
+Tamto's shared subscription and a JetStream pull consumer are measured alike: wait
+for the common start, receive until the window and the idle time are over (or,
+without latency sampling, until the stream stays quiet), count each batch and
+sample its latencies, then ack it. What differs, how to receive, read the send
+times and ack, comes in as functions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sized
+from typing import TypeVar
+
+from tamto_bench.gate import Gate
+from tamto_bench.spec import JobResult, JobSpec
+from tamto_bench.timing import in_window, wait_for_start, warmup_end_ns
+
+B = TypeVar("B", bound=Sized)
+
+
+async def consume_loop(
+    spec: JobSpec,
+    gate: Gate,
+    result: JobResult,
+    receive: Callable[[float], Awaitable[B]],
+    ack: Callable[[B], Awaitable[None]],
+    stamps: Callable[[B], Iterable[int]],
+) -> None:
+    """Receive batches (`receive(timeout_s)`, empty when none came) into `result`.
+
+    `stamps(batch)`, the send times its payloads carry, is read only with
+    `spec.latency`."""
+    start_wall = await gate.ready()
+    start = await wait_for_start(start_wall)
+    result.started = start_wall
+    hard_end = start + spec.duration_s + spec.idle_s
+    warm = warmup_end_ns(start_wall, spec.duration_s)
+    last_seen = start
+    while True:
+        now = time.monotonic()
+        # Idle means drained once something came; before that, allow for slow setup.
+        idle_limit = spec.idle_s if result.total else max(4 * spec.idle_s, 5.0)
+        if now >= hard_end or (not spec.latency and now - last_seen > idle_limit):
+            return
+        batch = await receive(max(0.01, min(0.2, hard_end - now)))
+        if not len(batch):
+            continue
+        received_ns = time.time_ns()
+        last_seen = time.monotonic()
+        result.record(
+            len(batch),
+            in_window(start, start + spec.duration_s),
+            stamps(batch) if spec.latency else (),
+            received_ns,
+            warm,
+        )
+        await ack(batch)
