@@ -24,11 +24,10 @@ from tamto_testing.waiting import long_tests_enabled
 pytestmark = pytest.mark.e2e
 
 LEASE_TTL_S = 5
-#: The stall bound the short CI campaign holds: the acceptance's 1 s is not met yet
-#: after kills of storage or the router (reopening a partition rebuilds its dedup
-#: window from storage: 0.5-2 s on a loaded 2-core machine, docs/recovery.md), so CI
-#: guards against regressions at 3 s (before issue 19: tens of seconds) while the long
-#: run and `tamto chaos` hold 1 s.
+#: The stall bound the short random CI campaign holds: faults overlap on a loaded
+#: 2-core machine (a killed service takes 5-12 s to serve again there, and stalls grow
+#: with the overlaps, docs/recovery.md), so CI guards against regressions at 3 s
+#: (before issue 19: tens of seconds) while the long run and `tamto chaos` hold 1 s.
 CI_STALL_BOUND_S = 3.0
 
 
@@ -64,10 +63,12 @@ async def test_etcd_killed_or_paused_for_10_s(tmp_path: Path) -> None:
     report = await run_campaign(options, tmp_path / "system")
     print(render(report))
     # A 10 s pause outlives the 5 s lease: the router re-grants, re-claims and reopens
-    # its partitions after etcd is back, which took 1.1-1.6 s beyond the pause on a
-    # quiet machine (CI of 2026-11-25), over the acceptance's 1 s (issue 19 stays open
-    # on it); CI guards the regression bound meanwhile.
-    assert_passed(report, CI_STALL_BOUND_S)
+    # its partitions after etcd is back. That took 1.1-1.8 s beyond the pause, mostly
+    # etcd itself: paused right after its restart, before it had a leader, it needed
+    # its 1 s election timeout after SIGCONT (now 150 ms, tamto_local.infra), and the
+    # router rebuilt its dedup windows (now kept: nobody else claimed meanwhile).
+    # Measured since: 0.38 s, on a machine at load 8-12.
+    assert_passed(report)
     paused = report.faults[1]
     producers = {k: v for k, v in paused.served_s.items() if k.startswith("producer")}
     for name, served in producers.items():
