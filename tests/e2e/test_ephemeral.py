@@ -398,9 +398,18 @@ async def test_request_reply_across_gateways(
             stream, b"two", topic="rpc.echo", timeout_s=10, response_stream=unique("mine")
         )
         assert [m.payload for m in named] == [b"re:two@rpc.echo"]
+        # Generated response streams share one bus subscription per gateway: each
+        # reply still reaches its own request.
+        payloads = [f"n{i}".encode() for i in range(20)]
+        replies = await asyncio.gather(
+            *(one.request(stream, p, topic="rpc.many", timeout_s=10) for p in payloads)
+        )
+        assert [[m.payload for m in r] for r in replies] == [
+            [b"re:" + p + b"@rpc.many"] for p in payloads
+        ]
         # The handler counts a reply once its Reply call returned, which may be
         # after the requester already has it.
-        await eventually(lambda: handler.answered == 2, 10, "the handler counted two replies")
+        await eventually(lambda: handler.answered == 22, 10, "the handler counted 22 replies")
 
 
 async def test_no_reply_times_out_at_the_server(
@@ -442,6 +451,9 @@ async def test_a_taken_response_stream_name_is_already_exists(
         await two.request(stream, b"second", timeout_s=1, response_stream=name)
     with pytest.raises(AlreadyExists, match="names a stream"):
         await two.request(stream, b"third", timeout_s=1, response_stream=stream)
+    generated_form = f"reply-{uuid.uuid4().hex}"
+    with pytest.raises(InvalidArgument, match="has the form of a generated name"):
+        await two.request(stream, b"fourth", timeout_s=1, response_stream=generated_form)
     with pytest.raises(FailedPrecondition, match="is a response stream"):
         await two.subscribe(name).start()
     await two.reply(name, b"done")

@@ -7,23 +7,32 @@ to the request's timeout (else the stream's `request_timeout_ms`). It answers
 the requester with the reply, or with DEADLINE_EXCEEDED when none came: clients
 never time out by themselves. Either way the response stream is gone after.
 
-Only the requester receives from a response stream: it exists only as that
-gateway's bus subscription, never as a stream anyone can subscribe to. A reply
-is a bus request to the reply subject: the requester's gateway answers "taken"
-to the first, "gone" to any later one, and nobody answers for an unknown or
-expired stream (NATS's no-responders), so `reply` refuses both with NOT_FOUND.
+Only the requester receives from a response stream: it exists only at that
+gateway, on the bus, never as a stream anyone can subscribe to. A reply is a
+bus request to the reply subject: the requester's gateway answers "taken" to
+the first, "gone" to any later one or to a name it does not know, and nobody
+answers a subject no gateway listens on (NATS's no-responders), so `reply`
+refuses all of those with NOT_FOUND.
 
-Names: a request without one gets a unique generated name (`reply-<uuid>`).
-A chosen name is reserved cluster-wide in etcd (`/tamto/responses/<name>`,
-bound to this gateway's lease, so a crashed gateway's names free up) while the
-request waits; a name taken, or naming an existing stream, is ALREADY_EXISTS.
+Names: a request without one gets a unique generated name, `reply-<32 hex>`:
+the first 16 are this gateway's broker id, so its replies travel on
+`tamto.reply.g.<broker id>.<the other 16>` and one bus subscription per gateway
+(`tamto.reply.g.<broker id>.*`) takes them all; a request makes no subscription
+of its own. A chosen name is reserved cluster-wide in etcd
+(`/tamto/responses/<name>`, bound to this gateway's lease, so a crashed
+gateway's names free up) while the request waits, and gets a subscription on
+`tamto.reply.<name>` for that time; a name taken, or naming an existing stream,
+is ALREADY_EXISTS, and one of the generated form is the server's to give
+(INVALID_ARGUMENT).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
+import functools
+import re
+import secrets
 from typing import Any, Final
 
 import aetcd
@@ -48,6 +57,8 @@ MAX_TIMEOUT_MS: Final = 600_000
 _TAKEN: Final = b"taken"
 _GONE: Final = b"gone"
 _LEASE_TTL_S: Final = 10
+#: Generated response stream names: the broker id (16 hex), then 16 random hex.
+GENERATED: Final = re.compile(r"reply-([0-9a-f]{16})([0-9a-f]{16})")
 
 
 class RequestTimeout(TamtoError):
@@ -68,6 +79,10 @@ def check_timeout_ms(timeout_ms: int) -> int:
 
 
 def reply_subject(response_stream: str) -> str:
+    """The bus subject replies to `response_stream` travel on."""
+    generated = GENERATED.fullmatch(response_stream)
+    if generated:
+        return f"{REPLY_PREFIX}.g.{generated[1]}.{generated[2]}"
     # Names hold letters, digits, '.', '_', '-': '.' becomes '~' (in no name).
     return f"{REPLY_PREFIX}.{response_stream.replace('.', '~')}"
 
@@ -83,12 +98,20 @@ class RequestBroker:
         self._leased = False
         self._leasing = asyncio.Lock()
         self._draining: set[asyncio.Task[None]] = set()
+        self._id = secrets.token_hex(8)
+        #: Requests waiting on a generated response stream, by the name's random part.
+        self._waiting: dict[str, asyncio.Future[bytes]] = {}
+        self._inbox: Subscription | None = None
+        self._inbox_lock = asyncio.Lock()
 
     async def close(self) -> None:
         for task in list(self._draining):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._inbox is not None:
+            with contextlib.suppress(Exception):
+                await self._inbox.unsubscribe()
         if self._leased:
             await self._lease.__aexit__(None, None, None)
 
@@ -104,31 +127,54 @@ class RequestBroker:
         """Publish a request and wait for its reply; returns the response stream's name
         and the reply. Raises `RequestTimeout` when no reply came in time."""
         timeout_ms = check_timeout_ms(timeout_ms) or stream.request_timeout_ms
-        async with self._reserved(response_stream) as name:
-            loop = asyncio.get_running_loop()
-            reply: asyncio.Future[bytes] = loop.create_future()
-
-            async def on_reply(msg: Msg) -> None:
-                taken = not reply.done()
-                if taken:
-                    reply.set_result(msg.data)
-                with contextlib.suppress(Exception):
-                    await msg.respond(_TAKEN if taken else _GONE)
-
-            sub = await self._bus.subscribe(reply_subject(name), cb=on_reply)
+        reply: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        async with self._response_stream(response_stream, reply) as name:
+            await self._hub.publish(stream, topic, arrow_ipc, count, response_stream=name)
             try:
-                await self._hub.publish(stream, topic, arrow_ipc, count, response_stream=name)
-                try:
-                    data = await asyncio.wait_for(reply, timeout_ms / 1000)
-                except TimeoutError:
-                    raise RequestTimeout(
-                        f"no reply on response stream {name!r} within {timeout_ms} ms"
-                    ) from None
-            finally:
-                if not reply.done():
-                    reply.cancel()
-                self._drain(sub)
+                data = await asyncio.wait_for(reply, timeout_ms / 1000)
+            except TimeoutError:
+                raise RequestTimeout(
+                    f"no reply on response stream {name!r} within {timeout_ms} ms"
+                ) from None
         return name, gateway_pb2.ReplyRequest.FromString(data)
+
+    @contextlib.asynccontextmanager
+    async def _response_stream(self, chosen: str, reply: asyncio.Future[bytes]) -> Any:
+        """A response stream whose first reply completes `reply`, for the block;
+        yields its name (`chosen`, or a generated one)."""
+        try:
+            if not chosen:
+                await self._listen()
+                token = secrets.token_hex(8)
+                self._waiting[token] = reply
+                try:
+                    yield f"reply-{self._id}{token}"
+                finally:
+                    del self._waiting[token]
+                return
+            async with self._reserved(chosen) as name:
+                on_reply = functools.partial(_answer, reply=reply)
+                sub = await self._bus.subscribe(reply_subject(name), cb=on_reply)
+                try:
+                    yield name
+                finally:
+                    self._drain(sub)
+        finally:
+            if not reply.done():
+                reply.cancel()
+
+    async def _listen(self) -> None:
+        """Subscribe, once, to the replies of this gateway's generated response streams."""
+        if self._inbox is not None:
+            return
+        async with self._inbox_lock:
+            if self._inbox is None:
+                subject = f"{REPLY_PREFIX}.g.{self._id}.*"
+                self._inbox = await self._bus.subscribe(subject, cb=self._on_generated_reply)
+
+    async def _on_generated_reply(self, msg: Msg) -> None:
+        token = msg.subject.rsplit(".", 1)[-1]
+        await _answer(msg, self._waiting.get(token))
 
     def _drain(self, sub: Subscription) -> None:
         """Remove a response stream's subscription in the background, answering "gone"
@@ -170,11 +216,13 @@ class RequestBroker:
 
     @contextlib.asynccontextmanager
     async def _reserved(self, name: str) -> Any:
-        """A response stream name, unique in the cluster while the block runs."""
-        if not name:
-            yield f"reply-{uuid.uuid4().hex}"
-            return
+        """A chosen response stream name, unique in the cluster while the block runs."""
         check_name("response stream", name)
+        if GENERATED.fullmatch(name):
+            raise InvalidArgument(
+                f"response stream {name!r} has the form of a generated name (reply-<32 hex>): "
+                "leave it empty to get one, or choose another"
+            )
         if await self._etcd.get(stream_key(name)) is not None:
             raise AlreadyExists(f"{name!r} names a stream; a response stream needs its own name")
         async with self._leasing:
@@ -195,3 +243,14 @@ class RequestBroker:
         finally:
             with contextlib.suppress(Exception):
                 await self._etcd.delete(key)
+
+
+async def _answer(msg: Msg, reply: asyncio.Future[bytes] | None) -> None:
+    """Complete `reply` with the reply `msg` carries, if it waits, and tell the
+    replier whether it was taken."""
+    answer = _GONE
+    if reply is not None and not reply.done():
+        reply.set_result(msg.data)
+        answer = _TAKEN
+    with contextlib.suppress(Exception):
+        await msg.respond(answer)
