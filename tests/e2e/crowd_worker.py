@@ -8,10 +8,11 @@ consumer streams. Usage:
 
 Opens COUNT consume streams on one shared subscription (`crowd`), each acking
 and re-crediting what it receives, spread over connections of PER_CONNECTION
-streams; prints `open` once every stream has sent its subscribe, `received N`
-now and then, `retry: ...` when a stream was reset and is opened again, and
-`error: ...` if a stream ends otherwise. On a line `leave` on stdin it
-cancels every stream, prints `left` and exits.
+streams; prints `open` once every consumer has sent its subscribe (on its first
+stream or on one opened again), `received N` now and then, `retry: ...` when a
+stream was reset and is opened again, and `error: ...` if a stream ends
+otherwise. On a line `leave` on stdin, whenever it comes (before `open` too),
+it cancels every stream, prints `left` and exits.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections.abc import Callable
 
 import grpc
 
@@ -37,10 +39,18 @@ async def consumer(
     opened: asyncio.Queue[None],
     received: list[int],
 ) -> None:
-    first = True
+    said = False
+
+    def on_open() -> None:
+        # Once per consumer, on whichever stream got its subscribe out: a reset
+        # first stream must not keep the worker from ever saying `open` (issue 17).
+        nonlocal said
+        if not said:
+            said = True
+            opened.put_nowait(None)
+
     while True:
-        code, details = await consume(stub, token, stream, opened if first else None, received)
-        first = False
+        code, details = await consume(stub, token, stream, on_open, received)
         if code not in RETRIED:
             print(f"error: the stream ended: {code} {details}", flush=True)
             return
@@ -52,7 +62,7 @@ async def consume(
     stub: gateway_pb2_grpc.GatewayStub,
     token: str,
     stream: str,
-    opened: asyncio.Queue[None] | None,
+    on_open: Callable[[], None],
     received: list[int],
 ) -> tuple[grpc.StatusCode, str]:
     """One consume stream until it ends: its status."""
@@ -63,8 +73,7 @@ async def consume(
     try:
         await call.write(messages_pb2.ConsumeRequest(subscribe=subscribe))
         await call.write(messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=10)))
-        if opened is not None:
-            opened.put_nowait(None)
+        on_open()
         async for response in call:
             if response.WhichOneof("response") != "delivery":
                 break
@@ -94,19 +103,25 @@ async def main(address: str, token: str, stream: str, count: int, per_connection
     stubs = [gateway_pb2_grpc.GatewayStub(c) for c in channels]
     opened: asyncio.Queue[None] = asyncio.Queue()
     received = [0]
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    leave = asyncio.create_task(reader.readline())
     tasks = []
     for i in range(count):
         stub = stubs[i // per_connection]
         tasks.append(asyncio.create_task(consumer(stub, token, stream, opened, received)))
         if i % 100 == 99:
             await asyncio.sleep(0.05)  # pace the opening: 2,000 streams a second at most
-    for _ in range(count):
-        await opened.get()
-    print("open", flush=True)
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    leave = asyncio.create_task(reader.readline())
+
+    async def all_open() -> None:
+        for _ in range(count):
+            await opened.get()
+        print("open", flush=True)
+
+    opening = asyncio.create_task(all_open())
+    await asyncio.wait({opening, leave}, return_when=asyncio.FIRST_COMPLETED)
+    opening.cancel()
     while not leave.done():
         await asyncio.wait({leave}, timeout=1.0)
         print(f"received {received[0]}", flush=True)
