@@ -12,12 +12,14 @@ import pytest
 from tamto_common.errors import FailedPrecondition, Unavailable
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_protocol.batch import BatchColumns, decode_batch, encode_batch
-from tamto_router.model import Batch
+from tamto_router.model import Batch, LogBounds
+from tamto_router.partition_log import PartitionLog
 from tamto_router.quorum import append_quorum, fence_quorum, recover_ledger_end
 from tamto_router.storage_client import StorageClient
 from tamto_storage.grpc_api import StorageServicer, serve
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
+from tamto_testing.waiting import eventually
 
 STREAM, PARTITION = "orders", 0
 
@@ -26,6 +28,7 @@ class Node:
     """One storage server over its own directory, and a client of it."""
 
     def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
         self.store = PartitionStore(data_dir, WalOptions())
         self.server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
         serve(StorageServicer(self.store, 1 << 20), self.server)
@@ -146,3 +149,123 @@ async def test_recovery_copies_the_missing_tail_to_every_responder(
     assert set(fenced.answers) == {"storage-b", "storage-c"}
     _, next_offset = await nodes["storage-c"].client.read(STREAM, PARTITION, 0, 100)
     assert next_offset == 9
+
+
+def payloads_on(batches: list[Batch]) -> list[bytes]:
+    return [p for b in batches for p in decode_batch(b.arrow_ipc).column("payload").to_pylist()]
+
+
+def replicated_log(
+    nodes: dict[str, Node],
+    takes_appends: tuple[str, ...],
+    reachable: dict[str, StorageClient],
+    epoch: int = 1,
+    next_offset: int = 0,
+) -> PartitionLog:
+    """A log on the ensemble a, b, c (Q = 2) appending to `takes_appends`; the others
+    are caught up once `reachable` names them."""
+    replicas = {n: nodes[n].client for n in takes_appends}
+    return PartitionLog(
+        STREAM,
+        PARTITION,
+        epoch,
+        replicas[takes_appends[0]],
+        LogBounds(0, next_offset),
+        replicas=replicas,
+        quorum=2,
+        ensemble=tuple(nodes),
+        client_for=reachable.get,
+    )
+
+
+async def append(log: PartitionLog, first: int, count: int) -> None:
+    assert (await log.append(batch(first, count).arrow_ipc, count)).base_offset == first
+
+
+async def test_a_replica_that_missed_appends_is_caught_up_and_takes_appends_again(
+    nodes: dict[str, Node],
+) -> None:
+    await open_all(nodes, 1)
+    reachable: dict[str, StorageClient] = {}  # storage-c not registered yet
+    partition_log = replicated_log(nodes, ("storage-a", "storage-b"), reachable)
+    try:
+        for first in range(0, 20, 4):
+            await append(partition_log, first, 4)
+        assert partition_log.lagging() == ["storage-c"]
+        reachable["storage-c"] = nodes["storage-c"].client  # it is back
+        await eventually(lambda: not partition_log.lagging(), 10.0, "storage-c takes appends again")
+        await append(partition_log, 20, 3)
+    finally:
+        await partition_log.close()
+    batches, next_offset = await nodes["storage-c"].client.read(
+        STREAM, PARTITION, 0, 100, from_cache=False
+    )
+    assert next_offset == 23
+    assert payloads_on(batches) == [f"m{o}".encode() for o in range(23)]
+
+
+async def test_a_replica_that_fails_an_append_stops_taking_them_and_is_caught_up(
+    nodes: dict[str, Node],
+) -> None:
+    await open_all(nodes, 1)
+    reachable = clients(nodes)
+    partition_log = replicated_log(nodes, tuple(nodes), reachable)
+    restarted = Node(nodes["storage-c"].data_dir)  # started once the first one is stopped
+    try:
+        await append(partition_log, 0, 5)
+        await nodes["storage-c"].stop()
+        await append(partition_log, 5, 5)  # acked by a and b; c failed it
+        assert partition_log.lagging() == ["storage-c"]
+        await restarted.server.start()  # storage-c comes back on its directory
+        reachable["storage-c"] = restarted.client
+        await append(partition_log, 10, 2)
+        await eventually(lambda: not partition_log.lagging(), 10.0, "storage-c takes appends again")
+        await append(partition_log, 12, 1)
+        batches, next_offset = await restarted.client.read(
+            STREAM, PARTITION, 0, 100, from_cache=False
+        )
+    finally:
+        await partition_log.close()
+        await restarted.stop()
+        await restarted.client.close()
+        await restarted.channel.close()
+    assert next_offset == 13
+    assert payloads_on(batches) == [f"m{o}".encode() for o in range(13)]
+
+
+async def test_a_replica_holding_entries_the_log_does_not_have_is_not_caught_up(
+    nodes: dict[str, Node],
+) -> None:
+    await open_all(nodes, 1)
+    await append_quorum(clients(nodes), 3, STREAM, PARTITION, 1, [batch(0, 2)])
+    # storage-c kept an entry past a recovered end (it did not answer the recovery
+    # of epoch 2, which ended the ledger at 1 on a and b).
+    other = batch(40, 1)  # payload m40 at offset 2
+    await nodes["storage-c"].client.append(
+        STREAM, PARTITION, 1, [Batch(2, 1, other.publish_time_us, other.arrow_ipc)]
+    )
+    for name in ("storage-a", "storage-b"):
+        await nodes[name].client.open_partition(STREAM, PARTITION, 2)
+    partition_log = replicated_log(
+        nodes, ("storage-a", "storage-b"), clients(nodes), epoch=2, next_offset=2
+    )
+    try:
+        await append(partition_log, 2, 1)  # offset 2 again, with other data
+        for first in range(3, 9, 2):
+            await append(partition_log, first, 2)
+        # It is tried but never made a replica: its offset 2 is not the log's.
+        await eventually(
+            lambda: "storage-c" in partition_log.catch_up_errors,
+            10.0,
+            "storage-c was looked at",
+        )
+        assert "differ" in partition_log.catch_up_errors["storage-c"]
+        await append(partition_log, 9, 1)
+        assert partition_log.lagging() == ["storage-c"]
+    finally:
+        await partition_log.close()
+    batches, next_offset = await nodes["storage-c"].client.read(
+        STREAM, PARTITION, 0, 100, from_cache=False
+    )
+    assert next_offset == 3
+    assert payloads_on(batches) == [b"m0", b"m1", b"m40"]

@@ -12,6 +12,14 @@ every replica of its ledger at once and counts it durable once its ack quorum Q
 have it fsynced (`tamto_router.quorum.first_answers`); reads go to `storage`, a
 replica that holds every durable entry (it moves to one that answered when it
 fails an append). R = 1 keeps the single-node path.
+
+A replica of the ensemble that takes no appends (it failed one, was down at the
+claim, or was behind) is caught up in the background (`_repair_loop`, every
+`REPAIR_INTERVAL_S`): once registered again it is opened with this epoch, the
+entries it lacks are copied to it from a replica that has them until it is
+within `JOIN_GAP` messages of the durable end, and the sender copies the rest
+between two appends and adds it to the replicas (BookKeeper's recovery of a
+bookie that missed writes, docs/cluster.md section 2).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +38,7 @@ from tamto_common.errors import TamtoError, Unavailable
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.dedup import DedupWindow, message_offsets
 from tamto_router.model import Batch, LogBounds
-from tamto_router.quorum import first_answers
+from tamto_router.quorum import copy_entries, first_answers, no_quorum, same_last_entry
 from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
@@ -38,6 +46,12 @@ log = structlog.get_logger(__name__)
 #: Most bytes of batches sent to storage in one append RPC (every hop allows 64 MiB;
 #: one larger batch still goes alone).
 MAX_APPEND_BYTES = 32 * 1024 * 1024
+
+#: How often a replicated log tries to catch up the replicas that take no appends.
+REPAIR_INTERVAL_S = 1.0
+#: A lagging replica is copied to in the background until it is within this many
+#: messages of the durable end; the sender copies the rest before its next append.
+JOIN_GAP = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +75,8 @@ class PartitionLog:
         dedup: DedupWindow | None = None,
         replicas: Mapping[str, StorageClient] | None = None,
         quorum: int = 1,
+        ensemble: Sequence[str] = (),
+        client_for: Callable[[str], StorageClient | None] | None = None,
     ) -> None:
         self.stream = stream
         self.partition = partition
@@ -75,6 +91,16 @@ class PartitionLog:
         #: one of them) and the ack quorum.
         self.replicas = dict(replicas) if replicas is not None else None
         self.quorum = quorum
+        #: Replicated only: the ledger's storage nodes (those not in `replicas` are
+        #: caught up in the background) and how to reach one (None: not registered).
+        self.ensemble = tuple(ensemble) or tuple(self.replicas or ())
+        self._client_for = client_for
+        #: Replicas the background copy brought close to the end: the sender adds them.
+        self._joiners: dict[str, tuple[StorageClient, int]] = {}
+        #: Why each lagging replica was not caught up at its last try (logged once each).
+        self.catch_up_errors: dict[str, str] = {}
+        #: The replicas that answered the last append (they hold every durable entry).
+        self._fresh = tuple(self.replicas or ())
         self._queue: list[tuple[Batch, asyncio.Future[int]]] = []
         self._wake = asyncio.Event()
         self._grown = asyncio.Event()
@@ -83,6 +109,11 @@ class PartitionLog:
         #: Subscriptions on this partition, by name; they die with this log.
         self.subscriptions: dict[str, Any] = {}
         self._sender = asyncio.create_task(self._send_loop(), name=f"append-{stream}/{partition}")
+        self._repair: asyncio.Task[None] | None = None
+        if self.replicas is not None and client_for is not None:
+            self._repair = asyncio.create_task(
+                self._repair_loop(), name=f"repair-{stream}/{partition}"
+            )
 
     async def append(self, arrow_ipc: bytes, count: int) -> Appended:
         """Sequence a batch and wait until storage holds it durably.
@@ -140,9 +171,11 @@ class PartitionLog:
 
     async def _send_loop(self) -> None:
         while True:
-            if not self._queue:
+            if not self._queue and not self._joiners:
                 await self._wake.wait()
                 self._wake.clear()
+            if self._joiners:
+                await self._admit_joiners()
             pending = self._take_queued()
             if not pending:
                 continue
@@ -168,22 +201,116 @@ class PartitionLog:
         if self.replicas is None:
             await self.storage.append(self.stream, self.partition, self.epoch, batches)
             return
+        if len(self.replicas) < self.quorum:
+            raise no_quorum(len(self.replicas), len(self.ensemble), self.quorum)
         outcome = await first_answers(
             self.replicas,
             lambda client: client.append(self.stream, self.partition, self.epoch, batches),
             self.quorum,
         )
-        if self.storage in [self.replicas[node] for node in outcome.failures]:
-            # The read replica failed this append: read from one that has it all.
-            node = next(iter(outcome.answers))
+        self._fresh = tuple(outcome.answers)
+        for node, error in outcome.failures.items():
+            # It misses this append: it takes no more until it is caught up.
+            failed = self.replicas.pop(node)
             log.warning(
-                "read replica failed an append; reading from another",
+                "replica failed an append; it is caught up in the background",
                 stream=self.stream,
                 partition=self.partition,
                 replica=node,
-                failures={n: str(e) for n, e in outcome.failures.items()},
+                error=str(error),
             )
-            self.storage = self.replicas[node]
+            if failed is self.storage:  # read from one that has it all
+                self.storage = self.replicas[next(iter(outcome.answers))]
+
+    def lagging(self) -> list[str]:
+        """The ensemble's replicas that take no appends now (replicated logs only)."""
+        return [n for n in self.ensemble if self.replicas is not None and n not in self.replicas]
+
+    def _source(self) -> StorageClient:
+        """A replica holding every durable entry: one that answered the last append."""
+        assert self.replicas is not None
+        return next((self.replicas[n] for n in self._fresh if n in self.replicas), self.storage)
+
+    async def _repair_loop(self) -> None:
+        """Catch up, every `REPAIR_INTERVAL_S`, each lagging replica that is registered."""
+        assert self._client_for is not None
+        while self.failure is None:
+            await asyncio.sleep(REPAIR_INTERVAL_S)  # a period, not a wait for a condition
+            for node in self.lagging():
+                client = self._client_for(node)
+                if client is None or node in self._joiners:
+                    continue
+                try:
+                    await self._catch_up(node, client)
+                    self.catch_up_errors.pop(node, None)
+                except Exception as exc:  # down still, or refusing: tried again later
+                    if self.catch_up_errors.get(node) != str(exc):  # each new reason once
+                        self.catch_up_errors[node] = str(exc)
+                        log.warning(
+                            "replica not caught up yet",
+                            stream=self.stream,
+                            partition=self.partition,
+                            replica=node,
+                            error=str(exc),
+                        )
+
+    async def _catch_up(self, node: str, client: StorageClient) -> None:
+        """Open the partition on `node` with this epoch and copy it the entries it lacks
+        until it is within `JOIN_GAP` of the durable end; then hand it to the sender."""
+        bounds = await client.open_partition(self.stream, self.partition, self.epoch)
+        offset = bounds.next_offset
+        if offset > self.durable_offset or not await same_last_entry(
+            self._source(), client, self.stream, self.partition, offset
+        ):
+            # Entries past a recovered ledger's end (it missed that recovery): they
+            # must be truncated first, which is not built. It stays out.
+            raise Unavailable(
+                f"replica {node} of {self.stream}/{self.partition} holds entries up to "
+                f"{offset - 1} that differ from the log's (durable end {self.durable_offset})"
+            )
+        while self.durable_offset - offset > JOIN_GAP and self.failure is None:
+            offset = await self._copy_to(node, client, offset)
+        self._joiners[node] = (client, offset)
+        self._wake.set()
+
+    async def _copy_to(self, node: str, client: StorageClient, offset: int) -> int:
+        """Copy `node`, whose log ends at `offset`, the durable entries it lacks."""
+        return await copy_entries(
+            self._source(),
+            client,
+            self.stream,
+            self.partition,
+            self.epoch,
+            offset,
+            self.durable_offset,
+            what=f"catch-up of {node}",
+        )
+
+    async def _admit_joiners(self) -> None:
+        """Between two appends (every entry sent is durable): copy each joiner the
+        last entries it lacks and make it a replica again."""
+        assert self.replicas is not None
+        for node, (client, offset) in list(self._joiners.items()):
+            del self._joiners[node]
+            try:
+                await self._copy_to(node, client, offset)
+            except Exception as exc:
+                log.warning(
+                    "replica not caught up",
+                    stream=self.stream,
+                    partition=self.partition,
+                    replica=node,
+                    error=str(exc),
+                )
+                continue
+            self.replicas[node] = client
+            log.info(
+                "replica caught up; it takes appends again",
+                stream=self.stream,
+                partition=self.partition,
+                replica=node,
+                next_offset=self.durable_offset,
+            )
 
     def _fail(self, exc: TamtoError, pending: list[tuple[Batch, asyncio.Future[int]]]) -> None:
         self.failure = exc
@@ -217,8 +344,10 @@ class PartitionLog:
         """Finish what is queued, then stop the sender."""
         while self._queue and self.failure is None:
             await self.wait_beyond(self._queue[-1][0].base_offset)
-        self._sender.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._sender
+        for task in (self._sender, self._repair):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for subscription in list(self.subscriptions.values()):
             await subscription.close()

@@ -24,7 +24,7 @@ import pyarrow as pa
 import structlog
 
 from tamto_common.errors import DataLoss, Unavailable, damaged_offsets
-from tamto_common.ledgers import LedgerConflict, LedgerList, open_ledger, read_ledgers
+from tamto_common.ledgers import Ledger, LedgerConflict, LedgerList, open_ledger, read_ledgers
 from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
 from tamto_protocol.batch import decode_column
 from tamto_router.dedup import DedupWindow
@@ -158,12 +158,15 @@ class Partitions:
         ledgers = await read_ledgers(self._etcd, stream, partition)
         replicas: dict[str, StorageClient] | None = None
         quorum = 1
+        ensemble: tuple[str, ...] = ()
+        client_for: Callable[[str], StorageClient | None] | None = None
         if replicated:
             assert definition is not None
-            node, replicas, quorum, bounds = await self._open_replicated(
+            node, replicas, quorum, bounds, ensemble = await self._open_replicated(
                 ledgers, result.epoch, definition
             )
             storage = replicas[node]
+            client_for = self._client_for(stream, partition, result.epoch, ensemble, quorum)
         else:
             node, storage = self._storage_for(stream, partition, ledgers)
             bounds = await storage.open_partition(stream, partition, result.epoch)
@@ -187,17 +190,40 @@ class Partitions:
             dedup_s=round(time.monotonic() - opened, 3),
         )
         return PartitionLog(
-            stream, partition, result.epoch, storage, bounds, dedup, replicas, quorum
+            stream,
+            partition,
+            result.epoch,
+            storage,
+            bounds,
+            dedup,
+            replicas,
+            quorum,
+            ensemble,
+            client_for,
         )
+
+    def _client_for(
+        self, stream: str, partition: int, epoch: int, ensemble: tuple[str, ...], quorum: int
+    ) -> Callable[[str], StorageClient | None]:
+        """How a replicated log reaches a member of its ledger's ensemble now (None
+        while it is not registered), to catch it up."""
+        assert self._replicas_for is not None
+        replicas_for = self._replicas_for
+        recorded = LedgerList(stream, partition, (Ledger(epoch, ensemble, quorum, 0),))
+
+        def client_for(node: str) -> StorageClient | None:
+            return replicas_for(stream, partition, recorded, len(ensemble))[1].get(node)
+
+        return client_for
 
     async def _open_replicated(
         self, ledgers: LedgerList, epoch: int, definition: StreamDef
-    ) -> tuple[str, dict[str, StorageClient], int, LogBounds]:
+    ) -> tuple[str, dict[str, StorageClient], int, LogBounds, tuple[str, ...]]:
         """Open a replicated partition for `epoch`: recover the previous open ledger
         from a quorum of its replicas, open the partition on every registered replica,
         record the new ledger (same ensemble: its members hold the partition's earlier
         entries), and return the read replica, the replicas that are at the log's end,
-        the ack quorum and the bounds."""
+        the ack quorum, the bounds and the ensemble (the log catches up the others)."""
         assert self._replicas_for is not None
         stream, partition = ledgers.stream, ledgers.partition
         ensemble, clients = self._replicas_for(
@@ -231,9 +257,9 @@ class Partitions:
         }
         for n in nodes:
             if n not in at_end:
-                # Catching a replica up is not built: it takes no appends of this ledger.
+                # It takes no appends until the log caught it up in the background.
                 log.warning(
-                    "replica left out of the ledger's appends",
+                    "replica not at the log's end: caught up before it takes appends",
                     stream=stream,
                     partition=partition,
                     replica=n,
@@ -245,7 +271,7 @@ class Partitions:
         reader = next(iter(at_end))
         bounds = opened[reader]
         await self._open_ledger(ledgers, epoch, ensemble, quorum, bounds)
-        return reader, at_end, quorum, bounds
+        return reader, at_end, quorum, bounds, ensemble
 
     async def _open_ledger(
         self,

@@ -4,8 +4,9 @@ A ledger is held by an ensemble of R storage nodes; an entry is acknowledged onc
 Q of them have it fsynced, and a new owner's recovery fences the previous ledger
 and learns its end from R - Q + 1 of them (enough that one of them has every
 entry that was ever acknowledged), then copies the entries some of them lack.
-This module is those waits and that copy, over `StorageClient`s; it knows
-nothing of etcd or of the ledger record.
+This module is those waits and that copy (also how a replica that missed appends
+is caught up, `copy_entries`), over `StorageClient`s; it knows nothing of etcd or
+of the ledger record.
 
 Used by the router for streams with replication factor R > 1: the partition
 log's appends (`first_answers`) and the claim's recovery (`recover_ledger_end`).
@@ -136,14 +137,60 @@ async def recover_ledger_end(
     end = max(fenced.answers.values())
     source = next(node for node, last in fenced.answers.items() if last == end)
     for node, last in fenced.answers.items():
-        offset = last + 1
-        while offset <= end:
-            batches, _ = await replicas[source].read(stream, partition, offset, read_batch_messages)
-            wanted = [b for b in batches if b.base_offset >= offset and b.end <= end + 1]
-            if not wanted or wanted[0].base_offset != offset:
-                raise Unavailable(
-                    f"recovery of {stream}/{partition}: {source} does not hold offset "
-                    f"{offset} on a batch boundary for {node}"
-                )
-            offset = await replicas[node].append(stream, partition, epoch, wanted)
+        await copy_entries(
+            replicas[source],
+            replicas[node],
+            stream,
+            partition,
+            epoch,
+            last + 1,
+            end + 1,
+            read_batch_messages,
+            f"recovery of {stream}/{partition}: {source} to {node}",
+        )
     return end, fenced
+
+
+async def copy_entries(
+    source: StorageClient,
+    target: StorageClient,
+    stream: str,
+    partition: int,
+    epoch: int,
+    first: int,
+    end: int,
+    read_batch_messages: int = 10_000,
+    what: str = "copy",
+) -> int:
+    """Copy the entries [`first`, `end`) of a partition from `source` to `target`, whose
+    log ends at `first`, batch by batch as stored (so replicas keep the same batch
+    boundaries), appended with `epoch`; returns the target's next offset (`end`).
+
+    Unavailable when `source` does not hold `first` on a batch boundary."""
+    offset = first
+    while offset < end:
+        batches, _ = await source.read(stream, partition, offset, read_batch_messages)
+        wanted = [b for b in batches if b.base_offset >= offset and b.end <= end]
+        if not wanted or wanted[0].base_offset != offset:
+            raise Unavailable(
+                f"{what}: the source does not hold offset {offset} on a batch boundary"
+            )
+        offset = await target.append(stream, partition, epoch, wanted)
+    return offset
+
+
+async def same_last_entry(
+    source: StorageClient, target: StorageClient, stream: str, partition: int, end: int
+) -> bool:
+    """Whether `target`, whose log ends at `end`, holds the same last batch as `source`
+    (read from both nodes, not from a cache): a replica that kept entries past a
+    recovered ledger's end (it did not answer the recovery) holds a different one,
+    and must not be caught up on top of them."""
+    if end <= 0:
+        return True
+    theirs, _ = await target.read(stream, partition, end - 1, 1, from_cache=False)
+    ours, _ = await source.read(stream, partition, end - 1, 1, from_cache=False)
+    if not theirs or not ours:
+        return False
+    a, b = theirs[0], ours[0]
+    return (a.base_offset, a.count, a.arrow_ipc) == (b.base_offset, b.count, b.arrow_ipc)

@@ -115,11 +115,18 @@ class StorageClient:
         return int(r.next_offset)
 
     async def read(
-        self, stream: str, partition: int, from_offset: int, max_messages: int
+        self,
+        stream: str,
+        partition: int,
+        from_offset: int,
+        max_messages: int,
+        from_cache: bool = True,
     ) -> tuple[list[Batch], int]:
         """Batches from the one holding `from_offset` on (the first may start before it),
-        and the offset the next read starts at. Fewer than `max_messages` may come."""
-        if self._cache is not None:
+        and the offset the next read starts at. Fewer than `max_messages` may come.
+        `from_cache=False` asks this node even when the cache (shared by every node's
+        client) holds the offset: what this node holds, not what the partition holds."""
+        if self._cache is not None and from_cache:
             cached = self._cache.get(
                 (stream, partition), from_offset, max_messages, CACHE_READ_MAX_BYTES
             )
