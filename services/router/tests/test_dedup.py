@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -240,3 +242,20 @@ def test_record_log_remembers_what_recording_batch_by_batch_does() -> None:
     # Expiry follows the rows' times: the first half's ids go first.
     bulk.plan(ids("late"), now_us=60_000_000 + times[half - 1] + 1)
     assert bulk._lookup(str(rows[0])) is None or rows[0] is None
+
+
+def test_record_log_does_not_import_pandas() -> None:
+    """Importing pandas held a restarted router's event loop for 3.7 s during its first
+    rebuild (pyarrow imports it for `to_numpy` on booleans and Python fill values)."""
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from tamto_protocol.batch import sequence_ids\n"
+        "from tamto_router.dedup import DedupWindow\n"
+        "assert 'pandas' not in sys.modules\n"
+        "ids = sequence_ids('p', 1, 3)\n"
+        "DedupWindow(10**8).record_log(ids, 0, np.array([1, 2, 3], np.int64))\n"
+        "assert 'pandas' not in sys.modules, 'pandas imported'\n"
+    )
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert ran.returncode == 0, ran.stderr

@@ -39,7 +39,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tamto_protocol.batch import prefixed_numbers, sequence_ids
+from tamto_protocol.batch import int64_scalar, prefixed_numbers, sequence_ids
 
 #: The largest sequence number (18 digits) a sequence id may carry.
 MAX_SEQUENCE = 10**18 - 1
@@ -297,16 +297,14 @@ class DedupWindow:
             return
         parts = pc.extract_regex(ids, _SEQUENCE_ID)
         numbers = pc.cast(pc.struct_field(parts, "n"), pa.int64())
-        matched = pc.is_valid(numbers).to_numpy(zero_copy_only=False)
+        matched = _true_rows(pc.is_valid(numbers))
         prefixes = pc.struct_field(parts, "prefix")
         # A run starts where the previous row is not the same prefix's next number.
         follows = pc.and_(
             pc.equal(prefixes.slice(1), prefixes.slice(0, n - 1)),
-            pc.equal(numbers.slice(1), pc.add(numbers.slice(0, n - 1), 1)),
+            pc.equal(numbers.slice(1), pc.add(numbers.slice(0, n - 1), int64_scalar(1))),
         )
-        breaks = np.flatnonzero(
-            np.concatenate(([True], ~pc.fill_null(follows, False).to_numpy(zero_copy_only=False)))
-        )
+        breaks = np.flatnonzero(np.concatenate(([True], ~_true_rows(follows))))
         ends = np.append(breaks[1:], n)
         for start, end in zip(breaks.tolist(), ends.tolist(), strict=True):
             if not matched[start]:
@@ -329,9 +327,10 @@ class DedupWindow:
                     range(base_offset + start, base_offset + end),
                     time_us,
                 )
-        others = np.flatnonzero(~matched & ids.is_valid().to_numpy(zero_copy_only=False))
+        others = np.flatnonzero(~matched & _true_rows(pc.is_valid(ids)))
         if len(others):  # ids that are not sequence ids: one lookup each
-            other_ids = ids.take(pa.array(others)).to_pylist()
+            rows = pa.Array.from_buffers(pa.int64(), len(others), [None, pa.py_buffer(others)])
+            other_ids = ids.take(rows).to_pylist()
             for row, message_id in zip(others.tolist(), other_ids, strict=True):
                 self._remember(message_id, base_offset + row, int(times_us[row]))
 
@@ -401,6 +400,20 @@ class DedupWindow:
             state = self._prefixes[p]
             state.highest = value
             self._forget_if_empty(p, state)
+
+
+def _true_rows(flags: pa.BooleanArray) -> npt.NDArray[np.bool_]:
+    """Which rows of `flags` are true (not false, not null), read from its bitmaps:
+    `to_numpy` on a boolean array, and `fill_null` with a Python value, import pandas
+    (seconds, on the event loop, the first time)."""
+    if len(flags) == 0:
+        return np.zeros(0, np.bool_)
+    data, validity = flags.buffers()[1], flags.buffers()[0]
+    span = slice(flags.offset, flags.offset + len(flags))
+    rows = np.unpackbits(np.frombuffer(data, np.uint8), bitorder="little")[span]
+    if validity is not None:
+        rows &= np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")[span]
+    return rows.astype(np.bool_)
 
 
 def _first(run: _Run) -> int:
