@@ -1,20 +1,15 @@
-"""Blocking process control for tests: start, wait for readiness, kill -9, stop.
-
-Output goes to a log file (never an unread pipe, which would block a chatty
-child), and the file's tail is included when a process fails to become ready.
-"""
+"""Blocking process control for tests: `tamto_local.process.LoggedProcess` (start,
+kill -9, pause, stop, output in a log file) and a wait for readiness, whose failure
+includes the log's tail."""
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import socket
-import subprocess
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable
 
 from tamto_common.polling import poll_blocking
+from tamto_local.process import LoggedProcess
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -29,41 +24,11 @@ def tcp_open(host: str, port: int) -> bool:
     return False
 
 
-class TestProcess:
-    """One child process with its output in `log_path`."""
+class TestProcess(LoggedProcess):
+    """One child process with its output in `log_path` (`tamto_local.process`), and a
+    wait for it to become ready."""
 
     __test__ = False  # not a test class, despite the name
-
-    def __init__(
-        self, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
-    ) -> None:
-        self.name = name
-        self.argv = list(argv)
-        self.log_path = log_path
-        self.env = dict(os.environ if env is None else env)
-        self.popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> TestProcess:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("ab") as log:
-            self.popen = subprocess.Popen(
-                self.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=self.env,
-                start_new_session=True,
-            )
-        return self
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
 
     def wait_ready(self, ready: Callable[[], bool], timeout_s: float = 30.0) -> None:
         def check() -> bool:
@@ -75,32 +40,3 @@ class TestProcess:
             wait_for(check, timeout_s, f"{self.name} to be ready")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n--- {self.name} log ---\n{self.log_tail()}") from None
-
-    def kill9(self) -> None:
-        """Crash it: SIGKILL, as `kill -9` does."""
-        if self.popen is not None and self.alive():
-            self.popen.send_signal(signal.SIGKILL)
-            self.popen.wait()
-
-    def pause(self) -> None:
-        """Freeze it (SIGSTOP): alive but silent, so its etcd lease lapses after the TTL."""
-        if self.popen is not None and self.alive():
-            self.popen.send_signal(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        """Let a paused process go on (SIGCONT)."""
-        if self.popen is not None and self.alive():
-            self.popen.send_signal(signal.SIGCONT)
-
-    def stop(self, timeout_s: float = 15.0) -> int | None:
-        """SIGTERM and wait; SIGKILL after the timeout. Returns the exit code."""
-        if self.popen is None:
-            return None
-        if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-        return self.popen.returncode
