@@ -45,6 +45,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+from tamto_common.polling import poll_blocking
+
 _MOUNT_TIMEOUT_S = 20.0
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -95,12 +97,18 @@ class PowerLossDisk:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + _MOUNT_TIMEOUT_S
-        while not os.path.ismount(self.mountpoint):
-            if self._daemon.poll() is not None or time.monotonic() > deadline:
-                self._daemon = None
-                raise RuntimeError(f"FUSE mount failed: {self._log_tail()}")
-            time.sleep(0.01)
+        daemon = self._daemon
+
+        def mounted() -> bool:
+            if daemon.poll() is not None:
+                raise RuntimeError(f"the FUSE daemon exited with {daemon.returncode}")
+            return os.path.ismount(self.mountpoint)
+
+        try:
+            poll_blocking(mounted, _MOUNT_TIMEOUT_S, "mounted", interval_s=0.01, error=RuntimeError)
+        except RuntimeError as exc:
+            self._daemon = None
+            raise RuntimeError(f"FUSE mount failed ({exc}): {self._log_tail()}") from None
 
     def power_off(self) -> None:
         """The power fails at the next write, fsync or directory fsync (drawn at random, so
@@ -130,19 +138,22 @@ class PowerLossDisk:
     def _unmount(self) -> dict[str, Any]:
         daemon = self._daemon
         assert daemon is not None, "not mounted"
-        deadline = time.monotonic() + _MOUNT_TIMEOUT_S
-        while True:
+        refusals: list[bytes] = []
+
+        def unmounted() -> bool:
             done = subprocess.run(
                 ["fusermount3", "-u", str(self.mountpoint)], capture_output=True, check=False
             )
-            if done.returncode == 0:
-                break
-            if time.monotonic() > deadline:  # still busy: a process still holds files
-                raise RuntimeError(
-                    f"could not unmount {self.mountpoint}: {done.stderr!r}; "
-                    f"processes using it: {users(self.mountpoint)}"
-                )
-            time.sleep(0.05)
+            refusals.append(done.stderr)
+            return done.returncode == 0
+
+        try:
+            poll_blocking(unmounted, _MOUNT_TIMEOUT_S, "unmounted", error=RuntimeError)
+        except RuntimeError:  # still busy: a process still holds files
+            raise RuntimeError(
+                f"could not unmount {self.mountpoint}: {refusals[-1]!r}; "
+                f"processes using it: {users(self.mountpoint)}"
+            ) from None
         try:
             daemon.wait(_MOUNT_TIMEOUT_S)
         finally:
