@@ -1,5 +1,7 @@
 """`tamto status` notes the streams whose batches a storage node quarantined, from the
-node's metrics page (issue 17: quarantined batches are shown in `tamto status`)."""
+node's metrics page (issue 17: quarantined batches are shown in `tamto status`), a
+router's under-replicated ledgers, and lists every partition's ledgers with their
+replicas, marking the ones not registered (issue 21)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,17 @@ from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, start_wsgi_server
+from rich.console import Console
 
-from tamto_cli.status import DAMAGED_METRIC, QUARANTINED_METRIC, fetch_notes
+from tamto_cli.status import (
+    DAMAGED_METRIC,
+    QUARANTINED_METRIC,
+    UNDER_REPLICATED_METRIC,
+    fetch_notes,
+    render_ledgers,
+    under_replicated,
+)
+from tamto_common.ledgers import Ledger, LedgerList
 from tamto_common.membership import Member
 
 
@@ -76,3 +87,45 @@ async def test_a_storage_node_with_damaged_files_gets_a_note() -> None:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+async def test_a_router_with_under_replicated_ledgers_gets_a_note() -> None:
+    registry = CollectorRegistry()
+    gauge = Gauge(UNDER_REPLICATED_METRIC, "lagging replicas", registry=registry)
+    port = free_port()
+    server, thread = start_wsgi_server(port, addr="127.0.0.1", registry=registry)
+    try:
+        router = member("router", f"127.0.0.1:{port}")
+        assert await fetch_notes([(router, "SERVING")]) == {}
+        gauge.set(3)
+        assert await fetch_notes([(router, "SERVING")]) == {
+            router.key: "under-replicated: 3 ledgers (replicas catching up)"
+        }
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_ledgers_are_listed_with_their_replicas_and_a_down_one_marked() -> None:
+    ensemble = ("storage-1", "storage-2", "storage-3")
+    lists = [
+        LedgerList(
+            "orders",
+            0,
+            (Ledger(1, ensemble, 2, 0, 41, "closed"), Ledger(3, ensemble, 2, 42)),
+        ),
+        LedgerList("orders", 1, (Ledger(2, ensemble, 2, 0),)),
+    ]
+    live = {"storage-1", "storage-3"}
+    assert under_replicated(lists[0], live) == [1, 3]
+    assert under_replicated(lists[1], set(ensemble)) == []
+    console = Console(record=True, width=200)
+    render_ledgers(lists, live, console)
+    text = console.export_text()
+    assert "orders/0" in text
+    assert "0-41" in text
+    assert "42-" in text
+    assert "storage-2 (down)" in text
+    assert "2 of 3" in text
+    assert "under-replicated ledgers: 3" in text

@@ -21,6 +21,7 @@ from tamto_common.ledgers import (
     LedgerList,
     close_ledger,
     ledgers_key,
+    list_ledgers,
     open_ledger,
     read_ledgers,
     replace_replica,
@@ -179,3 +180,17 @@ async def test_bad_ensembles_are_refused(etcd: aetcd.Client, stream: str) -> Non
     with pytest.raises(ValueError, match="names a node twice"):
         await open_ledger(etcd, stream, 0, 1, ("a", "a"), 1, 0)
     assert (await read_ledgers(etcd, stream, 0)).current is None
+
+
+async def test_list_ledgers_names_every_partition_of_every_stream(
+    etcd: aetcd.Client, stream: str
+) -> None:
+    for partition in (1, 0):
+        await open_ledger(etcd, stream, partition, 1, ("storage-a", "storage-b"), 2, 0)
+    await open_ledger(etcd, f"{stream}/x", 0, 1, ("storage-c",), 1, 0)  # "/" in a name
+    mine = [(x.stream, x.partition, x.current) for x in await list_ledgers(etcd)]
+    assert [m for m in mine if m[0].startswith(stream)] == [
+        (stream, 0, Ledger(1, ("storage-a", "storage-b"), 2, 0)),
+        (stream, 1, Ledger(1, ("storage-a", "storage-b"), 2, 0)),
+        (f"{stream}/x", 0, Ledger(1, ("storage-c",), 1, 0)),
+    ]

@@ -21,7 +21,13 @@ from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
 from tamto_cli.output import PayloadFormat, message_line, parse_headers
-from tamto_cli.status import fetch_notes, fetch_status, render_status
+from tamto_cli.status import (
+    fetch_ledgers,
+    fetch_notes,
+    fetch_status,
+    render_ledgers,
+    render_status,
+)
 from tamto_cli.storage_cmds import storage_app
 from tamto_cli.subscription_cmds import (
     VerbRouting,
@@ -91,10 +97,13 @@ def status(
     ),
     as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """List the registered members with their health and version, and notes on what
-    needs attention (batches a storage node quarantined)."""
+    """List the registered members with their health and version, notes on what
+    needs attention (batches a storage node quarantined, ledgers a router writes with
+    a replica catching up), and every partition's ledgers with their replicas
+    (under-replicated ones marked; not in --json, which lists the members)."""
     try:
         rows = asyncio.run(fetch_status(etcd))
+        ledgers = [] if as_json else asyncio.run(fetch_ledgers(etcd))
     except TamtoError as exc:
         err.print(f"tamto status: {exc}")
         raise typer.Exit(1) from None
@@ -105,6 +114,8 @@ def status(
         )
     else:
         render_status(rows, console, notes)
+        storage = {m.instance_id for m, _ in rows if m.service == "storage"}
+        render_ledgers(ledgers, storage, console)
 
 
 app.add_typer(auth_app, name="auth")

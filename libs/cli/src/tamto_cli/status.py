@@ -1,5 +1,7 @@
 """`tamto status`: the members registered in etcd, with their health and version, and
-what needs an operator's attention on them (batches a storage node quarantined)."""
+what needs an operator's attention on them (batches a storage node quarantined,
+ledgers a router writes with a replica that takes no appends), and every partition's
+ledgers with their replicas (docs/cluster.md: under-replicated ones are marked)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from rich.table import Table
 
 from tamto_common.config import parse_endpoints
 from tamto_common.health import grpc_healthy
+from tamto_common.ledgers import LedgerList, list_ledgers
 from tamto_common.membership import Member, connect_etcd, list_members
 
 
@@ -37,23 +40,36 @@ async def fetch_status(etcd_endpoint: str) -> list[tuple[Member, str]]:
 #: Storage's gauge of batches kept aside because they could not be sealed
 #: (`tamto_storage.quarantine`), per stream.
 QUARANTINED_METRIC = "tamto_storage_quarantined_batches"
+#: The router's gauge of open ledgers with a replica taking no appends (down, or
+#: being caught up: `tamto_router.partitions`).
+UNDER_REPLICATED_METRIC = "tamto_router_under_replicated_ledgers"
 #: Storage's gauge of damaged files found in an open partition (`tamto storage verify`
 #: and `repair` deal with them), per stream and partition.
 DAMAGED_METRIC = "tamto_storage_damaged_files"
 
 
+async def fetch_ledgers(etcd_endpoint: str) -> list[LedgerList]:
+    """Every partition's ledger list (`tamto_common.ledgers`)."""
+    client = await connect_etcd(parse_endpoints(etcd_endpoint), timeout_s=3)
+    try:
+        return await list_ledgers(client)
+    finally:
+        await client.close()
+
+
 async def fetch_notes(rows: list[tuple[Member, str]]) -> dict[str, str]:
     """What needs attention, by member key: for each serving storage node, the streams
-    with quarantined batches (from its metrics page; a node that does not answer has
-    no note)."""
-    storage = [m for m, health in rows if m.service == "storage" and health == "SERVING"]
-    notes = await asyncio.gather(*(asyncio.to_thread(_quarantine_note, m) for m in storage))
-    return {m.key: note for m, note in zip(storage, notes, strict=True) if note}
+    with quarantined batches; for each serving router, its under-replicated ledgers
+    (from their metrics pages; a node that does not answer has no note)."""
+    noted = [m for m, health in rows if m.service in ("storage", "router") and health == "SERVING"]
+    notes = await asyncio.gather(*(asyncio.to_thread(_quarantine_note, m) for m in noted))
+    return {m.key: note for m, note in zip(noted, notes, strict=True) if note}
 
 
 def _quarantine_note(member: Member) -> str:
-    """``quarantined: <stream> <n>, ...; damaged: <stream>/<p> <n> files, ...`` from the
-    node's metrics page (blocking)."""
+    """``quarantined: <stream> <n>, ...; damaged: <stream>/<p> <n> files, ...`` (storage)
+    or ``under-replicated: <n> ledgers ...`` (router) from the node's metrics page
+    (blocking)."""
     try:
         url = f"http://{member.metrics_address}/metrics"
         with urllib.request.urlopen(url, timeout=2) as response:
@@ -76,6 +92,14 @@ def _quarantine_note(member: Member) -> str:
         if sample.value
     }
     notes = []
+    lagging = sum(
+        int(sample.value)
+        for family in families
+        if family.name == UNDER_REPLICATED_METRIC
+        for sample in family.samples
+    )
+    if lagging:
+        notes.append(f"under-replicated: {lagging} ledgers (replicas catching up)")
     if counts:
         notes.append("quarantined: " + ", ".join(f"{s} {n}" for s, n in sorted(counts.items())))
     if damaged:
@@ -104,3 +128,39 @@ def render_status(
             f"[red]{notes.get(member.key, '')}[/]" if notes else "",
         )
     console.print(table)
+
+
+def under_replicated(ledgers: LedgerList, storage: set[str]) -> list[int]:
+    """The epochs of a partition's ledgers with a replica not among the registered
+    `storage` nodes (it holds fewer live copies than its ensemble)."""
+    return [x.epoch for x in ledgers.ledgers if not set(x.ensemble) <= storage]
+
+
+def render_ledgers(lists: list[LedgerList], storage: set[str], console: Console) -> None:
+    """Every partition's ledgers: epoch, offsets, state and replicas, a replica that is
+    not registered marked down (the ledger is under-replicated)."""
+    if not lists:
+        return
+    table = Table(title="Ledgers (replicas marked down are not registered)")
+    for column in ("partition", "epoch", "offsets", "state", "quorum", "replicas"):
+        table.add_column(column)
+    count = 0
+    for ledgers in lists:
+        short = under_replicated(ledgers, storage)
+        count += len(short)
+        for ledger in ledgers.ledgers:
+            end = "" if ledger.last_offset is None else str(ledger.last_offset)
+            replicas = ", ".join(
+                node if node in storage else f"[red]{node} (down)[/]" for node in ledger.ensemble
+            )
+            table.add_row(
+                f"{ledgers.stream}/{ledgers.partition}",
+                str(ledger.epoch),
+                f"{ledger.first_offset}-{end}",
+                ledger.state,
+                f"{ledger.ack_quorum} of {len(ledger.ensemble)}",
+                replicas,
+            )
+    console.print(table)
+    style = "red" if count else "green"
+    console.print(f"[{style}]under-replicated ledgers: {count}[/]")

@@ -151,6 +151,17 @@ async def read_ledgers(etcd: aetcd.Client, stream: str, partition: int) -> Ledge
     return LedgerList.from_json(stream, partition, kv.value, kv.mod_revision)
 
 
+async def list_ledgers(etcd: aetcd.Client) -> list[LedgerList]:
+    """Every partition's ledger list, by stream and partition (`tamto status`)."""
+    found = []
+    for kv in await etcd.get_prefix(LEDGERS.encode()):
+        stream, _, partition = kv.key.decode()[len(LEDGERS) :].rpartition("/")
+        if not stream or not partition.isdigit():
+            continue  # not a ledger list's key
+        found.append(LedgerList.from_json(stream, int(partition), kv.value, kv.mod_revision))
+    return sorted(found, key=lambda ledgers: (ledgers.stream, ledgers.partition))
+
+
 async def open_ledger(
     etcd: aetcd.Client,
     stream: str,

@@ -22,6 +22,7 @@ import aetcd
 import numpy as np
 import pyarrow as pa
 import structlog
+from prometheus_client import Gauge
 
 from tamto_common.errors import DataLoss, Unavailable, damaged_offsets
 from tamto_common.ledgers import Ledger, LedgerConflict, LedgerList, open_ledger, read_ledgers
@@ -45,6 +46,12 @@ StorageFor = Callable[[str, int, LedgerList], tuple[str, StorageClient]]
 ReplicasFor = Callable[
     [str, int, LedgerList, int], tuple[tuple[str, ...], dict[str, StorageClient]]
 ]
+
+UNDER_REPLICATED = Gauge(
+    "tamto_router_under_replicated_ledgers",
+    "Open ledgers this router writes with a replica that takes no appends "
+    "(down, or being caught up)",
+)
 
 #: How long a claim waits for each replica to open the partition.
 REPLICA_OPEN_TIMEOUT_S = 3.0
@@ -371,6 +378,11 @@ class Partitions:
         opened = self._logs.get((stream, partition))
         if opened is not None:
             opened.range_shrunk(start)
+
+    def under_replicated(self) -> int:
+        """How many open partition logs have a replica of their ensemble that takes no
+        appends (the gauge `tamto_router_under_replicated_ledgers`)."""
+        return sum(1 for x in self._logs.values() if x.failure is None and x.lagging())
 
     def claimed(self) -> list[tuple[str, int]]:
         """The (stream, partition) pairs this router holds a claim on."""

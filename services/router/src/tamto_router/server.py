@@ -26,7 +26,7 @@ from tamto_router.consume import SubscriptionRegistry
 from tamto_router.dead_letter_sink import DeadLetterSink
 from tamto_router.dead_letters import Policy
 from tamto_router.grpc_api import RouterServicer, serve
-from tamto_router.partitions import Partitions
+from tamto_router.partitions import UNDER_REPLICATED, Partitions
 from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
@@ -133,6 +133,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         replicas_for=replicas_for,
     )
     resources.push_async_callback(partitions.close)
+    UNDER_REPLICATED.set_function(partitions.under_replicated)
 
     async def policy(stream: str) -> Policy:
         definition = await read_stream(runtime.etcd, stream) or StreamDef(stream, 1)
