@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from test_subscription import keyed_batch
 
 from tamto_common.errors import FailedPrecondition
-from tamto_protocol.batch import BatchColumns, decode_batch, encode_batch
+from tamto_protocol.batch import decode_batch
 from tamto_router.acks import AckSet
 from tamto_router.consumers import Consumers
 from tamto_router.model import Batch, SubscriptionType
@@ -77,13 +78,6 @@ def attach(host: FakeHost, strategy: Strategy, name: str, credit: int = 10) -> C
     slot.credit.grant(credit)
     host.consumers.add(slot, keyed=strategy.keyed, what="test")
     return slot
-
-
-def keyed_batch(base: int, keys: list[bytes]) -> Batch:
-    n = len(keys)
-    payloads = [f"m{base + i}".encode() for i in range(n)]
-    data = encode_batch(BatchColumns(payloads, list(keys), [None] * n, [None] * n, [None] * n))
-    return Batch(base, n, 0, data)
 
 
 @pytest.mark.parametrize("kind", list(SubscriptionType))
