@@ -7,7 +7,6 @@ tests/e2e/test_segments_visible.py.
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import tamto_sdk
+from tamto_common.polling import poll_blocking
 from tamto_protocol.segment import read_manifest
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
@@ -106,15 +106,16 @@ def wait_sealed(
     directory: Path, ends: dict[int, int], deadline_s: float = SEAL_DEADLINE_S
 ) -> float:
     """Wait until the manifest covers offsets below `ends` per partition; return seconds taken."""
-    started = time.monotonic()
-    while True:
-        manifest = read_manifest(directory)
-        have = manifest.end_offsets()
-        if all(have.get(p, 0) >= end for p, end in ends.items()):
-            return time.monotonic() - started
-        if time.monotonic() - started > deadline_s:
-            raise AssertionError(f"not sealed within {deadline_s} s: want {ends}, have {have}")
-        time.sleep(0.05)  # polling the manifest for a condition, not a fixed wait
+    have: dict[int, int] = {}
+
+    def sealed() -> bool:
+        have.update(read_manifest(directory).end_offsets())
+        return all(have.get(p, 0) >= end for p, end in ends.items())
+
+    try:
+        return poll_blocking(sealed, deadline_s, f"sealed up to {ends}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; have {have}") from None
 
 
 def ends_of(acked: list[Acked]) -> dict[int, int]:
