@@ -64,6 +64,7 @@ async def test_describe_shows_lag_that_matches_what_was_published_and_acked(
         assert part.type is tamto_sdk.SubscriptionType.EXCLUSIVE
         (attached,) = part.consumers
         assert attached.name == "worker-1"
+        assert "127.0.0.1" in attached.address
         assert attached.unacked == 6
         assert part.oldest_unacked_publish_time == got[4].publish_time
         assert part.oldest_unacked_age_s is not None

@@ -256,6 +256,7 @@ class GatewayServicer(
             raise InvalidArgument(f"stream {stream.name!r} has no partition {outside[0]}")
         peer = context.peer() or "unknown"
         self.consumers_per_connection.enter(peer)
+        sub.client_address = peer  # DescribeSubscription shows it (never the client's claim)
         fan_out = FanOut(self._upstream, sub)
         try:
             await fan_out.open(partitions)

@@ -114,6 +114,7 @@ class SubscriptionAdmin:
                 slot.name,
                 slot.credit.available,
                 sum(r.last - r.first + 1 for r in live.in_flight if r.consumer == slot.id),
+                self._registry.addresses.get(slot.id, ""),
             )
             for slot in live.consumers
         )

@@ -57,7 +57,9 @@ def subscription_to_proto(state: SubscriptionState) -> messages_pb2.Subscription
         dead_lettered=state.dead_lettered,
         type=_TYPE_TO_PROTO.get(state.type or "", messages_pb2.SUBSCRIPTION_TYPE_UNSPECIFIED),
         consumers=[
-            messages_pb2.SubscriptionConsumer(name=c.name, credits=c.credits, unacked=c.unacked)
+            messages_pb2.SubscriptionConsumer(
+                name=c.name, address=c.address, credits=c.credits, unacked=c.unacked
+            )
             for c in state.consumers
         ],
     )

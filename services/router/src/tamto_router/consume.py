@@ -42,6 +42,8 @@ class SubscribeSpec:
     partitions: tuple[int, ...]
     type: SubscriptionType = SubscriptionType.EXCLUSIVE
     consumer_name: str = ""
+    #: The client's address as its gateway saw it ("" when not known).
+    client_address: str = ""
 
     @property
     def cursor_name(self) -> str:
@@ -77,6 +79,8 @@ class SubscriptionRegistry:
         #: Messages delivered again, per (stream, partition, cursor name), since this
         #: router started (subscription administration shows them).
         self._redelivered: dict[tuple[str, int, str], int] = {}
+        #: The client address of each attached consumer session, by slot id.
+        self.addresses: dict[int, str] = {}
 
     def lock(self, stream: str, partition: int, name: str) -> asyncio.Lock:
         """Held while the subscription is loaded; administration holds it to change one."""
@@ -167,6 +171,7 @@ class ConsumeSession:
         self.failure: TamtoError | None = None
 
     async def __aenter__(self) -> ConsumeSession:
+        self._registry.addresses[self.slot.id] = self.spec.client_address
         try:
             for p in self.spec.partitions:
                 subscription = await self._registry.get(self.spec, p)
@@ -200,6 +205,7 @@ class ConsumeSession:
                 )
 
     def _detach(self, graceful: bool = False) -> None:
+        self._registry.addresses.pop(self.slot.id, None)
         for subscription in self._subscriptions.values():
             subscription.detach(self.slot, graceful)
         self._subscriptions.clear()

@@ -65,6 +65,7 @@ def spec_from_proto(sub: messages_pb2.Subscribe) -> SubscribeSpec:
         check_partitions(sub.partitions),
         _TYPES[sub.type],
         check_consumer_name(sub.consumer_name),
+        sub.client_address[:256],
     )
 
 

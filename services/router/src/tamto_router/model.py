@@ -84,6 +84,7 @@ class ConsumerState:
     name: str
     credits: int
     unacked: int
+    address: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,23 +24,23 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tamto/v1/messages.proto\x12\x08tamto.v1\"/\n\x0bRecordBatch\x12\x11\n\tarrow_ipc\x18\x01 \x01(\x0c\x12\r\n\x05\x63ount\x18\x02 \x01(\r\"+\n\nCallStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"]\n\x0bStoredBatch\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x17\n\x0fpublish_time_us\x18\x03 \x01(\x03\x12\x11\n\tarrow_ipc\x18\x04 \x01(\x0c\"\xf0\x03\n\x0cStreamConfig\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.tamto.v1.StreamKind\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x14\n\x0cretention_ms\x18\x03 \x01(\x04\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x04\x12\x17\n\x0f\x64\x65\x64up_window_ms\x18\x05 \x01(\x04\x12\x16\n\x0e\x61\x63k_timeout_ms\x18\x06 \x01(\x04\x12\x16\n\x0emax_deliveries\x18\x07 \x01(\r\x12\x0f\n\x07max_lag\x18\x08 \x01(\x04\x12\x1a\n\x12\x64\x65\x61\x64_letter_stream\x18\t \x01(\t\x12(\n\ndurability\x18\n \x01(\x0e\x32\x14.tamto.v1.Durability\x12\x19\n\x11\x66sync_interval_ms\x18\x0b \x01(\r\x12\x33\n\x10retention_policy\x18\x0c \x01(\x0e\x32\x19.tamto.v1.RetentionPolicy\x12\x17\n\x0f\x62uffer_messages\x18\r \x01(\r\x12$\n\x08overflow\x18\x0e \x01(\x0e\x32\x12.tamto.v1.Overflow\x12\x1a\n\x12request_timeout_ms\x18\x0f \x01(\x04\x12\x1a\n\x12replication_factor\x18\x10 \x01(\r\x12\x12\n\nack_quorum\x18\x11 \x01(\r\"B\n\nStreamInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x16.tamto.v1.StreamConfig\"f\n\rStartPosition\x12\x12\n\x08\x65\x61rliest\x18\x01 \x01(\x08H\x00\x12\x10\n\x06latest\x18\x02 \x01(\x08H\x00\x12\x10\n\x06offset\x18\x03 \x01(\x03H\x00\x12\x11\n\x07time_us\x18\x04 \x01(\x03H\x00\x42\n\n\x08position\"*\n\x0bOffsetRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x03\x12\x0c\n\x04last\x18\x02 \x01(\x03\"I\n\rPartitionAcks\x12\x11\n\tpartition\x18\x01 \x01(\r\x12%\n\x06ranges\x18\x02 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\"\xae\x01\n\tSubscribe\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12&\n\x05start\x18\x03 \x01(\x0b\x32\x17.tamto.v1.StartPosition\x12\x12\n\npartitions\x18\x04 \x03(\r\x12(\n\x04type\x18\x05 \x01(\x0e\x32\x1a.tamto.v1.SubscriptionType\x12\x15\n\rconsumer_name\x18\x06 \x01(\t\"\x1a\n\x06\x43redit\x12\x10\n\x08messages\x18\x01 \x01(\r\"\\\n\x0ePartitionNacks\x12\x11\n\tpartition\x18\x01 \x01(\r\x12%\n\x06ranges\x18\x02 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\x12\x10\n\x08\x64\x65lay_ms\x18\x03 \x01(\r\"\x07\n\x05\x43lose\"Z\n\x0ePartitionTerms\x12\x11\n\tpartition\x18\x01 \x01(\r\x12%\n\x06ranges\x18\x02 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\x12\x0e\n\x06reason\x18\x03 \x01(\t\"M\n\x11PartitionProgress\x12\x11\n\tpartition\x18\x01 \x01(\r\x12%\n\x06ranges\x18\x02 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\"\xbb\x02\n\x0e\x43onsumeRequest\x12(\n\tsubscribe\x18\x01 \x01(\x0b\x32\x13.tamto.v1.SubscribeH\x00\x12\"\n\x06\x63redit\x18\x02 \x01(\x0b\x32\x10.tamto.v1.CreditH\x00\x12&\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x17.tamto.v1.PartitionAcksH\x00\x12(\n\x04nack\x18\x04 \x01(\x0b\x32\x18.tamto.v1.PartitionNacksH\x00\x12 \n\x05\x63lose\x18\x05 \x01(\x0b\x32\x0f.tamto.v1.CloseH\x00\x12(\n\x04term\x18\x06 \x01(\x0b\x32\x18.tamto.v1.PartitionTermsH\x00\x12\x32\n\x0bin_progress\x18\x07 \x01(\x0b\x32\x1b.tamto.v1.PartitionProgressH\x00\x42\t\n\x07request\"|\n\x08\x44\x65livery\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12$\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x15.tamto.v1.StoredBatch\x12\x16\n\x0e\x64\x65livery_count\x18\x04 \x01(\r\x12\x0f\n\x07offsets\x18\x05 \x03(\x03\",\n\x0bStreamError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\r\x12\x0f\n\x07message\x18\x02 \x01(\t\"m\n\x0f\x43onsumeResponse\x12&\n\x08\x64\x65livery\x18\x01 \x01(\x0b\x32\x12.tamto.v1.DeliveryH\x00\x12&\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x15.tamto.v1.StreamErrorH\x00\x42\n\n\x08response\"q\n\nSeekTarget\x12\x12\n\x08\x65\x61rliest\x18\x01 \x01(\x08H\x00\x12\x10\n\x06latest\x18\x02 \x01(\x08H\x00\x12\x10\n\x06offset\x18\x03 \x01(\x03H\x00\x12\x11\n\x07time_us\x18\x04 \x01(\x03H\x00\x12\x0e\n\x04skip\x18\x05 \x01(\x04H\x00\x42\x08\n\x06target\"W\n\x14SubscriptionConsumer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07\x63redits\x18\x03 \x01(\x03\x12\x0f\n\x07unacked\x18\x04 \x01(\x04\"\xfd\x02\n\x15SubscriptionPartition\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12\x14\n\x0cstart_offset\x18\x03 \x01(\x03\x12\x11\n\tack_floor\x18\x04 \x01(\x03\x12\x10\n\x08position\x18\x05 \x01(\x03\x12\x12\n\nend_offset\x18\x06 \x01(\x03\x12\x18\n\x10\x62\x61\x63klog_messages\x18\x07 \x01(\x04\x12\x15\n\rbacklog_bytes\x18\x08 \x01(\x04\x12\x0f\n\x07unacked\x18\t \x01(\x04\x12&\n\x1eoldest_unacked_publish_time_us\x18\n \x01(\x03\x12\x14\n\x0credeliveries\x18\x0b \x01(\x04\x12\x15\n\rdead_lettered\x18\x0c \x01(\x04\x12(\n\x04type\x18\r \x01(\x0e\x32\x1a.tamto.v1.SubscriptionType\x12\x31\n\tconsumers\x18\x0e \x03(\x0b\x32\x1e.tamto.v1.SubscriptionConsumer\"\xae\x01\n\x0ePartitionStats\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\x12\x12\n\nend_offset\x18\x03 \x01(\x03\x12\x10\n\x08messages\x18\x04 \x01(\x04\x12\x11\n\twal_bytes\x18\x05 \x01(\x04\x12\x15\n\rsegment_bytes\x18\x06 \x01(\x04\x12\x14\n\x0cpublish_rate\x18\x07 \x01(\x01\x12\r\n\x05owner\x18\x08 \x01(\t*`\n\nStreamKind\x12\x1b\n\x17STREAM_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16STREAM_KIND_PERSISTENT\x10\x01\x12\x19\n\x15STREAM_KIND_EPHEMERAL\x10\x02*X\n\x08Overflow\x12\x18\n\x14OVERFLOW_UNSPECIFIED\x10\x00\x12\x18\n\x14OVERFLOW_DROP_OLDEST\x10\x01\x12\x18\n\x14OVERFLOW_DROP_NEWEST\x10\x02*^\n\nDurability\x12\x1a\n\x16\x44URABILITY_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x44URABILITY_GROUP_COMMIT\x10\x01\x12\x17\n\x13\x44URABILITY_INTERVAL\x10\x02*o\n\x0fRetentionPolicy\x12 \n\x1cRETENTION_POLICY_UNSPECIFIED\x10\x00\x12\x1b\n\x17RETENTION_POLICY_LIMITS\x10\x01\x12\x1d\n\x19RETENTION_POLICY_INTEREST\x10\x02*\xd7\x01\n\x10SubscriptionType\x12!\n\x1dSUBSCRIPTION_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bSUBSCRIPTION_TYPE_EXCLUSIVE\x10\x01\x12\x1e\n\x1aSUBSCRIPTION_TYPE_FAILOVER\x10\x02\x12\x1c\n\x18SUBSCRIPTION_TYPE_SHARED\x10\x03\x12 \n\x1cSUBSCRIPTION_TYPE_KEY_SHARED\x10\x04\x12\x1f\n\x1bSUBSCRIPTION_TYPE_MULTICAST\x10\x05\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17tamto/v1/messages.proto\x12\x08tamto.v1\"/\n\x0bRecordBatch\x12\x11\n\tarrow_ipc\x18\x01 \x01(\x0c\x12\r\n\x05\x63ount\x18\x02 \x01(\r\"+\n\nCallStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07message\x18\x02 \x01(\t\"]\n\x0bStoredBatch\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x17\n\x0fpublish_time_us\x18\x03 \x01(\x03\x12\x11\n\tarrow_ipc\x18\x04 \x01(\x0c\"\xf0\x03\n\x0cStreamConfig\x12\"\n\x04kind\x18\x01 \x01(\x0e\x32\x14.tamto.v1.StreamKind\x12\x12\n\npartitions\x18\x02 \x01(\r\x12\x14\n\x0cretention_ms\x18\x03 \x01(\x04\x12\x17\n\x0fretention_bytes\x18\x04 \x01(\x04\x12\x17\n\x0f\x64\x65\x64up_window_ms\x18\x05 \x01(\x04\x12\x16\n\x0e\x61\x63k_timeout_ms\x18\x06 \x01(\x04\x12\x16\n\x0emax_deliveries\x18\x07 \x01(\r\x12\x0f\n\x07max_lag\x18\x08 \x01(\x04\x12\x1a\n\x12\x64\x65\x61\x64_letter_stream\x18\t \x01(\t\x12(\n\ndurability\x18\n \x01(\x0e\x32\x14.tamto.v1.Durability\x12\x19\n\x11\x66sync_interval_ms\x18\x0b \x01(\r\x12\x33\n\x10retention_policy\x18\x0c \x01(\x0e\x32\x19.tamto.v1.RetentionPolicy\x12\x17\n\x0f\x62uffer_messages\x18\r \x01(\r\x12$\n\x08overflow\x18\x0e \x01(\x0e\x32\x12.tamto.v1.Overflow\x12\x1a\n\x12request_timeout_ms\x18\x0f \x01(\x04\x12\x1a\n\x12replication_factor\x18\x10 \x01(\r\x12\x12\n\nack_quorum\x18\x11 \x01(\r\"B\n\nStreamInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12&\n\x06\x63onfig\x18\x02 \x01(\x0b\x32\x16.tamto.v1.StreamConfig\"f\n\rStartPosition\x12\x12\n\x08\x65\x61rliest\x18\x01 \x01(\x08H\x00\x12\x10\n\x06latest\x18\x02 \x01(\x08H\x00\x12\x10\n\x06offset\x18\x03 \x01(\x03H\x00\x12\x11\n\x07time_us\x18\x04 \x01(\x03H\x00\x42\n\n\x08position\"*\n\x0bOffsetRange\x12\r\n\x05\x66irst\x18\x01 \x01(\x03\x12\x0c\n\x04last\x18\x02 \x01(\x03\"I\n\rPartitionAcks\x12\x11\n\tpartition\x18\x01 \x01(\r\x12%\n\x06ranges\x18\x02 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\"\xc6\x01\n\tSubscribe\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12&\n\x05start\x18\x03 \x01(\x0b\x32\x17.tamto.v1.StartPosition\x12\x12\n\npartitions\x18\x04 \x03(\r\x12(\n\x04type\x18\x05 \x01(\x0e\x32\x1a.tamto.v1.SubscriptionType\x12\x15\n\rconsumer_name\x18\x06 \x01(\t\x12\x16\n\x0e\x63lient_address\x18\x07 \x01(\t\"\x1a\n\x06\x43redit\x12\x10\n\x08messages\x18\x01 \x01(\r\"\\\n\x0ePartitionNacks\x12\x11\n\tpartition\x18\x01 \x01(\r\x12%\n\x06ranges\x18\x02 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\x12\x10\n\x08\x64\x65lay_ms\x18\x03 \x01(\r\"\x07\n\x05\x43lose\"Z\n\x0ePartitionTerms\x12\x11\n\tpartition\x18\x01 \x01(\r\x12%\n\x06ranges\x18\x02 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\x12\x0e\n\x06reason\x18\x03 \x01(\t\"M\n\x11PartitionProgress\x12\x11\n\tpartition\x18\x01 \x01(\r\x12%\n\x06ranges\x18\x02 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\"\xbb\x02\n\x0e\x43onsumeRequest\x12(\n\tsubscribe\x18\x01 \x01(\x0b\x32\x13.tamto.v1.SubscribeH\x00\x12\"\n\x06\x63redit\x18\x02 \x01(\x0b\x32\x10.tamto.v1.CreditH\x00\x12&\n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x17.tamto.v1.PartitionAcksH\x00\x12(\n\x04nack\x18\x04 \x01(\x0b\x32\x18.tamto.v1.PartitionNacksH\x00\x12 \n\x05\x63lose\x18\x05 \x01(\x0b\x32\x0f.tamto.v1.CloseH\x00\x12(\n\x04term\x18\x06 \x01(\x0b\x32\x18.tamto.v1.PartitionTermsH\x00\x12\x32\n\x0bin_progress\x18\x07 \x01(\x0b\x32\x1b.tamto.v1.PartitionProgressH\x00\x42\t\n\x07request\"|\n\x08\x44\x65livery\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12$\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x15.tamto.v1.StoredBatch\x12\x16\n\x0e\x64\x65livery_count\x18\x04 \x01(\r\x12\x0f\n\x07offsets\x18\x05 \x03(\x03\",\n\x0bStreamError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\r\x12\x0f\n\x07message\x18\x02 \x01(\t\"m\n\x0f\x43onsumeResponse\x12&\n\x08\x64\x65livery\x18\x01 \x01(\x0b\x32\x12.tamto.v1.DeliveryH\x00\x12&\n\x05\x65rror\x18\x02 \x01(\x0b\x32\x15.tamto.v1.StreamErrorH\x00\x42\n\n\x08response\"q\n\nSeekTarget\x12\x12\n\x08\x65\x61rliest\x18\x01 \x01(\x08H\x00\x12\x10\n\x06latest\x18\x02 \x01(\x08H\x00\x12\x10\n\x06offset\x18\x03 \x01(\x03H\x00\x12\x11\n\x07time_us\x18\x04 \x01(\x03H\x00\x12\x0e\n\x04skip\x18\x05 \x01(\x04H\x00\x42\x08\n\x06target\"W\n\x14SubscriptionConsumer\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0f\n\x07\x63redits\x18\x03 \x01(\x03\x12\x0f\n\x07unacked\x18\x04 \x01(\x04\"\xfd\x02\n\x15SubscriptionPartition\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12\x14\n\x0cstart_offset\x18\x03 \x01(\x03\x12\x11\n\tack_floor\x18\x04 \x01(\x03\x12\x10\n\x08position\x18\x05 \x01(\x03\x12\x12\n\nend_offset\x18\x06 \x01(\x03\x12\x18\n\x10\x62\x61\x63klog_messages\x18\x07 \x01(\x04\x12\x15\n\rbacklog_bytes\x18\x08 \x01(\x04\x12\x0f\n\x07unacked\x18\t \x01(\x04\x12&\n\x1eoldest_unacked_publish_time_us\x18\n \x01(\x03\x12\x14\n\x0credeliveries\x18\x0b \x01(\x04\x12\x15\n\rdead_lettered\x18\x0c \x01(\x04\x12(\n\x04type\x18\r \x01(\x0e\x32\x1a.tamto.v1.SubscriptionType\x12\x31\n\tconsumers\x18\x0e \x03(\x0b\x32\x1e.tamto.v1.SubscriptionConsumer\"\xae\x01\n\x0ePartitionStats\x12\x11\n\tpartition\x18\x01 \x01(\r\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\x12\x12\n\nend_offset\x18\x03 \x01(\x03\x12\x10\n\x08messages\x18\x04 \x01(\x04\x12\x11\n\twal_bytes\x18\x05 \x01(\x04\x12\x15\n\rsegment_bytes\x18\x06 \x01(\x04\x12\x14\n\x0cpublish_rate\x18\x07 \x01(\x01\x12\r\n\x05owner\x18\x08 \x01(\t*`\n\nStreamKind\x12\x1b\n\x17STREAM_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16STREAM_KIND_PERSISTENT\x10\x01\x12\x19\n\x15STREAM_KIND_EPHEMERAL\x10\x02*X\n\x08Overflow\x12\x18\n\x14OVERFLOW_UNSPECIFIED\x10\x00\x12\x18\n\x14OVERFLOW_DROP_OLDEST\x10\x01\x12\x18\n\x14OVERFLOW_DROP_NEWEST\x10\x02*^\n\nDurability\x12\x1a\n\x16\x44URABILITY_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x44URABILITY_GROUP_COMMIT\x10\x01\x12\x17\n\x13\x44URABILITY_INTERVAL\x10\x02*o\n\x0fRetentionPolicy\x12 \n\x1cRETENTION_POLICY_UNSPECIFIED\x10\x00\x12\x1b\n\x17RETENTION_POLICY_LIMITS\x10\x01\x12\x1d\n\x19RETENTION_POLICY_INTEREST\x10\x02*\xd7\x01\n\x10SubscriptionType\x12!\n\x1dSUBSCRIPTION_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bSUBSCRIPTION_TYPE_EXCLUSIVE\x10\x01\x12\x1e\n\x1aSUBSCRIPTION_TYPE_FAILOVER\x10\x02\x12\x1c\n\x18SUBSCRIPTION_TYPE_SHARED\x10\x03\x12 \n\x1cSUBSCRIPTION_TYPE_KEY_SHARED\x10\x04\x12\x1f\n\x1bSUBSCRIPTION_TYPE_MULTICAST\x10\x05\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tamto.v1.messages_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_STREAMKIND']._serialized_start=2861
-  _globals['_STREAMKIND']._serialized_end=2957
-  _globals['_OVERFLOW']._serialized_start=2959
-  _globals['_OVERFLOW']._serialized_end=3047
-  _globals['_DURABILITY']._serialized_start=3049
-  _globals['_DURABILITY']._serialized_end=3143
-  _globals['_RETENTIONPOLICY']._serialized_start=3145
-  _globals['_RETENTIONPOLICY']._serialized_end=3256
-  _globals['_SUBSCRIPTIONTYPE']._serialized_start=3259
-  _globals['_SUBSCRIPTIONTYPE']._serialized_end=3474
+  _globals['_STREAMKIND']._serialized_start=2885
+  _globals['_STREAMKIND']._serialized_end=2981
+  _globals['_OVERFLOW']._serialized_start=2983
+  _globals['_OVERFLOW']._serialized_end=3071
+  _globals['_DURABILITY']._serialized_start=3073
+  _globals['_DURABILITY']._serialized_end=3167
+  _globals['_RETENTIONPOLICY']._serialized_start=3169
+  _globals['_RETENTIONPOLICY']._serialized_end=3280
+  _globals['_SUBSCRIPTIONTYPE']._serialized_start=3283
+  _globals['_SUBSCRIPTIONTYPE']._serialized_end=3498
   _globals['_RECORDBATCH']._serialized_start=37
   _globals['_RECORDBATCH']._serialized_end=84
   _globals['_CALLSTATUS']._serialized_start=86
@@ -58,31 +58,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PARTITIONACKS']._serialized_start=941
   _globals['_PARTITIONACKS']._serialized_end=1014
   _globals['_SUBSCRIBE']._serialized_start=1017
-  _globals['_SUBSCRIBE']._serialized_end=1191
-  _globals['_CREDIT']._serialized_start=1193
-  _globals['_CREDIT']._serialized_end=1219
-  _globals['_PARTITIONNACKS']._serialized_start=1221
-  _globals['_PARTITIONNACKS']._serialized_end=1313
-  _globals['_CLOSE']._serialized_start=1315
-  _globals['_CLOSE']._serialized_end=1322
-  _globals['_PARTITIONTERMS']._serialized_start=1324
-  _globals['_PARTITIONTERMS']._serialized_end=1414
-  _globals['_PARTITIONPROGRESS']._serialized_start=1416
-  _globals['_PARTITIONPROGRESS']._serialized_end=1493
-  _globals['_CONSUMEREQUEST']._serialized_start=1496
-  _globals['_CONSUMEREQUEST']._serialized_end=1811
-  _globals['_DELIVERY']._serialized_start=1813
-  _globals['_DELIVERY']._serialized_end=1937
-  _globals['_STREAMERROR']._serialized_start=1939
-  _globals['_STREAMERROR']._serialized_end=1983
-  _globals['_CONSUMERESPONSE']._serialized_start=1985
-  _globals['_CONSUMERESPONSE']._serialized_end=2094
-  _globals['_SEEKTARGET']._serialized_start=2096
-  _globals['_SEEKTARGET']._serialized_end=2209
-  _globals['_SUBSCRIPTIONCONSUMER']._serialized_start=2211
-  _globals['_SUBSCRIPTIONCONSUMER']._serialized_end=2298
-  _globals['_SUBSCRIPTIONPARTITION']._serialized_start=2301
-  _globals['_SUBSCRIPTIONPARTITION']._serialized_end=2682
-  _globals['_PARTITIONSTATS']._serialized_start=2685
-  _globals['_PARTITIONSTATS']._serialized_end=2859
+  _globals['_SUBSCRIBE']._serialized_end=1215
+  _globals['_CREDIT']._serialized_start=1217
+  _globals['_CREDIT']._serialized_end=1243
+  _globals['_PARTITIONNACKS']._serialized_start=1245
+  _globals['_PARTITIONNACKS']._serialized_end=1337
+  _globals['_CLOSE']._serialized_start=1339
+  _globals['_CLOSE']._serialized_end=1346
+  _globals['_PARTITIONTERMS']._serialized_start=1348
+  _globals['_PARTITIONTERMS']._serialized_end=1438
+  _globals['_PARTITIONPROGRESS']._serialized_start=1440
+  _globals['_PARTITIONPROGRESS']._serialized_end=1517
+  _globals['_CONSUMEREQUEST']._serialized_start=1520
+  _globals['_CONSUMEREQUEST']._serialized_end=1835
+  _globals['_DELIVERY']._serialized_start=1837
+  _globals['_DELIVERY']._serialized_end=1961
+  _globals['_STREAMERROR']._serialized_start=1963
+  _globals['_STREAMERROR']._serialized_end=2007
+  _globals['_CONSUMERESPONSE']._serialized_start=2009
+  _globals['_CONSUMERESPONSE']._serialized_end=2118
+  _globals['_SEEKTARGET']._serialized_start=2120
+  _globals['_SEEKTARGET']._serialized_end=2233
+  _globals['_SUBSCRIPTIONCONSUMER']._serialized_start=2235
+  _globals['_SUBSCRIPTIONCONSUMER']._serialized_end=2322
+  _globals['_SUBSCRIPTIONPARTITION']._serialized_start=2325
+  _globals['_SUBSCRIPTIONPARTITION']._serialized_end=2706
+  _globals['_PARTITIONSTATS']._serialized_start=2709
+  _globals['_PARTITIONSTATS']._serialized_end=2883
 # @@protoc_insertion_point(module_scope)
