@@ -87,4 +87,5 @@ async def test_subscriptions_resume_within_a_second_of_their_gateway_serving_aga
         )
         sequence = [seq for _, seq in got]
         assert sequence == sorted(set(sequence)), f"{who} got messages twice or out of order"
-    assert alone.reconnects >= 1 and member.reconnects >= 1
+    assert alone.reconnects >= 1
+    assert member.reconnects >= 1
