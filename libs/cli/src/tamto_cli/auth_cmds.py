@@ -10,17 +10,13 @@ import typer
 
 import tamto_sdk
 from tamto_cli.connect import connect_client, err, run
+from tamto_cli.options import ApiKey, AsJson, DataDir, Url
 
 auth_app = typer.Typer(help="Identities, API keys, roles, bindings and tokens.")
 user_app = typer.Typer(help="Users and service accounts, and their API keys.")
 role_app = typer.Typer(help="Roles: permissions on stream-name patterns.")
 auth_app.add_typer(user_app, name="user")
 auth_app.add_typer(role_app, name="role")
-
-Url = Annotated[str | None, typer.Option("--url", help="gateway URL (env TAMTO_URL)")]
-ApiKey = Annotated[str | None, typer.Option("--api-key", help="API key (env TAMTO_API_KEY)")]
-DataDir = Annotated[Path | None, typer.Option("--data-dir", help="where all state lives")]
-AsJson = Annotated[bool, typer.Option("--json", help="print JSON")]
 
 
 def _key_dict(key: tamto_sdk.ApiKeyInfo) -> dict[str, object]:

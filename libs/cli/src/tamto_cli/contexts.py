@@ -20,6 +20,7 @@ from typing import Annotated, NoReturn
 
 import typer
 
+from tamto_cli.options import AsJson
 from tamto_common.durable import make_dirs, write_atomic
 from tamto_sdk.url import parse_url
 
@@ -135,7 +136,7 @@ def remove(name: str) -> None:
 
 @context_app.command("list")
 def list_contexts(
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """The contexts, `*` marking the selected one; API keys are never printed."""
     try:

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -15,6 +14,7 @@ import typer
 import tamto_sdk
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
+from tamto_cli.options import ApiKey, DataDir, Url
 
 
 async def publish(
@@ -53,13 +53,9 @@ def request(
     response_stream: Annotated[
         str, typer.Option(help="name the response stream (default: a unique one)")
     ] = "",
-    url: Annotated[str | None, typer.Option("--url", help="gateway URL (env TAMTO_URL)")] = None,
-    api_key: Annotated[
-        str | None, typer.Option("--api-key", help="API key (env TAMTO_API_KEY)")
-    ] = None,
-    data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="where all state lives")
-    ] = None,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
 ) -> None:
     """Send a request to an ephemeral stream and print its reply; exits 1 on a timeout
     (the server's: DEADLINE_EXCEEDED)."""

@@ -15,11 +15,12 @@ from rich.table import Table
 
 import tamto_sdk
 from tamto_cli import ephemeral_cmds, settings
-from tamto_cli.auth_cmds import ApiKey, AsJson, DataDir, Url, auth_app
+from tamto_cli.auth_cmds import auth_app
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
+from tamto_cli.options import ApiKey, AsJson, DataDir, Url
 from tamto_cli.output import PayloadFormat, message_line, parse_headers
 from tamto_cli.status import (
     fetch_ledgers,
@@ -95,7 +96,7 @@ def status(
     etcd: Annotated[str, typer.Option(help="etcd endpoint", envvar="TAMTO_ETCD_ENDPOINTS")] = (
         settings.DEFAULT_ETCD
     ),
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """List the registered members with their health and version, notes on what
     needs attention (batches a storage node quarantined, ledgers a router writes with

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from tamto_cli.extras import server_extra
+from tamto_cli.options import AsJson
 from tamto_common.audit import ADMIN, AuditLog
 
 if TYPE_CHECKING:  # the storage package comes with the server extra; imported when run
@@ -60,7 +61,7 @@ def storage_verify(
     data_dir: StorageDir,
     stream: Stream = None,
     partition: PartitionOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Check every segment, manifest, WAL, cursor and epoch file; exit 1 if any is damaged."""
     with server_extra("tamto storage verify"):

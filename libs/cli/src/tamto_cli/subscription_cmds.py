@@ -21,9 +21,9 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 import tamto_sdk
-from tamto_cli.auth_cmds import ApiKey, AsJson, DataDir, Url
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
+from tamto_cli.options import ApiKey, AsJson, DataDir, Url
 from tamto_cli.output import PayloadFormat, message_line
 
 console = Console(highlight=False)

@@ -1,0 +1,13 @@
+"""The command-line options many commands share, defined once (typer `Annotated` types)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Url = Annotated[str | None, typer.Option("--url", help="gateway URL (env TAMTO_URL)")]
+ApiKey = Annotated[str | None, typer.Option("--api-key", help="API key (env TAMTO_API_KEY)")]
+DataDir = Annotated[Path | None, typer.Option("--data-dir", help="where all state lives")]
+AsJson = Annotated[bool, typer.Option("--json", help="print JSON")]
