@@ -184,7 +184,8 @@ async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_f
                     # 2. It comes back: the owners catch it up in the background.
                     cluster.start(storage_victim)
                     await flowing(BETWEEN_FAULTS, "traffic after the storage node restarted")
-                    await caught_up(cluster, storage_victim, stream, traffic)
+                    last = {p: traffic.acked[p][-1][1] for p in range(PARTITIONS)}
+                    await caught_up(cluster, storage_victim, stream, last)
                     await eventually(no_router_notes, 30.0, "no under-replicated ledger noted")
 
                 # 3. kill -9 of the router owning partition 0.
@@ -213,8 +214,13 @@ async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_f
         for what, seconds in times.items():
             assert seconds <= RECOVERY_BOUND_S, f"{what}: publishes accepted after {seconds:.2f}s"
 
-        # 4. Two storage nodes of three down: no quorum, no acknowledgement.
-        for name in cluster.storages()[:2]:
+        # 4. Re-replication: a stream with R = 2, Q = 1 whose replica stays down is
+        # copied to the third storage node, which its ledgers then name.
+        spare_s = await rereplicated(cluster, etcd_client, f"{stream}-r2", name_of)
+
+        # 5. Two storage nodes of three down: no quorum, no acknowledgement.
+        dead = [n for n in cluster.storages() if not cluster.processes[n].alive()]
+        for name in [n for n in cluster.storages() if n not in dead][: 2 - len(dead)]:
             cluster.kill9(name)
         short = ClientOptions(retry_deadline_s=cluster.shared.lease_ttl_s + 3.0)
         async with await tamto_sdk.connect(
@@ -228,8 +234,48 @@ async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_f
         f"\nR=3 Q=2, {PARTITIONS} partitions: {len(acked)} acked "
         f"({len(traffic.failed)} publishes failed, not acknowledged); outages: "
         + ", ".join(f"{what} {s:.2f}s" for what, s in times.items())
+        + f"; R=2 partition re-replicated to a spare {spare_s:.2f}s after its replica died"
         + f"; two storage nodes down: {refused.value}"
     )
+
+
+async def rereplicated(
+    cluster: TestCluster, etcd_client: aetcd.Client, stream: str, name_of: dict[str, str]
+) -> float:
+    """Kill -9 one replica of a one-partition R = 2, Q = 1 stream for good; wait until
+    its ledgers name the spare instead and the spare holds every acknowledged message
+    (a fresh subscription reads them back); the seconds that took."""
+    acked: list[tuple[bytes, int]] = []
+    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        await client.streams.ensure(
+            stream, partitions=1, config=StreamConfig(replication_factor=2, ack_quorum=1)
+        )
+        async with client.producer(stream) as producer:
+            for i in range(20):
+                result = await (await producer.send(f"a-{i}".encode(), id=f"a-{i}"))
+                acked.append((f"a-{i}".encode(), result.offset))
+            current = (await read_ledgers(etcd_client, stream, 0)).current
+            assert current is not None
+            lost = current.ensemble[-1]
+            live = {cluster.instance_id(n) for n in cluster.storages()}
+            live -= {n for n in live if not cluster.processes[name_of[n]].alive()}
+            (spare,) = live - set(current.ensemble)
+            cluster.kill9(name_of[lost])
+            killed_at = time.monotonic()
+            for i in range(20):
+                result = await (await producer.send(f"b-{i}".encode(), id=f"b-{i}"))
+                acked.append((f"b-{i}".encode(), result.offset))
+
+    async def replaced() -> bool:
+        ledgers = (await read_ledgers(etcd_client, stream, 0)).ledgers
+        return all(spare in x.ensemble and lost not in x.ensemble for x in ledgers)
+
+    await eventually(replaced, 60.0, f"{stream}'s ledgers name {spare} instead of {lost}")
+    took = time.monotonic() - killed_at
+    await caught_up(cluster, name_of[spare], stream, {0: acked[-1][1]})
+    lost_messages = await missing_from_fresh_subscription(cluster, stream, {a for a, _ in acked})
+    assert not lost_messages, f"lost after re-replication: {sorted(lost_messages)[:5]}"
+    return took
 
 
 async def missing_from_fresh_subscription(
@@ -249,12 +295,11 @@ async def missing_from_fresh_subscription(
     return missing
 
 
-async def caught_up(cluster: TestCluster, name: str, stream: str, traffic: Traffic) -> None:
-    """Wait until storage node `name` holds, for every partition, the entry of the
-    last message acknowledged so far (it missed appends while it was down)."""
+async def caught_up(cluster: TestCluster, name: str, stream: str, wanted: dict[int, int]) -> None:
+    """Wait until storage node `name` holds the entry at `wanted[p]` of each partition
+    p (it missed appends while it was down, or never had the partition)."""
     channels = ChannelPool()
     storage = StorageClient(channels.get(cluster.address(name)))
-    wanted = {p: traffic.acked[p][-1][1] for p in range(PARTITIONS)}
 
     async def holds_all() -> bool:
         for p, offset in wanted.items():

@@ -24,6 +24,7 @@ from tamto_common.ledgers import (
     list_ledgers,
     open_ledger,
     read_ledgers,
+    replace_in_ledgers,
     replace_replica,
 )
 
@@ -194,3 +195,16 @@ async def test_list_ledgers_names_every_partition_of_every_stream(
         (stream, 1, Ledger(1, ("storage-a", "storage-b"), 2, 0)),
         (f"{stream}/x", 0, Ledger(1, ("storage-c",), 1, 0)),
     ]
+
+
+async def test_replace_in_ledgers_puts_the_spare_in_every_ledger_naming_the_lost_node(
+    etcd: aetcd.Client, stream: str
+) -> None:
+    ensemble = ("storage-a", "storage-b", "storage-c")
+    await open_ledger(etcd, stream, 0, 1, ensemble, 2, 0)
+    await open_ledger(etcd, stream, 0, 2, ensemble, 2, 10, previous_last_offset=9)
+    replaced = await replace_in_ledgers(etcd, stream, 0, "storage-b", "storage-d")
+    assert [x.ensemble for x in replaced.ledgers] == [("storage-a", "storage-d", "storage-c")] * 2
+    assert await read_ledgers(etcd, stream, 0) == replaced
+    # Again: nothing names storage-b any more, nothing changes.
+    assert await replace_in_ledgers(etcd, stream, 0, "storage-b", "storage-d") == replaced

@@ -13,7 +13,7 @@ from tamto_common.errors import FailedPrecondition, Unavailable
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_protocol.batch import BatchColumns, decode_batch, encode_batch
 from tamto_router.model import Batch, LogBounds
-from tamto_router.partition_log import PartitionLog
+from tamto_router.partition_log import PartitionLog, Rereplicate
 from tamto_router.quorum import append_quorum, fence_quorum, recover_ledger_end
 from tamto_router.storage_client import StorageClient
 from tamto_storage.grpc_api import StorageServicer, serve
@@ -269,3 +269,52 @@ async def test_a_replica_holding_entries_the_log_does_not_have_is_not_caught_up(
     )
     assert next_offset == 3
     assert payloads_on(batches) == [b"m0", b"m1", b"m40"]
+
+
+async def test_a_replica_down_too_long_is_replaced_by_a_spare_holding_every_entry(
+    nodes: dict[str, Node], tmp_path: Path
+) -> None:
+    await open_all(nodes, 1)
+    spare = Node(tmp_path / "storage-d")
+    await spare.server.start()
+    # storage-c is down (not registered); storage-d is a registered spare.
+    reachable = {n: nodes[n].client for n in ("storage-a", "storage-b")}
+    reachable["storage-d"] = spare.client
+    recorded: list[tuple[str, str]] = []
+
+    async def record(old: str, new: str) -> None:
+        recorded.append((old, new))
+
+    def spare_for(ensemble: tuple[str, ...]) -> str | None:
+        return None if "storage-d" in ensemble else "storage-d"
+
+    replicas = {n: nodes[n].client for n in ("storage-a", "storage-b")}
+    partition_log = PartitionLog(
+        STREAM,
+        PARTITION,
+        1,
+        replicas["storage-a"],
+        LogBounds(0, 0),
+        replicas=replicas,
+        quorum=2,
+        ensemble=tuple(nodes),
+        client_for=reachable.get,
+        rereplicate=Rereplicate(spare_for, record, after_s=0.5),
+    )
+    try:
+        for first in range(0, 12, 3):
+            await append(partition_log, first, 3)
+        await eventually(
+            lambda: recorded == [("storage-c", "storage-d")], 15.0, "storage-d replaced storage-c"
+        )
+        assert partition_log.ensemble == ("storage-a", "storage-b", "storage-d")
+        assert not partition_log.lagging()
+        await append(partition_log, 12, 2)
+        batches, next_offset = await spare.client.read(STREAM, PARTITION, 0, 100, from_cache=False)
+    finally:
+        await partition_log.close()
+        await spare.stop()
+        await spare.client.close()
+        await spare.channel.close()
+    assert next_offset == 14
+    assert payloads_on(batches) == [f"m{o}".encode() for o in range(14)]

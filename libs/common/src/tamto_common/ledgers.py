@@ -298,6 +298,26 @@ async def replace_replica(
     return await _write(etcd, current, tuple(ledgers))
 
 
+async def replace_in_ledgers(
+    etcd: aetcd.Client, stream: str, partition: int, old: str, new: str
+) -> LedgerList:
+    """Put storage node `new` where `old` was in every ledger of the partition that
+    names `old` (after `new` received a copy of all of them: re-replication), one
+    `replace_replica` transaction each, reading again after a conflicting change."""
+    for _ in range(100):
+        current = await read_ledgers(etcd, stream, partition)
+        todo = [x for x in current.ledgers if old in x.ensemble and new not in x.ensemble]
+        if not todo:
+            return current
+        try:
+            epoch = todo[0].epoch
+            await replace_replica(etcd, stream, partition, epoch, old, new, based_on=current)
+        except LedgerConflict as exc:
+            if "changed meanwhile" not in str(exc):
+                raise
+    raise LedgerConflict(f"ledger list of {stream}/{partition} kept changing meanwhile")
+
+
 async def _write(
     etcd: aetcd.Client, current: LedgerList, ledgers: tuple[Ledger, ...]
 ) -> LedgerList:

@@ -20,6 +20,11 @@ entries it lacks are copied to it from a replica that has them until it is
 within `JOIN_GAP` messages of the durable end, and the sender copies the rest
 between two appends and adds it to the replicas (BookKeeper's recovery of a
 bookie that missed writes, docs/cluster.md section 2).
+
+With `Rereplicate`, a member that stays unregistered for `after_s` is replaced by
+a spare storage node (BookKeeper's autorecovery): the spare is caught up the same
+way from offset 0, and once it takes appends the replacement is recorded in
+every ledger of the partition (`Rereplicate.record`).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +57,25 @@ REPAIR_INTERVAL_S = 1.0
 #: A lagging replica is copied to in the background until it is within this many
 #: messages of the durable end; the sender copies the rest before its next append.
 JOIN_GAP = 1_000
+#: How long an ensemble member stays unregistered before its data is copied to a
+#: spare storage node (a restart usually registers again well within it).
+REREPLICATE_AFTER_S = 10.0
+
+
+@dataclass(frozen=True)
+class Rereplicate:
+    """How a replicated log replaces a member that stays down.
+
+    Attributes:
+        spare_for: a registered storage node outside the given ensemble, or None when
+            there is none (the log's `client_for` reaches it).
+        record: puts the second node where the first was in the partition's ledgers.
+        after_s: how long a member is unregistered before it is replaced.
+    """
+
+    spare_for: Callable[[tuple[str, ...]], str | None]
+    record: Callable[[str, str], Awaitable[None]]
+    after_s: float = REREPLICATE_AFTER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +101,7 @@ class PartitionLog:
         quorum: int = 1,
         ensemble: Sequence[str] = (),
         client_for: Callable[[str], StorageClient | None] | None = None,
+        rereplicate: Rereplicate | None = None,
     ) -> None:
         self.stream = stream
         self.partition = partition
@@ -95,6 +120,10 @@ class PartitionLog:
         #: caught up in the background) and how to reach one (None: not registered).
         self.ensemble = tuple(ensemble) or tuple(self.replicas or ())
         self._client_for = client_for
+        self._rereplicate = rereplicate
+        #: Spares being caught up in place of a member that stayed down (new: old)
+        #: until the replacement is recorded in the ledgers.
+        self._replacing: dict[str, str] = {}
         #: Replicas the background copy brought close to the end: the sender adds them.
         self._joiners: dict[str, tuple[StorageClient, int]] = {}
         #: Why each lagging replica was not caught up at its last try (logged once each).
@@ -234,11 +263,22 @@ class PartitionLog:
     async def _repair_loop(self) -> None:
         """Catch up, every `REPAIR_INTERVAL_S`, each lagging replica that is registered."""
         assert self._client_for is not None
+        down_since: dict[str, float] = {}
         while self.failure is None:
             await asyncio.sleep(REPAIR_INTERVAL_S)  # a period, not a wait for a condition
+            await self._record_replacements()
             for node in self.lagging():
                 client = self._client_for(node)
-                if client is None or node in self._joiners:
+                if client is None:
+                    since = down_since.setdefault(node, time.monotonic())
+                    if (
+                        self._rereplicate is not None
+                        and time.monotonic() - since >= self._rereplicate.after_s
+                    ):
+                        self._replace(node)
+                    continue
+                down_since.pop(node, None)
+                if node in self._joiners:
                     continue
                 try:
                     await self._catch_up(node, client)
@@ -253,6 +293,52 @@ class PartitionLog:
                             replica=node,
                             error=str(exc),
                         )
+
+    def _replace(self, node: str) -> None:
+        """Put a spare storage node in the ensemble where `node` (down too long) was;
+        it is caught up from offset 0 like any lagging replica."""
+        assert self._rereplicate is not None
+        new = self._rereplicate.spare_for(self.ensemble)
+        if new is None:
+            self.catch_up_errors[node] = "down, and no spare storage node to re-replicate to"
+            return
+        self.ensemble = tuple(new if n == node else n for n in self.ensemble)
+        self._replacing[new] = self._replacing.pop(node, node)  # a spare that died too
+        self.catch_up_errors.pop(node, None)
+        log.warning(
+            "re-replicating: a replica stayed down, copying the partition to a spare node",
+            stream=self.stream,
+            partition=self.partition,
+            replica=node,
+            spare=new,
+        )
+
+    async def _record_replacements(self) -> None:
+        """Record in the ledgers each spare that takes appends now (retried until done)."""
+        assert self.replicas is not None
+        for new, old in list(self._replacing.items()):
+            if new not in self.replicas or self._rereplicate is None:
+                continue
+            try:
+                await self._rereplicate.record(old, new)
+            except Exception as exc:
+                log.warning(
+                    "re-replication not recorded yet",
+                    stream=self.stream,
+                    partition=self.partition,
+                    replica=old,
+                    spare=new,
+                    error=str(exc),
+                )
+                continue
+            del self._replacing[new]
+            log.info(
+                "re-replicated: the spare holds the partition in place of the lost replica",
+                stream=self.stream,
+                partition=self.partition,
+                replica=old,
+                spare=new,
+            )
 
     async def _catch_up(self, node: str, client: StorageClient) -> None:
         """Open the partition on `node` with this epoch and copy it the entries it lacks

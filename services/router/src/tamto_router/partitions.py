@@ -25,13 +25,21 @@ import structlog
 from prometheus_client import Gauge
 
 from tamto_common.errors import DataLoss, Unavailable, damaged_offsets
-from tamto_common.ledgers import Ledger, LedgerConflict, LedgerList, open_ledger, read_ledgers
+from tamto_common.ledgers import (
+    Ledger,
+    LedgerConflict,
+    LedgerList,
+    open_ledger,
+    read_ledgers,
+    replace_in_ledgers,
+)
+from tamto_common.ring import HashRing, partition_key
 from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
 from tamto_protocol.batch import decode_column
 from tamto_router.dedup import DedupWindow
 from tamto_router.model import Batch, LogBounds
 from tamto_router.ownership import Claim, Held, claim_partition, release_partition
-from tamto_router.partition_log import PartitionLog
+from tamto_router.partition_log import PartitionLog, Rereplicate
 from tamto_router.quorum import no_quorum, recover_ledger_end
 from tamto_router.storage_client import StorageClient
 
@@ -76,6 +84,7 @@ class Partitions:
         stream_def: Callable[[str], Awaitable[StreamDef | None]] | None = None,
         lease_valid: Callable[[], bool] = lambda: True,
         replicas_for: ReplicasFor | None = None,
+        storage_clients: Callable[[], dict[str, StorageClient]] | None = None,
     ) -> None:
         self._etcd = etcd
         self._lease = lease
@@ -83,6 +92,9 @@ class Partitions:
         self._instance = instance
         self._storage_for = storage_for
         self._replicas_for = replicas_for
+        #: The registered storage nodes and their clients: with it, a replicated log
+        #: replaces a member that stays down by a spare (re-replication).
+        self._storage_clients = storage_clients
         self._claim_timeout = claim_timeout_s
         self._stream_def = stream_def
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -167,6 +179,7 @@ class Partitions:
         quorum = 1
         ensemble: tuple[str, ...] = ()
         client_for: Callable[[str], StorageClient | None] | None = None
+        rereplicate: Rereplicate | None = None
         if replicated:
             assert definition is not None
             node, replicas, quorum, bounds, ensemble = await self._open_replicated(
@@ -174,6 +187,7 @@ class Partitions:
             )
             storage = replicas[node]
             client_for = self._client_for(stream, partition, result.epoch, ensemble, quorum)
+            rereplicate = self._rereplicate(stream, partition)
         else:
             node, storage = self._storage_for(stream, partition, ledgers)
             bounds = await storage.open_partition(stream, partition, result.epoch)
@@ -207,6 +221,7 @@ class Partitions:
             quorum,
             ensemble,
             client_for,
+            rereplicate,
         )
 
     def _client_for(
@@ -214,6 +229,9 @@ class Partitions:
     ) -> Callable[[str], StorageClient | None]:
         """How a replicated log reaches a member of its ledger's ensemble now (None
         while it is not registered), to catch it up."""
+        storage_clients = self._storage_clients
+        if storage_clients is not None:
+            return lambda node: storage_clients().get(node)
         assert self._replicas_for is not None
         replicas_for = self._replicas_for
         recorded = LedgerList(stream, partition, (Ledger(epoch, ensemble, quorum, 0),))
@@ -222,6 +240,23 @@ class Partitions:
             return replicas_for(stream, partition, recorded, len(ensemble))[1].get(node)
 
         return client_for
+
+    def _rereplicate(self, stream: str, partition: int) -> Rereplicate | None:
+        """How a replicated log of the partition replaces a member that stays down: by
+        the first registered storage node outside its ensemble after the partition's
+        hash on the storage ring, recorded in every ledger of the partition."""
+        storage_clients = self._storage_clients
+        if storage_clients is None:
+            return None
+
+        def spare_for(ensemble: tuple[str, ...]) -> str | None:
+            spares = set(storage_clients()) - set(ensemble)
+            return HashRing(spares).owner(partition_key(stream, partition)) if spares else None
+
+        async def record(old: str, new: str) -> None:
+            await replace_in_ledgers(self._etcd, stream, partition, old, new)
+
+        return Rereplicate(spare_for, record)
 
     async def _open_replicated(
         self, ledgers: LedgerList, epoch: int, definition: StreamDef

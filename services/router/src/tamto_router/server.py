@@ -101,6 +101,10 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
                 )
         return ensemble, {n: client_at(nodes[n]) for n in ensemble if n in nodes}
 
+    def storage_clients() -> dict[str, StorageClient]:
+        """The registered storage nodes and a client of each."""
+        return {m.instance_id: client_at(m.address) for m in directory.members("storage")}
+
     def client_at(address: str) -> StorageClient:
         channel = channels.get(address)
         client = clients.get(address)
@@ -131,6 +135,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         stream_def,
         lease_valid=lease.valid,
         replicas_for=replicas_for,
+        storage_clients=storage_clients,
     )
     resources.push_async_callback(partitions.close)
     UNDER_REPLICATED.set_function(partitions.under_replicated)
