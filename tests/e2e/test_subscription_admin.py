@@ -123,6 +123,13 @@ async def test_a_live_consumer_seeking_to_a_time_gets_exactly_what_was_published
         await consumer.flush_acks(timeout_s=10)
         assert len(await consumer.receive_batch(max_messages=10, timeout_s=1)) == 0
 
+        # A skip only acks: the attached consumer is not disconnected (a seek is).
+        reconnects = consumer.reconnects
+        await publish(tamto_client, stream, [b"late-0", b"late-1"])
+        skipped = await tamto_client.subscriptions.skip(stream, "replay")
+        assert (skipped.backlog_messages, skipped.partitions[0].ack_floor) == (0, 9)
+        assert consumer.reconnects == reconnects
+
 
 async def test_stream_stats_and_peek(tamto_client: tamto_sdk.Client) -> None:
     stream = unique("stats")

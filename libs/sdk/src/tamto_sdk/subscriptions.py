@@ -214,6 +214,10 @@ class StreamStats:
         return sum(p.publish_rate for p in self.partitions)
 
 
+#: The largest skip the wire carries: more than any backlog.
+_SKIP_ALL = 2**64 - 1
+
+
 def _target(to: StartPosition) -> messages_pb2.SeekTarget:
     """The seek target of a start position (the two messages' fields share names)."""
     start = to._to_proto()
@@ -296,12 +300,10 @@ class Subscriptions:
     ) -> SubscriptionInfo:
         """Acknowledge the next `count` unacked messages on each partition (None:
         all of them, clearing the backlog). Nobody is disconnected."""
-        if count is None:
-            target = messages_pb2.SeekTarget(latest=True)
-        elif count <= 0:
+        if count is not None and count <= 0:
             raise InvalidArgument(f"skip needs a positive count, got {count}")
-        else:
-            target = messages_pb2.SeekTarget(skip=count)
+        # More than any backlog: everything (an ack, not a seek to the end).
+        target = messages_pb2.SeekTarget(skip=_SKIP_ALL if count is None else count)
         request = gateway_pb2.SeekSubscriptionRequest(
             stream=stream,
             subscription=subscription,

@@ -14,7 +14,7 @@ A seek behaves as Pulsar's reset-cursor: the live subscription is closed, its
 consumers are disconnected (UNAVAILABLE: they reconnect and read on from the new
 position), and the cursor is replaced in storage under the registry's lock for
 that subscription, so no consumer loads it half-way. A skip only acknowledges
-(the next N unacked messages, or everything for "skip all" = seek latest): the
+(the next N unacked messages; N beyond the backlog, "skip all", acks all of it): the
 live subscription applies it and nobody is disconnected.
 """
 
