@@ -198,3 +198,24 @@ async def test_bad_input_gets_a_precise_status(
             await publisher.subscriptions.describe(stream, "pool")
         with pytest.raises(tamto_sdk.PermissionDenied, match="lacks permission admin"):
             await publisher.subscriptions.delete(stream, "pool")
+
+
+async def test_a_multicast_consumer_seeks_only_its_own_cursor(
+    tamto_client: tamto_sdk.Client,
+) -> None:
+    stream = unique("seek-multicast")
+    await tamto_client.streams.ensure(stream, partitions=1)
+    await publish(tamto_client, stream, [b"a", b"b", b"c"])
+    multicast = tamto_sdk.SubscriptionType.MULTICAST
+    async with (
+        tamto_client.consumer(stream, "fan", type=multicast, consumer_name="one") as one,
+        tamto_client.consumer(stream, "fan", type=multicast, consumer_name="two") as two,
+    ):
+        for consumer in (one, two):
+            for message in await receive(consumer, 3):
+                consumer.ack(message)
+            await consumer.flush_acks(timeout_s=10)
+        await one.seek(Start.offset(1))
+        assert [m.payload for m in await receive(one, 2)] == [b"b", b"c"]
+        assert len(await two.receive_batch(max_messages=10, timeout_s=1)) == 0
+    assert await tamto_client.subscriptions.list(stream) == ["fan~one", "fan~two"]
