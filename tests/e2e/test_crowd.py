@@ -247,7 +247,11 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
                 metrics = await metrics_of(cluster, "router")
                 return gauge(metrics, "tamto_router_attached_consumers") == 0
 
-            await eventually(all_gone, 60 + CONSUMERS / 50, "the crowd to leave")
+            try:
+                await eventually(all_gone, 60 + CONSUMERS / 50, "the crowd to leave")
+            except AssertionError as exc:
+                staying = [w for w, p in enumerate(crowd.procs) if p.returncode is None]
+                raise AssertionError(f"{exc}: workers {staying} have not exited") from None
             gone_s = time.monotonic() - left_at
         finally:
             await crowd.stop()
