@@ -1,4 +1,5 @@
-"""Replay: a new subscription from a point in time, or from an offset.
+"""Replay: a new subscription from a point in time, or from an offset; and an
+existing subscription moved back (seek) after it read everything.
 
 Run against a running system: TAMTO_URL=... TAMTO_API_KEY=... python examples/replay.py
 """
@@ -44,6 +45,17 @@ async def main() -> None:
         from_offset = await read_all(client, stream, "replay-from-offset", Start.offset(2))
         print(f"from offset 2: {from_offset}")
         assert from_offset == [b"before-2", b"after-0", b"after-1", b"after-2"]
+
+        # The subscription read and acked everything: no backlog. Seek it back to the
+        # start (consumers attached would reconnect there) and the lag is all six.
+        info = await client.subscriptions.describe(stream, "replay-from-offset")
+        print(f"backlog after reading: {info.backlog_messages}")
+        assert info.backlog_messages == 0
+        info = await client.subscriptions.seek(stream, "replay-from-offset", Start.earliest())
+        print(f"backlog after seeking to the start: {info.backlog_messages}")
+        assert info.backlog_messages == 6
+        again = await read_all(client, stream, "replay-from-offset", Start.latest())
+        assert again == [*(f"before-{i}".encode() for i in range(3)), *since]
         await client.streams.delete(stream)
     print("ok")
 
