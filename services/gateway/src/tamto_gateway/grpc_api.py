@@ -41,7 +41,8 @@ class GatewayServicer(
     """Every call but Authenticate is authenticated; stream calls are authorized per stream:
     Publish needs `publish`, Consume `consume`, Ensure/DeleteStream `admin`, DescribeStream
     any permission on the stream; ListStreams shows the streams the caller holds any
-    permission on. Security admin RPCs (`SecurityApi`) need `admin` on `*`."""
+    permission on. Security admin RPCs (`SecurityApi`) need `admin` on `*`; subscription
+    administration, stream stats and peek are `SubscriptionsApi`'s."""
 
     def __init__(
         self,
