@@ -44,7 +44,7 @@ PARTITIONS = 3
 #: two-core machine gets a looser one (the measured times are printed either way).
 RECOVERY_BOUND_S = 5.0 if long_tests_enabled() else 30.0
 #: Messages each partition gets between two faults.
-BETWEEN_FAULTS = 400 if long_tests_enabled() else 40
+BETWEEN_FAULTS = 400 if long_tests_enabled() else 20
 
 
 @dataclass
