@@ -4,7 +4,9 @@ Run `python scripts/generate_protos.py` to regenerate, or with `--check` to fail
 when the committed code differs from what the contracts generate (CI runs this).
 Generated code lands in libs/protocol/src/tamto_protocol/v1/ and is never
 edited by hand: imports are rewritten from `tamto.v1` to `tamto_protocol.v1`
-so the package is importable without a top-level `tamto` namespace.
+so the package is importable without a top-level `tamto` namespace. Besides the
+messages' `.pyi` stubs (protoc's own), mypy-protobuf's plugin (a dev dependency)
+writes typed `*_pb2_grpc.pyi` stubs, so mypy checks servicers and stub calls.
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ def generate(into: Path) -> None:
     """Run protoc for every contract into `into` (a package directory)."""
     protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_ROOT.glob("tamto/v1/*.proto"))
     include = Path(protoc.__file__).parent / "_proto"
+    beside = Path(sys.executable).parent / "protoc-gen-mypy_grpc"
+    grpc_stubs = str(beside) if beside.exists() else shutil.which("protoc-gen-mypy_grpc")
+    if grpc_stubs is None:
+        raise SystemExit("protoc-gen-mypy_grpc is missing: install mypy-protobuf (dev)")
     with tempfile.TemporaryDirectory() as raw:
         args = [
             "protoc",
@@ -37,6 +43,8 @@ def generate(into: Path) -> None:
             f"--python_out={raw}",
             f"--pyi_out={raw}",
             f"--grpc_python_out={raw}",
+            f"--plugin=protoc-gen-mypy_grpc={grpc_stubs}",
+            f"--mypy_grpc_out={raw}",
             *protos,
         ]
         if protoc.main(args) != 0:

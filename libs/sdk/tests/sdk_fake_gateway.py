@@ -293,7 +293,7 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):
         finally:
             reader.cancel()
 
-    async def Consume(
+    async def Consume(  # type: ignore[override]  # answers through context.write
         self,
         request_iterator: AsyncIterator[messages_pb2.ConsumeRequest],
         context: grpc.aio.ServicerContext,

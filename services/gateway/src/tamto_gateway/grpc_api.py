@@ -32,7 +32,7 @@ from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_
 from tamto_protocol.wire import PUBLISH
 
 
-class GatewayServicer(
+class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encoded bytes
     SecurityApi,
     EphemeralApi,
     SubscriptionsApi,
@@ -225,7 +225,7 @@ class GatewayServicer(
             offsets=offsets,
         )
 
-    async def Consume(
+    async def Consume(  # type: ignore[override]  # answers encoded responses (bytes)
         self,
         request_iterator: AsyncIterator[messages_pb2.ConsumeRequest],
         context: grpc.aio.ServicerContext,

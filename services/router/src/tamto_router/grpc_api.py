@@ -123,7 +123,7 @@ class RouterServicer(AdminApi, router_pb2_grpc.RouterServicer):
             offsets=appended.offsets or [],
         )
 
-    async def Consume(
+    async def Consume(  # type: ignore[override]  # answers encoded responses (bytes)
         self,
         request_iterator: AsyncIterator[messages_pb2.ConsumeRequest],
         context: grpc.aio.ServicerContext,

@@ -97,7 +97,7 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
             next_offset = await partition.append(request.epoch, batches)
         return storage_pb2.StorageAppendResponse(next_offset=next_offset)
 
-    async def Read(
+    async def Read(  # type: ignore[override]  # the response already encoded: see `serve`
         self, request: storage_pb2.ReadRequest, context: grpc.aio.ServicerContext
     ) -> bytes:
         """The `ReadResponse`, already encoded: register with `serve`."""
