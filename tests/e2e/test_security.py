@@ -593,15 +593,20 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
             fresh = (await client.security.token())[0]
         assert await attempt(stub, fresh, "publish", stream) is None, "the new key's token works"
 
-        # There is no delete RPC: an operator removing the record from etcd (and the
-        # auth service announcing any change) deletes the key.
-        etcd = await connect_etcd(parse_endpoints(tamto_cluster.infra.etcd_endpoint))
-        try:
-            await etcd.delete(f"/tamto/auth/keys/{deleted}".encode())
-        finally:
-            await etcd.close()
-        await admin.security.put_role(role, [Grant(Permission.PUBLISH, stream)])  # an announcement
+        began = time.monotonic()
+        gone = await admin.security.delete_api_key(deleted)
         await refused_within_2s(tokens[2], deleted)
+        assert time.monotonic() - began < 2.0
+        assert (gone.key_id, gone.identity) == (deleted, identity)
+        with pytest.raises(tamto_sdk.Unauthenticated, match="invalid API key"):
+            await tamto_sdk.connect(tamto_cluster.url, api_key=keys[2].api_key)
+        listed = {i.name: i for i in await admin.security.list_identities()}[identity]
+        assert deleted not in {k.key_id for k in listed.keys}
+        with pytest.raises(tamto_sdk.NotFound, match=f"no API key with id {deleted}"):
+            await admin.security.delete_api_key(deleted)
+        async with await tamto_sdk.connect(tamto_cluster.url, api_key=new.api_key) as client:
+            with pytest.raises(tamto_sdk.PermissionDenied):
+                await client.security.delete_api_key(new.info.key_id)
 
         await admin.security.set_api_key_disabled(disabled, False)
         for gateway in stubs:
@@ -619,6 +624,14 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
     ]  # both gateways append to the one audit file of the cluster's gateway data dir
     assert {d["detail"].split()[2] for d in denials} >= {disabled, rotated, deleted}
     assert all(d["outcome"] == "unauthenticated" for d in denials)
+    deletions = [
+        record
+        for line in tamto_cluster.audit_file("auth").read_text().splitlines()
+        if (record := json.loads(line))["action"] == "key.delete" and deleted in record["target"]
+    ]
+    assert [(d["actor"], d["target"], d["outcome"]) for d in deletions] == [
+        ("dev", f"key {deleted} of {identity}", "ok")
+    ]
 
 
 async def _allowed(stub: gateway_pb2_grpc.GatewayStub, token: str, stream: str) -> bool:

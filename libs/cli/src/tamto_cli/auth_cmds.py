@@ -173,6 +173,23 @@ def user_disable_key(
     run(go())
 
 
+@user_app.command("delete-key")
+def user_delete_key(
+    key_id: str,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+) -> None:
+    """Delete one API key by its id: it stops authenticating and its tokens are refused."""
+
+    async def go() -> None:
+        async with await connect_client(url, api_key, data_dir) as client:
+            info = await client.security.delete_api_key(key_id)
+        typer.echo(f"key {key_id} of {info.identity}: deleted")
+
+    run(go())
+
+
 @role_app.command("put")
 def role_put(
     name: str,

@@ -178,6 +178,12 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
         key, info = await self._require_admin().rotate_api_key(caller_of(context), request.key_id)
         return auth_pb2.ApiKeyCreated(info=key_pb(info), api_key=str(key))
 
+    async def DeleteApiKey(
+        self, request: auth_pb2.DeleteApiKeyRequest, context: grpc.aio.ServicerContext
+    ) -> auth_pb2.DeleteApiKeyResponse:
+        info = await self._require_admin().delete_api_key(caller_of(context), request.key_id)
+        return auth_pb2.DeleteApiKeyResponse(info=key_pb(info))
+
     async def PutRole(
         self, request: auth_pb2.PutRoleRequest, context: grpc.aio.ServicerContext
     ) -> auth_pb2.Role:

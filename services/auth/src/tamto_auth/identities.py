@@ -147,6 +147,13 @@ class ApiKeyStore:
         await self._etcd.put(self._key(key_id), updated.to_json())
         return updated
 
+    async def delete(self, key_id: str) -> KeyRecord:
+        """Remove a key for good and return its last record; `NotFound` for an unknown id."""
+        got = await self._etcd.delete(self._key(key_id), prev_kv=True)
+        if not got or got.prev_kv is None:
+            raise NotFound(f"no API key with id {key_id}")
+        return KeyRecord.from_json(got.prev_kv.value)
+
     async def get(self, key_id: str) -> KeyRecord:
         """The record of `key_id`; `NotFound` if there is none."""
         record = await self._get(key_id)

@@ -87,6 +87,11 @@ class SecurityApi:
     ) -> Any:
         return await self._admin_call("RotateApiKey", request, context)
 
+    async def DeleteApiKey(
+        self, request: auth_pb2.DeleteApiKeyRequest, context: grpc.aio.ServicerContext
+    ) -> Any:
+        return await self._admin_call("DeleteApiKey", request, context)
+
     async def PutRole(
         self, request: auth_pb2.PutRoleRequest, context: grpc.aio.ServicerContext
     ) -> Any:

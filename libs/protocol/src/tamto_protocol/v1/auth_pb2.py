@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13tamto/v1/auth.proto\x12\x08tamto.v1\"\x1e\n\x0b\x41uthRequest\x12\x0f\n\x07\x61pi_key\x18\x01 \x01(\t\"G\n\x0c\x41uthResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x17\n\x0f\x65xpires_at_unix\x18\x02 \x01(\x03\x12\x0f\n\x07subject\x18\x03 \x01(\t\"\x10\n\x0eGetJwksRequest\"$\n\x0fGetJwksResponse\x12\x11\n\tjwks_json\x18\x01 \x01(\t\"Y\n\nApiKeyInfo\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x10\n\x08identity\x18\x02 \x01(\t\x12\x10\n\x08\x64isabled\x18\x03 \x01(\x08\x12\x17\n\x0f\x63reated_at_unix\x18\x04 \x01(\x03\"\x84\x01\n\x08Identity\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x10\n\x08\x64isabled\x18\x03 \x01(\x08\x12\x17\n\x0f\x63reated_at_unix\x18\x04 \x01(\x03\x12\"\n\x04keys\x18\x05 \x03(\x0b\x32\x14.tamto.v1.ApiKeyInfo\x12\r\n\x05roles\x18\x06 \x03(\t\"3\n\x15\x43reateIdentityRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\"\x17\n\x15ListIdentitiesRequest\"@\n\x16ListIdentitiesResponse\x12&\n\nidentities\x18\x01 \x03(\x0b\x32\x12.tamto.v1.Identity\"<\n\x1aSetIdentityDisabledRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x64isabled\x18\x02 \x01(\x08\"\'\n\x13\x43reateApiKeyRequest\x12\x10\n\x08identity\x18\x01 \x01(\t\"D\n\rApiKeyCreated\x12\"\n\x04info\x18\x01 \x01(\x0b\x32\x14.tamto.v1.ApiKeyInfo\x12\x0f\n\x07\x61pi_key\x18\x02 \x01(\t\"<\n\x18SetApiKeyDisabledRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x10\n\x08\x64isabled\x18\x02 \x01(\x08\"%\n\x13RotateApiKeyRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\",\n\x05Grant\x12\x12\n\npermission\x18\x01 \x01(\t\x12\x0f\n\x07pattern\x18\x02 \x01(\t\"5\n\x04Role\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1f\n\x06grants\x18\x02 \x03(\x0b\x32\x0f.tamto.v1.Grant\".\n\x0ePutRoleRequest\x12\x1c\n\x04role\x18\x01 \x01(\x0b\x32\x0e.tamto.v1.Role\"!\n\x11\x44\x65leteRoleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"%\n\x12\x44\x65leteRoleResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"\x12\n\x10ListRolesRequest\"2\n\x11ListRolesResponse\x12\x1d\n\x05roles\x18\x01 \x03(\x0b\x32\x0e.tamto.v1.Role\"0\n\x0f\x42indRoleRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"#\n\x10\x42indRoleResponse\x12\x0f\n\x07\x63hanged\x18\x01 \x01(\x08\"\x15\n\x13ListBindingsRequest\")\n\x07\x42inding\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\r\n\x05roles\x18\x02 \x03(\t\";\n\x14ListBindingsResponse\x12#\n\x08\x62indings\x18\x01 \x03(\x0b\x32\x11.tamto.v1.Binding\"\x19\n\x17RotateSigningKeyRequest\"=\n\x18RotateSigningKeyResponse\x12\x13\n\x0b\x63urrent_kid\x18\x01 \x01(\t\x12\x0c\n\x04kids\x18\x02 \x03(\t2\xc7\x08\n\x04\x41uth\x12=\n\x0c\x41uthenticate\x12\x15.tamto.v1.AuthRequest\x1a\x16.tamto.v1.AuthResponse\x12>\n\x07GetJwks\x12\x18.tamto.v1.GetJwksRequest\x1a\x19.tamto.v1.GetJwksResponse\x12\x45\n\x0e\x43reateIdentity\x12\x1f.tamto.v1.CreateIdentityRequest\x1a\x12.tamto.v1.Identity\x12S\n\x0eListIdentities\x12\x1f.tamto.v1.ListIdentitiesRequest\x1a .tamto.v1.ListIdentitiesResponse\x12O\n\x13SetIdentityDisabled\x12$.tamto.v1.SetIdentityDisabledRequest\x1a\x12.tamto.v1.Identity\x12\x46\n\x0c\x43reateApiKey\x12\x1d.tamto.v1.CreateApiKeyRequest\x1a\x17.tamto.v1.ApiKeyCreated\x12M\n\x11SetApiKeyDisabled\x12\".tamto.v1.SetApiKeyDisabledRequest\x1a\x14.tamto.v1.ApiKeyInfo\x12\x46\n\x0cRotateApiKey\x12\x1d.tamto.v1.RotateApiKeyRequest\x1a\x17.tamto.v1.ApiKeyCreated\x12\x33\n\x07PutRole\x12\x18.tamto.v1.PutRoleRequest\x1a\x0e.tamto.v1.Role\x12G\n\nDeleteRole\x12\x1b.tamto.v1.DeleteRoleRequest\x1a\x1c.tamto.v1.DeleteRoleResponse\x12\x44\n\tListRoles\x12\x1a.tamto.v1.ListRolesRequest\x1a\x1b.tamto.v1.ListRolesResponse\x12\x41\n\x08\x42indRole\x12\x19.tamto.v1.BindRoleRequest\x1a\x1a.tamto.v1.BindRoleResponse\x12\x43\n\nUnbindRole\x12\x19.tamto.v1.BindRoleRequest\x1a\x1a.tamto.v1.BindRoleResponse\x12M\n\x0cListBindings\x12\x1d.tamto.v1.ListBindingsRequest\x1a\x1e.tamto.v1.ListBindingsResponse\x12Y\n\x10RotateSigningKey\x12!.tamto.v1.RotateSigningKeyRequest\x1a\".tamto.v1.RotateSigningKeyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13tamto/v1/auth.proto\x12\x08tamto.v1\"\x1e\n\x0b\x41uthRequest\x12\x0f\n\x07\x61pi_key\x18\x01 \x01(\t\"G\n\x0c\x41uthResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x17\n\x0f\x65xpires_at_unix\x18\x02 \x01(\x03\x12\x0f\n\x07subject\x18\x03 \x01(\t\"\x10\n\x0eGetJwksRequest\"$\n\x0fGetJwksResponse\x12\x11\n\tjwks_json\x18\x01 \x01(\t\"Y\n\nApiKeyInfo\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x10\n\x08identity\x18\x02 \x01(\t\x12\x10\n\x08\x64isabled\x18\x03 \x01(\x08\x12\x17\n\x0f\x63reated_at_unix\x18\x04 \x01(\x03\"\x84\x01\n\x08Identity\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x10\n\x08\x64isabled\x18\x03 \x01(\x08\x12\x17\n\x0f\x63reated_at_unix\x18\x04 \x01(\x03\x12\"\n\x04keys\x18\x05 \x03(\x0b\x32\x14.tamto.v1.ApiKeyInfo\x12\r\n\x05roles\x18\x06 \x03(\t\"3\n\x15\x43reateIdentityRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\"\x17\n\x15ListIdentitiesRequest\"@\n\x16ListIdentitiesResponse\x12&\n\nidentities\x18\x01 \x03(\x0b\x32\x12.tamto.v1.Identity\"<\n\x1aSetIdentityDisabledRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08\x64isabled\x18\x02 \x01(\x08\"\'\n\x13\x43reateApiKeyRequest\x12\x10\n\x08identity\x18\x01 \x01(\t\"D\n\rApiKeyCreated\x12\"\n\x04info\x18\x01 \x01(\x0b\x32\x14.tamto.v1.ApiKeyInfo\x12\x0f\n\x07\x61pi_key\x18\x02 \x01(\t\"<\n\x18SetApiKeyDisabledRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\x12\x10\n\x08\x64isabled\x18\x02 \x01(\x08\"%\n\x13RotateApiKeyRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\"%\n\x13\x44\x65leteApiKeyRequest\x12\x0e\n\x06key_id\x18\x01 \x01(\t\":\n\x14\x44\x65leteApiKeyResponse\x12\"\n\x04info\x18\x01 \x01(\x0b\x32\x14.tamto.v1.ApiKeyInfo\",\n\x05Grant\x12\x12\n\npermission\x18\x01 \x01(\t\x12\x0f\n\x07pattern\x18\x02 \x01(\t\"5\n\x04Role\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x1f\n\x06grants\x18\x02 \x03(\x0b\x32\x0f.tamto.v1.Grant\".\n\x0ePutRoleRequest\x12\x1c\n\x04role\x18\x01 \x01(\x0b\x32\x0e.tamto.v1.Role\"!\n\x11\x44\x65leteRoleRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"%\n\x12\x44\x65leteRoleResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"\x12\n\x10ListRolesRequest\"2\n\x11ListRolesResponse\x12\x1d\n\x05roles\x18\x01 \x03(\x0b\x32\x0e.tamto.v1.Role\"0\n\x0f\x42indRoleRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\"#\n\x10\x42indRoleResponse\x12\x0f\n\x07\x63hanged\x18\x01 \x01(\x08\"\x15\n\x13ListBindingsRequest\")\n\x07\x42inding\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\r\n\x05roles\x18\x02 \x03(\t\";\n\x14ListBindingsResponse\x12#\n\x08\x62indings\x18\x01 \x03(\x0b\x32\x11.tamto.v1.Binding\"\x19\n\x17RotateSigningKeyRequest\"=\n\x18RotateSigningKeyResponse\x12\x13\n\x0b\x63urrent_kid\x18\x01 \x01(\t\x12\x0c\n\x04kids\x18\x02 \x03(\t2\x96\t\n\x04\x41uth\x12=\n\x0c\x41uthenticate\x12\x15.tamto.v1.AuthRequest\x1a\x16.tamto.v1.AuthResponse\x12>\n\x07GetJwks\x12\x18.tamto.v1.GetJwksRequest\x1a\x19.tamto.v1.GetJwksResponse\x12\x45\n\x0e\x43reateIdentity\x12\x1f.tamto.v1.CreateIdentityRequest\x1a\x12.tamto.v1.Identity\x12S\n\x0eListIdentities\x12\x1f.tamto.v1.ListIdentitiesRequest\x1a .tamto.v1.ListIdentitiesResponse\x12O\n\x13SetIdentityDisabled\x12$.tamto.v1.SetIdentityDisabledRequest\x1a\x12.tamto.v1.Identity\x12\x46\n\x0c\x43reateApiKey\x12\x1d.tamto.v1.CreateApiKeyRequest\x1a\x17.tamto.v1.ApiKeyCreated\x12M\n\x11SetApiKeyDisabled\x12\".tamto.v1.SetApiKeyDisabledRequest\x1a\x14.tamto.v1.ApiKeyInfo\x12\x46\n\x0cRotateApiKey\x12\x1d.tamto.v1.RotateApiKeyRequest\x1a\x17.tamto.v1.ApiKeyCreated\x12M\n\x0c\x44\x65leteApiKey\x12\x1d.tamto.v1.DeleteApiKeyRequest\x1a\x1e.tamto.v1.DeleteApiKeyResponse\x12\x33\n\x07PutRole\x12\x18.tamto.v1.PutRoleRequest\x1a\x0e.tamto.v1.Role\x12G\n\nDeleteRole\x12\x1b.tamto.v1.DeleteRoleRequest\x1a\x1c.tamto.v1.DeleteRoleResponse\x12\x44\n\tListRoles\x12\x1a.tamto.v1.ListRolesRequest\x1a\x1b.tamto.v1.ListRolesResponse\x12\x41\n\x08\x42indRole\x12\x19.tamto.v1.BindRoleRequest\x1a\x1a.tamto.v1.BindRoleResponse\x12\x43\n\nUnbindRole\x12\x19.tamto.v1.BindRoleRequest\x1a\x1a.tamto.v1.BindRoleResponse\x12M\n\x0cListBindings\x12\x1d.tamto.v1.ListBindingsRequest\x1a\x1e.tamto.v1.ListBindingsResponse\x12Y\n\x10RotateSigningKey\x12!.tamto.v1.RotateSigningKeyRequest\x1a\".tamto.v1.RotateSigningKeyResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -59,34 +59,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SETAPIKEYDISABLEDREQUEST']._serialized_end=797
   _globals['_ROTATEAPIKEYREQUEST']._serialized_start=799
   _globals['_ROTATEAPIKEYREQUEST']._serialized_end=836
-  _globals['_GRANT']._serialized_start=838
-  _globals['_GRANT']._serialized_end=882
-  _globals['_ROLE']._serialized_start=884
-  _globals['_ROLE']._serialized_end=937
-  _globals['_PUTROLEREQUEST']._serialized_start=939
-  _globals['_PUTROLEREQUEST']._serialized_end=985
-  _globals['_DELETEROLEREQUEST']._serialized_start=987
-  _globals['_DELETEROLEREQUEST']._serialized_end=1020
-  _globals['_DELETEROLERESPONSE']._serialized_start=1022
-  _globals['_DELETEROLERESPONSE']._serialized_end=1059
-  _globals['_LISTROLESREQUEST']._serialized_start=1061
-  _globals['_LISTROLESREQUEST']._serialized_end=1079
-  _globals['_LISTROLESRESPONSE']._serialized_start=1081
-  _globals['_LISTROLESRESPONSE']._serialized_end=1131
-  _globals['_BINDROLEREQUEST']._serialized_start=1133
-  _globals['_BINDROLEREQUEST']._serialized_end=1181
-  _globals['_BINDROLERESPONSE']._serialized_start=1183
-  _globals['_BINDROLERESPONSE']._serialized_end=1218
-  _globals['_LISTBINDINGSREQUEST']._serialized_start=1220
-  _globals['_LISTBINDINGSREQUEST']._serialized_end=1241
-  _globals['_BINDING']._serialized_start=1243
-  _globals['_BINDING']._serialized_end=1284
-  _globals['_LISTBINDINGSRESPONSE']._serialized_start=1286
-  _globals['_LISTBINDINGSRESPONSE']._serialized_end=1345
-  _globals['_ROTATESIGNINGKEYREQUEST']._serialized_start=1347
-  _globals['_ROTATESIGNINGKEYREQUEST']._serialized_end=1372
-  _globals['_ROTATESIGNINGKEYRESPONSE']._serialized_start=1374
-  _globals['_ROTATESIGNINGKEYRESPONSE']._serialized_end=1435
-  _globals['_AUTH']._serialized_start=1438
-  _globals['_AUTH']._serialized_end=2533
+  _globals['_DELETEAPIKEYREQUEST']._serialized_start=838
+  _globals['_DELETEAPIKEYREQUEST']._serialized_end=875
+  _globals['_DELETEAPIKEYRESPONSE']._serialized_start=877
+  _globals['_DELETEAPIKEYRESPONSE']._serialized_end=935
+  _globals['_GRANT']._serialized_start=937
+  _globals['_GRANT']._serialized_end=981
+  _globals['_ROLE']._serialized_start=983
+  _globals['_ROLE']._serialized_end=1036
+  _globals['_PUTROLEREQUEST']._serialized_start=1038
+  _globals['_PUTROLEREQUEST']._serialized_end=1084
+  _globals['_DELETEROLEREQUEST']._serialized_start=1086
+  _globals['_DELETEROLEREQUEST']._serialized_end=1119
+  _globals['_DELETEROLERESPONSE']._serialized_start=1121
+  _globals['_DELETEROLERESPONSE']._serialized_end=1158
+  _globals['_LISTROLESREQUEST']._serialized_start=1160
+  _globals['_LISTROLESREQUEST']._serialized_end=1178
+  _globals['_LISTROLESRESPONSE']._serialized_start=1180
+  _globals['_LISTROLESRESPONSE']._serialized_end=1230
+  _globals['_BINDROLEREQUEST']._serialized_start=1232
+  _globals['_BINDROLEREQUEST']._serialized_end=1280
+  _globals['_BINDROLERESPONSE']._serialized_start=1282
+  _globals['_BINDROLERESPONSE']._serialized_end=1317
+  _globals['_LISTBINDINGSREQUEST']._serialized_start=1319
+  _globals['_LISTBINDINGSREQUEST']._serialized_end=1340
+  _globals['_BINDING']._serialized_start=1342
+  _globals['_BINDING']._serialized_end=1383
+  _globals['_LISTBINDINGSRESPONSE']._serialized_start=1385
+  _globals['_LISTBINDINGSRESPONSE']._serialized_end=1444
+  _globals['_ROTATESIGNINGKEYREQUEST']._serialized_start=1446
+  _globals['_ROTATESIGNINGKEYREQUEST']._serialized_end=1471
+  _globals['_ROTATESIGNINGKEYRESPONSE']._serialized_start=1473
+  _globals['_ROTATESIGNINGKEYRESPONSE']._serialized_end=1534
+  _globals['_AUTH']._serialized_start=1537
+  _globals['_AUTH']._serialized_end=2711
 # @@protoc_insertion_point(module_scope)

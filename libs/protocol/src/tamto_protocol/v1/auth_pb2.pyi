@@ -114,6 +114,18 @@ class RotateApiKeyRequest(_message.Message):
     key_id: str
     def __init__(self, key_id: _Optional[str] = ...) -> None: ...
 
+class DeleteApiKeyRequest(_message.Message):
+    __slots__ = ("key_id",)
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    key_id: str
+    def __init__(self, key_id: _Optional[str] = ...) -> None: ...
+
+class DeleteApiKeyResponse(_message.Message):
+    __slots__ = ("info",)
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    info: ApiKeyInfo
+    def __init__(self, info: _Optional[_Union[ApiKeyInfo, _Mapping]] = ...) -> None: ...
+
 class Grant(_message.Message):
     __slots__ = ("permission", "pattern")
     PERMISSION_FIELD_NUMBER: _ClassVar[int]

@@ -74,6 +74,11 @@ class AuthStub:
                 request_serializer=tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
                 _registered_method=True)
+        self.DeleteApiKey = channel.unary_unary(
+                '/tamto.v1.Auth/DeleteApiKey',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.DeleteApiKeyRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.DeleteApiKeyResponse.FromString,
+                _registered_method=True)
         self.PutRole = channel.unary_unary(
                 '/tamto.v1.Auth/PutRole',
                 request_serializer=tamto_dot_v1_dot_auth__pb2.PutRoleRequest.SerializeToString,
@@ -167,6 +172,14 @@ class AuthServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteApiKey(self, request, context):
+        """Removes a key for good: it no longer authenticates and its tokens are refused
+        (as for a disabled key). NOT_FOUND names an unknown key id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PutRole(self, request, context):
         """Roles: permissions on stream-name patterns.
         """
@@ -254,6 +267,11 @@ def add_AuthServicer_to_server(servicer, server):
                     servicer.RotateApiKey,
                     request_deserializer=tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.SerializeToString,
+            ),
+            'DeleteApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteApiKey,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.DeleteApiKeyRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.DeleteApiKeyResponse.SerializeToString,
             ),
             'PutRole': grpc.unary_unary_rpc_method_handler(
                     servicer.PutRole,
@@ -507,6 +525,33 @@ class Auth:
             '/tamto.v1.Auth/RotateApiKey',
             tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.SerializeToString,
             tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Auth/DeleteApiKey',
+            tamto_dot_v1_dot_auth__pb2.DeleteApiKeyRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.DeleteApiKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

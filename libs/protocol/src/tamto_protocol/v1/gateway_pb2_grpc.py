@@ -126,6 +126,11 @@ class GatewayStub:
                 request_serializer=tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
                 _registered_method=True)
+        self.DeleteApiKey = channel.unary_unary(
+                '/tamto.v1.Gateway/DeleteApiKey',
+                request_serializer=tamto_dot_v1_dot_auth__pb2.DeleteApiKeyRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_auth__pb2.DeleteApiKeyResponse.FromString,
+                _registered_method=True)
         self.PutRole = channel.unary_unary(
                 '/tamto.v1.Gateway/PutRole',
                 request_serializer=tamto_dot_v1_dot_auth__pb2.PutRoleRequest.SerializeToString,
@@ -329,6 +334,12 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeleteApiKey(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PutRole(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -513,6 +524,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.RotateApiKey,
                     request_deserializer=tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.SerializeToString,
+            ),
+            'DeleteApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteApiKey,
+                    request_deserializer=tamto_dot_v1_dot_auth__pb2.DeleteApiKeyRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_auth__pb2.DeleteApiKeyResponse.SerializeToString,
             ),
             'PutRole': grpc.unary_unary_rpc_method_handler(
                     servicer.PutRole,
@@ -1071,6 +1087,33 @@ class Gateway:
             '/tamto.v1.Gateway/RotateApiKey',
             tamto_dot_v1_dot_auth__pb2.RotateApiKeyRequest.SerializeToString,
             tamto_dot_v1_dot_auth__pb2.ApiKeyCreated.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/DeleteApiKey',
+            tamto_dot_v1_dot_auth__pb2.DeleteApiKeyRequest.SerializeToString,
+            tamto_dot_v1_dot_auth__pb2.DeleteApiKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,
