@@ -33,12 +33,20 @@ def test_bench_reports_ephemeral_rows_beside_core_nats(tmp_path: Path) -> None:
     )
     size = json.loads(out.read_text())["sizes"]["100"]
     for system in ("ephemeral", "core_nats"):
-        for metric in ("pubsub_msgs_s", "fanout_100_deliveries_s", "rr_per_s", "rr_p99_ms"):
+        for metric in (
+            "pubsub_msgs_s",
+            "fanout_100_deliveries_s",
+            "rr_per_s",
+            "rr_p99_ms",
+            "ping_p50_ms",
+            "ping_p99_ms",
+        ):
             assert isinstance(size[system][metric], int | float), (system, metric)
         assert size[system]["latency_500"]["samples"] > 0, system
     assert size["ephemeral"]["pubsub_msgs_s"] > 0
     assert size["ephemeral"]["fanout_100_deliveries_s"] > 0
     assert size["ephemeral"]["rr_per_s"] > 0
+    assert size["ephemeral"]["ping_samples"] > 0
     targets = {t["target"] for t in json.loads(out.read_text())["targets"]}
     assert targets >= {"ephemeral pub→deliver ≥ 2x core NATS"}
     assert "ephemeral streams" in proc.stdout

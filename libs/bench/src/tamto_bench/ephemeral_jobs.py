@@ -8,7 +8,10 @@ Run inside a worker process (see `pool`). The two systems do the same things:
 - fan-out: each subscriber worker holds `spec.subscribers` subscriptions without a
   group, each receiving everything;
 - request/reply: `spec.window` requests in flight per requester, a replier that
-  echoes the payload; round trips are counted and timed (`latencies_ns`).
+  echoes the payload; round trips are counted and timed (`latencies_ns`);
+- one at a time ("ping"): one worker publishes a message and awaits its delivery
+  before the next, each publish→deliver timed: the path's latency with nothing
+  queued behind it.
 """
 
 from __future__ import annotations
@@ -193,6 +196,43 @@ async def core_reply(spec: JobSpec, gate: Gate) -> JobResult:
     return result
 
 
+async def eph_ping(spec: JobSpec, gate: Gate) -> JobResult:
+    """Publish one message (SDK producer), await its delivery, then the next."""
+    result = JobResult()
+    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+        async with client.subscribe(spec.stream, match="bench.#") as sub:
+            async with client.ephemeral_producer(spec.stream) as producer:
+
+                async def ask(payload: bytes) -> None:
+                    await producer.publish(payload, topic="bench.ping")
+                    await asyncio.wait_for(sub.next_batch(), _REQUEST_TIMEOUT_S)
+
+                await _request_loops(spec, gate, result, ask)
+    return result
+
+
+async def core_ping(spec: JobSpec, gate: Gate) -> JobResult:
+    """Publish one message on core NATS, await its delivery (another connection), then
+    the next."""
+    result = JobResult()
+    publisher = await nats.connect(spec.target, max_reconnect_attempts=0)
+    subscriber = await nats.connect(spec.target, max_reconnect_attempts=0)
+    try:
+        received: asyncio.Queue[Msg] = asyncio.Queue()
+        await subscriber.subscribe(subject_of(spec.stream), cb=received.put)
+        await subscriber.flush()
+
+        async def ask(payload: bytes) -> None:
+            await publisher.publish(subject_of(spec.stream), payload)
+            await asyncio.wait_for(received.get(), _REQUEST_TIMEOUT_S)
+
+        await _request_loops(spec, gate, result, ask)
+    finally:
+        await publisher.close()
+        await subscriber.close()
+    return result
+
+
 async def _request_loops(
     spec: JobSpec,
     gate: Gate,
@@ -229,7 +269,9 @@ JOBS = {
     ("ephemeral", "sub"): eph_subscribe,
     ("ephemeral", "req"): eph_request,
     ("ephemeral", "rep"): eph_reply,
+    ("ephemeral", "ping"): eph_ping,
     ("core", "fan"): core_fan_out,
     ("core", "req"): core_request,
     ("core", "rep"): core_reply,
+    ("core", "ping"): core_ping,
 }

@@ -44,7 +44,7 @@ def _job(spec: JobSpec) -> Job:
         from tamto_bench import tamto_jobs
 
         return tamto_jobs.publish if spec.role == "pub" else tamto_jobs.consume
-    if spec.system == "ephemeral" or spec.role in ("fan", "req", "rep"):
+    if spec.system == "ephemeral" or spec.role in ("fan", "req", "rep", "ping"):
         from tamto_bench import ephemeral_jobs
 
         return ephemeral_jobs.JOBS[(spec.system, spec.role)]

@@ -185,6 +185,9 @@ def ephemeral_rows(doc: dict[str, Any]) -> list[list[str]]:
             out.append(pair("request/reply round trips/s", "rr_per_s"))
             out.append(pair("request/reply p50 ms", "rr_p50_ms"))
             out.append(pair("request/reply p99 ms", "rr_p99_ms"))
+        if "ping_p50_ms" in systems["ephemeral"]:
+            out.append(pair("one at a time p50 ms", "ping_p50_ms"))
+            out.append(pair("one at a time p99 ms", "ping_p99_ms"))
     return out
 
 

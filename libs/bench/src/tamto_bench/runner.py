@@ -210,6 +210,12 @@ class Runner:
                         self._bind(self._request_reply, system, size),
                     )
                 )
+                plan.append(
+                    (
+                        f"{label} one at a time {size} B",
+                        self._bind(self._one_at_a_time, system, size),
+                    )
+                )
         return plan
 
     @staticmethod
@@ -513,6 +519,32 @@ class Runner:
                 "rr_p50_ms": percentile(samples, 50) / 1e6,
                 "rr_p99_ms": percentile(samples, 99) / 1e6,
                 "rr_errors": sum(r.errors for r in results[1:]),
+            },
+        )
+
+    async def _one_at_a_time(self, system: str, size: int) -> None:
+        """Publish→deliver of one message at a time (the next published once the last
+        arrived): the path's own latency, nothing queued behind a message."""
+        o = self.options
+        stream = self._stream("ping", size)
+        await self._create(system, stream)
+        try:
+            results = await self._run(
+                f"{system} one at a time",
+                [self._spec(system, "ping", stream, size, window=1)],
+                o.duration_s + o.idle_s,
+            )
+        finally:
+            await self._delete(system, stream)
+        samples = sorted(results[0].latencies_ns)
+        self._record(
+            size,
+            "core_nats" if system == "core" else system,
+            {
+                "ping_p50_ms": percentile(samples, 50) / 1e6,
+                "ping_p99_ms": percentile(samples, 99) / 1e6,
+                "ping_samples": len(samples),
+                "ping_errors": results[0].errors,
             },
         )
 
