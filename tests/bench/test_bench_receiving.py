@@ -3,6 +3,7 @@ counts, which latencies it keeps and that it acks every batch, with a fake consu
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from tamto_bench.gate import Gate
@@ -68,3 +69,20 @@ async def test_without_latency_it_stops_once_the_stream_stays_quiet() -> None:
     assert result.total == 3
     assert result.latencies_ns == []
     assert time.monotonic() - began < 30, "drained: it did not wait out the 60 s window"
+
+
+async def test_ack_counter_counts_acks_in_and_out_of_the_window_and_errors() -> None:
+    result = JobResult()
+    now = time.monotonic()
+    inside = result.ack_counter(now - 60, now + 60, count=3)
+    outside = result.ack_counter(now - 60, now - 30)
+    loop = asyncio.get_running_loop()
+    acked, failed, cancelled, late = (loop.create_future() for _ in range(4))
+    acked.set_result(None)
+    failed.set_exception(RuntimeError("refused"))
+    cancelled.cancel()
+    late.set_result(None)
+    for future in (acked, failed, cancelled):
+        inside(future)
+    outside(late)
+    assert (result.total, result.in_window, result.errors) == (3 + 1, 3, 3 + 3)

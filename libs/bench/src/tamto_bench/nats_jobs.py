@@ -21,7 +21,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from tamto_bench.gate import Gate
 from tamto_bench.receiving import consume_loop
 from tamto_bench.spec import JobResult, JobSpec
-from tamto_bench.timing import in_window, paced, stamp_of, wait_for_start, warmup_end_ns
+from tamto_bench.timing import paced, stamp_of, wait_for_start, warmup_end_ns
 
 _YIELD_EVERY = 256
 _FLUSH_TIMEOUT_S = 30.0
@@ -48,13 +48,7 @@ async def js_publish(spec: JobSpec, gate: Gate) -> JobResult:
         end = start + spec.duration_s
         result.started = time.time()
 
-        def done(future: asyncio.Future[Any]) -> None:
-            if future.cancelled() or future.exception() is not None:
-                result.errors += 1
-                return
-            result.total += 1
-            if in_window(start, end):
-                result.in_window += 1
+        done = result.ack_counter(start, end)
 
         async def send(payload: bytes) -> None:
             (await js.publish_async(subject, payload)).add_done_callback(done)

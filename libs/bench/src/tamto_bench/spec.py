@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
+
+from tamto_bench.timing import in_window
 
 
 @dataclass(frozen=True)
@@ -75,3 +79,20 @@ class JobResult:
         if counted:
             self.in_window += count
         self.latencies_ns.extend(received_ns - sent for sent in sent_ns if sent >= warm_ns)
+
+    def ack_counter(
+        self, start: float, end: float, count: int = 1
+    ) -> Callable[[asyncio.Future[Any]], None]:
+        """The done-callback of a publish of `count` messages: `count` errors if it failed,
+        else `count` completed, in the window when it completes between the monotonic
+        `start` and `end`."""
+
+        def done(future: asyncio.Future[Any]) -> None:
+            if future.cancelled() or future.exception() is not None:
+                self.errors += count
+                return
+            self.total += count
+            if in_window(start, end):
+                self.in_window += count
+
+        return done

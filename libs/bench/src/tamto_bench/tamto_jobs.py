@@ -6,7 +6,6 @@ import array
 import asyncio
 import os
 import time
-from typing import Any
 
 import pyarrow as pa
 
@@ -14,7 +13,7 @@ import tamto_sdk
 from tamto_bench.gate import Gate
 from tamto_bench.receiving import consume_loop
 from tamto_bench.spec import JobResult, JobSpec
-from tamto_bench.timing import batch_stamps, in_window, paced, wait_for_start
+from tamto_bench.timing import batch_stamps, paced, wait_for_start
 from tamto_sdk import Start, SubscriptionType
 
 #: Sends between two yields to the event loop (`send` only enqueues and rarely yields).
@@ -42,25 +41,12 @@ async def publish(spec: JobSpec, gate: Gate) -> JobResult:
         end = start + spec.duration_s
         result.started = time.time()
 
-        def done(future: asyncio.Future[Any]) -> None:
-            if future.cancelled() or future.exception() is not None:
-                result.errors += 1
-                return
-            result.total += 1
-            if in_window(start, end):
-                result.in_window += 1
+        done = result.ack_counter(start, end)
 
         if spec.batch_api:
             payloads = _payloads(spec.size, spec.batch_api)
 
-            def batch_done(future: asyncio.Future[Any]) -> None:
-                if future.cancelled() or future.exception() is not None:
-                    result.errors += spec.batch_api
-                    return
-                result.total += spec.batch_api
-                if in_window(start, end):
-                    result.in_window += spec.batch_api
-
+            batch_done = result.ack_counter(start, end, spec.batch_api)
             while time.monotonic() < end:
                 (await producer.send_batch(payloads)).add_done_callback(batch_done)
         elif spec.rate > 0:
