@@ -4,7 +4,8 @@ A consumer's gateway is killed with -9 and started again; the consumer (alone or
 as a group member) subscribes again by itself and receives within 1 s of the
 gateway serving again, as durable consumers do (tests/e2e/test_recovery.py).
 What was published while it was away is lost, by design (at most once): what
-arrives after is in order and never twice.
+arrives after is in order and never twice. A gateway that stays away ends the
+iteration with the error once the client's retry deadline is spent.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import uuid
 import pytest
 
 import tamto_sdk
-from tamto_sdk import EphemeralConfig, Subscription
+from tamto_sdk import ClientOptions, EphemeralConfig, Subscription, Unavailable
 from tamto_testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -79,6 +80,14 @@ async def test_subscriptions_resume_within_a_second_of_their_gateway_serving_aga
                 await alone.close()
                 await member.close()
                 await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+
+            # A gateway that stays away: the iteration raises after retry_deadline_s.
+            brief_options = ClientOptions(retry_deadline_s=1.0)
+            async with await tamto_sdk.connect(url, api_key=key, options=brief_options) as brief:
+                stranded = await brief.subscribe(stream).start()
+                await asyncio.to_thread(fresh_cluster.kill9, "gateway")
+                with pytest.raises(Unavailable):
+                    await asyncio.wait_for(stranded.next_batch(), 30)
 
     for who, got in arrivals.items():
         first = min((t for t, _ in got if t > serving), default=float("inf"))
