@@ -576,7 +576,8 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
                         return False
                 return True
 
-            return eventually(refused, 2.0, f"key {key_id}'s token to be refused")
+            # 10 s to wait, so a loaded machine reports the time the caller measures.
+            return eventually(refused, 10.0, f"key {key_id}'s token to be refused")
 
         began = time.monotonic()
         await admin.security.set_api_key_disabled(disabled)
@@ -587,8 +588,10 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
         assert error.details() == f"API key {disabled} of this token is disabled or deleted"
         assert await attempt(stub, tokens[1], "publish", stream) is None, "other keys unaffected"
 
+        began = time.monotonic()
         new = await admin.security.rotate_api_key(rotated)
         await refused_within_2s(tokens[1], rotated)
+        assert time.monotonic() - began < 2.0
         async with await tamto_sdk.connect(tamto_cluster.url, api_key=new.api_key) as client:
             fresh = (await client.security.token())[0]
         assert await attempt(stub, fresh, "publish", stream) is None, "the new key's token works"
