@@ -10,9 +10,8 @@ authenticated caller (a response stream's name is its capability).
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -22,15 +21,13 @@ from tamto_common.policy import Permission
 from tamto_common.streams import StreamDef
 from tamto_common.topics import TopicPattern, check_topic
 from tamto_gateway.ephemeral import EphemeralHub, subscribed_event
-from tamto_gateway.requests import RequestBroker
+from tamto_gateway.requests import GENERATED, RequestBroker
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 
 if TYPE_CHECKING:
     from tamto_gateway.streams import StreamRegistry
     from tamto_gateway.tokens import Principal
-
-_GENERATED_RESPONSE: Final = re.compile(r"reply-[0-9a-f]{32}")
 
 
 class EphemeralApi:
@@ -57,7 +54,7 @@ class EphemeralApi:
         """The definition of ephemeral stream `name`: NOT_FOUND if missing,
         FAILED_PRECONDITION if it is persistent or a response stream."""
         refusal = f"{name!r} is a response stream: only its requester receives from it"
-        if _GENERATED_RESPONSE.fullmatch(name):
+        if GENERATED.fullmatch(name):
             raise FailedPrecondition(refusal)
         try:
             stream = await self._streams.describe(name)
