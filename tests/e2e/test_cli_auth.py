@@ -79,6 +79,19 @@ def test_user_role_bind_token_whoami(tamto_cluster: TestCluster) -> None:
     assert bad.returncode == 2
     assert "--grant" in bad.stderr
 
+    extra = tamto(tamto_cluster, "auth", "user", "add-key", user, "--json")
+    assert extra.returncode == 0, extra.stderr
+    key_id = json.loads(extra.stdout)["key_id"]
+    deleted = tamto(tamto_cluster, "auth", "user", "delete-key", key_id)
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.strip() == f"key {key_id} of {user}: deleted"
+    again = tamto(tamto_cluster, "auth", "user", "delete-key", key_id)
+    assert again.returncode == 1
+    assert again.stderr.strip() == f"tamto: auth: no API key with id {key_id}"
+    gone = tamto(tamto_cluster, "auth", "whoami", api_key=json.loads(extra.stdout)["api_key"])
+    assert gone.returncode == 1
+    assert "invalid API key" in gone.stderr
+
     unbound = tamto(tamto_cluster, "auth", "bind", user, role, "--remove")
     assert unbound.stdout.strip() == f"{role} unbound from {user}"
     disabled = tamto(tamto_cluster, "auth", "user", "disable", user)
