@@ -14,16 +14,19 @@ from tamto_testing.cluster import TestCluster
 pytestmark = pytest.mark.e2e
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-PROGRAMS = sorted(p.name for p in EXAMPLES.glob("*.py"))
+#: Run by tests/spark/test_spark_example.py, with the test run's one SparkSession.
+SPARK_PROGRAMS = ["spark_source.py"]
+PROGRAMS = sorted(p.name for p in EXAMPLES.glob("*.py") if p.name not in SPARK_PROGRAMS)
 
 
 def test_every_example_is_listed_here() -> None:
-    assert PROGRAMS == [
+    assert PROGRAMS + SPARK_PROGRAMS == [
         "arrow_batches.py",
         "dead_letters.py",
         "dedup_ids.py",
         "replay.py",
         "subscription_types.py",
+        "spark_source.py",
     ]
 
 
