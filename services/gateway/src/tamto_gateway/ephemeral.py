@@ -173,7 +173,11 @@ class EphemeralHub:
         # per filter, shared by entries whose patterns narrow to the same filter.
         self._entities: dict[tuple[str, str, str], _Entity] = {}
         self._filters: dict[tuple[str, str], tuple[Subscription, list[_Entity]]] = {}
-        self._remote: dict[str, tuple[float, dict[str, list[list[str]]]]] = {}
+        # Other gateways' entities: gateway id -> (expiry, stream -> [(key, pattern)]),
+        # patterns parsed once per announcement, not per publish.
+        self._remote: dict[
+            str, tuple[float, dict[str, list[tuple[tuple[str, str, str], TopicPattern]]]]
+        ] = {}
         self._interest_sub: Subscription | None = None
         self._announcer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
@@ -256,9 +260,9 @@ class EphemeralHub:
             if expires < now:
                 del self._remote[gateway]
                 continue
-            for group, pattern, name in streams.get(stream, []):
-                if TopicPattern.parse(pattern).matches(topic):
-                    entities.add((stream, group, pattern if group else name))
+            for key, pattern in streams.get(stream, []):
+                if pattern.matches(topic):
+                    entities.add(key)
         return len(entities)
 
     # -- consuming ------------------------------------------------------------------
@@ -377,10 +381,13 @@ class EphemeralHub:
             body = json.loads(msg.data)
             gateway = str(body["gateway"])
             streams = {
-                str(s): [[str(g), str(p), str(n)] for g, p, n in rows]
+                str(s): [
+                    ((str(s), str(g), str(p) if g else str(n)), TopicPattern.parse(str(p)))
+                    for g, p, n in rows
+                ]
                 for s, rows in body["streams"].items()
             }
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, InvalidArgument) as exc:
             log.warning("bad ephemeral interest announcement", error=str(exc))
             return
         if gateway != self._id:
