@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -16,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tamto_common.config import parse_endpoints
+from tamto_common.membership import connect_etcd, list_members
 from tamto_local.ports import free_port
 from tamto_testing.processes import wait_for
 
@@ -100,6 +103,15 @@ def launched(tmp_path: Path, *extra: str) -> Iterator[Launcher]:
             launcher.stop()
 
 
+async def registered_pids(etcd_endpoint: str, service: str) -> set[int]:
+    """The pids `service`'s members registered in etcd."""
+    etcd = await connect_etcd(parse_endpoints(etcd_endpoint))
+    try:
+        return {member.pid for member in await list_members(etcd, service)}
+    finally:
+        await etcd.close()
+
+
 def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Path) -> None:
     with launched(tmp_path, "--quiet") as up:
         members = up.members()
@@ -110,8 +122,10 @@ def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Pa
         os.kill(storage_pid, signal.SIGKILL)
         killed_at = time.monotonic()
 
+        # Read etcd in-process: a `tamto status` per poll takes seconds on a loaded machine,
+        # which made the leave look later than it was.
         def storage_pids() -> set[int]:
-            return {int(m["pid"]) for m in up.members() if m["service"] == "storage"}
+            return asyncio.run(registered_pids(f"127.0.0.1:{up.etcd}", "storage"))
 
         wait_for(lambda: storage_pid not in storage_pids(), 10, "the killed storage to leave etcd")
         assert time.monotonic() - killed_at < 5 + 3  # lease TTL 5 s, plus polling slack
