@@ -91,7 +91,9 @@ class SubscriptionAdmin:
             if stored is None:
                 return SubscriptionState(partition, exists=False)
             acks = stored
-        start, end = log.start_offset, log.durable_offset
+        # Storage's start now, not the copy the bus keeps current: retention may have moved
+        # it a moment ago, and a read below it would be refused (docs/segments.md).
+        start, end = await log.follow_start(), log.durable_offset
         waiting = backlog(acks, max(acks.floor, start), end)
         state = SubscriptionState(
             partition,
@@ -175,7 +177,7 @@ class SubscriptionAdmin:
     ) -> None:
         if count <= 0:
             raise InvalidArgument(f"skip needs a positive number of messages, got {count}")
-        start = max(acks.floor, log.start_offset)
+        start = max(acks.floor, await log.follow_start())
         ranges = skip_ranges(acks, start, log.durable_offset, count)
         if not ranges:
             return
