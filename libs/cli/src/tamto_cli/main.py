@@ -20,7 +20,7 @@ from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
-from tamto_cli.options import ApiKey, AsJson, DataDir, Url
+from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
 from tamto_cli.output import PayloadFormat, message_line, parse_headers
 from tamto_cli.status import (
     fetch_ledgers,
@@ -426,10 +426,7 @@ def sub(
     consumer_name: Annotated[
         str | None, typer.Option(help="this consumer's name (multicast: its own cursor)")
     ] = None,
-    payload_format: Annotated[
-        PayloadFormat,
-        typer.Option("--format", help="payloads as raw text, pretty-printed json, or hex"),
-    ] = PayloadFormat.RAW,
+    payload_format: Format = PayloadFormat.RAW,
     as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,

@@ -7,7 +7,13 @@ from typing import Annotated
 
 import typer
 
+from tamto_cli.output import PayloadFormat
+
 Url = Annotated[str | None, typer.Option("--url", help="gateway URL (env TAMTO_URL)")]
 ApiKey = Annotated[str | None, typer.Option("--api-key", help="API key (env TAMTO_API_KEY)")]
 DataDir = Annotated[Path | None, typer.Option("--data-dir", help="where all state lives")]
 AsJson = Annotated[bool, typer.Option("--json", help="print JSON")]
+Format = Annotated[
+    PayloadFormat,
+    typer.Option("--format", help="payloads as raw text, pretty-printed json, or hex"),
+]

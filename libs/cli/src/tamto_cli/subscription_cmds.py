@@ -23,7 +23,7 @@ from typer.core import TyperGroup
 import tamto_sdk
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
-from tamto_cli.options import ApiKey, AsJson, DataDir, Url
+from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
 from tamto_cli.output import PayloadFormat, message_line
 
 console = Console(highlight=False)
@@ -320,10 +320,7 @@ def stream_get(
     partition: Annotated[int, typer.Option("--partition", "-p", help="the partition")],
     offset: Annotated[int, typer.Option(help="the first offset")],
     count: Annotated[int, typer.Option(help="how many messages (at most 1000)")] = 1,
-    payload_format: Annotated[
-        PayloadFormat,
-        typer.Option("--format", help="payloads as raw text, pretty-printed json, or hex"),
-    ] = PayloadFormat.RAW,
+    payload_format: Format = PayloadFormat.RAW,
     as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
