@@ -193,7 +193,7 @@ async def test_a_replica_that_missed_appends_is_caught_up_and_takes_appends_agai
             await append(partition_log, first, 4)
         assert partition_log.lagging() == ["storage-c"]
         reachable["storage-c"] = nodes["storage-c"].client  # it is back
-        await eventually(lambda: not partition_log.lagging(), 10.0, "storage-c takes appends again")
+        await eventually(lambda: not partition_log.lagging(), 30.0, "storage-c takes appends again")
         await append(partition_log, 20, 3)
     finally:
         await partition_log.close()
@@ -219,7 +219,7 @@ async def test_a_replica_that_fails_an_append_stops_taking_them_and_is_caught_up
         await restarted.server.start()  # storage-c comes back on its directory
         reachable["storage-c"] = restarted.client
         await append(partition_log, 10, 2)
-        await eventually(lambda: not partition_log.lagging(), 10.0, "storage-c takes appends again")
+        await eventually(lambda: not partition_log.lagging(), 30.0, "storage-c takes appends again")
         await append(partition_log, 12, 1)
         batches, next_offset = await restarted.client.read(
             STREAM, PARTITION, 0, 100, from_cache=False
@@ -256,7 +256,7 @@ async def test_a_replica_holding_entries_the_log_does_not_have_is_not_caught_up(
         # It is tried but never made a replica: its offset 2 is not the log's.
         await eventually(
             lambda: "storage-c" in partition_log.catch_up_errors,
-            10.0,
+            30.0,
             "storage-c was looked at",
         )
         assert "differ" in partition_log.catch_up_errors["storage-c"]
@@ -305,7 +305,7 @@ async def test_a_replica_down_too_long_is_replaced_by_a_spare_holding_every_entr
         for first in range(0, 12, 3):
             await append(partition_log, first, 3)
         await eventually(
-            lambda: recorded == [("storage-c", "storage-d")], 15.0, "storage-d replaced storage-c"
+            lambda: recorded == [("storage-c", "storage-d")], 30.0, "storage-d replaced storage-c"
         )
         assert partition_log.ensemble == ("storage-a", "storage-b", "storage-d")
         assert not partition_log.lagging()
