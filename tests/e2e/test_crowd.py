@@ -52,7 +52,10 @@ PER_CONNECTION = 500  # consume streams per client connection (the gateway's lim
 PER_WORKER = 2_500  # consumers per worker process
 ROOT = Path(__file__).resolve().parents[2]  # where `tests.e2e.crowd_worker` imports from
 PUBLISH_EVERY_S = 0.05
-SLOWEST_PUBLISH_S = 1.0
+#: The acceptance's bound on any publish, asserted with TAMTO_LONG_TESTS=1; CI's 300
+#: consumers get 3 s: the publisher shares a loaded 2-core machine with the workers
+#: and the rest of the suite, and the stalls this guards against took 10-14 s.
+SLOWEST_PUBLISH_S = 1.0 if long_tests_enabled() else 3.0
 BACK_TO_NORMAL_S = 5.0
 
 
