@@ -16,6 +16,7 @@ pytestmark = pytest.mark.e2e
 
 THROUGHPUT = ("publish_msgs_s", "publish_mb_s", "consume_msgs_s", "consume_mb_s")
 LATENCY = ("p50_ms", "p99_ms", "p999_ms", "samples", "saturated")
+EVERYDAY = ("seq_publish_msgs_s", "seq_p50_ms", "seq_p99_ms", "seq_samples", "iter_consume_msgs_s")
 
 
 @pytest.mark.timeout(180)
@@ -43,6 +44,10 @@ def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path
             assert field in size[system]["latency_500"], (system, field)
         assert size[system]["published"] > 0
         assert size[system]["consumed"] >= size[system]["published"]
+        # issue 22's everyday calls: sequential durable publish, per-message consuming
+        for metric in EVERYDAY:
+            assert size[system][metric] > 0, (system, metric)
+        assert size[system]["seq_errors"] == 0, system
     assert isinstance(size["core_nats"]["pubsub_msgs_s"], int | float)
     assert isinstance(size["ceiling"]["msgs_s"], int | float)
     assert isinstance(size["tamto"]["publish_batch_msgs_s"], int | float)
@@ -54,6 +59,12 @@ def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path
         "publish ≥ 10x JetStream",
         "consume+ack ≥ 10x JetStream",
         "≥ 70% of bare ceiling",
+        "send_and_wait p50 ≤ 1 ms",
+        "send_and_wait p99 ≤ 3 ms",
+        "per-message consume ≥ 250,000 msg/s",
+        "per-message consume ≥ 5x JetStream",
     }
     assert "tamto bench" in proc.stdout
     assert "| metric |" in md.read_text()
+    assert "| send_and_wait p50 ms | 100 |" in md.read_text()
+    assert "| per-message consume+ack msg/s | 100 |" in md.read_text()

@@ -19,8 +19,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 import nats
 from nats.aio.msg import Msg
@@ -28,9 +26,9 @@ from nats.aio.msg import Msg
 import tamto_sdk
 from tamto_bench.gate import Gate
 from tamto_bench.nats_jobs import subject_of
+from tamto_bench.receiving import request_loops
 from tamto_bench.spec import JobResult, JobSpec
 from tamto_bench.timing import (
-    WARMUP_FRACTION,
     batch_stamps,
     in_window,
     paced,
@@ -112,7 +110,7 @@ async def eph_request(spec: JobSpec, gate: Gate) -> JobResult:
                 spec.stream, payload, topic="bench.rpc", timeout_s=_REQUEST_TIMEOUT_S
             )
 
-        await _request_loops(spec, gate, result, ask)
+        await request_loops(spec, gate, result, ask)
     return result
 
 
@@ -171,7 +169,7 @@ async def core_request(spec: JobSpec, gate: Gate) -> JobResult:
         async def ask(payload: bytes) -> None:
             await nc.request(subject_of(spec.stream), payload, timeout=_REQUEST_TIMEOUT_S)
 
-        await _request_loops(spec, gate, result, ask)
+        await request_loops(spec, gate, result, ask)
     finally:
         await nc.close()
     return result
@@ -207,7 +205,7 @@ async def eph_ping(spec: JobSpec, gate: Gate) -> JobResult:
                     await producer.publish(payload, topic="bench.ping")
                     await asyncio.wait_for(sub.next_batch(), _REQUEST_TIMEOUT_S)
 
-                await _request_loops(spec, gate, result, ask)
+                await request_loops(spec, gate, result, ask)
     return result
 
 
@@ -226,42 +224,11 @@ async def core_ping(spec: JobSpec, gate: Gate) -> JobResult:
             await publisher.publish(subject_of(spec.stream), payload)
             await asyncio.wait_for(received.get(), _REQUEST_TIMEOUT_S)
 
-        await _request_loops(spec, gate, result, ask)
+        await request_loops(spec, gate, result, ask)
     finally:
         await publisher.close()
         await subscriber.close()
     return result
-
-
-async def _request_loops(
-    spec: JobSpec,
-    gate: Gate,
-    result: JobResult,
-    ask: Callable[[bytes], Coroutine[Any, Any, None]],
-) -> None:
-    payload = os.urandom(spec.size)
-    start = await wait_for_start(await gate.ready())
-    end = start + spec.duration_s
-    warm = start + spec.duration_s * WARMUP_FRACTION
-    result.started = time.time()
-
-    async def loop() -> None:
-        while time.monotonic() < end:
-            sent = time.monotonic_ns()
-            try:
-                await ask(payload)
-            except Exception:
-                result.errors += 1
-                continue
-            now = time.monotonic()
-            result.total += 1
-            if start <= now <= end:
-                result.in_window += 1
-            if now >= warm:
-                result.latencies_ns.append(time.monotonic_ns() - sent)
-
-    await asyncio.gather(*(loop() for _ in range(max(1, spec.window))))
-    result.last = time.time()
 
 
 JOBS = {

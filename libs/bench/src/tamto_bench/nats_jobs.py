@@ -5,6 +5,8 @@ publishes (the counterpart of the Tamto producer's pending window); consumers
 share one durable pull consumer with explicit acks, fetching up to 1,000 at a
 time and acking every message. Core NATS: plain publish, and subscribers in one
 queue group so each message is delivered once, like a Tamto shared subscription.
+Issue 22's everyday calls: `await js.publish` one after another, and a pull
+consumer fetching 100 at a time with an `ack()` per message.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from tamto_bench.gate import Gate
-from tamto_bench.receiving import consume_loop
+from tamto_bench.receiving import consume_loop, request_loops
 from tamto_bench.spec import JobResult, JobSpec
 from tamto_bench.timing import paced, stamp_of, wait_for_start, warmup_end_ns
 
 _YIELD_EVERY = 256
 _FLUSH_TIMEOUT_S = 30.0
 _FETCH = 1000
+#: Messages per fetch of the per-message consuming row (issue 22's reference).
+_FETCH_PER_MESSAGE = 100
 
 
 def subject_of(stream: str) -> str:
@@ -76,13 +80,40 @@ async def js_consume(spec: JobSpec, gate: Gate) -> JobResult:
     """
     if spec.latency:
         return await _js_push_latency(spec, gate)
+    return await _js_pull(spec, gate, "bench", _FETCH)
+
+
+async def js_consume_per_message(spec: JobSpec, gate: Gate) -> JobResult:
+    """Issue 22's per-message consuming peer: its own durable pull consumer,
+    `fetch(100)` and `ack()` each message, for the window at most."""
+    return await _js_pull(spec, gate, spec.group, _FETCH_PER_MESSAGE)
+
+
+async def js_publish_sequential(spec: JobSpec, gate: Gate) -> JobResult:
+    """`await js.publish(subject, payload)` one after another, each one timed."""
+    result = JobResult()
+    nc = await _connect(spec.target)
+    try:
+        js = nc.jetstream()
+        subject = subject_of(spec.stream)
+
+        async def publish_one(payload: bytes) -> None:
+            await js.publish(subject, payload)
+
+        await request_loops(spec, gate, result, publish_one)
+    finally:
+        await nc.close()
+    return result
+
+
+async def _js_pull(spec: JobSpec, gate: Gate, durable: str, fetch: int) -> JobResult:
     result = JobResult()
     nc = await _connect(spec.target)
     try:
         js = nc.jetstream()
         sub = await js.pull_subscribe(
             subject_of(spec.stream),
-            durable="bench",
+            durable=durable,
             stream=spec.stream,
             config=ConsumerConfig(
                 ack_policy=AckPolicy.EXPLICIT,
@@ -94,7 +125,7 @@ async def js_consume(spec: JobSpec, gate: Gate) -> JobResult:
 
         async def receive(timeout_s: float) -> list[Msg]:
             try:
-                msgs: list[Msg] = await sub.fetch(_FETCH, timeout=timeout_s)
+                msgs: list[Msg] = await sub.fetch(fetch, timeout=timeout_s)
             except (TimeoutError, nats.errors.TimeoutError):
                 return []
             return msgs
@@ -237,6 +268,8 @@ async def core_subscribe(spec: JobSpec, gate: Gate) -> JobResult:
 JOBS = {
     ("jetstream", "pub"): js_publish,
     ("jetstream", "sub"): js_consume,
+    ("jetstream", "seq"): js_publish_sequential,
+    ("jetstream", "iter"): js_consume_per_message,
     ("core", "pub"): core_publish,
     ("core", "sub"): core_subscribe,
 }

@@ -43,7 +43,7 @@ def _job(spec: JobSpec) -> Job:
     if spec.system == "tamto":
         from tamto_bench import tamto_jobs
 
-        return tamto_jobs.publish if spec.role == "pub" else tamto_jobs.consume
+        return tamto_jobs.JOBS[spec.role]
     if spec.system == "ephemeral" or spec.role in ("fan", "req", "rep", "ping"):
         from tamto_bench import ephemeral_jobs
 

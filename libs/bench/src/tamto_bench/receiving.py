@@ -1,4 +1,5 @@
-"""The consumer side of a benchmark job: one receive loop for every system.
+"""The consumer side of a benchmark job: one receive loop for every system; and the
+one-call-at-a-time loop (request/reply, ping, sequential publish).
 
 Tamto's shared subscription and a JetStream pull consumer are measured alike: wait
 for the common start, receive until the window and the idle time are over (or,
@@ -9,13 +10,15 @@ times and ack, comes in as functions.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sized
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sized
+from typing import Any, TypeVar
 
 from tamto_bench.gate import Gate
 from tamto_bench.spec import JobResult, JobSpec
-from tamto_bench.timing import in_window, wait_for_start, warmup_end_ns
+from tamto_bench.timing import WARMUP_FRACTION, in_window, wait_for_start, warmup_end_ns
 
 B = TypeVar("B", bound=Sized)
 
@@ -57,3 +60,37 @@ async def consume_loop(
             warm,
         )
         await ack(batch)
+
+
+async def request_loops(
+    spec: JobSpec,
+    gate: Gate,
+    result: JobResult,
+    ask: Callable[[bytes], Coroutine[Any, Any, None]],
+) -> None:
+    """`spec.window` loops, each calling `ask(payload)` one after another until the
+    window ends, counting the calls and timing those that finish after the warm-up
+    (`latencies_ns`); a failed call counts as an error."""
+    payload = os.urandom(spec.size)
+    start = await wait_for_start(await gate.ready())
+    end = start + spec.duration_s
+    warm = start + spec.duration_s * WARMUP_FRACTION
+    result.started = time.time()
+
+    async def loop() -> None:
+        while time.monotonic() < end:
+            sent = time.monotonic_ns()
+            try:
+                await ask(payload)
+            except Exception:
+                result.errors += 1
+                continue
+            now = time.monotonic()
+            result.total += 1
+            if start <= now <= end:
+                result.in_window += 1
+            if now >= warm:
+                result.latencies_ns.append(time.monotonic_ns() - sent)
+
+    await asyncio.gather(*(loop() for _ in range(max(1, spec.window))))
+    result.last = time.time()

@@ -20,6 +20,11 @@ CEILING_SHARE = 0.7
 EPHEMERAL_RATIO = 2.0
 EPHEMERAL_RATIO_SIZES = (100, 1024)
 EPHEMERAL_P99_MS = 5.0
+#: Issue 22's targets for the everyday calls.
+SEQUENTIAL_P50_MS = 1.0
+SEQUENTIAL_P99_MS = 3.0
+PER_MESSAGE_MSGS_S = 250_000.0
+PER_MESSAGE_RATIO = 5.0
 
 
 @dataclass(frozen=True)
@@ -101,12 +106,62 @@ def verdicts(doc: dict[str, Any]) -> list[Verdict]:
         if int(size) == BIG_SIZE and "tamto" in systems:
             mb = _get(doc, size, "tamto", "publish_mb_s")
             out.append(Verdict("10 KiB ≥ 150 MB/s", int(size), mb, BIG_MB_S, mb >= BIG_MB_S))
+        out += _everyday_verdicts(doc, size)
         out += _ephemeral_verdicts(doc, size, systems)
         if "ceiling" in systems and "tamto" in systems:
             share = r["publish_vs_ceiling"]
             out.append(
                 Verdict(
                     "≥ 70% of bare ceiling", int(size), share, CEILING_SHARE, share >= CEILING_SHARE
+                )
+            )
+    return out
+
+
+def _everyday_verdicts(doc: dict[str, Any], size: str) -> list[Verdict]:
+    """Issue 22: sequential durable publish latency, per-message consuming rate."""
+    out: list[Verdict] = []
+    p50 = _get(doc, size, "tamto", "seq_p50_ms")
+    if not math.isnan(p50):
+        p99 = _get(doc, size, "tamto", "seq_p99_ms")
+        out.append(
+            Verdict(
+                "send_and_wait p50 ≤ 1 ms",
+                int(size),
+                p50,
+                SEQUENTIAL_P50_MS,
+                p50 <= SEQUENTIAL_P50_MS,
+            )
+        )
+        out.append(
+            Verdict(
+                "send_and_wait p99 ≤ 3 ms",
+                int(size),
+                p99,
+                SEQUENTIAL_P99_MS,
+                p99 <= SEQUENTIAL_P99_MS,
+            )
+        )
+    rate = _get(doc, size, "tamto", "iter_consume_msgs_s")
+    if not math.isnan(rate):
+        out.append(
+            Verdict(
+                "per-message consume ≥ 250,000 msg/s",
+                int(size),
+                rate,
+                PER_MESSAGE_MSGS_S,
+                rate >= PER_MESSAGE_MSGS_S,
+            )
+        )
+        ratio = _ratio(rate, _get(doc, size, "jetstream", "iter_consume_msgs_s"))
+        if not math.isnan(ratio):
+            out.append(
+                Verdict(
+                    "per-message consume ≥ 5x JetStream",
+                    int(size),
+                    ratio,
+                    PER_MESSAGE_RATIO,
+                    ratio >= PER_MESSAGE_RATIO,
                 )
             )
     return out
@@ -272,6 +327,7 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
                 "",
             ]
         )
+        out += _everyday_rows(doc, size)
         for key in sorted(
             {k for s in doc["sizes"][size].values() for k in s if k.startswith("latency_")},
             key=lambda k: float(k.split("_", 1)[1]),
@@ -297,6 +353,22 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
                         "",
                     ]
                 )
+    return out
+
+
+def _everyday_rows(doc: dict[str, Any], size: str) -> list[list[str]]:
+    """Issue 22's rows, where the run measured them (Tamto beside JetStream)."""
+    out: list[list[str]] = []
+    for label, key in (
+        ("send_and_wait one at a time msg/s", "seq_publish_msgs_s"),
+        ("send_and_wait p50 ms", "seq_p50_ms"),
+        ("send_and_wait p99 ms", "seq_p99_ms"),
+        ("per-message consume+ack msg/s", "iter_consume_msgs_s"),
+    ):
+        tamto, js = _get(doc, size, "tamto", key), _get(doc, size, "jetstream", key)
+        if math.isnan(tamto) and math.isnan(js):
+            continue
+        out.append([label, size, _fmt(tamto), _fmt(js), _fmt(_ratio(tamto, js), "x"), "", ""])
     return out
 
 

@@ -44,6 +44,10 @@ FAN_OUT = 100
 #: Requests in flight per requester worker (both systems).
 REQUESTS_IN_FLIGHT = 16
 MB = 1_000_000
+#: Issue 22: sizes of the sequential durable publish row and of the per-message
+#: consuming row.
+SEQUENTIAL_SIZES = (100, 1024)
+PER_MESSAGE_SIZES = (100,)
 #: Publishes all JetStream producers may have unacknowledged together (see `_publish`).
 _JETSTREAM_MAX_QUEUED = 8_000
 
@@ -139,6 +143,7 @@ class Runner:
             self.results[str(size)] = {}
             if "tamto" in o.systems:
                 plan.append((f"tamto publish {size} B", self._bind(self._tamto_publish, size)))
+                plan += self._everyday_phases("tamto", size)
                 plan.append((f"tamto consume+ack {size} B", self._bind(self._tamto_drain, size)))
                 if "ceiling" in o.systems:
                     plan.append(
@@ -156,6 +161,7 @@ class Runner:
                     )
             if "jetstream" in o.systems:
                 plan.append((f"jetstream publish {size} B", self._bind(self._js_publish, size)))
+                plan += self._everyday_phases("jetstream", size)
                 plan.append((f"jetstream consume+ack {size} B", self._bind(self._js_drain, size)))
                 for rate in o.rates:
                     plan.append(
@@ -177,6 +183,26 @@ class Runner:
                 plan.append((f"bare ceiling {size} B", self._bind(self._ceiling, size)))
             if "ephemeral" in o.systems:
                 plan += self._ephemeral_phases(size, first=size == o.sizes[0])
+        return plan
+
+    def _everyday_phases(self, system: str, size: int) -> list[Phase]:
+        """Issue 22's everyday calls: sequential durable publish at `SEQUENTIAL_SIZES`,
+        per-message consuming (of the publish phase's backlog) at `PER_MESSAGE_SIZES`."""
+        plan: list[Phase] = []
+        if size in PER_MESSAGE_SIZES:
+            plan.append(
+                (
+                    f"{system} per-message consume {size} B",
+                    self._bind(self._per_message, system, size),
+                )
+            )
+        if size in SEQUENTIAL_SIZES:
+            plan.append(
+                (
+                    f"{system} sequential publish {size} B",
+                    self._bind(self._sequential, system, size),
+                )
+            )
         return plan
 
     def _ephemeral_phases(self, size: int, first: bool) -> list[Phase]:
@@ -547,6 +573,48 @@ class Runner:
                 "ping_errors": results[0].errors,
             },
         )
+
+    async def _sequential(self, system: str, size: int) -> None:
+        """One producer, each durable publish awaited before the next (Tamto:
+        `send_and_wait`; JetStream: `js.publish`): the latency of the call a web
+        handler makes, and the rate it allows."""
+        o = self.options
+        stream = self._stream("seq", size)
+        await self._create(system, stream)
+        try:
+            results = await self._run(
+                f"{system} sequential publish",
+                [self._spec(system, "seq", stream, size, window=1)],
+                o.duration_s,
+            )
+        finally:
+            await self._delete(system, stream)
+        samples = sorted(results[0].latencies_ns)
+        self._record(
+            size,
+            system,
+            {
+                "seq_publish_msgs_s": results[0].in_window / o.duration_s,
+                "seq_p50_ms": percentile(samples, 50) / 1e6,
+                "seq_p99_ms": percentile(samples, 99) / 1e6,
+                "seq_samples": len(samples),
+                "seq_errors": results[0].errors,
+            },
+        )
+
+    async def _per_message(self, system: str, size: int) -> None:
+        """One consumer process reading the publish phase's backlog message by message
+        (Tamto: `async for` + `ack` each; JetStream: `fetch(100)` + `ack()` each) through
+        a subscription of its own, for one window at most."""
+        o = self.options
+        stream = self._stream("tp", size)
+        results = await self._run(
+            f"{system} per-message consume",
+            [self._spec(system, "iter", stream, size, group="bench-iter")],
+            o.duration_s + o.idle_s,
+        )
+        total, rate = drain_rate(results)
+        self._record(size, system, {"iter_consume_msgs_s": rate, "iter_consumed": total})
 
     async def _ceiling(self, size: int) -> None:
         o = self.options

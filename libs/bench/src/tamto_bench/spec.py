@@ -17,7 +17,9 @@ class JobSpec:
 
     `system` is "tamto", "ephemeral" (Tamto's ephemeral streams), "jetstream",
     "core" (core NATS) or "ceiling"; `role` is "pub", "sub", "fan" (core NATS
-    fan-out), "req" and "rep" (request/reply) or, for the ceiling, "client",
+    fan-out), "req" and "rep" (request/reply), "ping" (one at a time), "seq"
+    (sequential durable publish) and "iter" (per-message consuming) or, for the
+    ceiling, "client",
     "hop" and "sink". A publisher with
     `rate` > 0 paces itself (messages per second) and stamps each payload with its
     send time; a subscriber with `latency` reads those stamps.

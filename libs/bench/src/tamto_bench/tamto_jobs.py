@@ -1,19 +1,27 @@
-"""Tamto workloads, run inside a worker process through the Python SDK."""
+"""Tamto workloads, run inside a worker process through the Python SDK.
+
+Besides the throughput and latency workloads (`publish`, `consume`), the everyday
+calls of issue 22: `publish_sequential` (`send_and_wait`, one after another) and
+`consume_per_message` (`async for` with an `ack` per message).
+"""
 
 from __future__ import annotations
 
 import array
 import asyncio
+import contextlib
 import os
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 import pyarrow as pa
 
 import tamto_sdk
 from tamto_bench.gate import Gate
-from tamto_bench.receiving import consume_loop
+from tamto_bench.receiving import consume_loop, request_loops
 from tamto_bench.spec import JobResult, JobSpec
-from tamto_bench.timing import batch_stamps, paced, wait_for_start
+from tamto_bench.timing import batch_stamps, in_window, paced, wait_for_start
 from tamto_sdk import Start, SubscriptionType
 
 #: Sends between two yields to the event loop (`send` only enqueues and rarely yields).
@@ -101,3 +109,81 @@ async def consume(spec: JobSpec, gate: Gate) -> JobResult:
             await consume_loop(spec, gate, result, receive, ack, _stamps)
             await consumer.flush_acks(timeout_s=_FLUSH_TIMEOUT_S)
     return result
+
+
+async def publish_sequential(spec: JobSpec, gate: Gate) -> JobResult:
+    """`await producer.send_and_wait(payload)` one after another, each one timed."""
+    result = JobResult()
+    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+        async with client.producer(spec.stream, linger_ms=0) as producer:
+
+            async def publish_one(payload: bytes) -> None:
+                await producer.send_and_wait(payload)
+
+            await request_loops(spec, gate, result, publish_one)
+    return result
+
+
+async def consume_per_message(spec: JobSpec, gate: Gate) -> JobResult:
+    """`async for message in consumer: consumer.ack(message)` over the window.
+
+    Its own subscription (`spec.group`) from the earliest position: it reads the
+    backlog the publish phase left, for the window at most (a backlog that runs out
+    earlier ends the job after `idle_s` without a message)."""
+    result = JobResult()
+    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+        consumer = client.consumer(
+            spec.stream,
+            spec.group,
+            type=SubscriptionType.SHARED,
+            start=Start.earliest(),
+            credits=spec.credits,
+        )
+        async with consumer:
+            start_wall = await gate.ready()
+            start = await wait_for_start(start_wall)
+            end = start + spec.duration_s
+            result.started = start_wall
+
+            async def iterate() -> None:
+                async for message in consumer:
+                    consumer.ack(message)
+                    result.total += 1
+                    result.last = time.time()
+                    if in_window(start, end):
+                        result.in_window += 1
+                    elif time.monotonic() >= end:
+                        return
+
+            await _until_idle(iterate(), result, end, spec.idle_s)
+            await consumer.flush_acks(timeout_s=_FLUSH_TIMEOUT_S)
+    return result
+
+
+async def _until_idle(
+    work: Coroutine[Any, Any, None], result: JobResult, end: float, idle_s: float
+) -> None:
+    """Run `work` until it returns, the window (`end`, monotonic) is over, or nothing
+    was counted in `result` for `idle_s` (a drained backlog: it never returns)."""
+    task = asyncio.ensure_future(work)
+    counted, quiet_since = -1, time.monotonic()
+    while not task.done():
+        await asyncio.wait([task], timeout=min(idle_s, 0.2))
+        now = time.monotonic()
+        if result.total != counted:
+            counted, quiet_since = result.total, now
+        limit = idle_s if result.total else max(4 * idle_s, 5.0)
+        if now >= end + idle_s or now - quiet_since > limit:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            return
+    task.result()
+
+
+JOBS = {
+    "pub": publish,
+    "sub": consume,
+    "seq": publish_sequential,
+    "iter": consume_per_message,
+}
