@@ -45,6 +45,22 @@ class FenceLedgerResponse(_message.Message):
     last_offset: int
     def __init__(self, last_offset: _Optional[int] = ...) -> None: ...
 
+class TruncatePartitionRequest(_message.Message):
+    __slots__ = ("partition", "epoch", "next_offset")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    epoch: int
+    next_offset: int
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., next_offset: _Optional[int] = ...) -> None: ...
+
+class TruncatePartitionResponse(_message.Message):
+    __slots__ = ("next_offset",)
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    next_offset: int
+    def __init__(self, next_offset: _Optional[int] = ...) -> None: ...
+
 class StorageAppendRequest(_message.Message):
     __slots__ = ("partition", "epoch", "batches", "call_id")
     PARTITION_FIELD_NUMBER: _ClassVar[int]

@@ -44,6 +44,11 @@ class StorageStub:
                 request_serializer=tamto_dot_v1_dot_storage__pb2.FenceLedgerRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_storage__pb2.FenceLedgerResponse.FromString,
                 _registered_method=True)
+        self.TruncatePartition = channel.unary_unary(
+                '/tamto.v1.Storage/TruncatePartition',
+                request_serializer=tamto_dot_v1_dot_storage__pb2.TruncatePartitionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_storage__pb2.TruncatePartitionResponse.FromString,
+                _registered_method=True)
         self.Append = channel.unary_unary(
                 '/tamto.v1.Storage/Append',
                 request_serializer=tamto_dot_v1_dot_storage__pb2.StorageAppendRequest.SerializeToString,
@@ -107,6 +112,16 @@ class StorageServicer:
         of an epoch older than `epoch` are refused with FAILED_PRECONDITION (the same
         fence OpenPartition sets); answers once every append accepted before it is
         fsynced or failed, with the last offset stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TruncatePartition(self, request, context):
+        """Drops the partition's WAL entries from `next_offset` on (a replica's tail past
+        a recovered ledger's end, docs/cluster.md section 2), durably. Only with the
+        partition's current epoch; FAILED_PRECONDITION when that would drop sealed
+        offsets or entries written with the current epoch. Answers the log's end.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -186,6 +201,11 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.FenceLedger,
                     request_deserializer=tamto_dot_v1_dot_storage__pb2.FenceLedgerRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_storage__pb2.FenceLedgerResponse.SerializeToString,
+            ),
+            'TruncatePartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.TruncatePartition,
+                    request_deserializer=tamto_dot_v1_dot_storage__pb2.TruncatePartitionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_storage__pb2.TruncatePartitionResponse.SerializeToString,
             ),
             'Append': grpc.unary_unary_rpc_method_handler(
                     servicer.Append,
@@ -287,6 +307,33 @@ class Storage:
             '/tamto.v1.Storage/FenceLedger',
             tamto_dot_v1_dot_storage__pb2.FenceLedgerRequest.SerializeToString,
             tamto_dot_v1_dot_storage__pb2.FenceLedgerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TruncatePartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Storage/TruncatePartition',
+            tamto_dot_v1_dot_storage__pb2.TruncatePartitionRequest.SerializeToString,
+            tamto_dot_v1_dot_storage__pb2.TruncatePartitionResponse.FromString,
             options,
             channel_credentials,
             insecure,

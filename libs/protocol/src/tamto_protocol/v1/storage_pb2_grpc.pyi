@@ -41,6 +41,12 @@ class StorageStub:
     fence OpenPartition sets); answers once every append accepted before it is
     fsynced or failed, with the last offset stored.
     """
+    TruncatePartition: _grpc.UnaryUnaryMultiCallable[_storage_pb2.TruncatePartitionRequest, _storage_pb2.TruncatePartitionResponse]
+    """Drops the partition's WAL entries from `next_offset` on (a replica's tail past
+    a recovered ledger's end, docs/cluster.md section 2), durably. Only with the
+    partition's current epoch; FAILED_PRECONDITION when that would drop sealed
+    offsets or entries written with the current epoch. Answers the log's end.
+    """
     Append: _grpc.UnaryUnaryMultiCallable[_storage_pb2.StorageAppendRequest, _storage_pb2.StorageAppendResponse]
     """Appends sequenced batches, in order; answers once all are fsynced."""
     AppendStream: _grpc.StreamStreamMultiCallable[_storage_pb2.StorageAppendRequest, _storage_pb2.StorageAppendStreamResponse]
@@ -73,6 +79,12 @@ class StorageAsyncStub(StorageStub):
     of an epoch older than `epoch` are refused with FAILED_PRECONDITION (the same
     fence OpenPartition sets); answers once every append accepted before it is
     fsynced or failed, with the last offset stored.
+    """
+    TruncatePartition: _aio.UnaryUnaryMultiCallable[_storage_pb2.TruncatePartitionRequest, _storage_pb2.TruncatePartitionResponse]  # type: ignore[assignment]
+    """Drops the partition's WAL entries from `next_offset` on (a replica's tail past
+    a recovered ledger's end, docs/cluster.md section 2), durably. Only with the
+    partition's current epoch; FAILED_PRECONDITION when that would drop sealed
+    offsets or entries written with the current epoch. Answers the log's end.
     """
     Append: _aio.UnaryUnaryMultiCallable[_storage_pb2.StorageAppendRequest, _storage_pb2.StorageAppendResponse]  # type: ignore[assignment]
     """Appends sequenced batches, in order; answers once all are fsynced."""
@@ -115,6 +127,18 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         of an epoch older than `epoch` are refused with FAILED_PRECONDITION (the same
         fence OpenPartition sets); answers once every append accepted before it is
         fsynced or failed, with the last offset stored.
+        """
+
+    @_abc_1.abstractmethod
+    def TruncatePartition(
+        self,
+        request: _storage_pb2.TruncatePartitionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.TruncatePartitionResponse, _abc.Awaitable[_storage_pb2.TruncatePartitionResponse]]:
+        """Drops the partition's WAL entries from `next_offset` on (a replica's tail past
+        a recovered ledger's end, docs/cluster.md section 2), durably. Only with the
+        partition's current epoch; FAILED_PRECONDITION when that would drop sealed
+        offsets or entries written with the current epoch. Answers the log's end.
         """
 
     @_abc_1.abstractmethod
