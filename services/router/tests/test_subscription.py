@@ -43,7 +43,9 @@ class MemoryStorage:
                 break
         return out, out[-1].end if out else start
 
-    async def commit_cursor(self, stream: str, p: int, sub: str, epoch: int, acks: AckSet) -> None:
+    async def commit_cursor(
+        self, stream: str, p: int, sub: str, epoch: int, acks: AckSet, replace: bool = False
+    ) -> None:
         self.commits.append((acks.floor, list(acks.ranges)))
 
 
@@ -51,6 +53,7 @@ class MemoryLog:
     def __init__(self, batches: list[Batch]) -> None:
         self.stream, self.partition, self.epoch = "s", 0, 1
         self.storage = MemoryStorage(batches)
+        self.replicas: dict[str, Any] | None = None  # one storage node
         self.start_offset = 0
         self.durable_offset = batches[-1].end if batches else 0
         self.failure: Exception | None = None

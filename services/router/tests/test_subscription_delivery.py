@@ -35,7 +35,9 @@ class OneBatchPerRead:
                 return [b], b.end
         return [], start
 
-    async def commit_cursor(self, stream: str, p: int, sub: str, epoch: int, acks: AckSet) -> None:
+    async def commit_cursor(
+        self, stream: str, p: int, sub: str, epoch: int, acks: AckSet, replace: bool = False
+    ) -> None:
         self.commits.append((acks.floor, list(acks.ranges)))
 
 
@@ -43,6 +45,7 @@ class Log:
     def __init__(self, batches: list[Batch]) -> None:
         self.stream, self.partition, self.epoch = "s", 0, 1
         self.storage = OneBatchPerRead(batches)
+        self.replicas: dict[str, Any] | None = None  # one storage node
         self.start_offset = 0
         self.durable_offset = batches[-1].end if batches else 0
         self.failure: Exception | None = None

@@ -26,6 +26,7 @@ from dataclasses import replace
 from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange
 from tamto_router.acks import AckSet
 from tamto_router.consume import SubscriptionRegistry
+from tamto_router.cursors import commit_cursor, delete_cursor, get_cursor, list_cursors
 from tamto_router.model import (
     Batch,
     ConsumerState,
@@ -79,7 +80,7 @@ class SubscriptionAdmin:
     async def names(self, stream: str, partition: int) -> list[str]:
         """The subscriptions with a cursor on the partition, sorted."""
         log = await self._partitions.get(stream, partition)
-        return await log.storage.list_cursors(stream, partition)
+        return await list_cursors(log)
 
     async def describe(self, stream: str, partition: int, name: str) -> SubscriptionState:
         log = await self._partitions.get(stream, partition)
@@ -87,7 +88,7 @@ class SubscriptionAdmin:
         if live is not None:
             acks = live.acks
         else:
-            stored = await log.storage.get_cursor(stream, partition, name)
+            stored = await get_cursor(log, name)
             if stored is None:
                 return SubscriptionState(partition, exists=False)
             acks = stored
@@ -156,7 +157,7 @@ class SubscriptionAdmin:
             live = self._live(log, name)
             stored = live.acks if live is not None else None
             if stored is None:
-                stored = await log.storage.get_cursor(stream, partition, name)
+                stored = await get_cursor(log, name)
             if stored is None:
                 raise NotFound(f"subscription {name!r} has no cursor on {stream}/{partition}")
             if seek.kind == "skip":
@@ -167,9 +168,7 @@ class SubscriptionAdmin:
                     await live.close()
                     if log.subscriptions.get(name) is live:
                         del log.subscriptions[name]
-                await log.storage.commit_cursor(
-                    stream, partition, name, log.epoch, AckSet(target), replace=True
-                )
+                await commit_cursor(log, name, AckSet(target), replace=True)
         return await self.describe(stream, partition, name)
 
     async def _skip(
@@ -187,7 +186,7 @@ class SubscriptionAdmin:
             return
         for first, last in ranges:
             acks.ack_range(first, last)
-        await log.storage.commit_cursor(log.stream, log.partition, name, log.epoch, acks)
+        await commit_cursor(log, name, acks)
 
     @staticmethod
     async def _target(log: PartitionLog, seek: Seek) -> int:
@@ -221,7 +220,7 @@ class SubscriptionAdmin:
                 await live.close()
                 if log.subscriptions.get(name) is live:
                     del log.subscriptions[name]
-            return await log.storage.delete_cursor(stream, partition, name, log.epoch)
+            return await delete_cursor(log, name)
 
     async def stats(self, stream: str, partition: int) -> PartitionState:
         log = await self._partitions.get(stream, partition)

@@ -18,6 +18,7 @@ import structlog
 
 from tamto_common.errors import InvalidArgument, OutOfRange, TamtoError, Unavailable
 from tamto_router.acks import AckSet
+from tamto_router.cursors import commit_cursor, get_cursor
 from tamto_router.dead_letters import Policy, Publish
 from tamto_router.partition_log import PartitionLog
 from tamto_router.partitions import Partitions
@@ -116,7 +117,7 @@ class SubscriptionRegistry:
             return created
 
     async def _load_cursor(self, log: PartitionLog, spec: SubscribeSpec) -> AckSet:
-        stored = await log.storage.get_cursor(log.stream, log.partition, spec.cursor_name)
+        stored = await get_cursor(log, spec.cursor_name)
         if stored is not None:
             return stored
         start = spec.start
@@ -144,9 +145,7 @@ class SubscriptionRegistry:
             floor = start.value
         acks = AckSet(floor)
         # Fix the start now, so "latest" means the moment the subscription was created.
-        await log.storage.commit_cursor(
-            log.stream, log.partition, spec.cursor_name, log.epoch, acks
-        )
+        await commit_cursor(log, spec.cursor_name, acks)
         return acks
 
 

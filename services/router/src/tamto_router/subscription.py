@@ -43,6 +43,7 @@ from tamto_common.errors import (
 from tamto_router.acks import AckSet
 from tamto_router.consumers import Consumers
 from tamto_router.cursor_commits import CursorCommits
+from tamto_router.cursors import commit_cursor
 from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
 from tamto_router.model import Batch, Delivery, SubscriptionType
 from tamto_router.partition_log import PartitionLog
@@ -222,9 +223,7 @@ class Subscription:
         await self._cursor.flush()
 
     async def _commit_cursor(self, acks: AckSet) -> None:
-        await self.log.storage.commit_cursor(
-            self.log.stream, self.partition, self.name, self.log.epoch, acks
-        )
+        await commit_cursor(self.log, self.name, acks)
 
     def nack(
         self, ranges: list[tuple[int, int]], delay_s: float, slot: ConsumerSlot | None = None
