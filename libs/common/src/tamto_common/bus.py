@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import nats
+import structlog
 from nats.aio.client import Client as NatsClient
 
 from tamto_common.errors import Unavailable
+from tamto_common.startup import LOG_EVERY_S
+from tamto_protocol.reconnect import MAX_RECONNECT_BACKOFF_MS
+
+log = structlog.get_logger(__name__)
 
 EVENTS = "tamto.events"
 
@@ -17,19 +23,40 @@ EVENTS = "tamto.events"
 RANGE_SHRUNK = "partition.range_shrunk"
 
 
-async def connect_bus(url: str, name: str, timeout_s: float = 10.0) -> NatsClient:
-    """Connect to NATS, reconnecting forever once connected."""
+async def connect_bus(url: str, name: str, timeout_s: float = 2.0) -> NatsClient:
+    """Connect to NATS, trying again until it answers, and reconnecting forever once connected.
+
+    Attempts follow the channels' reconnect policy (`tamto_protocol.reconnect`):
+    one every 0.25 s while NATS refuses connections, and an attempt on a paused
+    NATS is abandoned after `timeout_s`, so a service started while NATS is down
+    connects within a fraction of a second of it answering (`tamto_common.startup`).
+    A failing NATS is logged ("waiting for NATS") at most every `LOG_EVERY_S`.
+    """
+    logged = -LOG_EVERY_S
+    connected = False
+
+    async def on_error(exc: Exception) -> None:
+        nonlocal logged
+        now = time.monotonic()
+        if now - logged >= LOG_EVERY_S:
+            what = "NATS error" if connected else "waiting for NATS"
+            log.warning(what, url=url, error=str(exc) or type(exc).__name__)
+            logged = now
+
     try:
-        return await nats.connect(
+        bus = await nats.connect(
             url,
             name=name,
             connect_timeout=timeout_s,
             max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
+            reconnect_time_wait=MAX_RECONNECT_BACKOFF_MS / 1000,
             allow_reconnect=True,
+            error_cb=on_error,
         )
     except Exception as exc:
         raise Unavailable(f"NATS at {url} not reachable: {exc}") from exc
+    connected = True
+    return bus
 
 
 async def publish_event(bus: NatsClient, topic: str, **fields: Any) -> None:

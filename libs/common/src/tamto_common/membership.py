@@ -25,6 +25,7 @@ from aetcd.rpc import rpc_pb2, rpc_pb2_grpc
 from prometheus_client import Counter
 
 from tamto_common.errors import Unavailable
+from tamto_common.startup import until_reachable
 from tamto_protocol.reconnect import RECONNECT_OPTIONS
 
 MEMBERS_PREFIX = "/tamto/members/"
@@ -130,7 +131,7 @@ class KeptLease:
         return time.monotonic() < self._valid_until
 
     async def __aenter__(self) -> KeptLease:
-        await self._grant()
+        await self._first_grant()
         if self._endpoints is None:
             self._task = asyncio.create_task(self._keep_alive(), name="lease-keepalive")
         else:
@@ -154,6 +155,9 @@ class KeptLease:
                 await self._task
         with contextlib.suppress(Exception):
             await self.lease.revoke()
+
+    async def _first_grant(self) -> None:
+        await self._grant()
 
     async def _grant(self) -> None:
         regrant = self.lease is not None
@@ -239,6 +243,10 @@ class Registration(KeptLease):
     ) -> None:
         super().__init__(client, ttl_s, self._put, endpoints)
         self._member = member
+
+    async def _first_grant(self) -> None:
+        # A service starting while etcd is down or paused registers as soon as it answers.
+        await until_reachable("etcd to register", self._grant)
 
     async def _put(self, lease: Any) -> None:
         await self._client.put(self._member.key.encode(), self._member.to_json(), lease=lease)

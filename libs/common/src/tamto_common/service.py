@@ -36,6 +36,7 @@ from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.logging import configure_logging
 from tamto_common.membership import Member, Registration, connect_etcd
 from tamto_common.memory import freeze_startup_objects, keep_freed_memory
+from tamto_common.startup import until_reachable
 from tamto_common.telemetry import server_interceptors, setup_tracing, start_metrics_server
 from tamto_common.tls import TlsMaterial
 
@@ -95,7 +96,8 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     metrics_port = start_metrics_server(config.host, config.metrics_port)
 
-    etcd = await connect_etcd(config.etcd_hosts())
+    # Started while etcd or NATS is down: serve as soon as they answer (issue 19).
+    etcd = await until_reachable("etcd", lambda: connect_etcd(config.etcd_hosts(), timeout_s=1))
     bus = await connect_bus(config.nats_url, name=f"tamto-{service}-{config.member_id}")
     member = Member(
         service=service,

@@ -15,6 +15,7 @@ from tamto_common.apikeys import parse_api_key
 from tamto_common.audit import AuditLog
 from tamto_common.policy import ALL_STREAMS, Grant, IdentityKind, Permission
 from tamto_common.service import Runtime
+from tamto_common.startup import until_reachable
 
 
 async def setup(config: AuthConfig, runtime: Runtime) -> None:
@@ -45,11 +46,16 @@ async def setup(config: AuthConfig, runtime: Runtime) -> None:
     )
     servicer = AuthServicer(identities, issuer, keys, admin, audit)
     if config.dev_api_key:
-        # The config check already validated the format.
-        await identities.ensure_key(parse_api_key(config.dev_api_key), config.dev_subject)
-        await admin.ensure_identity(config.dev_subject, IdentityKind.SERVICE)
-        await admin.ensure_role(config.dev_role, (Grant(Permission.ADMIN, ALL_STREAMS),))
-        await admin.bind(None, config.dev_subject, config.dev_role)
+
+        async def ensure_dev_identity() -> None:
+            # The config check already validated the format.
+            await identities.ensure_key(parse_api_key(config.dev_api_key), config.dev_subject)
+            await admin.ensure_identity(config.dev_subject, IdentityKind.SERVICE)
+            await admin.ensure_role(config.dev_role, (Grant(Permission.ADMIN, ALL_STREAMS),))
+            await admin.bind(None, config.dev_subject, config.dev_role)
+
+        # Idempotent, so retried while etcd is down or paused: auth serves as soon as it answers.
+        await until_reachable("etcd to ensure the development identity", ensure_dev_identity)
     add_to_server(servicer, runtime.server)
 
     rotation = asyncio.create_task(
