@@ -233,42 +233,77 @@ async def test_a_replica_that_fails_an_append_stops_taking_them_and_is_caught_up
     assert payloads_on(batches) == [f"m{o}".encode() for o in range(13)]
 
 
-async def test_a_replica_holding_entries_the_log_does_not_have_is_not_caught_up(
-    nodes: dict[str, Node],
-) -> None:
+def at(base: int, payload_base: int, count: int) -> Batch:
+    """A batch at offset `base` holding the payloads `batch(payload_base, count)` has."""
+    other = batch(payload_base, count)
+    return Batch(base, count, other.publish_time_us, other.arrow_ipc)
+
+
+async def keep_a_tail_past_the_recovered_end(nodes: dict[str, Node]) -> None:
+    """Offsets 0-1 on a, b and c (epoch 1); storage-c also got offsets 2-4 (m40-m42),
+    which no quorum acknowledged: the old owner died, and the recovery of epoch 2
+    did not hear from storage-c, so it ended the ledger at 1 on a and b."""
     await open_all(nodes, 1)
     await append_quorum(clients(nodes), 3, STREAM, PARTITION, 1, [batch(0, 2)])
-    # storage-c kept an entry past a recovered end (it did not answer the recovery
-    # of epoch 2, which ended the ledger at 1 on a and b).
-    other = batch(40, 1)  # payload m40 at offset 2
-    await nodes["storage-c"].client.append(
-        STREAM, PARTITION, 1, [Batch(2, 1, other.publish_time_us, other.arrow_ipc)]
-    )
+    await nodes["storage-c"].client.append(STREAM, PARTITION, 1, [at(2, 40, 1), at(3, 41, 2)])
     for name in ("storage-a", "storage-b"):
         await nodes[name].client.open_partition(STREAM, PARTITION, 2)
+
+
+async def stored(node: Node) -> list[bytes]:
+    batches, _ = await node.client.read(STREAM, PARTITION, 0, 1000, from_cache=False)
+    return payloads_on(batches)
+
+
+async def test_a_replica_holding_entries_past_the_recovered_end_is_truncated_and_rejoins(
+    nodes: dict[str, Node],
+) -> None:
+    await keep_a_tail_past_the_recovered_end(nodes)
+    reachable: dict[str, StorageClient] = {}  # storage-c not registered yet
+    partition_log = replicated_log(
+        nodes, ("storage-a", "storage-b"), reachable, epoch=2, next_offset=2
+    )
+    try:
+        await append(partition_log, 2, 1)  # offsets 2-4 again, with other data
+        for first in range(3, 9, 2):
+            await append(partition_log, first, 2)
+        reachable["storage-c"] = nodes["storage-c"].client  # it is back
+        await eventually(lambda: not partition_log.lagging(), 30.0, "storage-c takes appends again")
+        await append(partition_log, 9, 3)  # acknowledged by all three
+    finally:
+        await partition_log.close()
+    expected = [f"m{o}".encode() for o in range(12)]
+    # Every offset has one payload, whichever replica serves it: m40-m42 are gone.
+    for node in nodes.values():
+        assert await stored(node) == expected
+    assert not partition_log.catch_up_errors
+
+
+async def test_a_sealed_tail_past_the_recovered_end_is_never_truncated_and_stays_out(
+    nodes: dict[str, Node],
+) -> None:
+    await keep_a_tail_past_the_recovered_end(nodes)
+    sealed = await nodes["storage-c"].store.get(STREAM, PARTITION)
+    assert [s.entry.last_offset for s in await sealed.seal(1 << 20)] == [4]
     partition_log = replicated_log(
         nodes, ("storage-a", "storage-b"), clients(nodes), epoch=2, next_offset=2
     )
     try:
-        await append(partition_log, 2, 1)  # offset 2 again, with other data
-        for first in range(3, 9, 2):
+        for first in range(2, 8, 2):
             await append(partition_log, first, 2)
-        # It is tried but never made a replica: its offset 2 is not the log's.
         await eventually(
             lambda: "storage-c" in partition_log.catch_up_errors,
             30.0,
             "storage-c was looked at",
         )
-        assert "differ" in partition_log.catch_up_errors["storage-c"]
-        await append(partition_log, 9, 1)
+        assert "offsets below 5 are sealed" in partition_log.catch_up_errors["storage-c"]
+        await append(partition_log, 8, 1)
         assert partition_log.lagging() == ["storage-c"]
     finally:
         await partition_log.close()
-    batches, next_offset = await nodes["storage-c"].client.read(
-        STREAM, PARTITION, 0, 100, from_cache=False
-    )
-    assert next_offset == 3
-    assert payloads_on(batches) == [b"m0", b"m1", b"m40"]
+    # Left as it was, and never read: it is not a replica of the log.
+    assert await stored(nodes["storage-c"]) == [b"m0", b"m1", b"m40", b"m41", b"m42"]
+    assert await stored(nodes["storage-a"]) == [f"m{o}".encode() for o in range(9)]
 
 
 async def test_a_replica_down_too_long_is_replaced_by_a_spare_holding_every_entry(

@@ -15,9 +15,11 @@ fails an append). R = 1 keeps the single-node path.
 
 A replica of the ensemble that takes no appends (it failed one, was down at the
 claim, or was behind) is caught up in the background (`_repair_loop`, every
-`REPAIR_INTERVAL_S`): once registered again it is opened with this epoch, the
-entries it lacks are copied to it from a replica that has them until it is
-within `JOIN_GAP` messages of the durable end, and the sender copies the rest
+`REPAIR_INTERVAL_S`): once registered again it is opened with this epoch, a tail
+it kept past a recovered ledger's end (entries the log does not have) is
+truncated (`quorum.agreed_end`, Storage `TruncatePartition`), the entries it
+lacks are copied to it from a replica that has them until it is within
+`JOIN_GAP` messages of the durable end, and the sender copies the rest
 between two appends and adds it to the replicas (BookKeeper's recovery of a
 bookie that missed writes, docs/cluster.md section 2).
 
@@ -43,7 +45,7 @@ from tamto_common.errors import TamtoError, Unavailable
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.dedup import DedupWindow, message_offsets
 from tamto_router.model import Batch, LogBounds
-from tamto_router.quorum import copy_entries, first_answers, no_quorum, same_last_entry
+from tamto_router.quorum import agreed_end, copy_entries, first_answers, no_quorum
 from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
@@ -345,15 +347,24 @@ class PartitionLog:
         until it is within `JOIN_GAP` of the durable end; then hand it to the sender."""
         bounds = await client.open_partition(self.stream, self.partition, self.epoch)
         offset = bounds.next_offset
-        if offset > self.durable_offset or not await same_last_entry(
-            self._source(), client, self.stream, self.partition, offset
-        ):
-            # Entries past a recovered ledger's end (it missed that recovery): they
-            # must be truncated first, which is not built. It stays out.
-            raise Unavailable(
-                f"replica {node} of {self.stream}/{self.partition} holds entries up to "
-                f"{offset - 1} that differ from the log's (durable end {self.durable_offset})"
+        agreed = await agreed_end(
+            self._source(), client, self.stream, self.partition, min(offset, self.durable_offset)
+        )
+        if agreed < offset:
+            # Entries past a recovered ledger's end (it missed that recovery; they
+            # were never acknowledged): storage drops them for this epoch, unless
+            # they are sealed there (then it stays out, retried every round).
+            log.info(
+                "replica holds entries the log does not have; truncating them",
+                stream=self.stream,
+                partition=self.partition,
+                replica=node,
+                replica_end=offset,
+                agreed_end=agreed,
             )
+            offset = await client.truncate(self.stream, self.partition, self.epoch, agreed)
+            if offset != agreed:
+                raise Unavailable(f"replica {node} ends at {offset} after truncating to {agreed}")
         while self.durable_offset - offset > JOIN_GAP and self.failure is None:
             offset = await self._copy_to(node, client, offset)
         self._joiners[node] = (client, offset)

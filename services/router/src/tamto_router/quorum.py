@@ -5,8 +5,9 @@ Q of them have it fsynced, and a new owner's recovery fences the previous ledger
 and learns its end from R - Q + 1 of them (enough that one of them has every
 entry that was ever acknowledged), then copies the entries some of them lack.
 This module is those waits and that copy (also how a replica that missed appends
-is caught up, `copy_entries`), over `StorageClient`s; it knows nothing of etcd or
-of the ledger record.
+is caught up, `copy_entries`, after `agreed_end` found where it stops holding the
+log's entries), over `StorageClient`s; it knows nothing of etcd or of the ledger
+record.
 
 Used by the router for streams with replication factor R > 1: the partition
 log's appends (`first_answers`) and the claim's recovery (`recover_ledger_end`).
@@ -179,18 +180,29 @@ async def copy_entries(
     return offset
 
 
-async def same_last_entry(
+async def agreed_end(
     source: StorageClient, target: StorageClient, stream: str, partition: int, end: int
-) -> bool:
-    """Whether `target`, whose log ends at `end`, holds the same last batch as `source`
-    (read from both nodes, not from a cache): a replica that kept entries past a
-    recovered ledger's end (it did not answer the recovery) holds a different one,
-    and must not be caught up on top of them."""
-    if end <= 0:
-        return True
-    theirs, _ = await target.read(stream, partition, end - 1, 1, from_cache=False)
-    ours, _ = await source.read(stream, partition, end - 1, 1, from_cache=False)
-    if not theirs or not ours:
-        return False
-    a, b = theirs[0], ours[0]
-    return (a.base_offset, a.count, a.arrow_ipc) == (b.base_offset, b.count, b.arrow_ipc)
+) -> int:
+    """The highest offset up to `end` below which `target` holds what `source` holds:
+    both have the same batch ending there (read from both nodes, not from the cache).
+
+    Below `end` (the lower of the two logs' ends) a replica can differ only where it
+    kept entries past a recovered ledger's end, because it did not answer that
+    recovery: the next ledger wrote other entries at those offsets. Its log is
+    the source's up to the returned offset and must be truncated there before it
+    is caught up. Walks back batch by batch from `end`: such a tail is short.
+    """
+    while end > 0:
+        theirs, _ = await target.read(stream, partition, end - 1, 1, from_cache=False)
+        ours, _ = await source.read(stream, partition, end - 1, 1, from_cache=False)
+        if not theirs or not ours:
+            raise Unavailable(f"{stream}/{partition}: offset {end - 1} could not be read")
+        a, b = theirs[0], ours[0]
+        if a.end == end and (a.base_offset, a.count, a.arrow_ipc) == (
+            b.base_offset,
+            b.count,
+            b.arrow_ipc,
+        ):
+            return end
+        end = min(a.base_offset, b.base_offset)
+    return 0

@@ -79,6 +79,18 @@ class StorageClient:
         )
         return int(r.last_offset)
 
+    async def truncate(self, stream: str, partition: int, epoch: int, next_offset: int) -> int:
+        """Drop this node's entries of the partition from `next_offset` on (entries older
+        owners wrote past a recovered ledger's end); the node's end afterwards."""
+        r = await self._call(
+            self._stub.TruncatePartition,
+            storage_pb2.TruncatePartitionRequest(
+                partition=self._ref(stream, partition), epoch=epoch, next_offset=next_offset
+            ),
+            f"truncate {stream}/{partition}",
+        )
+        return int(r.next_offset)
+
     def forget_cached(self, stream: str, partition: int) -> None:
         """Drop what the cache holds of a partition (storage changed what it stores)."""
         if self._cache is not None:
@@ -125,7 +137,8 @@ class StorageClient:
         """Batches from the one holding `from_offset` on (the first may start before it),
         and the offset the next read starts at. Fewer than `max_messages` may come.
         `from_cache=False` asks this node even when the cache (shared by every node's
-        client) holds the offset: what this node holds, not what the partition holds."""
+        client) holds the offset: what this node holds, not what the partition holds
+        (so it is not cached either)."""
         if self._cache is not None and from_cache:
             cached = self._cache.get(
                 (stream, partition), from_offset, max_messages, CACHE_READ_MAX_BYTES
@@ -142,7 +155,7 @@ class StorageClient:
             f"read {stream}/{partition}",
         )
         batches = [_batch_from_proto(b) for b in r.batches]
-        if self._cache is not None:
+        if self._cache is not None and from_cache:  # not one node's view: it may differ
             self._cache.add((stream, partition), batches, read=True)
         return batches, int(r.next_offset)
 

@@ -66,6 +66,13 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
             last_offset = await partition.fence(request.epoch)
         return storage_pb2.FenceLedgerResponse(last_offset=last_offset)
 
+    async def TruncatePartition(
+        self, request: storage_pb2.TruncatePartitionRequest, context: grpc.aio.ServicerContext
+    ) -> storage_pb2.TruncatePartitionResponse:
+        partition = await self._partition(request)
+        next_offset = await partition.truncate(request.epoch, request.next_offset)
+        return storage_pb2.TruncatePartitionResponse(next_offset=next_offset)
+
     async def Append(
         self, request: storage_pb2.StorageAppendRequest, context: grpc.aio.ServicerContext
     ) -> storage_pb2.StorageAppendResponse:

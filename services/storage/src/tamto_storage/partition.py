@@ -232,6 +232,50 @@ class Partition:
             return self.offsets().next_offset - 1
         return self._wal.durable_offset - 1
 
+    async def truncate(self, epoch: int, next_offset: int) -> int:
+        """Drop the WAL's batches from `next_offset` on; the log's end afterwards.
+
+        For a replica that kept entries past a recovered ledger's end (docs/cluster.md
+        section 2): only the current owner (`epoch`, the partition's epoch) may, only
+        entries older owners wrote (one written with `epoch` belongs to the current
+        ledger), never sealed offsets, and only at a batch boundary. At or past the
+        end it changes nothing.
+        """
+        self._check_epoch(epoch)
+        if next_offset < 0:
+            raise InvalidArgument(f"next_offset must not be negative, got {next_offset}")
+        async with self._seal_lock:  # no segment is written from what is dropped
+            await self._wal.settled()
+            self._check_epoch(epoch)  # a newer owner may have opened meanwhile
+            end = self._wal.next_offset
+            if next_offset >= end:
+                return end
+            sealed_end = max(self._segments.end_offset, self._wal.start_offset)
+            if next_offset < sealed_end:
+                raise FailedPrecondition(
+                    f"cannot truncate {self.id} to {next_offset}: offsets below {sealed_end} "
+                    "are sealed"
+                )
+            own = [e for e in self._wal.entries_from(next_offset) if e.epoch >= epoch]
+            if own:
+                raise FailedPrecondition(
+                    f"cannot truncate {self.id} to {next_offset}: offset {own[0].base_offset} "
+                    f"was written with the current epoch {epoch}"
+                )
+            dropped = self._wal.truncate(next_offset)
+        self._unsealed_bytes = max(0, self._unsealed_bytes - sum(e.body_length for e in dropped))
+        if self._wal.durable_offset <= self._segments.end_offset:
+            self._unsealed_since = None
+            self._unsealed_bytes = 0
+        log.warning(
+            "truncated the log's tail for its owner",
+            partition=str(self.id),
+            epoch=epoch,
+            next_offset=next_offset,
+            dropped_batches=len(dropped),
+        )
+        return self._wal.next_offset
+
     def _check_epoch(self, epoch: int) -> None:
         if epoch < self._fence:
             raise FailedPrecondition(f"stale epoch {epoch} < current {self._fence}")

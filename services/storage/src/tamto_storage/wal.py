@@ -380,6 +380,53 @@ class Wal:
             )
         return dropped
 
+    def entries_from(self, offset: int) -> list[IndexEntry]:
+        """The durable batches that end after `offset`, in order."""
+        i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        return [e for e in self._entries[i:] if e.end_offset > offset]
+
+    def truncate(self, offset: int) -> list[IndexEntry]:
+        """Drop every batch from `offset` (a batch's base offset) on, durably; return them.
+
+        Blocking but brief (a file cut, unlinks, fsyncs), on the event loop so no
+        append is placed meanwhile. The caller waits for `settled` first and has
+        checked that nothing sealed or still wanted is dropped. The file holding
+        the first dropped batch is cut where its frame began and stays (empty or
+        not) as the file appends go to next: its name or its frames keep the
+        log's end across a restart; the later files are deleted. Nothing at or
+        past `offset` is served afterwards, and the next append starts there.
+        """
+        self.check_writable()
+        if self._pending or self._reserved_end != self._durable_end:
+            raise Unavailable(f"partition {self._label}: appends are in flight")
+        dropped = self.entries_from(offset)
+        if not dropped:
+            return []
+        first = dropped[0]
+        if first.base_offset != offset:
+            raise FailedPrecondition(
+                f"offset {offset} is inside the batch of offsets "
+                f"{first.base_offset}-{first.end_offset - 1}: truncate at a batch boundary"
+            )
+        later = {e.file for e in dropped} - {first.file}
+        self._discard_from(first.file, first.position, later)
+        _fsync_file(first.file)
+        fsync_dir(self._dir)
+        kept = len(self._entries) - len(dropped)
+        self._entries = self._entries[:kept]
+        self._bases = self._bases[:kept]
+        for file in later:
+            self._files.pop(file, None)
+        self._files.pop(first.file, None)
+        for entry in self._entries:
+            if entry.file == first.file:
+                self._count_in_file(entry)
+        self._durable_end = self._reserved_end = offset
+        if not self._entries:
+            self._start_offset = offset
+        self._tail, self._tail_size = first.file, first.position
+        return dropped
+
     def roll(self, sealed_end: int) -> Path | None:
         """Send future appends to a new file if everything stored is sealed; return it.
 
@@ -586,6 +633,15 @@ def create_wal_file(path: Path) -> None:
     """Create an (empty) WAL file durably without truncating it (blocking)."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
     fsync_dir(path.parent)
+
+
+def _fsync_file(path: Path) -> None:
+    """fsync a file's data and size (blocking)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _timed_fsync(fd: int) -> float:
