@@ -195,6 +195,7 @@ async def test_a_replica_that_missed_appends_is_caught_up_and_takes_appends_agai
         reachable["storage-c"] = nodes["storage-c"].client  # it is back
         await eventually(lambda: not partition_log.lagging(), 30.0, "storage-c takes appends again")
         await append(partition_log, 20, 3)
+        await reaches(nodes["storage-c"].client, 23)
     finally:
         await partition_log.close()
     batches, next_offset = await nodes["storage-c"].client.read(
@@ -221,6 +222,7 @@ async def test_a_replica_that_fails_an_append_stops_taking_them_and_is_caught_up
         await append(partition_log, 10, 2)
         await eventually(lambda: not partition_log.lagging(), 30.0, "storage-c takes appends again")
         await append(partition_log, 12, 1)
+        await reaches(restarted.client, 13)
         batches, next_offset = await restarted.client.read(
             STREAM, PARTITION, 0, 100, from_cache=False
         )
@@ -255,6 +257,17 @@ async def stored(node: Node) -> list[bytes]:
     return payloads_on(batches)
 
 
+async def reaches(client: StorageClient, end: int) -> None:
+    """Wait until the node behind `client` stores offsets up to `end` (an append is
+    acknowledged at Q answers; the last replica's may still be in flight)."""
+
+    async def there() -> bool:
+        _, next_offset = await client.read(STREAM, PARTITION, 0, 1000, from_cache=False)
+        return next_offset >= end
+
+    await eventually(there, 30.0, f"the replica stores offsets up to {end}")
+
+
 async def test_a_replica_holding_entries_past_the_recovered_end_is_truncated_and_rejoins(
     nodes: dict[str, Node],
 ) -> None:
@@ -269,7 +282,9 @@ async def test_a_replica_holding_entries_past_the_recovered_end_is_truncated_and
             await append(partition_log, first, 2)
         reachable["storage-c"] = nodes["storage-c"].client  # it is back
         await eventually(lambda: not partition_log.lagging(), 30.0, "storage-c takes appends again")
-        await append(partition_log, 9, 3)  # acknowledged by all three
+        await append(partition_log, 9, 3)  # sent to all three
+        for node in nodes.values():
+            await reaches(node.client, 12)
     finally:
         await partition_log.close()
     expected = [f"m{o}".encode() for o in range(12)]
@@ -345,6 +360,7 @@ async def test_a_replica_down_too_long_is_replaced_by_a_spare_holding_every_entr
         assert partition_log.ensemble == ("storage-a", "storage-b", "storage-d")
         assert not partition_log.lagging()
         await append(partition_log, 12, 2)
+        await reaches(spare.client, 14)
         batches, next_offset = await spare.client.read(STREAM, PARTITION, 0, 100, from_cache=False)
     finally:
         await partition_log.close()
