@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tamto_common.errors import Unauthenticated, Unavailable
 from tamto_gateway.tokens import (
+    RETRY_FAILED_FETCH_S,
     Authenticator,
     Principal,
     TokenVerifier,
@@ -293,6 +294,25 @@ async def test_auth_unreachable_before_any_keys_is_unavailable(
     source.fail = None
     clock.now += 5
     assert (await verifier.verify(sign(key, "k1"))).subject == "alice"
+
+
+async def test_a_failed_fetch_is_retried_within_a_fraction_of_a_second(
+    verifier: TokenVerifier, key: Ed25519PrivateKey, source: JwksSource, clock: FakeClock
+) -> None:
+    # A gateway (re)started while auth was down: tokens verify as soon as auth is
+    # back, not a whole refetch interval later (issue 19).
+    source.fail = ConnectionError("refused")
+    with pytest.raises(Unavailable):
+        await verifier.verify(sign(key, "k1"))
+    source.fail = None
+    clock.now += RETRY_FAILED_FETCH_S
+    assert (await verifier.verify(sign(key, "k1"))).subject == "alice"
+    assert source.calls == 2
+    # Once fetched, unknown kids are again limited to one refetch per interval.
+    forger = Ed25519PrivateKey.generate()
+    clock.now += RETRY_FAILED_FETCH_S
+    await refused(verifier, sign(forger, "bogus"))
+    assert source.calls == 2
 
 
 async def test_jwks_keeps_only_ed25519_signing_keys(key: Ed25519PrivateKey) -> None:

@@ -4,7 +4,10 @@
 checks signatures and claims itself. A token naming an unknown `kid` triggers a
 refetch, which is how a key rotation reaches the gateway; refetches are limited
 to one per `refetch_interval_s`, so a flood of tokens with made-up kids costs
-auth at most one call per interval.
+auth at most one call per interval. After a fetch that failed (auth down or
+restarting) the next may come `RETRY_FAILED_FETCH_S` later: a gateway that
+(re)started while auth was down verifies tokens within a fraction of a second
+of auth serving again, not up to 5 s later (issue 19).
 
 Only EdDSA over Ed25519 is accepted. The algorithm is decided by the verifier
 and the key, never by the token's header, which shuts out `alg: none` and the
@@ -29,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from tamto_common.errors import TamtoError, Unauthenticated, Unavailable
 from tamto_common.policy import KEY_ID_CLAIM
+from tamto_protocol.reconnect import MAX_RECONNECT_BACKOFF_MS
 
 ALGORITHM = "EdDSA"
 REQUIRED_CLAIMS = ("iss", "aud", "sub", "iat", "exp")
@@ -83,6 +87,10 @@ def _is_ed25519_signing_key(entry: dict[str, Any]) -> bool:
     )
 
 
+#: How soon a failed JWKS fetch may be tried again: the channels' reconnect policy.
+RETRY_FAILED_FETCH_S = MAX_RECONNECT_BACKOFF_MS / 1000
+
+
 class TokenVerifier:
     """Verifies tokens against a cached JWKS fetched with `fetch_jwks`."""
 
@@ -104,6 +112,7 @@ class TokenVerifier:
         self._keys: dict[str, Ed25519PublicKey] = {}
         self._fetched = False
         self._last_fetch: float | None = None
+        self._last_fetch_failed = False
         self._lock = asyncio.Lock()
         self._keys_changed: list[Callable[[], None]] = []
 
@@ -177,13 +186,13 @@ class TokenVerifier:
         return key
 
     def _may_refetch(self) -> bool:
-        return (
-            self._last_fetch is None or self._clock() - self._last_fetch >= self._refetch_interval_s
-        )
+        interval = RETRY_FAILED_FETCH_S if self._last_fetch_failed else self._refetch_interval_s
+        return self._last_fetch is None or self._clock() - self._last_fetch >= interval
 
     async def _refetch(self) -> None:
         # Recorded before the call: a failing auth service is not retried faster either.
         self._last_fetch = self._clock()
+        self._last_fetch_failed = True
         try:
             text = await self._fetch_jwks()
         except TamtoError:
@@ -192,6 +201,7 @@ class TokenVerifier:
             raise Unavailable(f"cannot fetch token signing keys: {exc}") from None
         # Replaced, not merged: a key auth withdrew stops verifying here too.
         keys = parse_jwks(text)
+        self._last_fetch_failed = False
         # Before the first fetch nothing was verified with these keys: not a change.
         changed = self._fetched and _raw_keys(keys) != _raw_keys(self._keys)
         self._keys = keys
