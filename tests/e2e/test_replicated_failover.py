@@ -10,7 +10,9 @@ sections 2-3), with traffic flowing on every partition the whole time:
 - the killed storage node, restarted, is caught up by the owners in the background
   (it holds every acknowledged entry again);
 - with two storage nodes of three killed, publishes fail UNAVAILABLE ("no quorum")
-  instead of being acknowledged.
+  instead of being acknowledged;
+- a subscription's cursor, acked before and after the storage kill, is where it was
+  after the router kill (cursors are on every replica, not only the read one).
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_f
 
             try:
                 await flowing(BETWEEN_FAULTS, "traffic on every partition")
+                await consume_some(client, stream)  # the cursor lands on every replica
 
                 # Every partition's ledger is on all three nodes, with Q = 2.
                 for p in range(PARTITIONS):
@@ -188,6 +191,9 @@ async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_f
                     await caught_up(cluster, storage_victim, stream, last)
                     await eventually(no_router_notes, 30.0, "no under-replicated ledger noted")
 
+                # The cursor moves on while a replica was lost and came back.
+                before_kill = await consume_some(client, stream)
+
                 # 3. kill -9 of the router owning partition 0.
                 owner_kv = await etcd_client.get(f"{OWNERS}{stream}/0".encode())
                 assert owner_kv is not None
@@ -204,6 +210,12 @@ async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_f
                 assert newer.first_offset == older.last_offset + 1
                 assert newer.ensemble == older.ensemble
                 assert newer.epoch > older.epoch
+                # The new owner loaded the cursor the old one committed last.
+                after_kill = await ack_floors(client, stream)
+                assert all(after_kill[p] >= floor for p, floor in before_kill.items()), (
+                    before_kill,
+                    after_kill,
+                )
             finally:
                 traffic.stop.set()
                 await asyncio.gather(*workers)
@@ -276,6 +288,25 @@ async def rereplicated(
     lost_messages = await missing_from_fresh_subscription(cluster, stream, {a for a, _ in acked})
     assert not lost_messages, f"lost after re-replication: {sorted(lost_messages)[:5]}"
     return took
+
+
+async def ack_floors(client: tamto_sdk.Client, stream: str) -> dict[int, int]:
+    """The committed ack floor of the subscription "position" on each partition."""
+    info = await client.subscriptions.describe(stream, "position")
+    return {p.partition: p.ack_floor for p in info.partitions}
+
+
+async def consume_some(client: tamto_sdk.Client, stream: str) -> dict[int, int]:
+    """Receive and ack, on the subscription "position", a batch from every partition
+    (closing the consumer commits the cursor); the ack floors then."""
+    seen: set[int] = set()
+    async with client.consumer(stream, "position") as consumer:
+        while len(seen) < PARTITIONS:
+            batch = await consumer.receive_batch(max_messages=100, timeout_s=30)
+            assert len(batch) > 0, f"nothing to consume on {PARTITIONS - len(seen)} partitions"
+            seen.add(batch.partition)
+            consumer.ack(batch)
+    return await ack_floors(client, stream)
 
 
 async def missing_from_fresh_subscription(
