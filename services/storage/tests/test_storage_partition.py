@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
-from storage_testkit import DEFAULT_OPTIONS, OpenPartition, make_batch
+from storage_testkit import DEFAULT_OPTIONS, OpenPartition, make_batch, wal_files
 
 from tamto_common.errors import FailedPrecondition, InvalidArgument
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch
+from tamto_storage.sealer import SealOptions
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
 
@@ -230,3 +232,58 @@ async def test_disk_bytes_counts_the_wal_files(load: OpenPartition) -> None:
     wal_bytes, segment_bytes = await partition.disk_bytes()
     assert wal_bytes - before >= len(batch.arrow_ipc)
     assert segment_bytes == 0
+
+
+def _open_files_under(directory: Path) -> list[str]:
+    """This process's open file descriptors pointing under `directory` (Linux)."""
+    found = []
+    for fd in Path("/proc/self/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith(str(directory)):
+            found.append(target)
+    return found
+
+
+async def test_a_deleted_streams_partitions_are_sealed_closed_and_forgotten(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    store = PartitionStore(data, DEFAULT_OPTIONS, seal_options=SealOptions(segment_bytes=1 << 20))
+    store.start_sealer()  # a round may run meanwhile: the release waits for it
+    try:
+        first = await store.get("orders", 0)
+        await first.open(1)
+        await first.append(1, [make_batch(0), make_batch(3)])
+        second = await store.get("orders", 1)
+        await second.open(1)
+        await second.append(1, [make_batch(0)])
+        kept = await store.get("payments", 0)
+        await kept.open(1)
+        await kept.append(1, [make_batch(0, pad=100)])
+        kept_bytes = kept.unsealed_bytes
+        assert store.unsealed_bytes() > kept_bytes > 0
+        orders_dir = data / "streams" / "orders"
+        assert _open_files_under(orders_dir), "the WAL writers hold files open"
+
+        await store.release_stream("orders")
+
+        assert {p.id.stream for p in store.loaded()} == {"payments"}
+        assert store.unsealed_bytes() == kept_bytes, "only the stream kept is left unsealed"
+        assert _open_files_under(orders_dir) == []
+        for partition in (first, second):
+            assert partition.unsealed_bytes == 0
+            assert partition.segment_log.end_offset == partition.offsets().next_offset
+            assert all(f.stat().st_size == 0 for f in wal_files(partition.directory)), (
+                "no WAL file holds data: it is all in segments"
+            )
+        assert kept.unsealed_bytes == kept_bytes, "the other stream is not sealed early"
+        again = await store.get("orders", 0)
+        assert again is not first, "used again, it loads anew"
+        assert again.offsets().next_offset == 6
+        assert [b.base_offset for b in (await again.read(0, 0, 1 << 20)).batches] == [0, 3]
+        await store.release_stream("never-used")  # nothing open: nothing to do
+    finally:
+        await store.close()

@@ -1,4 +1,5 @@
-"""`server.setup`: the servicer is registered and shutdown closes (flushes) the store."""
+"""`server.setup`: the servicer is registered, a deleted stream's partitions are sealed
+on the bus event, and shutdown closes (flushes) the store."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 import grpc
 from storage_testkit import check_batch, make_batch
 
+from tamto_common.bus import STREAM_DELETED, connect_bus, publish_event
 from tamto_common.config import load_config, parse_endpoints
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.membership import connect_etcd
@@ -19,6 +21,7 @@ from tamto_storage.model import PartitionId, StoredBatch
 from tamto_storage.partition import Partition
 from tamto_storage.server import setup
 from tamto_storage.store import partition_dir
+from tamto_testing.waiting import eventually
 
 
 def vars_of(batch: StoredBatch) -> dict[str, Any]:
@@ -26,7 +29,7 @@ def vars_of(batch: StoredBatch) -> dict[str, Any]:
 
 
 async def test_setup_serves_storage_and_closes_on_shutdown(
-    tmp_path: Path, etcd_endpoint: str
+    tmp_path: Path, etcd_endpoint: str, nats_url: str
 ) -> None:
     config = load_config(StorageConfig, "storage", ["--data-dir", str(tmp_path / "data")], {})
     server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
@@ -35,9 +38,9 @@ async def test_setup_serves_storage_and_closes_on_shutdown(
     etcd = await connect_etcd(parse_endpoints(etcd_endpoint))
     async with contextlib.AsyncExitStack() as resources:
         resources.push_async_callback(etcd.close)
-        # setup reads stream definitions from etcd; the bus stays unused.
-        none: Any = None
-        await setup(config, Runtime("storage", server, etcd, none, resources))
+        bus = await connect_bus(nats_url, "storage-server-test")
+        resources.push_async_callback(bus.close)
+        await setup(config, Runtime("storage", server, etcd, bus, resources))
         await server.start()
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             stub = storage_pb2_grpc.StorageStub(channel)
@@ -53,6 +56,20 @@ async def test_setup_serves_storage_and_closes_on_shutdown(
                 )
             )
             assert appended.next_offset == 3
+            gone = storage_pb2.PartitionRef(stream="gone", partition=0)
+            await stub.OpenPartition(storage_pb2.OpenPartitionRequest(partition=gone, epoch=1))
+            await stub.Append(
+                storage_pb2.StorageAppendRequest(
+                    partition=gone,
+                    epoch=1,
+                    batches=[messages_pb2.StoredBatch(**vars_of(make_batch(0)))],
+                )
+            )
+            segments = tmp_path / "data" / "streams" / "gone" / "partition=0"
+            await publish_event(bus, STREAM_DELETED, stream="gone", partitions=1)
+            await eventually(
+                lambda: any(segments.glob("*.parquet")), 30, "the deleted stream sealed at once"
+            )
         await server.stop(None)
     # The exit stack closed the store: the partition reopens with its epoch.
     directory = partition_dir(tmp_path / "data", PartitionId("orders", 2))

@@ -22,6 +22,10 @@ EVENTS = "tamto.events"
 #: removed or rewrote segments of a partition (docs/segments.md, "The readable range").
 RANGE_SHRUNK = "partition.range_shrunk"
 
+#: Topic a gateway announces `{stream, partitions}` on after deleting a stream's
+#: definition; storage nodes then seal and close its partitions (`PartitionStore.release_stream`).
+STREAM_DELETED = "stream.deleted"
+
 
 async def connect_bus(url: str, name: str, timeout_s: float = 2.0) -> NatsClient:
     """Connect to NATS, trying again until it answers, and reconnecting forever once connected.

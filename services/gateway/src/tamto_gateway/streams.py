@@ -21,7 +21,7 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
-from tamto_common.bus import EVENTS, publish_event
+from tamto_common.bus import EVENTS, STREAM_DELETED, publish_event
 from tamto_common.errors import FailedPrecondition, NotFound
 from tamto_common.names import check_name
 from tamto_common.streams import MAX_PARTITIONS, STREAMS_PREFIX, StreamDef, stream_key
@@ -29,7 +29,6 @@ from tamto_common.streams import MAX_PARTITIONS, STREAMS_PREFIX, StreamDef, stre
 log = structlog.get_logger(__name__)
 
 STREAM_CHANGED = "stream.changed"
-STREAM_DELETED = "stream.deleted"
 
 
 @dataclass(frozen=True)
@@ -142,7 +141,8 @@ class StreamRegistry:
 
         Only `/tamto/streams/<name>` goes: partition ownership keys (and their
         epochs) stay, so a stream created again under the same name fences out
-        writers of the old one. Storage drops the data on the bus event.
+        writers of the old one. On the bus event storage seals and closes the
+        stream's open partitions; its data stays (`PartitionStore.release_stream`).
         """
         check_name("stream", name)
         deleted = await self._etcd.delete(stream_key(name), prev_kv=True)

@@ -150,6 +150,9 @@ class Sealer:
         self._reclaimer = Reclaimer(store.manifest_update, limits, options.retention_grace_s, clock)
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        #: Held for a whole round: `PartitionStore.release_stream` takes it so no round
+        #: seals a partition it is sealing and closing.
+        self.round_lock = asyncio.Lock()
 
     @property
     def options(self) -> SealOptions:
@@ -179,6 +182,10 @@ class Sealer:
 
     async def run_once(self, *, force: bool = False) -> None:
         """One round: seal what is due (everything when `force`), retention, deletions."""
+        async with self.round_lock:
+            await self._round(force=force)
+
+    async def _round(self, *, force: bool) -> None:
         now = time.monotonic()
         for partition in self._store.loaded():
             if force or partition.seal_due(

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 from dataclasses import replace
 
-from tamto_common.bus import RANGE_SHRUNK, publish_event
+import structlog
+from nats.aio.msg import Msg
+
+from tamto_common.bus import EVENTS, RANGE_SHRUNK, STREAM_DELETED, publish_event
 from tamto_common.service import Runtime
 from tamto_common.streams import read_stream
 from tamto_storage import space
@@ -14,6 +19,8 @@ from tamto_storage.metrics import UNSEALED_BYTES
 from tamto_storage.sealer import Retention
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
+
+log = structlog.get_logger(__name__)
 
 
 async def setup(config: StorageConfig, runtime: Runtime) -> None:
@@ -55,6 +62,22 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
         )
 
     store.on_range_shrunk = announce
+
+    async def stream_deleted(msg: Msg) -> None:
+        """A gateway deleted a stream's definition: seal and close its partitions here."""
+        try:
+            stream = json.loads(msg.data)["stream"]
+            await store.release_stream(stream)
+        except Exception:  # a malformed event, or the disk: the WAL still holds it all
+            log.exception("deleted stream's partitions not released", event=msg.data[:200])
+
+    deletions = await runtime.bus.subscribe(f"{EVENTS}.{STREAM_DELETED}", cb=stream_deleted)
+
+    async def unsubscribe() -> None:
+        with contextlib.suppress(Exception):  # the bus may be closed already
+            await deletions.unsubscribe()
+
+    runtime.resources.push_async_callback(unsubscribe)
     UNSEALED_BYTES.set_function(store.unsealed_bytes)
     store.start_sealer()
     serve(StorageServicer(store, config.read_max_bytes), runtime.server)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -199,6 +200,44 @@ class PartitionStore(StoreView):
     def _grace_deadline_us(self) -> int:
         grace = self._sealer.options.retention_grace_s if self._sealer is not None else 0.0
         return int((self._clock() + grace) * 1e6)
+
+    async def release_stream(self, stream: str) -> None:
+        """Seal and close a deleted stream's open partitions, and forget them.
+
+        Called on the `stream.deleted` bus event (its definition is gone from
+        etcd). What each holds unsealed is sealed now, the WAL files the segments
+        cover are removed (no read tail is kept for a deleted stream), it is
+        closed (its WAL writer stopped, its files released), and it leaves
+        `loaded()`: neither the sealer nor the `tamto_storage_unsealed_bytes`
+        gauge counts it any more (it would otherwise wait out the seal age, and
+        stay open for good). A sealing round in progress finishes first.
+
+        The data itself stays, as before: a stream created again under the name
+        continues the same partitions (routers keep their partition state and
+        the ledgers in etcd stay); with its files removed here, messages published
+        to the new stream were not delivered. Used again, a partition loads anew.
+        """
+        check_name("stream", stream)
+        async with AsyncExitStack() as stack:
+            if self._sealer is not None:
+                await stack.enter_async_context(self._sealer.round_lock)
+            tasks = {p: t for p, t in self._partitions.items() if p.stream == stream}
+            for pid, task in tasks.items():
+                try:
+                    partition = await task
+                except Exception:  # its load failed; nothing is open
+                    continue
+                if self._sealer is not None:
+                    await self._sealer.seal(partition)
+                    # Before closing: the trim rolls to a fresh, empty WAL file so
+                    # the last one can go too. An append landing after the seal
+                    # stays in the WAL, recovered when the partition loads again.
+                    await partition.trim_wal(0)
+                await partition.close()
+                # Forgotten only now: a use meanwhile must not load a second copy.
+                if self._partitions.get(pid) is task:
+                    del self._partitions[pid]
+        log.info("deleted stream's partitions released", stream=stream, partitions=len(tasks))
 
     async def close(self) -> None:
         """Stop the sealer, flush and close every partition, then seal what is left."""
