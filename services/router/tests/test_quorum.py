@@ -155,6 +155,32 @@ def payloads_on(batches: list[Batch]) -> list[bytes]:
     return [p for b in batches for p in decode_batch(b.arrow_ipc).column("payload").to_pylist()]
 
 
+async def read_all(client: StorageClient) -> tuple[list[Batch], int]:
+    """Every batch the node behind `client` stores (segments, then its WAL), and its end."""
+    found: list[Batch] = []
+    offset = 0
+    while True:
+        batches, next_offset = await client.read(STREAM, PARTITION, offset, 1000, from_cache=False)
+        if next_offset <= offset:
+            return found, offset
+        found += [b for b in batches if b.base_offset >= offset]
+        offset = next_offset
+
+
+async def stored(node: Node) -> list[bytes]:
+    return payloads_on((await read_all(node.client))[0])
+
+
+async def reaches(client: StorageClient, end: int) -> None:
+    """Wait until the node behind `client` stores offsets up to `end` (an append is
+    acknowledged at Q answers; the last replica's may still be in flight)."""
+
+    async def there() -> bool:
+        return (await read_all(client))[1] >= end
+
+    await eventually(there, 30.0, f"the replica stores offsets up to {end}")
+
+
 def replicated_log(
     nodes: dict[str, Node],
     takes_appends: tuple[str, ...],
@@ -252,22 +278,6 @@ async def keep_a_tail_past_the_recovered_end(nodes: dict[str, Node]) -> None:
         await nodes[name].client.open_partition(STREAM, PARTITION, 2)
 
 
-async def stored(node: Node) -> list[bytes]:
-    batches, _ = await node.client.read(STREAM, PARTITION, 0, 1000, from_cache=False)
-    return payloads_on(batches)
-
-
-async def reaches(client: StorageClient, end: int) -> None:
-    """Wait until the node behind `client` stores offsets up to `end` (an append is
-    acknowledged at Q answers; the last replica's may still be in flight)."""
-
-    async def there() -> bool:
-        _, next_offset = await client.read(STREAM, PARTITION, 0, 1000, from_cache=False)
-        return next_offset >= end
-
-    await eventually(there, 30.0, f"the replica stores offsets up to {end}")
-
-
 async def test_a_replica_holding_entries_past_the_recovered_end_is_truncated_and_rejoins(
     nodes: dict[str, Node],
 ) -> None:
@@ -292,6 +302,27 @@ async def test_a_replica_holding_entries_past_the_recovered_end_is_truncated_and
     for node in nodes.values():
         assert await stored(node) == expected
     assert not partition_log.catch_up_errors
+
+
+async def test_a_lagging_replica_whose_log_is_sealed_is_caught_up_without_truncation(
+    nodes: dict[str, Node],
+) -> None:
+    await open_all(nodes, 1)
+    await append_quorum(clients(nodes), 3, STREAM, PARTITION, 1, [batch(0, 3), batch(3, 2)])
+    sealed = await nodes["storage-c"].store.get(STREAM, PARTITION)
+    await sealed.seal(1 << 20)
+    await sealed.trim_wal()  # storage-c serves offsets 0-4 re-encoded from its segment
+    reachable: dict[str, StorageClient] = {}  # storage-c not registered yet
+    partition_log = replicated_log(nodes, ("storage-a", "storage-b"), reachable, next_offset=5)
+    try:
+        await append(partition_log, 5, 2)
+        reachable["storage-c"] = nodes["storage-c"].client
+        await eventually(lambda: not partition_log.lagging(), 30.0, "storage-c takes appends again")
+        await append(partition_log, 7, 1)
+        await reaches(nodes["storage-c"].client, 8)
+    finally:
+        await partition_log.close()
+    assert await stored(nodes["storage-c"]) == [f"m{o}".encode() for o in range(8)]
 
 
 async def test_a_sealed_tail_past_the_recovered_end_is_never_truncated_and_stays_out(

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from tamto_common.errors import TamtoError, Unavailable
+from tamto_protocol.batch import decode_batch
 from tamto_router.model import Batch
 from tamto_router.storage_client import StorageClient
 
@@ -180,29 +181,44 @@ async def copy_entries(
     return offset
 
 
+#: How many of a replica's batches `agreed_end` compares before it gives up (a tail
+#: past a recovered end is a few in-flight appends, not thousands of batches).
+MAX_AGREE_STEPS = 1_000
+
+
 async def agreed_end(
     source: StorageClient, target: StorageClient, stream: str, partition: int, end: int
 ) -> int:
-    """The highest offset up to `end` below which `target` holds what `source` holds:
-    both have the same batch ending there (read from both nodes, not from the cache).
+    """The highest offset up to `end`, on a batch boundary of `target`, below which
+    `target` holds what `source` holds (read from both nodes, not from the cache).
 
     Below `end` (the lower of the two logs' ends) a replica can differ only where it
     kept entries past a recovered ledger's end, because it did not answer that
     recovery: the next ledger wrote other entries at those offsets. Its log is
     the source's up to the returned offset and must be truncated there before it
-    is caught up. Walks back batch by batch from `end`: such a tail is short.
+    is caught up. One writer appends each entry of a ledger, so where the message
+    at an offset is the same on both (compared as messages: a node that sealed it
+    serves it re-encoded from its segment), every one below it is too. Walks back
+    a batch of `target` at a time from `end`; Unavailable past `MAX_AGREE_STEPS`.
     """
-    while end > 0:
+    for _ in range(MAX_AGREE_STEPS):
+        if end <= 0:
+            return 0
         theirs, _ = await target.read(stream, partition, end - 1, 1, from_cache=False)
         ours, _ = await source.read(stream, partition, end - 1, 1, from_cache=False)
         if not theirs or not ours:
             raise Unavailable(f"{stream}/{partition}: offset {end - 1} could not be read")
-        a, b = theirs[0], ours[0]
-        if a.end == end and (a.base_offset, a.count, a.arrow_ipc) == (
-            b.base_offset,
-            b.count,
-            b.arrow_ipc,
-        ):
-            return end
-        end = min(a.base_offset, b.base_offset)
-    return 0
+        mine = theirs[0]
+        if _message_at(mine, end - 1) == _message_at(ours[0], end - 1):
+            return end if mine.end == end else mine.base_offset
+        end = mine.base_offset
+    raise Unavailable(
+        f"{stream}/{partition}: the replica differs from the log over more than "
+        f"{MAX_AGREE_STEPS} batches below {end}"
+    )
+
+
+def _message_at(batch: Batch, offset: int) -> tuple[int, list[dict[str, object]]]:
+    """The message stored at `offset` of `batch`: its publish time and its columns."""
+    row = decode_batch(batch.arrow_ipc).slice(offset - batch.base_offset, 1)
+    return batch.publish_time_us, row.to_pylist()
