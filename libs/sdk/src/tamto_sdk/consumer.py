@@ -32,7 +32,7 @@ from tamto_sdk.errors import (
     from_rpc_error,
     from_status,
 )
-from tamto_sdk.messages import Message, MessageBatch
+from tamto_sdk.messages import Message, MessageBatch, _delivered, _Rows
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.subscriptions import Subscriptions
 
@@ -92,12 +92,14 @@ class Consumer:
 
         self._buffer: deque[MessageBatch | UndecodableBatch] = deque()
         self._data = asyncio.Event()
+        # The batch `async for` walks: its shared columns, its offsets and the next index.
         self._iter_batch: MessageBatch | None = None
-        self._iter_messages: list[Message] = []
+        self._iter_rows: _Rows | None = None
+        self._iter_offsets: list[int] = []
         self._iter_pos = 0
         self._taken_since_grant = 0
 
-        self._pending_acks: dict[int, list[tuple[int, int]]] = {}
+        self._pending_acks: dict[int, _OffsetRuns] = {}
         # (partition, delay_ms) -> ranges. Unlike acks they are never resent on a
         # new session: that session redelivers every unacked message anyway.
         self._pending_nacks: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -181,16 +183,22 @@ class Consumer:
     async def __anext__(self) -> Message:
         """The next message; stops when the consumer is closed, raises its fatal error."""
         while True:
-            if self._iter_pos < len(self._iter_messages):
-                message = self._iter_messages[self._iter_pos]
-                self._iter_pos += 1
-                self._took(1)
-                return message
+            index = self._iter_pos
+            if index < len(self._iter_offsets):
+                assert self._iter_rows is not None
+                self._iter_pos = index + 1
+                self._taken_since_grant += 1
+                # `_took`, inlined, once: whoever crosses the refill point asks for
+                # credit, and the writer resets the count when it sends it.
+                if self._taken_since_grant == self._refill_at:
+                    self._took(0)
+                return _delivered(self._iter_rows, index, self._iter_offsets[index])
             batch = await self._next_batch(None)
             if batch is None:
                 raise StopAsyncIteration
             self._iter_batch = batch
-            self._iter_messages = list(batch)
+            self._iter_rows = batch._rows()
+            self._iter_offsets = batch.offset_list()
             self._iter_pos = 0
 
     async def receive_batch(
@@ -204,7 +212,7 @@ class Consumer:
         """
         if max_messages <= 0:
             raise ValueError("max_messages must be positive")
-        if self._iter_batch is not None and self._iter_pos < len(self._iter_messages):
+        if self._iter_batch is not None and self._iter_pos < len(self._iter_offsets):
             batch = self._iter_batch.slice(self._iter_pos, max_messages)
             self._iter_pos += len(batch)
             self._took(len(batch))
@@ -265,6 +273,20 @@ class Consumer:
         Acks are coalesced into offset ranges and sent in the background within
         `ClientOptions.ack_linger_s`; `flush_acks` and `close` send them at once.
         """
+        if type(item) is Message:
+            # The per-message path, kept short: it runs once per message consumed.
+            rows = item._rows
+            if self._closing or rows.stream != self._stream:
+                self._check_ackable(rows.stream)
+            offset = item._offset
+            runs = self._pending_acks.get(rows.partition)
+            if runs is not None and offset == runs.last + 1:
+                # The next offset of the open run (the common case): no allocation and
+                # no wake-up: the writer was woken for this run and has not taken it.
+                runs.last = offset
+            else:
+                self._add_ack(rows.partition, offset, offset)
+            return
         self._check_ackable(item.stream)
         if isinstance(item, MessageBatch | UndecodableBatch):
             for first, last in item.offset_ranges():
@@ -393,8 +415,13 @@ class Consumer:
             cursor = f"{self._subscription}~{self._consumer_name}"
         await Subscriptions(self._calls).seek(self._stream, cursor, to)
         self._buffer.clear()
+        self._drop_iteration()
+
+    def _drop_iteration(self) -> None:
+        """Forget the batch `async for` was walking (its messages come again)."""
         self._iter_batch = None
-        self._iter_messages = []
+        self._iter_rows = None
+        self._iter_offsets = []
         self._iter_pos = 0
 
     def _send_soon(self, request: Any) -> None:
@@ -420,14 +447,18 @@ class Consumer:
         )
 
     def _add_ack(self, partition: int, first: int, last: int) -> None:
-        self._pending_acks.setdefault(partition, []).append((first, last))
+        runs = self._pending_acks.get(partition)
+        if runs is None:
+            self._pending_acks[partition] = _OffsetRuns(first, last)
+        else:
+            runs.add(first, last)
         self._acks_flushed.clear()
         self._wake_writer.set()
 
     def _take_acks(self) -> list[Any]:
         requests = []
-        for partition, ranges in sorted(self._pending_acks.items()):
-            merged = _merge_ranges(ranges)
+        for partition, runs in sorted(self._pending_acks.items()):
+            merged = runs.merged()
             requests.append(
                 messages_pb2.ConsumeRequest(
                     ack=messages_pb2.PartitionAcks(
@@ -550,9 +581,7 @@ class Consumer:
             self._pending_verbs.clear()
             if not self._has_pending():
                 self._acks_flushed.set()
-            self._iter_batch = None
-            self._iter_messages = []
-            self._iter_pos = 0
+            self._drop_iteration()
             self._taken_since_grant = 0
             await _write_or_raise(
                 call,
@@ -738,6 +767,33 @@ def _undecodable(delivery: Any, reason: str) -> UndecodableBatch:
         offset_ranges=_merge_ranges([(o, o) for o in offsets]),
         delivery_count=int(delivery.delivery_count) or 1,
     )
+
+
+class _OffsetRuns:
+    """One partition's pending acks as inclusive offset runs. The newest run stays
+    open as two ints, so acking message after message in order only moves `last`."""
+
+    __slots__ = ("closed", "first", "last")
+
+    def __init__(self, first: int, last: int) -> None:
+        self.closed: list[tuple[int, int]] = []
+        self.first = first
+        self.last = last
+
+    def add(self, first: int, last: int) -> None:
+        """Add the run ``first..last``: it extends the open run when it starts inside
+        or right after it, else the open run is closed and this one opens."""
+        if self.first <= first <= self.last + 1:
+            self.last = max(self.last, last)
+        else:
+            self.closed.append((self.first, self.last))
+            self.first, self.last = first, last
+
+    def merged(self) -> list[tuple[int, int]]:
+        """Every run, sorted, with overlapping or touching runs merged."""
+        if not self.closed:
+            return [(self.first, self.last)]
+        return _merge_ranges([*self.closed, (self.first, self.last)])
 
 
 def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:

@@ -5,10 +5,11 @@ conversion from protobuf. Protobuf types never leave this module's functions.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
@@ -355,7 +356,6 @@ class PublishedBatch:
         )
 
 
-@dataclass(frozen=True, slots=True)
 class Message:
     """One delivered message.
 
@@ -370,7 +370,124 @@ class Message:
         delivery_count: how many times it has been delivered, this delivery
             included (1: the first time; more after a nack, an ack timeout or a
             reconnect).
+
+    Immutable. A delivered message is a view of one row of its batch: it holds the
+    batch's shared `_Rows`, its index and its offset, and each field is read from
+    the batch's Arrow columns when first asked for (a column is converted to
+    Python values once for the whole batch), so iterating costs one small object
+    per message and fields nobody reads are never built. So a message kept after
+    its batch is done keeps that batch's buffers alive: keep `payload` (a `bytes`)
+    rather than the message to hold only what you need. A `Message` built
+    directly from its fields holds just those; `dataclasses.replace`, `fields` and
+    `asdict` work on both as on the dataclass it used to be.
     """
+
+    __slots__ = ("_index", "_offset", "_rows")
+    __match_args__ = (
+        "stream",
+        "partition",
+        "offset",
+        "payload",
+        "key",
+        "headers",
+        "id",
+        "event_time",
+        "publish_time",
+        "delivery_count",
+    )
+    _rows: _Rows
+    _index: int
+    _offset: int
+    # Set below from `_MessageFields`: `dataclasses.fields`, `replace` and `asdict`
+    # work on a Message as they did when it was a dataclass.
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+    def __init__(
+        self,
+        stream: str,
+        partition: int,
+        offset: int,
+        payload: bytes,
+        key: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        id: str | None = None,
+        event_time: datetime | None = None,
+        publish_time: datetime = _EPOCH,
+        delivery_count: int = 1,
+    ) -> None:
+        self._rows = _Rows.single(
+            stream,
+            partition,
+            payload,
+            key,
+            {} if headers is None else headers,
+            id,
+            event_time,
+            publish_time,
+            delivery_count,
+        )
+        self._index = 0
+        self._offset = offset
+
+    @property
+    def stream(self) -> str:
+        return self._rows.stream
+
+    @property
+    def partition(self) -> int:
+        return self._rows.partition
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @property
+    def payload(self) -> bytes:
+        return self._rows.payloads[self._index]
+
+    @property
+    def key(self) -> bytes | None:
+        return self._rows.keys[self._index]
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return self._rows.header(self._index)
+
+    @property
+    def id(self) -> str | None:
+        return self._rows.ids[self._index]
+
+    @property
+    def event_time(self) -> datetime | None:
+        return self._rows.event_times[self._index]
+
+    @property
+    def publish_time(self) -> datetime:
+        return self._rows.publish_time
+
+    @property
+    def delivery_count(self) -> int:
+        return self._rows.delivery_count
+
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__match_args__)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    #: Unhashable, as before: equality covers `headers`, a dict.
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.__match_args__)
+        return f"Message({inner})"
+
+
+@dataclass(frozen=True)
+class _MessageFields:
+    """`Message`'s fields as a dataclass declares them (see `Message.__dataclass_fields__`)."""
 
     stream: str
     partition: int
@@ -382,6 +499,97 @@ class Message:
     event_time: datetime | None = None
     publish_time: datetime = _EPOCH
     delivery_count: int = 1
+
+
+Message.__dataclass_fields__ = _MessageFields.__dataclass_fields__
+Message.__dataclass_params__ = _MessageFields.__dataclass_params__  # type: ignore[attr-defined]
+
+
+def _delivered(rows: _Rows, index: int, offset: int) -> Message:
+    """Message `index` of the batch behind `rows` (no copying: fields stay in the batch)."""
+    message = _new_message(Message)
+    message._rows = rows
+    message._index = index
+    message._offset = offset
+    return message
+
+
+_new_message = object.__new__
+
+
+class _Rows:
+    """The Python values of one batch's columns, each column converted on first use
+    (`to_pylist` once for the whole batch), shared by the batch's `Message` views."""
+
+    def __init__(
+        self,
+        stream: str,
+        partition: int,
+        publish_time: datetime,
+        delivery_count: int,
+        record_batch: pa.RecordBatch | None,
+    ) -> None:
+        self.stream = stream
+        self.partition = partition
+        self.publish_time = publish_time
+        self.delivery_count = delivery_count
+        self._record_batch = record_batch
+        self._headers: list[Mapping[str, str] | None] | None = None
+
+    @classmethod
+    def single(
+        cls,
+        stream: str,
+        partition: int,
+        payload: bytes,
+        key: bytes | None,
+        headers: Mapping[str, str],
+        id: str | None,
+        event_time: datetime | None,
+        publish_time: datetime,
+        delivery_count: int,
+    ) -> _Rows:
+        """The values of one message given field by field (`Message`'s constructor)."""
+        rows = cls(stream, partition, publish_time, delivery_count, None)
+        # Set before first use, so the cached properties below never convert.
+        rows.__dict__.update(payloads=[payload], keys=[key], ids=[id], event_times=[event_time])
+        rows._headers = [headers]
+        return rows
+
+    def _column(self, name: str) -> list[Any]:
+        assert self._record_batch is not None
+        return self._record_batch.column(name).to_pylist()  # type: ignore[no-any-return]
+
+    @functools.cached_property
+    def payloads(self) -> list[bytes]:
+        return self._column("payload")
+
+    @functools.cached_property
+    def keys(self) -> list[bytes | None]:
+        return self._column("key")
+
+    @functools.cached_property
+    def ids(self) -> list[str | None]:
+        return self._column("id")
+
+    @functools.cached_property
+    def event_times(self) -> list[datetime | None]:
+        return self._column("event_time")
+
+    @functools.cached_property
+    def _header_pairs(self) -> list[list[tuple[str, str]] | None]:
+        return self._column("headers")
+
+    def header(self, index: int) -> Mapping[str, str]:
+        """Row `index`'s headers as a dict, decoded on first use (the same dict after)."""
+        decoded = self._headers
+        if decoded is None:
+            decoded = self._headers = [None] * len(self._header_pairs)
+        value = decoded[index]
+        if value is None:
+            pairs = self._header_pairs[index]
+            value = decoded[index] = dict(pairs) if pairs else {}
+        return value
 
 
 #: What an empty receive holds. Built from typed null arrays: `pa.array(list)` and
@@ -474,27 +682,15 @@ class MessageBatch:
         )
 
     def __iter__(self) -> Iterator[Message]:
-        rb = self.record_batch
-        keys = rb.column("key").to_pylist()
-        payloads = rb.column("payload").to_pylist()
-        headers = rb.column("headers").to_pylist()
-        ids = rb.column("id").to_pylist()
-        event_times = rb.column("event_time").to_pylist()
-        offsets = self.offset_list()
-        for i, payload in enumerate(payloads):
-            pairs = headers[i]
-            yield Message(
-                stream=self.stream,
-                partition=self.partition,
-                offset=offsets[i],
-                payload=payload,
-                key=keys[i],
-                headers=dict(pairs) if pairs else {},
-                id=ids[i],
-                event_time=event_times[i],
-                publish_time=self.publish_time,
-                delivery_count=self.delivery_count,
-            )
+        rows = self._rows()
+        for index, offset in enumerate(self.offset_list()):
+            yield _delivered(rows, index, offset)
+
+    def _rows(self) -> _Rows:
+        """The shared, lazily converted columns the batch's `Message` views read."""
+        return _Rows(
+            self.stream, self.partition, self.publish_time, self.delivery_count, self.record_batch
+        )
 
     @classmethod
     def empty(cls, stream: str) -> MessageBatch:
