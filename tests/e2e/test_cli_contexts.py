@@ -56,12 +56,16 @@ def test_a_selected_context_connects_and_keys_stay_private(
     made = tamto(config, "stream", "ensure", stream)
     assert made.returncode == 0, made.stderr
     assert stream in tamto(config, "stream", "list").stdout
-    # A flag or the environment wins over the context: this URL has nobody listening.
-    elsewhere = tamto(config, "stream", "list", TAMTO_URL="tamto://127.0.0.1:1")
+    # A flag or the environment wins over the context: this URL has nobody listening
+    # (given up after 1 s, not the default 30 s of retrying).
+    elsewhere = tamto(
+        config, "stream", "list", TAMTO_URL="tamto://127.0.0.1:1", TAMTO_RETRY_DEADLINE_S="1"
+    )
     assert elsewhere.returncode == 1
 
     assert tamto(config, "context", "use", "nowhere").returncode == 0
-    assert tamto(config, "stream", "list").returncode == 1  # now it goes nowhere
+    # now it goes nowhere
+    assert tamto(config, "stream", "list", TAMTO_RETRY_DEADLINE_S="1").returncode == 1
     # TAMTO_CONTEXT picks one for a single command.
     assert tamto(config, "stream", "list", TAMTO_CONTEXT="local").returncode == 0
 
@@ -76,3 +80,6 @@ def test_bad_context_input_exits_2_naming_it(tmp_path: Path) -> None:
     unknown = tamto(config, "stream", "list", TAMTO_CONTEXT="ghost")
     assert unknown.returncode == 1
     assert "no context named 'ghost'" in unknown.stderr
+    impatient = tamto(config, "stream", "list", TAMTO_RETRY_DEADLINE_S="soon")
+    assert impatient.returncode == 2
+    assert "TAMTO_RETRY_DEADLINE_S must be seconds, 0 or more, got 'soon'" in impatient.stderr

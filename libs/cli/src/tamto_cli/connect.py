@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Coroutine
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -31,16 +32,34 @@ def ca_certificates(data: Path) -> bytes | None:
     return local.read_bytes() if local.exists() else None
 
 
+def retry_deadline_s() -> float:
+    """How long a command retries an unreachable or unavailable gateway before it
+    fails: TAMTO_RETRY_DEADLINE_S seconds, else the SDK's default (30 s). Anything
+    but a number of seconds, 0 or more, is bad usage (exit 2)."""
+    default = tamto_sdk.ClientOptions().retry_deadline_s
+    raw = os.environ.get("TAMTO_RETRY_DEADLINE_S")
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        err.print(f"tamto: TAMTO_RETRY_DEADLINE_S must be seconds, 0 or more, got {raw!r}")
+        raise typer.Exit(2)
+    return value
+
+
 async def connect_client(
     url: str | None, api_key: str | None, data_dir: Path | None
 ) -> tamto_sdk.Client:
     """An SDK client for the CLI's flags, environment and local defaults."""
+    options = tamto_sdk.ClientOptions(retry_deadline_s=retry_deadline_s())
     data = settings.data_dir(data_dir)
     creds = settings.api_key(api_key, data)
     target = settings.gateway_url(url)
-    options = tamto_sdk.ClientOptions()
     if parse_url(target).tls:
-        options = tamto_sdk.ClientOptions(root_certificates=ca_certificates(data))
+        options = replace(options, root_certificates=ca_certificates(data))
     return await tamto_sdk.connect(target, api_key=creds, options=options)
 
 
