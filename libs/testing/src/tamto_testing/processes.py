@@ -31,12 +31,15 @@ class TestProcess(LoggedProcess):
     __test__ = False  # not a test class, despite the name
 
     def wait_ready(self, ready: Callable[[], bool], timeout_s: float = 30.0) -> None:
-        def check() -> bool:
-            if not self.alive():
-                raise AssertionError(f"{self.name} exited early:\n{self.log_tail()}")
-            return ready()
+        """Wait until `ready()` (an exception: not yet); AssertionError with the log's
+        tail at once when the process exits first, or after `timeout_s`.
 
+        An exit ends the wait instead of raising inside it: `wait_for` retries errors
+        (a port not open yet), so a raise there waited out the whole timeout.
+        """
         try:
-            wait_for(check, timeout_s, f"{self.name} to be ready")
+            wait_for(lambda: not self.alive() or ready(), timeout_s, f"{self.name} to be ready")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n--- {self.name} log ---\n{self.log_tail()}") from None
+        if not self.alive():
+            raise AssertionError(f"{self.name} exited early:\n{self.log_tail()}")
