@@ -80,8 +80,13 @@ class StreamRegistry:
         """
         requested = wanted.normalized()
         wanted = self._with_defaults(requested)
-        self.validate(wanted)
+        wanted.validate(self._max_partitions, None)
         key = stream_key(wanted.name)
+        if await self._etcd.get(key) is None:
+            # Only a new (or, below, a changed) stream's R must fit the live storage nodes:
+            # ensuring one that exists must not fail while a node is restarting and out of
+            # this gateway's view for a moment.
+            self.validate(wanted)
         tx = self._etcd.transactions
         while True:
             created, _ = await self._etcd.transaction(
