@@ -82,6 +82,28 @@ class PublishRequest(_message.Message):
     call_id: int
     def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., call_id: _Optional[int] = ...) -> None: ...
 
+class LookupRequest(_message.Message):
+    __slots__ = ("stream",)
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    def __init__(self, stream: _Optional[str] = ...) -> None: ...
+
+class PartitionOwner(_message.Message):
+    __slots__ = ("partition", "address", "epoch")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    partition: int
+    address: str
+    epoch: int
+    def __init__(self, partition: _Optional[int] = ..., address: _Optional[str] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class LookupResponse(_message.Message):
+    __slots__ = ("partitions",)
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    partitions: _containers.RepeatedCompositeFieldContainer[PartitionOwner]
+    def __init__(self, partitions: _Optional[_Iterable[_Union[PartitionOwner, _Mapping]]] = ...) -> None: ...
+
 class PublishStreamResponse(_message.Message):
     __slots__ = ("call_id", "status", "response")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]

@@ -71,6 +71,11 @@ class GatewayStub:
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishStreamResponse.FromString,
                 _registered_method=True)
+        self.Lookup = channel.unary_unary(
+                '/tamto.v1.Gateway/Lookup',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.LookupRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.LookupResponse.FromString,
+                _registered_method=True)
         self.Consume = channel.stream_stream(
                 '/tamto.v1.Gateway/Consume',
                 request_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
@@ -251,6 +256,15 @@ class GatewayServicer:
         call_id, each response answers one call_id (in any order) with the result
         or the status the unary Publish would have ended with. A stream call costs
         a third of the CPU of a unary call here; the SDK publishes this way.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Lookup(self, request, context):
+        """Where each partition of a stream is served (docs/cluster.md section 5): the
+        owner router's client address (empty: reach it through this gateway) and the
+        epoch of its current claim (0: not claimed yet). Any permission on the stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -469,6 +483,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.PublishStream,
                     request_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_gateway__pb2.PublishStreamResponse.SerializeToString,
+            ),
+            'Lookup': grpc.unary_unary_rpc_method_handler(
+                    servicer.Lookup,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.LookupRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.LookupResponse.SerializeToString,
             ),
             'Consume': grpc.stream_stream_rpc_method_handler(
                     servicer.Consume,
@@ -790,6 +809,33 @@ class Gateway:
             '/tamto.v1.Gateway/PublishStream',
             tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
             tamto_dot_v1_dot_gateway__pb2.PublishStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Lookup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/Lookup',
+            tamto_dot_v1_dot_gateway__pb2.LookupRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.LookupResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,6 +51,11 @@ class GatewayStub:
     or the status the unary Publish would have ended with. A stream call costs
     a third of the CPU of a unary call here; the SDK publishes this way.
     """
+    Lookup: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.LookupRequest, _gateway_pb2.LookupResponse]
+    """Where each partition of a stream is served (docs/cluster.md section 5): the
+    owner router's client address (empty: reach it through this gateway) and the
+    epoch of its current claim (0: not claimed yet). Any permission on the stream.
+    """
     Consume: _grpc.StreamStreamMultiCallable[_messages_pb2.ConsumeRequest, _messages_pb2.ConsumeResponse]
     """A consumer session: Subscribe first, then credits and acks; deliveries back."""
     PublishEphemeral: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.PublishEphemeralRequest, _gateway_pb2.PublishEphemeralResponse]
@@ -123,6 +128,11 @@ class GatewayAsyncStub(GatewayStub):
     call_id, each response answers one call_id (in any order) with the result
     or the status the unary Publish would have ended with. A stream call costs
     a third of the CPU of a unary call here; the SDK publishes this way.
+    """
+    Lookup: _aio.UnaryUnaryMultiCallable[_gateway_pb2.LookupRequest, _gateway_pb2.LookupResponse]  # type: ignore[assignment]
+    """Where each partition of a stream is served (docs/cluster.md section 5): the
+    owner router's client address (empty: reach it through this gateway) and the
+    epoch of its current claim (0: not claimed yet). Any permission on the stream.
     """
     Consume: _aio.StreamStreamMultiCallable[_messages_pb2.ConsumeRequest, _messages_pb2.ConsumeResponse]  # type: ignore[assignment]
     """A consumer session: Subscribe first, then credits and acks; deliveries back."""
@@ -235,6 +245,17 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         call_id, each response answers one call_id (in any order) with the result
         or the status the unary Publish would have ended with. A stream call costs
         a third of the CPU of a unary call here; the SDK publishes this way.
+        """
+
+    @_abc_1.abstractmethod
+    def Lookup(
+        self,
+        request: _gateway_pb2.LookupRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.LookupResponse, _abc.Awaitable[_gateway_pb2.LookupResponse]]:
+        """Where each partition of a stream is served (docs/cluster.md section 5): the
+        owner router's client address (empty: reach it through this gateway) and the
+        epoch of its current claim (0: not claimed yet). Any permission on the stream.
         """
 
     @_abc_1.abstractmethod

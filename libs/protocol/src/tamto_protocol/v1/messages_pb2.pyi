@@ -67,12 +67,21 @@ class RecordBatch(_message.Message):
     def __init__(self, arrow_ipc: _Optional[bytes] = ..., count: _Optional[int] = ...) -> None: ...
 
 class CallStatus(_message.Message):
-    __slots__ = ("code", "message")
+    __slots__ = ("code", "message", "trailing_metadata")
+    class TrailingMetadataEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRAILING_METADATA_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+    trailing_metadata: _containers.ScalarMap[str, str]
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., trailing_metadata: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class StoredBatch(_message.Message):
     __slots__ = ("base_offset", "count", "publish_time_us", "arrow_ipc")

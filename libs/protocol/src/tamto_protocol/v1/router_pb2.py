@@ -23,35 +23,36 @@ _sym_db = _symbol_database.Default()
 
 
 from tamto_protocol.v1 import messages_pb2 as tamto_dot_v1_dot_messages__pb2
+from tamto_protocol.v1 import gateway_pb2 as tamto_dot_v1_dot_gateway__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tamto/v1/router.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\"o\n\x13RouterAppendRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12$\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x15.tamto.v1.RecordBatch\x12\x0f\n\x07\x63\x61ll_id\x18\x0f \x01(\x04\"\x85\x01\n\x1aRouterAppendStreamResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12$\n\x06status\x18\x02 \x01(\x0b\x32\x14.tamto.v1.CallStatus\x12\x30\n\x08response\x18\x03 \x01(\x0b\x32\x1e.tamto.v1.RouterAppendResponse\"K\n\x14RouterAppendResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x0f\n\x07offsets\x18\x03 \x03(\x03\";\n\x16RouterPartitionRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\"8\n\x1fRouterListSubscriptionsResponse\x12\x15\n\rsubscriptions\x18\x01 \x03(\t\"T\n\x19RouterSubscriptionRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x14\n\x0csubscription\x18\x03 \x01(\t\"r\n\x11RouterSeekRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x14\n\x0csubscription\x18\x03 \x01(\t\x12$\n\x06target\x18\x04 \x01(\x0b\x32\x14.tamto.v1.SeekTarget\"3\n RouterDeleteSubscriptionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"a\n\x11RouterReadRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x13\n\x0b\x66rom_offset\x18\x03 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x04 \x01(\r\"<\n\x12RouterReadResponse\x12&\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x15.tamto.v1.StoredBatch2\xfb\x05\n\x06Router\x12G\n\x06\x41ppend\x12\x1d.tamto.v1.RouterAppendRequest\x1a\x1e.tamto.v1.RouterAppendResponse\x12W\n\x0c\x41ppendStream\x12\x1d.tamto.v1.RouterAppendRequest\x1a$.tamto.v1.RouterAppendStreamResponse(\x01\x30\x01\x12\x42\n\x07\x43onsume\x12\x18.tamto.v1.ConsumeRequest\x1a\x19.tamto.v1.ConsumeResponse(\x01\x30\x01\x12`\n\x11ListSubscriptions\x12 .tamto.v1.RouterPartitionRequest\x1a).tamto.v1.RouterListSubscriptionsResponse\x12\\\n\x14\x44\x65scribeSubscription\x12#.tamto.v1.RouterSubscriptionRequest\x1a\x1f.tamto.v1.SubscriptionPartition\x12P\n\x10SeekSubscription\x12\x1b.tamto.v1.RouterSeekRequest\x1a\x1f.tamto.v1.SubscriptionPartition\x12\x65\n\x12\x44\x65leteSubscription\x12#.tamto.v1.RouterSubscriptionRequest\x1a*.tamto.v1.RouterDeleteSubscriptionResponse\x12O\n\x11GetPartitionStats\x12 .tamto.v1.RouterPartitionRequest\x1a\x18.tamto.v1.PartitionStats\x12\x41\n\x04Read\x12\x1b.tamto.v1.RouterReadRequest\x1a\x1c.tamto.v1.RouterReadResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tamto/v1/router.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\x1a\x16tamto/v1/gateway.proto\"o\n\x13RouterAppendRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12$\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x15.tamto.v1.RecordBatch\x12\x0f\n\x07\x63\x61ll_id\x18\x0f \x01(\x04\"\x85\x01\n\x1aRouterAppendStreamResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12$\n\x06status\x18\x02 \x01(\x0b\x32\x14.tamto.v1.CallStatus\x12\x30\n\x08response\x18\x03 \x01(\x0b\x32\x1e.tamto.v1.RouterAppendResponse\"K\n\x14RouterAppendResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x0f\n\x07offsets\x18\x03 \x03(\x03\";\n\x16RouterPartitionRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\"8\n\x1fRouterListSubscriptionsResponse\x12\x15\n\rsubscriptions\x18\x01 \x03(\t\"T\n\x19RouterSubscriptionRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x14\n\x0csubscription\x18\x03 \x01(\t\"r\n\x11RouterSeekRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x14\n\x0csubscription\x18\x03 \x01(\t\x12$\n\x06target\x18\x04 \x01(\x0b\x32\x14.tamto.v1.SeekTarget\"3\n RouterDeleteSubscriptionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"a\n\x11RouterReadRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x13\n\x0b\x66rom_offset\x18\x03 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x04 \x01(\r\"<\n\x12RouterReadResponse\x12&\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x15.tamto.v1.StoredBatch2\x8b\x07\n\x06Router\x12G\n\x06\x41ppend\x12\x1d.tamto.v1.RouterAppendRequest\x1a\x1e.tamto.v1.RouterAppendResponse\x12W\n\x0c\x41ppendStream\x12\x1d.tamto.v1.RouterAppendRequest\x1a$.tamto.v1.RouterAppendStreamResponse(\x01\x30\x01\x12\x42\n\x07\x43onsume\x12\x18.tamto.v1.ConsumeRequest\x1a\x19.tamto.v1.ConsumeResponse(\x01\x30\x01\x12>\n\x07Publish\x12\x18.tamto.v1.PublishRequest\x1a\x19.tamto.v1.PublishResponse\x12N\n\rPublishStream\x12\x18.tamto.v1.PublishRequest\x1a\x1f.tamto.v1.PublishStreamResponse(\x01\x30\x01\x12`\n\x11ListSubscriptions\x12 .tamto.v1.RouterPartitionRequest\x1a).tamto.v1.RouterListSubscriptionsResponse\x12\\\n\x14\x44\x65scribeSubscription\x12#.tamto.v1.RouterSubscriptionRequest\x1a\x1f.tamto.v1.SubscriptionPartition\x12P\n\x10SeekSubscription\x12\x1b.tamto.v1.RouterSeekRequest\x1a\x1f.tamto.v1.SubscriptionPartition\x12\x65\n\x12\x44\x65leteSubscription\x12#.tamto.v1.RouterSubscriptionRequest\x1a*.tamto.v1.RouterDeleteSubscriptionResponse\x12O\n\x11GetPartitionStats\x12 .tamto.v1.RouterPartitionRequest\x1a\x18.tamto.v1.PartitionStats\x12\x41\n\x04Read\x12\x1b.tamto.v1.RouterReadRequest\x1a\x1c.tamto.v1.RouterReadResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tamto.v1.router_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROUTERAPPENDREQUEST']._serialized_start=60
-  _globals['_ROUTERAPPENDREQUEST']._serialized_end=171
-  _globals['_ROUTERAPPENDSTREAMRESPONSE']._serialized_start=174
-  _globals['_ROUTERAPPENDSTREAMRESPONSE']._serialized_end=307
-  _globals['_ROUTERAPPENDRESPONSE']._serialized_start=309
-  _globals['_ROUTERAPPENDRESPONSE']._serialized_end=384
-  _globals['_ROUTERPARTITIONREQUEST']._serialized_start=386
-  _globals['_ROUTERPARTITIONREQUEST']._serialized_end=445
-  _globals['_ROUTERLISTSUBSCRIPTIONSRESPONSE']._serialized_start=447
-  _globals['_ROUTERLISTSUBSCRIPTIONSRESPONSE']._serialized_end=503
-  _globals['_ROUTERSUBSCRIPTIONREQUEST']._serialized_start=505
-  _globals['_ROUTERSUBSCRIPTIONREQUEST']._serialized_end=589
-  _globals['_ROUTERSEEKREQUEST']._serialized_start=591
-  _globals['_ROUTERSEEKREQUEST']._serialized_end=705
-  _globals['_ROUTERDELETESUBSCRIPTIONRESPONSE']._serialized_start=707
-  _globals['_ROUTERDELETESUBSCRIPTIONRESPONSE']._serialized_end=758
-  _globals['_ROUTERREADREQUEST']._serialized_start=760
-  _globals['_ROUTERREADREQUEST']._serialized_end=857
-  _globals['_ROUTERREADRESPONSE']._serialized_start=859
-  _globals['_ROUTERREADRESPONSE']._serialized_end=919
-  _globals['_ROUTER']._serialized_start=922
-  _globals['_ROUTER']._serialized_end=1685
+  _globals['_ROUTERAPPENDREQUEST']._serialized_start=84
+  _globals['_ROUTERAPPENDREQUEST']._serialized_end=195
+  _globals['_ROUTERAPPENDSTREAMRESPONSE']._serialized_start=198
+  _globals['_ROUTERAPPENDSTREAMRESPONSE']._serialized_end=331
+  _globals['_ROUTERAPPENDRESPONSE']._serialized_start=333
+  _globals['_ROUTERAPPENDRESPONSE']._serialized_end=408
+  _globals['_ROUTERPARTITIONREQUEST']._serialized_start=410
+  _globals['_ROUTERPARTITIONREQUEST']._serialized_end=469
+  _globals['_ROUTERLISTSUBSCRIPTIONSRESPONSE']._serialized_start=471
+  _globals['_ROUTERLISTSUBSCRIPTIONSRESPONSE']._serialized_end=527
+  _globals['_ROUTERSUBSCRIPTIONREQUEST']._serialized_start=529
+  _globals['_ROUTERSUBSCRIPTIONREQUEST']._serialized_end=613
+  _globals['_ROUTERSEEKREQUEST']._serialized_start=615
+  _globals['_ROUTERSEEKREQUEST']._serialized_end=729
+  _globals['_ROUTERDELETESUBSCRIPTIONRESPONSE']._serialized_start=731
+  _globals['_ROUTERDELETESUBSCRIPTIONRESPONSE']._serialized_end=782
+  _globals['_ROUTERREADREQUEST']._serialized_start=784
+  _globals['_ROUTERREADREQUEST']._serialized_end=881
+  _globals['_ROUTERREADRESPONSE']._serialized_start=883
+  _globals['_ROUTERREADRESPONSE']._serialized_end=943
+  _globals['_ROUTER']._serialized_start=946
+  _globals['_ROUTER']._serialized_end=1853
 # @@protoc_insertion_point(module_scope)

@@ -1,4 +1,5 @@
 from tamto_protocol.v1 import messages_pb2 as _messages_pb2
+from tamto_protocol.v1 import gateway_pb2 as _gateway_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from tamto_protocol.v1 import gateway_pb2 as tamto_dot_v1_dot_gateway__pb2
 from tamto_protocol.v1 import messages_pb2 as tamto_dot_v1_dot_messages__pb2
 from tamto_protocol.v1 import router_pb2 as tamto_dot_v1_dot_router__pb2
 
@@ -49,6 +50,16 @@ class RouterStub:
                 '/tamto.v1.Router/Consume',
                 request_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_messages__pb2.ConsumeResponse.FromString,
+                _registered_method=True)
+        self.Publish = channel.unary_unary(
+                '/tamto.v1.Router/Publish',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishResponse.FromString,
+                _registered_method=True)
+        self.PublishStream = channel.stream_stream(
+                '/tamto.v1.Router/PublishStream',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishStreamResponse.FromString,
                 _registered_method=True)
         self.ListSubscriptions = channel.unary_unary(
                 '/tamto.v1.Router/ListSubscriptions',
@@ -102,6 +113,22 @@ class RouterServicer:
     def Consume(self, request_iterator, context):
         """A consume session for the given partitions of one stream.
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Publish(self, request, context):
+        """Client-facing (docs/cluster.md section 5, the direct path): a client's publish,
+        authenticated and authorized as at the gateway, to a partition this router owns
+        on the ring. Else FAILED_PRECONDITION with trailing metadata `tamto-owner` (the
+        owner's client address, empty when unknown) and `tamto-owner-epoch`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -165,6 +192,16 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.Consume,
                     request_deserializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeResponse.SerializeToString,
+            ),
+            'Publish': grpc.unary_unary_rpc_method_handler(
+                    servicer.Publish,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.PublishResponse.SerializeToString,
+            ),
+            'PublishStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PublishStream,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.PublishStreamResponse.SerializeToString,
             ),
             'ListSubscriptions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSubscriptions,
@@ -278,6 +315,60 @@ class Router:
             '/tamto.v1.Router/Consume',
             tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
             tamto_dot_v1_dot_messages__pb2.ConsumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Publish(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Router/Publish',
+            tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.PublishResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tamto.v1.Router/PublishStream',
+            tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.PublishStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -5,6 +5,7 @@ Internal: gateway -> router. A router owns partitions and sequences them."""
 
 from collections import abc as _abc
 from grpc import aio as _aio
+from tamto_protocol.v1 import gateway_pb2 as _gateway_pb2
 from tamto_protocol.v1 import messages_pb2 as _messages_pb2
 from tamto_protocol.v1 import router_pb2 as _router_pb2
 import abc as _abc_1
@@ -38,6 +39,13 @@ class RouterStub:
     """Append calls pipelined on one stream (see Gateway.PublishStream)."""
     Consume: _grpc.StreamStreamMultiCallable[_messages_pb2.ConsumeRequest, _messages_pb2.ConsumeResponse]
     """A consume session for the given partitions of one stream."""
+    Publish: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.PublishRequest, _gateway_pb2.PublishResponse]
+    """Client-facing (docs/cluster.md section 5, the direct path): a client's publish,
+    authenticated and authorized as at the gateway, to a partition this router owns
+    on the ring. Else FAILED_PRECONDITION with trailing metadata `tamto-owner` (the
+    owner's client address, empty when unknown) and `tamto-owner-epoch`.
+    """
+    PublishStream: _grpc.StreamStreamMultiCallable[_gateway_pb2.PublishRequest, _gateway_pb2.PublishStreamResponse]
     ListSubscriptions: _grpc.UnaryUnaryMultiCallable[_router_pb2.RouterPartitionRequest, _router_pb2.RouterListSubscriptionsResponse]
     """Subscription administration on one partition this router owns."""
     DescribeSubscription: _grpc.UnaryUnaryMultiCallable[_router_pb2.RouterSubscriptionRequest, _messages_pb2.SubscriptionPartition]
@@ -61,6 +69,13 @@ class RouterAsyncStub(RouterStub):
     """Append calls pipelined on one stream (see Gateway.PublishStream)."""
     Consume: _aio.StreamStreamMultiCallable[_messages_pb2.ConsumeRequest, _messages_pb2.ConsumeResponse]  # type: ignore[assignment]
     """A consume session for the given partitions of one stream."""
+    Publish: _aio.UnaryUnaryMultiCallable[_gateway_pb2.PublishRequest, _gateway_pb2.PublishResponse]  # type: ignore[assignment]
+    """Client-facing (docs/cluster.md section 5, the direct path): a client's publish,
+    authenticated and authorized as at the gateway, to a partition this router owns
+    on the ring. Else FAILED_PRECONDITION with trailing metadata `tamto-owner` (the
+    owner's client address, empty when unknown) and `tamto-owner-epoch`.
+    """
+    PublishStream: _aio.StreamStreamMultiCallable[_gateway_pb2.PublishRequest, _gateway_pb2.PublishStreamResponse]  # type: ignore[assignment]
     ListSubscriptions: _aio.UnaryUnaryMultiCallable[_router_pb2.RouterPartitionRequest, _router_pb2.RouterListSubscriptionsResponse]  # type: ignore[assignment]
     """Subscription administration on one partition this router owns."""
     DescribeSubscription: _aio.UnaryUnaryMultiCallable[_router_pb2.RouterSubscriptionRequest, _messages_pb2.SubscriptionPartition]  # type: ignore[assignment]
@@ -99,6 +114,25 @@ class RouterServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_messages_pb2.ConsumeResponse], _abc.AsyncIterator[_messages_pb2.ConsumeResponse]]:
         """A consume session for the given partitions of one stream."""
+
+    @_abc_1.abstractmethod
+    def Publish(
+        self,
+        request: _gateway_pb2.PublishRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.PublishResponse, _abc.Awaitable[_gateway_pb2.PublishResponse]]:
+        """Client-facing (docs/cluster.md section 5, the direct path): a client's publish,
+        authenticated and authorized as at the gateway, to a partition this router owns
+        on the ring. Else FAILED_PRECONDITION with trailing metadata `tamto-owner` (the
+        owner's client address, empty when unknown) and `tamto-owner-epoch`.
+        """
+
+    @_abc_1.abstractmethod
+    def PublishStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_gateway_pb2.PublishRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.PublishStreamResponse], _abc.AsyncIterator[_gateway_pb2.PublishStreamResponse]]: ...
 
     @_abc_1.abstractmethod
     def ListSubscriptions(
