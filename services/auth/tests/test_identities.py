@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aetcd
 import pytest
@@ -13,7 +13,7 @@ import pytest
 from tamto_auth.identities import KEYS_PREFIX, ApiKeyStore, KeyRecord
 from tamto_common.apikeys import ApiKey, new_api_key
 from tamto_common.config import parse_endpoints
-from tamto_common.errors import DataLoss, NotFound, Unauthenticated
+from tamto_common.errors import DataLoss, InvalidArgument, NotFound, Unauthenticated
 from tamto_common.membership import connect_etcd
 
 
@@ -150,6 +150,29 @@ async def test_disable_and_enable(store: ApiKeyStore) -> None:
 async def test_disabling_an_unknown_key_is_not_found(store: ApiKeyStore) -> None:
     with pytest.raises(NotFound):
         await store.set_disabled(new_api_key().key_id, True)
+
+
+@pytest.mark.parametrize(
+    "key_id",
+    ["", "abc", "ABCDEF012345", "0123456789abc", "01234567/9ab", "../keys/0123", None],
+)
+async def test_a_malformed_key_id_is_invalid_argument_before_any_lookup(
+    store: ApiKeyStore, etcd: aetcd.Client, prefix: str, key_id: str | None
+) -> None:
+    key = new_api_key()
+    await store.ensure_key(key, "alice")
+    # None: a whole API key pasted where its id belongs (never echoed back).
+    bad = str(key) if key_id is None else key_id
+    calls: list[Callable[[], Awaitable[object]]] = [
+        lambda: store.set_disabled(bad, True),
+        lambda: store.delete(bad),
+        lambda: store.get(bad),
+    ]
+    for call in calls:
+        with pytest.raises(InvalidArgument, match=r"^key_id must be 12 lowercase hex") as info:
+            await call()
+        assert key.secret not in str(info.value)
+    assert await store.verify(key) == "alice"  # nothing was changed
 
 
 async def test_corrupt_record_is_data_corruption(

@@ -16,7 +16,7 @@ import secrets
 import string
 from dataclasses import dataclass, field
 
-from tamto_common.errors import Unauthenticated
+from tamto_common.errors import InvalidArgument, Unauthenticated
 
 PREFIX = "tamto"
 KEY_ID_HEX_CHARS = 12
@@ -25,6 +25,7 @@ _ALPHABET = string.ascii_letters + string.digits
 # 32 characters floor matches older or foreign-made keys; 128 ceiling bounds the
 # work a hostile caller can make the server's key hashing do.
 _PATTERN = re.compile(r"tamto_([0-9a-f]{12})_([A-Za-z0-9]{32,128})")
+_KEY_ID = re.compile(r"[0-9a-f]{12}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,18 @@ def parse_api_key(text: str) -> ApiKey:
     if match is None:
         raise Unauthenticated("malformed API key")
     return ApiKey(key_id=match.group(1), secret=match.group(2))
+
+
+def check_key_id(key_id: str, field: str = "key_id") -> str:
+    """`key_id` if it is one (12 lowercase hex characters), else `InvalidArgument`
+    naming `field`. The message gives the length only: the text may be a whole key
+    pasted in the wrong place."""
+    if _KEY_ID.fullmatch(key_id) is None:
+        raise InvalidArgument(
+            f"{field} must be {KEY_ID_HEX_CHARS} lowercase hex characters (the part of "
+            f"a key after {PREFIX}_), got {len(key_id)} characters that are not"
+        )
+    return key_id
 
 
 def is_api_key(text: str) -> bool:

@@ -29,7 +29,7 @@ from typing import Any
 import aetcd
 import structlog
 
-from tamto_common.apikeys import ApiKey, new_api_key
+from tamto_common.apikeys import ApiKey, check_key_id, new_api_key
 from tamto_common.errors import DataLoss, NotFound, Unauthenticated
 from tamto_common.policy import KEYS_PREFIX as KEYS_PREFIX
 
@@ -109,7 +109,9 @@ class ApiKeyStore:
         self._prefix = prefix
 
     def _key(self, key_id: str) -> bytes:
-        return f"{self._prefix}{key_id}".encode()
+        """The etcd key of `key_id`; `InvalidArgument` naming the field for a malformed
+        id, before anything is looked up (an id with `/` would reach other records)."""
+        return f"{self._prefix}{check_key_id(key_id)}".encode()
 
     async def _get(self, key_id: str) -> KeyRecord | None:
         got = await self._etcd.get(self._key(key_id))
