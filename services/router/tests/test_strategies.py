@@ -58,6 +58,9 @@ class FakeHost:
     async def read(self, first: int, want: int) -> list[Batch] | None:
         return [b for b in self.batches if b.end > first and b.base_offset < first + want]
 
+    def fresh_end(self) -> int:
+        return int(self.log.durable_offset)
+
     async def serve(self, slot: ConsumerSlot, now: float) -> bool:
         self.served.append(slot)
         return self.serve_result

@@ -56,6 +56,7 @@ class MemoryLog:
         self.replicas: dict[str, Any] | None = None  # one storage node
         self.start_offset = 0
         self.durable_offset = batches[-1].end if batches else 0
+        self.ledger_starts: tuple[int, ...] = ()  # one ledger: no drain gate
         self.failure: Exception | None = None
         self.listeners: set[Callable[[], None]] = set()
         self.subscriptions: dict[str, Any] = {}
@@ -457,4 +458,42 @@ async def test_key_shared_skips_offsets_retention_removed() -> None:
     slot = slot_with_credit(credit=2)  # reads of 2 offsets: the gap is wider than a read
     sub.attach(slot, SubscriptionType.KEY_SHARED)
     assert delivered_offsets(await next_delivery(slot)) == [10, 11]
+    await sub.close()
+
+
+@pytest.mark.parametrize(
+    "kind", [SubscriptionType.EXCLUSIVE, SubscriptionType.FAILOVER, SubscriptionType.KEY_SHARED]
+)
+async def test_a_new_ledger_is_delivered_only_once_the_earlier_ones_are_acked(
+    kind: SubscriptionType,
+) -> None:
+    """The drain gate (docs/cluster.md section 4): offsets 0-3 are the old owner's
+    ledger, 4-7 the new one's; nothing of the new ledger goes out until 0-3 are acked."""
+    keys = [b"k0", b"k1", b"k0", b"k1"]
+    sub = subscription([keyed_batch(0, keys), keyed_batch(4, keys)])
+    cast(MemoryLog, sub.log).ledger_starts = (0, 4)
+    slot = slot_with_credit("a")
+    sub.attach(slot, kind)
+    first = [o for d in [await next_delivery(slot)] for o in delivered_offsets(d)]
+    while len(first) < 4:
+        first += delivered_offsets(await next_delivery(slot))
+    assert sorted(first) == [0, 1, 2, 3]
+    assert await nothing_within(slot, 0.3), "the new ledger waits for the old one's acks"
+    await sub.ack([(0, 2)], slot)
+    assert await nothing_within(slot, 0.3), "offset 3 is not acked yet"
+    await sub.ack([(3, 3)], slot)
+    rest: list[int] = []
+    while len(rest) < 4:
+        rest += delivered_offsets(await next_delivery(slot))
+    assert sorted(rest) == [4, 5, 6, 7]
+    await sub.close()
+
+
+async def test_a_shared_subscription_is_not_held_at_a_ledger_boundary() -> None:
+    sub = subscription([batch(0, 4), batch(4, 4)])
+    cast(MemoryLog, sub.log).ledger_starts = (0, 4)
+    slot = slot_with_credit("a")
+    sub.attach(slot, SubscriptionType.SHARED)
+    got = offsets(await next_delivery(slot)) + offsets(await next_delivery(slot))
+    assert got == list(range(8))
     await sub.close()

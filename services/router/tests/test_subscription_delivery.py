@@ -48,6 +48,7 @@ class Log:
         self.replicas: dict[str, Any] | None = None  # one storage node
         self.start_offset = 0
         self.durable_offset = batches[-1].end if batches else 0
+        self.ledger_starts: tuple[int, ...] = ()  # one ledger: no drain gate
         self.failure: Exception | None = None
         self.listeners: set[Callable[[], None]] = set()
         self.subscriptions: dict[str, Any] = {}

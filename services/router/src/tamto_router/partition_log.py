@@ -32,6 +32,7 @@ every ledger of the partition (`Rereplicate.record`).
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -121,6 +122,10 @@ class PartitionLog:
         #: Replicated only: the ledger's storage nodes (those not in `replicas` are
         #: caught up in the background) and how to reach one (None: not registered).
         self.ensemble = tuple(ensemble) or tuple(self.replicas or ())
+        #: The first offset of each of the partition's ledgers, ascending, this epoch's
+        #: last (set by `Partitions` from the ledger list): a subscription delivers a
+        #: ledger's messages only once every earlier one's were acked (`drain_gate`).
+        self.ledger_starts: tuple[int, ...] = ()
         self._client_for = client_for
         self._rereplicate = rereplicate
         #: Spares being caught up in place of a member that stayed down (new: old)
@@ -448,3 +453,13 @@ class PartitionLog:
                     await task
         for subscription in list(self.subscriptions.values()):
             await subscription.close()
+
+
+def drain_gate(ledger_starts: Sequence[int], ack_floor: int) -> int | None:
+    """Where delivery to a subscription whose ack floor is `ack_floor` stops for now:
+    the first offset of the first ledger above it (that ledger's messages wait until
+    every earlier one was acked, so a key's order holds across a change of owner,
+    docs/cluster.md section 4), or None when the floor is in the last ledger. It is
+    derived from the ledger list and the cursor only, so it survives restarts."""
+    i = bisect.bisect_right(ledger_starts, ack_floor)
+    return ledger_starts[i] if i < len(ledger_starts) else None

@@ -210,7 +210,7 @@ class Partitions:
             open_s=round(opened - claimed, 3),
             dedup_s=round(time.monotonic() - opened, 3),
         )
-        return PartitionLog(
+        opened_log = PartitionLog(
             stream,
             partition,
             result.epoch,
@@ -223,6 +223,10 @@ class Partitions:
             client_for,
             rereplicate,
         )
+        # This epoch's ledger starts at the log's end (the first ledger at 0).
+        earlier = tuple(x.first_offset for x in ledgers.ledgers)
+        opened_log.ledger_starts = (*earlier, bounds.next_offset if earlier else 0)
+        return opened_log
 
     def _client_for(
         self, stream: str, partition: int, epoch: int, ensemble: tuple[str, ...], quorum: int

@@ -46,7 +46,7 @@ from tamto_router.cursor_commits import CursorCommits
 from tamto_router.cursors import commit_cursor
 from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
 from tamto_router.model import Batch, Delivery, SubscriptionType
-from tamto_router.partition_log import PartitionLog
+from tamto_router.partition_log import PartitionLog, drain_gate
 from tamto_router.runs import Run, as_runs, deliverable, minus, unacked_runs
 from tamto_router.slots import ConsumerSlot, Credit
 from tamto_router.strategies import Strategy, for_type
@@ -346,10 +346,21 @@ class Subscription:
             self.pending.remove(due[0])
             await self._send_range(slot, due[0].first, due[0].last, due[0].count)
             return True
-        if self.position < self.log.durable_offset:
+        if self.position < self.fresh_end():
             await self._send_fresh(slot)
             return True
         return False
+
+    def fresh_end(self) -> int:
+        """The offset below which fresh messages may be delivered now: the durable end,
+        or, for every type but shared, the start of the first ledger above the ack floor
+        (`partition_log.drain_gate`): a new owner's messages wait until every message of
+        the earlier ledgers was acked, so a key's order holds across a move."""
+        end = self.log.durable_offset
+        if self.type is SubscriptionType.SHARED:
+            return end
+        gate = drain_gate(self.log.ledger_starts, self.acks.floor)
+        return end if gate is None else min(end, gate)
 
     async def read(self, first: int, want: int) -> list[Batch] | None:
         """Stored batches from `first` on; None when `first` is below the partition's
@@ -379,7 +390,7 @@ class Subscription:
 
     async def _send_fresh(self, slot: ConsumerSlot) -> None:
         want = max(1, min(self.read_max, slot.credit.available))
-        start = self.position
+        start, end = self.position, self.fresh_end()
         batches = await self.read(start, want)
         if batches is None:
             return  # below the partition's start: skipped to it
@@ -391,11 +402,13 @@ class Subscription:
             )
         budget = self._budget(slot)
         for batch in batches:
-            stopped = self._hand_out(slot, batch, start, batch.end - 1, 0, budget)
+            if batch.base_offset >= end:
+                return  # past the drain gate (`fresh_end`)
+            stopped = self._hand_out(slot, batch, start, min(batch.end, end) - 1, 0, budget)
             if stopped is not None:
                 self.position = max(self.position, stopped)
                 return
-            self.position = max(self.position, batch.end)
+            self.position = max(self.position, min(batch.end, end))
             if budget is not None:
                 budget = slot.credit.available
 

@@ -47,6 +47,10 @@ class Host(Protocol):
         """Stored batches from `first`; None when retention moved the start past it."""
         ...
 
+    def fresh_end(self) -> int:
+        """The offset below which fresh messages may be delivered now (the drain gate)."""
+        ...
+
     async def serve(self, slot: ConsumerSlot, now: float) -> bool:
         """Send `slot` the first due redelivery, else fresh data; False when there is none."""
         ...

@@ -56,9 +56,10 @@ class KeyShared(Strategy):
         for run in due:
             host.pending.remove(run)
         sources = [(r.first, r.last, r.count, False) for r in due]
-        if host.position < host.log.durable_offset:
+        fresh_end = host.fresh_end()
+        if host.position < fresh_end:
             credit = host.consumers.credit_up_to(host.read_max)
-            want = max(1, min(host.read_max, credit))
+            want = max(1, min(host.read_max, credit, fresh_end - host.position))
             sources.append((host.position, host.position + want - 1, 0, True))
         if not sources:
             return False
