@@ -69,6 +69,17 @@ class ServiceConfig:
     etcd_endpoints: str = setting(
         "127.0.0.1:2379", "comma-separated etcd host:port list", lambda v: endpoints_check(v)
     )
+    discovery: str = setting(
+        "",
+        "find etcd by DNS instead of --etcd-endpoints: srv:<record>, e.g. "
+        "srv:_tamto._tcp.example.org (resolved once at start-up)",
+        lambda v: discovery_check(v),
+    )
+    discovery_resolver: str = setting(
+        "",
+        "host:port of the DNS server --discovery asks (default: the system's resolv.conf)",
+        lambda v: resolver_check(v),
+    )
     nats_url: str = setting("nats://127.0.0.1:4222", "internal bus URL")
     instance_id: str = setting("", "member id in etcd (default: host-pid-random)")
     lease_ttl_s: int = setting(5, "membership lease TTL in seconds", positive)
@@ -141,6 +152,42 @@ def endpoints_check(text: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+
+
+#: The prefix of a `--discovery` setting naming a DNS SRV record (`tamto_common.discovery`).
+SRV_PREFIX = "srv:"
+
+
+def srv_name(discovery: str) -> str:
+    """The record name of a `srv:<name>` discovery setting; ValueError if it is not one."""
+    name = discovery[len(SRV_PREFIX) :] if discovery.startswith(SRV_PREFIX) else ""
+    if not name.strip("."):
+        raise ValueError(
+            f"expected srv:<record name>, e.g. srv:_tamto._tcp.example.org, got {discovery!r}"
+        )
+    return name
+
+
+def discovery_check(text: str) -> str | None:
+    """The check of `--discovery`: empty (static endpoints) or `srv:<name>`."""
+    if not text:
+        return None
+    try:
+        srv_name(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def resolver_check(text: str) -> str | None:
+    """The check of `--discovery-resolver`: empty (the system's resolver) or one host:port."""
+    if not text:
+        return None
+    try:
+        endpoints = parse_endpoints(text)
+    except ValueError as exc:
+        return str(exc)
+    return None if len(endpoints) == 1 else f"expected one host:port, got {text!r}"
 
 
 def _parse(kind: Any, raw: str) -> Any:

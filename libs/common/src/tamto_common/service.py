@@ -31,6 +31,7 @@ from nats.aio.client import Client as NatsClient
 from tamto_common.bus import connect_bus, publish_event
 from tamto_common.channels import SERVER_OPTIONS, use_tls_for_peers
 from tamto_common.config import ServiceConfig, load_config
+from tamto_common.discovery import with_discovered_etcd
 from tamto_common.errors import ConfigError, TamtoError
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.logging import configure_logging
@@ -96,6 +97,8 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     metrics_port = start_metrics_server(config.host, config.metrics_port)
 
+    # `--discovery srv:<record>`: etcd's endpoints come from DNS (issue 21, Deliver 6).
+    config = await with_discovered_etcd(config)
     # Started while etcd or NATS is down: serve as soon as they answer (issue 19).
     etcd = await until_reachable("etcd", lambda: connect_etcd(config.etcd_hosts(), timeout_s=1))
     bus = await connect_bus(config.nats_url, name=f"tamto-{service}-{config.member_id}")
