@@ -7,6 +7,15 @@ Every gateway subscribes only as narrowly as its consumers' patterns allow
 itself. What the bus carries is an encoded `EphemeralDelivery`; the gateway
 forwards those bytes to its consumers as they are (`delivery_event`).
 
+The publishing gateway hands a batch to its own matching entities at once,
+without the bus round trip (`_deliver_here`): every plain consumer, and each
+group it knows no member of on another gateway. The bus message still goes out
+for the other gateways, with headers naming its origin and the groups already
+served; the origin's own subscriptions skip it for plain consumers, and every
+gateway skips it for a served group, so each entity still gets a batch once
+whatever the announcements said when it was published. A group with members on
+several gateways is left to the bus's queue group, which balances it across them.
+
 Entities: a consumer without a group is an entity of its own (one bus
 subscription per distinct filter on this gateway, shared by its consumers); a
 group is an entity per (stream, group, pattern), whose gateways join one NATS
@@ -58,6 +67,12 @@ ANNOUNCE_S: Final = 2.0
 #: Room left in a bus message for the `EphemeralDelivery` around the Arrow bytes
 #: (names, topic and numbers: topics and names are at most a few hundred bytes).
 _ENVELOPE_BYTES: Final = 4096
+#: Bus message headers: the publishing gateway's id, the batch's message count (so a
+#: receiver need not parse the delivery) and the groups served at the origin
+#: (`group/pattern`, comma separated: neither character is legal in either).
+ORIGIN_HEADER: Final = "Tamto-Origin"
+COUNT_HEADER: Final = "Tamto-Count"
+SERVED_HEADER: Final = "Tamto-Served"
 
 PUBLISHED = Counter(
     "tamto_ephemeral_published_messages",
@@ -225,8 +240,12 @@ class EphemeralHub:
                 batch=messages_pb2.RecordBatch(arrow_ipc=piece, count=piece_count),
                 response_stream=response_stream,
                 publish_time_us=publish_time_us,
-            )
-            await self._bus.publish(subject, delivery.SerializeToString())
+            ).SerializeToString()
+            headers = {ORIGIN_HEADER: self._id, COUNT_HEADER: str(piece_count)}
+            served = self._deliver_here(stream.name, topic, delivery, piece_count)
+            if served:
+                headers[SERVED_HEADER] = ",".join(served)
+            await self._bus.publish(subject, delivery, headers=headers)
         PUBLISHED.labels(stream.name).inc(count)
         matched = self.matching_entities(stream.name, topic)
         if matched == 0:
@@ -248,6 +267,33 @@ class EphemeralHub:
             *self._pieces(slice_batch(arrow_ipc, 0, half), half),
             *self._pieces(slice_batch(arrow_ipc, half, count - half), count - half),
         ]
+
+    def _deliver_here(self, stream: str, topic: str, delivery: bytes, count: int) -> list[str]:
+        """Give a batch published at this gateway to its matching entities here: every
+        plain consumer, and each group with no member known on another gateway.
+        Returns the groups served (`group/pattern`), for the bus message's header."""
+        served: list[str] = []
+        for (entity_stream, group, _), entity in self._entities.items():
+            if entity_stream != stream or not entity.members:
+                continue
+            if not entity.pattern.matches(topic):
+                continue
+            if group:
+                if self._remote_has(entity.key):
+                    continue  # the bus's queue group balances it across gateways
+                served.append(f"{group}/{entity.pattern.text}")
+            member = entity.pick()
+            if member is not None:
+                member.offer(delivery, count)
+        return served
+
+    def _remote_has(self, key: tuple[str, str, str]) -> bool:
+        """Whether another gateway announced entity `key` (and the announcement holds)."""
+        now = time.monotonic()
+        return any(
+            expires >= now and any(k == key for k, _ in streams.get(key[0], ()))
+            for expires, streams in self._remote.values()
+        )
 
     def matching_entities(self, stream: str, topic: str) -> int:
         """Entities (here and announced by other gateways) whose pattern matches."""
@@ -340,15 +386,26 @@ class EphemeralHub:
         async def dispatch(msg: Msg) -> None:
             topic = topic_of_subject(msg.subject)
             data = msg.data
+            headers = msg.headers or {}
+            mine = headers.get(ORIGIN_HEADER) == self._id
+            served: set[str] | None = None
             count = 0
             for entity in entities:
                 if not entity.pattern.matches(topic):
                     continue
+                group = entity.key[1]
+                if group:
+                    if served is None:
+                        served = set(headers.get(SERVED_HEADER, "").split(","))
+                    if f"{group}/{entity.pattern.text}" in served:
+                        continue  # its origin gave it to a member already
+                elif mine:
+                    continue  # delivered when it was published here (`_deliver_here`)
                 member = entity.pick()
                 if member is None:
                     continue
                 if not count:
-                    count = _batch_count(data)
+                    count = _batch_count(data, headers)
                 member.offer(data, count)
 
         return dispatch  # type: ignore[return-value]
@@ -394,8 +451,10 @@ class EphemeralHub:
             self._remote[gateway] = (time.monotonic() + 3 * ANNOUNCE_S, streams)
 
 
-def _batch_count(delivery: bytes) -> int:
-    """The message count of an encoded `EphemeralDelivery` (parses the small message;
-    the Arrow bytes are not looked at)."""
+def _batch_count(delivery: bytes, headers: dict[str, str]) -> int:
+    """The message count of a bus message: its header, else (a message without it)
+    parsed from the encoded `EphemeralDelivery`."""
+    if COUNT_HEADER in headers:
+        return int(headers[COUNT_HEADER])
     parsed = gateway_pb2.EphemeralDelivery.FromString(delivery)
     return int(parsed.batch.count)

@@ -1,0 +1,139 @@
+"""EphemeralHub's local delivery: a batch published at a gateway reaches that
+gateway's own consumers without the bus round trip, and every entity still gets
+it once when other gateways are attached (two hubs on a real NATS, each its own
+"gateway")."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import nats
+import pytest
+from nats.aio.client import Client as NatsClient
+
+from tamto_common.streams import StreamDef
+from tamto_common.topics import TopicPattern
+from tamto_gateway.ephemeral import (
+    COUNT_HEADER,
+    ORIGIN_HEADER,
+    SERVED_HEADER,
+    EphemeralConsumer,
+    EphemeralHub,
+)
+from tamto_protocol.batch import encode_record_batch, make_batch
+from tamto_sdk.columns import binary_array
+from tamto_testing.waiting import eventually
+
+
+def ephemeral_stream() -> StreamDef:
+    return StreamDef(
+        name=f"hub-{uuid.uuid4().hex[:8]}",
+        partitions=1,
+        kind="ephemeral",
+        buffer_messages=1000,
+        overflow="drop_oldest",
+        request_timeout_ms=30_000,
+    )
+
+
+def one_message(payload: bytes) -> bytes:
+    return encode_record_batch(make_batch(binary_array([payload])))
+
+
+@pytest.fixture
+async def hubs(nats_url: str) -> AsyncIterator[tuple[EphemeralHub, EphemeralHub]]:
+    """Two gateways' hubs, each on its own bus connection."""
+    async with AsyncExitStack() as stack:
+        made: list[EphemeralHub] = []
+        for _ in range(2):
+            bus: NatsClient = await nats.connect(nats_url)
+            stack.push_async_callback(bus.close)
+            hub = EphemeralHub(bus)
+            await hub.start()
+            stack.push_async_callback(hub.close)
+            made.append(hub)
+        yield made[0], made[1]
+
+
+async def join(
+    stack: AsyncExitStack, hub: EphemeralHub, stream: StreamDef, group: str = "", match: str = "#"
+) -> EphemeralConsumer:
+    consumer, _ = await stack.enter_async_context(
+        hub.consumer(stream, TopicPattern.parse(match), group)
+    )
+    return consumer
+
+
+async def settled(hubs: Sequence[EphemeralHub]) -> None:
+    """Every bus message published so far has been dispatched by every hub: each
+    connection's PING answered, then no subscription holds an undispatched message."""
+    for hub in hubs:
+        await hub._bus.flush()
+
+    def idle() -> bool:
+        return all(sub.pending_msgs == 0 for hub in hubs for sub in hub._bus._subs.values())
+
+    await eventually(idle, 10, "every bus message dispatched")
+
+
+async def test_a_batch_reaches_this_gateways_consumers_without_the_bus(
+    hubs: tuple[EphemeralHub, EphemeralHub], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the bus delivering anything back, the publishing gateway's plain
+    consumer and group member have the batch; the bus message names its origin,
+    its count and the group served here."""
+    hub, _ = hubs
+    stream = ephemeral_stream()
+    sent: list[tuple[str, bytes, dict[str, str]]] = []
+
+    async def publish(subject: str, payload: bytes = b"", headers: Any = None) -> None:
+        sent.append((subject, payload, dict(headers or {})))
+
+    async with AsyncExitStack() as stack:
+        alone = await join(stack, hub, stream)
+        member = await join(stack, hub, stream, group="billing", match="orders.*")
+        monkeypatch.setattr(hub._bus, "publish", publish)  # the bus swallows it
+        assert await hub.publish(stream, "orders.eu", one_message(b"x"), 1) == 2
+        assert alone.buffered == 1
+        assert member.buffered == 1
+        (subject, _, headers) = sent[-1]
+        assert subject.startswith(f"tamto.eph.{stream.name}.orders.eu")
+        assert headers[ORIGIN_HEADER] == hub._id
+        assert headers[COUNT_HEADER] == "1"
+        assert headers[SERVED_HEADER] == "billing/orders.*"
+
+
+async def test_each_entity_gets_each_batch_once_with_a_second_gateway(
+    hubs: tuple[EphemeralHub, EphemeralHub],
+) -> None:
+    """Plain consumers on both gateways, a group only on the publishing one and a
+    group spread over both: each gets every batch once (the bus's echo of a batch
+    delivered locally is skipped), whether or not the publishing gateway has heard
+    of the other's members yet."""
+    one, two = hubs
+    stream = ephemeral_stream()
+    count = 40
+    async with AsyncExitStack() as stack:
+        alone_one = await join(stack, one, stream)
+        alone_two = await join(stack, two, stream)
+        solo = await join(stack, one, stream, group="solo")
+        spread = [
+            await join(stack, one, stream, group="spread"),
+            await join(stack, two, stream, group="spread"),
+        ]
+        for i in range(count // 2):
+            await one.publish(stream, "t", one_message(b"%d" % i), 1)
+        # From here on gateway one knows the spread group has a member on two.
+        await eventually(
+            lambda: one._remote_has((stream.name, "spread", "#")), 10, "gateway two's members"
+        )
+        for i in range(count // 2, count):
+            await one.publish(stream, "t", one_message(b"%d" % i), 1)
+        await settled(hubs)
+        assert alone_one.buffered == count
+        assert alone_two.buffered == count
+        assert solo.buffered == count
+        assert sum(m.buffered for m in spread) == count
