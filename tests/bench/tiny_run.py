@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 TINY_RUN = (
@@ -25,12 +25,17 @@ TINY_RUN = (
 
 
 def run_bench(
-    *args: str, cwd: Path, timeout_s: float, env: Mapping[str, str] | None = None
+    *args: str,
+    cwd: Path,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    overrides: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """`tamto bench <args> <TINY_RUN>` in a process of its own; fails the test on a
-    non-zero exit, showing what it printed."""
+    """`tamto bench <args> <TINY_RUN> <overrides>` in a process of its own (an option in
+    `overrides` wins over TINY_RUN's); fails the test on a non-zero exit, showing what
+    it printed."""
     proc = subprocess.run(
-        [sys.executable, "-m", "tamto_cli", "bench", *args, *TINY_RUN],
+        [sys.executable, "-m", "tamto_cli", "bench", *args, *TINY_RUN, *overrides],
         capture_output=True,
         text=True,
         timeout=timeout_s,

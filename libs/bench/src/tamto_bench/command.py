@@ -16,7 +16,7 @@ from rich.progress import Progress as RichProgress
 from tamto_bench.harness import BenchSetupError, TamtoTarget
 from tamto_bench.pool import BenchError
 from tamto_bench.report import finish, markdown, render
-from tamto_bench.runner import SYSTEMS, BenchOptions, run_bench
+from tamto_bench.runner import CLUSTER_REPLICAS, CLUSTER_SYSTEMS, SYSTEMS, BenchOptions, run_bench
 from tamto_cli import settings
 from tamto_common.durable import write_atomic
 
@@ -101,8 +101,19 @@ def bench(
         int, typer.Option(help="unacknowledged publishes per producer (both systems)")
     ] = 10_000,
     systems: Annotated[
-        str, typer.Option(help="what to run, of: tamto,jetstream,core,ceiling,ephemeral")
+        str,
+        typer.Option(
+            help="what to run, of: tamto,jetstream,core,ceiling,ephemeral and the cluster's "
+            "tamto-r3,jetstream-r3"
+        ),
     ] = ",".join(SYSTEMS),
+    nodes: Annotated[
+        int | None,
+        typer.Option(
+            help="storage nodes and routers of the tamto-r3 cluster (3); more than 1 also "
+            "adds tamto-r3,jetstream-r3 to --systems"
+        ),
+    ] = None,
     jetstream_sync: Annotated[
         str, typer.Option(help="JetStream sync_interval (always: fsync before every ack)")
     ] = "always",
@@ -124,9 +135,18 @@ def bench(
     """Measure throughput, latency and memory of Tamto beside NATS JetStream, and its
     ephemeral streams beside core NATS (loopback only)."""
     chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
-    unknown = [s for s in chosen if s not in SYSTEMS]
+    known = (*SYSTEMS, *CLUSTER_SYSTEMS)
+    unknown = [s for s in chosen if s not in known]
     if unknown or not chosen:
-        err.print(f"tamto bench: --systems takes {','.join(SYSTEMS)}, not {systems!r}")
+        err.print(f"tamto bench: --systems takes {','.join(known)}, not {systems!r}")
+        raise typer.Exit(2)
+    if nodes is not None and nodes > 1:
+        chosen += tuple(s for s in CLUSTER_SYSTEMS if s not in chosen)
+    if "tamto-r3" in chosen and (nodes or CLUSTER_REPLICAS) < CLUSTER_REPLICAS:
+        err.print(f"tamto bench: tamto-r3 needs --nodes {CLUSTER_REPLICAS} or more, not {nodes}")
+        raise typer.Exit(2)
+    if "tamto-r3" in chosen and not local:
+        err.print("tamto bench: tamto-r3 starts its own cluster: add --local")
         raise typer.Exit(2)
     if min(producers, consumers, partitions, window) <= 0:
         err.print("tamto bench: --producers, --consumers, --partitions and --window must be > 0")
@@ -145,6 +165,7 @@ def bench(
         systems=chosen,
         jetstream_sync=jetstream_sync,
         quick=quick,
+        nodes=nodes or CLUSTER_REPLICAS,
     )
     if options.duration_s <= 0 or min(options.sizes) < 8:
         err.print("tamto bench: --duration must be > 0 and every size at least 8 bytes")

@@ -1,14 +1,17 @@
-"""The processes a benchmark run owns: a local Tamto, a JetStream nats-server, an RSS sampler."""
+"""The processes a benchmark run owns: a local Tamto (one node or a cluster), a JetStream
+nats-server (one, or a three-server cluster), an RSS sampler, and metric scrapes."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import nats
 import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -31,7 +34,27 @@ jetstream {{
   sync_interval: {sync}
 }}
 """
+#: One server of the three-server JetStream cluster (`jetstream_cluster`): the same
+#: settings as `JETSTREAM_CONFIG`, plus routes to the other two.
+JETSTREAM_CLUSTER_CONFIG = """\
+server_name: {name}
+listen: 127.0.0.1:{port}
+max_payload: 8MB
+jetstream {{
+  store_dir: "{store}"
+  sync_interval: {sync}
+}}
+cluster {{
+  name: bench
+  listen: 127.0.0.1:{cluster_port}
+  routes: [{routes}]
+}}
+"""
+#: Servers of the JetStream cluster, and the replicas of its streams.
+JETSTREAM_CLUSTER_SERVERS = 3
 HOST = "127.0.0.1"
+#: How long each service of a local Tamto may take to report healthy.
+_READY_S = 180.0
 
 
 class BenchSetupError(Exception):
@@ -40,11 +63,18 @@ class BenchSetupError(Exception):
 
 @dataclass(frozen=True)
 class TamtoTarget:
-    """Where the Tamto under test is: gateway URL, API key and etcd endpoint."""
+    """Where the Tamto under test is: gateway URL, API key and etcd endpoint, and
+    every gateway's URL when it has several (a cluster; `url` is the first)."""
 
     url: str
     api_key: str
     etcd: str
+    gateways: tuple[str, ...] = ()
+
+    @property
+    def gateway_urls(self) -> tuple[str, ...]:
+        """The gateways to spread clients over (at least `url`)."""
+        return self.gateways or (self.url,)
 
 
 def _discard(name: str, line: str) -> None:
@@ -52,8 +82,9 @@ def _discard(name: str, line: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def local_tamto(data_dir: Path, notify: bool = False) -> AsyncIterator[TamtoTarget]:
-    """Start a whole Tamto on free loopback ports in `data_dir`; stop it on exit."""
+async def local_tamto(data_dir: Path, nodes: int = 1) -> AsyncIterator[TamtoTarget]:
+    """Start a whole Tamto on free loopback ports in `data_dir` (with `nodes` > 1: that
+    many storage nodes and routers and two gateways); stop it on exit."""
     etcd = free_port(HOST)
     config = ClusterConfig(
         data_dir=data_dir,
@@ -63,15 +94,23 @@ async def local_tamto(data_dir: Path, notify: bool = False) -> AsyncIterator[Tam
         etcd_peer_port=free_port(HOST),
         nats_port=free_port(HOST),
         log_level="warning",
+        nodes=nodes,
     )
-    cluster = LocalCluster(config, _discard, lambda message: None)
+    # Generous: the worker processes start (and import pyarrow) at the same time, and a
+    # cluster is eleven processes on a shared 2-core machine.
+    cluster = LocalCluster(config, _discard, lambda message: None, ready_timeout_s=_READY_S)
     try:
         await cluster.start()
     except LaunchError as exc:
         await cluster.stop()
         raise BenchSetupError(f"local Tamto did not start: {exc}") from None
     try:
-        yield TamtoTarget(config.gateway_url, cluster.credential, config.etcd_endpoint)
+        yield TamtoTarget(
+            config.gateway_url,
+            cluster.credential,
+            config.etcd_endpoint,
+            tuple(cluster.gateway_urls()),
+        )
     finally:
         await cluster.stop()
 
@@ -96,10 +135,10 @@ async def service_pids(etcd_endpoint: str) -> dict[str, int]:
     }
 
 
-async def storage_metrics_urls(etcd_endpoint: str) -> list[str]:
-    """The Prometheus URLs of the registered storage nodes."""
+async def metrics_urls(etcd_endpoint: str, service: str) -> list[str]:
+    """The Prometheus URLs of the registered instances of `service`."""
     members = await _members(etcd_endpoint)
-    return [f"http://{m.metrics_address}/metrics" for m in members if m.service == "storage"]
+    return [f"http://{m.metrics_address}/metrics" for m in members if m.service == service]
 
 
 #: Storage's gauge of acked bytes not sealed into Parquet yet.
@@ -109,23 +148,43 @@ UNSEALED_METRIC = "tamto_storage_unsealed_bytes"
 async def unsealed_bytes(urls: Sequence[str]) -> int:
     """What the storage nodes at `urls` still have to seal (their `UNSEALED_METRIC`);
     a node that does not answer counts as nothing left."""
-    scrapes = (asyncio.to_thread(_gauge, url, UNSEALED_METRIC) for url in urls)
-    values = await asyncio.gather(*scrapes)
-    return int(sum(values))
+    return int(await metric_sum(urls, UNSEALED_METRIC))
 
 
-def _gauge(url: str, name: str) -> float:
-    """The sum of the gauge `name`'s samples on the metrics page at `url` (blocking)."""
+#: The services' histogram of server time per gRPC call (tamto_common.grpc_errors).
+RPC_SECONDS_METRIC = "tamto_rpc_server_seconds"
+
+
+async def rpc_totals(urls: Sequence[str], method: str) -> tuple[float, int]:
+    """Seconds spent in, and number of, successful calls of `method` (a full gRPC method
+    name, e.g. ``/tamto.v1.Router/Append``) over the services at `urls` so far."""
+    labels = {"method": method, "code": "OK"}
+    seconds = await metric_sum(urls, f"{RPC_SECONDS_METRIC}_sum", labels)
+    calls = await metric_sum(urls, f"{RPC_SECONDS_METRIC}_count", labels)
+    return seconds, int(calls)
+
+
+async def metric_sum(
+    urls: Sequence[str], sample: str, labels: Mapping[str, str] | None = None
+) -> float:
+    """The sum of every `sample` (with `labels`, if given) on the metrics pages at `urls`;
+    a page that does not answer counts as 0."""
+    scrapes = (asyncio.to_thread(_sample_sum, url, sample, labels or {}) for url in urls)
+    return float(sum(await asyncio.gather(*scrapes)))
+
+
+def _sample_sum(url: str, sample: str, labels: Mapping[str, str]) -> float:
+    """`metric_sum` of one page (blocking)."""
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             text = response.read().decode()
     except OSError:
         return 0.0
     return sum(
-        sample.value
+        s.value
         for family in text_string_to_metric_families(text)
-        if family.name == name
-        for sample in family.samples
+        for s in family.samples
+        if s.name == sample and all(s.labels.get(k) == v for k, v in labels.items())
     )
 
 
@@ -156,6 +215,68 @@ async def jetstream_server(store: Path, sync: str = "always") -> AsyncIterator[t
         yield f"nats://{HOST}:{port}", proc.pid
     finally:
         await proc.stop()
+
+
+@contextlib.asynccontextmanager
+async def jetstream_cluster(
+    store: Path, sync: str = "always"
+) -> AsyncIterator[tuple[str, dict[str, int]]]:
+    """`JETSTREAM_CLUSTER_SERVERS` nats-servers with JetStream, clustered over loopback
+    routes, each with its own file store under `store`.
+
+    Yields the client URLs (comma-separated, for `nats.connect`) and each server's pid,
+    once the cluster has elected its JetStream meta leader (streams can be created).
+    """
+    n = JETSTREAM_CLUSTER_SERVERS
+    ports = [free_port(HOST) for _ in range(n)]
+    cluster_ports = [free_port(HOST) for _ in range(n)]
+    routes = ", ".join(f"nats-route://{HOST}:{p}" for p in cluster_ports)
+    procs: list[ManagedProcess] = []
+    async with contextlib.AsyncExitStack() as stack:
+        for i in range(n):
+            name = f"js-{i + 1}"
+            conf = store / name / "nats-server.conf"
+            text = JETSTREAM_CLUSTER_CONFIG.format(
+                name=name,
+                port=ports[i],
+                store=store / name / "data",
+                sync=sync,
+                cluster_port=cluster_ports[i],
+                routes=routes,
+            )
+            await asyncio.to_thread(_write_config, conf, text)
+            proc = ManagedProcess(name, [str(binary("nats-server")), "-c", str(conf)])
+            await proc.start()
+            stack.push_async_callback(proc.stop)
+            procs.append(proc)
+        url = ",".join(f"nats://{HOST}:{p}" for p in ports)
+        try:
+            for port in ports:
+                await wait_until(functools.partial(tcp_open, HOST, port), 30, "nats-server")
+            await wait_until(lambda: _jetstream_ready(url), 60, "JetStream meta leader")
+        except TimeoutError as exc:
+            tails = [line for proc in procs for line in proc.tail[-2:]]
+            raise BenchSetupError(f"JetStream cluster: {exc}; output: {tails}") from None
+        pids = {proc.name: proc.pid for proc in procs if proc.pid is not None}
+        if len(pids) != n:
+            raise BenchSetupError("a nats-server of the JetStream cluster did not start")
+        yield url, pids
+
+
+async def _jetstream_ready(url: str) -> bool:
+    """Whether the JetStream cluster at `url` answers account requests (it has a meta
+    leader, so a stream can be created)."""
+    try:
+        nc = await nats.connect(url.split(","), max_reconnect_attempts=0, connect_timeout=2)
+    except Exception:  # not up yet
+        return False
+    try:
+        await nc.jetstream(timeout=2).account_info()
+    except Exception:  # no meta leader yet
+        return False
+    finally:
+        await nc.close()
+    return True
 
 
 @dataclass(frozen=True)

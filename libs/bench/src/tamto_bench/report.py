@@ -25,6 +25,14 @@ SEQUENTIAL_P50_MS = 1.0
 SEQUENTIAL_P99_MS = 3.0
 PER_MESSAGE_MSGS_S = 250_000.0
 PER_MESSAGE_RATIO = 5.0
+PUBLISH_TO_DELIVER_P50_MS = 3.0
+LOW_RATE = 1000.0
+LATENCY_P99_BIG_MS = 20.0
+#: Issue 21's cluster targets: R=3 publish at least half of R=1's at 1 KiB, and
+#: 10x JetStream R3's; issue 22's latency targets on the cluster are relaxed by the
+#: replication round trip (`replication_round_trip_ms`).
+R3_SHARE_OF_R1 = 0.5
+R3_SHARE_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,7 @@ def verdicts(doc: dict[str, Any]) -> list[Verdict]:
             mb = _get(doc, size, "tamto", "publish_mb_s")
             out.append(Verdict("10 KiB ≥ 150 MB/s", int(size), mb, BIG_MB_S, mb >= BIG_MB_S))
         out += _everyday_verdicts(doc, size)
+        out += _cluster_verdicts(doc, size, systems)
         out += _ephemeral_verdicts(doc, size, systems)
         if "ceiling" in systems and "tamto" in systems:
             share = r["publish_vs_ceiling"]
@@ -165,6 +174,161 @@ def _everyday_verdicts(doc: dict[str, Any], size: str) -> list[Verdict]:
                 )
             )
     return out
+
+
+def replication_round_trip_ms(doc: dict[str, Any], size: str) -> float:
+    """What replication adds to one durable append at `size`: the routers' mean server
+    time per Append during the R=3 sequential publish minus the same on one node (R=1),
+    both measured in this run (0 if R=3 came out faster). Sizes without a sequential
+    phase take the largest measured at another size; NaN if none was."""
+
+    def one(size: str) -> float:
+        r3 = _get(doc, size, "tamto_r3", "seq_router_append_ms")
+        r1 = _get(doc, size, "tamto", "seq_router_append_ms")
+        return max(0.0, r3 - r1) if not (math.isnan(r3) or math.isnan(r1)) else math.nan
+
+    here = one(size)
+    if not math.isnan(here):
+        return here
+    others = [v for v in (one(s) for s in doc["sizes"]) if not math.isnan(v)]
+    return max(others) if others else math.nan
+
+
+def _cluster_verdicts(doc: dict[str, Any], size: str, systems: dict[str, Any]) -> list[Verdict]:
+    """Issue 21's throughput targets for R=3, and issue 22's targets on the cluster
+    (latency bars relaxed by the replication round trip)."""
+    out: list[Verdict] = []
+    if "tamto_r3" not in systems:
+        return out
+    n = int(size)
+    pub = _get(doc, size, "tamto_r3", "publish_msgs_s")
+    if n == R3_SHARE_SIZE and "tamto" in systems:
+        share = _ratio(pub, _get(doc, size, "tamto", "publish_msgs_s"))
+        out.append(
+            Verdict("R=3 publish ≥ 0.5x R=1", n, share, R3_SHARE_OF_R1, share >= R3_SHARE_OF_R1)
+        )
+    if "jetstream_r3" in systems:
+        ratio = _ratio(pub, _get(doc, size, "jetstream_r3", "publish_msgs_s"))
+        out.append(
+            Verdict(
+                "R=3 publish ≥ 10x JetStream R3",
+                n,
+                ratio,
+                THROUGHPUT_RATIO,
+                ratio >= THROUGHPUT_RATIO,
+            )
+        )
+    trip = replication_round_trip_ms(doc, size)
+    relax = 0.0 if math.isnan(trip) else trip
+
+    def at_most(target: str, value: float, bar: float) -> None:
+        out.append(Verdict(target, n, value, bar + relax, value <= bar + relax))
+
+    if "seq_p50_ms" in systems["tamto_r3"]:
+        at_most(
+            "R=3 send_and_wait p50 ≤ 1 ms + rt",
+            _get(doc, size, "tamto_r3", "seq_p50_ms"),
+            SEQUENTIAL_P50_MS,
+        )
+        at_most(
+            "R=3 send_and_wait p99 ≤ 3 ms + rt",
+            _get(doc, size, "tamto_r3", "seq_p99_ms"),
+            SEQUENTIAL_P99_MS,
+        )
+    low = systems["tamto_r3"].get(f"latency_{LOW_RATE:g}")
+    if low is not None:
+        at_most("R=3 p50 ≤ 3 ms + rt @ 1,000/s", _num(low["p50_ms"]), PUBLISH_TO_DELIVER_P50_MS)
+    high = systems["tamto_r3"].get(f"latency_{LATENCY_RATE:g}")
+    if high is not None:
+        bar = LATENCY_P99_BIG_MS if n >= BIG_SIZE else LATENCY_P99_MS
+        at_most(f"R=3 p99 ≤ {bar:g} ms + rt @ 5,000/s", _num(high["p99_ms"]), bar)
+    rate = _get(doc, size, "tamto_r3", "iter_consume_msgs_s")
+    if not math.isnan(rate):
+        out.append(
+            Verdict(
+                "R=3 per-message consume ≥ 250,000 msg/s",
+                n,
+                rate,
+                PER_MESSAGE_MSGS_S,
+                rate >= PER_MESSAGE_MSGS_S,
+            )
+        )
+    return out
+
+
+def cluster_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """The cluster beside one node: metric, size, Tamto R=1, Tamto R=3, R=3/R=1,
+    JetStream R3, Tamto R=3/JetStream R3."""
+    out: list[list[str]] = []
+    for size, systems in doc["sizes"].items():
+        if "tamto_r3" not in systems and "jetstream_r3" not in systems:
+            continue
+
+        def row(label: str, key: str, size: str = size) -> list[str]:
+            r1, r3 = _get(doc, size, "tamto", key), _get(doc, size, "tamto_r3", key)
+            js = _get(doc, size, "jetstream_r3", key)
+            return [
+                label,
+                size,
+                _fmt(r1),
+                _fmt(r3),
+                _fmt(_ratio(r3, r1), "x"),
+                _fmt(js),
+                _fmt(_ratio(r3, js), "x"),
+            ]
+
+        out.append(row("publish msg/s", "publish_msgs_s"))
+        out.append(row("publish MB/s", "publish_mb_s"))
+        out.append(row("consume+ack msg/s", "consume_msgs_s"))
+        for label, key in (
+            ("send_and_wait one at a time msg/s", "seq_publish_msgs_s"),
+            ("send_and_wait p50 ms", "seq_p50_ms"),
+            ("send_and_wait p99 ms", "seq_p99_ms"),
+            ("router Append mean ms (send_and_wait)", "seq_router_append_ms"),
+            ("per-message consume+ack msg/s", "iter_consume_msgs_s"),
+        ):
+            if any(key in systems.get(s, {}) for s in ("tamto_r3", "jetstream_r3")):
+                out.append(row(label, key))
+        trip = replication_round_trip_ms(doc, size)
+        if not math.isnan(trip):
+            out.append(["replication round trip ms", size, "", _fmt(trip), "", "", ""])
+        keys = {
+            k
+            for s in ("tamto_r3", "jetstream_r3")
+            for k in systems.get(s, {})
+            if k.startswith("latency_")
+        }
+        for key in sorted(keys, key=lambda k: float(k.split("_", 1)[1])):
+            rate = int(float(key.split("_", 1)[1]))
+            for label, field in (("p50", "p50_ms"), ("p99", "p99_ms"), ("p99.9", "p999_ms")):
+                cells = []
+                for system in ("tamto", "tamto_r3", "jetstream_r3"):
+                    summary = systems.get(system, {}).get(key, {})
+                    cells.append((_num(summary.get(field)), bool(summary.get("saturated"))))
+                (r1, _), (r3, r3_sat), (js, js_sat) = cells
+                out.append(
+                    [
+                        f"latency {label} ms @ {rate:,}/s",
+                        size,
+                        _fmt(r1),
+                        _fmt(r3) + (" (sat.)" if r3_sat else ""),
+                        _fmt(_ratio(r3, r1), "x"),
+                        _fmt(js) + (" (sat.)" if js_sat else ""),
+                        _fmt(_ratio(r3, js), "x"),
+                    ]
+                )
+    return out
+
+
+CLUSTER_HEADERS = [
+    "cluster",
+    "size B",
+    "Tamto R=1",
+    "Tamto R=3",
+    "R=3/R=1",
+    "JetStream R3",
+    "Tamto R=3/JS R3",
+]
 
 
 def _ephemeral_verdicts(doc: dict[str, Any], size: str, systems: dict[str, Any]) -> list[Verdict]:
@@ -253,12 +417,17 @@ def finish(doc: dict[str, Any]) -> dict[str, Any]:
     """Add the ratios and the target verdicts to a run's document."""
     doc["ratios"] = {size: ratios(doc, size) for size in doc["sizes"]}
     doc["targets"] = [asdict(v) for v in verdicts(doc)]
+    doc["replication_round_trip_ms"] = {
+        size: replication_round_trip_ms(doc, size)
+        for size, systems in doc["sizes"].items()
+        if "tamto_r3" in systems
+    }
     return doc
 
 
 def _is_ratio(target: str) -> bool:
     """Whether a target's bar is a ratio (e.g. "publish ≥ 10x JetStream")."""
-    return "x JetStream" in target or "x core NATS" in target
+    return "x JetStream" in target or "x core NATS" in target or "x R=1" in target
 
 
 def _fmt(value: float, unit: str = "") -> str:
@@ -387,14 +556,18 @@ def render(doc: dict[str, Any], console: Console) -> None:
         previous = row[1]
         table.add_row(*row)
     console.print(table)
-    eph = ephemeral_rows(doc)
-    if eph:
-        eph_table = Table(title="ephemeral streams", header_style="bold")
-        for i, header in enumerate(EPHEMERAL_HEADERS):
-            eph_table.add_column(header, justify="left" if i == 0 else "right")
-        for row in eph:
-            eph_table.add_row(*row)
-        console.print(eph_table)
+    for title, headers, extra in (
+        ("ephemeral streams", EPHEMERAL_HEADERS, ephemeral_rows(doc)),
+        ("the cluster (R=3) beside one node", CLUSTER_HEADERS, cluster_rows(doc)),
+    ):
+        if not extra:
+            continue
+        extra_table = Table(title=title, header_style="bold")
+        for i, header in enumerate(headers):
+            extra_table.add_column(header, justify="left" if i == 0 else "right")
+        for row in extra:
+            extra_table.add_row(*row)
+        console.print(extra_table)
     memory = Table(title="peak RSS (MiB)", header_style="bold")
     memory.add_column("system")
     memory.add_column("process")
@@ -428,6 +601,10 @@ def markdown(doc: dict[str, Any]) -> str:
     if eph:
         lines += ["", "| " + " | ".join(EPHEMERAL_HEADERS) + " |", "|" + "---|" * 5]
         lines += ["| " + " | ".join(row) + " |" for row in eph]
+    cluster = cluster_rows(doc)
+    if cluster:
+        lines += ["", "| " + " | ".join(CLUSTER_HEADERS) + " |", "|" + "---|" * 7]
+        lines += ["| " + " | ".join(row) + " |" for row in cluster]
     lines += ["", "| target | size B | measured | bar | |", "|---|---|---|---|---|"]
     for v in verdicts(doc):
         unit = "%" if "ceiling" in v.target else "x" if _is_ratio(v.target) else ""

@@ -1,16 +1,25 @@
-"""The benchmark plan: which phases run, in what order, and what each one records."""
+"""The benchmark plan: which phases run, in what order, and what each one records.
+
+Besides the one-node systems (`SYSTEMS`) a run may measure the cluster
+(`CLUSTER_SYSTEMS`): "tamto-r3", a local Tamto of `--nodes` storage nodes and
+routers with two gateways and streams of replication factor 3 and ack quorum 2,
+and "jetstream-r3", three clustered nats-servers with streams of 3 replicas.
+Their workers are the same as the one-node systems' ("tamto" and "jetstream"
+jobs); their results are recorded under "tamto_r3" and "jetstream_r3".
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import os
 import platform
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,13 +31,17 @@ import tamto_sdk
 from tamto_bench.ceiling import BATCH_MESSAGES
 from tamto_bench.harness import (
     HOST,
+    JETSTREAM_CLUSTER_CONFIG,
+    JETSTREAM_CLUSTER_SERVERS,
     JETSTREAM_CONFIG,
     RssSampler,
     TamtoTarget,
+    jetstream_cluster,
     jetstream_server,
     local_tamto,
+    metrics_urls,
+    rpc_totals,
     service_pids,
-    storage_metrics_urls,
     unsealed_bytes,
 )
 from tamto_bench.nats_jobs import push_consumer_config, subject_of
@@ -39,6 +52,15 @@ from tamto_local.ports import free_port
 from tamto_protocol.partitioning import partition_for_key
 
 SYSTEMS = ("tamto", "jetstream", "core", "ceiling", "ephemeral")
+#: The cluster beside the one node: not run unless asked for (`--systems` or `--nodes`).
+CLUSTER_SYSTEMS = ("tamto-r3", "jetstream-r3")
+#: The worker jobs (spec.system) each benchmarked system runs.
+_WORKER_SYSTEM = {"tamto-r3": "tamto", "jetstream-r3": "jetstream"}
+#: The replication factor and ack quorum of "tamto-r3"'s streams (JetStream R3: 3 replicas).
+CLUSTER_REPLICAS = 3
+CLUSTER_QUORUM = 2
+#: The router's append call, timed by its RPC histogram (the replication round trip).
+ROUTER_APPEND = "/tamto.v1.Router/Append"
 #: Ephemeral fan-out: this many consumers, over two subscriber workers.
 FAN_OUT = 100
 #: Requests in flight per requester worker (both systems).
@@ -74,6 +96,8 @@ class BenchOptions:
     systems: tuple[str, ...] = SYSTEMS
     jetstream_sync: str = "always"
     quick: bool = False
+    #: Storage nodes and routers of the local "tamto-r3" cluster.
+    nodes: int = CLUSTER_REPLICAS
 
 
 class Progress(Protocol):
@@ -111,6 +135,12 @@ def latency_summary(results: list[JobResult], rate: float) -> dict[str, Any]:
     return summary
 
 
+def result_key(system: str) -> str:
+    """Where a system's results go in the JSON ("core" → "core_nats", "tamto-r3" →
+    "tamto_r3")."""
+    return "core_nats" if system == "core" else system.replace("-", "_")
+
+
 def drain_rate(results: list[JobResult]) -> tuple[int, float]:
     """Messages consumed by all consumers, and the rate from the common start to the last."""
     total = sum(r.total for r in results)
@@ -130,9 +160,19 @@ class Runner:
     workdir: Path
     tamto: TamtoTarget | None = None
     nats_url: str | None = None
+    #: The cluster: a Tamto of several nodes, three clustered nats-servers.
+    tamto_r3: TamtoTarget | None = None
+    nats_r3_url: str | None = None
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     _tamto_admin: tamto_sdk.Client | None = None
+    _tamto_r3_admin: tamto_sdk.Client | None = None
     _nats_admin: Any = None
+    _nats_r3_admin: Any = None
+    #: Each cluster system's client targets, taken in turn by its workers (clients
+    #: spread over the gateways, and over the nats-servers).
+    _turns: dict[str, Iterator[str]] = field(default_factory=dict)
+    #: Each Tamto's routers' metrics pages, by system ("tamto", "tamto-r3").
+    router_metrics: dict[str, list[str]] = field(default_factory=dict)
     _run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
 
     def phases(self) -> list[Phase]:
@@ -170,6 +210,9 @@ class Runner:
                             self._bind(self._latency, "jetstream", size, rate),
                         )
                     )
+            for system in CLUSTER_SYSTEMS:
+                if system in o.systems:
+                    plan += self._durable_phases(system, size)
             if "core" in o.systems:
                 plan.append((f"core NATS pub/sub {size} B", self._bind(self._core_pubsub, size)))
                 for rate in o.rates:
@@ -183,6 +226,23 @@ class Runner:
                 plan.append((f"bare ceiling {size} B", self._bind(self._ceiling, size)))
             if "ephemeral" in o.systems:
                 plan += self._ephemeral_phases(size, first=size == o.sizes[0])
+        return plan
+
+    def _durable_phases(self, system: str, size: int) -> list[Phase]:
+        """A cluster system's durable workloads, as the one-node systems run them: publish,
+        issue 22's everyday calls, consume+ack, latency at every rate."""
+        plan: list[Phase] = [
+            (f"{system} publish {size} B", self._bind(self._publish, system, size))
+        ]
+        plan += self._everyday_phases(system, size)
+        plan.append((f"{system} consume+ack {size} B", self._bind(self._drain, system, size)))
+        for rate in self.options.rates:
+            plan.append(
+                (
+                    f"{system} latency {size} B @ {rate:g}/s",
+                    self._bind(self._latency, system, size, rate),
+                )
+            )
         return plan
 
     def _everyday_phases(self, system: str, size: int) -> list[Phase]:
@@ -249,22 +309,39 @@ class Runner:
         return lambda: fn(*args)
 
     def _record(self, size: int, system: str, values: dict[str, Any]) -> None:
-        self.results[str(size)].setdefault(system, {}).update(values)
+        self.results[str(size)].setdefault(result_key(system), {}).update(values)
+
+    def _target(self, system: str) -> str:
+        """Where a worker of `system` connects; a cluster's workers take its gateways
+        (or servers) in turn."""
+        if system in CLUSTER_SYSTEMS:
+            if system not in self._turns:
+                if system == "tamto-r3":
+                    assert self.tamto_r3 is not None
+                    urls: Sequence[str] = self.tamto_r3.gateway_urls
+                else:
+                    assert self.nats_r3_url is not None
+                    urls = self.nats_r3_url.split(",")
+                self._turns[system] = itertools.cycle(urls)
+            return next(self._turns[system])
+        if system in ("tamto", "ephemeral") and self.tamto is not None:
+            return self.tamto.url
+        return self.nats_url or ""
 
     def _spec(self, system: str, role: str, stream: str, size: int, **kw: Any) -> JobSpec:
         o = self.options
         target = kw.pop("target", None)
         if target is None:
-            tamto = system in ("tamto", "ephemeral") and self.tamto
-            target = self.tamto.url if tamto and self.tamto else self.nats_url or ""
+            target = self._target(system)
+        tamto = self.tamto_r3 if system == "tamto-r3" else self.tamto
         return JobSpec(
-            system=system,
+            system=_WORKER_SYSTEM.get(system, system),
             role=role,
             target=target,
             stream=stream,
             size=size,
             duration_s=kw.pop("duration_s", o.duration_s),
-            api_key=self.tamto.api_key if self.tamto else "",
+            api_key=tamto.api_key if tamto else "",
             linger_ms=o.linger_ms,
             window=kw.pop("window", o.window),
             credits=o.credits,
@@ -285,26 +362,35 @@ class Runner:
         if system == "tamto":
             assert self._tamto_admin is not None
             await self._tamto_admin.streams.ensure(stream, partitions=self.options.partitions)
-            await self._warm_up(stream)
+            await self._warm_up(self._tamto_admin, stream)
+        elif system == "tamto-r3":
+            assert self._tamto_r3_admin is not None
+            config = tamto_sdk.StreamConfig(
+                replication_factor=CLUSTER_REPLICAS, ack_quorum=CLUSTER_QUORUM
+            )
+            await self._tamto_r3_admin.streams.ensure(
+                stream, partitions=self.options.partitions, config=config
+            )
+            await self._warm_up(self._tamto_r3_admin, stream)
         elif system == "ephemeral":
             assert self._tamto_admin is not None
             await self._tamto_admin.streams.ensure(stream, kind=tamto_sdk.StreamKind.EPHEMERAL)
-        elif system == "jetstream":
-            await self._nats_admin.jetstream().add_stream(
+        elif system in ("jetstream", "jetstream-r3"):
+            r3 = system == "jetstream-r3"
+            js = (self._nats_r3_admin if r3 else self._nats_admin).jetstream()
+            await js.add_stream(
                 StreamConfig(
                     name=stream,
                     subjects=[subject_of(stream)],
                     storage=StorageType.FILE,
-                    num_replicas=1,
+                    num_replicas=JETSTREAM_CLUSTER_SERVERS if r3 else 1,
                     retention=RetentionPolicy.LIMITS,
                 )
             )
             if push:
-                await self._nats_admin.jetstream().add_consumer(
-                    stream, push_consumer_config(stream)
-                )
+                await js.add_consumer(stream, push_consumer_config(stream))
 
-    async def _warm_up(self, stream: str) -> None:
+    async def _warm_up(self, admin: tamto_sdk.Client, stream: str) -> None:
         """Publish one message to every partition before a window opens.
 
         The first publish to a partition waits for the router to take ownership
@@ -312,7 +398,6 @@ class Runner:
         payloads are zero bytes, so latency consumers (which skip stamps from
         before their window) ignore them.
         """
-        assert self._tamto_admin is not None
         n = self.options.partitions
         keys: dict[int, bytes] = {}
         i = 0
@@ -320,7 +405,7 @@ class Runner:
             key = f"warm-{i}".encode()
             keys.setdefault(partition_for_key(key, n), key)
             i += 1
-        async with self._tamto_admin.producer(stream, linger_ms=0) as producer:
+        async with admin.producer(stream, linger_ms=0) as producer:
             futures = [await producer.send(bytes(8), key=key) for key in keys.values()]
             await asyncio.gather(*futures)
 
@@ -328,8 +413,12 @@ class Runner:
         with contextlib.suppress(Exception):  # cleanup only: a leftover stream is harmless
             if system in ("tamto", "ephemeral") and self._tamto_admin is not None:
                 await self._tamto_admin.streams.delete(stream)
+            elif system == "tamto-r3" and self._tamto_r3_admin is not None:
+                await self._tamto_r3_admin.streams.delete(stream)
             elif system == "jetstream":
                 await self._nats_admin.jetstream().delete_stream(stream)
+            elif system == "jetstream-r3":
+                await self._nats_r3_admin.jetstream().delete_stream(stream)
 
     async def open_admin(self) -> None:
         """Connect the parent's admin clients (streams are created and deleted here)."""
@@ -337,13 +426,23 @@ class Runner:
             self._tamto_admin = await tamto_sdk.connect(self.tamto.url, api_key=self.tamto.api_key)
         if self.nats_url is not None:
             self._nats_admin = await nats.connect(self.nats_url, max_reconnect_attempts=0)
+        if self.tamto_r3 is not None:
+            self._tamto_r3_admin = await tamto_sdk.connect(
+                self.tamto_r3.url, api_key=self.tamto_r3.api_key
+            )
+        if self.nats_r3_url is not None:
+            self._nats_r3_admin = await nats.connect(
+                self.nats_r3_url.split(","), max_reconnect_attempts=0
+            )
 
     async def close_admin(self) -> None:
         """Close the admin clients."""
-        if self._tamto_admin is not None:
-            await self._tamto_admin.close()
-        if self._nats_admin is not None:
-            await self._nats_admin.close()
+        for tamto in (self._tamto_admin, self._tamto_r3_admin):
+            if tamto is not None:
+                await tamto.close()
+        for nc in (self._nats_admin, self._nats_r3_admin):
+            if nc is not None:
+                await nc.close()
 
     # -- workloads -----------------------------------------------------------
 
@@ -352,7 +451,7 @@ class Runner:
         stream = self._stream("tp", size)
         await self._create(system, stream)
         window = o.window
-        if system == "jetstream":
+        if system in ("jetstream", "jetstream-r3"):
             # nats-server answers 429 "too many requests" once a stream has about
             # 10,000 publishes queued, and nats-py then never resolves that publish's
             # future. Keep the producers' windows together below that; it is still
@@ -449,9 +548,7 @@ class Runner:
         # Fewer deliveries than sends by the end: the system could not keep up with
         # the rate, so the percentiles measure a growing queue, not latency.
         summary["saturated"] = summary["delivered"] < 0.95 * sent
-        self._record(
-            size, "core_nats" if system == "core" else system, {f"latency_{rate:g}": summary}
-        )
+        self._record(size, system, {f"latency_{rate:g}": summary})
 
     async def _core_pubsub(self, size: int) -> None:
         o = self.options
@@ -512,7 +609,7 @@ class Runner:
         delivered = sum(r.in_window for r in results[: len(subs)]) / o.duration_s
         self._record(
             size,
-            "core_nats" if system == "core" else system,
+            system,
             {
                 f"fanout_{FAN_OUT}_deliveries_s": delivered,
                 f"fanout_{FAN_OUT}_publish_msgs_s": results[-1].in_window / o.duration_s,
@@ -539,7 +636,7 @@ class Runner:
         samples = sorted(ns for r in results[1:] for ns in r.latencies_ns)
         self._record(
             size,
-            "core_nats" if system == "core" else system,
+            system,
             {
                 "rr_per_s": sum(r.in_window for r in results[1:]) / o.duration_s,
                 "rr_p50_ms": percentile(samples, 50) / 1e6,
@@ -565,7 +662,7 @@ class Runner:
         samples = sorted(results[0].latencies_ns)
         self._record(
             size,
-            "core_nats" if system == "core" else system,
+            system,
             {
                 "ping_p50_ms": percentile(samples, 50) / 1e6,
                 "ping_p99_ms": percentile(samples, 99) / 1e6,
@@ -581,26 +678,31 @@ class Runner:
         o = self.options
         stream = self._stream("seq", size)
         await self._create(system, stream)
+        routers = self.router_metrics.get(system, [])
         try:
+            before = await rpc_totals(routers, ROUTER_APPEND)
             results = await self._run(
                 f"{system} sequential publish",
                 [self._spec(system, "seq", stream, size, window=1)],
                 o.duration_s,
             )
+            after = await rpc_totals(routers, ROUTER_APPEND)
         finally:
             await self._delete(system, stream)
         samples = sorted(results[0].latencies_ns)
-        self._record(
-            size,
-            system,
-            {
-                "seq_publish_msgs_s": results[0].in_window / o.duration_s,
-                "seq_p50_ms": percentile(samples, 50) / 1e6,
-                "seq_p99_ms": percentile(samples, 99) / 1e6,
-                "seq_samples": len(samples),
-                "seq_errors": results[0].errors,
-            },
-        )
+        values = {
+            "seq_publish_msgs_s": results[0].in_window / o.duration_s,
+            "seq_p50_ms": percentile(samples, 50) / 1e6,
+            "seq_p99_ms": percentile(samples, 99) / 1e6,
+            "seq_samples": len(samples),
+            "seq_errors": results[0].errors,
+        }
+        calls = after[1] - before[1]
+        if calls > 0:
+            # The routers' mean server time per Append during the phase: with R > 1 the
+            # replicated append (Q of R replicas fsynced), with R = 1 one storage append.
+            values["seq_router_append_ms"] = (after[0] - before[0]) / calls * 1e3
+        self._record(size, system, values)
 
     async def _per_message(self, system: str, size: int) -> None:
         """One consumer process reading the publish phase's backlog message by message
@@ -661,28 +763,46 @@ async def run_bench(
         stack.callback(pool.close)
         sampler = await stack.enter_async_context(RssSampler())
         notes: list[str] = []
-        tamto: TamtoTarget | None = None
         storage_urls: list[str] = []
-        if "tamto" in o.systems or "ephemeral" in o.systems:
+        routers: dict[str, list[str]] = {}
+
+        async def tamto_under_test(system: str, nodes: int) -> TamtoTarget:
             if local:
-                tamto = await stack.enter_async_context(local_tamto(workdir / "tamto"))
+                where = workdir / system
+                found = await stack.enter_async_context(local_tamto(where, nodes=nodes))
             elif target is None:
                 raise BenchError("no Tamto to benchmark: pass --local or a gateway URL")
             else:
-                tamto = target
+                found = target
             try:
-                sampler.watch("tamto", await service_pids(tamto.etcd))
-                storage_urls = await storage_metrics_urls(tamto.etcd)
+                sampler.watch(system, await service_pids(found.etcd))
+                storage_urls.extend(await metrics_urls(found.etcd, "storage"))
+                routers[system] = await metrics_urls(found.etcd, "router")
             except Exception as exc:  # memory is reported only when etcd says where
-                notes.append(f"service memory not sampled: {exc}")
+                notes.append(f"{system}: service memory not sampled: {exc}")
+            return found
+
+        tamto: TamtoTarget | None = None
+        if "tamto" in o.systems or "ephemeral" in o.systems:
+            tamto = await tamto_under_test("tamto", 1)
+        tamto_r3: TamtoTarget | None = None
+        if "tamto-r3" in o.systems:
+            tamto_r3 = await tamto_under_test("tamto-r3", o.nodes)
         nats_url: str | None = None
         if "jetstream" in o.systems or "core" in o.systems:
             nats_url, pid = await stack.enter_async_context(
                 jetstream_server(workdir / "jetstream", o.jetstream_sync)
             )
             sampler.watch("jetstream", {"nats-server": pid})
+        nats_r3_url: str | None = None
+        if "jetstream-r3" in o.systems:
+            nats_r3_url, pids = await stack.enter_async_context(
+                jetstream_cluster(workdir / "jetstream-r3", o.jetstream_sync)
+            )
+            sampler.watch("jetstream-r3", pids)
         await pool.started()
-        runner = Runner(o, pool, workdir, tamto, nats_url)
+        runner = Runner(o, pool, workdir, tamto, nats_url, tamto_r3, nats_r3_url)
+        runner.router_metrics = routers
         plan = runner.phases()
         await runner.open_admin()
         stack.push_async_callback(runner.close_admin)
@@ -722,6 +842,26 @@ async def run_bench(
         "jetstream_config": JETSTREAM_CONFIG.format(
             port="<free port>", store="<temp dir>", sync=o.jetstream_sync
         ),
+        "cluster": {
+            "tamto_r3": {
+                "nodes": o.nodes,
+                "gateways": len(tamto_r3.gateway_urls),
+                "replication_factor": CLUSTER_REPLICAS,
+                "ack_quorum": CLUSTER_QUORUM,
+            }
+            if tamto_r3 is not None
+            else None,
+            "jetstream_r3_config": JETSTREAM_CLUSTER_CONFIG.format(
+                name="js-<i>",
+                port="<free port>",
+                store="<temp dir>/js-<i>/data",
+                sync=o.jetstream_sync,
+                cluster_port="<free port>",
+                routes="<the three servers' cluster ports>",
+            )
+            if nats_r3_url is not None
+            else None,
+        },
         "sizes": runner.results,
         "memory_peak_rss_bytes": sampler.peaks,
         "notes": notes,
