@@ -16,6 +16,7 @@ from rich.table import Table
 import tamto_sdk
 from tamto_cli import ephemeral_cmds, settings
 from tamto_cli.auth_cmds import auth_app
+from tamto_cli.cluster_cmds import node_app, partition_app
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
@@ -123,6 +124,8 @@ app.add_typer(auth_app, name="auth")
 app.add_typer(storage_app, name="storage")
 app.add_typer(context_app, name="context")
 app.add_typer(subscription_app, name="subscription")
+app.add_typer(partition_app, name="partition")
+app.add_typer(node_app, name="node")
 add_server_command(app, "bench", "tamto_bench", "bench")
 app.command("request")(ephemeral_cmds.request)
 add_server_command(app, "chaos", "tamto_cli.chaos", "chaos")

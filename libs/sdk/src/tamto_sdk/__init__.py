@@ -4,7 +4,7 @@ client = await tamto_sdk.connect("tamto://127.0.0.1:7400", api_key="...")
 """
 
 from tamto_sdk import errors
-from tamto_sdk.admin import Streams
+from tamto_sdk.admin import Cluster, Streams
 from tamto_sdk.client import Client, connect
 from tamto_sdk.consumer import Consumer
 from tamto_sdk.ephemeral import (
@@ -74,6 +74,7 @@ __all__ = [
     "Client",
     "ClientOptions",
     "Closed",
+    "Cluster",
     "Consumer",
     "ConsumerInfo",
     "DataLoss",

@@ -1,4 +1,5 @@
-"""Stream administration: ensure, describe, list, delete; stats and peek (`get`)."""
+"""Stream administration: ensure, describe, list, delete; stats and peek (`get`); and
+cluster placement: move a partition, drain or undrain a router (`Cluster`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tamto_sdk.messages import (
 )
 from tamto_sdk.subscriptions import StreamStats, get_messages, stream_stats
 
-__all__ = ["Streams"]
+__all__ = ["Cluster", "Streams"]
 
 
 class Streams:
@@ -107,3 +108,40 @@ class Streams:
         if cached is None:
             cached = (await self.describe(name)).partitions
         return cached
+
+
+class Cluster:
+    """Cluster placement (admin on `*`); reach it as `client.cluster`
+    (docs/cluster.md section 4)."""
+
+    def __init__(self, calls: Calls) -> None:
+        self._calls = calls
+
+    async def move_partition(self, stream: str, partition: int, router: str | None) -> str:
+        """Move partition `partition` of `stream` to router `router` (an instance id;
+        None: back to the ring's choice), durably; returns the router that owns it now
+        by placement. The current owner hands it over within seconds; subscriptions
+        keep each key's order across the move. `NotFound` for an unknown stream or
+        partition, `FailedPrecondition` for a router that is not live or is drained."""
+        if partition < 0:
+            raise InvalidArgument(f"partition must be 0 or more, not {partition}")
+        request = gateway_pb2.MovePartitionRequest(
+            stream=stream, partition=partition, router=router or ""
+        )
+        response = await self._calls.unary(self._calls.stub.MovePartition, request)
+        return str(response.router)
+
+    async def drain(self, node: str) -> builtins.list[str]:
+        """Drain router `node`: its partitions move to the other routers and it gets
+        none until `undrain`; returns every drained router. `NotFound` for an unknown
+        router, `FailedPrecondition` when it is the last router not drained."""
+        return await self._drain(node, undrain=False)
+
+    async def undrain(self, node: str) -> builtins.list[str]:
+        """Let router `node` own partitions again (its share of the ring comes back)."""
+        return await self._drain(node, undrain=True)
+
+    async def _drain(self, node: str, undrain: bool) -> builtins.list[str]:
+        request = gateway_pb2.DrainNodeRequest(node=node, undrain=undrain)
+        response = await self._calls.unary(self._calls.stub.DrainNode, request)
+        return builtins.list(response.drained_nodes)

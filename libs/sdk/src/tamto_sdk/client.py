@@ -11,7 +11,7 @@ import grpc
 from tamto_protocol.reconnect import RECONNECT_OPTIONS
 from tamto_protocol.v1 import gateway_pb2_grpc
 from tamto_sdk._calls import Calls
-from tamto_sdk.admin import Streams
+from tamto_sdk.admin import Cluster, Streams
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.consumer import Consumer
 from tamto_sdk.ephemeral import (
@@ -96,6 +96,7 @@ class Client:
         self._auth = TokenAuth(stub, api_key, options)
         self._calls = Calls(stub, self._auth, options, channel)
         self._streams = Streams(self._calls)
+        self._cluster = Cluster(self._calls)
         self._security = Security(self._calls)
         self._subscriptions = Subscriptions(self._calls)
         self._producers: list[Producer] = []
@@ -112,6 +113,11 @@ class Client:
     def streams(self) -> Streams:
         """Stream administration: ensure, describe, list."""
         return self._streams
+
+    @property
+    def cluster(self) -> Cluster:
+        """Cluster placement: move a partition, drain or undrain a router."""
+        return self._cluster
 
     @property
     def subscriptions(self) -> Subscriptions:

@@ -14,6 +14,7 @@ from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.policy import Permission
 from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
+from tamto_gateway.cluster_api import ClusterApi
 from tamto_gateway.consume import FanOut
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_api import EphemeralApi
@@ -34,6 +35,7 @@ from tamto_protocol.wire import PUBLISH
 
 class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encoded bytes
     SecurityApi,
+    ClusterApi,
     EphemeralApi,
     SubscriptionsApi,
     gateway_pb2_grpc.GatewayServicer,
@@ -41,8 +43,9 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
     """Every call but Authenticate is authenticated; stream calls are authorized per stream:
     Publish needs `publish`, Consume `consume`, Ensure/DeleteStream `admin`, DescribeStream
     any permission on the stream; ListStreams shows the streams the caller holds any
-    permission on. Security admin RPCs (`SecurityApi`) need `admin` on `*`; subscription
-    administration, stream stats and peek are `SubscriptionsApi`'s."""
+    permission on. Security admin RPCs (`SecurityApi`) and placement (`ClusterApi`) need
+    `admin` on `*`; subscription administration, stream stats and peek are
+    `SubscriptionsApi`'s."""
 
     def __init__(
         self,

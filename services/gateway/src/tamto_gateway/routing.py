@@ -1,17 +1,21 @@
-"""Which router owns a partition: the consistent-hash ring over live routers."""
+"""Which router owns a partition: the consistent-hash ring over live routers, or the
+operator's placement decisions (moved partitions, drained routers: `tamto_common.placement`)."""
 
 from __future__ import annotations
 
 from tamto_common.errors import Unavailable
 from tamto_common.membership import MemberDirectory
-from tamto_common.ring import HashRing, partition_key
+from tamto_common.placement import Placement, PlacementView
+from tamto_common.ring import HashRing
 
 _MAX_OWNERS = 100_000
 
 
 class Routes:
-    def __init__(self, directory: MemberDirectory) -> None:
+    def __init__(self, directory: MemberDirectory, placement: PlacementView | None = None) -> None:
         self._directory = directory
+        self._placement = placement
+        self._decided = Placement()  # the placement the ring and owners below follow
         self._ring_for: tuple[tuple[str, str], ...] = ()
         self._ring = HashRing([])
         self._addresses: dict[str, str] = {}
@@ -21,13 +25,16 @@ class Routes:
 
     def _current(self) -> tuple[HashRing, dict[str, str]]:
         routers = self._directory.members("router")
-        if routers is self._seen:  # the directory replaces its lists when members change
+        decided = self._placement.current if self._placement is not None else self._decided
+        # The directory and the placement view replace their values when they change.
+        if routers is self._seen and decided is self._decided:
             return self._ring, self._addresses
         members = {m.instance_id: m.address for m in routers}
         signature = tuple(sorted(members.items()))
-        if signature != self._ring_for:
-            self._ring, self._ring_for = HashRing(members), signature
+        if signature != self._ring_for or decided != self._decided:
+            self._ring, self._ring_for = HashRing(decided.eligible(members)), signature
             self._owners = {}
+        self._decided = decided
         self._addresses, self._seen = members, routers
         return self._ring, members
 
@@ -42,7 +49,7 @@ class Routes:
             ring, members = self._current()
         if not ring:
             raise Unavailable("no router is registered")
-        owner = members[ring.owner(partition_key(stream, partition))]
+        owner = members[self._decided.owner(members.keys(), stream, partition, ring)]
         if len(self._owners) >= _MAX_OWNERS:
             self._owners.clear()
         self._owners[(stream, partition)] = owner

@@ -13,6 +13,7 @@ from tamto_common.audit import AuditLog
 from tamto_common.channels import ChannelPool
 from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
 from tamto_common.membership import MemberDirectory
+from tamto_common.placement import PlacementView
 from tamto_common.service import Runtime
 from tamto_gateway.config import GatewayConfig
 from tamto_gateway.ephemeral import EphemeralHub
@@ -47,7 +48,9 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     directory = await runtime.resources.enter_async_context(MemberDirectory(runtime.etcd))
     channels = ChannelPool()
     runtime.resources.push_async_callback(channels.close)
-    routes = Routes(directory)
+    # Moved partitions and drained routers (tamto_common.placement), as routers see them.
+    placement = await runtime.resources.enter_async_context(PlacementView(runtime.etcd))
+    routes = Routes(directory, placement=placement)
     upstream = Upstream(routes, channels, config.upstream_timeout_s)
     runtime.resources.push_async_callback(upstream.close)
     internal = TokenVerifier(upstream.jwks, config.token_issuer, config.token_audience)
@@ -92,6 +95,7 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
         requests,
     )
     servicer.consumers_per_connection.limit = config.max_consumers_per_connection
+    servicer.placement_etcd = runtime.etcd
     serve(servicer, runtime.server)
     serve_ephemeral(servicer, runtime.server)
 

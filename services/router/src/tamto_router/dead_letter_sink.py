@@ -14,7 +14,7 @@ from tamto_common.channels import ChannelPool
 from tamto_common.errors import Unavailable
 from tamto_common.grpc_errors import downstream_error
 from tamto_common.membership import MemberDirectory
-from tamto_common.ring import HashRing, partition_key
+from tamto_common.placement import Placement, PlacementView
 from tamto_common.streams import StreamDef, stream_key
 from tamto_protocol.v1 import messages_pb2, router_pb2, router_pb2_grpc
 from tamto_router.partitions import Partitions
@@ -30,8 +30,11 @@ class DeadLetterSink:
         channels: ChannelPool,
         partitions: Partitions,
         instance: str,
+        placement: PlacementView | None = None,
     ) -> None:
         self._etcd = etcd
+        #: Moved partitions and drained routers: the owner is the one gateways route to.
+        self._placement = placement
         self._directory = directory
         self._channels = channels
         self._partitions = partitions
@@ -56,7 +59,8 @@ class DeadLetterSink:
         routers = {m.instance_id: m.address for m in self._directory.members("router")}
         if not routers:
             raise Unavailable("no router is registered for the dead-letter stream")
-        owner = HashRing(routers).owner(partition_key(stream, DEAD_LETTER_PARTITION))
+        decided = self._placement.current if self._placement is not None else Placement()
+        owner = decided.owner(routers.keys(), stream, DEAD_LETTER_PARTITION)
         if owner == self._instance:
             log = await self._partitions.get(stream, DEAD_LETTER_PARTITION)
             await log.append(arrow_ipc, count)

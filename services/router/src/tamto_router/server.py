@@ -17,6 +17,7 @@ from tamto_common.errors import Unavailable
 from tamto_common.ledgers import LedgerList
 from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
 from tamto_common.membership import KeptLease, MemberDirectory
+from tamto_common.placement import GoneTargets, PlacementView
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.service import Runtime
 from tamto_common.streams import StreamDef, read_stream
@@ -45,6 +46,8 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     # second-generation collections (Python's default: 10). docs/testing.md, crowds.
     gc.set_threshold(*gc.get_threshold()[:2], FULL_GC_EVERY)
     directory = await resources.enter_async_context(MemberDirectory(runtime.etcd))
+    # Moved partitions and drained routers (tamto_common.placement), as gateways see them.
+    placement = await resources.enter_async_context(PlacementView(runtime.etcd))
     channels = ChannelPool()
     resources.push_async_callback(channels.close)
 
@@ -149,7 +152,9 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
             dead_letter_stream=definition.dead_letter,
         )
 
-    sink = DeadLetterSink(runtime.etcd, directory, channels, partitions, config.member_id)
+    sink = DeadLetterSink(
+        runtime.etcd, directory, channels, partitions, config.member_id, placement
+    )
     subscriptions = SubscriptionRegistry(
         partitions,
         policy,
@@ -170,19 +175,35 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     subscription = await runtime.bus.subscribe(f"{EVENTS}.{RANGE_SHRUNK}", cb=range_shrunk)
     resources.push_async_callback(subscription.unsubscribe)
 
+    gone_targets = GoneTargets(runtime.etcd)
+
     async def hand_back_loop() -> None:
-        """Give back the partitions that are another live router's share of the ring
-        (after a membership change, and every few seconds): a router that restarts or
-        joins gets its share again, as the gateways route it there."""
+        """Give back the partitions that another live router owns by placement (the
+        ring over routers not drained, or a move, `tamto_common.placement`) after a
+        membership or placement change, and every few seconds: a router that restarts
+        or joins gets its share again, as the gateways route it there, and a drained
+        router or a moved partition's old owner gives its partitions up."""
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(directory.changed.wait(), HAND_BACK_CHECK_S)
+            changes = [
+                asyncio.ensure_future(directory.changed.wait()),
+                asyncio.ensure_future(placement.changed.wait()),
+            ]
+            try:
+                await asyncio.wait(
+                    changes, timeout=HAND_BACK_CHECK_S, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                for waiting in changes:
+                    waiting.cancel()
             routers = {m.instance_id for m in directory.members("router")}
             if config.member_id not in routers:
                 continue  # this router's own registration is not seen (yet): no view
-            ring = HashRing(routers)
+            decided = placement.current
+            with contextlib.suppress(Exception):  # etcd hiccup: next pass
+                await gone_targets.check(decided, routers)
+            ring = HashRing(decided.eligible(routers))
             for stream, partition in partitions.claimed():
-                if ring.owner(partition_key(stream, partition)) == config.member_id:
+                if decided.owner(routers, stream, partition, ring) == config.member_id:
                     continue
                 try:
                     await partitions.hand_back(stream, partition)

@@ -326,3 +326,41 @@ class GetMessagesResponse(_message.Message):
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     batches: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredBatch]
     def __init__(self, batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ...) -> None: ...
+
+class MovePartitionRequest(_message.Message):
+    __slots__ = ("stream", "partition", "router")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ROUTER_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    partition: int
+    router: str
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., router: _Optional[str] = ...) -> None: ...
+
+class MovePartitionResponse(_message.Message):
+    __slots__ = ("stream", "partition", "router")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    ROUTER_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    partition: int
+    router: str
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., router: _Optional[str] = ...) -> None: ...
+
+class DrainNodeRequest(_message.Message):
+    __slots__ = ("node", "undrain")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    UNDRAIN_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    undrain: bool
+    def __init__(self, node: _Optional[str] = ..., undrain: _Optional[bool] = ...) -> None: ...
+
+class DrainNodeResponse(_message.Message):
+    __slots__ = ("node", "drained", "drained_nodes")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    DRAINED_FIELD_NUMBER: _ClassVar[int]
+    DRAINED_NODES_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    drained: bool
+    drained_nodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, node: _Optional[str] = ..., drained: _Optional[bool] = ..., drained_nodes: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -201,6 +201,16 @@ class GatewayStub:
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.GetMessagesRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_gateway__pb2.GetMessagesResponse.FromString,
                 _registered_method=True)
+        self.MovePartition = channel.unary_unary(
+                '/tamto.v1.Gateway/MovePartition',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.MovePartitionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.MovePartitionResponse.FromString,
+                _registered_method=True)
+        self.DrainNode = channel.unary_unary(
+                '/tamto.v1.Gateway/DrainNode',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.DrainNodeRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.DrainNodeResponse.FromString,
+                _registered_method=True)
         self.WhoAmI = channel.unary_unary(
                 '/tamto.v1.Gateway/WhoAmI',
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.WhoAmIRequest.SerializeToString,
@@ -439,6 +449,24 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MovePartition(self, request, context):
+        """Cluster placement (docs/cluster.md section 4), admin on `*`. MovePartition puts a
+        partition on a live router instead of the ring's choice (router empty: back to
+        the ring), durably; NOT_FOUND for an unknown stream or partition,
+        FAILED_PRECONDITION for a router that is not live or is drained.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainNode(self, request, context):
+        """Drains a router (it gets no partitions until undrained) or undrains it; NOT_FOUND
+        for an unknown router, FAILED_PRECONDITION for draining the last one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WhoAmI(self, request, context):
         """Who the caller's token speaks for, and what it may do (no permission needed).
         """
@@ -613,6 +641,16 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.GetMessages,
                     request_deserializer=tamto_dot_v1_dot_gateway__pb2.GetMessagesRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_gateway__pb2.GetMessagesResponse.SerializeToString,
+            ),
+            'MovePartition': grpc.unary_unary_rpc_method_handler(
+                    servicer.MovePartition,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.MovePartitionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.MovePartitionResponse.SerializeToString,
+            ),
+            'DrainNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainNode,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.DrainNodeRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.DrainNodeResponse.SerializeToString,
             ),
             'WhoAmI': grpc.unary_unary_rpc_method_handler(
                     servicer.WhoAmI,
@@ -1511,6 +1549,60 @@ class Gateway:
             '/tamto.v1.Gateway/GetMessages',
             tamto_dot_v1_dot_gateway__pb2.GetMessagesRequest.SerializeToString,
             tamto_dot_v1_dot_gateway__pb2.GetMessagesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MovePartition(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/MovePartition',
+            tamto_dot_v1_dot_gateway__pb2.MovePartitionRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.MovePartitionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/DrainNode',
+            tamto_dot_v1_dot_gateway__pb2.DrainNodeRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.DrainNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -107,6 +107,16 @@ class GatewayStub:
     """Per partition: stored range, bytes on disk, publish rate, owner. Any permission."""
     GetMessages: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.GetMessagesRequest, _gateway_pb2.GetMessagesResponse]
     """Reads stored messages by offset without a subscription (peek). Needs `consume`."""
+    MovePartition: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.MovePartitionRequest, _gateway_pb2.MovePartitionResponse]
+    """Cluster placement (docs/cluster.md section 4), admin on `*`. MovePartition puts a
+    partition on a live router instead of the ring's choice (router empty: back to
+    the ring), durably; NOT_FOUND for an unknown stream or partition,
+    FAILED_PRECONDITION for a router that is not live or is drained.
+    """
+    DrainNode: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.DrainNodeRequest, _gateway_pb2.DrainNodeResponse]
+    """Drains a router (it gets no partitions until undrained) or undrains it; NOT_FOUND
+    for an unknown router, FAILED_PRECONDITION for draining the last one.
+    """
     WhoAmI: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.WhoAmIRequest, _gateway_pb2.WhoAmIResponse]
     """Who the caller's token speaks for, and what it may do (no permission needed)."""
 
@@ -185,6 +195,16 @@ class GatewayAsyncStub(GatewayStub):
     """Per partition: stored range, bytes on disk, publish rate, owner. Any permission."""
     GetMessages: _aio.UnaryUnaryMultiCallable[_gateway_pb2.GetMessagesRequest, _gateway_pb2.GetMessagesResponse]  # type: ignore[assignment]
     """Reads stored messages by offset without a subscription (peek). Needs `consume`."""
+    MovePartition: _aio.UnaryUnaryMultiCallable[_gateway_pb2.MovePartitionRequest, _gateway_pb2.MovePartitionResponse]  # type: ignore[assignment]
+    """Cluster placement (docs/cluster.md section 4), admin on `*`. MovePartition puts a
+    partition on a live router instead of the ring's choice (router empty: back to
+    the ring), durably; NOT_FOUND for an unknown stream or partition,
+    FAILED_PRECONDITION for a router that is not live or is drained.
+    """
+    DrainNode: _aio.UnaryUnaryMultiCallable[_gateway_pb2.DrainNodeRequest, _gateway_pb2.DrainNodeResponse]  # type: ignore[assignment]
+    """Drains a router (it gets no partitions until undrained) or undrains it; NOT_FOUND
+    for an unknown router, FAILED_PRECONDITION for draining the last one.
+    """
     WhoAmI: _aio.UnaryUnaryMultiCallable[_gateway_pb2.WhoAmIRequest, _gateway_pb2.WhoAmIResponse]  # type: ignore[assignment]
     """Who the caller's token speaks for, and what it may do (no permission needed)."""
 
@@ -458,6 +478,28 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_gateway_pb2.GetMessagesResponse, _abc.Awaitable[_gateway_pb2.GetMessagesResponse]]:
         """Reads stored messages by offset without a subscription (peek). Needs `consume`."""
+
+    @_abc_1.abstractmethod
+    def MovePartition(
+        self,
+        request: _gateway_pb2.MovePartitionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.MovePartitionResponse, _abc.Awaitable[_gateway_pb2.MovePartitionResponse]]:
+        """Cluster placement (docs/cluster.md section 4), admin on `*`. MovePartition puts a
+        partition on a live router instead of the ring's choice (router empty: back to
+        the ring), durably; NOT_FOUND for an unknown stream or partition,
+        FAILED_PRECONDITION for a router that is not live or is drained.
+        """
+
+    @_abc_1.abstractmethod
+    def DrainNode(
+        self,
+        request: _gateway_pb2.DrainNodeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.DrainNodeResponse, _abc.Awaitable[_gateway_pb2.DrainNodeResponse]]:
+        """Drains a router (it gets no partitions until undrained) or undrains it; NOT_FOUND
+        for an unknown router, FAILED_PRECONDITION for draining the last one.
+        """
 
     @_abc_1.abstractmethod
     def WhoAmI(

@@ -1,0 +1,107 @@
+"""`tamto partition move STREAM/P --to ROUTER` and `tamto node drain|undrain NODE`:
+an operator's say in where partitions live (docs/cluster.md section 4).
+
+Both are recorded in etcd through the gateway (admin on `*`) and honoured by every
+gateway and router: a moved partition stays on its router until it is moved
+``--to ring`` or that router leaves; a drained router gets no partitions until it
+is undrained. Each prints one line, or one JSON object with ``--json``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from tamto_cli.connect import connect_client
+from tamto_cli.connect import run as run_command
+from tamto_cli.options import ApiKey, AsJson, DataDir, Url
+
+err = Console(stderr=True, highlight=False)
+
+partition_app = typer.Typer(help="Place a stream's partition on a router.")
+node_app = typer.Typer(help="Drain a router of its partitions, or undrain it.")
+
+#: `--to ring`: back to the consistent-hash ring's choice.
+RING = "ring"
+
+
+def parse_partition(text: str) -> tuple[str, int]:
+    """STREAM/P (P a partition number); exit 2 otherwise."""
+    stream, slash, number = text.rpartition("/")
+    if slash and stream and number.isdigit():
+        return stream, int(number)
+    err.print(f"a partition is STREAM/P (e.g. orders/3), not {text!r}")
+    raise typer.Exit(2)
+
+
+@partition_app.command("move")
+def partition_move(
+    partition: Annotated[str, typer.Argument(metavar="STREAM/P", help="e.g. orders/3")],
+    to: Annotated[
+        str,
+        typer.Option("--to", help="a router's instance id, or 'ring' for the ring's choice"),
+    ],
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Move a partition to a live router (kept until moved --to ring or the router
+    leaves); its subscriptions keep each key's order across the move."""
+    stream, number = parse_partition(partition)
+    target = None if to == RING else to
+
+    async def run() -> str:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await client.cluster.move_partition(stream, number, target)
+
+    owner = run_command(run())
+    if as_json:
+        print(json.dumps({"stream": stream, "partition": number, "router": owner}))
+    else:
+        typer.echo(f"{stream}/{number}: placed on {owner}" + ("" if target else " (the ring's)"))
+
+
+def _drain(node: str, undrain: bool, url: Url, api_key: ApiKey, data_dir: DataDir) -> list[str]:
+    async def run() -> list[str]:
+        async with await connect_client(url, api_key, data_dir) as client:
+            if undrain:
+                return await client.cluster.undrain(node)
+            return await client.cluster.drain(node)
+
+    return run_command(run())
+
+
+@node_app.command("drain")
+def node_drain(
+    node: Annotated[str, typer.Argument(help="a router's instance id, e.g. router-2")],
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Move every partition off a router; it gets none until undrained."""
+    drained = _drain(node, False, url, api_key, data_dir)
+    if as_json:
+        print(json.dumps({"node": node, "drained": True, "drained_nodes": drained}))
+    else:
+        typer.echo(f"{node}: drained (drained routers: {', '.join(drained)})")
+
+
+@node_app.command("undrain")
+def node_undrain(
+    node: Annotated[str, typer.Argument(help="a router's instance id, e.g. router-2")],
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+    as_json: AsJson = False,
+) -> None:
+    """Let a drained router own partitions again (its share of the ring)."""
+    drained = _drain(node, True, url, api_key, data_dir)
+    if as_json:
+        print(json.dumps({"node": node, "drained": False, "drained_nodes": drained}))
+    else:
+        typer.echo(f"{node}: undrained (drained routers: {', '.join(drained) or 'none'})")

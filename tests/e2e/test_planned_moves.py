@@ -1,0 +1,301 @@
+"""Planned moves keep each key's order (issue 21 Deliver 5 and 7; docs/cluster.md section 4).
+
+On two nodes, a key-shared subscription consumes (acking each message a little
+after it arrives, as a consumer that processes them does) while a producer
+publishes keyed messages. A router joins, then the first router is drained
+(`client.cluster.drain`): the partitions change owners twice, each change
+opening a new ledger. The checker asserts that no acknowledged message is lost,
+that each key's first deliveries come in publish (offset) order, and that no
+message of a new ledger was delivered before every earlier message of its key
+had been acked: the new owner holds its ledger back until then (the drain
+gate), so the old owner's unacked messages are never processed after newer
+ones of their key. A second test moves one partition with `tamto partition
+move` and checks the precise refusals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aetcd
+import pytest
+
+import tamto_sdk
+from tamto_common.ledgers import read_ledgers
+from tamto_local.cluster import node_processes
+from tamto_router.ownership import OWNERS
+from tamto_sdk import (
+    FailedPrecondition,
+    InvalidArgument,
+    MessageBatch,
+    NotFound,
+    StreamConfig,
+    SubscriptionType,
+)
+from tamto_testing.cluster import TestCluster
+from tamto_testing.infra import Infra
+from tamto_testing.waiting import eventually, long_tests_enabled
+
+pytestmark = pytest.mark.e2e
+
+PARTITIONS = 4
+KEYS = 16
+#: How long the consumers hold a message before acking it (its processing time).
+ACK_DELAY_S = 0.2
+#: Deliveries to wait for between the moves (more with TAMTO_LONG_TESTS=1).
+STEP = 1_500 if long_tests_enabled() else 150
+
+
+@pytest.fixture
+def etcd(etcd_client: aetcd.Client) -> aetcd.Client:
+    return etcd_client
+
+
+@dataclass
+class Checker:
+    """What the consumers saw: each delivery (time, partition, offset, key, payload) in
+    the order it arrived, and the time each (partition, offset) was first acked."""
+
+    deliveries: list[tuple[float, int, int, bytes, bytes]] = field(default_factory=list)
+    first_ack: dict[tuple[int, int], float] = field(default_factory=dict)
+
+    def payloads(self) -> set[bytes]:
+        return {d[4] for d in self.deliveries}
+
+    async def consume(self, consumer: tamto_sdk.Consumer, stop: asyncio.Event) -> None:
+        """Receive, record, and ack each batch `ACK_DELAY_S` after it arrived."""
+        held: list[tuple[float, MessageBatch]] = []
+        while not stop.is_set() or held:
+            batch = await consumer.receive_batch(max_messages=200, timeout_s=0.05)
+            now = time.monotonic()
+            for m in batch:
+                self.deliveries.append((now, m.partition, m.offset, m.key or b"", m.payload))
+            if len(batch):
+                held.append((now + ACK_DELAY_S, batch))
+            while held and (held[0][0] <= now or stop.is_set()):
+                _, due = held.pop(0)
+                acked_at = time.monotonic()
+                for m in due:
+                    self.first_ack.setdefault((m.partition, m.offset), acked_at)
+                consumer.ack(due)
+
+
+async def owners(etcd: aetcd.Client, stream: str) -> dict[int, str]:
+    """Partition -> the instance id of the router holding its owner key."""
+    found = {}
+    for kv in await etcd.get_prefix(f"{OWNERS}{stream}/".encode()):
+        found[int(kv.key.decode().rsplit("/", 1)[1])] = json.loads(kv.value)["owner"]
+    return found
+
+
+async def test_join_and_drain_keep_each_keys_order_for_key_shared(
+    tamto_infra: Infra, tmp_path: Path, etcd: aetcd.Client
+) -> None:
+    stream = f"moves-{secrets.token_hex(3)}"
+    cluster = TestCluster(tmp_path / "cluster", tamto_infra, nodes=2)
+    first, joiner = cluster.instance_id("router"), cluster.instance_id("router-2")
+    checker, acked, stop = Checker(), dict[bytes, tuple[int, int]](), asyncio.Event()
+    try:
+        for name in node_processes(2):
+            if name != "router-2":  # it joins later
+                cluster.start(name)
+        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+            await client.streams.ensure(
+                stream, partitions=PARTITIONS, config=StreamConfig(replication_factor=1)
+            )
+
+            async def produce() -> None:
+                async with client.producer(stream) as producer:
+                    i = 0
+                    while not stop.is_set():
+                        key = f"k{i % KEYS}".encode()
+                        payload = f"{key.decode()}:{i}".encode()
+                        result = await (await producer.send(payload, key=key))
+                        acked[payload] = (result.partition, result.offset)
+                        i += 1
+
+            consumers = [
+                client.consumer(stream, "keyed", type=SubscriptionType.KEY_SHARED) for _ in range(2)
+            ]
+            for consumer in consumers:
+                await consumer.__aenter__()
+            tasks = [asyncio.create_task(checker.consume(c, stop)) for c in consumers]
+            tasks.append(asyncio.create_task(produce()))
+            try:
+
+                async def delivered(n: int) -> bool:
+                    for task in tasks:
+                        if task.done():
+                            task.result()  # a failure of the traffic fails the test now
+                    return len(checker.deliveries) >= n
+
+                await eventually(lambda: delivered(STEP), 60, "deliveries before the join")
+                assert set((await owners(etcd, stream)).values()) == {first}
+
+                # A router joins: its share of the ring moves to it.
+                cluster.start("router-2")
+                await eventually(
+                    lambda: _owns_some(etcd, stream, joiner), 60, "the joiner to own partitions"
+                )
+                mark = len(checker.deliveries)
+                await eventually(lambda: delivered(mark + STEP), 60, "deliveries after the join")
+
+                # The first router is drained: every partition moves to the joiner.
+                assert await client.cluster.drain(first) == [first]
+                await eventually(
+                    lambda: _all_owned_by(etcd, stream, joiner), 60, "the drain to finish"
+                )
+                mark = len(checker.deliveries)
+                await eventually(lambda: delivered(mark + STEP), 60, "deliveries after the drain")
+            finally:
+                stop.set()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            # Every acknowledged message is delivered (the consumers read on until then).
+            stop.clear()
+            tasks = [asyncio.create_task(checker.consume(c, stop)) for c in consumers]
+            try:
+                await eventually(
+                    lambda: set(acked) <= checker.payloads(), 60, "every acked message delivered"
+                )
+            finally:
+                stop.set()
+                await asyncio.gather(*tasks)
+            for consumer in consumers:
+                await consumer.__aexit__(None, None, None)
+    finally:
+        cluster.stop_all()
+
+    ledger_starts = {}
+    for p in range(PARTITIONS):
+        ledgers = (await read_ledgers(etcd, stream, p)).ledgers
+        ledger_starts[p] = [x.first_offset for x in ledgers]
+        assert len(ledgers) >= 2, f"partition {p} changed owner at least once: {ledgers}"
+    violations = order_violations(checker, ledger_starts)
+    assert not violations, f"{len(violations)} order violations, e.g. {violations[:5]}"
+    print(
+        f"\n{len(acked)} acked, {len(checker.deliveries)} deliveries, ledgers per partition "
+        f"{ {p: len(s) for p, s in ledger_starts.items()} }"
+    )
+
+
+def order_violations(checker: Checker, ledger_starts: dict[int, list[int]]) -> list[str]:
+    """Per key: first deliveries out of offset order, and a message of a ledger first
+    delivered before every earlier message of its key was acked."""
+    found: list[str] = []
+    first_delivery: dict[tuple[int, int], tuple[float, bytes]] = {}
+    last_offset: dict[bytes, int] = {}
+    for at, partition, offset, key, _ in checker.deliveries:
+        if (partition, offset) in first_delivery:
+            continue
+        first_delivery[(partition, offset)] = (at, key)
+        if offset < last_offset.get(key, -1):
+            found.append(f"key {key!r}: offset {offset} first delivered after {last_offset[key]}")
+        last_offset[key] = max(offset, last_offset.get(key, -1))
+    for (partition, offset), (at, key) in first_delivery.items():
+        earlier_ledger = max((s for s in ledger_starts[partition] if s <= offset), default=0)
+        for (p, o), (_, k) in first_delivery.items():
+            if p == partition and k == key and o < earlier_ledger:
+                acked_at = checker.first_ack.get((p, o))
+                if acked_at is None or acked_at > at:
+                    found.append(
+                        f"{partition}/{offset} (key {key!r}, ledger from {earlier_ledger}) "
+                        f"delivered before {p}/{o} of the previous ledger was acked"
+                    )
+                    break
+    return found
+
+
+async def _owns_some(etcd: aetcd.Client, stream: str, router: str) -> bool:
+    return router in (await owners(etcd, stream)).values()
+
+
+async def _all_owned_by(etcd: aetcd.Client, stream: str, router: str) -> bool:
+    held = await owners(etcd, stream)
+    return len(held) == PARTITIONS and set(held.values()) == {router}
+
+
+def tamto(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tamto_cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "TAMTO_URL": cluster.url, "TAMTO_API_KEY": cluster.credential},
+    )
+
+
+async def test_partition_move_puts_a_partition_on_a_router_and_refuses_bad_requests(
+    tamto_infra: Infra, tmp_path: Path, etcd: aetcd.Client
+) -> None:
+    stream = f"move-{secrets.token_hex(3)}"
+    cluster = TestCluster(tmp_path / "cluster", tamto_infra, nodes=2)
+    routers = [cluster.instance_id(n) for n in cluster.routers()]
+    with cluster.running():
+        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+            await client.streams.ensure(
+                stream, partitions=PARTITIONS, config=StreamConfig(replication_factor=1)
+            )
+            key_of: dict[int, bytes] = {}  # a key of each partition
+            async with client.producer(stream) as producer:
+                for i in range(8 * PARTITIONS):
+                    sent = await (await producer.send(b"before", key=f"k{i}".encode()))
+                    key_of.setdefault(sent.partition, f"k{i}".encode())
+            assert len(key_of) == PARTITIONS
+            held = await owners(etcd, stream)
+            target = next(r for r in routers if r != held[0])
+
+            moved = await asyncio.to_thread(
+                tamto, cluster, "partition", "move", f"{stream}/0", "--to", target, "--json"
+            )
+            assert moved.returncode == 0, moved.stderr
+            assert json.loads(moved.stdout) == {"stream": stream, "partition": 0, "router": target}
+
+            async def on_target() -> bool:
+                async with client.producer(stream) as producer:
+                    await (await producer.send(b"after", key=key_of[0]))
+                return (await owners(etcd, stream)).get(0) == target
+
+            await eventually(on_target, 30, "partition 0 to be owned by its new router")
+            read = await read_all(client, stream, 8 * PARTITIONS + 1)
+            assert read.count(b"before") == 8 * PARTITIONS, "nothing lost in the move"
+
+            # Refusals, each precise.
+            with pytest.raises(NotFound, match="does not exist"):
+                await client.cluster.move_partition(f"{stream}-nope", 0, target)
+            with pytest.raises(NotFound, match=f"has no partition {PARTITIONS}"):
+                await client.cluster.move_partition(stream, PARTITIONS, target)
+            with pytest.raises(FailedPrecondition, match="router 'router-gone' is not live"):
+                await client.cluster.move_partition(stream, 0, "router-gone")
+            with pytest.raises(InvalidArgument, match="router"):
+                await client.cluster.move_partition(stream, 0, "no/such")
+            with pytest.raises(NotFound, match="router 'router-gone' is not registered"):
+                await client.cluster.drain("router-gone")
+        bad = await asyncio.to_thread(tamto, cluster, "partition", "move", stream, "--to", target)
+        assert bad.returncode == 2
+        assert "STREAM/P" in bad.stderr
+
+        back = await asyncio.to_thread(
+            tamto, cluster, "partition", "move", f"{stream}/0", "--to", "ring"
+        )
+        assert back.returncode == 0, back.stderr
+        assert "(the ring's)" in back.stdout
+
+
+async def read_all(client: tamto_sdk.Client, stream: str, at_least: int) -> list[bytes]:
+    got: list[bytes] = []
+    async with client.consumer(stream, "reader") as consumer:
+        while len(got) < at_least:
+            batch = await consumer.receive_batch(timeout_s=15)
+            assert len(batch) > 0, f"only {len(got)} messages"
+            got.extend(m.payload for m in batch)
+            consumer.ack(batch)
+    return got
