@@ -23,6 +23,14 @@ lacks are copied to it from a replica that has them until it is within
 between two appends and adds it to the replicas (BookKeeper's recovery of a
 bookie that missed writes, docs/cluster.md section 2).
 
+A replica whose copy is damaged (a read or its sealing met a segment or WAL frame
+failing its checksum: DATA_LOSS naming the file and the range) is repaired from a
+healthy one (`repair_damage`, in the background): the range is read from a
+replica that takes appends and reads it intact and sent to the damaged node
+(Storage `RepairRange`), which checks the copy and installs it in place of the
+damaged file. Meanwhile `read` serves that range from the healthy replica, so a
+consumer gets DATA_LOSS only when no replica reads it (docs/cluster.md section 2).
+
 With `Rereplicate`, a member that stays unregistered for `after_s` is replaced by
 a spare storage node (BookKeeper's autorecovery): the spare is caught up the same
 way from offset 0, and once it takes appends the replacement is recorded in
@@ -42,11 +50,17 @@ from typing import Any
 import pyarrow.compute as pc
 import structlog
 
-from tamto_common.errors import TamtoError, Unavailable
+from tamto_common.errors import DataLoss, TamtoError, Unavailable, damaged_offsets
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.dedup import DedupWindow, message_offsets
 from tamto_router.model import Batch, LogBounds
-from tamto_router.quorum import agreed_end, copy_entries, first_answers, no_quorum
+from tamto_router.quorum import (
+    agreed_end,
+    copy_entries,
+    first_answers,
+    no_quorum,
+    read_entries,
+)
 from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
@@ -60,6 +74,11 @@ REPAIR_INTERVAL_S = 1.0
 #: A lagging replica is copied to in the background until it is within this many
 #: messages of the durable end; the sender copies the rest before its next append.
 JOIN_GAP = 1_000
+#: Most Arrow bytes one repair of a damaged range sends (every hop allows 64 MiB); a
+#: larger range stays served from a healthy replica until repaired offline.
+MAX_REPAIR_BYTES = 48 * 1024 * 1024
+#: How long after a failed repair of a damaged range it is tried again.
+REPAIR_RETRY_S = 10.0
 #: How long an ensemble member stays unregistered before its data is copied to a
 #: spare storage node (a restart usually registers again well within it).
 REREPLICATE_AFTER_S = 10.0
@@ -137,6 +156,9 @@ class PartitionLog:
         self.catch_up_errors: dict[str, str] = {}
         #: The replicas that answered the last append (they hold every durable entry).
         self._fresh = tuple(self.replicas or ())
+        #: Damaged ranges (node, first offset) by when their last repair started.
+        self._damage_tried: dict[tuple[str, int], float] = {}
+        self._damage_repairs: set[asyncio.Task[None]] = set()
         self._queue: list[tuple[Batch, asyncio.Future[int]]] = []
         self._wake = asyncio.Event()
         self._grown = asyncio.Event()
@@ -257,6 +279,140 @@ class PartitionLog:
             )
             if failed is self.storage:  # read from one that has it all
                 self.storage = self.replicas[next(iter(outcome.answers))]
+            if isinstance(error, DataLoss):  # its WAL is damaged: repair it
+                self.repair_damage(node, failed, error)
+
+    async def read(self, first: int, want: int) -> tuple[list[Batch], int]:
+        """Batches from `first` on (the first may start before it) and where the next
+        read starts, from `storage`. On a replicated log a range `storage` answers
+        DATA_LOSS for is read from another replica that takes appends (it holds every
+        durable entry), and the damaged one is repaired from it (`repair_damage`):
+        DATA_LOSS only when no replica reads the range."""
+        try:
+            return await self.storage.read(self.stream, self.partition, first, want)
+        except DataLoss as exc:
+            damaged = self._node_of(self.storage)
+            if damaged is None:
+                raise
+            for node, client in self._other_replicas(damaged):
+                try:
+                    batches, next_offset = await client.read(
+                        self.stream, self.partition, first, want, from_cache=False
+                    )
+                except TamtoError:
+                    continue
+                if batches:
+                    log.warning(
+                        "damaged range read from another replica",
+                        stream=self.stream,
+                        partition=self.partition,
+                        replica=damaged,
+                        healthy=node,
+                        error=str(exc),
+                    )
+                    self.repair_damage(damaged, self.storage, exc)
+                    return batches, next_offset
+            raise
+
+    def _node_of(self, client: StorageClient) -> str | None:
+        """The replica `client` calls (replicated logs only)."""
+        return next((n for n, c in (self.replicas or {}).items() if c is client), None)
+
+    def _other_replicas(self, node: str) -> list[tuple[str, StorageClient]]:
+        """The replicas taking appends but `node`, those that answered the last append first."""
+        assert self.replicas is not None
+        fresh = [n for n in self._fresh if n in self.replicas]
+        order = [*fresh, *(n for n in self.replicas if n not in fresh)]
+        return [(n, self.replicas[n]) for n in order if n != node]
+
+    def repair_damage(self, node: str, client: StorageClient, exc: DataLoss) -> None:
+        """Repair in the background the range of replica `node` that `exc` names damaged,
+        from a replica that reads it intact (replicated logs; one try per range at a
+        time, a failed one tried again after `REPAIR_RETRY_S`)."""
+        damaged = damaged_offsets(str(exc))
+        if damaged is None or self.replicas is None:
+            return
+        key = (node, damaged[0])
+        now = time.monotonic()
+        tried = self._damage_tried.get(key)
+        if tried is not None and now - tried < REPAIR_RETRY_S:
+            return
+        self._damage_tried[key] = now
+        task = asyncio.create_task(
+            self._repair_range(node, client, *damaged),
+            name=f"repair-damage-{self.stream}/{self.partition}-{node}",
+        )
+        self._damage_repairs.add(task)
+        task.add_done_callback(self._damage_repairs.discard)
+
+    async def _repair_range(
+        self, node: str, client: StorageClient, first: int, last: int | None
+    ) -> None:
+        """Read offsets `first`..`last` (None: WAL damage, to the end of `node`'s log) from a
+        healthy replica and have `node` install them in place of its damaged file."""
+        try:
+            end = last + 1 if last is not None else await self._damaged_log_end(client)
+            batches, source = await self._intact_copy(node, first, end)
+            size = sum(len(b.arrow_ipc) for b in batches)
+            if size > MAX_REPAIR_BYTES:
+                raise Unavailable(
+                    f"the range holds {size} bytes, more than {MAX_REPAIR_BYTES} repaired "
+                    "online: `tamto storage repair` it with the node stopped"
+                )
+            aside = await client.repair_range(
+                self.stream, self.partition, self.epoch, first, batches
+            )
+        except Exception as exc:  # tried again when the range is met again
+            log.warning(
+                "damaged replica not repaired yet",
+                stream=self.stream,
+                partition=self.partition,
+                replica=node,
+                offsets=f"{first}-{'' if last is None else last}",
+                error=str(exc),
+            )
+            return
+        self._damage_tried.pop((node, first), None)
+        log.warning(
+            "damaged replica repaired from a healthy one",
+            stream=self.stream,
+            partition=self.partition,
+            replica=node,
+            healthy=source,
+            offsets=f"{first}-{end - 1}",
+            damaged_file=aside,
+        )
+
+    async def _damaged_log_end(self, client: StorageClient) -> int:
+        """Where a replica with WAL damage ends its log: it is repaired up to there, which
+        must be durable on the log (never copy what was not acknowledged)."""
+        end = (await client.open_partition(self.stream, self.partition, self.epoch)).next_offset
+        if end > self.durable_offset:
+            raise Unavailable(f"its log ends at {end}, past the durable end {self.durable_offset}")
+        return end
+
+    async def _intact_copy(self, node: str, first: int, end: int) -> tuple[list[Batch], str]:
+        """The entries [`first`, `end`) as a replica other than `node` reads them from its
+        own files, and which one."""
+        for source, replica in self._other_replicas(node):
+            try:
+                batches = [
+                    batch
+                    async for part in read_entries(
+                        replica,
+                        self.stream,
+                        self.partition,
+                        first,
+                        end,
+                        what=f"repair of {node}",
+                        from_cache=False,
+                    )
+                    for batch in part
+                ]
+            except TamtoError:
+                continue
+            return batches, source
+        raise Unavailable(f"no other replica reads offsets {first}-{end - 1} intact")
 
     def lagging(self) -> list[str]:
         """The ensemble's replicas that take no appends now (replicated logs only)."""
@@ -291,6 +447,8 @@ class PartitionLog:
                     await self._catch_up(node, client)
                     self.catch_up_errors.pop(node, None)
                 except Exception as exc:  # down still, or refusing: tried again later
+                    if isinstance(exc, DataLoss):  # its copy is damaged: repair it
+                        self.repair_damage(node, client, exc)
                     if self.catch_up_errors.get(node) != str(exc):  # each new reason once
                         self.catch_up_errors[node] = str(exc)
                         log.warning(
@@ -446,7 +604,7 @@ class PartitionLog:
         """Finish what is queued, then stop the sender."""
         while self._queue and self.failure is None:
             await self.wait_beyond(self._queue[-1][0].base_offset)
-        for task in (self._sender, self._repair):
+        for task in (self._sender, self._repair, *self._damage_repairs):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -16,7 +16,7 @@ log's appends (`first_answers`) and the claim's recovery (`recover_ledger_end`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -170,15 +170,39 @@ async def copy_entries(
 
     Unavailable when `source` does not hold `first` on a batch boundary."""
     offset = first
+    async for wanted in read_entries(
+        source, stream, partition, first, end, read_batch_messages, what
+    ):
+        offset = await target.append(stream, partition, epoch, wanted)
+    return offset
+
+
+async def read_entries(
+    source: StorageClient,
+    stream: str,
+    partition: int,
+    first: int,
+    end: int,
+    read_batch_messages: int = 10_000,
+    what: str = "copy",
+    from_cache: bool = True,
+) -> AsyncIterator[list[Batch]]:
+    """The entries [`first`, `end`) of a partition as `source` stores them, batch by
+    batch, one read at a time; Unavailable when `source` does not hold an offset of
+    the range on a batch boundary. `from_cache=False`: what that node reads from its
+    own files (`StorageClient.read`)."""
+    offset = first
     while offset < end:
-        batches, _ = await source.read(stream, partition, offset, read_batch_messages)
+        batches, _ = await source.read(
+            stream, partition, offset, read_batch_messages, from_cache=from_cache
+        )
         wanted = [b for b in batches if b.base_offset >= offset and b.end <= end]
         if not wanted or wanted[0].base_offset != offset:
             raise Unavailable(
                 f"{what}: the source does not hold offset {offset} on a batch boundary"
             )
-        offset = await target.append(stream, partition, epoch, wanted)
-    return offset
+        yield wanted
+        offset = wanted[-1].end
 
 
 #: How many of a replica's batches `agreed_end` compares before it gives up (a tail

@@ -91,6 +91,31 @@ class StorageClient:
         )
         return int(r.next_offset)
 
+    async def repair_range(
+        self, stream: str, partition: int, epoch: int, first: int, batches: list[Batch]
+    ) -> str:
+        """Replace this node's damaged range starting at `first` by `batches`, read from
+        a healthy replica (Storage `RepairRange`); the damaged file, now kept aside."""
+        r = await self._call(
+            self._stub.RepairRange,
+            storage_pb2.RepairRangeRequest(
+                partition=self._ref(stream, partition),
+                epoch=epoch,
+                first_offset=first,
+                batches=[
+                    messages_pb2.StoredBatch(
+                        base_offset=b.base_offset,
+                        count=b.count,
+                        publish_time_us=b.publish_time_us,
+                        arrow_ipc=b.arrow_ipc,
+                    )
+                    for b in batches
+                ],
+            ),
+            f"repair {stream}/{partition}",
+        )
+        return str(r.damaged_file)
+
     def forget_cached(self, stream: str, partition: int) -> None:
         """Drop what the cache holds of a partition (storage changed what it stores)."""
         if self._cache is not None:

@@ -369,7 +369,7 @@ class Subscription:
         try:
             if first < self.log.start_offset:  # a start storage announced
                 raise OutOfRange(f"offset {first} is below the start {self.log.start_offset}")
-            batches, _ = await self.log.storage.read(self.log.stream, self.partition, first, want)
+            batches, _ = await self.log.read(first, want)  # another replica on DATA_LOSS
         except OutOfRange:
             start = await self.log.follow_start()
             log.warning(

@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 import grpc
 
+from tamto_common.audit import AuditLog
 from tamto_common.errors import InvalidArgument
 from tamto_common.pipelined import answer_calls
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
 from tamto_protocol.wire import STORAGE_APPEND, int_field, stored_batch_field
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch
 from tamto_storage.partition import Partition
+from tamto_storage.replica_repair import install_copy
 from tamto_storage.space import refusing_when_full
 from tamto_storage.store import PartitionStore
 
@@ -38,9 +40,13 @@ class _PartitionRequest(Protocol):
 class StorageServicer(storage_pb2_grpc.StorageServicer):
     """Serves partitions of one `PartitionStore`."""
 
-    def __init__(self, store: PartitionStore, read_max_bytes: int) -> None:
+    def __init__(
+        self, store: PartitionStore, read_max_bytes: int, audit: AuditLog | None = None
+    ) -> None:
+        """`audit`: where repairs from a healthy replica are recorded (None: nowhere)."""
         self._store = store
         self._read_max_bytes = read_max_bytes
+        self._audit = audit
 
     async def _partition(self, request: _PartitionRequest) -> Partition:
         if not request.HasField("partition"):
@@ -72,6 +78,22 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         partition = await self._partition(request)
         next_offset = await partition.truncate(request.epoch, request.next_offset)
         return storage_pb2.TruncatePartitionResponse(next_offset=next_offset)
+
+    async def RepairRange(
+        self, request: storage_pb2.RepairRangeRequest, context: grpc.aio.ServicerContext
+    ) -> storage_pb2.RepairRangeResponse:
+        partition = await self._partition(request)
+        batches = [
+            StoredBatch(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc)
+            for b in request.batches
+        ]
+        with refusing_when_full():
+            installed = await install_copy(
+                self._store, partition, request.epoch, request.first_offset, batches, self._audit
+            )
+        return storage_pb2.RepairRangeResponse(
+            damaged_file=str(installed.damaged_file), next_offset=installed.next_offset
+        )
 
     async def Append(
         self, request: storage_pb2.StorageAppendRequest, context: grpc.aio.ServicerContext

@@ -57,6 +57,13 @@ DAMAGED_FILES = Gauge(
     "tamto_storage_damaged_files",
     "Files of an open partition found damaged (segments failing their digest or page "
     "checksums, a WAL frame failing its CRC): their offsets are answered with DATA_LOSS "
-    "until `tamto storage repair`; per stream and partition",
+    "until repaired (from a healthy replica when the stream is replicated, else by "
+    "`tamto storage repair`); per stream and partition",
     ["stream", "partition"],
+)
+REPAIRED_RANGES = Counter(
+    "tamto_storage_repaired_ranges",
+    "Damaged ranges of this node's copy of a replicated partition replaced by a healthy "
+    "replica's entries (tamto_storage.replica_repair), per stream and kind (segment or wal)",
+    ["stream", "kind"],
 )

@@ -27,7 +27,7 @@ import asyncio
 import itertools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -60,7 +60,7 @@ from tamto_storage.segments import (
     write_segment,
 )
 from tamto_storage.wal import SealedFrameDamaged, Wal, WalFileSummary, WalOptions, create_wal_file
-from tamto_storage.wal_recovery import list_wal_files
+from tamto_storage.wal_recovery import list_wal_files, wal_file_name
 
 log = structlog.get_logger(__name__)
 
@@ -241,12 +241,12 @@ class Partition:
         ledger), never sealed offsets, and only at a batch boundary. At or past the
         end it changes nothing.
         """
-        self._check_epoch(epoch)
+        self.check_epoch(epoch)
         if next_offset < 0:
             raise InvalidArgument(f"next_offset must not be negative, got {next_offset}")
         async with self._seal_lock:  # no segment is written from what is dropped
             await self._wal.settled()
-            self._check_epoch(epoch)  # a newer owner may have opened meanwhile
+            self.check_epoch(epoch)  # a newer owner may have opened meanwhile
             end = self._wal.next_offset
             if next_offset >= end:
                 return end
@@ -276,7 +276,7 @@ class Partition:
         )
         return self._wal.next_offset
 
-    def _check_epoch(self, epoch: int) -> None:
+    def check_epoch(self, epoch: int) -> None:
         if epoch < self._fence:
             raise FailedPrecondition(f"stale epoch {epoch} < current {self._fence}")
         if epoch > self._epoch:
@@ -291,9 +291,9 @@ class Partition:
         Offsets are reserved when called (before the first await), so concurrent
         appends are stored in call order.
         """
-        _check_batches(batches)
+        check_batches(batches)
         self._wal.check_writable()
-        self._check_epoch(epoch)
+        self.check_epoch(epoch)
         next_offset = self._wal.next_offset
         if batches[0].base_offset != next_offset:
             raise FailedPrecondition(
@@ -435,7 +435,7 @@ class Partition:
                 batches = [b for b in batches if b.end_offset <= target]
                 if not batches:
                     break
-                for segment in await asyncio.to_thread(self._write_segments, batches):
+                for segment in await asyncio.to_thread(self.write_segments, batches):
                     self._segments.add(segment)
                     written.append(segment)
                 self._unsealed_bytes -= sum(len(b.arrow_ipc) for b in batches)
@@ -446,7 +446,7 @@ class Partition:
                 self._unsealed_since = started
             return written
 
-    def _write_segments(self, batches: Sequence[StoredBatch]) -> list[Segment]:
+    def write_segments(self, batches: Sequence[StoredBatch]) -> list[Segment]:
         """The segments for contiguous `batches` (blocking): a batch that cannot be
         sealed is quarantined and sealed past (`tamto_storage.quarantine`), so one
         bad batch never stops its partition's, or the node's, sealing."""
@@ -488,6 +488,30 @@ class Partition:
             await asyncio.to_thread(remove_files, dropped)
         return len(dropped)
 
+    async def restart_wal(self, end: int, set_aside: Callable[[Path], Path]) -> Path:
+        """Start the damaged WAL again, empty, at `end`, once a repair from a healthy
+        replica sealed every offset below it (`tamto_storage.replica_repair`; the
+        caller holds the seal lock): the damaged file goes through `set_aside` (kept
+        as evidence), the other WAL files go. Returns where the damaged file went."""
+        corruption = self._wal.corruption
+        if corruption is None or self._segments.end_offset != end:
+            raise FailedPrecondition(
+                f"partition {self.id}: the WAL restarts at {end} only after WAL damage "
+                f"and once sealed there (sealed to {self._segments.end_offset})"
+            )
+        options = self._wal.options
+        await self._wal.close()
+        wal_dir = self._dir / WAL_DIR
+        others = [p for _, p in list_wal_files(wal_dir) if p != corruption.file]
+        aside = await asyncio.to_thread(set_aside, corruption.file)
+        await asyncio.to_thread(remove_files, others)
+        await asyncio.to_thread(create_wal_file, wal_dir / wal_file_name(end))
+        self._wal = await Wal.open(wal_dir, options, label=str(self.id))
+        self._rolled_to = None
+        self._unsealed_bytes = 0
+        self._unsealed_since = None
+        return aside
+
     def expire(self, now_us: int, retention_ms: int, retention_bytes: int) -> list[Segment]:
         """Drop the oldest segments that retention no longer keeps; returns them.
 
@@ -515,12 +539,12 @@ class Partition:
     ) -> None:
         """Durably store a subscription's cursor, if `epoch` is the current owner's
         (merged with the stored one unless `replace`: see `CursorStore.commit`)."""
-        self._check_epoch(epoch)
+        self.check_epoch(epoch)
         await self._cursors.commit(subscription, cursor, replace)
 
     async def delete_cursor(self, epoch: int, subscription: str) -> bool:
         """Remove a subscription's cursor, if `epoch` is the current owner's."""
-        self._check_epoch(epoch)
+        self.check_epoch(epoch)
         return await self._cursors.delete(subscription)
 
     async def cursor_names(self) -> list[str]:
@@ -550,7 +574,8 @@ class Partition:
         await self._wal.close()
 
 
-def _check_batches(batches: Sequence[StoredBatch]) -> None:
+def check_batches(batches: Sequence[StoredBatch]) -> None:
+    """Refuse (InvalidArgument) batches that are not whole, valid and contiguous."""
     if not batches:
         raise InvalidArgument("an append needs at least one batch")
     for i, batch in enumerate(batches):

@@ -201,19 +201,20 @@ def _damaged_segments(number: int, pdir: Path, manifest: Manifest) -> list[tuple
         relative = segment.entry.file
         if relative in expired:
             continue  # retention removed it; only a reader of an old version may look
-        problem = segment.damage or _segment_problem(segment, recorded, verified)
+        entry = recorded.get(relative)
+        digest = entry.digest if entry is not None else ""
+        problem = segment.damage or segment_problem(segment, verified, digest)
         if problem:
-            entry = recorded.get(relative)
             segment = segment if entry is None else Segment(entry, segment.path, problem)
             damaged.append((segment, problem))
     return damaged
 
 
-def _segment_problem(
-    segment: Segment, recorded: dict[str, SegmentEntry], verified: VerifiedFiles
-) -> str:
-    entry = recorded.get(segment.entry.file)
-    digest = entry.digest if entry is not None else ""
+def segment_problem(segment: Segment, verified: VerifiedFiles, digest: str | None = None) -> str:
+    """What is wrong with a segment file ("" when nothing): its digest against `digest`
+    (None: its entry's; "": none recorded), then every page's CRC, by decoding it all."""
+    if digest is None:
+        digest = segment.entry.digest
     try:
         problem = verified.check(segment.path, digest)
         if problem:
@@ -251,10 +252,10 @@ def repair(
         elif finding.kind == "wal":
             repaired = _repair_wal(stream_dir, finding)
         elif finding.kind == "manifest":
-            _quarantine(finding.file, stream_dir / DAMAGED_DIR)
+            move_aside(finding.file, stream_dir / DAMAGED_DIR)
             repaired = Repaired(finding, "moved aside; the newest readable version is used", "")
         elif finding.kind == "cursor":
-            _quarantine(finding.file, finding.file.parent.parent / DAMAGED_DIR)
+            move_aside(finding.file, finding.file.parent.parent / DAMAGED_DIR)
             repaired = Repaired(
                 finding,
                 "moved aside; the subscription starts again from its start position here",
@@ -267,7 +268,7 @@ def repair(
     return done
 
 
-def _quarantine(path: Path, folder: Path) -> Path:
+def move_aside(path: Path, folder: Path) -> Path:
     """Move a damaged file into `folder` (kept as evidence), durably."""
     make_dirs(folder)
     target = folder / path.name
@@ -295,15 +296,15 @@ def write_lost_range(
     _record(stream_dir, Segment(replace(load_segment(number, path).entry, digest=digest), path))
 
 
+def with_entry(manifest: Manifest, entry: SegmentEntry) -> Manifest:
+    """`manifest` with `entry` in place of any entry of the same file."""
+    others = tuple(s for s in manifest.segments if s.file != entry.file)
+    return replace(manifest, segments=(*others, entry))
+
+
 def _record(stream_dir: Path, segment: Segment) -> None:
     """Put `segment` in the manifest in place of any entry of the same file."""
-    entry = segment.entry
-
-    def change(manifest: Manifest) -> Manifest:
-        others = tuple(s for s in manifest.segments if s.file != entry.file)
-        return replace(manifest, segments=(*others, entry))
-
-    rewrite(stream_dir, change)
+    rewrite(stream_dir, lambda manifest: with_entry(manifest, segment.entry))
 
 
 def _repair_segment(stream_dir: Path, finding: Finding) -> Repaired:
@@ -317,10 +318,10 @@ def _repair_segment(stream_dir: Path, finding: Finding) -> Repaired:
     manifest, _ = newest_readable(stream_dir)
     entry = next((e for e in manifest.segments if e.file == _relative(stream_dir, path)), None)
     publish = entry.max_publish_time_us if entry is not None else 0
-    _quarantine(path, pdir / DAMAGED_DIR)
+    move_aside(path, pdir / DAMAGED_DIR)
     first, last = finding.first_offset, finding.last_offset
     if (pdir / segment_file_name(first, last)).exists():  # the plain name of a promoted rewrite
-        _quarantine(pdir / segment_file_name(first, last), pdir / DAMAGED_DIR / "plain")
+        move_aside(pdir / segment_file_name(first, last), pdir / DAMAGED_DIR / "plain")
     write_lost_range(stream_dir, finding.partition, first, last, generation + 1, publish)
     return Repaired(
         finding,
@@ -368,7 +369,7 @@ def _repair_wal(stream_dir: Path, finding: Finding) -> Repaired:
     later = [
         p for first, p in list_wal_files(wal_dir) if p != corruption.file and first > damaged_at
     ]
-    _quarantine(corruption.file, pdir / DAMAGED_DIR)
+    move_aside(corruption.file, pdir / DAMAGED_DIR)
     if tail or not later:
         _write_file(wal_dir / wal_file_name(resume_offset if tail else sealed_end), tail)
     remove_sealed_wal_files(wal_dir, sealed_end)
@@ -430,6 +431,6 @@ def _repair_epoch(finding: Finding) -> Repaired:
     pdir = finding.file.parent
     wal_dir = pdir / WAL_DIR
     epoch = recover(wal_dir, truncate=False).max_epoch if wal_dir.is_dir() else 0
-    _quarantine(finding.file, pdir / DAMAGED_DIR)
+    move_aside(finding.file, pdir / DAMAGED_DIR)
     store_epoch(pdir, epoch)
     return Repaired(finding, f"rewritten with epoch {epoch}, the highest its WAL holds", "")

@@ -9,6 +9,7 @@ from dataclasses import replace
 import structlog
 from nats.aio.msg import Msg
 
+from tamto_common.audit import AuditLog
 from tamto_common.bus import EVENTS, RANGE_SHRUNK, STREAM_DELETED, publish_event
 from tamto_common.service import Runtime
 from tamto_common.streams import read_stream
@@ -80,4 +81,7 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
     runtime.resources.push_async_callback(unsubscribe)
     UNSEALED_BYTES.set_function(store.unsealed_bytes)
     store.start_sealer()
-    serve(StorageServicer(store, config.read_max_bytes), runtime.server)
+    # Repairs from a healthy replica are audited where `tamto storage repair` writes.
+    audit = AuditLog("storage", config.data_dir / "audit.jsonl", runtime.bus)
+    runtime.resources.push_async_callback(audit.close)
+    serve(StorageServicer(store, config.read_max_bytes, audit), runtime.server)

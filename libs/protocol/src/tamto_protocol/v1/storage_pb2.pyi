@@ -204,3 +204,23 @@ class PartitionStatsResponse(_message.Message):
     wal_bytes: int
     segment_bytes: int
     def __init__(self, start_offset: _Optional[int] = ..., next_offset: _Optional[int] = ..., wal_bytes: _Optional[int] = ..., segment_bytes: _Optional[int] = ...) -> None: ...
+
+class RepairRangeRequest(_message.Message):
+    __slots__ = ("partition", "epoch", "first_offset", "batches")
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    partition: PartitionRef
+    epoch: int
+    first_offset: int
+    batches: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredBatch]
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., first_offset: _Optional[int] = ..., batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ...) -> None: ...
+
+class RepairRangeResponse(_message.Message):
+    __slots__ = ("damaged_file", "next_offset")
+    DAMAGED_FILE_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    damaged_file: str
+    next_offset: int
+    def __init__(self, damaged_file: _Optional[str] = ..., next_offset: _Optional[int] = ...) -> None: ...

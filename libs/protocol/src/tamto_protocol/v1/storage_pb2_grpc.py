@@ -94,6 +94,11 @@ class StorageStub:
                 request_serializer=tamto_dot_v1_dot_storage__pb2.PartitionStatsRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_storage__pb2.PartitionStatsResponse.FromString,
                 _registered_method=True)
+        self.RepairRange = channel.unary_unary(
+                '/tamto.v1.Storage/RepairRange',
+                request_serializer=tamto_dot_v1_dot_storage__pb2.RepairRangeRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_storage__pb2.RepairRangeResponse.FromString,
+                _registered_method=True)
 
 
 class StorageServicer:
@@ -189,6 +194,19 @@ class StorageServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RepairRange(self, request, context):
+        """Repairs this node's damaged copy of a partition from a healthy replica's entries
+        (docs/cluster.md section 2): `first_offset` is where a range this node answered
+        DATA_LOSS for starts (a damaged sealed segment, or the first damaged WAL frame),
+        `batches` that range as a healthy replica reads it. Only with the partition's
+        current epoch; FAILED_PRECONDITION when nothing is known damaged there or the
+        batches do not cover exactly what must be replaced. The damaged file is kept
+        under `_damaged/`; answers the file replaced and the log's end.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StorageServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -251,6 +269,11 @@ def add_StorageServicer_to_server(servicer, server):
                     servicer.PartitionStats,
                     request_deserializer=tamto_dot_v1_dot_storage__pb2.PartitionStatsRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_storage__pb2.PartitionStatsResponse.SerializeToString,
+            ),
+            'RepairRange': grpc.unary_unary_rpc_method_handler(
+                    servicer.RepairRange,
+                    request_deserializer=tamto_dot_v1_dot_storage__pb2.RepairRangeRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_storage__pb2.RepairRangeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -577,6 +600,33 @@ class Storage:
             '/tamto.v1.Storage/PartitionStats',
             tamto_dot_v1_dot_storage__pb2.PartitionStatsRequest.SerializeToString,
             tamto_dot_v1_dot_storage__pb2.PartitionStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RepairRange(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Storage/RepairRange',
+            tamto_dot_v1_dot_storage__pb2.RepairRangeRequest.SerializeToString,
+            tamto_dot_v1_dot_storage__pb2.RepairRangeResponse.FromString,
             options,
             channel_credentials,
             insecure,

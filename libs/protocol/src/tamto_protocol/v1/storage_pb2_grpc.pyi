@@ -66,6 +66,15 @@ class StorageStub:
     """
     DeleteCursor: _grpc.UnaryUnaryMultiCallable[_storage_pb2.DeleteCursorRequest, _storage_pb2.DeleteCursorResponse]
     PartitionStats: _grpc.UnaryUnaryMultiCallable[_storage_pb2.PartitionStatsRequest, _storage_pb2.PartitionStatsResponse]
+    RepairRange: _grpc.UnaryUnaryMultiCallable[_storage_pb2.RepairRangeRequest, _storage_pb2.RepairRangeResponse]
+    """Repairs this node's damaged copy of a partition from a healthy replica's entries
+    (docs/cluster.md section 2): `first_offset` is where a range this node answered
+    DATA_LOSS for starts (a damaged sealed segment, or the first damaged WAL frame),
+    `batches` that range as a healthy replica reads it. Only with the partition's
+    current epoch; FAILED_PRECONDITION when nothing is known damaged there or the
+    batches do not cover exactly what must be replaced. The damaged file is kept
+    under `_damaged/`; answers the file replaced and the log's end.
+    """
 
 @_typing.type_check_only
 class StorageAsyncStub(StorageStub):
@@ -105,6 +114,15 @@ class StorageAsyncStub(StorageStub):
     """
     DeleteCursor: _aio.UnaryUnaryMultiCallable[_storage_pb2.DeleteCursorRequest, _storage_pb2.DeleteCursorResponse]  # type: ignore[assignment]
     PartitionStats: _aio.UnaryUnaryMultiCallable[_storage_pb2.PartitionStatsRequest, _storage_pb2.PartitionStatsResponse]  # type: ignore[assignment]
+    RepairRange: _aio.UnaryUnaryMultiCallable[_storage_pb2.RepairRangeRequest, _storage_pb2.RepairRangeResponse]  # type: ignore[assignment]
+    """Repairs this node's damaged copy of a partition from a healthy replica's entries
+    (docs/cluster.md section 2): `first_offset` is where a range this node answered
+    DATA_LOSS for starts (a damaged sealed segment, or the first damaged WAL frame),
+    `batches` that range as a healthy replica reads it. Only with the partition's
+    current epoch; FAILED_PRECONDITION when nothing is known damaged there or the
+    batches do not cover exactly what must be replaced. The damaged file is kept
+    under `_damaged/`; answers the file replaced and the log's end.
+    """
 
 class StorageServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -213,5 +231,20 @@ class StorageServicer(metaclass=_abc_1.ABCMeta):
         request: _storage_pb2.PartitionStatsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_storage_pb2.PartitionStatsResponse, _abc.Awaitable[_storage_pb2.PartitionStatsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RepairRange(
+        self,
+        request: _storage_pb2.RepairRangeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_storage_pb2.RepairRangeResponse, _abc.Awaitable[_storage_pb2.RepairRangeResponse]]:
+        """Repairs this node's damaged copy of a partition from a healthy replica's entries
+        (docs/cluster.md section 2): `first_offset` is where a range this node answered
+        DATA_LOSS for starts (a damaged sealed segment, or the first damaged WAL frame),
+        `batches` that range as a healthy replica reads it. Only with the partition's
+        current epoch; FAILED_PRECONDITION when nothing is known damaged there or the
+        batches do not cover exactly what must be replaced. The damaged file is kept
+        under `_damaged/`; answers the file replaced and the log's end.
+        """
 
 def add_StorageServicer_to_server(servicer: StorageServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
