@@ -25,7 +25,7 @@ from tamto_common.config import load_config, parse_endpoints
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.membership import connect_etcd
 from tamto_common.service import Runtime
-from tamto_gateway.tokens import TokenVerifier
+from tamto_common.tokens import TokenVerifier
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc
 
 

@@ -29,16 +29,16 @@ async def drain(client: tamto_sdk.Client, stream: str, sub: str) -> list[bytes]:
 
 
 async def test_a_repeated_id_is_stored_once_and_gets_the_original_offset(
-    tamto_client: tamto_sdk.Client,
+    any_path_client: tamto_sdk.Client,
 ) -> None:
     stream = unique("dedup")
-    await tamto_client.streams.ensure(stream, partitions=1)
-    async with tamto_client.producer(stream) as producer:
+    await any_path_client.streams.ensure(stream, partitions=1)
+    async with any_path_client.producer(stream) as producer:
         first = await producer.send_and_wait(b"order-1", id="order-1")
         await producer.send_and_wait(b"other")
         again = await producer.send_and_wait(b"order-1 (retry)", id="order-1")
     assert again.offset == first.offset
-    assert await drain(tamto_client, stream, "d") == [b"order-1", b"other"]
+    assert await drain(any_path_client, stream, "d") == [b"order-1", b"other"]
 
 
 async def test_a_retried_batch_is_not_stored_twice(tamto_cluster: TestCluster) -> None:

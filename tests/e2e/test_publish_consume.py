@@ -34,11 +34,11 @@ async def consume_n(
 
 
 async def test_published_messages_reach_a_subscription_in_partition_order(
-    tamto_client: tamto_sdk.Client,
+    any_path_client: tamto_sdk.Client,
 ) -> None:
     stream = unique("orders")
-    await tamto_client.streams.ensure(stream, partitions=3)
-    async with tamto_client.producer(stream) as producer:
+    await any_path_client.streams.ensure(stream, partitions=3)
+    async with any_path_client.producer(stream) as producer:
         futures = [
             await producer.send(f"m{i}".encode(), key=f"k{i % 7}".encode(), headers={"i": str(i)})
             for i in range(300)
@@ -46,7 +46,7 @@ async def test_published_messages_reach_a_subscription_in_partition_order(
         results = [await f for f in futures]
     assert {r.partition for r in results} == {0, 1, 2}
 
-    got = await consume_n(tamto_client, stream, "reader", 300)
+    got = await consume_n(any_path_client, stream, "reader", 300)
     assert sorted(m.payload for m in got) == sorted(f"m{i}".encode() for i in range(300))
     by_position = {(r.partition, r.offset): f"m{i}".encode() for i, r in enumerate(results)}
     assert {(m.partition, m.offset): m.payload for m in got} == by_position
@@ -56,17 +56,17 @@ async def test_published_messages_reach_a_subscription_in_partition_order(
     assert all(m.headers["i"] == m.payload.decode()[1:] for m in got)
 
 
-async def test_acked_messages_are_not_delivered_again(tamto_client: tamto_sdk.Client) -> None:
+async def test_acked_messages_are_not_delivered_again(any_path_client: tamto_sdk.Client) -> None:
     stream = unique("acks")
-    await tamto_client.streams.ensure(stream, partitions=1)
-    async with tamto_client.producer(stream) as producer:
+    await any_path_client.streams.ensure(stream, partitions=1)
+    async with any_path_client.producer(stream) as producer:
         for i in range(20):
             await producer.send(f"first-{i}".encode())
-    await consume_n(tamto_client, stream, "s", 20)
-    async with tamto_client.producer(stream) as producer:
+    await consume_n(any_path_client, stream, "s", 20)
+    async with any_path_client.producer(stream) as producer:
         for i in range(5):
             await producer.send(f"second-{i}".encode())
-    again = await consume_n(tamto_client, stream, "s", 5)
+    again = await consume_n(any_path_client, stream, "s", 5)
     assert [m.payload for m in again] == [f"second-{i}".encode() for i in range(5)]
 
 
@@ -156,10 +156,10 @@ async def test_malformed_and_oversized_batches_are_refused(
 
 
 async def test_send_batch_publishes_a_table_and_reports_every_offset(
-    tamto_client: tamto_sdk.Client,
+    any_path_client: tamto_sdk.Client,
 ) -> None:
     stream = unique("table")
-    await tamto_client.streams.ensure(stream, partitions=2)
+    await any_path_client.streams.ensure(stream, partitions=2)
     keys = [f"k{i % 5}".encode() for i in range(2000)]
     table = pa.table(
         {
@@ -167,10 +167,10 @@ async def test_send_batch_publishes_a_table_and_reports_every_offset(
             "key": pa.array(keys, pa.binary()),
         }
     )
-    async with tamto_client.producer(stream, max_batch_messages=300) as producer:
+    async with any_path_client.producer(stream, max_batch_messages=300) as producer:
         published = await (await producer.send_batch(table))
     assert len(published) == 2000
-    got = await consume_n(tamto_client, stream, "reader", 2000)
+    got = await consume_n(any_path_client, stream, "reader", 2000)
     stored = {(m.partition, m.offset): (m.payload, m.key) for m in got}
     for i, (p, offset) in enumerate(
         zip(published.partitions.to_pylist(), published.offsets.to_pylist(), strict=True)

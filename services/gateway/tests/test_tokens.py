@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from tamto_common.errors import Unauthenticated, Unavailable
-from tamto_gateway.tokens import (
+from tamto_common.tokens import (
     RETRY_FAILED_FETCH_S,
     Authenticator,
     Principal,

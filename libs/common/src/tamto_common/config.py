@@ -100,6 +100,11 @@ class ServiceConfig:
     def dial_host(self) -> str:
         return self.advertise_host or self.host
 
+    def client_address_for(self, address: str) -> str:
+        """The address this instance advertises to clients in its membership record,
+        given the one peers dial (`address`); empty: clients do not call it directly."""
+        return ""
+
     @property
     def member_id(self) -> str:
         return self.instance_id or _default_instance_id()

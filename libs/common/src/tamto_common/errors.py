@@ -47,6 +47,26 @@ class FailedPrecondition(TamtoError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class NotOwner(FailedPrecondition):
+    """This router does not own the partition a client called it for (the direct
+    path, docs/cluster.md section 5): the call ends with trailing metadata naming the
+    owner it knows, so the client goes there (`trailing_metadata`)."""
+
+    def __init__(self, message: str, owner_address: str, epoch: int = 0) -> None:
+        super().__init__(message)
+        self.owner_address = owner_address
+        self.epoch = epoch
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((OWNER_METADATA, self.owner_address), (OWNER_EPOCH_METADATA, str(self.epoch)))
+
+
+#: Trailing metadata of a `NotOwner` redirect: the owner's client address (empty when
+#: not known or it serves no clients) and the epoch of its claim (0: not known).
+OWNER_METADATA = "tamto-owner"
+OWNER_EPOCH_METADATA = "tamto-owner-epoch"
+
+
 class Unauthenticated(TamtoError):
     code = grpc.StatusCode.UNAUTHENTICATED
 

@@ -42,6 +42,13 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     return None
 
 
+def trailing_metadata_for(exc: BaseException) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata a call failing with `exc` ends with (a redirect's owner)."""
+    if isinstance(exc, errors.NotOwner):
+        return exc.trailing_metadata()
+    return ()
+
+
 def downstream_error(exc: grpc.aio.AioRpcError, what: str) -> TamtoError:
     """A downstream call failed: the matching TamtoError, for domain code to raise."""
     status = status_for(exc)
@@ -88,7 +95,7 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: 
     if status is None:
         log.exception("unhandled error", method=method)
         status = (grpc.StatusCode.INTERNAL, "internal error")
-    await context.abort(status[0], status[1])
+    await context.abort(status[0], status[1], trailing_metadata_for(exc))
 
 
 def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Any]:

@@ -50,6 +50,9 @@ class Member:
     version: str
     pid: int
     started_at: float
+    #: host:port clients dial to reach this instance directly (a router serving the
+    #: direct path, docs/cluster.md section 5); empty: clients go through a gateway.
+    client_address: str = ""
 
     @property
     def key(self) -> str:

@@ -24,7 +24,7 @@ import grpc
 import structlog
 
 from tamto_common.errors import InvalidArgument
-from tamto_common.grpc_errors import RPC_SECONDS, status_for
+from tamto_common.grpc_errors import RPC_SECONDS, status_for, trailing_metadata_for
 
 log = structlog.get_logger(__name__)
 
@@ -73,6 +73,7 @@ async def answer_calls(
             answer = response_type(call_id=call_id)
             answer.status.code = code.value[0]
             answer.status.message = message
+            answer.status.trailing_metadata.update(trailing_metadata_for(exc))
         finally:
             slots.release()
         RPC_SECONDS.labels(method, code.name).observe(time.perf_counter() - started)

@@ -102,14 +102,16 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
     # Started while etcd or NATS is down: serve as soon as they answer (issue 19).
     etcd = await until_reachable("etcd", lambda: connect_etcd(config.etcd_hosts(), timeout_s=1))
     bus = await connect_bus(config.nats_url, name=f"tamto-{service}-{config.member_id}")
+    address = f"{config.dial_host}:{port}"
     member = Member(
         service=service,
         instance_id=config.member_id,
-        address=f"{config.dial_host}:{port}",
+        address=address,
         metrics_address=f"{config.dial_host}:{metrics_port}",
         version=package_version(),
         pid=os.getpid(),
         started_at=time.time(),
+        client_address=config.client_address_for(address),
     )
     async with contextlib.AsyncExitStack() as resources:
         resources.push_async_callback(etcd.close)

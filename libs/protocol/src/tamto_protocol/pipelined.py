@@ -44,9 +44,10 @@ Metadata = Sequence[tuple[str, str]]
 STREAM_RETRY_S = 60.0
 
 
-def rpc_error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
-    """An `AioRpcError` as a unary call ending with `code` would raise."""
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+def rpc_error(code: grpc.StatusCode, details: str, trailing: Metadata = ()) -> grpc.aio.AioRpcError:
+    """An `AioRpcError` as a unary call ending with `code` (and `trailing` metadata)
+    would raise."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailing), details)
 
 
 class _Stream:
@@ -144,7 +145,11 @@ class PipelinedCalls:
             return await self._unary(request(0), timeout=timeout, metadata=metadata)
         status = answer.status
         if status.code:
-            raise rpc_error(_CODES.get(status.code, grpc.StatusCode.UNKNOWN), status.message)
+            raise rpc_error(
+                _CODES.get(status.code, grpc.StatusCode.UNKNOWN),
+                status.message,
+                tuple(status.trailing_metadata.items()),
+            )
         return answer.response
 
     async def _exchange(

@@ -29,7 +29,12 @@ ROUTER_APPEND = "/tamto.v1.Router/Append"
 STORAGE_APPEND = "/tamto.v1.Storage/Append"
 PUBLISH_STREAM = "/tamto.v1.Gateway/PublishStream"
 ROUTER_APPEND_STREAM = "/tamto.v1.Router/AppendStream"
+#: A client's publish straight to the owner router (the direct path).
+ROUTER_PUBLISH = "/tamto.v1.Router/Publish"
+ROUTER_PUBLISH_STREAM = "/tamto.v1.Router/PublishStream"
 STORAGE_APPEND_STREAM = "/tamto.v1.Storage/AppendStream"
+#: An ephemeral publish (`publish_ephemeral_request`).
+PUBLISH_EPHEMERAL = "/tamto.v1.Gateway/PublishEphemeral"
 #: The `call_id` field of every request sent on a pipelined stream.
 _CALL_ID = 15
 
@@ -79,6 +84,17 @@ def publish_request(
             int_field(2, partition),
             *_message_field(3, _record_batch(arrow_ipc, count)),
             int_field(_CALL_ID, call_id),
+        ]
+    )
+
+
+def publish_ephemeral_request(stream: str, topic: str, arrow_ipc: Buffer, count: int) -> bytes:
+    """`tamto.v1.PublishEphemeralRequest` {stream = 1, topic = 2, batch = 3}."""
+    return b"".join(
+        [
+            _text_field(1, stream),
+            _text_field(2, topic),
+            *_message_field(3, _record_batch(arrow_ipc, count)),
         ]
     )
 

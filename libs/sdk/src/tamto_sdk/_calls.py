@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
 from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
-from tamto_protocol.wire import PUBLISH, PUBLISH_STREAM
+from tamto_protocol.wire import PUBLISH, PUBLISH_EPHEMERAL, PUBLISH_STREAM, raw_unary
 from tamto_sdk._retry import with_retries
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.errors import TamtoError, Unauthenticated, from_rpc_error
 from tamto_sdk.options import ClientOptions
+
+if TYPE_CHECKING:
+    from tamto_sdk.direct import DirectPublisher
 
 CONSUME = "/tamto.v1.Gateway/Consume"
 
@@ -35,6 +38,10 @@ class Calls:
             gateway_pb2.PublishStreamResponse,
             fallback=(PUBLISH, gateway_pb2.PublishResponse),
         )
+        #: PublishEphemeral sending its request in wire form (`publish_ephemeral_request`).
+        self.publish_ephemeral_raw = raw_unary(
+            channel, PUBLISH_EPHEMERAL, gateway_pb2.PublishEphemeralResponse
+        )
         #: Consume handing its responses over as bytes (`parse_consume_response`).
         self.consume_raw = channel.stream_stream(
             CONSUME,
@@ -42,9 +49,14 @@ class Calls:
             response_deserializer=None,
         )
 
+        #: Publishes straight to partition owners (`ClientOptions.direct`), else None.
+        self.direct: DirectPublisher | None = None
+
     async def close(self) -> None:
-        """End the publish stream (the producers are closed first, so nothing waits on it)."""
+        """End the publish streams (the producers are closed first, so nothing waits on them)."""
         await self.publish_raw.close()
+        if self.direct is not None:
+            await self.direct.close()
 
     async def unary(
         self,

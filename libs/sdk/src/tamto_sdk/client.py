@@ -14,6 +14,7 @@ from tamto_sdk._calls import Calls
 from tamto_sdk.admin import Cluster, Streams
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.consumer import Consumer
+from tamto_sdk.direct import DirectPublisher
 from tamto_sdk.ephemeral import (
     EphemeralBatch,
     EphemeralProducer,
@@ -57,16 +58,22 @@ async def connect(url: str, *, api_key: str, options: ClientOptions | None = Non
     ]
     channel_options.extend((name, value) for name, value in defaults if name not in given)
     tls = endpoint.tls or options.tls
-    if tls:
-        credentials = grpc.ssl_channel_credentials(
-            root_certificates=options.root_certificates,
-            private_key=options.private_key,
-            certificate_chain=options.certificate_chain,
-        )
-        channel = grpc.aio.secure_channel(endpoint.target, credentials, options=channel_options)
-    else:
-        channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options)
+
+    def open_channel(target: str) -> grpc.aio.Channel:
+        """A channel to the gateway, or to a router (the direct path), alike."""
+        if tls:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=options.root_certificates,
+                private_key=options.private_key,
+                certificate_chain=options.certificate_chain,
+            )
+            return grpc.aio.secure_channel(target, credentials, options=channel_options)
+        return grpc.aio.insecure_channel(target, options=channel_options)
+
+    channel = open_channel(endpoint.target)
     client = Client(channel, api_key=api_key, options=options)
+    if options.direct:
+        client._calls.direct = DirectPublisher(client._calls, open_channel)
     try:
         try:
             await client._auth.authenticate_once()

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ClientOptions"]
+
+#: The environment variable giving `ClientOptions.direct`'s default ("1": on).
+DIRECT_ENV = "TAMTO_DIRECT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +34,14 @@ class ClientOptions:
         private_key: PEM private key of `certificate_chain`.
         channel_options: extra ``grpc.aio`` channel options.
         producer_name: written into the ``producer`` column of every batch.
+        direct: producers publish straight to the router owning each partition, found
+            with the gateway's ``Lookup`` (docs/cluster.md section 5), following it when
+            it moves; through the gateway when routers advertise no client address or
+            cannot be reached. Only batches whose every message has an id go directly
+            (an idempotent producer's do). Default: the environment variable
+            ``TAMTO_DIRECT`` (``1`` on, else off), so a deployment or ``tamto bench``
+            picks the path without code changes (docs/benchmarks.md, "Issue 22: the
+            direct path").
     """
 
     retry_deadline_s: float = 30.0
@@ -44,6 +56,7 @@ class ClientOptions:
     private_key: bytes | None = field(default=None, repr=False)
     channel_options: Sequence[tuple[str, Any]] = field(default_factory=tuple)
     producer_name: str | None = None
+    direct: bool = field(default_factory=lambda: os.environ.get(DIRECT_ENV) == "1")
 
     def __post_init__(self) -> None:
         if self.retry_deadline_s < 0:

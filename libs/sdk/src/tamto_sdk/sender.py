@@ -11,6 +11,8 @@ order holds. As aiokafka's ``Sender``, this is where a batch meets the network:
 - retries: `Calls.unary` retries what `tamto_sdk.errors` marks retriable until
   `ClientOptions.retry_deadline_s`; with ids on every message a call cut off
   mid-flight is retriable too (`from_rpc_error(deduplicated=True)`);
+- the direct path (`ClientOptions.direct`): a batch goes straight to the router
+  owning its partition (`tamto_sdk.direct`), through the gateway when it cannot;
 - reconnecting: the pipelined publish stream (`tamto_protocol.pipelined`) and the
   channel's reconnect backoff re-establish the connection under a retried call.
 """
@@ -111,11 +113,18 @@ class Sender:
                 # In wire form: the Arrow bytes are copied once, not three times.
                 return publish_request(stream, partition, arrow_ipc, count, call_id)
 
-            # With ids on every message, a send cut off mid-call is retried too: the
-            # server's dedup window recognises it if the first one was stored.
-            response: Any = await self._calls.unary(
-                self._calls.publish_raw, request, deduplicated=deduplicated
-            )
+            # Straight to the partition's owner when the client may (`ClientOptions.direct`,
+            # `tamto_sdk.direct`) and a resend is safe; None: through the gateway.
+            direct = self._calls.direct
+            response: Any = None
+            if direct is not None and deduplicated:
+                response = await direct.publish(stream, partition, request)
+            if response is None:
+                # With ids on every message, a send cut off mid-call is retried too: the
+                # server's dedup window recognises it if the first one was stored.
+                response = await self._calls.unary(
+                    self._calls.publish_raw, request, deduplicated=deduplicated
+                )
             if int(response.count) not in (0, count):
                 raise Internal(f"published {count} messages but {response.count} acked")
             base = int(response.base_offset)

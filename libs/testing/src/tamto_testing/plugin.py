@@ -6,6 +6,9 @@
 - `tamto_cluster` (module): auth, storage, router and gateway as processes.
 - `fresh_cluster` (function): a cluster of its own, for tests that crash services.
 - `tamto_client` (function): an SDK client connected to `tamto_cluster`.
+- `any_path_client` (function, two params): the same, once publishing through the
+  gateway and once straight to the owner routers (`ClientOptions.direct`, the direct
+  path of docs/cluster.md section 5), for semantics tests that must hold on both.
 - `spark` (session): one local SparkSession with the `tamto` data source; skipped,
   saying so, where PySpark or tamto-spark is not installed (tamto-testing does not
   require them: only the Spark tests use this fixture).
@@ -75,6 +78,17 @@ def fresh_cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
 async def tamto_client(tamto_cluster: TestCluster) -> AsyncIterator[tamto_sdk.Client]:
     async with await tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
         yield c
+
+
+@pytest.fixture(params=["proxied", "direct"])
+async def any_path_client(
+    request: pytest.FixtureRequest, tamto_cluster: TestCluster
+) -> AsyncIterator[tamto_sdk.Client]:
+    options = tamto_sdk.ClientOptions(direct=request.param == "direct")
+    async with await tamto_sdk.connect(
+        tamto_cluster.url, api_key=tamto_cluster.credential, options=options
+    ) as client:
+        yield client
 
 
 @pytest.fixture(scope="session")

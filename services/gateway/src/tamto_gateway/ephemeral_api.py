@@ -26,8 +26,8 @@ from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 
 if TYPE_CHECKING:
+    from tamto_common.tokens import Principal
     from tamto_gateway.streams import StreamRegistry
-    from tamto_gateway.tokens import Principal
 
 
 class EphemeralApi:

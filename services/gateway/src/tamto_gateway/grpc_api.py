@@ -10,24 +10,24 @@ import grpc
 
 from tamto_common.audit import ADMIN, LOGIN
 from tamto_common.errors import FailedPrecondition, InvalidArgument
+from tamto_common.guard import Guard
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.policy import Permission
+from tamto_common.publishing import check_publish
 from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
+from tamto_common.tokens import Principal
 from tamto_gateway.cluster_api import ClusterApi
 from tamto_gateway.consume import FanOut
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_api import EphemeralApi
 from tamto_gateway.limits import ConsumersPerConnection
-from tamto_gateway.policy import Guard
 from tamto_gateway.requests import RequestBroker
 from tamto_gateway.security_api import AuthForwarder, SecurityApi
 from tamto_gateway.stream_proto import stream_def, stream_info
 from tamto_gateway.streams import StreamRegistry
 from tamto_gateway.subscriptions_api import SubscriptionsApi
-from tamto_gateway.tokens import Principal
 from tamto_gateway.upstream import Upstream
-from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.delivery_wire import raw_responses
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_protocol.wire import PUBLISH
@@ -174,6 +174,25 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
             await self._audit_admin(context, principal, "stream.delete", f"stream {request.name}")
         return gateway_pb2.DeleteStreamResponse(deleted=deleted)
 
+    async def Lookup(
+        self, request: gateway_pb2.LookupRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.LookupResponse:
+        """Each partition's owner router client address and claim epoch (the direct
+        path, docs/cluster.md section 5); any permission on the stream."""
+        check_name("stream", request.stream)
+        await self._authorize(context, None, request.stream, "Lookup")
+        stream = await self._streams.describe(request.stream)
+        owners = (
+            []
+            if stream.ephemeral
+            else await self._upstream.routes.lookup(stream.name, stream.partitions)
+        )
+        return gateway_pb2.LookupResponse(
+            partitions=[
+                gateway_pb2.PartitionOwner(partition=p, address=a, epoch=e) for p, a, e in owners
+            ]
+        )
+
     async def Publish(
         self, request: gateway_pb2.PublishRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.PublishResponse:
@@ -204,20 +223,10 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
         check_name("stream", request.stream)
         await self._authorize(context, Permission.PUBLISH, request.stream, "Publish")
         stream = await self._streams.describe(request.stream)
-        if stream.ephemeral:
-            raise FailedPrecondition(
-                f"stream {stream.name!r} is ephemeral: publish with PublishEphemeral"
-            )
-        if request.partition >= stream.partitions:
-            raise InvalidArgument(
-                f"stream {stream.name!r} has partitions 0-{stream.partitions - 1}, "
-                f"not {request.partition}"
-            )
         arrow_ipc = request.batch.arrow_ipc  # each access copies the bytes: once
-        try:
-            validate_batch(arrow_ipc, request.batch.count, self._max_message_bytes)
-        except BatchFormatError as exc:
-            raise InvalidArgument(f"malformed batch: {exc}") from None
+        check_publish(
+            stream, request.partition, arrow_ipc, request.batch.count, self._max_message_bytes
+        )
         base, offsets = await self._upstream.append(
             stream.name, request.partition, arrow_ipc, request.batch.count
         )

@@ -32,7 +32,7 @@ import structlog
 
 from tamto_common.errors import ConfigError, TamtoError, Unauthenticated, Unavailable
 from tamto_common.policy import check_identity_name
-from tamto_gateway.tokens import REQUIRED_CLAIMS, Principal, decode_errors
+from tamto_common.tokens import REQUIRED_CLAIMS, Principal, decode_errors
 
 log = structlog.get_logger(__name__)
 

@@ -3,6 +3,10 @@ operator's placement decisions (moved partitions, drained routers: `tamto_common
 
 from __future__ import annotations
 
+import json
+
+import aetcd
+
 from tamto_common.errors import Unavailable
 from tamto_common.membership import MemberDirectory
 from tamto_common.placement import Placement, PlacementView
@@ -11,9 +15,19 @@ from tamto_common.ring import HashRing
 _MAX_OWNERS = 100_000
 
 
+#: Where routers record their partition claims (`tamto_router.ownership`).
+OWNERS_PREFIX = "/tamto/owners/"
+
+
 class Routes:
-    def __init__(self, directory: MemberDirectory, placement: PlacementView | None = None) -> None:
+    def __init__(
+        self,
+        directory: MemberDirectory,
+        etcd: aetcd.Client | None = None,
+        placement: PlacementView | None = None,
+    ) -> None:
         self._directory = directory
+        self._etcd = etcd
         self._placement = placement
         self._decided = Placement()  # the placement the ring and owners below follow
         self._ring_for: tuple[tuple[str, str], ...] = ()
@@ -54,6 +68,26 @@ class Routes:
             self._owners.clear()
         self._owners[(stream, partition)] = owner
         return owner
+
+    async def lookup(self, stream: str, partitions: int) -> list[tuple[int, str, int]]:
+        """(partition, owner's client address or "", epoch of its claim or 0) for each
+        partition of `stream`: the direct path's metadata (docs/cluster.md section 5)."""
+        clients = {m.address: m.client_address for m in self._directory.members("router")}
+        epochs: dict[int, int] = {}
+        if self._etcd is not None:
+            prefix = f"{OWNERS_PREFIX}{stream}/"
+            for kv in await self._etcd.get_prefix(prefix.encode()):
+                try:
+                    epochs[int(kv.key.decode().removeprefix(prefix))] = int(
+                        json.loads(kv.value)["epoch"]
+                    )
+                except (ValueError, KeyError, TypeError):
+                    continue
+        answer = []
+        for partition in range(partitions):
+            address = await self.router_for(stream, partition)
+            answer.append((partition, clients.get(address, ""), epochs.get(partition, 0)))
+        return answer
 
     async def auth_address(self) -> str:
         members = self._directory.members("auth")

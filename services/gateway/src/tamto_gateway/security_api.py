@@ -13,9 +13,9 @@ import grpc
 
 from tamto_common.channels import ChannelPool
 from tamto_common.grpc_errors import downstream_error
-from tamto_gateway.policy import Guard
+from tamto_common.guard import Guard
+from tamto_common.tokens import Principal
 from tamto_gateway.routing import Routes
-from tamto_gateway.tokens import Principal
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, gateway_pb2
 
 ACTOR_HEADER = "x-tamto-actor"

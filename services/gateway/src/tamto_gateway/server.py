@@ -11,21 +11,21 @@ import structlog
 
 from tamto_common.audit import AuditLog
 from tamto_common.channels import ChannelPool
+from tamto_common.guard import Guard, PolicyCache
 from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
 from tamto_common.membership import MemberDirectory
 from tamto_common.placement import PlacementView
 from tamto_common.service import Runtime
+from tamto_common.tokens import Authenticator, IssuerVerifier, TokenVerifier, refetch_jwks
 from tamto_gateway.config import GatewayConfig
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_api import serve_ephemeral
 from tamto_gateway.grpc_api import GatewayServicer, serve
 from tamto_gateway.oidc import ExternalVerifier, OidcIssuer, load_issuers
-from tamto_gateway.policy import Guard, PolicyCache
 from tamto_gateway.requests import RequestBroker
 from tamto_gateway.routing import Routes
 from tamto_gateway.security_api import AuthForwarder
 from tamto_gateway.streams import StreamRegistry
-from tamto_gateway.tokens import Authenticator, IssuerVerifier, TokenVerifier
 from tamto_gateway.upstream import Upstream
 
 log = structlog.get_logger(__name__)
@@ -50,7 +50,7 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     runtime.resources.push_async_callback(channels.close)
     # Moved partitions and drained routers (tamto_common.placement), as routers see them.
     placement = await runtime.resources.enter_async_context(PlacementView(runtime.etcd))
-    routes = Routes(directory, placement=placement)
+    routes = Routes(directory, runtime.etcd, placement)
     upstream = Upstream(routes, channels, config.upstream_timeout_s)
     runtime.resources.push_async_callback(upstream.close)
     internal = TokenVerifier(upstream.jwks, config.token_issuer, config.token_audience)
@@ -63,7 +63,7 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     new_signing_key = cache.signing_key_events()
     await cache.start()
     runtime.resources.push_async_callback(cache.stop)
-    refresher = asyncio.create_task(_refetch_jwks(internal, new_signing_key), name="jwks-refetch")
+    refresher = asyncio.create_task(refetch_jwks(internal, new_signing_key), name="jwks-refetch")
 
     async def stop_refresher() -> None:
         refresher.cancel()
@@ -98,14 +98,3 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     servicer.placement_etcd = runtime.etcd
     serve(servicer, runtime.server)
     serve_ephemeral(servicer, runtime.server)
-
-
-async def _refetch_jwks(verifier: TokenVerifier, announced: asyncio.Event) -> None:
-    """Refetch auth's JWKS whenever auth announces a new signing key."""
-    while True:
-        await announced.wait()
-        announced.clear()
-        try:
-            await verifier.refresh()
-        except Exception as exc:  # the next unknown kid triggers a refetch anyway
-            log.warning("jwks refetch failed", error=str(exc))

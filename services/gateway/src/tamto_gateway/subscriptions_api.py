@@ -24,8 +24,8 @@ from tamto_protocol.batch import slice_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 
 if TYPE_CHECKING:
+    from tamto_common.tokens import Principal
     from tamto_gateway.streams import StreamRegistry
-    from tamto_gateway.tokens import Principal
     from tamto_gateway.upstream import Upstream
 
 #: Most messages one GetMessages returns.

@@ -36,3 +36,24 @@ class RouterConfig(ServiceConfig):
         "refused with RESOURCE_EXHAUSTED (0: no limit)",
         not_negative,
     )
+    client_address: str = setting(
+        "auto",
+        "host:port clients publish to directly, advertised in this router's membership "
+        "record (docs/cluster.md section 5): auto = the address peers dial; none = clients "
+        "go through a gateway",
+    )
+    max_message_bytes: int = setting(
+        1024 * 1024,
+        "largest payload a client may publish directly, in bytes (the gateway's)",
+        positive,
+    )
+    token_issuer: str = setting("tamto", "issuer expected in client tokens (as the gateway's)")
+    token_audience: str = setting("tamto", "audience expected in client tokens")
+    policy_refresh_s: float = setting(
+        30.0, "reload the security policy this often even without a bus event (seconds)", positive
+    )
+
+    def client_address_for(self, address: str) -> str:
+        if self.client_address == "none":
+            return ""
+        return address if self.client_address == "auto" else self.client_address

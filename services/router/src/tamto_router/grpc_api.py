@@ -8,15 +8,16 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from tamto_common.errors import InvalidArgument, TamtoError
+from tamto_common.errors import InvalidArgument, NotOwner, TamtoError
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
 from tamto_protocol.delivery_wire import consume_delivery, consume_error, raw_responses
-from tamto_protocol.v1 import messages_pb2, router_pb2, router_pb2_grpc
-from tamto_protocol.wire import ROUTER_APPEND
+from tamto_protocol.v1 import gateway_pb2, messages_pb2, router_pb2, router_pb2_grpc
+from tamto_protocol.wire import ROUTER_APPEND, ROUTER_PUBLISH
 from tamto_router.admin import SubscriptionAdmin
 from tamto_router.admin_api import AdminApi
+from tamto_router.client_api import ClientPublish
 from tamto_router.consume import ConsumeSession, Start, SubscribeSpec, SubscriptionRegistry
 from tamto_router.partitions import Partitions
 from tamto_router.subscription import SubscriptionType
@@ -83,11 +84,58 @@ def serve(servicer: RouterServicer, server: grpc.aio.Server) -> None:
 
 class RouterServicer(AdminApi, router_pb2_grpc.RouterServicer):
     def __init__(
-        self, partitions: Partitions, subscriptions: SubscriptionRegistry, instance: str = ""
+        self,
+        partitions: Partitions,
+        subscriptions: SubscriptionRegistry,
+        instance: str = "",
+        clients: ClientPublish | None = None,
     ) -> None:
         self._partitions = partitions
         self._subscriptions = subscriptions
         self._admin = SubscriptionAdmin(partitions, subscriptions, instance)
+        #: Clients' publishes (the direct path); None: this router serves no clients.
+        self._clients = clients
+
+    async def Publish(
+        self, request: gateway_pb2.PublishRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.PublishResponse:
+        return await self._client_publish(request, context)
+
+    async def PublishStream(
+        self,
+        request_iterator: AsyncIterator[gateway_pb2.PublishRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[gateway_pb2.PublishStreamResponse]:
+        """A client's publish calls pipelined on one stream, each authorized with the
+        stream's token as a unary Publish (as `Gateway.PublishStream`)."""
+
+        async def publish(request: gateway_pb2.PublishRequest) -> gateway_pb2.PublishResponse:
+            return await self._client_publish(request, context)
+
+        async for answer in answer_calls(
+            request_iterator, publish, gateway_pb2.PublishStreamResponse, ROUTER_PUBLISH
+        ):
+            yield answer
+
+    async def _client_publish(
+        self, request: gateway_pb2.PublishRequest, context: grpc.aio.ServicerContext
+    ) -> gateway_pb2.PublishResponse:
+        if self._clients is None:
+            raise NotOwner("this router serves no clients: publish through a gateway", "")
+        appended = await self._clients.publish(
+            context.invocation_metadata(),
+            context.peer() or "unknown",
+            request.stream,
+            request.partition,
+            request.batch.arrow_ipc,  # each access copies the bytes: once
+            request.batch.count,
+        )
+        return gateway_pb2.PublishResponse(
+            partition=request.partition,
+            base_offset=appended.base_offset,
+            count=request.batch.count,
+            offsets=appended.offsets or [],
+        )
 
     async def Append(
         self, request: router_pb2.RouterAppendRequest, context: grpc.aio.ServicerContext

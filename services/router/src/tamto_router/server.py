@@ -1,4 +1,4 @@
-"""Router wiring: ownership lease, storage discovery, the servicer."""
+"""Router wiring: ownership lease, storage discovery, clients' publishes, the servicer."""
 
 from __future__ import annotations
 
@@ -6,14 +6,19 @@ import asyncio
 import contextlib
 import gc
 import json
+from collections.abc import Callable
 
+import grpc
 import structlog
 from nats.aio.msg import Msg
 
+from tamto_common.audit import AuditLog
 from tamto_common.bus import EVENTS, RANGE_SHRUNK
 from tamto_common.channels import ChannelPool
 from tamto_common.config import MIB
 from tamto_common.errors import Unavailable
+from tamto_common.grpc_errors import downstream_error
+from tamto_common.guard import Guard, PolicyCache
 from tamto_common.ledgers import LedgerList
 from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
 from tamto_common.membership import KeptLease, MemberDirectory
@@ -21,7 +26,10 @@ from tamto_common.placement import GoneTargets, PlacementView
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.service import Runtime
 from tamto_common.streams import StreamDef, read_stream
+from tamto_common.tokens import Authenticator, TokenVerifier, refetch_jwks
+from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc
 from tamto_router.batch_cache import BatchCache
+from tamto_router.client_api import ClientPublish, OwnerRule, RouterRing, StreamDefs
 from tamto_router.config import RouterConfig
 from tamto_router.consume import SubscriptionRegistry
 from tamto_router.dead_letter_sink import DeadLetterSink
@@ -163,7 +171,12 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         cursor_commit_s=config.cursor_commit_ms / 1000,
         max_consumers=config.max_consumers_per_subscription,
     )
-    serve(RouterServicer(partitions, subscriptions, config.member_id), runtime.server)
+    client_publish = await _client_publish(
+        config, runtime, directory, channels, partitions, lambda: placement.current
+    )
+    serve(
+        RouterServicer(partitions, subscriptions, config.member_id, client_publish), runtime.server
+    )
 
     async def range_shrunk(msg: Msg) -> None:
         try:
@@ -218,3 +231,56 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
             await hand_back
 
     resources.push_async_callback(stop_hand_back)
+
+
+async def _client_publish(
+    config: RouterConfig,
+    runtime: Runtime,
+    directory: MemberDirectory,
+    channels: ChannelPool,
+    partitions: Partitions,
+    rule: Callable[[], OwnerRule] | None = None,
+) -> ClientPublish | None:
+    """Clients' publishes (the direct path), verified as at the gateway: auth's tokens
+    with its JWKS, the policy cached from etcd, denials audited on the bus. None when
+    this router advertises no client address."""
+    if not config.client_address_for("-"):
+        return None
+
+    async def fetch_jwks() -> str:
+        members = directory.members("auth")
+        if not members:
+            await directory.refresh()
+            members = directory.members("auth")
+        if not members:
+            raise Unavailable("no auth service is registered")
+        stub = auth_pb2_grpc.AuthStub(channels.get(members[0].address))
+        try:
+            answer = await stub.GetJwks(auth_pb2.GetJwksRequest(), timeout=10)
+        except grpc.aio.AioRpcError as exc:
+            raise downstream_error(exc, "auth") from exc
+        return str(answer.jwks_json)
+
+    resources = runtime.resources
+    verifier = TokenVerifier(fetch_jwks, config.token_issuer, config.token_audience)
+    audit = AuditLog("router", None, runtime.bus)
+    resources.push_async_callback(audit.close)
+    cache = PolicyCache(runtime.etcd, runtime.bus, config.policy_refresh_s)
+    new_signing_key = cache.signing_key_events()
+    await cache.start()
+    resources.push_async_callback(cache.stop)
+    refresher = asyncio.create_task(refetch_jwks(verifier, new_signing_key), name="jwks-refetch")
+
+    async def stop_refresher() -> None:
+        refresher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await refresher
+
+    resources.push_async_callback(stop_refresher)
+    return ClientPublish(
+        Guard(Authenticator(verifier, {}), cache, audit),
+        partitions,
+        RouterRing(directory, config.member_id, rule),
+        StreamDefs(runtime.etcd),
+        config.max_message_bytes,
+    )

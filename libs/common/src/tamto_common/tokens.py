@@ -1,4 +1,7 @@
-"""Local verification of auth-issued tokens: the gateway never calls auth per request.
+"""Local verification of auth-issued tokens: no service calls auth per request.
+
+Shared by the gateway and routers serving the direct path (docs/cluster.md
+section 5): both verify a token with this code.
 
 `TokenVerifier` keeps the auth service's public keys (its JWKS) in memory and
 checks signatures and claims itself. A token naming an unknown `kid` triggers a
@@ -362,3 +365,15 @@ def bearer_token(metadata: Metadata | None) -> str:
     if not token:
         raise Unauthenticated("missing bearer token")
     return token
+
+
+async def refetch_jwks(verifier: TokenVerifier, announced: asyncio.Event) -> None:
+    """Refetch auth's JWKS whenever auth announces a new signing key (run as a task;
+    `announced` is `PolicyCache.signing_key_events()`)."""
+    while True:
+        await announced.wait()
+        announced.clear()
+        try:
+            await verifier.refresh()
+        except Exception as exc:  # the next unknown kid triggers a refetch anyway
+            log.warning("jwks refetch failed", error=str(exc))

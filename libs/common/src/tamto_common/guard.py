@@ -1,4 +1,8 @@
-"""The gateway's copy of the policy, and the checks every call goes through.
+"""A service's copy of the policy, and the checks every client call goes through.
+
+One implementation for every service a client calls: the gateway, and routers
+serving the direct path (docs/cluster.md section 5), so no decision is made
+twice in two ways.
 
 `PolicyCache` reads everything under `/tamto/auth/` in one etcd range read
 (one consistent snapshot) and keeps it in memory. It reloads when the bus says
@@ -7,7 +11,7 @@ so a change applies here within milliseconds) and every `refresh_s` in case an
 event was missed. A reload is one task owned by the cache; events that arrive
 while it runs coalesce into one more reload.
 
-`Guard` is what the servicer calls: authenticate the bearer token, then check
+`Guard` is what a servicer calls: authenticate the bearer token, then check
 a permission on a stream against the cached policy, auditing every refusal.
 A token minted from an API key is refused once the snapshot says that key is
 disabled or gone (disabled, deleted or rotated: within milliseconds of the
@@ -48,7 +52,7 @@ from tamto_common.policy import (
     key_disabled,
     parse_binding,
 )
-from tamto_gateway.tokens import Metadata, Principal, Verifier, bearer_token
+from tamto_common.tokens import Metadata, Principal, Verifier, bearer_token
 
 log = structlog.get_logger(__name__)
 

@@ -1,0 +1,200 @@
+"""The direct path (issue 22, docs/cluster.md section 5): a producer publishes straight
+to the router owning each partition, routers check tokens and permissions as the
+gateway does, redirect a publish for a partition they do not own, and a client
+writing while its router dies follows the new owner without loss or duplicates."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+
+import tamto_sdk
+from tamto_protocol.batch import BatchColumns, encode_batch
+from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
+from tamto_sdk import ClientOptions, Grant, Permission
+from tamto_sdk.direct import DirectPublisher
+from tamto_testing.cluster import TestCluster
+from tamto_testing.infra import Infra
+from tamto_testing.waiting import eventually, long_tests_enabled
+
+pytestmark = pytest.mark.e2e
+
+ROUTER_PUBLISH = "/tamto.v1.Router/Publish"
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def direct_of(client: tamto_sdk.Client) -> DirectPublisher:
+    direct = client._calls.direct
+    assert direct is not None, "the client was made with ClientOptions(direct=True)"
+    return direct
+
+
+async def router_publish(
+    address: str, token: str | None, stream: str, partition: int
+) -> grpc.aio.AioRpcError | None:
+    """One raw Router.Publish of one message; the error it ended with, or None."""
+    batch = encode_batch(BatchColumns([b"x"], [None], [None], [None], [None]))
+    request = gateway_pb2.PublishRequest(
+        stream=stream,
+        partition=partition,
+        batch=messages_pb2.RecordBatch(arrow_ipc=batch, count=1),
+    )
+    metadata = (("authorization", f"Bearer {token}"),) if token else ()
+    async with grpc.aio.insecure_channel(address) as channel:
+        publish = channel.unary_unary(
+            ROUTER_PUBLISH,
+            request_serializer=gateway_pb2.PublishRequest.SerializeToString,
+            response_deserializer=gateway_pb2.PublishResponse.FromString,
+        )
+        try:
+            await publish(request, metadata=metadata, timeout=30)
+        except grpc.aio.AioRpcError as exc:
+            return exc
+    return None
+
+
+async def lookup(cluster: TestCluster, token: str, stream: str) -> dict[int, str]:
+    async with grpc.aio.insecure_channel(cluster.address("gateway")) as channel:
+        answer = await gateway_pb2_grpc.GatewayStub(channel).Lookup(
+            gateway_pb2.LookupRequest(stream=stream),
+            metadata=(("authorization", f"Bearer {token}"),),
+            timeout=30,
+        )
+    return {p.partition: p.address for p in answer.partitions}
+
+
+async def test_a_direct_producer_publishes_to_the_owner_and_consumers_get_it_all(
+    tamto_cluster: TestCluster,
+) -> None:
+    stream = unique("direct")
+    options = ClientOptions(direct=True)
+    async with await tamto_sdk.connect(
+        tamto_cluster.url, api_key=tamto_cluster.credential, options=options
+    ) as client:
+        await client.streams.ensure(stream, partitions=2)
+        async with client.producer(stream) as producer:
+            acked = [
+                await producer.send_and_wait(f"m{i}".encode(), key=f"k{i}".encode())
+                for i in range(40)
+            ]
+        direct = direct_of(client)
+        assert (direct.direct_batches, direct.proxied_batches) == (40, 0)
+        got: dict[tuple[int, int], bytes] = {}
+        async with client.consumer(stream, "reader") as consumer:
+            while len(got) < 40:
+                batch = await consumer.receive_batch(max_messages=40, timeout_s=10)
+                assert batch, f"only {len(got)} of 40 messages arrived"
+                got.update({(m.partition, m.offset): m.payload for m in batch})
+                consumer.ack(batch)
+    assert got == {(r.partition, r.offset): f"m{i}".encode() for i, r in enumerate(acked)}
+
+
+async def test_a_router_checks_the_token_and_the_publish_permission(
+    tamto_cluster: TestCluster,
+) -> None:
+    identity, role, stream = unique("reader"), unique("reader-role"), unique("guarded")
+    async with await tamto_sdk.connect(
+        tamto_cluster.url, api_key=tamto_cluster.credential
+    ) as admin:
+        await admin.streams.ensure(stream)
+        await admin.security.create_identity(identity)
+        key = await admin.security.create_api_key(identity)
+        await admin.security.put_role(role, [Grant(Permission.CONSUME, stream)])
+        await admin.security.bind(identity, role)
+        async with await tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as reader:
+            token = (await reader.security.token())[0]
+        owner = (await lookup(tamto_cluster, token, stream))[0]
+    assert owner == tamto_cluster.address("router")
+    denied = await router_publish(owner, token, stream, 0)
+    assert denied is not None
+    assert denied.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "publish" in (denied.details() or ""), denied.details()
+    anonymous = await router_publish(owner, None, stream, 0)
+    assert anonymous is not None
+    assert anonymous.code() == grpc.StatusCode.UNAUTHENTICATED
+    # The same client's producer, direct, is refused the same way, not sent round.
+    async with await tamto_sdk.connect(
+        tamto_cluster.url, api_key=key.api_key, options=ClientOptions(direct=True)
+    ) as reader:
+        async with reader.producer(stream) as producer:
+            with pytest.raises(tamto_sdk.PermissionDenied):
+                await producer.send_and_wait(b"x")
+
+
+async def test_a_client_follows_the_owner_when_its_router_dies_mid_write(
+    tamto_infra: Infra, tmp_path: Path
+) -> None:
+    """Two routers; a direct producer writes; the router owning half the partitions
+    is killed (-9): the client is redirected or falls back, then publishes directly
+    to the new owner; every acked message is stored once."""
+    total = 2_000 if long_tests_enabled() else 300
+    stream = unique("moving")
+    with TestCluster(tmp_path / "cluster", tamto_infra, nodes=2).running() as cluster:
+        options = ClientOptions(direct=True, retry_deadline_s=60)
+        async with await tamto_sdk.connect(
+            cluster.url, api_key=cluster.credential, options=options
+        ) as client:
+            await client.streams.ensure(stream, partitions=4)
+            token = (await client.security.token())[0]
+            owners = await lookup(cluster, token, stream)
+            routers = {cluster.address(r): r for r in cluster.routers()}
+            assert set(owners.values()) <= set(routers), owners
+            # A stale owner: the router that does not own partition p redirects to the one
+            # that does.
+            for partition, owner in owners.items():
+                other = next((a for a in routers if a != owner), None)
+                if other is None:
+                    continue
+                error = await router_publish(other, token, stream, partition)
+                assert error is not None
+                assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+                assert dict(error.trailing_metadata() or ())["tamto-owner"] == owner
+                break
+            else:
+                pytest.skip("one router owns every partition of the stream")
+
+            victim = routers[owners[0]]
+            acked: dict[tuple[int, int], bytes] = {}
+            async with client.producer(stream) as producer:
+
+                async def write(start: int, stop: int) -> None:
+                    for i in range(start, stop):
+                        r = await producer.send_and_wait(f"m{i}".encode(), key=f"k{i}".encode())
+                        assert (r.partition, r.offset) not in acked
+                        acked[(r.partition, r.offset)] = f"m{i}".encode()
+
+                await write(0, total // 3)
+                cluster.kill9(victim)
+                await write(total // 3, 2 * total // 3)
+                direct = direct_of(client)
+                before = direct.direct_batches
+
+                async def followed() -> bool:
+                    await write(len(acked), len(acked) + 1)
+                    return direct.direct_batches > before + 5
+
+                await eventually(followed, 60, "the client to publish to the new owner")
+                await write(len(acked), max(total, len(acked)))
+            survivors = await lookup(cluster, token, stream)
+            assert owners[0] not in survivors.values()
+
+            got: dict[tuple[int, int], bytes] = {}
+            async with client.consumer(stream, "check") as consumer:
+                while len(got) < len(acked):
+                    batch = await consumer.receive_batch(max_messages=1000, timeout_s=15)
+                    assert batch, f"only {len(got)} of {len(acked)} acked messages arrived"
+                    for m in batch:
+                        assert (m.partition, m.offset) not in got
+                        got[(m.partition, m.offset)] = m.payload
+                    consumer.ack(batch)
+                # Nothing more than what was acked (no duplicate stored at a new offset).
+                extra = await consumer.receive_batch(max_messages=10, timeout_s=1)
+            assert not extra, [m.payload for m in extra]
+            assert got == acked
+            assert len(set(got.values())) == len(got)
