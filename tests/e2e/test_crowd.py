@@ -42,7 +42,9 @@ from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually, long_tests_enabled
 from tests.e2e.members import metrics_of, own_members
 
-pytestmark = pytest.mark.e2e
+#: The acceptance size attaches slower than CI's (a bounded number at a time, see
+#: the gateway's consume_setups) and may take over 5 minutes on a loaded machine.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200 if long_tests_enabled() else 300)]
 
 CONSUMERS = int(
     os.environ.get("TAMTO_CROWD_CONSUMERS") or (10_000 if long_tests_enabled() else 300)
@@ -94,6 +96,17 @@ class Publisher:
 
     def slowest_since(self, since: float) -> float:
         return max((s for t, s in self.latencies if t >= since), default=0.0)
+
+    def distribution(self, since: float, until: float) -> str:
+        """Median, 99th percentile and maximum of the publishes sent in [since, until)."""
+        took = sorted(s for t, s in self.latencies if since <= t < until)
+        if not took:
+            return "none"
+        p99 = took[min(len(took) - 1, len(took) * 99 // 100)]
+        return (
+            f"{len(took)}: median {took[len(took) // 2]:.3f} s, p99 {p99:.3f} s, "
+            f"max {took[-1]:.3f} s, {sum(s >= 1.0 for s in took)} >= 1 s"
+        )
 
 
 def bearer(token: str) -> list[tuple[str, str]]:
@@ -284,7 +297,9 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
         f"at most {lag:.3f} s (router; longest GC {gc_pause:.3f} s), {gateway_lag:.3f} s "
         "(gateway); "
         f"{len(publisher.latencies)} publishes, slowest "
-        f"{slowest:.3f} s, {len(publisher.failures)} failed; consumer streams reset and "
+        f"{slowest:.3f} s, {len(publisher.failures)} failed (publishes while attaching "
+        f"{publisher.distribution(attach_began, attach_began + attached_s)}; while leaving "
+        f"{publisher.distribution(left_at, left_at + gone_s)}); consumer streams reset and "
         f"reopened: {len(crowd.retries)} {sorted(set(crowd.retries))[:3]}"
     )
     print(report)

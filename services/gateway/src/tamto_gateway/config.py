@@ -18,6 +18,12 @@ class GatewayConfig(ServiceConfig):
         "RESOURCE_EXHAUSTED (0: no limit)",
         not_negative,
     )
+    consume_setups: int = setting(
+        16,
+        "consume streams whose router streams are opened or cancelled at once; more wait "
+        "their turn, so a crowd of consumers attaching or leaving cannot starve publishes",
+        positive,
+    )
     token_issuer: str = setting("tamto", "issuer expected in tokens")
     token_audience: str = setting("tamto", "audience expected in tokens")
     upstream_timeout_s: float = setting(30.0, "deadline for calls to routers and auth", positive)

@@ -59,20 +59,27 @@ class FanOut:
         self.failure: TamtoError | None = None
 
     async def open(self, partitions: list[int]) -> None:
+        """Open a stream to each router owning some of `partitions` and subscribe.
+
+        Only a few sessions do this at once per router (`Upstream.consume_setups`):
+        the others wait their turn, so a crowd attaching cannot starve publishes of
+        the event loop.
+        """
         by_router: dict[str, list[int]] = {}
         for p in partitions:
             address = await self._upstream.routes.router_for(self._subscribe.stream, p)
             by_router.setdefault(address, []).append(p)
             self._owner_of[p] = address
         for address, owned in by_router.items():
-            call = self._upstream.router_consume(address)
-            self._calls[address] = call
-            sub = messages_pb2.Subscribe()
-            sub.CopyFrom(self._subscribe)
-            del sub.partitions[:]
-            sub.partitions.extend(owned)
-            await call.write(messages_pb2.ConsumeRequest(subscribe=sub))
-            self._tasks.append(asyncio.create_task(self._pump(address, call)))
+            async with self._upstream.consume_setups(address):
+                call = self._upstream.router_consume(address)
+                self._calls[address] = call
+                sub = messages_pb2.Subscribe()
+                sub.CopyFrom(self._subscribe)
+                del sub.partitions[:]
+                sub.partitions.extend(owned)
+                await call.write(messages_pb2.ConsumeRequest(subscribe=sub))
+                self._tasks.append(asyncio.create_task(self._pump(address, call)))
 
     async def _pump(self, address: str, call: grpc.aio.StreamStreamCall) -> None:
         try:
@@ -213,10 +220,16 @@ class FanOut:
             await asyncio.wait(self._tasks, timeout=timeout_s)
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for call in self._calls.values():
-            call.cancel()
+        """Cancel the router streams, each in its turn (`Upstream.consume_setups`)."""
+        try:
+            for address, call in self._calls.items():
+                async with self._upstream.consume_setups(address):
+                    call.cancel()
+        finally:  # also when cancelled while waiting: never leave a router stream open
+            for call in self._calls.values():
+                call.cancel()
+            for task in self._tasks:
+                task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task

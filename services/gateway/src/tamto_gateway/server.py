@@ -51,7 +51,7 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     # Moved partitions and drained routers (tamto_common.placement), as routers see them.
     placement = await runtime.resources.enter_async_context(PlacementView(runtime.etcd))
     routes = Routes(directory, runtime.etcd, placement)
-    upstream = Upstream(routes, channels, config.upstream_timeout_s)
+    upstream = Upstream(routes, channels, config.upstream_timeout_s, config.consume_setups)
     runtime.resources.push_async_callback(upstream.close)
     internal = TokenVerifier(upstream.jwks, config.token_issuer, config.token_audience)
     external: dict[str, IssuerVerifier] = {i.issuer: ExternalVerifier(i) for i in issuers}

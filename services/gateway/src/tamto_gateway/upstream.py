@@ -3,6 +3,7 @@ builds their protobufs. Failures come back as TamtoError subclasses."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -18,12 +19,16 @@ ROUTER_CONSUME = "/tamto.v1.Router/Consume"
 
 
 class Upstream:
-    def __init__(self, routes: Routes, channels: ChannelPool, timeout_s: float) -> None:
+    def __init__(
+        self, routes: Routes, channels: ChannelPool, timeout_s: float, consume_setups: int = 16
+    ) -> None:
         self.routes = routes
         self._channels = channels
         self._timeout = timeout_s
         #: Per router address: its channel and the appends pipelined on one stream.
         self._appends: dict[str, tuple[grpc.aio.Channel, PipelinedCalls]] = {}
+        self._consume_setups = consume_setups
+        self._setups: dict[str, asyncio.Semaphore] = {}
 
     async def append(
         self, stream: str, partition: int, arrow_ipc: bytes, count: int
@@ -56,6 +61,20 @@ class Upstream:
         for _channel, appends in self._appends.values():
             await appends.close()
         self._appends.clear()
+
+    def consume_setups(self, address: str) -> asyncio.Semaphore:
+        """Held while a consume session opens or cancels its stream to router `address`.
+
+        At most `consume_setups` sessions do so at once per router: a crowd of
+        consumers attaching (or leaving) at once queues here instead of filling the
+        event loop with thousands of gRPC call setups, so publishes keep their
+        latency (issue 17), and the crowd attaches at the rate the loop can spare.
+        Per router, so a router that is slow to answer delays no other router's.
+        """
+        gate = self._setups.get(address)
+        if gate is None:
+            gate = self._setups[address] = asyncio.Semaphore(self._consume_setups)
+        return gate
 
     def router_consume(self, address: str) -> grpc.aio.StreamStreamCall:
         """Open a consume stream to one router (the caller writes subscribe first).
