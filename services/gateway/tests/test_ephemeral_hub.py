@@ -22,8 +22,10 @@ from tamto_gateway.ephemeral import (
     SERVED_HEADER,
     EphemeralConsumer,
     EphemeralHub,
+    encode_delivery,
 )
 from tamto_protocol.batch import encode_record_batch, make_batch
+from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk.columns import binary_array
 from tamto_testing.waiting import eventually
 
@@ -137,3 +139,23 @@ async def test_each_entity_gets_each_batch_once_with_a_second_gateway(
         assert alone_two.buffered == count
         assert solo.buffered == count
         assert sum(m.buffered for m in spread) == count
+
+
+@pytest.mark.parametrize(
+    ("topic", "response_stream", "arrow_ipc"),
+    [("orders.eu", "", b"x" * 300), ("", "reply-abc", b"y"), ("a..b", "r", b"")],
+)
+def test_encode_delivery_writes_what_the_generated_message_does(
+    topic: str, response_stream: str, arrow_ipc: bytes
+) -> None:
+    expected = gateway_pb2.EphemeralDelivery(
+        stream="s.1",
+        topic=topic,
+        batch=messages_pb2.RecordBatch(arrow_ipc=arrow_ipc, count=3),
+        response_stream=response_stream,
+        publish_time_us=1_764_000_000_000_000,
+    ).SerializeToString()
+    assert (
+        encode_delivery("s.1", topic, arrow_ipc, 3, response_stream, 1_764_000_000_000_000)
+        == expected
+    )

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from tamto_protocol.batch import HEADERS_TYPE, KEY_TYPE, decode_batch, ipc_buffer, make_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
+from tamto_protocol.wire import publish_ephemeral_request
 from tamto_sdk._calls import Calls
 from tamto_sdk._retry import Backoff
 from tamto_sdk.columns import binary_array
@@ -125,7 +126,17 @@ def encode_messages(
     keys: Sequence[bytes | None] | None = None,
     headers: Sequence[Mapping[str, str] | None] | None = None,
 ) -> messages_pb2.RecordBatch:
-    """Payloads (and keys and headers) as one Arrow `RecordBatch`.
+    """Payloads (and keys and headers) as one `RecordBatch` message (`encode_arrow`)."""
+    arrow_ipc, count = encode_arrow(payloads, keys, headers)
+    return messages_pb2.RecordBatch(arrow_ipc=arrow_ipc.to_pybytes(), count=count)
+
+
+def encode_arrow(
+    payloads: Sequence[bytes],
+    keys: Sequence[bytes | None] | None = None,
+    headers: Sequence[Mapping[str, str] | None] | None = None,
+) -> tuple[pa.Buffer, int]:
+    """Payloads (and keys and headers) as one Arrow IPC buffer, and their count.
 
     Keys and headers that are all absent stay null columns: only given ones are
     converted from Python objects, which makes pyarrow import pandas the first
@@ -145,7 +156,7 @@ def encode_messages(
         if headers is None
         else pa.array([list(h.items()) if h else None for h in headers], HEADERS_TYPE),
     )
-    return messages_pb2.RecordBatch(arrow_ipc=ipc_buffer(batch).to_pybytes(), count=len(payloads))
+    return ipc_buffer(batch), len(payloads)
 
 
 class EphemeralProducer:
@@ -209,12 +220,14 @@ class EphemeralProducer:
     async def publish_batch(self, payloads: Sequence[bytes], *, topic: str = "") -> int:
         """Publish `payloads` under `topic` as one batch now; returns how many
         consuming entities the gateway knew to match (0: they were unmatched)."""
-        response = await self._call(topic, encode_messages(payloads))
+        response = await self._call(topic, *encode_arrow(payloads))
         return int(response.matched_entities)
 
-    async def _call(self, topic: str, batch: messages_pb2.RecordBatch) -> Any:
-        request = gateway_pb2.PublishEphemeralRequest(stream=self._stream, topic=topic, batch=batch)
-        return await self._calls.unary(self._calls.stub.PublishEphemeral, request, retry=False)
+    async def _call(self, topic: str, arrow_ipc: pa.Buffer, count: int) -> Any:
+        # Written in wire form from the IPC buffer: the Arrow bytes are copied once
+        # (a generated request copies them into itself and again to serialise).
+        request = publish_ephemeral_request(self._stream, topic, arrow_ipc, count)
+        return await self._calls.unary(self._calls.publish_ephemeral_raw, request, retry=False)
 
     async def _send(self, topic: str) -> None:
         try:
@@ -228,10 +241,10 @@ class EphemeralProducer:
                     cut += 1
                 taken, self._pending[topic] = queue[:cut], queue[cut:]
                 try:
-                    batch = encode_messages(
+                    arrow_ipc, count = encode_arrow(
                         [p for p, _, _ in taken], [k for _, k, _ in taken], [h for _, _, h in taken]
                     )
-                    await self._call(topic, batch)
+                    await self._call(topic, arrow_ipc, count)
                 except TamtoError as exc:
                     self._error = self._error or exc
                 except Exception as exc:

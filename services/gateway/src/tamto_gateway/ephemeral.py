@@ -56,7 +56,7 @@ from tamto_common.errors import InvalidArgument, Unavailable
 from tamto_common.streams import StreamDef
 from tamto_common.topics import TopicPattern, bus_subject, topic_of_subject
 from tamto_protocol.batch import slice_batch
-from tamto_protocol.v1 import gateway_pb2, messages_pb2
+from tamto_protocol.v1 import gateway_pb2
 from tamto_protocol.wire import int_field, len_header
 
 log = structlog.get_logger(__name__)
@@ -101,6 +101,34 @@ def delivery_event(delivery: bytes, dropped: int) -> bytes:
     `dropped` field (6) appended: protobuf merges a repeated scalar field, last wins."""
     extra = int_field(6, dropped)
     return b"".join([len_header(1, len(delivery) + len(extra)), delivery, extra])
+
+
+def encode_delivery(
+    stream: str,
+    topic: str,
+    arrow_ipc: bytes,
+    count: int,
+    response_stream: str,
+    publish_time_us: int,
+) -> bytes:
+    """`EphemeralDelivery` {stream = 1, topic = 2, batch = 3 {arrow_ipc = 1, count = 2},
+    response_stream = 4, publish_time_us = 5} in one join: the Arrow bytes are copied
+    once (building the generated message and serialising it copies them three times)."""
+    batch = [len_header(1, len(arrow_ipc)) if arrow_ipc else b"", arrow_ipc, int_field(2, count)]
+    pieces = [
+        _text_field(1, stream),
+        _text_field(2, topic),
+        len_header(3, sum(len(p) for p in batch)),
+        *batch,
+        _text_field(4, response_stream),
+        int_field(5, publish_time_us),
+    ]
+    return b"".join(pieces)
+
+
+def _text_field(number: int, text: str) -> bytes:
+    data = text.encode()
+    return len_header(number, len(data)) + data if data else b""
 
 
 def subscribed_event(entity: str) -> bytes:
@@ -234,13 +262,9 @@ class EphemeralHub:
         subject = bus_subject(stream.name, topic)
         publish_time_us = time.time_ns() // 1000
         for piece, piece_count in self._pieces(arrow_ipc, count):
-            delivery = gateway_pb2.EphemeralDelivery(
-                stream=stream.name,
-                topic=topic,
-                batch=messages_pb2.RecordBatch(arrow_ipc=piece, count=piece_count),
-                response_stream=response_stream,
-                publish_time_us=publish_time_us,
-            ).SerializeToString()
+            delivery = encode_delivery(
+                stream.name, topic, piece, piece_count, response_stream, publish_time_us
+            )
             headers = {ORIGIN_HEADER: self._id, COUNT_HEADER: str(piece_count)}
             served = self._deliver_here(stream.name, topic, delivery, piece_count)
             if served:
