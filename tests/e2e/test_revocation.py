@@ -28,8 +28,8 @@ import pytest
 import tamto_sdk
 from tamto_common import policy
 from tamto_common.config import parse_endpoints
-from tamto_common.membership import connect_etcd
 from tamto_common.guard import PolicyCache
+from tamto_common.membership import connect_etcd
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_sdk import Grant, Permission
