@@ -9,6 +9,11 @@ their logs from `<workdir>/logs/<service>.log`.
 instance id and data directory `<workdir>/node-<i>/<service>`) and two
 gateways (`gateway`, `gateway-2`): the processes of `tamto up --nodes N`
 (`tamto_local.cluster.node_processes`).
+
+`host` is the address every service binds and advertises (127.0.0.1 by default;
+a partition test gives the root end of a `tamto_testing.netns.Netns` veth, which
+both namespaces reach), and `run_in(name, host, argv_prefix)` starts one process
+elsewhere: inside a network namespace, bound to its address.
 """
 
 from __future__ import annotations
@@ -68,11 +73,13 @@ class TestCluster:
         lease_ttl_s: int = 3,
         tls: bool = False,
         nodes: int = 1,
+        host: str = "127.0.0.1",
     ) -> None:
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, not {nodes}")
         self.workdir = workdir
         self.nodes = nodes
+        self.host = host
         self.infra = infra
         self.credential = dev_credential(workdir)
         # A distinct etcd prefix is not needed: every cluster gets its own instance
@@ -91,6 +98,7 @@ class TestCluster:
             self.credential,
             lease_ttl_s,
             "info",
+            host=host,
             tls_dir=self.tls_dir,
         )
         self._launcher_tls = launcher_tls(self.tls_dir)
@@ -99,10 +107,17 @@ class TestCluster:
             if name not in self.ports:
                 self.ports[name] = free_port()
         self.processes: dict[str, TestProcess] = {}
+        #: Processes run elsewhere (`run_in`): name -> (host, argv prefix).
+        self._placed: dict[str, tuple[str, list[str]]] = {}
+
+    def run_in(self, name: str, host: str, argv_prefix: list[str]) -> None:
+        """Start process `name` (from now on) with `argv_prefix` before its command,
+        binding and advertising `host`: e.g. inside a network namespace."""
+        self._placed[name] = (host, list(argv_prefix))
 
     @property
     def gateway_address(self) -> str:
-        return f"127.0.0.1:{self.ports['gateway']}"
+        return self.address("gateway")
 
     @property
     def url(self) -> str:
@@ -120,7 +135,8 @@ class TestCluster:
         return self.data_dir(name) / "audit.jsonl"
 
     def address(self, name: str) -> str:
-        return f"127.0.0.1:{self.ports[name]}"
+        host = self._placed.get(name, (self.host, []))[0]
+        return f"{host}:{self.ports[name]}"
 
     def instance_id(self, name: str) -> str:
         """The instance id service `name` of this cluster registers under in etcd."""
@@ -148,7 +164,9 @@ class TestCluster:
             service, self.shared, self.ports[name], extra_env, process=name, nodes=self.nodes
         )
         env[f"TAMTO_{service.upper()}_INSTANCE_ID"] = self.instance_id(name)
-        argv = service_argv(service)
+        host, prefix = self._placed.get(name, (self.host, []))
+        env["TAMTO_HOST"] = host
+        argv = [*prefix, *service_argv(service)]
         proc = TestProcess(name, argv, self.workdir / "logs" / f"{name}.log", env)
         self.processes[name] = proc.start()
         proc.wait_ready(lambda: healthy(self.address(name), self._launcher_tls), timeout_s)

@@ -31,8 +31,10 @@ def containers_requested() -> bool:
 
 
 @contextmanager
-def etcd_as_process(workdir: Path) -> Iterator[str]:
-    spec = EtcdSpec(data_dir=workdir / "etcd", client_port=free_port(), peer_port=free_port())
+def etcd_as_process(workdir: Path, host: str = "127.0.0.1") -> Iterator[str]:
+    spec = EtcdSpec(
+        data_dir=workdir / "etcd", client_port=free_port(), peer_port=free_port(), host=host
+    )
     proc = TestProcess("etcd", etcd_argv(spec), workdir / "logs" / "etcd.log").start()
     try:
         proc.wait_ready(lambda: tcp_open(spec.host, spec.client_port))
@@ -42,8 +44,8 @@ def etcd_as_process(workdir: Path) -> Iterator[str]:
 
 
 @contextmanager
-def nats_as_process(workdir: Path) -> Iterator[str]:
-    spec = NatsSpec(port=free_port())
+def nats_as_process(workdir: Path, host: str = "127.0.0.1") -> Iterator[str]:
+    spec = NatsSpec(port=free_port(), host=host)
     proc = TestProcess("nats", nats_argv(spec), workdir / "logs" / "nats.log").start()
     try:
         proc.wait_ready(lambda: tcp_open(spec.host, spec.port))
@@ -53,14 +55,15 @@ def nats_as_process(workdir: Path) -> Iterator[str]:
 
 
 @contextmanager
-def running_infra(workdir: Path) -> Iterator[Infra]:
-    """etcd and NATS for one test session, torn down at exit."""
-    if containers_requested():
+def running_infra(workdir: Path, host: str = "127.0.0.1") -> Iterator[Infra]:
+    """etcd and NATS for one test session, torn down at exit; listening on `host`
+    (a partition test's own pair listens where its network namespace reaches them)."""
+    if containers_requested() and host == "127.0.0.1":
         from tamto_testing.containers import etcd_in_container, nats_in_container
 
         etcd_cm, nats_cm = etcd_in_container(), nats_in_container()
     else:
-        etcd_cm, nats_cm = etcd_as_process(workdir), nats_as_process(workdir)
+        etcd_cm, nats_cm = etcd_as_process(workdir, host), nats_as_process(workdir, host)
     with etcd_cm as etcd_endpoint, nats_cm as nats_url:
         host, port = etcd_endpoint.rsplit(":", 1)
         wait_for(lambda: tcp_open(host, int(port)), 30, "etcd")

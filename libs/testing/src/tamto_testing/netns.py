@@ -1,0 +1,194 @@
+"""Network partitions for tests: a process in a network namespace of the test's own.
+
+Issue 21's partition tests need a node that the rest of the cluster can lose
+touch with while it keeps running (a kill -9 is not a partition: the process
+stops). `Netns` creates a network namespace joined to the root namespace by a
+veth pair, with a /30 from 10.231.0.0/16 that no interface uses yet: the root
+end is `root_address`, the namespace's end `address`. A service started with
+`argv_prefix` runs inside it and binds `address`; everything it talks to in the
+root namespace must listen on `root_address` (127.0.0.1 there is not reachable
+from the namespace).
+
+`cut()` drops the namespace's traffic over its veth (iptables inside the
+namespace: every packet, or only TCP to some root ports); `heal()` removes that;
+`delay()` adds latency with tc netem where the kernel has it. Only the
+namespace and the veth the test made are touched: their names are random per
+run, and leaving the block (also on failure) deletes both, which deletes the
+rules and qdiscs with them.
+
+Root and the `ip`/`iptables` tools are needed; `unavailable()` says why not, for
+a skip with a reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterable
+from types import TracebackType
+
+#: Where the /30s of test namespaces come from (private, unused by the tests otherwise).
+SUBNET = ipaddress.ip_network("10.231.0.0/16")
+#: Attempts at picking a free /30 before giving up (collisions are rare: 16,384 of them).
+PICK_ATTEMPTS = 20
+
+
+class NetnsError(RuntimeError):
+    """A namespace command failed; the message has the command and its stderr."""
+
+
+def unavailable() -> str | None:
+    """Why this machine cannot run partition tests (None: it can)."""
+    if os.geteuid() != 0:
+        return "network namespaces need root (euid is not 0)"
+    for tool in ("ip", "iptables"):
+        if shutil.which(tool) is None:
+            return f"network partition tests need the `{tool}` tool on PATH"
+    return None
+
+
+def netem_unavailable() -> str | None:
+    """Why `delay()` cannot work here (None: it can): the kernel must have sch_netem."""
+    if shutil.which("tc") is None:
+        return "link delays need the `tc` tool on PATH"
+    probe = subprocess.run(
+        ["tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return f"this kernel has no tc netem ({probe.stderr.strip()})"
+    subprocess.run(["tc", "qdisc", "del", "dev", "lo", "root"], capture_output=True, check=False)
+    return None
+
+
+def _used_addresses() -> set[ipaddress.IPv4Address]:
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, check=True
+    ).stdout
+    used: set[ipaddress.IPv4Address] = set()
+    for line in out.splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            used.add(ipaddress.IPv4Interface(parts[parts.index("inet") + 1]).ip)
+    return used
+
+
+def _pick_subnet() -> ipaddress.IPv4Network:
+    used = _used_addresses()
+    subnets = 2 ** (30 - SUBNET.prefixlen)
+    for _ in range(PICK_ATTEMPTS):
+        index = secrets.randbelow(subnets)
+        net = ipaddress.IPv4Network((int(SUBNET.network_address) + 4 * index, 30))
+        if not set(net) & used:
+            return net
+    raise NetnsError(f"no free /30 in {SUBNET} after {PICK_ATTEMPTS} attempts")
+
+
+class Netns:
+    """One namespace and its veth pair, for an `async with` block.
+
+    `cut`, `heal` and `delay` may be called any number of times inside the block.
+    """
+
+    def __init__(self) -> None:
+        token = secrets.token_hex(4)
+        self.name = f"tamto-{token}"
+        self.root_veth = f"tv{token}r"  # interface names: 15 characters at most
+        self.inner_veth = f"tv{token}n"
+        net = _pick_subnet()
+        self.root_address = str(net.network_address + 1)
+        self.address = str(net.network_address + 2)
+        self._created = False
+
+    @property
+    def argv_prefix(self) -> list[str]:
+        """Prepend to a command to run it inside the namespace."""
+        return ["ip", "netns", "exec", self.name]
+
+    async def __aenter__(self) -> Netns:
+        self._created = True  # from the first command on, exit cleans up
+        try:
+            await _run("ip", "netns", "add", self.name)
+            await _run(
+                "ip", "link", "add", self.root_veth, "type", "veth", "peer", "name", self.inner_veth
+            )
+            await _run("ip", "link", "set", self.inner_veth, "netns", self.name)
+            await _run("ip", "addr", "add", f"{self.root_address}/30", "dev", self.root_veth)
+            await _run("ip", "link", "set", self.root_veth, "up")
+            await self._in("ip", "addr", "add", f"{self.address}/30", "dev", self.inner_veth)
+            await self._in("ip", "link", "set", self.inner_veth, "up")
+            await self._in("ip", "link", "set", "lo", "up")
+        except BaseException:
+            await self._delete()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._delete()
+
+    async def cut(self, root_ports: Iterable[int] | None = None) -> None:
+        """Drop the namespace's traffic over its veth, both ways: all of it, or only
+        TCP connections to `root_ports` (services listening on `root_address`)."""
+        ports = list(root_ports) if root_ports is not None else None
+        if ports is None:
+            await self._in("iptables", "-I", "OUTPUT", "-o", self.inner_veth, "-j", "DROP")
+            await self._in("iptables", "-I", "INPUT", "-i", self.inner_veth, "-j", "DROP")
+            return
+        for port in ports:
+            match = ["-p", "tcp"]
+            await self._in(
+                "iptables", "-I", "OUTPUT", "-o", self.inner_veth, *match,
+                "--dport", str(port), "-j", "DROP",
+            )  # fmt: skip
+            await self._in(
+                "iptables", "-I", "INPUT", "-i", self.inner_veth, *match,
+                "--sport", str(port), "-j", "DROP",
+            )  # fmt: skip
+
+    async def heal(self) -> None:
+        """Remove every cut (the namespace's own filter chains are emptied) and delay."""
+        await self._in("iptables", "-F", "INPUT")
+        await self._in("iptables", "-F", "OUTPUT")
+        for veth, inside in ((self.inner_veth, True), (self.root_veth, False)):
+            argv = ("tc", "qdisc", "del", "dev", veth, "root")
+            await (self._in(*argv, check=False) if inside else _run(*argv, check=False))
+
+    async def delay(self, ms: int) -> None:
+        """Delay every packet over the veth by `ms` each way (tc netem on both ends);
+        `NetnsError` where the kernel has no netem (`netem_unavailable`)."""
+        await self._in("tc", "qdisc", "replace", "dev", self.inner_veth, "root", "netem",
+                       "delay", f"{ms}ms")  # fmt: skip
+        await _run("tc", "qdisc", "replace", "dev", self.root_veth, "root", "netem",
+                   "delay", f"{ms}ms")  # fmt: skip
+
+    async def _in(self, *argv: str, check: bool = True) -> None:
+        await _run("ip", "netns", "exec", self.name, *argv, check=check)
+
+    async def _delete(self) -> None:
+        if not self._created:
+            return
+        self._created = False
+        # Deleting the namespace deletes the veth end in it, and with it the pair; the
+        # root end is deleted by name too in case the move into the namespace failed.
+        await _run("ip", "netns", "del", self.name, check=False)
+        await _run("ip", "link", "del", self.root_veth, check=False)
+
+
+async def _run(*argv: str, check: bool = True) -> None:
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+    )
+    _, stderr = await proc.communicate()
+    if check and proc.returncode != 0:
+        raise NetnsError(f"{' '.join(argv)}: exit {proc.returncode}: {stderr.decode().strip()}")
