@@ -5,6 +5,7 @@ it once when other gateways are attached (two hubs on a real NATS, each its own
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
@@ -14,6 +15,7 @@ import nats
 import pytest
 from nats.aio.client import Client as NatsClient
 
+from tamto_common.errors import NotFound
 from tamto_common.streams import StreamDef
 from tamto_common.topics import TopicPattern
 from tamto_gateway.ephemeral import (
@@ -24,6 +26,7 @@ from tamto_gateway.ephemeral import (
     EphemeralHub,
     encode_delivery,
 )
+from tamto_gateway.requests import RequestBroker
 from tamto_protocol.batch import encode_record_batch, make_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk.columns import binary_array
@@ -159,3 +162,37 @@ def test_encode_delivery_writes_what_the_generated_message_does(
         encode_delivery("s.1", topic, arrow_ipc, 3, response_stream, 1_764_000_000_000_000)
         == expected
     )
+
+
+async def test_a_reply_at_the_requesters_gateway_skips_the_bus(
+    hubs: tuple[EphemeralHub, EphemeralHub], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request and its replier on one gateway: the request reaches the replier
+    (a group member) and the reply the requester with the bus's request/reply
+    unavailable; a second reply to the same response stream is NOT_FOUND."""
+    hub, _ = hubs
+    broker = RequestBroker(hub._bus, None, hub)  # no etcd: generated names only
+    stream = ephemeral_stream()
+
+    async def no_bus_request(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the reply went over the bus")
+
+    monkeypatch.setattr(hub._bus, "request", no_bus_request)
+    try:
+        async with hub.consumer(stream, TopicPattern.parse("rpc"), "echo") as (replier, _):
+            asking = asyncio.create_task(
+                broker.request(stream, "rpc", one_message(b"ping"), 1, "", 5_000)
+            )
+            event = gateway_pb2.EphemeralEvent.FromString(
+                await asyncio.wait_for(replier.next_event(), 10)
+            )
+            name = event.delivery.response_stream
+            reply = messages_pb2.RecordBatch(arrow_ipc=one_message(b"pong"), count=1)
+            await broker.reply(name, reply)
+            answered, body = await asyncio.wait_for(asking, 10)
+            assert answered == name
+            assert body.batch.arrow_ipc == reply.arrow_ipc
+            with pytest.raises(NotFound, match="does not exist or has expired"):
+                await broker.reply(name, reply)
+    finally:
+        await broker.close()

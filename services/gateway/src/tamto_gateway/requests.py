@@ -18,7 +18,8 @@ Names: a request without one gets a unique generated name, `reply-<32 hex>`:
 the first 16 are this gateway's broker id, so its replies travel on
 `tamto.reply.g.<broker id>.<the other 16>` and one bus subscription per gateway
 (`tamto.reply.g.<broker id>.*`) takes them all; a request makes no subscription
-of its own. A chosen name is reserved cluster-wide in etcd
+of its own. A reply given at the requester's own gateway to a generated name
+skips the bus: it completes the waiting request directly. A chosen name is reserved cluster-wide in etcd
 (`/tamto/responses/<name>`, bound to this gateway's lease, so a crashed
 gateway's names free up) while the request waits, and gets a subscription on
 `tamto.reply.<name>` for that time; a name taken, or naming an existing stream,
@@ -198,6 +199,14 @@ class RequestBroker:
         """Deliver a reply to the requester waiting on `response_stream`."""
         check_name("response stream", response_stream)
         body = gateway_pb2.ReplyRequest(response_stream=response_stream, batch=batch)
+        generated = GENERATED.fullmatch(response_stream)
+        if generated and generated[1] == self._id:
+            # The requester waits at this gateway: no bus round trip.
+            waiting = self._waiting.get(generated[2])
+            if waiting is None or waiting.done():
+                raise _expired(response_stream)
+            waiting.set_result(body.SerializeToString())
+            return
         try:
             answer = await self._bus.request(
                 reply_subject(response_stream), body.SerializeToString(), timeout=5
@@ -209,10 +218,7 @@ class RequestBroker:
                 f"the requester of response stream {response_stream!r} did not answer"
             ) from None
         if answer is None or answer.data != _TAKEN:
-            raise NotFound(
-                f"response stream {response_stream!r} does not exist or has expired "
-                "(it takes one reply, until its request times out)"
-            )
+            raise _expired(response_stream)
 
     @contextlib.asynccontextmanager
     async def _reserved(self, name: str) -> Any:
@@ -243,6 +249,13 @@ class RequestBroker:
         finally:
             with contextlib.suppress(Exception):
                 await self._etcd.delete(key)
+
+
+def _expired(response_stream: str) -> NotFound:
+    return NotFound(
+        f"response stream {response_stream!r} does not exist or has expired "
+        "(it takes one reply, until its request times out)"
+    )
 
 
 async def _answer(msg: Msg, reply: asyncio.Future[bytes] | None) -> None:
