@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tamto_common.cluster_credential import CREDENTIAL_KEY
 from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd, list_members
 from tamto_local.ports import free_port
@@ -113,11 +115,24 @@ async def registered_pids(etcd_endpoint: str, service: str) -> set[int]:
         await etcd.close()
 
 
+async def credential_recorded(etcd_endpoint: str) -> bool:
+    """Whether the cluster's credential hash is in etcd (`tamto_common.cluster_credential`)."""
+    etcd = await connect_etcd(parse_endpoints(etcd_endpoint))
+    try:
+        return await etcd.get(CREDENTIAL_KEY.encode()) is not None
+    finally:
+        await etcd.close()
+
+
 def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Path) -> None:
     with launched(tmp_path, "--quiet") as up:
         members = up.members()
         assert sorted(m["service"] for m in members) == ["auth", "gateway", "router", "storage"]
         assert all(m["health"] == "SERVING" for m in members)
+        # Its cluster secret (issue 21) is private, and a service recorded its hash in
+        # etcd: the restart below on the same directory joins with the same secret.
+        assert stat.S_IMODE((up.data_dir / "cluster-secret").stat().st_mode) == 0o600
+        assert asyncio.run(credential_recorded(f"127.0.0.1:{up.etcd}"))
 
         storage_pid = next(int(m["pid"]) for m in members if m["service"] == "storage")
         os.kill(storage_pid, signal.SIGKILL)

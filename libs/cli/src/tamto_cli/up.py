@@ -51,6 +51,9 @@ async def run_up(
             )
         console.print(f"development API key: [bold]{cluster.credential}[/]")
         console.print(f"data directory: {config.data_dir.resolve()}")
+        console.print(
+            f"cluster secret (every node joins with it): {config.data_dir.resolve()}/cluster-secret"
+        )
         ca = None
         if config.tls:
             ca = (config.tls_dir / "ca.pem").read_bytes()

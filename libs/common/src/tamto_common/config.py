@@ -80,6 +80,11 @@ class ServiceConfig:
         "host:port of the DNS server --discovery asks (default: the system's resolv.conf)",
         lambda v: resolver_check(v),
     )
+    cluster_secret: str = setting(
+        "",
+        "the cluster credential: this node joins only if it matches the one the cluster "
+        "recorded in etcd (the first node with one records it; empty: an open cluster)",
+    )
     nats_url: str = setting("nats://127.0.0.1:4222", "internal bus URL")
     instance_id: str = setting("", "member id in etcd (default: host-pid-random)")
     lease_ttl_s: int = setting(5, "membership lease TTL in seconds", positive)

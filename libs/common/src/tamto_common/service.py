@@ -30,6 +30,7 @@ from nats.aio.client import Client as NatsClient
 
 from tamto_common.bus import connect_bus, publish_event
 from tamto_common.channels import SERVER_OPTIONS, use_tls_for_peers
+from tamto_common.cluster_credential import CredentialRefused, admit
 from tamto_common.config import ServiceConfig, load_config
 from tamto_common.discovery import with_discovered_etcd
 from tamto_common.errors import ConfigError, TamtoError
@@ -101,6 +102,8 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
     config = await with_discovered_etcd(config)
     # Started while etcd or NATS is down: serve as soon as they answer (issue 19).
     etcd = await until_reachable("etcd", lambda: connect_etcd(config.etcd_hosts(), timeout_s=1))
+    # Only with the cluster's credential does this node serve and register (issue 21).
+    await until_reachable("etcd", lambda: admit(etcd, config.cluster_secret))
     bus = await connect_bus(config.nats_url, name=f"tamto-{service}-{config.member_id}")
     address = f"{config.dial_host}:{port}"
     member = Member(
@@ -149,6 +152,10 @@ def _fields(member: Member) -> dict[str, object]:
     }
 
 
+#: The exit code of a node the cluster refused (`tamto_common.cluster_credential`).
+REFUSED_EXIT_CODE = 3
+
+
 def main(
     service: str, config_cls: type[C], setup: Setup[C], argv: Sequence[str] | None = None
 ) -> None:
@@ -166,6 +173,9 @@ def main(
     except ConfigError as exc:
         print(f"tamto-{service}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    except CredentialRefused as exc:
+        print(f"tamto-{service}: refused: {exc}", file=sys.stderr)
+        raise SystemExit(REFUSED_EXIT_CODE) from None
     except TamtoError as exc:
         print(f"tamto-{service}: cannot start: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tamto_common.apikeys import new_api_key
+from tamto_common.cluster_credential import new_cluster_secret
 from tamto_common.dev_credential import (
     DEV_CREDENTIAL_FILE,
     CredentialFileError,
     load_dev_credential,
 )
-from tamto_common.durable import DamagedFile, make_dirs, write_atomic
+from tamto_common.durable import DamagedFile, make_dirs, read_whole, write_atomic
 from tamto_common.health import grpc_healthy
 from tamto_common.tls import TlsMaterial
 from tamto_local.infra import (
@@ -117,6 +118,29 @@ def dev_credential(data_dir: Path) -> str:
     return key
 
 
+#: Where a local system keeps its cluster secret (`tamto_common.cluster_credential`).
+CLUSTER_SECRET_FILE = "cluster-secret"
+
+
+def cluster_secret(data_dir: Path) -> str:
+    """The cluster secret of this data directory, created on first use (mode 0600): every
+    service of the system is given it, and the first records its hash in etcd."""
+    path = data_dir / CLUSTER_SECRET_FILE
+    try:
+        return read_whole(path, "the cluster secret").decode().strip()
+    except FileNotFoundError:
+        pass
+    except DamagedFile as exc:
+        raise LaunchError(
+            f"{exc}: restore it (the cluster's etcd holds its hash), or delete {data_dir} "
+            "to start a new system"
+        ) from None
+    make_dirs(data_dir)
+    secret = new_cluster_secret()
+    write_atomic(path, f"{secret}\n".encode(), mode=0o600)
+    return secret
+
+
 def launcher_tls(tls_dir: Path | None) -> TlsMaterial | None:
     """The launcher's own client certificate (for health checks over mTLS), if TLS is on."""
     if tls_dir is None:
@@ -138,6 +162,8 @@ class ServiceEnv:
     host: str = "127.0.0.1"
     #: The development PKI (see `tamto_local.tls`); None: plaintext.
     tls_dir: Path | None = None
+    #: The cluster credential every service joins with (`cluster_secret`); empty: none.
+    cluster_secret: str = ""
 
 
 def split_process(process: str) -> tuple[str, int]:
@@ -194,6 +220,7 @@ def service_env(
         f"TAMTO_{name.upper()}_INSTANCE_ID": f"{name}-{index}",
         "TAMTO_DATA_DIR": str(data_dir),
         "PYTHONUNBUFFERED": "1",
+        **({"TAMTO_CLUSTER_SECRET": shared.cluster_secret} if shared.cluster_secret else {}),
         **(extra or {}),
     }
     if name == "auth":
@@ -227,6 +254,7 @@ class LocalCluster:
         self._notify = notify
         self._ready_timeout = ready_timeout_s
         self.credential = ""
+        self.cluster_secret = ""
         self.ports: dict[str, int] = {}
         self.processes: dict[str, ManagedProcess] = {}
         self._supervisor: asyncio.Task[None] | None = None
@@ -271,6 +299,7 @@ class LocalCluster:
                 c.log_level,
                 c.host,
                 c.tls_dir if c.tls else None,
+                self.cluster_secret,
             ),
             self.ports[name],
             c.extra_env,
@@ -284,6 +313,7 @@ class LocalCluster:
         self._check_ports()
         c.data_dir.mkdir(parents=True, exist_ok=True)
         self.credential = dev_credential(c.data_dir)
+        self.cluster_secret = cluster_secret(c.data_dir)
         if c.tls:
             try:
                 await asyncio.to_thread(ensure_dev_pki, c.tls_dir)
