@@ -12,6 +12,11 @@ At the end a fresh subscription reads the stream from the start, and
 
 A fixed `plan` of faults replaces the random choice (the etcd and NATS outage
 tests use one): one at a time, each after every client moved again.
+
+With `nodes` N > 1 the system is a cluster (`tamto up --nodes N`: N storage nodes
+and N routers, two gateways; the stream gets the default replication, R = min(3, N)
+with a majority quorum) and a target names a service: each fault hits one of its
+processes at random (`storage-2`, `router-3`, ...).
 """
 
 from __future__ import annotations
@@ -31,7 +36,14 @@ import tamto_sdk
 from tamto_cli.chaos.checker import ChaosReport, Fault, check
 from tamto_common.health import grpc_healthy
 from tamto_common.membership import connect_etcd, list_members
-from tamto_local.cluster import INFRA, SERVICES, ClusterConfig, LocalCluster
+from tamto_local.cluster import (
+    INFRA,
+    MAX_NODES,
+    SERVICES,
+    ClusterConfig,
+    LocalCluster,
+    split_process,
+)
 from tamto_local.infra import tcp_open
 from tamto_local.ports import free_port
 
@@ -81,6 +93,8 @@ class ChaosOptions:
     plan: Sequence[PlannedFault] | None = None
     #: Quiet time before the first fault, seconds.
     warmup_s: float = 2.0
+    #: Storage nodes and routers (`tamto up --nodes`); a fault hits one process of a target.
+    nodes: int = 1
 
     def __post_init__(self) -> None:
         unknown = set(self.targets) - set(TARGETS)
@@ -90,6 +104,8 @@ class ChaosOptions:
             raise ValueError(f"kinds must be some of {', '.join(KINDS)}; got {self.kinds}")
         if self.duration_s <= 0 or self.producers <= 0 or self.rate <= 0 or self.chunk <= 0:
             raise ValueError("duration, producers, rate and chunk must be positive")
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise ValueError(f"nodes must be 1-{MAX_NODES}; got {self.nodes}")
 
 
 @dataclass
@@ -156,6 +172,7 @@ async def run_campaign(
         etcd_peer_port=free_port(),
         nats_port=free_port(),
         lease_ttl_s=options.lease_ttl_s,
+        nodes=options.nodes,
     )
     logs = _Logs(data_dir / "logs")
     record = _Record()
@@ -262,6 +279,8 @@ async def _hit(
         return
     rng = random.Random(options.seed)
     end = time.monotonic() + options.duration_s
+    # Every process of a target service (one with a single node), in a fixed order.
+    processes = [n for n in (*INFRA, *cluster.names) if split_process(n)[0] in options.targets]
     down: set[str] = set()
     running: set[asyncio.Task[None]] = set()
 
@@ -278,7 +297,7 @@ async def _hit(
         for task in [t for t in running if t.done()]:
             running.discard(task)
             task.result()  # a process that did not come back ends the campaign
-        up = [t for t in options.targets if t not in down]
+        up = [t for t in processes if t not in down]
         if not up or time.monotonic() >= end:
             continue
         fault = PlannedFault(
@@ -321,15 +340,18 @@ async def _inject(cluster: LocalCluster, fault: PlannedFault) -> Fault:
 
 
 async def _all_registered(cluster: LocalCluster) -> bool:
-    """Whether every service is registered in etcd again, within `RECOVERY_LIMIT_S`."""
+    """Whether every service process is registered in etcd again, within `RECOVERY_LIMIT_S`."""
+    wanted = Counter(split_process(n)[0] for n in cluster.names)
     etcd = await connect_etcd([(cluster.config.host, cluster.config.etcd_port)])
     try:
         deadline = time.monotonic() + RECOVERY_LIMIT_S
-        while {m.service for m in await list_members(etcd)} < set(SERVICES):
+        while True:
+            registered = Counter(m.service for m in await list_members(etcd))
+            if all(registered[service] >= n for service, n in wanted.items()):
+                return True
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.1)
-        return True
     finally:
         await etcd.close()
 

@@ -40,6 +40,13 @@ def chaos(
     producers: Annotated[int, typer.Option(help="Producers publishing with ids.")] = 2,
     rate: Annotated[int, typer.Option(help="Messages per second per producer.")] = 200,
     seed: Annotated[int | None, typer.Option(help="Seed of the random faults.")] = None,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            help="Storage nodes and routers (a cluster as `tamto up --nodes`; R = min(3, N)); "
+            "a fault hits one process of a target."
+        ),
+    ] = 1,
     data_dir: Annotated[
         Path | None,
         typer.Option(help="A fresh directory for the system (default: a temporary one)."),
@@ -62,6 +69,7 @@ def chaos(
             producers=producers,
             rate=rate,
             seed=seed,
+            nodes=nodes,
         )
     except ValueError as exc:
         err.print(f"tamto chaos: {exc}")
