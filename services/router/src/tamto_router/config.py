@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tamto_common.config import ServiceConfig, not_negative, positive, setting
+from tamto_router.balancer import BalanceSettings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +53,37 @@ class RouterConfig(ServiceConfig):
     policy_refresh_s: float = setting(
         30.0, "reload the security policy this often even without a bus event (seconds)", positive
     )
+
+    load_report_interval_s: float = setting(
+        5.0,
+        "seconds between this router's load reports on tamto.events.load, which the "
+        "elected balancer decides on (0: no reports, no balancing by this router)",
+        not_negative,
+    )
+    balance_threshold: float = setting(
+        2.0,
+        "the balancer moves a partition when the busiest router's load is more than this "
+        "many times the idlest's",
+        positive,
+    )
+    balance_min_load: float = setting(
+        100.0,
+        "... and at least this load (messages per second, plus bytes per second per KiB)",
+        not_negative,
+    )
+    balance_cooldown_s: float = setting(
+        30.0,
+        "no balancing move for this long after one, or after becoming the balancer",
+        not_negative,
+    )
+
+    def balance_settings(self) -> BalanceSettings:
+        return BalanceSettings(
+            self.balance_threshold,
+            self.balance_min_load,
+            self.balance_cooldown_s,
+            self.load_report_interval_s,
+        )
 
     def client_address_for(self, address: str) -> str:
         if self.client_address == "none":

@@ -159,6 +159,9 @@ class PartitionLog:
         #: Damaged ranges (node, first offset) by when their last repair started.
         self._damage_tried: dict[tuple[str, int], float] = {}
         self._damage_repairs: set[asyncio.Task[None]] = set()
+        #: Messages and bytes appended since it opened (load reports, `tamto_router.balancer`).
+        self.appended_messages = 0
+        self.appended_bytes = 0
         self._queue: list[tuple[Batch, asyncio.Future[int]]] = []
         self._wake = asyncio.Event()
         self._grown = asyncio.Event()
@@ -206,6 +209,8 @@ class PartitionLog:
     async def _sequence(self, arrow_ipc: bytes, count: int, now_us: int) -> int:
         batch = Batch(self._next_offset, count, now_us, arrow_ipc)
         self._next_offset += count
+        self.appended_messages += count
+        self.appended_bytes += len(arrow_ipc)
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._queue.append((batch, future))
         self._wake.set()

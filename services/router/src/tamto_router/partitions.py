@@ -423,6 +423,11 @@ class Partitions:
         appends (the gauge `tamto_router_under_replicated_ledgers`)."""
         return sum(1 for x in self._logs.values() if x.failure is None and x.lagging())
 
+    def appended_totals(self) -> dict[tuple[str, int], tuple[int, int]]:
+        """Messages and bytes appended to each open partition log since it opened (the
+        load reports of `tamto_router.balancer`)."""
+        return {k: (x.appended_messages, x.appended_bytes) for k, x in self._logs.items()}
+
     def claimed(self) -> list[tuple[str, int]]:
         """The (stream, partition) pairs this router holds a claim on."""
         return list(self._claims)

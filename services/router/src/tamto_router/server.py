@@ -28,6 +28,7 @@ from tamto_common.service import Runtime
 from tamto_common.streams import StreamDef, read_stream
 from tamto_common.tokens import Authenticator, TokenVerifier, refetch_jwks
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc
+from tamto_router.balancer import Balancer, LoadMeter
 from tamto_router.batch_cache import BatchCache
 from tamto_router.client_api import ClientPublish, OwnerRule, RouterRing, StreamDefs
 from tamto_router.config import RouterConfig
@@ -222,6 +223,20 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
                     await partitions.hand_back(stream, partition)
                 except Exception as exc:
                     log.warning("hand back failed", stream=stream, error=str(exc))
+
+    if config.load_report_interval_s > 0:
+        # Load reports and, while elected, balancing moves (issue 21 Deliver 5).
+        balancer = Balancer(
+            runtime.etcd,
+            runtime.bus,
+            config.member_id,
+            LoadMeter(config.member_id, partitions.appended_totals),
+            lambda: lease.lease,
+            lambda: placement.current.eligible(m.instance_id for m in directory.members("router")),
+            config.balance_settings(),
+        )
+        await balancer.start()
+        resources.push_async_callback(balancer.close)
 
     hand_back = asyncio.create_task(hand_back_loop(), name="hand-back")
 

@@ -1,0 +1,127 @@
+"""Load balancing moves a partition off a busy router (issue 21 Deliver 5).
+
+Two routers (and one storage node: the routers are what is balanced); they report their load every 0.5 s and the balancer's
+bounds are lowered so the test's traffic passes them (min load 20 messages/s,
+threshold 2, cool-down 2 s). A producer publishes, with ids, only to the
+partitions the ring gives the first router. The elected balancer must move one
+of them to the idle router (a move recorded in `/tamto/placement/moves/`, then
+the owner key changes), while publishing goes on; afterwards a fresh
+subscription reads back every acknowledged message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+import tamto_sdk
+from tamto_common.config import parse_endpoints
+from tamto_common.membership import connect_etcd
+from tamto_common.placement import Placement, read_placement
+from tamto_protocol.partitioning import partition_for_key
+from tamto_testing.cluster import TestCluster
+from tamto_testing.infra import Infra
+from tamto_testing.waiting import eventually
+from tests.e2e.test_planned_moves import owners, read_all
+
+pytestmark = pytest.mark.e2e
+
+PARTITIONS = 6
+ROUTER_ENV = {
+    "TAMTO_ROUTER_LOAD_REPORT_INTERVAL_S": "0.5",
+    "TAMTO_ROUTER_BALANCE_MIN_LOAD": "20",
+    "TAMTO_ROUTER_BALANCE_THRESHOLD": "2",
+    "TAMTO_ROUTER_BALANCE_COOLDOWN_S": "2",
+}
+
+
+def keys_for(partitions: set[int]) -> dict[int, bytes]:
+    """One key that hashes to each of `partitions`."""
+    found: dict[int, bytes] = {}
+    i = 0
+    while len(found) < len(partitions):
+        key = f"k{i}".encode()
+        p = partition_for_key(key, PARTITIONS)
+        if p in partitions:
+            found.setdefault(p, key)
+        i += 1
+    return found
+
+
+async def test_the_balancer_moves_a_hot_partition_to_the_idle_router(
+    tamto_infra: Infra, tmp_path: Path
+) -> None:
+    cluster = TestCluster(tmp_path / "cluster", tamto_infra, nodes=2)
+    routers = [cluster.instance_id(name) for name in cluster.routers()]
+    # A stream whose partitions the ring puts at least two of on one router.
+    while True:
+        stream = f"hot-{uuid.uuid4().hex[:8]}"
+        busy = Placement().owner(routers, stream, 0)
+        hot = {p for p in range(PARTITIONS) if Placement().owner(routers, stream, p) == busy}
+        if len(hot) >= 2:
+            break
+    idle = next(r for r in routers if r != busy)
+    keys = keys_for(hot)
+    etcd = await connect_etcd(parse_endpoints(tamto_infra.etcd_endpoint))
+    try:
+        # One storage node and one gateway are enough: two routers is what is tested.
+        for name in ("auth", "storage", "router", "router-2", "gateway"):
+            cluster.start(name, extra_env=ROUTER_ENV if name.startswith("router") else None)
+        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+            await client.streams.ensure(stream, partitions=PARTITIONS)
+            acked: list[bytes] = []
+            stop = asyncio.Event()
+
+            async def produce() -> None:
+                async with client.producer(stream) as producer:
+                    n = 0
+                    while not stop.is_set():
+                        futures = []
+                        for p, key in keys.items():
+                            for _ in range(10):
+                                payload = f"{p}-{n}".encode()
+                                n += 1
+                                futures.append(
+                                    (
+                                        payload,
+                                        await producer.send(payload, key=key, id=payload.decode()),
+                                    )
+                                )
+                        for payload, future in futures:
+                            await future
+                            acked.append(payload)
+
+            async def moved() -> bool:
+                placement = await read_placement(etcd)
+                return any(
+                    s == stream and p in hot and target == idle
+                    for (s, p), target in placement.moves.items()
+                )
+
+            producing = asyncio.create_task(produce())
+            try:
+                await eventually(moved, 90, "the balancer to move a hot partition")
+                (moved_partition,) = [
+                    p for (s, p) in (await read_placement(etcd)).moves if s == stream
+                ]
+
+                async def on_idle() -> bool:
+                    return (await owners(etcd, stream)).get(moved_partition) == idle
+
+                await eventually(on_idle, 60, "the moved partition's new owner to claim it")
+                mark = len(acked)
+                await eventually(lambda: len(acked) > mark + 100, 60, "publishes after the move")
+            finally:
+                stop.set()
+                await producing
+            got = await read_all(client, stream, len(acked))
+    finally:
+        cluster.stop_all()
+        await etcd.close()
+    missing = set(acked) - set(got)
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+    log = (cluster.workdir / "logs").glob("router*.log")
+    assert any("load balancing moved a partition" in f.read_text(errors="replace") for f in log)
