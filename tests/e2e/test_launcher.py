@@ -206,3 +206,17 @@ def test_up_refuses_a_port_in_use_with_one_line(tmp_path: Path) -> None:
         )
     assert result.returncode == 1
     assert f"--gateway-port 127.0.0.1:{launcher.gateway} is already in use" in result.stdout
+
+
+def test_up_refuses_a_discovery_setting_that_is_not_an_srv_record(tmp_path: Path) -> None:
+    launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
+    result = subprocess.run(
+        [*TAMTO, "up", *launcher.args(), "--discovery", "_tamto._tcp.example.org"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "tamto up: invalid --discovery: expected srv:<record name>" in result.stderr
+    assert not (tmp_path / "data").exists(), "nothing was started"

@@ -39,6 +39,7 @@ from tamto_cli.subscription_cmds import (
     stream_get,
     subscription_app,
 )
+from tamto_common.config import discovery_check, resolver_check
 from tamto_common.errors import TamtoError
 
 app = typer.Typer(
@@ -64,6 +65,16 @@ def up(
         int,
         typer.Option(help="storage nodes and routers to run (more than 1: and two gateways)"),
     ] = 1,
+    discovery: Annotated[
+        str,
+        typer.Option(
+            help="services find etcd through this DNS SRV record (srv:<name>) instead of "
+            "the launcher's address; it must name the etcd this launcher runs"
+        ),
+    ] = "",
+    discovery_resolver: Annotated[
+        str, typer.Option(help="host:port of the DNS server --discovery asks")
+    ] = "",
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     with server_extra("tamto up"):
@@ -80,8 +91,19 @@ def up(
         if not 1 <= port <= 65534:
             err.print(f"tamto up: invalid {name} {port}: must be 1-65534")
             raise typer.Exit(2)
+    for name, problem in (
+        ("--discovery", discovery_check(discovery)),
+        ("--discovery-resolver", resolver_check(discovery_resolver)),
+    ):
+        if problem:
+            err.print(f"tamto up: invalid {name}: {problem}")
+            raise typer.Exit(2)
+    discovered = {"TAMTO_DISCOVERY": discovery} if discovery else {}
+    if discovery_resolver:
+        discovered["TAMTO_DISCOVERY_RESOLVER"] = discovery_resolver
     config = ClusterConfig(
         data_dir=settings.data_dir(data_dir),
+        extra_env=discovered,
         gateway_port=gateway_port,
         etcd_port=etcd_port,
         etcd_peer_port=etcd_port + 1,
