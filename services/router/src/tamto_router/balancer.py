@@ -116,9 +116,9 @@ class BalanceSettings:
     #: Move when the busiest router's load exceeds this many times the idlest's.
     threshold: float = 2.0
     #: ... and is at least this (messages per second, bytes counted per KiB).
-    min_load: float = 100.0
+    min_load: float = 1000.0
     #: No move for this long after a move or after becoming the balancer.
-    cooldown_s: float = 30.0
+    cooldown_s: float = 60.0
     #: How often routers report; reports older than `STALE_INTERVALS` of it are ignored.
     report_interval_s: float = 5.0
 

@@ -67,12 +67,12 @@ class RouterConfig(ServiceConfig):
         positive,
     )
     balance_min_load: float = setting(
-        100.0,
+        1000.0,
         "... and at least this load (messages per second, plus bytes per second per KiB)",
         not_negative,
     )
     balance_cooldown_s: float = setting(
-        30.0,
+        60.0,
         "no balancing move for this long after one, or after becoming the balancer",
         not_negative,
     )
