@@ -127,13 +127,14 @@ async def test_a_router_checks_the_token_and_the_publish_permission(
                 await producer.send_and_wait(b"x")
 
 
-async def test_a_client_follows_the_owner_when_its_router_dies_mid_write(
+async def test_a_client_follows_its_partitions_when_they_move_and_their_router_dies(
     tamto_infra: Infra, tmp_path: Path
 ) -> None:
-    """Two routers; a direct producer writes; the router owning half the partitions
-    is killed (-9): the client is redirected or falls back, then publishes directly
-    to the new owner; every acked message is stored once."""
-    total = 2_000 if long_tests_enabled() else 300
+    """Two routers, a direct producer writing one message at a time: its cached owners
+    go stale (it follows the routers' redirects), partition 0 is moved to the other
+    router (a planned move), then that router is killed -9 (the client falls back to the
+    gateway and returns to the survivor). Every acked message is stored once, nothing more."""
+    total = 2_000 if long_tests_enabled() else 120
     stream = unique("moving")
     with TestCluster(tmp_path / "cluster", tamto_infra, nodes=2).running() as cluster:
         options = ClientOptions(direct=True, retry_deadline_s=60)
@@ -145,44 +146,52 @@ async def test_a_client_follows_the_owner_when_its_router_dies_mid_write(
             owners = await lookup(cluster, token, stream)
             routers = {cluster.address(r): r for r in cluster.routers()}
             assert set(owners.values()) <= set(routers), owners
-            # A stale owner: the router that does not own partition p redirects to the one
-            # that does.
-            for partition, owner in owners.items():
-                other = next((a for a in routers if a != owner), None)
-                if other is None:
-                    continue
-                error = await router_publish(other, token, stream, partition)
-                assert error is not None
-                assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
-                assert dict(error.trailing_metadata() or ())["tamto-owner"] == owner
-                break
-            else:
-                pytest.skip("one router owns every partition of the stream")
+            # A stale owner: a router asked for a partition it does not own redirects.
+            other = next(a for a in routers if a != owners[0])
+            error = await router_publish(other, token, stream, 0)
+            assert error is not None
+            assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+            assert dict(error.trailing_metadata() or ())["tamto-owner"] == owners[0]
 
-            victim = routers[owners[0]]
+            direct = direct_of(client)
             acked: dict[tuple[int, int], bytes] = {}
             async with client.producer(stream) as producer:
 
-                async def write(start: int, stop: int) -> None:
-                    for i in range(start, stop):
+                async def write(count: int) -> None:
+                    for _ in range(count):
+                        i = len(acked)
                         r = await producer.send_and_wait(f"m{i}".encode(), key=f"k{i}".encode())
                         assert (r.partition, r.offset) not in acked
                         acked[(r.partition, r.offset)] = f"m{i}".encode()
 
-                await write(0, total // 3)
-                cluster.kill9(victim)
-                await write(total // 3, 2 * total // 3)
-                direct = direct_of(client)
-                before = direct.direct_batches
+                async def writes_directly_to(address: str) -> bool:
+                    before = direct.direct_batches
+                    await write(8)
+                    now = await lookup(cluster, token, stream)
+                    return now[0] == address and direct.direct_batches >= before + 8
 
-                async def followed() -> bool:
-                    await write(len(acked), len(acked) + 1)
-                    return direct.direct_batches > before + 5
-
-                await eventually(followed, 60, "the client to publish to the new owner")
-                await write(len(acked), max(total, len(acked)))
-            survivors = await lookup(cluster, token, stream)
-            assert owners[0] not in survivors.values()
+                await write(total // 4)
+                assert direct.proxied_batches == 0
+                # A stale cache (every partition on the router that does not own it): each
+                # first publish is redirected and resent to the owner, none goes round.
+                stale = {a: o for a, o in zip(routers, list(routers)[::-1], strict=True)}
+                direct._owners[stream] = [stale[owners[p]] for p in range(4)]
+                await write(8)
+                assert direct.redirects > 0
+                assert direct.proxied_batches == 0
+                # A planned move: the client follows partition 0 to its new owner.
+                await client.cluster.move_partition(stream, 0, cluster.instance_id(routers[other]))
+                await eventually(
+                    lambda: writes_directly_to(other), 60, "direct writes to the new owner"
+                )
+                await write(total // 4)
+                # The new owner dies: the gateway's path until the client looks up again.
+                cluster.kill9(routers[other])
+                await write(total // 4)
+                await eventually(
+                    lambda: writes_directly_to(owners[0]), 60, "direct writes to the survivor"
+                )
+                await write(max(0, total - len(acked)))
 
             got: dict[tuple[int, int], bytes] = {}
             async with client.consumer(stream, "check") as consumer:
@@ -193,8 +202,7 @@ async def test_a_client_follows_the_owner_when_its_router_dies_mid_write(
                         assert (m.partition, m.offset) not in got
                         got[(m.partition, m.offset)] = m.payload
                     consumer.ack(batch)
-                # Nothing more than what was acked (no duplicate stored at a new offset).
+                # Nothing beyond what was acked (no resend stored at a new offset).
                 extra = await consumer.receive_batch(max_messages=10, timeout_s=1)
             assert not extra, [m.payload for m in extra]
             assert got == acked
-            assert len(set(got.values())) == len(got)

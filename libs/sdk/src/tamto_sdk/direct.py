@@ -69,6 +69,8 @@ class DirectPublisher:
         #: Batches that went to an owner directly, and through the gateway (tests read them).
         self.direct_batches = 0
         self.proxied_batches = 0
+        #: Redirects followed (a router answered that it does not own the partition).
+        self.redirects = 0
 
     async def publish(self, stream: str, partition: int, request: Encode) -> Any | None:
         """The owner's `PublishResponse`, or None: publish this batch through the gateway.
@@ -89,6 +91,7 @@ class DirectPublisher:
                     # Moved: go where the router says, else look the stream up again.
                     self._owners.pop(stream, None)
                     redirected = str(trailing[OWNER_METADATA]) or None
+                    self.redirects += 1
                     continue
                 error: TamtoError = from_rpc_error(exc, deduplicated=True)
                 if not error.retriable and exc.code() not in _PROXY_CODES:
