@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import operator
 import os
 import re
@@ -191,6 +192,38 @@ async def test_bad_topics_are_invalid_argument(
     async with one.ephemeral_producer(stream) as producer:
         with pytest.raises(InvalidArgument, match=rf"topic .*{re.escape(problem)}"):
             await producer.publish_batch([b"x"], topic=topic)
+
+
+async def test_pipelined_publishes_fail_one_by_one(
+    clients: tuple[tamto_sdk.Client, tamto_sdk.Client],
+) -> None:
+    """A client's ephemeral publishes share one pipelined stream: ten in flight at
+    once, the refused one (a bad topic) fails alone with INVALID_ARGUMENT, and the
+    others are answered and delivered."""
+    one, _ = clients
+    stream = await ephemeral(one)
+    received: list[bytes] = []
+    async with one.subscribe(stream, match="ok.#") as sub:
+        reader = asyncio.create_task(collect(sub, received))
+        try:
+            async with one.ephemeral_producer(stream) as producer:
+                results = await asyncio.gather(
+                    *(
+                        producer.publish_batch([b"%d" % i], topic="bad#" if i == 5 else "ok.x")
+                        for i in range(10)
+                    ),
+                    return_exceptions=True,
+                )
+            await eventually(lambda: len(received) >= 9, 20, "the nine accepted messages")
+        finally:
+            reader.cancel()
+    assert isinstance(results[5], InvalidArgument), results[5]
+    assert "topic" in str(results[5])
+    assert [r for i, r in enumerate(results) if i != 5] == [1] * 9
+    assert sorted(received) == sorted(b"%d" % i for i in range(10) if i != 5)
+    calls = one._calls.publish_ephemeral_raw
+    assert calls._next_id > 10  # numbered on the stream, not sent unary
+    assert calls._unary_until == -math.inf  # the gateway never answered UNIMPLEMENTED
 
 
 async def test_persistent_and_ephemeral_apis_do_not_mix(

@@ -1,4 +1,5 @@
-"""`publish_ephemeral_request` writes the bytes the generated message would."""
+"""`publish_ephemeral_request` writes the bytes the generated message would (unary
+and pipelined, with a `call_id`)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,22 @@ from tamto_protocol.wire import publish_ephemeral_request
 
 
 @pytest.mark.parametrize(
-    ("stream", "topic", "data", "count"),
-    [("s", "orders.eu", b"x" * 300, 2), ("stream-é", "", b"y", 1), ("", "a..b", b"", 0)],
+    ("stream", "topic", "data", "count", "call_id"),
+    [
+        ("s", "orders.eu", b"x" * 300, 2, 0),
+        ("stream-é", "", b"y", 1, 7),
+        ("", "a..b", b"", 0, 2**64 - 1),
+    ],
 )
 def test_publish_ephemeral_request_matches_protobuf(
-    stream: str, topic: str, data: bytes, count: int
+    stream: str, topic: str, data: bytes, count: int, call_id: int
 ) -> None:
     expected = gateway_pb2.PublishEphemeralRequest(
-        stream=stream, topic=topic, batch=messages_pb2.RecordBatch(arrow_ipc=data, count=count)
-    )
-    assert publish_ephemeral_request(stream, topic, data, count) == expected.SerializeToString()
+        stream=stream,
+        topic=topic,
+        batch=messages_pb2.RecordBatch(arrow_ipc=data, count=count),
+        call_id=call_id,
+    ).SerializeToString()
+    assert publish_ephemeral_request(stream, topic, data, count, call_id) == expected
     # A pyarrow buffer (what the SDK's IPC writer returns) is written the same.
-    assert publish_ephemeral_request(stream, topic, pa.py_buffer(data), count) == (
-        expected.SerializeToString()
-    )
+    assert publish_ephemeral_request(stream, topic, pa.py_buffer(data), count, call_id) == expected

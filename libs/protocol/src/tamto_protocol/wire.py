@@ -33,8 +33,9 @@ ROUTER_APPEND_STREAM = "/tamto.v1.Router/AppendStream"
 ROUTER_PUBLISH = "/tamto.v1.Router/Publish"
 ROUTER_PUBLISH_STREAM = "/tamto.v1.Router/PublishStream"
 STORAGE_APPEND_STREAM = "/tamto.v1.Storage/AppendStream"
-#: An ephemeral publish (`publish_ephemeral_request`).
+#: An ephemeral publish (`publish_ephemeral_request`), unary and pipelined.
 PUBLISH_EPHEMERAL = "/tamto.v1.Gateway/PublishEphemeral"
+PUBLISH_EPHEMERAL_STREAM = "/tamto.v1.Gateway/PublishEphemeralStream"
 #: The `call_id` field of every request sent on a pipelined stream.
 _CALL_ID = 15
 
@@ -88,13 +89,16 @@ def publish_request(
     )
 
 
-def publish_ephemeral_request(stream: str, topic: str, arrow_ipc: Buffer, count: int) -> bytes:
-    """`tamto.v1.PublishEphemeralRequest` {stream = 1, topic = 2, batch = 3}."""
+def publish_ephemeral_request(
+    stream: str, topic: str, arrow_ipc: Buffer, count: int, call_id: int = 0
+) -> bytes:
+    """`tamto.v1.PublishEphemeralRequest` {stream = 1, topic = 2, batch = 3, call_id = 15}."""
     return b"".join(
         [
             _text_field(1, stream),
             _text_field(2, topic),
             *_message_field(3, _record_batch(arrow_ipc, count)),
+            int_field(_CALL_ID, call_id),
         ]
     )
 

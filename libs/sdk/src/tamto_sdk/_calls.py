@@ -9,7 +9,12 @@ import grpc
 
 from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
-from tamto_protocol.wire import PUBLISH, PUBLISH_EPHEMERAL, PUBLISH_STREAM, raw_unary
+from tamto_protocol.wire import (
+    PUBLISH,
+    PUBLISH_EPHEMERAL,
+    PUBLISH_EPHEMERAL_STREAM,
+    PUBLISH_STREAM,
+)
 from tamto_sdk._retry import with_retries
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.errors import TamtoError, Unauthenticated, from_rpc_error
@@ -38,9 +43,13 @@ class Calls:
             gateway_pb2.PublishStreamResponse,
             fallback=(PUBLISH, gateway_pb2.PublishResponse),
         )
-        #: PublishEphemeral sending its request in wire form (`publish_ephemeral_request`).
-        self.publish_ephemeral_raw = raw_unary(
-            channel, PUBLISH_EPHEMERAL, gateway_pb2.PublishEphemeralResponse
+        #: PublishEphemeral calls pipelined on one stream the same way, each request in
+        #: wire form (`publish_ephemeral_request`).
+        self.publish_ephemeral_raw = PipelinedCalls(
+            channel,
+            PUBLISH_EPHEMERAL_STREAM,
+            gateway_pb2.PublishEphemeralStreamResponse,
+            fallback=(PUBLISH_EPHEMERAL, gateway_pb2.PublishEphemeralResponse),
         )
         #: Consume handing its responses over as bytes (`parse_consume_response`).
         self.consume_raw = channel.stream_stream(
@@ -55,6 +64,7 @@ class Calls:
     async def close(self) -> None:
         """End the publish streams (the producers are closed first, so nothing waits on them)."""
         await self.publish_raw.close()
+        await self.publish_ephemeral_raw.close()
         if self.direct is not None:
             await self.direct.close()
 

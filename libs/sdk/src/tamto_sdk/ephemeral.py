@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -224,9 +225,12 @@ class EphemeralProducer:
         return int(response.matched_entities)
 
     async def _call(self, topic: str, arrow_ipc: pa.Buffer, count: int) -> Any:
-        # Written in wire form from the IPC buffer: the Arrow bytes are copied once
-        # (a generated request copies them into itself and again to serialise).
-        request = publish_ephemeral_request(self._stream, topic, arrow_ipc, count)
+        # Pipelined on the client's one ephemeral publish stream, written in wire form
+        # from the IPC buffer: the Arrow bytes are copied once (a generated request
+        # copies them into itself and again to serialise).
+        request = functools.partial(
+            publish_ephemeral_request, self._stream, topic, arrow_ipc, count
+        )
         return await self._calls.unary(self._calls.publish_ephemeral_raw, request, retry=False)
 
     async def _send(self, topic: str) -> None:

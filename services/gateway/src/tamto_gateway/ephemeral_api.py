@@ -17,6 +17,7 @@ import grpc
 
 from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound
 from tamto_common.names import check_name
+from tamto_common.pipelined import answer_calls
 from tamto_common.policy import Permission
 from tamto_common.streams import StreamDef
 from tamto_common.topics import TopicPattern, check_topic
@@ -24,6 +25,7 @@ from tamto_gateway.ephemeral import EphemeralHub, subscribed_event
 from tamto_gateway.requests import GENERATED, RequestBroker
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
+from tamto_protocol.wire import PUBLISH_EPHEMERAL
 
 if TYPE_CHECKING:
     from tamto_common.tokens import Principal
@@ -79,6 +81,27 @@ class EphemeralApi:
         except BatchFormatError as exc:
             raise InvalidArgument(f"malformed batch: {exc}") from None
         return arrow_ipc
+
+    async def PublishEphemeralStream(
+        self,
+        request_iterator: AsyncIterator[gateway_pb2.PublishEphemeralRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[gateway_pb2.PublishEphemeralStreamResponse]:
+        """PublishEphemeral calls pipelined on one stream (`tamto_common.pipelined`),
+        each authorized and answered as the unary call would be."""
+
+        async def publish(
+            request: gateway_pb2.PublishEphemeralRequest,
+        ) -> gateway_pb2.PublishEphemeralResponse:
+            return await self.PublishEphemeral(request, context)
+
+        async for answer in answer_calls(
+            request_iterator,
+            publish,
+            gateway_pb2.PublishEphemeralStreamResponse,
+            PUBLISH_EPHEMERAL,
+        ):
+            yield answer
 
     async def PublishEphemeral(
         self, request: gateway_pb2.PublishEphemeralRequest, context: grpc.aio.ServicerContext

@@ -143,14 +143,16 @@ class WhoAmIResponse(_message.Message):
     def __init__(self, subject: _Optional[str] = ..., expires_at_unix: _Optional[int] = ..., roles: _Optional[_Iterable[str]] = ..., grants: _Optional[_Iterable[_Union[_auth_pb2.Grant, _Mapping]]] = ...) -> None: ...
 
 class PublishEphemeralRequest(_message.Message):
-    __slots__ = ("stream", "topic", "batch")
+    __slots__ = ("stream", "topic", "batch", "call_id")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
     stream: str
     topic: str
     batch: _messages_pb2.RecordBatch
-    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ...) -> None: ...
+    call_id: int
+    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., call_id: _Optional[int] = ...) -> None: ...
 
 class PublishEphemeralResponse(_message.Message):
     __slots__ = ("count", "matched_entities")
@@ -159,6 +161,16 @@ class PublishEphemeralResponse(_message.Message):
     count: int
     matched_entities: int
     def __init__(self, count: _Optional[int] = ..., matched_entities: _Optional[int] = ...) -> None: ...
+
+class PublishEphemeralStreamResponse(_message.Message):
+    __slots__ = ("call_id", "status", "response")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    status: _messages_pb2.CallStatus
+    response: PublishEphemeralResponse
+    def __init__(self, call_id: _Optional[int] = ..., status: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., response: _Optional[_Union[PublishEphemeralResponse, _Mapping]] = ...) -> None: ...
 
 class SubscribeEphemeralRequest(_message.Message):
     __slots__ = ("stream", "match", "group", "consumer_name")

@@ -86,6 +86,11 @@ class GatewayStub:
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralResponse.FromString,
                 _registered_method=True)
+        self.PublishEphemeralStream = channel.stream_stream(
+                '/tamto.v1.Gateway/PublishEphemeralStream',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralStreamResponse.FromString,
+                _registered_method=True)
         self.SubscribeEphemeral = channel.unary_stream(
                 '/tamto.v1.Gateway/SubscribeEphemeral',
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.SubscribeEphemeralRequest.SerializeToString,
@@ -290,6 +295,14 @@ class GatewayServicer:
     def PublishEphemeral(self, request, context):
         """Ephemeral streams (docs/ephemeral.md): at-most-once, topic-routed, never stored.
         Publishes one batch under one topic; answers once the bus took it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PublishEphemeralStream(self, request_iterator, context):
+        """PublishEphemeral calls pipelined on one stream (`call_id` non-zero on each),
+        answered as they finish, each as its unary call would be.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -526,6 +539,11 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.PublishEphemeral,
                     request_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralResponse.SerializeToString,
+            ),
+            'PublishEphemeralStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.PublishEphemeralStream,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.PublishEphemeralStreamResponse.SerializeToString,
             ),
             'SubscribeEphemeral': grpc.unary_stream_rpc_method_handler(
                     servicer.SubscribeEphemeral,
@@ -928,6 +946,33 @@ class Gateway:
             '/tamto.v1.Gateway/PublishEphemeral',
             tamto_dot_v1_dot_gateway__pb2.PublishEphemeralRequest.SerializeToString,
             tamto_dot_v1_dot_gateway__pb2.PublishEphemeralResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PublishEphemeralStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tamto.v1.Gateway/PublishEphemeralStream',
+            tamto_dot_v1_dot_gateway__pb2.PublishEphemeralRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.PublishEphemeralStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -62,6 +62,10 @@ class GatewayStub:
     """Ephemeral streams (docs/ephemeral.md): at-most-once, topic-routed, never stored.
     Publishes one batch under one topic; answers once the bus took it.
     """
+    PublishEphemeralStream: _grpc.StreamStreamMultiCallable[_gateway_pb2.PublishEphemeralRequest, _gateway_pb2.PublishEphemeralStreamResponse]
+    """PublishEphemeral calls pipelined on one stream (`call_id` non-zero on each),
+    answered as they finish, each as its unary call would be.
+    """
     SubscribeEphemeral: _grpc.UnaryStreamMultiCallable[_gateway_pb2.SubscribeEphemeralRequest, _gateway_pb2.EphemeralEvent]
     """Receives what the match selects: first `subscribed`, then deliveries until the
     call ends. Needs `consume` on the stream.
@@ -149,6 +153,10 @@ class GatewayAsyncStub(GatewayStub):
     PublishEphemeral: _aio.UnaryUnaryMultiCallable[_gateway_pb2.PublishEphemeralRequest, _gateway_pb2.PublishEphemeralResponse]  # type: ignore[assignment]
     """Ephemeral streams (docs/ephemeral.md): at-most-once, topic-routed, never stored.
     Publishes one batch under one topic; answers once the bus took it.
+    """
+    PublishEphemeralStream: _aio.StreamStreamMultiCallable[_gateway_pb2.PublishEphemeralRequest, _gateway_pb2.PublishEphemeralStreamResponse]  # type: ignore[assignment]
+    """PublishEphemeral calls pipelined on one stream (`call_id` non-zero on each),
+    answered as they finish, each as its unary call would be.
     """
     SubscribeEphemeral: _aio.UnaryStreamMultiCallable[_gateway_pb2.SubscribeEphemeralRequest, _gateway_pb2.EphemeralEvent]  # type: ignore[assignment]
     """Receives what the match selects: first `subscribed`, then deliveries until the
@@ -294,6 +302,16 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_gateway_pb2.PublishEphemeralResponse, _abc.Awaitable[_gateway_pb2.PublishEphemeralResponse]]:
         """Ephemeral streams (docs/ephemeral.md): at-most-once, topic-routed, never stored.
         Publishes one batch under one topic; answers once the bus took it.
+        """
+
+    @_abc_1.abstractmethod
+    def PublishEphemeralStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_gateway_pb2.PublishEphemeralRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.PublishEphemeralStreamResponse], _abc.AsyncIterator[_gateway_pb2.PublishEphemeralStreamResponse]]:
+        """PublishEphemeral calls pipelined on one stream (`call_id` non-zero on each),
+        answered as they finish, each as its unary call would be.
         """
 
     @_abc_1.abstractmethod
