@@ -21,13 +21,11 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-import aetcd
 import pytest
 
 import tamto_sdk
 from tamto_common.channels import ChannelPool
 from tamto_common.errors import TamtoError
-from tamto_common.ledgers import read_ledgers
 from tamto_protocol.batch import decode_batch
 from tamto_protocol.segment import read_manifest, segment_file_name
 from tamto_router.storage_client import StorageClient
@@ -83,13 +81,19 @@ async def publish(client: tamto_sdk.Client, stream: str) -> None:
             await asyncio.gather(*sent)
 
 
-async def read_replica(cluster: TestCluster, etcd_client: aetcd.Client, stream: str) -> str:
-    """The storage node the partition's owner reads from: the ensemble's first."""
-    ledger = (await read_ledgers(etcd_client, stream, 0)).current
-    assert ledger is not None
-    assert len(ledger.ensemble) == 3
+def read_replica(cluster: TestCluster, stream: str) -> str:
+    """The storage node the partition's owner reads from (its latest claim logs it: the
+    first replica of the ensemble that was at the log's end when it opened)."""
+    claims = []
+    for router in cluster.routers():
+        for line in (cluster.workdir / "logs" / f"{router}.log").read_text().splitlines():
+            if '"partition claimed"' in line and stream in line:
+                record = json.loads(line)
+                if record.get("stream") == stream:
+                    claims.append((record["timestamp"], record["storage_node"]))
+    assert claims, f"no router logged claiming {stream}"
     name_of = {cluster.instance_id(n): n for n in cluster.storages()}
-    return name_of[ledger.ensemble[0]]
+    return name_of[max(claims)[1]]
 
 
 def flip_bit(path: Path, at: int) -> None:
@@ -147,7 +151,7 @@ async def repaired(cluster: TestCluster, name: str, stream: str, what: str) -> N
 
 
 async def test_a_damaged_segment_is_served_from_a_healthy_replica_and_repaired(
-    sealing_cluster: TestCluster, etcd_client: aetcd.Client
+    sealing_cluster: TestCluster,
 ) -> None:
     cluster = sealing_cluster
     stream = f"repair-{secrets.token_hex(3)}"
@@ -162,7 +166,7 @@ async def test_a_damaged_segment_is_served_from_a_healthy_replica_and_repaired(
             )
 
         await eventually(sealed_everywhere, 30.0, "every message sealed on every node")
-        damaged = await read_replica(cluster, etcd_client, stream)
+        damaged = read_replica(cluster, stream)
         segment = (
             cluster.data_dir(damaged) / "streams" / stream / "partition=0"
         ) / segment_file_name(10, 19)
@@ -175,13 +179,13 @@ async def test_a_damaged_segment_is_served_from_a_healthy_replica_and_repaired(
 
 
 async def test_a_damaged_wal_frame_is_served_from_a_healthy_replica_and_repaired(
-    wal_cluster: TestCluster, etcd_client: aetcd.Client
+    wal_cluster: TestCluster,
 ) -> None:
     cluster = wal_cluster
     stream = f"repair-{secrets.token_hex(3)}"
     async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await publish(client, stream)
-        damaged = await read_replica(cluster, etcd_client, stream)
+        damaged = read_replica(cluster, stream)
         wal_dir = cluster.data_dir(damaged) / "streams" / stream / "partition=0" / "_wal"
         [wal] = [p for p in wal_dir.iterdir() if p.stat().st_size > 0]
         flip_bit(wal, wal.stat().st_size // 2)  # inside the second frame, offsets 10-19
