@@ -96,17 +96,19 @@ class Traffic:
         return [row[0] for rows in self.acked.values() for row in rows]
 
 
-async def keys_by_partition(client: tamto_sdk.Client, stream: str) -> dict[int, bytes]:
-    """One key for each partition, learnt from where the gateway put it."""
+async def keys_by_partition(
+    client: tamto_sdk.Client, stream: str, partitions: int = PARTITIONS
+) -> dict[int, bytes]:
+    """One key for each of the stream's `partitions`, learnt from where the gateway put it."""
     keys: dict[int, bytes] = {}
     async with client.producer(stream) as producer:
-        for i in range(64):
+        for i in range(64 * partitions):
             key = f"key-{i}".encode()
             result = await (await producer.send(b"probe", key=key, id=f"probe-{i}"))
             keys.setdefault(result.partition, key)
-            if len(keys) == PARTITIONS:
+            if len(keys) == partitions:
                 return keys
-    raise AssertionError(f"64 keys reached only partitions {sorted(keys)}")
+    raise AssertionError(f"{64 * partitions} keys reached only partitions {sorted(keys)}")
 
 
 async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_fast(
