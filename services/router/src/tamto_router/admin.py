@@ -144,7 +144,7 @@ class SubscriptionAdmin:
         """The publish time of the message at `offset` (0 when it is not stored)."""
         if offset >= log.durable_offset:
             return 0
-        batches, _ = await log.storage.read(log.stream, log.partition, offset, 1)
+        batches, _ = await log.read(offset, 1)  # another replica on DATA_LOSS
         for batch in batches:
             if batch.base_offset <= offset < batch.end:
                 return batch.publish_time_us
@@ -256,7 +256,7 @@ class SubscriptionAdmin:
         found: list[Batch] = []
         at, last = offset, min(offset + count, end) - 1
         while at <= last:  # one read returns a bounded number of bytes
-            batches, _ = await log.storage.read(stream, partition, at, last - at + 1)
+            batches, _ = await log.read(at, last - at + 1)  # another replica on DATA_LOSS
             got = [b for b in batches if b.end > at and b.base_offset <= last]
             if not got:
                 break
