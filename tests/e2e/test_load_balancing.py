@@ -6,7 +6,8 @@ threshold 2, cool-down 2 s). A producer publishes, with ids, only to the
 partitions the ring gives the first router. The elected balancer must move one
 of them to the idle router (a move recorded in `/tamto/placement/moves/`, then
 the owner key changes), while publishing goes on; afterwards a fresh
-subscription reads back every acknowledged message.
+subscription reads back every acknowledged message (publishes that failed
+are counted and printed, not checked).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ async def test_the_balancer_moves_a_hot_partition_to_the_idle_router(
         async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             await client.streams.ensure(stream, partitions=PARTITIONS)
             acked: list[bytes] = []
+            failed: list[str] = []
             stop = asyncio.Event()
 
             async def produce() -> None:
@@ -91,7 +93,13 @@ async def test_the_balancer_moves_a_hot_partition_to_the_idle_router(
                                     )
                                 )
                         for payload, future in futures:
-                            await future
+                            try:
+                                await future
+                            except tamto_sdk.TamtoError as exc:
+                                # Not acknowledged: the checker does not count it. A
+                                # publish in flight at the hand-back may fail or time out.
+                                failed.append(f"{payload.decode()}: {exc}")
+                                continue
                             acked.append(payload)
 
             async def moved() -> bool:
@@ -118,6 +126,7 @@ async def test_the_balancer_moves_a_hot_partition_to_the_idle_router(
                 stop.set()
                 await producing
             got = await read_all(client, stream, len(acked))
+            print(f"{len(acked)} acknowledged, {len(failed)} failed: {failed[:3]}")
     finally:
         cluster.stop_all()
         await etcd.close()
