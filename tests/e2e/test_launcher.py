@@ -54,7 +54,9 @@ class Launcher:
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
-    def start(self, *extra: str, ready_s: float = 60) -> None:
+    def start(self, *extra: str, ready_s: float = 120) -> None:
+        # The log is appended to: a second start waits for its own "Tamto is up".
+        before = self.output().count("Tamto is up")
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [*TAMTO, "up", *self.args(), *extra],
@@ -64,7 +66,9 @@ class Launcher:
                 env={**os.environ, "COLUMNS": "200"},
             )
         wait_for(
-            lambda: "Tamto is up" in self.output(), ready_s, f"tamto up:\n{self.output()[-3000:]}"
+            lambda: self.output().count("Tamto is up") > before,
+            ready_s,
+            f"tamto up:\n{self.output()[-3000:]}",
         )
 
     def stop(self) -> int:
@@ -98,8 +102,8 @@ class Launcher:
 @contextmanager
 def launched(tmp_path: Path, *extra: str) -> Iterator[Launcher]:
     launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
-    launcher.start(*extra)
     try:
+        launcher.start(*extra)  # inside: a launcher that is slow to start is stopped too
         yield launcher
     finally:
         if launcher.proc is not None and launcher.proc.poll() is None:
