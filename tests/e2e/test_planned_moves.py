@@ -22,14 +22,15 @@ import secrets
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import aetcd
 import pytest
 
 import tamto_sdk
 from tamto_common.ledgers import read_ledgers
+from tamto_common.placement import Placement
 from tamto_local.cluster import node_processes
 from tamto_router.ownership import OWNERS
 from tamto_sdk import (
@@ -49,7 +50,7 @@ pytestmark = pytest.mark.e2e
 PARTITIONS = 4
 KEYS = 16
 #: How long the consumers hold a message before acking it (its processing time).
-ACK_DELAY_S = 0.2
+ACK_DELAY_S = 1.5
 #: Deliveries to wait for between the moves (more with TAMTO_LONG_TESTS=1).
 STEP = 1_500 if long_tests_enabled() else 150
 
@@ -57,6 +58,21 @@ STEP = 1_500 if long_tests_enabled() else 150
 @pytest.fixture
 def etcd(etcd_client: aetcd.Client) -> aetcd.Client:
     return etcd_client
+
+
+@pytest.fixture(scope="module")
+def two_nodes(
+    tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestCluster]:
+    """Two nodes, the second router not started: the first test starts it (a join)."""
+    cluster = TestCluster(tmp_path_factory.mktemp("moves") / "cluster", tamto_infra, nodes=2)
+    try:
+        for name in node_processes(2):
+            if name != "router-2":
+                cluster.start(name)
+        yield cluster
+    finally:
+        cluster.stop_all()
 
 
 @dataclass
@@ -97,81 +113,80 @@ async def owners(etcd: aetcd.Client, stream: str) -> dict[int, str]:
 
 
 async def test_join_and_drain_keep_each_keys_order_for_key_shared(
-    tamto_infra: Infra, tmp_path: Path, etcd: aetcd.Client
+    two_nodes: TestCluster, etcd: aetcd.Client
 ) -> None:
     stream = f"moves-{secrets.token_hex(3)}"
-    cluster = TestCluster(tmp_path / "cluster", tamto_infra, nodes=2)
+    cluster = two_nodes
     first, joiner = cluster.instance_id("router"), cluster.instance_id("router-2")
     checker, acked, stop = Checker(), dict[bytes, tuple[int, int]](), asyncio.Event()
-    try:
-        for name in node_processes(2):
-            if name != "router-2":  # it joins later
-                cluster.start(name)
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-            await client.streams.ensure(
-                stream, partitions=PARTITIONS, config=StreamConfig(replication_factor=1)
-            )
+    failed: list[str] = []  # publishes not acknowledged (a timeout across a move)
+    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        await client.streams.ensure(
+            stream, partitions=PARTITIONS, config=StreamConfig(replication_factor=1)
+        )
 
-            async def produce() -> None:
-                async with client.producer(stream) as producer:
-                    i = 0
-                    while not stop.is_set():
-                        key = f"k{i % KEYS}".encode()
-                        payload = f"{key.decode()}:{i}".encode()
+        async def produce() -> None:
+            async with client.producer(stream) as producer:
+                i = 0
+                while not stop.is_set():
+                    key = f"k{i % KEYS}".encode()
+                    payload = f"{key.decode()}:{i}".encode()
+                    try:
                         result = await (await producer.send(payload, key=key))
+                    except (
+                        tamto_sdk.TamtoError
+                    ) as exc:  # not acknowledged: may or may not be stored
+                        failed.append(repr(exc))
+                    else:
                         acked[payload] = (result.partition, result.offset)
-                        i += 1
+                    i += 1
 
-            consumers = [
-                client.consumer(stream, "keyed", type=SubscriptionType.KEY_SHARED) for _ in range(2)
-            ]
-            for consumer in consumers:
-                await consumer.__aenter__()
-            tasks = [asyncio.create_task(checker.consume(c, stop)) for c in consumers]
-            tasks.append(asyncio.create_task(produce()))
-            try:
+        consumers = [
+            client.consumer(stream, "keyed", type=SubscriptionType.KEY_SHARED) for _ in range(2)
+        ]
+        for consumer in consumers:
+            await consumer.__aenter__()
+        tasks = [asyncio.create_task(checker.consume(c, stop)) for c in consumers]
+        tasks.append(asyncio.create_task(produce()))
+        try:
 
-                async def delivered(n: int) -> bool:
-                    for task in tasks:
-                        if task.done():
-                            task.result()  # a failure of the traffic fails the test now
-                    return len(checker.deliveries) >= n
+            async def delivered(n: int) -> bool:
+                for task in tasks:
+                    if task.done():
+                        task.result()  # a failure of the traffic fails the test now
+                return len(checker.deliveries) >= n
 
-                await eventually(lambda: delivered(STEP), 60, "deliveries before the join")
-                assert set((await owners(etcd, stream)).values()) == {first}
+            await eventually(lambda: delivered(STEP), 60, "deliveries before the join")
+            assert set((await owners(etcd, stream)).values()) == {first}
 
-                # A router joins: its share of the ring moves to it.
-                cluster.start("router-2")
-                await eventually(
-                    lambda: _owns_some(etcd, stream, joiner), 60, "the joiner to own partitions"
-                )
-                mark = len(checker.deliveries)
-                await eventually(lambda: delivered(mark + STEP), 60, "deliveries after the join")
+            # A router joins: its share of the ring moves to it.
+            cluster.start("router-2")
+            await eventually(
+                lambda: _owns_some(etcd, stream, joiner), 60, "the joiner to own partitions"
+            )
+            mark = len(checker.deliveries)
+            await eventually(lambda: delivered(mark + STEP), 60, "deliveries after the join")
 
-                # The first router is drained: every partition moves to the joiner.
-                assert await client.cluster.drain(first) == [first]
-                await eventually(
-                    lambda: _all_owned_by(etcd, stream, joiner), 60, "the drain to finish"
-                )
-                mark = len(checker.deliveries)
-                await eventually(lambda: delivered(mark + STEP), 60, "deliveries after the drain")
-            finally:
-                stop.set()
-                await asyncio.gather(*tasks, return_exceptions=True)
-            # Every acknowledged message is delivered (the consumers read on until then).
-            stop.clear()
-            tasks = [asyncio.create_task(checker.consume(c, stop)) for c in consumers]
-            try:
-                await eventually(
-                    lambda: set(acked) <= checker.payloads(), 60, "every acked message delivered"
-                )
-            finally:
-                stop.set()
-                await asyncio.gather(*tasks)
-            for consumer in consumers:
-                await consumer.__aexit__(None, None, None)
-    finally:
-        cluster.stop_all()
+            # The first router is drained: every partition moves to the joiner.
+            assert first in await client.cluster.drain(first)
+            await eventually(lambda: _all_owned_by(etcd, stream, joiner), 60, "the drain to finish")
+            mark = len(checker.deliveries)
+            await eventually(lambda: delivered(mark + STEP), 60, "deliveries after the drain")
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        # Every acknowledged message is delivered (the consumers read on until then).
+        stop.clear()
+        tasks = [asyncio.create_task(checker.consume(c, stop)) for c in consumers]
+        try:
+            await eventually(
+                lambda: set(acked) <= checker.payloads(), 60, "every acked message delivered"
+            )
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+        for consumer in consumers:
+            await consumer.__aexit__(None, None, None)
 
     ledger_starts = {}
     for p in range(PARTITIONS):
@@ -181,7 +196,8 @@ async def test_join_and_drain_keep_each_keys_order_for_key_shared(
     violations = order_violations(checker, ledger_starts)
     assert not violations, f"{len(violations)} order violations, e.g. {violations[:5]}"
     print(
-        f"\n{len(acked)} acked, {len(checker.deliveries)} deliveries, ledgers per partition "
+        f"\n{len(acked)} acked, {len(failed)} not acknowledged {failed[:3]}, "
+        f"{len(checker.deliveries)} deliveries, ledgers per partition "
         f"{ {p: len(s) for p, s in ledger_starts.items()} }"
     )
 
@@ -234,60 +250,62 @@ def tamto(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_partition_move_puts_a_partition_on_a_router_and_refuses_bad_requests(
-    tamto_infra: Infra, tmp_path: Path, etcd: aetcd.Client
+    two_nodes: TestCluster, etcd: aetcd.Client
 ) -> None:
     stream = f"move-{secrets.token_hex(3)}"
-    cluster = TestCluster(tmp_path / "cluster", tamto_infra, nodes=2)
+    cluster = two_nodes
+    if "router-2" not in cluster.processes:  # run alone
+        cluster.start("router-2")
     routers = [cluster.instance_id(n) for n in cluster.routers()]
-    with cluster.running():
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-            await client.streams.ensure(
-                stream, partitions=PARTITIONS, config=StreamConfig(replication_factor=1)
-            )
-            key_of: dict[int, bytes] = {}  # a key of each partition
-            async with client.producer(stream) as producer:
-                for i in range(8 * PARTITIONS):
-                    sent = await (await producer.send(b"before", key=f"k{i}".encode()))
-                    key_of.setdefault(sent.partition, f"k{i}".encode())
-            assert len(key_of) == PARTITIONS
-            held = await owners(etcd, stream)
-            target = next(r for r in routers if r != held[0])
-
-            moved = await asyncio.to_thread(
-                tamto, cluster, "partition", "move", f"{stream}/0", "--to", target, "--json"
-            )
-            assert moved.returncode == 0, moved.stderr
-            assert json.loads(moved.stdout) == {"stream": stream, "partition": 0, "router": target}
-
-            async def on_target() -> bool:
-                async with client.producer(stream) as producer:
-                    await (await producer.send(b"after", key=key_of[0]))
-                return (await owners(etcd, stream)).get(0) == target
-
-            await eventually(on_target, 30, "partition 0 to be owned by its new router")
-            read = await read_all(client, stream, 8 * PARTITIONS + 1)
-            assert read.count(b"before") == 8 * PARTITIONS, "nothing lost in the move"
-
-            # Refusals, each precise.
-            with pytest.raises(NotFound, match="does not exist"):
-                await client.cluster.move_partition(f"{stream}-nope", 0, target)
-            with pytest.raises(NotFound, match=f"has no partition {PARTITIONS}"):
-                await client.cluster.move_partition(stream, PARTITIONS, target)
-            with pytest.raises(FailedPrecondition, match="router 'router-gone' is not live"):
-                await client.cluster.move_partition(stream, 0, "router-gone")
-            with pytest.raises(InvalidArgument, match="router"):
-                await client.cluster.move_partition(stream, 0, "no/such")
-            with pytest.raises(NotFound, match="router 'router-gone' is not registered"):
-                await client.cluster.drain("router-gone")
-        bad = await asyncio.to_thread(tamto, cluster, "partition", "move", stream, "--to", target)
-        assert bad.returncode == 2
-        assert "STREAM/P" in bad.stderr
-
-        back = await asyncio.to_thread(
-            tamto, cluster, "partition", "move", f"{stream}/0", "--to", "ring"
+    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        await client.streams.ensure(
+            stream, partitions=PARTITIONS, config=StreamConfig(replication_factor=1)
         )
-        assert back.returncode == 0, back.stderr
-        assert "(the ring's)" in back.stdout
+        key_of: dict[int, bytes] = {}  # a key of each partition
+        async with client.producer(stream) as producer:
+            for i in range(8 * PARTITIONS):
+                sent = await (await producer.send(b"before", key=f"k{i}".encode()))
+                key_of.setdefault(sent.partition, f"k{i}".encode())
+        assert len(key_of) == PARTITIONS
+        await client.cluster.undrain(routers[0])  # the first test drained it
+        # A router that is not the ring's choice for partition 0.
+        target = next(r for r in routers if r != Placement().owner(routers, stream, 0))
+
+        moved = await asyncio.to_thread(
+            tamto, cluster, "partition", "move", f"{stream}/0", "--to", target, "--json"
+        )
+        assert moved.returncode == 0, moved.stderr
+        assert json.loads(moved.stdout) == {"stream": stream, "partition": 0, "router": target}
+
+        async def on_target() -> bool:
+            async with client.producer(stream) as producer:
+                await (await producer.send(b"after", key=key_of[0]))
+            return (await owners(etcd, stream)).get(0) == target
+
+        await eventually(on_target, 30, "partition 0 to be owned by its new router")
+        read = await read_all(client, stream, 8 * PARTITIONS + 1)
+        assert read.count(b"before") == 8 * PARTITIONS, "nothing lost in the move"
+
+        # Refusals, each precise.
+        with pytest.raises(NotFound, match="does not exist"):
+            await client.cluster.move_partition(f"{stream}-nope", 0, target)
+        with pytest.raises(NotFound, match=f"has no partition {PARTITIONS}"):
+            await client.cluster.move_partition(stream, PARTITIONS, target)
+        with pytest.raises(FailedPrecondition, match="router 'router-gone' is not live"):
+            await client.cluster.move_partition(stream, 0, "router-gone")
+        with pytest.raises(InvalidArgument, match="router"):
+            await client.cluster.move_partition(stream, 0, "no/such")
+        with pytest.raises(NotFound, match="router 'router-gone' is not registered"):
+            await client.cluster.drain("router-gone")
+    bad = await asyncio.to_thread(tamto, cluster, "partition", "move", stream, "--to", target)
+    assert bad.returncode == 2
+    assert "STREAM/P" in bad.stderr
+
+    back = await asyncio.to_thread(
+        tamto, cluster, "partition", "move", f"{stream}/0", "--to", "ring"
+    )
+    assert back.returncode == 0, back.stderr
+    assert "(the ring's)" in back.stdout
 
 
 async def read_all(client: tamto_sdk.Client, stream: str, at_least: int) -> list[bytes]:

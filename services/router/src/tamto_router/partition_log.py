@@ -616,6 +616,14 @@ class PartitionLog:
                     await task
         for subscription in list(self.subscriptions.values()):
             await subscription.close()
+        if self.failure is None:
+            # A caller that took this log just before it was closed (a partition
+            # handed back) must not queue behind a stopped sender: it gets a retriable
+            # error and resends to the partition's owner (dedup makes that safe).
+            self._fail(
+                Unavailable(f"partition {self.stream}/{self.partition} was closed on this router"),
+                [],
+            )
 
 
 def drain_gate(ledger_starts: Sequence[int], ack_floor: int) -> int | None:

@@ -85,8 +85,14 @@ class Partitions:
         lease_valid: Callable[[], bool] = lambda: True,
         replicas_for: ReplicasFor | None = None,
         storage_clients: Callable[[], dict[str, StorageClient]] | None = None,
+        placed_on: Callable[[str, int], str | None] | None = None,
     ) -> None:
         self._etcd = etcd
+        #: The other live router a partition is placed on (a move, a drain, the ring:
+        #: `tamto_common.placement`), None when it is this one's: such a partition is
+        #: not claimed here, so a request routed by a stale view is refused, not
+        #: claimed and handed back again (an epoch and a ledger each time).
+        self._placed_on = placed_on
         self._lease = lease
         self._lease_valid = lease_valid
         self._instance = instance
@@ -123,6 +129,12 @@ class Partitions:
                 return current
             if current is not None:
                 await current.close()
+            elsewhere = self._placed_on(stream, partition) if self._placed_on else None
+            if elsewhere is not None:
+                raise Unavailable(
+                    f"partition {stream}/{partition} is placed on router {elsewhere}, "
+                    "not this one (a partition move or drain is being applied)"
+                )
             try:
                 opened = await self._open(
                     stream, partition, current.dedup if current is not None else None

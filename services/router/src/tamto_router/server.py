@@ -135,6 +135,15 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         KeptLease(runtime.etcd, config.lease_ttl_s, on_new_lease, config.etcd_hosts())
     )
 
+    def placed_on(stream: str, partition: int) -> str | None:
+        """The other live router the partition is placed on, or None (this one's, or
+        no view yet: this router's own registration is not seen)."""
+        routers = {m.instance_id for m in directory.members("router")}
+        if config.member_id not in routers:
+            return None
+        owner = placement.current.owner(routers, stream, partition)
+        return None if owner == config.member_id else owner
+
     async def stream_def(stream: str) -> StreamDef | None:
         return await read_stream(runtime.etcd, stream)
 
@@ -148,6 +157,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         lease_valid=lease.valid,
         replicas_for=replicas_for,
         storage_clients=storage_clients,
+        placed_on=placed_on,
     )
     resources.push_async_callback(partitions.close)
     UNDER_REPLICATED.set_function(partitions.under_replicated)
