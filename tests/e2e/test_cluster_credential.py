@@ -23,6 +23,10 @@ from tamto_testing.infra import Infra, running_infra
 
 pytestmark = pytest.mark.e2e
 
+#: Generous: a refused process ends the wait at once when it exits; a loaded machine
+#: (load 20+) took over 30 s to import a service.
+START_S = 180.0
+
 
 async def registered(etcd_endpoint: str) -> tuple[set[str], bool]:
     """(the instance ids registered in etcd, whether a credential is recorded)."""
@@ -40,7 +44,7 @@ def refused_start(infra: Infra, workdir: Path, env: dict[str, str]) -> tuple[str
     intruder = TestCluster(workdir, infra)
     try:
         with pytest.raises(AssertionError, match="exited early"):
-            intruder.start("router", extra_env=env)
+            intruder.start("router", START_S, extra_env=env)
         log = (workdir / "logs" / "router.log").read_text(errors="replace")
         lines = [x for x in log.splitlines() if x.startswith("tamto-router:")]
         return "\n".join(lines), intruder.stop("router")
@@ -53,7 +57,7 @@ def test_a_node_without_the_cluster_credential_is_refused(tmp_path: Path) -> Non
     with running_infra(tmp_path / "infra") as infra:
         cluster = TestCluster(tmp_path / "cluster", infra)
         try:
-            cluster.start("storage", extra_env={"TAMTO_CLUSTER_SECRET": secret})
+            cluster.start("storage", START_S, extra_env={"TAMTO_CLUSTER_SECRET": secret})
             members, recorded = asyncio.run(registered(infra.etcd_endpoint))
             assert recorded, "the first node with a secret records the credential"
             assert cluster.instance_id("storage") in members

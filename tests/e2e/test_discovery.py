@@ -26,6 +26,9 @@ from tamto_testing.infra import Infra
 pytestmark = pytest.mark.e2e
 
 RECORD = "_tamto._tcp.tamto.test"
+#: Generous: a process that exits ends the wait at once; a loaded machine (load 20+)
+#: took over 30 s to import a service.
+START_S = 180.0
 
 
 def discovery_env(record: str, resolver: str) -> dict[str, str]:
@@ -76,7 +79,7 @@ def test_a_node_that_cannot_resolve_its_record_exits_naming_it(
             server.close()
         try:
             with pytest.raises(AssertionError, match="exited early"):
-                cluster.start("storage", extra_env=discovery_env(record, address))
+                cluster.start("storage", START_S, extra_env=discovery_env(record, address))
             log = (cluster.workdir / "logs" / "storage.log").read_text(errors="replace")
             (line,) = [x for x in log.splitlines() if x.startswith("tamto-storage: cannot start")]
             assert line.startswith("tamto-storage: cannot start: discovery: ")
