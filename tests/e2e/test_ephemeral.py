@@ -445,6 +445,33 @@ async def test_request_reply_across_gateways(
         await eventually(lambda: handler.answered == 22, 10, "the handler counted 22 replies")
 
 
+async def test_pipelined_requests_and_replies_fail_one_by_one(
+    clients: tuple[tamto_sdk.Client, tamto_sdk.Client],
+) -> None:
+    """Requests share one pipelined stream per client, replies another: with
+    requests in flight together, one with a timeout beyond the limit is refused
+    alone (INVALID_ARGUMENT), one nobody answers times out alone at the server,
+    and the others get their replies."""
+    one, two = clients
+    stream = await ephemeral(one)
+    async with two.reply_handler(stream, lambda m: b"re:" + m.payload, match="rpc.*"):
+        results = await asyncio.gather(
+            *(one.request(stream, b"%d" % i, topic="rpc.x", timeout_s=10) for i in range(8)),
+            one.request(stream, b"long", topic="rpc.x", timeout_s=601),
+            one.request(stream, b"nobody", topic="other", timeout_s=0.5),
+            return_exceptions=True,
+        )
+    *answered, too_long, unanswered = results
+    assert [[m.payload for m in r] for r in answered] == [  # type: ignore[union-attr]
+        [b"re:%d" % i] for i in range(8)
+    ]
+    assert isinstance(too_long, InvalidArgument), too_long
+    assert isinstance(unanswered, Timeout), unanswered
+    for calls in (one._calls.request_raw, two._calls.reply_raw):
+        assert calls._next_id > 1  # numbered on the stream, not sent unary
+        assert calls._unary_until == -math.inf
+
+
 async def test_no_reply_times_out_at_the_server(
     clients: tuple[tamto_sdk.Client, tamto_sdk.Client],
 ) -> None:

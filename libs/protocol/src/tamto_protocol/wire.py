@@ -36,6 +36,11 @@ STORAGE_APPEND_STREAM = "/tamto.v1.Storage/AppendStream"
 #: An ephemeral publish (`publish_ephemeral_request`), unary and pipelined.
 PUBLISH_EPHEMERAL = "/tamto.v1.Gateway/PublishEphemeral"
 PUBLISH_EPHEMERAL_STREAM = "/tamto.v1.Gateway/PublishEphemeralStream"
+#: Request/reply, unary and pipelined (generated messages with a `call_id`).
+REQUEST = "/tamto.v1.Gateway/Request"
+REQUEST_STREAM = "/tamto.v1.Gateway/RequestStream"
+REPLY = "/tamto.v1.Gateway/Reply"
+REPLY_STREAM = "/tamto.v1.Gateway/ReplyStream"
 #: The `call_id` field of every request sent on a pipelined stream.
 _CALL_ID = 15
 

@@ -14,6 +14,10 @@ from tamto_protocol.wire import (
     PUBLISH_EPHEMERAL,
     PUBLISH_EPHEMERAL_STREAM,
     PUBLISH_STREAM,
+    REPLY,
+    REPLY_STREAM,
+    REQUEST,
+    REQUEST_STREAM,
 )
 from tamto_sdk._retry import with_retries
 from tamto_sdk.auth import TokenAuth
@@ -51,6 +55,19 @@ class Calls:
             gateway_pb2.PublishEphemeralStreamResponse,
             fallback=(PUBLISH_EPHEMERAL, gateway_pb2.PublishEphemeralResponse),
         )
+        #: Request and Reply calls, pipelined on a stream each.
+        self.request_raw = PipelinedCalls(
+            channel,
+            REQUEST_STREAM,
+            gateway_pb2.RequestStreamResponse,
+            fallback=(REQUEST, gateway_pb2.RequestResponse),
+        )
+        self.reply_raw = PipelinedCalls(
+            channel,
+            REPLY_STREAM,
+            gateway_pb2.ReplyStreamResponse,
+            fallback=(REPLY, gateway_pb2.ReplyResponse),
+        )
         #: Consume handing its responses over as bytes (`parse_consume_response`).
         self.consume_raw = channel.stream_stream(
             CONSUME,
@@ -64,7 +81,8 @@ class Calls:
     async def close(self) -> None:
         """End the publish streams (the producers are closed first, so nothing waits on them)."""
         await self.publish_raw.close()
-        await self.publish_ephemeral_raw.close()
+        for calls in (self.publish_ephemeral_raw, self.request_raw, self.reply_raw):
+            await calls.close()
         if self.direct is not None:
             await self.direct.close()
 

@@ -471,11 +471,12 @@ async def request(
         response_stream=response_stream,
         timeout_ms=timeout_ms(timeout_s),
     )
+    encode = functools.partial(_with_call_id, message)
     for attempt in (1, 2):
         metadata = await calls.auth.metadata()
         try:
             # No deadline of our own: the server answers DEADLINE_EXCEEDED in time.
-            response = await calls.stub.Request(message, metadata=metadata, timeout=None)
+            response = await calls.request_raw(encode, metadata=metadata, timeout=None)
         except grpc.aio.AioRpcError as exc:
             error = from_rpc_error(exc)
             if isinstance(error, Unauthenticated) and attempt == 1:
@@ -503,7 +504,14 @@ async def reply(
     message = gateway_pb2.ReplyRequest(
         response_stream=response_stream, batch=encode_messages([payload], [key], [headers])
     )
-    await calls.unary(calls.stub.Reply, message, retry=False)
+    await calls.unary(calls.reply_raw, functools.partial(_with_call_id, message), retry=False)
+
+
+def _with_call_id(message: Any, call_id: int) -> bytes:
+    """`message` encoded as the request of pipelined call `call_id` (Request and
+    Reply go pipelined on a stream each, `tamto_protocol.pipelined`)."""
+    message.call_id = call_id
+    return bytes(message.SerializeToString())
 
 
 Handler = Callable[[EphemeralMessage], bytes | Awaitable[bytes]]

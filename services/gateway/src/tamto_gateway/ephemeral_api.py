@@ -6,12 +6,17 @@ beside the others' authentication and authorization without crowding
 checked domain values and Arrow bytes. PublishEphemeral and Request need
 `publish` on the stream, SubscribeEphemeral `consume`; Reply only an
 authenticated caller (a response stream's name is its capability).
+
+PublishEphemeral, Request and Reply also have a stream method each
+(PublishEphemeralStream, RequestStream, ReplyStream) carrying their calls
+pipelined, as durable PublishStream does (`tamto_common.pipelined`): a client
+pays gRPC's per-call setup once per stream instead of once per call.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -25,11 +30,27 @@ from tamto_gateway.ephemeral import EphemeralHub, subscribed_event
 from tamto_gateway.requests import GENERATED, RequestBroker
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
-from tamto_protocol.wire import PUBLISH_EPHEMERAL
+from tamto_protocol.wire import PUBLISH_EPHEMERAL, REPLY, REQUEST
 
 if TYPE_CHECKING:
     from tamto_common.tokens import Principal
     from tamto_gateway.streams import StreamRegistry
+
+
+def _pipelined(unary: Callable[..., Awaitable[Any]], response_type: Any, method: str) -> Any:
+    """The stream method carrying `unary`'s calls pipelined (`tamto_common.pipelined`),
+    each authorized and answered as the unary call would be."""
+
+    async def stream(
+        self: EphemeralApi, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[Any]:
+        async def call(request: Any) -> Any:
+            return await unary(self, request, context)
+
+        async for answer in answer_calls(requests, call, response_type, method):
+            yield answer
+
+    return stream
 
 
 class EphemeralApi:
@@ -81,27 +102,6 @@ class EphemeralApi:
         except BatchFormatError as exc:
             raise InvalidArgument(f"malformed batch: {exc}") from None
         return arrow_ipc
-
-    async def PublishEphemeralStream(
-        self,
-        request_iterator: AsyncIterator[gateway_pb2.PublishEphemeralRequest],
-        context: grpc.aio.ServicerContext,
-    ) -> AsyncIterator[gateway_pb2.PublishEphemeralStreamResponse]:
-        """PublishEphemeral calls pipelined on one stream (`tamto_common.pipelined`),
-        each authorized and answered as the unary call would be."""
-
-        async def publish(
-            request: gateway_pb2.PublishEphemeralRequest,
-        ) -> gateway_pb2.PublishEphemeralResponse:
-            return await self.PublishEphemeral(request, context)
-
-        async for answer in answer_calls(
-            request_iterator,
-            publish,
-            gateway_pb2.PublishEphemeralStreamResponse,
-            PUBLISH_EPHEMERAL,
-        ):
-            yield answer
 
     async def PublishEphemeral(
         self, request: gateway_pb2.PublishEphemeralRequest, context: grpc.aio.ServicerContext
@@ -159,6 +159,12 @@ class EphemeralApi:
         self._checked_batch(request.batch)
         await self._requests.reply(request.response_stream, request.batch)
         return gateway_pb2.ReplyResponse()
+
+    PublishEphemeralStream = _pipelined(
+        PublishEphemeral, gateway_pb2.PublishEphemeralStreamResponse, PUBLISH_EPHEMERAL
+    )
+    RequestStream = _pipelined(Request, gateway_pb2.RequestStreamResponse, REQUEST)
+    ReplyStream = _pipelined(Reply, gateway_pb2.ReplyStreamResponse, REPLY)
 
 
 def serve_ephemeral(servicer: EphemeralApi, server: grpc.aio.Server) -> None:

@@ -215,18 +215,20 @@ class EphemeralEvent(_message.Message):
     def __init__(self, delivery: _Optional[_Union[EphemeralDelivery, _Mapping]] = ..., subscribed: _Optional[_Union[EphemeralSubscribed, _Mapping]] = ...) -> None: ...
 
 class RequestRequest(_message.Message):
-    __slots__ = ("stream", "topic", "batch", "response_stream", "timeout_ms")
+    __slots__ = ("stream", "topic", "batch", "response_stream", "timeout_ms", "call_id")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
     stream: str
     topic: str
     batch: _messages_pb2.RecordBatch
     response_stream: str
     timeout_ms: int
-    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., response_stream: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    call_id: int
+    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., response_stream: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., call_id: _Optional[int] = ...) -> None: ...
 
 class RequestResponse(_message.Message):
     __slots__ = ("response_stream", "batch")
@@ -236,17 +238,39 @@ class RequestResponse(_message.Message):
     batch: _messages_pb2.RecordBatch
     def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ...) -> None: ...
 
+class RequestStreamResponse(_message.Message):
+    __slots__ = ("call_id", "status", "response")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    status: _messages_pb2.CallStatus
+    response: RequestResponse
+    def __init__(self, call_id: _Optional[int] = ..., status: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., response: _Optional[_Union[RequestResponse, _Mapping]] = ...) -> None: ...
+
 class ReplyRequest(_message.Message):
-    __slots__ = ("response_stream", "batch")
+    __slots__ = ("response_stream", "batch", "call_id")
     RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
     response_stream: str
     batch: _messages_pb2.RecordBatch
-    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ...) -> None: ...
+    call_id: int
+    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., call_id: _Optional[int] = ...) -> None: ...
 
 class ReplyResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ReplyStreamResponse(_message.Message):
+    __slots__ = ("call_id", "status", "response")
+    CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    call_id: int
+    status: _messages_pb2.CallStatus
+    response: ReplyResponse
+    def __init__(self, call_id: _Optional[int] = ..., status: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., response: _Optional[_Union[ReplyResponse, _Mapping]] = ...) -> None: ...
 
 class ListSubscriptionsRequest(_message.Message):
     __slots__ = ("stream",)

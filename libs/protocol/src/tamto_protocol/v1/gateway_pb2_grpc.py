@@ -106,6 +106,16 @@ class GatewayStub:
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.ReplyRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_gateway__pb2.ReplyResponse.FromString,
                 _registered_method=True)
+        self.RequestStream = channel.stream_stream(
+                '/tamto.v1.Gateway/RequestStream',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.RequestRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.RequestStreamResponse.FromString,
+                _registered_method=True)
+        self.ReplyStream = channel.stream_stream(
+                '/tamto.v1.Gateway/ReplyStream',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.ReplyRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.ReplyStreamResponse.FromString,
+                _registered_method=True)
         self.CreateIdentity = channel.unary_unary(
                 '/tamto.v1.Gateway/CreateIdentity',
                 request_serializer=tamto_dot_v1_dot_auth__pb2.CreateIdentityRequest.SerializeToString,
@@ -329,6 +339,20 @@ class GatewayServicer:
         """Answers a request through its response stream: NOT_FOUND when the stream does
         not exist (any more: replied to, timed out, or never made).
         """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RequestStream(self, request_iterator, context):
+        """Request and Reply calls pipelined on one stream each (`call_id` non-zero on
+        each), answered as they finish, each as its unary call would be.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReplyStream(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -559,6 +583,16 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.Reply,
                     request_deserializer=tamto_dot_v1_dot_gateway__pb2.ReplyRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_gateway__pb2.ReplyResponse.SerializeToString,
+            ),
+            'RequestStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.RequestStream,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.RequestRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.RequestStreamResponse.SerializeToString,
+            ),
+            'ReplyStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReplyStream,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.ReplyRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.ReplyStreamResponse.SerializeToString,
             ),
             'CreateIdentity': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateIdentity,
@@ -1054,6 +1088,60 @@ class Gateway:
             '/tamto.v1.Gateway/Reply',
             tamto_dot_v1_dot_gateway__pb2.ReplyRequest.SerializeToString,
             tamto_dot_v1_dot_gateway__pb2.ReplyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tamto.v1.Gateway/RequestStream',
+            tamto_dot_v1_dot_gateway__pb2.RequestRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.RequestStreamResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplyStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tamto.v1.Gateway/ReplyStream',
+            tamto_dot_v1_dot_gateway__pb2.ReplyRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.ReplyStreamResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -79,6 +79,11 @@ class GatewayStub:
     """Answers a request through its response stream: NOT_FOUND when the stream does
     not exist (any more: replied to, timed out, or never made).
     """
+    RequestStream: _grpc.StreamStreamMultiCallable[_gateway_pb2.RequestRequest, _gateway_pb2.RequestStreamResponse]
+    """Request and Reply calls pipelined on one stream each (`call_id` non-zero on
+    each), answered as they finish, each as its unary call would be.
+    """
+    ReplyStream: _grpc.StreamStreamMultiCallable[_gateway_pb2.ReplyRequest, _gateway_pb2.ReplyStreamResponse]
     CreateIdentity: _grpc.UnaryUnaryMultiCallable[_auth_pb2.CreateIdentityRequest, _auth_pb2.Identity]
     """Security administration (identities, keys, roles, bindings, signing keys):
     requires `admin` on `*`; forwarded to the auth service, which audits it.
@@ -171,6 +176,11 @@ class GatewayAsyncStub(GatewayStub):
     """Answers a request through its response stream: NOT_FOUND when the stream does
     not exist (any more: replied to, timed out, or never made).
     """
+    RequestStream: _aio.StreamStreamMultiCallable[_gateway_pb2.RequestRequest, _gateway_pb2.RequestStreamResponse]  # type: ignore[assignment]
+    """Request and Reply calls pipelined on one stream each (`call_id` non-zero on
+    each), answered as they finish, each as its unary call would be.
+    """
+    ReplyStream: _aio.StreamStreamMultiCallable[_gateway_pb2.ReplyRequest, _gateway_pb2.ReplyStreamResponse]  # type: ignore[assignment]
     CreateIdentity: _aio.UnaryUnaryMultiCallable[_auth_pb2.CreateIdentityRequest, _auth_pb2.Identity]  # type: ignore[assignment]
     """Security administration (identities, keys, roles, bindings, signing keys):
     requires `admin` on `*`; forwarded to the auth service, which audits it.
@@ -344,6 +354,23 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         """Answers a request through its response stream: NOT_FOUND when the stream does
         not exist (any more: replied to, timed out, or never made).
         """
+
+    @_abc_1.abstractmethod
+    def RequestStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_gateway_pb2.RequestRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.RequestStreamResponse], _abc.AsyncIterator[_gateway_pb2.RequestStreamResponse]]:
+        """Request and Reply calls pipelined on one stream each (`call_id` non-zero on
+        each), answered as they finish, each as its unary call would be.
+        """
+
+    @_abc_1.abstractmethod
+    def ReplyStream(
+        self,
+        request_iterator: _MaybeAsyncIterator[_gateway_pb2.ReplyRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_gateway_pb2.ReplyStreamResponse], _abc.AsyncIterator[_gateway_pb2.ReplyStreamResponse]]: ...
 
     @_abc_1.abstractmethod
     def CreateIdentity(
