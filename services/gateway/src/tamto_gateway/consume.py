@@ -225,9 +225,6 @@ class FanOut:
             for address, call in self._calls.items():
                 async with self._upstream.consume_setups(address):
                     call.cancel()
-                    # Hold the turn for one loop round: a crowd leaving at once cancels
-                    # at most `consume_setups` router streams per round, not thousands.
-                    await asyncio.sleep(0)
         finally:  # also when cancelled while waiting: never leave a router stream open
             for call in self._calls.values():
                 call.cancel()
