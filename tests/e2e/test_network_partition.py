@@ -55,11 +55,7 @@ from tamto_testing.infra import Infra, running_infra
 from tamto_testing.netns import Netns, unavailable
 from tamto_testing.waiting import eventually, long_tests_enabled
 
-from .test_replicated_failover import (
-    Traffic,
-    keys_by_partition,
-    missing_from_fresh_subscription,
-)
+from .test_replicated_failover import Traffic, keys_by_partition
 
 pytestmark = [
     pytest.mark.e2e,
@@ -70,6 +66,8 @@ PARTITIONS = 6
 ISOLATED = "router-3"
 #: Messages each partition gets before the cut and after the heal.
 BETWEEN_FAULTS = 300 if long_tests_enabled() else 15
+#: How long the final read-back may take before what it has not read counts as lost.
+READ_BACK_S = 120.0
 #: How often the test reads the owner keys to see a claim.
 CLAIM_POLL_S = 0.02
 
@@ -113,6 +111,7 @@ CUTS = {
 }
 
 
+@pytest.mark.timeout(900)  # about 3 minutes on a busy machine; more with TAMTO_LONG_TESTS=1
 @pytest.mark.parametrize(
     "cut",
     [
@@ -190,8 +189,10 @@ async def cut_heal_and_check(
             watcher = asyncio.create_task(
                 watch_claims(etcd, stream, mine, isolated_id, claimed_after)
             )
-            cut_at = time.monotonic()
             await ns.cut(cut_ports(cluster, infra, what))
+            # From here on every rule is in place (installing them takes a while: a
+            # message sent meanwhile may still have reached the replicas).
+            cut_at = time.monotonic()
             try:
                 await eventually(
                     lambda: len(claimed_after) == len(mine), 60.0, "another router claims them"
@@ -255,17 +256,11 @@ async def cut_heal_and_check(
     assert_no_offset_acked_twice(traffic)
     await assert_replicas_agree(cluster, stream, traffic)
     acked = set(traffic.payloads())
-    lost = await missing_from_fresh_subscription(cluster, stream, acked)
-    if lost:  # every one is on Q replicas (checked above): say whether a reader gets it later
-        again = await missing_from_fresh_subscription(cluster, stream, lost)
-        by_partition = {
-            p: sorted(x for x in lost if x.startswith(f"p{p}-".encode())) for p in range(PARTITIONS)
-        }
-        summary = {p: (len(xs), xs[:1], xs[-1:]) for p, xs in by_partition.items() if xs}
-        raise AssertionError(
-            f"{len(lost)} acknowledged messages not read back by a fresh subscription "
-            f"(stored on the replicas; {len(again)} still missing for a second one): {summary}"
-        )
+    read_s, lost = await read_back(cluster, stream, acked)
+    assert not lost, (
+        f"{len(lost)} acknowledged messages not read back by a fresh subscription in "
+        f"{read_s:.0f}s (each is on 2 replicas or more, checked above), e.g. {sorted(lost)[:5]}"
+    )
     claim_s = ", ".join(f"p{p} +{claimed_after[p] - cut_at:.2f}s" for p in mine)
     stop_s = ", ".join(f"p{p} +{stopped[p]:.2f}s" for p in mine)
     return (
@@ -273,7 +268,7 @@ async def cut_heal_and_check(
         f"{ISOLATED}: last ack from it after the cut {stop_s}; claimed after {claim_s}; "
         "all accepting again "
         f"+{recovered_at - cut_at:.2f}s after the cut; registered again {rejoined_s:.2f}s "
-        f"after the heal"
+        f"after the heal; a fresh subscription read everything back in {read_s:.1f}s"
     )
 
 
@@ -294,6 +289,25 @@ async def watch_claims(
             else:
                 seen[p] = last_old[p]
         await asyncio.sleep(CLAIM_POLL_S)
+
+
+async def read_back(
+    cluster: TestCluster, stream: str, acked: set[bytes]
+) -> tuple[float, set[bytes]]:
+    """The checker's last part: a new subscription reads the stream from its start until
+    every acknowledged payload came or READ_BACK_S passed; the seconds it took and the
+    payloads that did not come. Patient on purpose: a delivery that stalls a while
+    (seen once on a loaded machine, docs/testing.md) is slow, not lost."""
+    missing = set(acked)
+    started = time.monotonic()
+    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with client.consumer(stream, "checker") as consumer:
+            while missing and time.monotonic() - started < READ_BACK_S:
+                batch = await consumer.receive_batch(max_messages=1000, timeout_s=5)
+                if len(batch):
+                    missing -= {m.payload for m in batch}
+                    consumer.ack(batch)
+    return time.monotonic() - started, missing
 
 
 def assert_one_chain(ledgers: Sequence[Ledger], partition: int) -> None:

@@ -164,8 +164,9 @@ class TestCluster:
             service, self.shared, self.ports[name], extra_env, process=name, nodes=self.nodes
         )
         env[f"TAMTO_{service.upper()}_INSTANCE_ID"] = self.instance_id(name)
-        host, prefix = self._placed.get(name, (self.host, []))
-        env["TAMTO_HOST"] = host
+        prefix: list[str] = []
+        if name in self._placed:  # else service_env bound it to the cluster's host
+            env["TAMTO_HOST"], prefix = self._placed[name]
         argv = [*prefix, *service_argv(service)]
         proc = TestProcess(name, argv, self.workdir / "logs" / f"{name}.log", env)
         self.processes[name] = proc.start()
