@@ -40,8 +40,8 @@ class ClientOptions:
             cannot be reached. Only batches whose every message has an id go directly
             (an idempotent producer's do). Default: the environment variable
             ``TAMTO_DIRECT`` (``1`` on, else off), so a deployment or ``tamto bench``
-            picks the path without code changes (docs/benchmarks.md, "Issue 22: the
-            direct path").
+            picks the path without code changes. Off unless set: why, and what it
+            gains, in docs/benchmarks.md, "The direct path (target 1)".
     """
 
     retry_deadline_s: float = 30.0
