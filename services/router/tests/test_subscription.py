@@ -61,6 +61,10 @@ class MemoryLog:
         self.listeners: set[Callable[[], None]] = set()
         self.subscriptions: dict[str, Any] = {}
 
+    async def read(self, first: int, want: int) -> tuple[list[Batch], int]:
+        """As `PartitionLog.read`: from the one storage node."""
+        return await self.storage.read(self.stream, self.partition, first, want)
+
 
 async def next_delivery(slot: ConsumerSlot, within_s: float = 5.0) -> Delivery:
     item = await asyncio.wait_for(slot.outbox.get(), within_s)

@@ -53,6 +53,10 @@ class Log:
         self.listeners: set[Callable[[], None]] = set()
         self.subscriptions: dict[str, Any] = {}
 
+    async def read(self, first: int, want: int) -> tuple[list[Batch], int]:
+        """As `PartitionLog.read`: from the one storage node."""
+        return await self.storage.read(self.stream, self.partition, first, want)
+
     def grow(self, more: Batch) -> None:
         self.storage.batches.append(more)
         self.durable_offset = more.end
@@ -133,3 +137,23 @@ async def test_closing_commits_the_last_acks() -> None:
     await sub.ack([(2, 3)])  # within the interval: not committed yet
     await sub.close()
     assert sub.log.storage.commits[-1] == (4, [])  # type: ignore[attr-defined]
+
+
+async def test_offsets_storage_holds_no_message_for_are_settled_and_do_not_hold_the_drain_gate() -> (
+    None
+):
+    # Offsets 10-19 are a hole (a range `tamto storage repair` recorded as lost); a
+    # new ledger starts at 30. Without settling the hole, the ack floor stays at 10
+    # and the drain gate holds the new ledger's messages back for good.
+    sub = subscription([batch(0, 10), batch(20, 10), batch(30, 5)])
+    sub.log.ledger_starts = (0, 30)
+    consumer = slot()
+    sub.attach(consumer, SubscriptionType.EXCLUSIVE)
+    first = await deliveries(consumer, 2)
+    assert [offsets([d]) for d in first] == [list(range(10)), list(range(20, 30))]
+    for d in first:
+        await sub.ack([(d.batch.base_offset, d.batch.end - 1)])
+    assert sub.acks.floor == 30, "the hole 10-19 is settled with the acks around it"
+    (newer,) = await asyncio.wait_for(deliveries(consumer, 1), 5.0)
+    assert offsets([newer]) == list(range(30, 35)), "the next ledger is delivered once"
+    await sub.close()

@@ -370,6 +370,7 @@ class Subscription:
             if first < self.log.start_offset:  # a start storage announced
                 raise OutOfRange(f"offset {first} is below the start {self.log.start_offset}")
             batches, _ = await self.log.read(first, want)  # another replica on DATA_LOSS
+            await self._settle_holes(first, batches)
         except OutOfRange:
             start = await self.log.follow_start()
             log.warning(
@@ -383,6 +384,26 @@ class Subscription:
                 await self.ack([(self.acks.floor, start - 1)])
             return None
         return batches
+
+    async def _settle_holes(self, first: int, batches: list[Batch]) -> None:
+        """Settle the offsets from `first` on that a read stepped over: storage holds no
+        message there (a range `tamto storage repair` recorded as lost, or messages
+        interest retention removed), so no ack will ever come for them, and an ack
+        floor left below them would hold the drain gate (`fresh_end`) shut for good."""
+        holes, expected = list[tuple[int, int]](), first
+        for batch in batches:
+            last = min(batch.base_offset, self.log.durable_offset) - 1
+            if last >= expected and self.acks.next_unacked(expected) <= last:
+                holes.append((expected, last))
+            expected = max(expected, batch.end)
+        if holes:
+            log.warning(
+                "no messages stored at these offsets; settling them",
+                subscription=self.name,
+                partition=f"{self.log.stream}/{self.partition}",
+                offsets=", ".join(f"{a}-{b}" for a, b in holes),
+            )
+            await self.ack(holes)
 
     def _budget(self, slot: ConsumerSlot) -> int | None:
         """How many messages `slot` may get now (`Strategy.budget`)."""
