@@ -19,12 +19,12 @@ the first 16 are this gateway's broker id, so its replies travel on
 `tamto.reply.g.<broker id>.<the other 16>` and one bus subscription per gateway
 (`tamto.reply.g.<broker id>.*`) takes them all; a request makes no subscription
 of its own. A reply given at the requester's own gateway to a generated name
-skips the bus: it completes the waiting request directly. A chosen name is reserved cluster-wide in etcd
-(`/tamto/responses/<name>`, bound to this gateway's lease, so a crashed
-gateway's names free up) while the request waits, and gets a subscription on
-`tamto.reply.<name>` for that time; a name taken, or naming an existing stream,
-is ALREADY_EXISTS, and one of the generated form is the server's to give
-(INVALID_ARGUMENT).
+skips the bus: it completes the waiting request directly. A chosen name is
+reserved cluster-wide in etcd (`/tamto/responses/<name>`, bound to this
+gateway's lease, so a crashed gateway's names free up) while the request waits,
+and gets a subscription on `tamto.reply.<name>` for that time; a name taken, or
+naming an existing stream, is ALREADY_EXISTS, and one of the generated form is
+the server's to give (INVALID_ARGUMENT).
 """
 
 from __future__ import annotations
