@@ -46,7 +46,7 @@ from tamto_local.cluster import (
 from tamto_local.ports import free_port
 from tamto_local.tls import ensure_dev_pki
 from tamto_testing.infra import Infra
-from tamto_testing.processes import TestProcess
+from tamto_testing.processes import START_TIMEOUT_S, TestProcess
 
 
 def healthy(address: str, tls: TlsMaterial | None = None) -> bool:
@@ -156,7 +156,7 @@ class TestCluster:
         return process_data_dir(self.workdir, name, self.nodes)
 
     def start(
-        self, name: str, timeout_s: float = 30.0, extra_env: dict[str, str] | None = None
+        self, name: str, timeout_s: float = START_TIMEOUT_S, extra_env: dict[str, str] | None = None
     ) -> TestProcess:
         """Start process `name`: a service (`storage`) or one node's (`storage-2`)."""
         service, _ = split_process(name)
@@ -191,7 +191,7 @@ class TestCluster:
         finally:
             self.stop_all()
 
-    def start_gateway(self, timeout_s: float = 30.0) -> str:
+    def start_gateway(self, timeout_s: float = START_TIMEOUT_S) -> str:
         """Start one more gateway of this cluster (``gateway-2``, ``gateway-3``, ...:
         its own port and instance id, the same etcd, NATS and peers) and return its
         URL. `stop_all` stops it too; `kill9` and `stop` take its name."""

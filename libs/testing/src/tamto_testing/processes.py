@@ -11,6 +11,12 @@ from collections.abc import Callable
 from tamto_common.polling import poll_blocking
 from tamto_local.process import LoggedProcess
 
+#: How long a test waits for a process it starts to become ready. Generous because a
+#: process that exits ends the wait at once (`TestProcess.wait_ready`), so only a hang
+#: waits it out, while a healthy start can take tens of seconds on a loaded 2-core CI
+#: machine (a router's imports alone passed 30 s at load 27).
+START_TIMEOUT_S = 120.0
+
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     """Poll `condition` until true (an exception: not yet); AssertionError naming `what`
@@ -30,7 +36,7 @@ class TestProcess(LoggedProcess):
 
     __test__ = False  # not a test class, despite the name
 
-    def wait_ready(self, ready: Callable[[], bool], timeout_s: float = 30.0) -> None:
+    def wait_ready(self, ready: Callable[[], bool], timeout_s: float = START_TIMEOUT_S) -> None:
         """Wait until `ready()` (an exception: not yet); AssertionError with the log's
         tail at once when the process exits first, or after `timeout_s`.
 
