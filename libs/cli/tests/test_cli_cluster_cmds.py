@@ -1,4 +1,5 @@
-"""`tamto partition move` and `tamto node drain|undrain`: what is checked before any call."""
+"""`tamto partition move` and `tamto node drain|undrain`: what is checked before any call,
+and `tamto status` noting a drained router."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typer.testing import CliRunner
 
 from tamto_cli.cluster_cmds import parse_partition
 from tamto_cli.main import app
+from tamto_cli.status import fetch_notes
+from tamto_common.membership import Member
 
 
 def test_a_partition_is_stream_slash_number() -> None:
@@ -23,3 +26,12 @@ def test_the_verbs_are_reachable() -> None:
     assert "--to" in CliRunner().invoke(app, ["partition", "move", "--help"]).output
     undrain = CliRunner().invoke(app, ["node", "undrain", "--help"])
     assert "own partitions again" in undrain.output
+
+
+async def test_status_notes_a_drained_router_whatever_its_health() -> None:
+    router = Member("router", "router-2", "127.0.0.1:1", "127.0.0.1:2", "test", 1, 0.0)
+    storage = Member("storage", "storage-2", "127.0.0.1:3", "127.0.0.1:4", "test", 1, 0.0)
+    rows = [(router, "UNREACHABLE"), (storage, "UNREACHABLE")]
+    notes = await fetch_notes(rows, frozenset({"router-2", "storage-2"}))
+    assert notes == {router.key: "drained (tamto node undrain)"}
+    assert await fetch_notes(rows) == {}

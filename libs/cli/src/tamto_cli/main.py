@@ -24,6 +24,7 @@ from tamto_cli.extras import add_server_command, server_extra
 from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
 from tamto_cli.output import PayloadFormat, message_line, parse_headers
 from tamto_cli.status import (
+    fetch_drained,
     fetch_ledgers,
     fetch_notes,
     fetch_status,
@@ -123,15 +124,16 @@ def status(
 ) -> None:
     """List the registered members with their health and version, notes on what
     needs attention (batches a storage node quarantined, ledgers a router writes with
-    a replica catching up), and every partition's ledgers with their replicas
+    a replica catching up, a drained router), and every partition's ledgers with their replicas
     (under-replicated ones marked; not in --json, which lists the members)."""
     try:
         rows = asyncio.run(fetch_status(etcd))
         ledgers = [] if as_json else asyncio.run(fetch_ledgers(etcd))
+        drained = asyncio.run(fetch_drained(etcd))
     except TamtoError as exc:
         err.print(f"tamto status: {exc}")
         raise typer.Exit(1) from None
-    notes = asyncio.run(fetch_notes(rows))
+    notes = asyncio.run(fetch_notes(rows, drained))
     if as_json:
         print(
             json.dumps([{**asdict(m), "health": h, "notes": notes.get(m.key, "")} for m, h in rows])

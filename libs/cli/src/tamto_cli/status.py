@@ -18,6 +18,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.health import grpc_healthy
 from tamto_common.ledgers import LedgerList, list_ledgers
 from tamto_common.membership import Member, connect_etcd, list_members
+from tamto_common.placement import read_placement
 
 
 async def _health(member: Member) -> str:
@@ -57,13 +58,31 @@ async def fetch_ledgers(etcd_endpoint: str) -> list[LedgerList]:
         await client.close()
 
 
-async def fetch_notes(rows: list[tuple[Member, str]]) -> dict[str, str]:
+async def fetch_drained(etcd_endpoint: str) -> frozenset[str]:
+    """The routers an operator drained (`tamto node drain`, `tamto_common.placement`)."""
+    client = await connect_etcd(parse_endpoints(etcd_endpoint), timeout_s=3)
+    try:
+        return (await read_placement(client)).drained
+    finally:
+        await client.close()
+
+
+async def fetch_notes(
+    rows: list[tuple[Member, str]], drained: frozenset[str] = frozenset()
+) -> dict[str, str]:
     """What needs attention, by member key: for each serving storage node, the streams
     with quarantined batches; for each serving router, its under-replicated ledgers
-    (from their metrics pages; a node that does not answer has no note)."""
+    (from their metrics pages; a node that does not answer has no note); and each
+    router in `drained` (it owns no partitions until undrained)."""
     noted = [m for m, health in rows if m.service in ("storage", "router") and health == "SERVING"]
     notes = await asyncio.gather(*(asyncio.to_thread(_quarantine_note, m) for m in noted))
-    return {m.key: note for m, note in zip(noted, notes, strict=True) if note}
+    found = {m.key: note for m, note in zip(noted, notes, strict=True) if note}
+    for member, _ in rows:
+        if member.service == "router" and member.instance_id in drained:
+            found[member.key] = "; ".join(
+                x for x in ("drained (tamto node undrain)", found.get(member.key)) if x
+            )
+    return found
 
 
 def _quarantine_note(member: Member) -> str:
