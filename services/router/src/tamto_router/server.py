@@ -36,6 +36,7 @@ from tamto_router.consume import SubscriptionRegistry
 from tamto_router.dead_letter_sink import DeadLetterSink
 from tamto_router.dead_letters import Policy
 from tamto_router.grpc_api import RouterServicer, serve
+from tamto_router.ledger_audit import LedgerAudit
 from tamto_router.partitions import UNDER_REPLICATED, Partitions
 from tamto_router.storage_client import StorageClient
 
@@ -160,7 +161,25 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         placed_on=placed_on,
     )
     resources.push_async_callback(partitions.close)
-    UNDER_REPLICATED.set_function(partitions.under_replicated)
+
+    def owns(stream: str, partition: int) -> bool:
+        """Whether this router owns the partition by placement (False with no view)."""
+        routers = {m.instance_id for m in directory.members("router")}
+        if config.member_id not in routers:
+            return False
+        return placement.current.owner(routers, stream, partition) == config.member_id
+
+    # Re-replication of idle partitions (docs/cluster.md section 2).
+    audit = LedgerAudit(
+        runtime.etcd,
+        owns,
+        lambda: {m.instance_id for m in directory.members("storage")},
+        lambda stream, partition: (stream, partition) in partitions.claimed(),
+        partitions.get,
+    )
+    UNDER_REPLICATED.set_function(
+        lambda: partitions.under_replicated() + len(audit.idle_under_replicated)
+    )
 
     async def policy(stream: str) -> Policy:
         definition = await read_stream(runtime.etcd, stream) or StreamDef(stream, 1)
@@ -249,11 +268,13 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         resources.push_async_callback(balancer.close)
 
     hand_back = asyncio.create_task(hand_back_loop(), name="hand-back")
+    auditing = asyncio.create_task(audit.run(), name="ledger-audit")
 
     async def stop_hand_back() -> None:
-        hand_back.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await hand_back
+        for task in (hand_back, auditing):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     resources.push_async_callback(stop_hand_back)
 

@@ -1,0 +1,51 @@
+"""The ledger auditor opens the owned, idle partitions whose ledgers name a storage
+node that stays unregistered, a few per round, and counts them for the gauge
+(`tamto_router.ledger_audit`; docs/cluster.md section 2, "Re-replication")."""
+
+from __future__ import annotations
+
+import uuid
+
+import aetcd
+
+from tamto_common.ledgers import open_ledger
+from tamto_router.ledger_audit import LedgerAudit
+
+
+async def test_owned_idle_partitions_with_a_replica_down_are_opened_a_few_per_round(
+    etcd_client: aetcd.Client,
+) -> None:
+    stream = f"audit-{uuid.uuid4().hex[:8]}"
+    for p in range(4):
+        await open_ledger(etcd_client, stream, p, 1, ("a", "b"), 1, 0)
+    await open_ledger(etcd_client, stream, 4, 1, ("b",), 1, 0)  # R = 1: nothing to copy from
+    await open_ledger(etcd_client, stream, 5, 1, ("a", "c"), 1, 0)  # every replica is up
+    opened: list[tuple[str, int]] = []
+
+    async def open_partition(s: str, p: int) -> object:
+        opened.append((s, p))
+        return None
+
+    def make(after_s: float) -> LedgerAudit:
+        return LedgerAudit(
+            etcd_client,
+            owns=lambda s, p: s == stream and p != 3,  # partition 3 is another router's
+            registered=lambda: {"a", "c"},
+            is_open=lambda s, p: p == 2 or (s, p) in opened,  # its log repairs, counts it
+            open_partition=open_partition,
+            after_s=after_s,
+            per_round=1,
+        )
+
+    patient = make(after_s=3600.0)
+    assert await patient.audit_once() == []
+    assert patient.idle_under_replicated == {(stream, 0), (stream, 1)}
+
+    audit = make(after_s=0.0)
+    assert await audit.audit_once() == [(stream, 0)]
+    assert audit.idle_under_replicated == {(stream, 0), (stream, 1)}
+    assert await audit.audit_once() == [(stream, 1)]
+    assert audit.idle_under_replicated == {(stream, 1)}
+    assert await audit.audit_once() == []
+    assert audit.idle_under_replicated == set()
+    assert opened == [(stream, 0), (stream, 1)]
