@@ -282,7 +282,8 @@ async def test_partition_move_puts_a_partition_on_a_router_and_refuses_bad_reque
                 await (await producer.send(b"after", key=key_of[0]))
             return (await owners(etcd, stream)).get(0) == target
 
-        await eventually(on_target, 30, "partition 0 to be owned by its new router")
+        # A move is a hand-back and a claim on first use: tens of seconds at load 20+.
+        await eventually(on_target, 90, "partition 0 to be owned by its new router")
         read = await read_all(client, stream, 8 * PARTITIONS + 1)
         assert read.count(b"before") == 8 * PARTITIONS, "nothing lost in the move"
 
@@ -307,7 +308,8 @@ async def read_all(client: tamto_sdk.Client, stream: str, at_least: int) -> list
     got: list[bytes] = []
     async with client.consumer(stream, "reader") as consumer:
         while len(got) < at_least:
-            batch = await consumer.receive_batch(timeout_s=15)
+            # Patient: a lull of 15 s+ after a move is slow on a loaded machine, not lost.
+            batch = await consumer.receive_batch(timeout_s=60)
             assert len(batch) > 0, f"only {len(got)} messages"
             got.extend(m.payload for m in batch)
             consumer.ack(batch)
