@@ -165,7 +165,7 @@ async def test_a_damaged_segment_is_served_from_a_healthy_replica_and_repaired(
                 for n in cluster.storages()
             )
 
-        await eventually(sealed_everywhere, 30.0, "every message sealed on every node")
+        await eventually(sealed_everywhere, 90.0, "every message sealed on every node")
         damaged = read_replica(cluster, stream)
         segment = (
             cluster.data_dir(damaged) / "streams" / stream / "partition=0"
