@@ -515,9 +515,17 @@ class PartitionLog:
         until it is within `JOIN_GAP` of the durable end; then hand it to the sender."""
         bounds = await client.open_partition(self.stream, self.partition, self.epoch)
         offset = bounds.next_offset
-        agreed = await agreed_end(
-            self._source(), client, self.stream, self.partition, min(offset, self.durable_offset)
-        )
+        if offset == bounds.start_offset:  # it holds nothing (a spare): nothing to agree on
+            offset = await self._start_like_source(client, offset)
+            agreed = offset
+        else:
+            agreed = await agreed_end(
+                self._source(),
+                client,
+                self.stream,
+                self.partition,
+                min(offset, self.durable_offset),
+            )
         if agreed < offset:
             # Entries past a recovered ledger's end (it missed that recovery; they
             # were never acknowledged): storage drops them for this epoch, unless
@@ -537,6 +545,16 @@ class PartitionLog:
             offset = await self._copy_to(node, client, offset)
         self._joiners[node] = (client, offset)
         self._wake.set()
+
+    async def _start_like_source(self, client: StorageClient, offset: int) -> int:
+        """Where the copy to an empty replica ending at `offset` starts: there, or,
+        when it is empty at 0 and the source's log starts past 0 (retention), at the
+        source's start, where storage makes it start, durably (`start_at`)."""
+        start = await self._source().current_start(self.stream, self.partition, self.epoch)
+        if offset != 0 or start <= 0:
+            return offset
+        bounds = await client.open_partition(self.stream, self.partition, self.epoch, start)
+        return bounds.next_offset
 
     async def _copy_to(self, node: str, client: StorageClient, offset: int) -> int:
         """Copy `node`, whose log ends at `offset`, the durable entries it lacks."""

@@ -55,14 +55,21 @@ class StorageClient:
     def _ref(stream: str, partition: int) -> storage_pb2.PartitionRef:
         return storage_pb2.PartitionRef(stream=stream, partition=partition)
 
-    async def open_partition(self, stream: str, partition: int, epoch: int) -> LogBounds:
+    async def open_partition(
+        self, stream: str, partition: int, epoch: int, start_at: int = 0
+    ) -> LogBounds:
+        """Claim the partition on this node for `epoch`; its bounds. `start_at` > 0: an
+        empty partition starts there instead of 0 (re-replication of a partition whose
+        start moved past 0; FailedPrecondition if it holds entries)."""
         if self._cache is not None:
             # Another owner may have written since: only what is read or appended from
             # now on is known to be what storage holds.
             self._cache.drop((stream, partition))
         r = await self._call(
             self._stub.OpenPartition,
-            storage_pb2.OpenPartitionRequest(partition=self._ref(stream, partition), epoch=epoch),
+            storage_pb2.OpenPartitionRequest(
+                partition=self._ref(stream, partition), epoch=epoch, start_at=start_at
+            ),
             f"open {stream}/{partition}",
         )
         return LogBounds(r.start_offset, r.next_offset)

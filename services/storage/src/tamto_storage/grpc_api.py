@@ -58,8 +58,15 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         self, request: storage_pb2.OpenPartitionRequest, context: grpc.aio.ServicerContext
     ) -> storage_pb2.OpenPartitionResponse:
         partition = await self._partition(request)
+        if request.start_at < 0:
+            raise InvalidArgument(f"start_at must not be negative, got {request.start_at}")
         with refusing_when_full():
             offsets = await partition.open(request.epoch)
+            if request.start_at > 0:
+                ref = request.partition
+                offsets = await self._store.start_partition_at(
+                    ref.stream, ref.partition, request.epoch, request.start_at
+                )
         return storage_pb2.OpenPartitionResponse(
             next_offset=offsets.next_offset, start_offset=offsets.start_offset
         )

@@ -27,7 +27,7 @@ import asyncio
 import itertools
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -275,6 +275,39 @@ class Partition:
             dropped_batches=len(dropped),
         )
         return self._wal.next_offset
+
+    async def start_at(
+        self, epoch: int, offset: int, record_floor: Callable[[], Awaitable[None]]
+    ) -> PartitionOffsets:
+        """Make this empty partition start at `offset` instead of 0; its offsets after.
+
+        For a spare replica that receives a copy of a partition whose start
+        retention moved past 0 (re-replication, docs/cluster.md section 2). Only
+        the current owner (`epoch`), only while the partition holds no entry and
+        no segment; starting again at the same offset changes nothing. Durable:
+        `record_floor` records `offset` as the partition's floor in the stream's
+        manifest first (as retention does), then the WAL is made to start there
+        (`Wal.start_at`), so a restart in between leaves an empty log the copy
+        starts again.
+        """
+        self.check_epoch(epoch)
+        if offset < 0:
+            raise InvalidArgument(f"start offset must not be negative, got {offset}")
+        async with self._seal_lock:
+            await self._wal.settled()
+            self.check_epoch(epoch)  # a newer owner may have opened meanwhile
+            if self._wal.next_offset == offset and self._segments.start_offset is None:
+                return self.offsets()
+            if self._wal.next_offset != 0 or self._segments.start_offset is not None:
+                raise FailedPrecondition(
+                    f"partition {self.id} holds offsets up to {self._wal.next_offset}: "
+                    f"only an empty partition can start at offset {offset}"
+                )
+            await record_floor()
+            self._segments.floor = offset
+            self._wal.start_at(offset)
+        log.info("empty partition starts past 0", partition=str(self.id), start_offset=offset)
+        return self.offsets()
 
     def check_epoch(self, epoch: int) -> None:
         if epoch < self._fence:

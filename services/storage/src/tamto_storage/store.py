@@ -26,7 +26,7 @@ from tamto_common.errors import InvalidArgument, Unavailable
 from tamto_common.names import check_name
 from tamto_protocol.segment import ExpiredFile, Manifest
 from tamto_storage.manifest import StreamManifest
-from tamto_storage.model import PartitionId
+from tamto_storage.model import PartitionId, PartitionOffsets
 from tamto_storage.partition import Partition
 from tamto_storage.sealer import RetentionFor, Sealer, SealOptions, StoreView
 from tamto_storage.segments import DecodedGroups
@@ -196,6 +196,21 @@ class PartitionStore(StoreView):
         )
         await manifest.update(lambda m: _reconcile(m, partition, self._grace_deadline_us()))
         return partition
+
+    async def start_partition_at(
+        self, stream: str, number: int, epoch: int, offset: int
+    ) -> PartitionOffsets:
+        """Start the empty partition at `offset` (`Partition.start_at`), its floor
+        recorded in the stream's manifest first, as retention records one."""
+        partition = await self.get(stream, number)
+
+        async def record_floor() -> None:
+            await self.manifest_update(
+                stream,
+                lambda m: replace(m, start_offsets={**m.start_offsets, number: offset}),
+            )
+
+        return await partition.start_at(epoch, offset, record_floor)
 
     def _grace_deadline_us(self) -> int:
         grace = self._sealer.options.retention_grace_s if self._sealer is not None else 0.0

@@ -54,7 +54,7 @@ from tamto_storage import metrics, space
 from tamto_storage.frame import HEADER_SIZE, crc_matches, decode_header, encode_header
 from tamto_storage.model import StoredBatch
 from tamto_storage.wal_index import Corruption, IndexEntry
-from tamto_storage.wal_recovery import recover, wal_file_name
+from tamto_storage.wal_recovery import list_wal_files, recover, wal_file_name
 
 log = structlog.get_logger(__name__)
 
@@ -426,6 +426,39 @@ class Wal:
             self._start_offset = offset
         self._tail, self._tail_size = first.file, first.position
         return dropped
+
+    def start_at(self, offset: int) -> None:
+        """Make this empty log start at `offset` instead of 0, durably.
+
+        For a replica that receives a copy of a partition whose start retention
+        moved past 0 (re-replication, docs/cluster.md section 2). Blocking but
+        brief, on the event loop so no append is placed meanwhile. The log's one
+        (empty) file is renamed after `offset`, atomically, or created so: recovery
+        starts the log at its first file's name, so the start survives a restart.
+        Refused (FailedPrecondition) once the log holds or awaits an entry.
+        """
+        self.check_writable()
+        if self._entries or self._pending or self._reserved_end != self._durable_end:
+            raise FailedPrecondition(
+                f"partition {self._label}: only an empty log can start at offset {offset}"
+            )
+        if self._durable_end == offset:
+            return
+        files = list_wal_files(self._dir)
+        if any(path.stat().st_size > 0 for _, path in files) or len(files) > 1:
+            raise FailedPrecondition(f"partition {self._label}: its WAL files are not empty")
+        if self._writer_fd is not None:
+            os.close(self._writer_fd)
+            self._writer_fd = self._writer_path = None
+        target = self._dir / wal_file_name(offset)
+        if files:
+            os.replace(files[0][1], target)
+            fsync_dir(self._dir)
+        else:
+            create_wal_file(target)
+        self._files.clear()
+        self._start_offset = self._durable_end = self._reserved_end = offset
+        self._tail, self._tail_size = target, 0
 
     def roll(self, sealed_end: int) -> Path | None:
         """Send future appends to a new file if everything stored is sealed; return it.

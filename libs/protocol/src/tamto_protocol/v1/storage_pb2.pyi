@@ -16,12 +16,14 @@ class PartitionRef(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
 
 class OpenPartitionRequest(_message.Message):
-    __slots__ = ("partition", "epoch")
+    __slots__ = ("partition", "epoch", "start_at")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    START_AT_FIELD_NUMBER: _ClassVar[int]
     partition: PartitionRef
     epoch: int
-    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ...) -> None: ...
+    start_at: int
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., start_at: _Optional[int] = ...) -> None: ...
 
 class OpenPartitionResponse(_message.Message):
     __slots__ = ("next_offset", "start_offset")
