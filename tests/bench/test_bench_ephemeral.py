@@ -16,7 +16,7 @@ from .tiny_run import run_bench
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(360)
 def test_bench_reports_ephemeral_rows_beside_core_nats(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     md = tmp_path / "bench.md"
@@ -29,7 +29,7 @@ def test_bench_reports_ephemeral_rows_beside_core_nats(tmp_path: Path) -> None:
         "--markdown",
         str(md),
         cwd=tmp_path,
-        timeout_s=230,
+        timeout_s=350,
     )
     size = json.loads(out.read_text())["sizes"]["100"]
     for system in ("ephemeral", "core_nats"):

@@ -31,7 +31,7 @@ def _number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(360)
 def test_bench_measures_a_running_system_named_by_url_key_and_etcd(
     tamto_cluster: TestCluster, tmp_path: Path
 ) -> None:
@@ -56,7 +56,7 @@ def test_bench_measures_a_running_system_named_by_url_key_and_etcd(
         "--json",
         str(out),
         cwd=tmp_path,
-        timeout_s=110,
+        timeout_s=270,
         env=env,
     )
     # The cluster was not stopped or replaced by the run.

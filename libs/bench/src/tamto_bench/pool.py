@@ -28,7 +28,9 @@ from tamto_bench.spec import JobResult, JobSpec
 
 #: How long after "go" the common window opens (lets every worker see the message).
 _START_MARGIN_S = 0.05
-_READY_TIMEOUT_S = 60.0
+#: How long a worker may take to start (imports) or to set a job up (connect, subscribe):
+#: generous, since on a loaded 2-core machine a cluster's startup starves the workers.
+_READY_TIMEOUT_S = 180.0
 
 
 class BenchError(Exception):
