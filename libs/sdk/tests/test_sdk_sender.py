@@ -27,6 +27,7 @@ class _FakeCalls:
 
     def __init__(self) -> None:
         self.publish_raw = object()
+        self.direct = None  # through the gateway only (`ClientOptions.direct` off)
         self.requests: list[gateway_pb2.PublishRequest] = []
         self.deduplicated: list[bool] = []
         self.answers: list[Any] = []
