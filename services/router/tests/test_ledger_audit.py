@@ -17,9 +17,12 @@ async def test_owned_idle_partitions_with_a_replica_down_are_opened_a_few_per_ro
 ) -> None:
     stream = f"audit-{uuid.uuid4().hex[:8]}"
     for p in range(4):
-        await open_ledger(etcd_client, stream, p, 1, ("a", "b"), 1, 0)
+        await open_ledger(etcd_client, stream, p, 1, ("a", "b", "d"), 2, 0)
     await open_ledger(etcd_client, stream, 4, 1, ("b",), 1, 0)  # R = 1: nothing to copy from
     await open_ledger(etcd_client, stream, 5, 1, ("a", "c"), 1, 0)  # every replica is up
+    # R = 2, Q = 1, open: its end cannot be recovered without "b" (it may hold an
+    # acked entry alone): counted, never opened.
+    await open_ledger(etcd_client, stream, 6, 1, ("a", "b"), 1, 0)
     opened: list[tuple[str, int]] = []
 
     async def open_partition(s: str, p: int) -> object:
@@ -30,7 +33,7 @@ async def test_owned_idle_partitions_with_a_replica_down_are_opened_a_few_per_ro
         return LedgerAudit(
             etcd_client,
             owns=lambda s, p: s == stream and p != 3,  # partition 3 is another router's
-            registered=lambda: {"a", "c"},
+            registered=lambda: {"a", "c", "d"},
             is_open=lambda s, p: p == 2 or (s, p) in opened,  # its log repairs, counts it
             open_partition=open_partition,
             after_s=after_s,
@@ -39,13 +42,13 @@ async def test_owned_idle_partitions_with_a_replica_down_are_opened_a_few_per_ro
 
     patient = make(after_s=3600.0)
     assert await patient.audit_once() == []
-    assert patient.idle_under_replicated == {(stream, 0), (stream, 1)}
+    assert patient.idle_under_replicated == {(stream, 0), (stream, 1), (stream, 6)}
 
     audit = make(after_s=0.0)
     assert await audit.audit_once() == [(stream, 0)]
-    assert audit.idle_under_replicated == {(stream, 0), (stream, 1)}
+    assert audit.idle_under_replicated == {(stream, 0), (stream, 1), (stream, 6)}
     assert await audit.audit_once() == [(stream, 1)]
-    assert audit.idle_under_replicated == {(stream, 1)}
+    assert audit.idle_under_replicated == {(stream, 1), (stream, 6)}
     assert await audit.audit_once() == []
-    assert audit.idle_under_replicated == set()
+    assert audit.idle_under_replicated == {(stream, 6)}
     assert opened == [(stream, 0), (stream, 1)]

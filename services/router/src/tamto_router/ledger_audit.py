@@ -97,7 +97,7 @@ class LedgerAudit:
             if self._is_open(*key):
                 continue  # its log repairs it and counts it
             short.add(key)
-            if _names_any(ledgers, long_down):
+            if _names_any(ledgers, long_down) and _can_open(ledgers, live):
                 due.append(key)
         self.idle_under_replicated = short
         opened = []
@@ -133,6 +133,21 @@ class LedgerAudit:
             if short and self._owns(ledgers.stream, ledgers.partition):
                 found.append(ledgers)
         return found
+
+
+def _can_open(ledgers: LedgerList, live: set[str]) -> bool:
+    """Whether an owner could open the partition with the `live` nodes: its last
+    ledger's ack quorum must be live, and, while that ledger is open (its owner
+    died or left), R - Q + 1 of its replicas to recover its end (an entry acked by
+    Q replicas is on one of them). Otherwise opening would fail every round, each
+    time using up an epoch, and the partition waits for its nodes instead."""
+    last = ledgers.current
+    if last is None:
+        return False
+    up = len(set(last.ensemble) & live)
+    if up < last.ack_quorum:
+        return False
+    return not last.is_open or up >= len(last.ensemble) - last.ack_quorum + 1
 
 
 def _names_any(ledgers: LedgerList, nodes: set[str]) -> bool:
