@@ -58,7 +58,8 @@ ReplicasFor = Callable[
 UNDER_REPLICATED = Gauge(
     "tamto_router_under_replicated_ledgers",
     "Open ledgers this router writes with a replica that takes no appends "
-    "(down, or being caught up)",
+    "(down, or being caught up), plus idle partitions it owns with a ledger naming "
+    "an unregistered storage node (tamto_router.ledger_audit)",
 )
 
 #: How long a claim waits for each replica to open the partition.
