@@ -17,7 +17,7 @@ from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_sdk import ClientOptions, Grant, Permission
 from tamto_sdk.direct import DirectPublisher
 from tamto_testing.cluster import TestCluster
-from tamto_testing.infra import Infra
+from tamto_testing.infra import running_infra
 from tamto_testing.waiting import eventually, long_tests_enabled
 
 pytestmark = pytest.mark.e2e
@@ -128,15 +128,22 @@ async def test_a_router_checks_the_token_and_the_publish_permission(
 
 
 async def test_a_client_follows_its_partitions_when_they_move_and_their_router_dies(
-    tamto_infra: Infra, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     """Two routers, a direct producer writing one message at a time: its cached owners
     go stale (it follows the routers' redirects), partition 0 is moved to the other
     router (a planned move), then that router is killed -9 (the client falls back to the
-    gateway and returns to the survivor). Every acked message is stored once, nothing more."""
+    gateway and returns to the survivor). Every acked message is stored once, nothing more.
+
+    On an etcd and NATS of its own: on the session's, the router of this module's
+    `tamto_cluster` (still running) is a third live router, and the ring gives it
+    partitions of this stream."""
     total = 2_000 if long_tests_enabled() else 120
     stream = unique("moving")
-    with TestCluster(tmp_path / "cluster", tamto_infra, nodes=2).running() as cluster:
+    with (
+        running_infra(tmp_path / "infra") as infra,
+        TestCluster(tmp_path / "cluster", infra, nodes=2).running() as cluster,
+    ):
         options = ClientOptions(direct=True, retry_deadline_s=60)
         async with await tamto_sdk.connect(
             cluster.url, api_key=cluster.credential, options=options
