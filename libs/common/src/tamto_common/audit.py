@@ -27,6 +27,7 @@ import structlog
 from nats.aio.client import Client as NatsClient
 
 from tamto_common.bus import EVENTS
+from tamto_common.durable import make_dirs
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +62,10 @@ class AuditLog:
         self._bus = bus
         self._file: IO[str] | None = None
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            # Durably: a service's audit file may be the first thing in its data
+            # directory, and a directory made without fsyncing its parent is lost in
+            # a power cut with everything the service stores below it later.
+            make_dirs(path.parent)
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             self._file = os.fdopen(fd, "a", encoding="utf-8")
 
