@@ -22,14 +22,16 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 import aetcd
 import pytest
 
 import tamto_sdk
+from tamto_common.config import parse_endpoints
 from tamto_common.ledgers import read_ledgers
+from tamto_common.membership import connect_etcd
 from tamto_common.placement import Placement
 from tamto_local.cluster import node_processes
 from tamto_router.ownership import OWNERS
@@ -42,7 +44,7 @@ from tamto_sdk import (
     SubscriptionType,
 )
 from tamto_testing.cluster import TestCluster
-from tamto_testing.infra import Infra
+from tamto_testing.infra import running_infra
 from tamto_testing.waiting import eventually, long_tests_enabled
 
 pytestmark = pytest.mark.e2e
@@ -56,23 +58,30 @@ STEP = 1_500 if long_tests_enabled() else 150
 
 
 @pytest.fixture
-def etcd(etcd_client: aetcd.Client) -> aetcd.Client:
-    return etcd_client
+async def etcd(two_nodes: TestCluster) -> AsyncIterator[aetcd.Client]:
+    client = await connect_etcd(parse_endpoints(two_nodes.infra.etcd_endpoint))
+    try:
+        yield client
+    finally:
+        await client.close()
 
 
 @pytest.fixture(scope="module")
-def two_nodes(
-    tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TestCluster]:
-    """Two nodes, the second router not started: the first test starts it (a join)."""
-    cluster = TestCluster(tmp_path_factory.mktemp("moves") / "cluster", tamto_infra, nodes=2)
-    try:
-        for name in node_processes(2):
-            if name != "router-2":
-                cluster.start(name)
-        yield cluster
-    finally:
-        cluster.stop_all()
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    """Two nodes, the second router not started: the first test starts it (a join).
+
+    On an etcd and NATS of their own: on the session's, routers (and placement
+    decisions) of other modules' clusters would join this ring."""
+    workdir = tmp_path_factory.mktemp("moves")
+    with running_infra(workdir / "infra") as infra:
+        cluster = TestCluster(workdir / "cluster", infra, nodes=2)
+        try:
+            for name in node_processes(2):
+                if name != "router-2":
+                    cluster.start(name)
+            yield cluster
+        finally:
+            cluster.stop_all()
 
 
 @dataclass
