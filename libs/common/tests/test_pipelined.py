@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import grpc
 import pytest
 
+from tamto_common.channels import peer_channel
 from tamto_common.errors import FailedPrecondition
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_common.pipelined import answer_calls
@@ -74,7 +75,9 @@ async def channel_to() -> AsyncIterator[Callable[[Server], grpc.aio.Channel]]:
     channels: list[grpc.aio.Channel] = []
 
     def open_channel(server: Server) -> grpc.aio.Channel:
-        channels.append(grpc.aio.insecure_channel(f"127.0.0.1:{server.port}"))
+        # The services' channel options: a reconnect to a restarted peer within a
+        # second, not gRPC's default backoff (seconds and growing, under load).
+        channels.append(peer_channel(f"127.0.0.1:{server.port}"))
         return channels[-1]
 
     yield open_channel
