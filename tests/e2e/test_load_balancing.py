@@ -52,6 +52,7 @@ def keys_for(partitions: set[int]) -> dict[int, bytes]:
     return found
 
 
+@pytest.mark.timeout(600)
 async def test_the_balancer_moves_a_hot_partition_to_the_idle_router(
     tamto_infra: Infra, tmp_path: Path
 ) -> None:
@@ -121,7 +122,10 @@ async def test_the_balancer_moves_a_hot_partition_to_the_idle_router(
 
                 await eventually(on_idle, 60, "the moved partition's new owner to claim it")
                 mark = len(acked)
-                await eventually(lambda: len(acked) > mark + 100, 60, "publishes after the move")
+                # Generous: a publish in flight across a move can go unanswered for the
+                # SDK's 30 s deadline (an open finding, docs/cluster.md section 7), and the
+                # producer waits its futures in order, so a round can take 30 s or more.
+                await eventually(lambda: len(acked) > mark + 100, 180, "publishes after the move")
             finally:
                 stop.set()
                 await producing
