@@ -17,7 +17,10 @@ error translation stays as it is. Given the unary method too (`fallback`),
 calls go through it once the peer answers the stream UNIMPLEMENTED: a peer
 from before pipelined calls, met during a rolling upgrade. The stream is tried
 again `STREAM_RETRY_S` later, so a peer upgraded meanwhile gets streams again
-without the caller restarting.
+without the caller restarting. A request whose write failed never left, so it
+goes unary too, whatever the stream's status: the first write to a peer without
+the method can race with its UNIMPLEMENTED, and gRPC then reports INTERNAL
+("Internal error from Core") in place of the status.
 """
 
 from __future__ import annotations
@@ -48,6 +51,14 @@ def rpc_error(code: grpc.StatusCode, details: str, trailing: Metadata = ()) -> g
     """An `AioRpcError` as a unary call ending with `code` (and `trailing` metadata)
     would raise."""
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailing), details)
+
+
+class _NotSent(Exception):
+    """The request's write failed: it never reached the peer (`error` says why)."""
+
+    def __init__(self, error: grpc.aio.AioRpcError) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class _Stream:
@@ -135,8 +146,17 @@ class PipelinedCalls:
             raise rpc_error(grpc.StatusCode.CANCELLED, f"{self._method}: calls closed")
         if self._unary is not None and self._clock() < self._unary_until:
             return await self._unary(request(0), timeout=timeout, metadata=metadata)
+        started = time.monotonic()
         try:
             answer = await self._exchange(request, timeout, metadata)
+        except _NotSent as unsent:
+            if self._unary is None:
+                raise unsent.error from None
+            if unsent.error.code() is grpc.StatusCode.UNIMPLEMENTED:
+                self._unary_until = self._clock() + STREAM_RETRY_S
+            # Nothing of it was handled, so unary is safe (module docstring).
+            left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
+            return await self._unary(request(0), timeout=left, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             if exc.code() is not grpc.StatusCode.UNIMPLEMENTED or self._unary is None:
                 raise
@@ -163,7 +183,10 @@ class PipelinedCalls:
         stream.waiting[call_id] = future
         try:
             async with asyncio.timeout(timeout_s):
-                await self._write(stream, request(call_id))
+                try:
+                    await self._write(stream, request(call_id))
+                except grpc.aio.AioRpcError as exc:
+                    raise _NotSent(exc) from None
                 answer = await future
         except TimeoutError:
             raise rpc_error(
