@@ -178,7 +178,9 @@ class Client:
         (exclusive, failover, shared, key-shared or multicast; see
         `SubscriptionType`). `start` (default `Start.earliest()`) applies when the
         subscription is created. At most `credits` messages are buffered or in
-        flight. `consumer_name` shows in server logs and orders failover consumers.
+        flight per router that owns some of the stream's partitions (each gets the
+        whole grant, `Consumer`). `consumer_name` shows in server logs and orders
+        failover consumers.
         """
         self._check_open()
         consumer = Consumer(

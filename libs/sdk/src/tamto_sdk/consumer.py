@@ -55,7 +55,9 @@ class Consumer:
 
     Flow control: the consumer grants `credits` messages up front and grants more
     as the application takes messages (whenever half the window was taken), so at
-    most `credits` messages are buffered or in flight at any time. Acks are
+    most `credits` messages are buffered or in flight at any time from each router
+    that owns some of the stream's partitions (the gateway gives every one of them
+    the whole grant: a share stranded on an idle router could stop the stream). Acks are
     coalesced into offset ranges and sent in the background shortly after `ack`
     (and on close). If the stream fails with a
     retriable error the consumer reconnects with backoff and subscribes again; the

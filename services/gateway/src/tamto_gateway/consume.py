@@ -1,10 +1,21 @@
 """A client's consume session fanned out to the routers that own its partitions.
 
 The gateway opens one router stream per router, sends each the subscribe for
-its partitions, splits the client's credits between them, routes each ack to
-the router owning that partition, and merges the routers' deliveries into the
-client's stream. If any router stream fails, the client's stream ends with
-that error, and the SDK reconnects (the routers redeliver what was unacked).
+its partitions, grants each of them every credit the client grants, routes each
+ack to the router owning that partition, and merges the routers' deliveries into
+the client's stream.
+
+Every router gets the whole grant, as each partition consumer of Pulsar gets a
+whole receiver queue: a router stream's credit cannot be taken back, so a share
+given to a router with nothing (more) to send would be stranded there. Split
+shares strand the window: once an idle router holds half of it, the busy router
+delivers less than the half the client waits for before granting again, and the
+session stops for good (found as a read-back that stopped after a partition
+moved to another router). The price is the bound: the client may hold up to
+`credits` messages per router of its session, not per session.
+
+If any router stream fails, the client's stream ends with that error, and the
+SDK reconnects (the routers redeliver what was unacked).
 
 Ending with an error is a handshake on both hops (`messages.proto` StreamError):
 a router announces its status in-band, the gateway stops writing to it and
@@ -120,13 +131,8 @@ class FanOut:
     async def forward(self, request: messages_pb2.ConsumeRequest) -> None:
         kind = request.WhichOneof("request")
         if kind == "credit":
-            shares = _split(request.credit.messages, len(self._calls))
-            for router, share in zip(self._calls, shares, strict=True):
-                if share:
-                    await self._write(
-                        router,
-                        messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=share)),
-                    )
+            for router in self._calls:  # the whole grant to each (module docstring)
+                await self._write(router, request)
         elif kind in ("ack", "nack", "term", "in_progress"):
             partition = getattr(request, kind).partition
             address = self._owner_of.get(partition)
@@ -233,8 +239,3 @@ class FanOut:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-def _split(total: int, parts: int) -> list[int]:
-    base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
