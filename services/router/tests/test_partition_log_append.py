@@ -8,11 +8,13 @@ import asyncio
 import pyarrow as pa
 import pytest
 
+from tamto_common.errors import Unavailable
 from tamto_protocol.batch import encode_record_batch, make_batch, sequence_ids
 from tamto_router import partition_log
 from tamto_router.dedup import DedupWindow
 from tamto_router.model import Batch, LogBounds
 from tamto_router.partition_log import PartitionLog
+from tamto_testing.waiting import eventually
 
 
 class FakeStorage:
@@ -69,3 +71,29 @@ async def test_a_retried_idempotent_batch_gets_its_offsets_back() -> None:
     assert straddle.offsets == [108, 109, 110, 111]
     assert sum(len(call) for call in storage.calls) == 3  # the retry stored nothing
     await log.close()
+
+
+async def test_closing_answers_the_append_being_stored_before_it_stops() -> None:
+    """A partition handed back mid-append answers that publish (a move left it waiting
+    for the caller's 30 s deadline: the sender was cancelled with it in hand)."""
+    storage = FakeStorage()
+    log = PartitionLog("s", 0, 1, storage, LogBounds(0, 0))  # type: ignore[arg-type]
+    append = asyncio.create_task(log.append(arrow(0, 5), 5))
+    await eventually(lambda: len(storage.calls) == 1, 5, "the append reaches storage")
+    closing = asyncio.create_task(log.close())
+    await asyncio.sleep(0)  # close runs up to its wait: the append is still being stored
+    assert not closing.done()
+    storage.gate.set()
+    await asyncio.wait_for(closing, 5)
+    assert (await asyncio.wait_for(append, 5)).base_offset == 0
+
+
+async def test_a_failed_log_stopped_mid_append_fails_that_append_at_once() -> None:
+    storage = FakeStorage()
+    log = PartitionLog("s", 0, 1, storage, LogBounds(0, 0))  # type: ignore[arg-type]
+    append = asyncio.create_task(log.append(arrow(0, 5), 5))
+    await eventually(lambda: len(storage.calls) == 1, 5, "the append reaches storage")
+    log.failure = Unavailable("ownership lease lost")  # as `Partitions.forget_claims` does
+    await asyncio.wait_for(log.close(), 5)
+    with pytest.raises(Unavailable, match="ownership lease lost"):
+        await asyncio.wait_for(append, 5)

@@ -163,6 +163,8 @@ class PartitionLog:
         self.appended_messages = 0
         self.appended_bytes = 0
         self._queue: list[tuple[Batch, asyncio.Future[int]]] = []
+        #: What the sender took from the queue and is storing now.
+        self._storing: list[tuple[Batch, asyncio.Future[int]]] = []
         self._wake = asyncio.Event()
         self._grown = asyncio.Event()
         #: Called whenever durable data grows or the log fails (subscriptions wake up).
@@ -242,8 +244,17 @@ class PartitionLog:
             pending = self._take_queued()
             if not pending:
                 continue
+            self._storing = pending
             try:
                 await self._store([b for b, _ in pending])
+            except asyncio.CancelledError:
+                # Stopped mid-append (`close` after a failure): its callers get an
+                # answer now, not their deadline's (the batches may or may not be stored).
+                self._fail(
+                    self.failure or Unavailable(f"partition {self.stream}/{self.partition} closed"),
+                    pending,
+                )
+                raise
             except TamtoError as exc:
                 self._fail(exc, pending)
                 return
@@ -251,6 +262,7 @@ class PartitionLog:
                 log.exception("append failed", stream=self.stream, partition=self.partition)
                 self._fail(Unavailable(f"append failed: {exc}"), pending)
                 return
+            self._storing = []
             self.durable_offset = pending[-1][0].end
             for batch, future in pending:
                 if not future.done():
@@ -624,9 +636,10 @@ class PartitionLog:
         return self.start_offset
 
     async def close(self) -> None:
-        """Finish what is queued, then stop the sender."""
-        while self._queue and self.failure is None:
-            await self.wait_beyond(self._queue[-1][0].base_offset)
+        """Finish what is queued or being stored, then stop the sender (a partition
+        handed back answers every publish it took: none waits for its deadline)."""
+        while (self._queue or self._storing) and self.failure is None:
+            await self.wait_beyond((self._queue or self._storing)[-1][0].base_offset)
         for task in (self._sender, self._repair, *self._damage_repairs):
             if task is not None:
                 task.cancel()
