@@ -189,10 +189,42 @@ async def test_a_reply_at_the_requesters_gateway_skips_the_bus(
             name = event.delivery.response_stream
             reply = messages_pb2.RecordBatch(arrow_ipc=one_message(b"pong"), count=1)
             await broker.reply(name, reply)
-            answered, body = await asyncio.wait_for(asking, 10)
+            answered, batch = await asyncio.wait_for(asking, 10)
             assert answered == name
-            assert body.batch.arrow_ipc == reply.arrow_ipc
+            assert batch.arrow_ipc == reply.arrow_ipc
             with pytest.raises(NotFound, match="does not exist or has expired"):
                 await broker.reply(name, reply)
     finally:
         await broker.close()
+
+
+def delivery(index: int, size: int = 10) -> bytes:
+    return encode_delivery("s", f"t.{index}", bytes(size), 1, "", index)
+
+
+async def test_an_event_carries_the_buffered_deliveries_in_order_up_to_the_limit() -> None:
+    """Issue 23: one SubscribeEphemeral message carries what piled up while the
+    previous one was sent, up to the subscriber's limit, the drops on the first."""
+    consumer = EphemeralConsumer("s", limit=3, drop_newest=False)
+    for index in range(5):  # two dropped (oldest), three left
+        consumer.offer(delivery(index), 1)
+    event = gateway_pb2.EphemeralEvent.FromString(await consumer.next_event(2))
+    assert [d.topic for d in [event.delivery, *event.more_deliveries]] == ["t.2", "t.3"]
+    assert event.delivery.dropped == 2
+    assert consumer.buffered == 1
+    single = gateway_pb2.EphemeralEvent.FromString(await consumer.next_event())
+    assert single.delivery.topic == "t.4"
+    assert not single.more_deliveries
+    assert single.delivery.dropped == 0
+
+
+async def test_an_event_stops_short_of_the_byte_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tamto_gateway.ephemeral.EVENT_BYTES", 2500)
+    consumer = EphemeralConsumer("s", limit=100, drop_newest=False)
+    for index in range(4):
+        consumer.offer(delivery(index, 1000), 1)
+    sizes = []
+    while consumer.buffered:
+        event = gateway_pb2.EphemeralEvent.FromString(await consumer.next_event(64))
+        sizes.append(1 + len(event.more_deliveries))
+    assert sizes == [2, 2]

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import inspect
@@ -56,6 +57,9 @@ __all__ = [
 
 #: The longest a request may wait (the server refuses more with InvalidArgument).
 MAX_REQUEST_TIMEOUT_S = 600.0
+#: Deliveries a subscription takes per gRPC message, when its gateway has that many
+#: buffered (`SubscribeEphemeralRequest.max_deliveries_per_event`).
+DELIVERIES_PER_EVENT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,12 +316,17 @@ class Subscription:
     ) -> None:
         self._calls = calls
         self._request = gateway_pb2.SubscribeEphemeralRequest(
-            stream=stream, group=group, consumer_name=consumer_name
+            stream=stream,
+            group=group,
+            consumer_name=consumer_name,
+            max_deliveries_per_event=DELIVERIES_PER_EVENT,
         )
         if match is not None:
             self._request.match = match
         self._call: Any = None
         self._pending: list[EphemeralMessage] = []
+        #: Deliveries that came in the same event as the one last returned.
+        self._queued: collections.deque[Any] = collections.deque()
         self.entity = ""
         self.dropped = 0
         self.reconnects = 0
@@ -360,6 +369,8 @@ class Subscription:
 
     async def next_batch(self) -> EphemeralBatch | None:
         """The next batch delivered, or None once the subscription was closed."""
+        if self._queued:
+            return self._batch(self._queued.popleft())
         await self.start()
         while True:
             try:
@@ -376,9 +387,13 @@ class Subscription:
                 await self._resubscribe(Unavailable("the gateway ended the subscription"))
                 continue
             if event.WhichOneof("event") == "delivery":
-                batch = EphemeralBatch._from_delivery(event.delivery)
-                self.dropped += batch.dropped
-                return batch
+                self._queued.extend(event.more_deliveries)
+                return self._batch(event.delivery)
+
+    def _batch(self, delivery: Any) -> EphemeralBatch:
+        batch = EphemeralBatch._from_delivery(delivery)
+        self.dropped += batch.dropped
+        return batch
 
     async def _resubscribe(self, error: TamtoError) -> None:
         """Subscribe again after `error` ended the call, with the client's backoff;
@@ -422,6 +437,7 @@ class Subscription:
     async def close(self) -> None:
         """Leave: nothing more is delivered to this consumer. Idempotent."""
         self._closed = True
+        self._queued.clear()
         if self._call is not None:
             self._call.cancel()
 

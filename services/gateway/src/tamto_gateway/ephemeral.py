@@ -25,7 +25,9 @@ redelivered.
 
 Each consumer has a bounded buffer (the stream's `buffer_messages`); when a slow
 consumer's buffer is full the stream's `overflow` drops the oldest or the newest
-batches, counted in messages, so nobody else waits for it.
+batches, counted in messages, so nobody else waits for it. What piles up while
+one event is being sent goes out together in the next (`next_event`), up to what
+the consumer asked for (`SubscribeEphemeralRequest.max_deliveries_per_event`).
 
 A batch no entity matches is counted as unmatched at the publishing gateway.
 Gateways announce their entities on the bus (`tamto.eph-interest`) on every
@@ -42,7 +44,7 @@ import json
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -67,6 +69,9 @@ ANNOUNCE_S: Final = 2.0
 #: Room left in a bus message for the `EphemeralDelivery` around the Arrow bytes
 #: (names, topic and numbers: topics and names are at most a few hundred bytes).
 _ENVELOPE_BYTES: Final = 4096
+#: Deliveries go together in one event only up to this many bytes (a delivery is at
+#: most a bus message, 1 MiB by default; the SDK takes gRPC messages up to 64 MiB).
+EVENT_BYTES: Final = 4 << 20
 #: Bus message headers: the publishing gateway's id, the batch's message count (so a
 #: receiver need not parse the delivery) and the groups served at the origin
 #: (`group/pattern`, comma separated: neither character is legal in either).
@@ -96,11 +101,15 @@ DROPPED = Counter(
 )
 
 
-def delivery_event(delivery: bytes, dropped: int) -> bytes:
-    """`EphemeralEvent` {delivery = 1} around an encoded `EphemeralDelivery`, with its
-    `dropped` field (6) appended: protobuf merges a repeated scalar field, last wins."""
+def delivery_event(delivery: bytes, dropped: int, more: Sequence[bytes] = ()) -> bytes:
+    """`EphemeralEvent` {delivery = 1, more_deliveries = 3} around encoded
+    `EphemeralDelivery`s, the first with its `dropped` field (6) appended: protobuf
+    merges a repeated scalar field, last wins."""
     extra = int_field(6, dropped)
-    return b"".join([len_header(1, len(delivery) + len(extra)), delivery, extra])
+    pieces = [len_header(1, len(delivery) + len(extra)), delivery, extra]
+    for other in more:
+        pieces += [len_header(3, len(other)), other]
+    return b"".join(pieces)
 
 
 def encode_delivery(
@@ -171,16 +180,26 @@ class EphemeralConsumer:
         self._dropped += count
         DROPPED.labels(self.stream, "drop_newest" if self.drop_newest else "drop_oldest").inc(count)
 
-    async def next_event(self) -> bytes:
-        """The next `EphemeralEvent` to send (waits for one)."""
+    async def next_event(self, max_deliveries: int = 1) -> bytes:
+        """The next `EphemeralEvent` to send (waits for one): the oldest buffered
+        delivery and, up to `max_deliveries` in all, those after it. While gRPC sends
+        one event deliveries pile up, so a consumer that takes several per event
+        costs one message per write instead of one per delivery."""
         while not self._items:
             self._ready.clear()
             await self._ready.wait()
-        delivery, count = self._items.popleft()
+        taken = [self._items.popleft()]
+        size = len(taken[0][0])
+        while self._items and len(taken) < max_deliveries:
+            size += len(self._items[0][0])
+            if size > EVENT_BYTES:
+                break
+            taken.append(self._items.popleft())
+        count = sum(c for _, c in taken)
         self._buffered -= count
         dropped, self._dropped = self._dropped, 0
         DELIVERED.labels(self.stream).inc(count)
-        return delivery_event(delivery, dropped)
+        return delivery_event(taken[0][0], dropped, [d for d, _ in taken[1:]])
 
 
 @dataclass(eq=False)

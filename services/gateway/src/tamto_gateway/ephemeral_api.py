@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from tamto_gateway.streams import StreamRegistry
 
 
+#: The most deliveries one SubscribeEphemeral event carries, whatever the consumer asked.
+MAX_DELIVERIES_PER_EVENT = 256
+
+
 def _pipelined(unary: Callable[..., Awaitable[Any]], response_type: Any, method: str) -> Any:
     """The stream method carrying `unary`'s calls pipelined (`tamto_common.pipelined`),
     each authorized and answered as the unary call would be."""
@@ -130,8 +134,9 @@ class EphemeralApi:
         stream = await self._ephemeral_stream(request.stream)
         async with self._ephemeral.consumer(stream, pattern, request.group) as (consumer, entity):
             yield subscribed_event(entity)
+            most = min(max(1, request.max_deliveries_per_event), MAX_DELIVERIES_PER_EVENT)
             while True:
-                yield await consumer.next_event()
+                yield await consumer.next_event(most)
 
     async def Request(
         self, request: gateway_pb2.RequestRequest, context: grpc.aio.ServicerContext
@@ -149,7 +154,7 @@ class EphemeralApi:
             request.response_stream,
             request.timeout_ms,
         )
-        return gateway_pb2.RequestResponse(response_stream=name, batch=reply.batch)
+        return gateway_pb2.RequestResponse(response_stream=name, batch=reply)
 
     async def Reply(
         self, request: gateway_pb2.ReplyRequest, context: grpc.aio.ServicerContext

@@ -101,7 +101,7 @@ class RequestBroker:
         self._draining: set[asyncio.Task[None]] = set()
         self._id = secrets.token_hex(8)
         #: Requests waiting on a generated response stream, by the name's random part.
-        self._waiting: dict[str, asyncio.Future[bytes]] = {}
+        self._waiting: dict[str, asyncio.Future[messages_pb2.RecordBatch]] = {}
         self._inbox: Subscription | None = None
         self._inbox_lock = asyncio.Lock()
 
@@ -124,23 +124,25 @@ class RequestBroker:
         count: int,
         response_stream: str,
         timeout_ms: int,
-    ) -> tuple[str, gateway_pb2.ReplyRequest]:
+    ) -> tuple[str, messages_pb2.RecordBatch]:
         """Publish a request and wait for its reply; returns the response stream's name
-        and the reply. Raises `RequestTimeout` when no reply came in time."""
+        and the reply's batch. Raises `RequestTimeout` when no reply came in time."""
         timeout_ms = check_timeout_ms(timeout_ms) or stream.request_timeout_ms
-        reply: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        reply: asyncio.Future[messages_pb2.RecordBatch] = asyncio.get_running_loop().create_future()
         async with self._response_stream(response_stream, reply) as name:
             await self._hub.publish(stream, topic, arrow_ipc, count, response_stream=name)
             try:
-                data = await asyncio.wait_for(reply, timeout_ms / 1000)
+                batch = await asyncio.wait_for(reply, timeout_ms / 1000)
             except TimeoutError:
                 raise RequestTimeout(
                     f"no reply on response stream {name!r} within {timeout_ms} ms"
                 ) from None
-        return name, gateway_pb2.ReplyRequest.FromString(data)
+        return name, batch
 
     @contextlib.asynccontextmanager
-    async def _response_stream(self, chosen: str, reply: asyncio.Future[bytes]) -> Any:
+    async def _response_stream(
+        self, chosen: str, reply: asyncio.Future[messages_pb2.RecordBatch]
+    ) -> Any:
         """A response stream whose first reply completes `reply`, for the block;
         yields its name (`chosen`, or a generated one)."""
         try:
@@ -198,15 +200,15 @@ class RequestBroker:
     async def reply(self, response_stream: str, batch: messages_pb2.RecordBatch) -> None:
         """Deliver a reply to the requester waiting on `response_stream`."""
         check_name("response stream", response_stream)
-        body = gateway_pb2.ReplyRequest(response_stream=response_stream, batch=batch)
         generated = GENERATED.fullmatch(response_stream)
         if generated and generated[1] == self._id:
-            # The requester waits at this gateway: no bus round trip.
+            # The requester waits at this gateway: no bus round trip, nothing encoded.
             waiting = self._waiting.get(generated[2])
             if waiting is None or waiting.done():
                 raise _expired(response_stream)
-            waiting.set_result(body.SerializeToString())
+            waiting.set_result(batch)
             return
+        body = gateway_pb2.ReplyRequest(response_stream=response_stream, batch=batch)
         try:
             answer = await self._bus.request(
                 reply_subject(response_stream), body.SerializeToString(), timeout=5
@@ -258,12 +260,12 @@ def _expired(response_stream: str) -> NotFound:
     )
 
 
-async def _answer(msg: Msg, reply: asyncio.Future[bytes] | None) -> None:
-    """Complete `reply` with the reply `msg` carries, if it waits, and tell the
-    replier whether it was taken."""
+async def _answer(msg: Msg, reply: asyncio.Future[messages_pb2.RecordBatch] | None) -> None:
+    """Complete `reply` with the batch of the reply `msg` carries (an encoded
+    `ReplyRequest`), if it waits, and tell the replier whether it was taken."""
     answer = _GONE
     if reply is not None and not reply.done():
-        reply.set_result(msg.data)
+        reply.set_result(gateway_pb2.ReplyRequest.FromString(msg.data).batch)
         answer = _TAKEN
     with contextlib.suppress(Exception):
         await msg.respond(answer)

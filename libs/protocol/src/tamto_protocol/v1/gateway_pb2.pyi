@@ -173,16 +173,18 @@ class PublishEphemeralStreamResponse(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., status: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., response: _Optional[_Union[PublishEphemeralResponse, _Mapping]] = ...) -> None: ...
 
 class SubscribeEphemeralRequest(_message.Message):
-    __slots__ = ("stream", "match", "group", "consumer_name")
+    __slots__ = ("stream", "match", "group", "consumer_name", "max_deliveries_per_event")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     MATCH_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_DELIVERIES_PER_EVENT_FIELD_NUMBER: _ClassVar[int]
     stream: str
     match: str
     group: str
     consumer_name: str
-    def __init__(self, stream: _Optional[str] = ..., match: _Optional[str] = ..., group: _Optional[str] = ..., consumer_name: _Optional[str] = ...) -> None: ...
+    max_deliveries_per_event: int
+    def __init__(self, stream: _Optional[str] = ..., match: _Optional[str] = ..., group: _Optional[str] = ..., consumer_name: _Optional[str] = ..., max_deliveries_per_event: _Optional[int] = ...) -> None: ...
 
 class EphemeralDelivery(_message.Message):
     __slots__ = ("stream", "topic", "batch", "response_stream", "publish_time_us", "dropped")
@@ -207,12 +209,14 @@ class EphemeralSubscribed(_message.Message):
     def __init__(self, entity: _Optional[str] = ...) -> None: ...
 
 class EphemeralEvent(_message.Message):
-    __slots__ = ("delivery", "subscribed")
+    __slots__ = ("delivery", "subscribed", "more_deliveries")
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    MORE_DELIVERIES_FIELD_NUMBER: _ClassVar[int]
     delivery: EphemeralDelivery
     subscribed: EphemeralSubscribed
-    def __init__(self, delivery: _Optional[_Union[EphemeralDelivery, _Mapping]] = ..., subscribed: _Optional[_Union[EphemeralSubscribed, _Mapping]] = ...) -> None: ...
+    more_deliveries: _containers.RepeatedCompositeFieldContainer[EphemeralDelivery]
+    def __init__(self, delivery: _Optional[_Union[EphemeralDelivery, _Mapping]] = ..., subscribed: _Optional[_Union[EphemeralSubscribed, _Mapping]] = ..., more_deliveries: _Optional[_Iterable[_Union[EphemeralDelivery, _Mapping]]] = ...) -> None: ...
 
 class RequestRequest(_message.Message):
     __slots__ = ("stream", "topic", "batch", "response_stream", "timeout_ms", "call_id")
