@@ -10,11 +10,14 @@ root namespace must listen on `root_address` (127.0.0.1 there is not reachable
 from the namespace).
 
 `cut()` drops the namespace's traffic over its veth (iptables inside the
-namespace: every packet, or only TCP to some root ports); `heal()` removes that;
-`delay()` adds latency with tc netem where the kernel has it. Only the
-namespace and the veth the test made are touched: their names are random per
-run, and leaving the block (also on failure) deletes both, which deletes the
-rules and qdiscs with them.
+namespace: every packet, or only TCP to some root ports); `delay()` adds latency
+to it, with tc netem where the kernel has it, else (this machine: no sch_netem)
+by sending the namespace's TCP over the veth through a delaying proxy that runs
+inside the namespace (`tamto_testing.delay_proxy`; TCP only, see `delay`);
+`heal()` removes cuts and delays. Only the namespace and the veth the test made
+are touched: their names are random per run, and leaving the block (also on
+failure) stops the proxy and deletes both, which deletes the rules and qdiscs
+with them.
 
 Root and the `ip`/`iptables` tools are needed; `unavailable()` says why not, for
 a skip with a reason.
@@ -23,18 +26,24 @@ a skip with a reason.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import os
 import secrets
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterable
 from types import TracebackType
+
+from tamto_testing.delay_proxy import MARK
 
 #: Where the /30s of test namespaces come from (private, unused by the tests otherwise).
 SUBNET = ipaddress.ip_network("10.231.0.0/16")
 #: Attempts at picking a free /30 before giving up (collisions are rare: 16,384 of them).
 PICK_ATTEMPTS = 20
+#: How long the delay proxy may take to start or to answer (a loaded 2-core machine).
+PROXY_TIMEOUT_S = 60.0
 
 
 class NetnsError(RuntimeError):
@@ -51,6 +60,7 @@ def unavailable() -> str | None:
     return None
 
 
+@functools.cache
 def netem_unavailable() -> str | None:
     """Why `delay()` cannot work here (None: it can): the kernel must have sch_netem."""
     if shutil.which("tc") is None:
@@ -105,11 +115,19 @@ class Netns:
         self.root_address = str(net.network_address + 1)
         self.address = str(net.network_address + 2)
         self._created = False
+        self._proxy: asyncio.subprocess.Process | None = None
+        self._proxy_port = 0
+        self._redirecting = False  # the nat rules that send TCP to the proxy are in place
 
     @property
     def argv_prefix(self) -> list[str]:
         """Prepend to a command to run it inside the namespace."""
         return ["ip", "netns", "exec", self.name]
+
+    @property
+    def proxy_pid(self) -> int | None:
+        """The delay proxy's process id while it runs (`delay`), else None."""
+        return self._proxy.pid if self._proxy is not None else None
 
     async def __aenter__(self) -> Netns:
         self._created = True  # from the first command on, exit cleans up
@@ -157,20 +175,97 @@ class Netns:
             )  # fmt: skip
 
     async def heal(self) -> None:
-        """Remove every cut (the namespace's own filter chains are emptied) and delay."""
+        """Remove every cut (the namespace's own filter chains are emptied) and delay.
+
+        The delay proxy, once started, stays in the path, forwarding at once: removing
+        its nat rules would reset the connections through it (the kernel drops their
+        address translation with the rules)."""
         await self._in("iptables", "-F", "INPUT")
         await self._in("iptables", "-F", "OUTPUT")
         for veth, inside in ((self.inner_veth, True), (self.root_veth, False)):
             argv = ("tc", "qdisc", "del", "dev", veth, "root")
             await (self._in(*argv, check=False) if inside else _run(*argv, check=False))
+        if self._proxy is not None:
+            await self._set_proxy_delay(0)
 
-    async def delay(self, ms: int) -> None:
-        """Delay every packet over the veth by `ms` each way (tc netem on both ends);
-        `NetnsError` where the kernel has no netem (`netem_unavailable`)."""
-        await self._in("tc", "qdisc", "replace", "dev", self.inner_veth, "root", "netem",
+    async def delay(self, ms: int, *, proxy: bool | None = None) -> None:
+        """Delay the traffic over the veth by `ms` each way, so a round trip takes 2 x
+        `ms` more; call again to change it, `heal()` to remove it.
+
+        With tc netem on both ends where the kernel has it (`netem_unavailable()`),
+        every packet. Else (or `proxy=True`) the namespace's TCP over the veth, both
+        the connections it opens and those it accepts, goes through
+        `tamto_testing.delay_proxy`, which forwards each chunk `ms` after it came (not
+        UDP or ICMP; the handshake is not delayed). A connection only goes through the
+        proxy from its start, so the first such delay resets the namespace's open TCP
+        connections over the veth (`ss -K`): their ends see a reset and reconnect,
+        through the proxy. It stays in the path until the block ends (`heal`)."""
+        if ms < 0:
+            raise ValueError(f"a delay is 0 ms or more, not {ms}")
+        if proxy is None:
+            proxy = netem_unavailable() is not None
+        if not proxy:
+            await self._in("tc", "qdisc", "replace", "dev", self.inner_veth, "root", "netem",
+                           "delay", f"{ms}ms")  # fmt: skip
+            await _run("tc", "qdisc", "replace", "dev", self.root_veth, "root", "netem",
                        "delay", f"{ms}ms")  # fmt: skip
-        await _run("tc", "qdisc", "replace", "dev", self.root_veth, "root", "netem",
-                   "delay", f"{ms}ms")  # fmt: skip
+            return
+        if self._proxy is None:
+            await self._start_proxy()
+        await self._set_proxy_delay(ms)
+        if self._redirecting:
+            return  # the proxy has been in the path since the first delay
+        redirect = ["-j", "REDIRECT", "--to-ports", str(self._proxy_port)]
+        not_proxy = ["-m", "mark", "!", "--mark", hex(MARK)]
+        to_root = ["-p", "tcp", "-d", self.root_address]
+        await self._in("iptables", "-t", "nat", "-A", "OUTPUT", *to_root, *not_proxy, *redirect)
+        from_root = ["-i", self.inner_veth, "-p", "tcp"]
+        await self._in("iptables", "-t", "nat", "-A", "PREROUTING", *from_root, *redirect)
+        self._redirecting = True
+        # Connections opened before the rules bypass the proxy: reset them (not the proxy's own).
+        await self._in("ss", "-t", "-n", "-K", "dst", self.root_address,
+                       "and", "fwmark", "!=", hex(MARK))  # fmt: skip
+
+    async def _start_proxy(self) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *self.argv_prefix, sys.executable, "-m", "tamto_testing.delay_proxy",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        self._proxy = proc
+        self._proxy_port = int(await self._proxy_line())
+
+    async def _set_proxy_delay(self, ms: int) -> None:
+        """Tell the proxy the new delay and wait until it applies it."""
+        assert self._proxy is not None
+        assert self._proxy.stdin is not None
+        self._proxy.stdin.write(f"{ms}\n".encode())
+        await self._proxy.stdin.drain()
+        if await self._proxy_line() != f"delay {ms}":
+            raise NetnsError(f"the delay proxy did not take {ms} ms")
+
+    async def _proxy_line(self) -> str:
+        assert self._proxy is not None
+        assert self._proxy.stdout is not None
+        try:
+            line = await asyncio.wait_for(self._proxy.stdout.readline(), PROXY_TIMEOUT_S)
+        except TimeoutError:
+            raise NetnsError(f"the delay proxy did not answer in {PROXY_TIMEOUT_S:.0f}s") from None
+        if not line:
+            raise NetnsError(f"the delay proxy exited ({await self._proxy.wait()})")
+        return line.decode().strip()
+
+    async def _stop_proxy(self) -> None:
+        proc, self._proxy = self._proxy, None
+        if proc is None:
+            return
+        if proc.returncode is None:
+            assert proc.stdin is not None
+            proc.stdin.close()  # end of stdin: the proxy stops
+            try:
+                await asyncio.wait_for(proc.wait(), PROXY_TIMEOUT_S)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
 
     async def _in(self, *argv: str, check: bool = True) -> None:
         await _run("ip", "netns", "exec", self.name, *argv, check=check)
@@ -179,6 +274,7 @@ class Netns:
         if not self._created:
             return
         self._created = False
+        await self._stop_proxy()  # its process would keep the namespace alive
         # Deleting the namespace deletes the veth end in it, and with it the pair; the
         # root end is deleted by name too in case the move into the namespace failed.
         await _run("ip", "netns", "del", self.name, check=False)
