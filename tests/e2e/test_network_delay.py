@@ -1,0 +1,167 @@
+"""Issue 21's delayed links: a router whose every link is slow keeps the cluster safe
+and publishing goes on, slower.
+
+The cluster of `test_network_partition.py` (three nodes, R = 3, Q = 2, `router-3` in a
+network namespace of the test's own), with a publisher with message ids on every
+partition. `Netns.delay()` delays all of router-3's TCP over its veth, each way: to
+etcd, NATS, the other routers and the storage nodes, and the gateways' connections to
+it (this machine has no tc netem: the delay proxy of `tamto_testing.delay_proxy`,
+which resets router-3's open connections once so they reconnect through it). CI
+delays by 300 ms (a round trip 0.6 s longer, well below the 3 s lease TTL);
+TAMTO_LONG_TESTS=1 then also by 4 s (an 8 s round trip: router-3 cannot keep its
+lease, so its partitions must move), with more messages.
+
+Checked, for each delay: every partition acknowledges messages while delayed and
+again after the heal (publish latency on router-3's partitions and the others is
+printed); then, as after a cut: each partition's ledgers form one chain, no offset was
+acknowledged for two payloads, no offset holds two payloads on any storage node, each
+acknowledged payload is at its offset on Q nodes or more, and a fresh subscription
+reads every acknowledged message back.
+
+Needs root and `ip`/`iptables`/`ss`; skipped, saying why, elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+import tamto_sdk
+from tamto_common.config import parse_endpoints
+from tamto_common.ledgers import read_ledgers
+from tamto_common.membership import connect_etcd
+from tamto_sdk import StreamConfig
+from tamto_testing.cluster import TestCluster
+from tamto_testing.infra import running_infra
+from tamto_testing.netns import Netns, unavailable
+from tamto_testing.waiting import eventually, long_tests_enabled
+
+from .test_network_partition import (
+    ISOLATED,
+    PARTITIONS,
+    assert_no_offset_acked_twice,
+    assert_one_chain,
+    assert_replicas_agree,
+    owners,
+    read_back,
+    stream_on,
+)
+from .test_replicated_failover import Traffic, keys_by_partition
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(unavailable() is not None, reason=unavailable() or ""),
+]
+
+#: Each way, in order: below the 3 s lease TTL (CI), then above it (long runs).
+DELAYS_MS = [300, 4000] if long_tests_enabled() else [300]
+#: Messages each partition gets before the first delay, during each and after each heal.
+PER_PHASE = 20 if long_tests_enabled() else 5
+
+
+async def flowing(traffic: Traffic, at_least: int, delay_s: float, what: str) -> None:
+    """Wait until every partition acknowledged `at_least` messages more; each takes a
+    few round trips of the delayed links, so the deadline grows with the delay."""
+    target = {p: traffic.count(p) + at_least for p in traffic.keys}
+    deadline = 90.0 + at_least * 6 * delay_s
+    await eventually(lambda: all(traffic.count(p) >= n for p, n in target.items()), deadline, what)
+
+
+def latency(traffic: Traffic, partitions: list[int], since: float, until: float) -> str:
+    """Median and largest publish latency (sent to acknowledged) of the messages sent on
+    `partitions` between `since` and `until`."""
+    seconds = [
+        acked_at - sent_at
+        for p in partitions
+        for _, _, sent_at, acked_at in traffic.acked.get(p, [])
+        if since <= sent_at < until
+    ]
+    if not seconds:
+        return "none acknowledged"
+    return f"median {statistics.median(seconds):.2f}s, max {max(seconds):.2f}s ({len(seconds)})"
+
+
+@pytest.mark.timeout(900)  # about 3 minutes on a busy machine; more with TAMTO_LONG_TESTS=1
+async def test_a_router_with_delayed_links_loses_nothing(tmp_path: Path) -> None:
+    async with Netns() as ns:
+        with running_infra(tmp_path / "infra", host=ns.root_address) as infra:
+            cluster = TestCluster(tmp_path / "cluster", infra, nodes=3, host=ns.root_address)
+            cluster.run_in(ISOLATED, ns.address, ns.argv_prefix)
+            with cluster.running():
+                report = await delay_heal_and_check(cluster, ns, infra.etcd_endpoint)
+    print(f"\ndelayed links of {ISOLATED}, R=3 Q=2:\n{report}")
+
+
+async def delay_heal_and_check(cluster: TestCluster, ns: Netns, etcd_endpoint: str) -> str:
+    etcd = await connect_etcd(parse_endpoints(etcd_endpoint))
+    isolated_id = cluster.instance_id(ISOLATED)
+    stream, mine = stream_on(isolated_id, [cluster.instance_id(n) for n in cluster.routers()])
+    others = [p for p in range(PARTITIONS) if p not in mine]
+    lines: list[str] = []
+    try:
+        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+            await client.streams.ensure(
+                stream,
+                partitions=PARTITIONS,
+                config=StreamConfig(replication_factor=3, ack_quorum=2),
+            )
+            traffic = Traffic(stream, await keys_by_partition(client, stream, PARTITIONS))
+            workers = [
+                asyncio.create_task(traffic.run(client, p), name=f"traffic-{p}")
+                for p in range(PARTITIONS)
+            ]
+            try:
+
+                async def placed() -> bool:
+                    now = await owners(etcd, stream)
+                    return all(now.get(p) == isolated_id for p in mine)
+
+                await eventually(placed, 60.0, f"{ISOLATED} owns its ring share {mine}")
+                started = time.monotonic()
+                await flowing(traffic, PER_PHASE, 0.0, "traffic on every partition")
+                lines.append(
+                    f"undelayed: {ISOLATED}'s partitions {mine}: "
+                    f"{latency(traffic, mine, started, time.monotonic())}; others: "
+                    f"{latency(traffic, others, started, time.monotonic())}"
+                )
+                for ms in DELAYS_MS:
+                    await ns.delay(ms)
+                    delayed_at = time.monotonic()
+                    what = f"traffic on every partition with {ms} ms delays"
+                    await flowing(traffic, PER_PHASE, ms / 1000, what)
+                    healed_at = time.monotonic()
+                    now = await owners(etcd, stream)
+                    moved = [p for p in mine if now.get(p) != isolated_id]
+                    await ns.heal()
+                    await flowing(traffic, PER_PHASE, 0.0, f"traffic after healing {ms} ms")
+                    lines.append(
+                        f"{ms} ms each way for {healed_at - delayed_at:.1f}s: {ISOLATED}'s "
+                        f"partitions {mine}: {latency(traffic, mine, delayed_at, healed_at)}; "
+                        f"others: {latency(traffic, others, delayed_at, healed_at)}; "
+                        f"of router-3's, owned by another router at the heal: {moved or 'none'}"
+                    )
+            finally:
+                traffic.stop.set()
+                await asyncio.gather(*workers)
+
+        for p in range(PARTITIONS):
+            assert_one_chain((await read_ledgers(etcd, stream, p)).ledgers, p)
+    finally:
+        await etcd.close()
+    assert_no_offset_acked_twice(traffic)
+    await assert_replicas_agree(cluster, stream, traffic)
+    acked = set(traffic.payloads())
+    read_s, lost = await read_back(cluster, stream, acked)
+    assert not lost, (
+        f"{len(lost)} acknowledged messages not read back by a fresh subscription in "
+        f"{read_s:.0f}s, e.g. {sorted(lost)[:5]}"
+    )
+    lines.append(
+        f"{len(acked)} acked, {len(traffic.failed)} publishes failed; a fresh subscription "
+        f"read everything back in {read_s:.1f}s"
+    )
+    return "\n".join(lines)
