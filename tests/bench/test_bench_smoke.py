@@ -48,7 +48,12 @@ def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path
         for metric in EVERYDAY:
             assert size[system][metric] > 0, (system, metric)
         assert size[system]["seq_errors"] == 0, system
-    assert isinstance(size["core_nats"]["pubsub_msgs_s"], int | float)
+    # issue 22: Tamto's latency phase splits off its publish side (the breakdown rows)
+    tamto_latency = size["tamto"]["latency_500"]
+    assert tamto_latency["publish_ack_p50_ms"] > 0
+    assert set(tamto_latency["hops_ms"]) >= {"gateway_publish", "router_append", "storage_append"}
+    assert tamto_latency["messages_per_storage_append"] > 0
+    assert "publish_ack_p50_ms" not in size["jetstream"]["latency_500"]
     assert isinstance(size["ceiling"]["msgs_s"], int | float)
     assert isinstance(size["tamto"]["publish_batch_msgs_s"], int | float)
     assert isinstance(doc["settle_s"], int | float)
@@ -68,3 +73,4 @@ def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path
     assert "| metric |" in md.read_text()
     assert "| send_and_wait p50 ms | 100 |" in md.read_text()
     assert "| per-message consume+ack msg/s | 100 |" in md.read_text()
+    assert "of it publish→ack p50 ms @ 500/s" in md.read_text()

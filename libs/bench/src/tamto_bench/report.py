@@ -522,6 +522,25 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
                         "",
                     ]
                 )
+            out += _publish_side_rows(doc["sizes"][size].get("tamto", {}).get(key, {}), size, rate)
+    return out
+
+
+def _publish_side_rows(summary: dict[str, Any], size: str, rate: str) -> list[list[str]]:
+    """Where Tamto's publish→deliver time goes on the publish side (`runner.publish_side`):
+    the publish→durable-ack p50 and each hop's mean server time, when measured."""
+    at = f"@ {int(float(rate)):,}/s"
+    out: list[list[str]] = []
+    if "publish_ack_p50_ms" in summary:
+        ack = _fmt(_num(summary["publish_ack_p50_ms"]))
+        out.append([f"  of it publish→ack p50 ms {at}", size, ack, "", "", "", ""])
+    hops = summary.get("hops_ms") or {}
+    if hops:
+        names = " / ".join(name.replace("_", " ") for name in hops)
+        means = " / ".join(_fmt(_num(v)) for v in hops.values())
+        per_append = _fmt(_num(summary.get("messages_per_storage_append")))
+        label = f"  server ms: {names} {at} ({per_append} msgs per storage append)"
+        out.append([label, size, means, "", "", "", ""])
     return out
 
 

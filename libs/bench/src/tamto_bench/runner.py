@@ -61,6 +61,15 @@ CLUSTER_REPLICAS = 3
 CLUSTER_QUORUM = 2
 #: The router's append call, timed by its RPC histogram (the replication round trip).
 ROUTER_APPEND = "/tamto.v1.Router/Append"
+#: The calls on a durable publish's way to disk, each timed by its service's RPC
+#: histogram; the latency phase reports their mean server times (`hops_ms`). A direct
+#: publish (`TAMTO_DIRECT=1`) is the router's Publish, and no gateway call.
+LATENCY_HOPS = (
+    ("gateway", "gateway_publish", "/tamto.v1.Gateway/Publish"),
+    ("router", "router_append", ROUTER_APPEND),
+    ("router", "router_publish", "/tamto.v1.Router/Publish"),
+    ("storage", "storage_append", "/tamto.v1.Storage/Append"),
+)
 #: Ephemeral fan-out: this many consumers, over two subscriber workers.
 FAN_OUT = 100
 #: Requests in flight per requester worker (both systems).
@@ -135,6 +144,44 @@ def latency_summary(results: list[JobResult], rate: float) -> dict[str, Any]:
     return summary
 
 
+HopTotals = dict[str, tuple[float, int]]
+
+
+async def hop_totals(pages: dict[str, list[str]]) -> HopTotals:
+    """Seconds in, and number of, each `LATENCY_HOPS` call so far (none without pages)."""
+    if not pages:
+        return {}
+    return {
+        name: await rpc_totals(pages.get(service, []), method)
+        for service, name, method in LATENCY_HOPS
+    }
+
+
+def publish_side(
+    publishers: list[JobResult], before: HopTotals, after: HopTotals
+) -> dict[str, Any]:
+    """Where a latency phase's publish→deliver time goes on the publish side: the
+    publishers' publish→durable-ack p50/p99 (Tamto's workers time them), each hop's mean
+    server time over the phase (`LATENCY_HOPS`, the calls made) and the messages per
+    storage Append call (batching: a message waits for the batch in flight before it)."""
+    out: dict[str, Any] = {}
+    samples = sorted(ns for r in publishers for ns in r.latencies_ns)
+    if samples:
+        out["publish_ack_p50_ms"] = percentile(samples, 50) / 1e6
+        out["publish_ack_p99_ms"] = percentile(samples, 99) / 1e6
+    hops: dict[str, float] = {}
+    for name, (seconds, calls) in after.items():
+        made = calls - before.get(name, (0.0, 0))[1]
+        if made > 0:
+            hops[name] = (seconds - before.get(name, (0.0, 0))[0]) / made * 1e3
+    if hops:
+        out["hops_ms"] = hops
+    appends = after.get("storage_append", (0.0, 0))[1] - before.get("storage_append", (0.0, 0))[1]
+    if appends > 0:
+        out["messages_per_storage_append"] = sum(r.total for r in publishers) / appends
+    return out
+
+
 def result_key(system: str) -> str:
     """Where a system's results go in the JSON ("core" → "core_nats", "tamto-r3" →
     "tamto_r3")."""
@@ -173,6 +220,8 @@ class Runner:
     _turns: dict[str, Iterator[str]] = field(default_factory=dict)
     #: Each Tamto's routers' metrics pages, by system ("tamto", "tamto-r3").
     router_metrics: dict[str, list[str]] = field(default_factory=dict)
+    #: Each Tamto's metrics pages by service ("gateway", "router", "storage"), by system.
+    service_metrics: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     _run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:6])
 
     def phases(self) -> list[Phase]:
@@ -537,14 +586,18 @@ class Runner:
             self._spec(system, "pub", stream, size, rate=rate / o.producers)
             for _ in range(o.producers)
         ]
+        pages = self.service_metrics.get(system, {})
         try:
+            before = await hop_totals(pages)
             results = await self._run(f"{system} latency", subs + pubs, o.duration_s + o.idle_s)
+            after = await hop_totals(pages)
         finally:
             await self._delete(system, stream)
         summary = latency_summary(results[: len(subs)], rate)
         sent = sum(r.total for r in results[len(subs) :])
         summary["delivered"] = sum(r.total for r in results[: len(subs)])
         summary["sent"] = sent
+        summary.update(publish_side(results[len(subs) :], before, after))
         # Fewer deliveries than sends by the end: the system could not keep up with
         # the rate, so the percentiles measure a growing queue, not latency.
         summary["saturated"] = summary["delivered"] < 0.95 * sent
@@ -765,6 +818,7 @@ async def run_bench(
         notes: list[str] = []
         storage_urls: list[str] = []
         routers: dict[str, list[str]] = {}
+        pages: dict[str, dict[str, list[str]]] = {}
 
         async def tamto_under_test(system: str, nodes: int) -> TamtoTarget:
             if local:
@@ -778,6 +832,10 @@ async def run_bench(
                 sampler.watch(system, await service_pids(found.etcd))
                 storage_urls.extend(await metrics_urls(found.etcd, "storage"))
                 routers[system] = await metrics_urls(found.etcd, "router")
+                pages[system] = {
+                    service: await metrics_urls(found.etcd, service)
+                    for service in {service for service, _, _ in LATENCY_HOPS}
+                }
             except Exception as exc:  # memory is reported only when etcd says where
                 notes.append(f"{system}: service memory not sampled: {exc}")
             return found
@@ -803,6 +861,7 @@ async def run_bench(
         await pool.started()
         runner = Runner(o, pool, workdir, tamto, nats_url, tamto_r3, nats_r3_url)
         runner.router_metrics = routers
+        runner.service_metrics = pages
         plan = runner.phases()
         await runner.open_admin()
         stack.push_async_callback(runner.close_admin)

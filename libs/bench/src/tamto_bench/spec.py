@@ -98,3 +98,22 @@ class JobResult:
                 self.in_window += count
 
         return done
+
+    def timed_acks(
+        self, start: float, end: float, warm_ns: int
+    ) -> Callable[[int], Callable[[asyncio.Future[Any]], None]]:
+        """`ack_counter` for single messages that also times them: called with a
+        message's send time (wall-clock ns), it gives that publish's done-callback,
+        which adds the send→ack time to `latencies_ns` when the message was sent at or
+        after `warm_ns` and its publish succeeded."""
+        done = self.ack_counter(start, end)
+
+        def for_message(sent_ns: int) -> Callable[[asyncio.Future[Any]], None]:
+            def timed(future: asyncio.Future[Any]) -> None:
+                done(future)
+                if sent_ns >= warm_ns and not future.cancelled() and future.exception() is None:
+                    self.latencies_ns.append(time.time_ns() - sent_ns)
+
+            return timed
+
+        return for_message

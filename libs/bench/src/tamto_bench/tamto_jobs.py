@@ -21,7 +21,14 @@ import tamto_sdk
 from tamto_bench.gate import Gate
 from tamto_bench.receiving import consume_loop, request_loops
 from tamto_bench.spec import JobResult, JobSpec
-from tamto_bench.timing import batch_stamps, in_window, paced, wait_for_start
+from tamto_bench.timing import (
+    batch_stamps,
+    in_window,
+    paced,
+    stamp_of,
+    wait_for_start,
+    warmup_end_ns,
+)
 from tamto_sdk import Start, SubscriptionType
 
 #: Sends between two yields to the event loop (`send` only enqueues and rarely yields).
@@ -45,7 +52,8 @@ async def publish(spec: JobSpec, gate: Gate) -> JobResult:
             max_pending_messages=spec.window,
         )
         await producer.start()
-        start = await wait_for_start(await gate.ready())
+        start_wall = await gate.ready()
+        start = await wait_for_start(start_wall)
         end = start + spec.duration_s
         result.started = time.time()
 
@@ -58,9 +66,12 @@ async def publish(spec: JobSpec, gate: Gate) -> JobResult:
             while time.monotonic() < end:
                 (await producer.send_batch(payloads)).add_done_callback(batch_done)
         elif spec.rate > 0:
+            # Paced (the latency phase): each message's publish→durable-ack time too,
+            # which splits the consumers' publish→deliver into its publish side.
+            timed = result.timed_acks(start, end, warmup_end_ns(start_wall, spec.duration_s))
 
             async def send(payload: bytes) -> None:
-                (await producer.send(payload)).add_done_callback(done)
+                (await producer.send(payload)).add_done_callback(timed(stamp_of(payload)))
 
             await paced(spec.rate, start, end, send, spec.size)
         else:
