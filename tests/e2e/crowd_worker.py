@@ -12,7 +12,10 @@ streams; prints `open` once every consumer has sent its subscribe (on its first
 stream or on one opened again), `received N` now and then, `retry: ...` when a
 stream was reset and is opened again, and `error: ...` if a stream ends
 otherwise. On a line `leave` on stdin, whenever it comes (before `open` too),
-it cancels every stream, prints `left` and exits.
+it cancels every stream, prints `left` and exits. Every 5 s it prints `phases
+...`: how many consumers are at each step (`subscribing`: writing the subscribe,
+`reading`: waiting for deliveries, `retrying`: between a reset and the next
+stream), so that a consumer that never attaches shows where it waits.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+from collections import Counter
 from collections.abc import Callable
 
 import grpc
@@ -31,6 +35,22 @@ from tamto_protocol.v1 import gateway_pb2_grpc, messages_pb2
 #: or INTERNAL for a write racing the reset).
 RETRIED = {grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.INTERNAL}
 
+#: How many consumers are at each step (module docstring).
+phases: Counter[str] = Counter()
+
+
+class Phase:
+    """One consumer's current step, counted in `phases`."""
+
+    def __init__(self) -> None:
+        self.now = "starting"
+        phases[self.now] += 1
+
+    def to(self, step: str) -> None:
+        phases[self.now] -= 1
+        phases[step] += 1
+        self.now = step
+
 
 async def consumer(
     stub: gateway_pb2_grpc.GatewayStub,
@@ -40,6 +60,7 @@ async def consumer(
     received: list[int],
 ) -> None:
     said = False
+    phase = Phase()
 
     def on_open() -> None:
         # Once per consumer, on whichever stream got its subscribe out: a reset
@@ -50,10 +71,12 @@ async def consumer(
             opened.put_nowait(None)
 
     while True:
-        code, details = await consume(stub, token, stream, on_open, received)
+        code, details = await consume(stub, token, stream, on_open, received, phase)
         if code not in RETRIED:
+            phase.to("ended")
             print(f"error: the stream ended: {code} {details}", flush=True)
             return
+        phase.to("retrying")
         print(f"retry: {code} {details}", flush=True)
         await asyncio.sleep(0.1)
 
@@ -64,6 +87,7 @@ async def consume(
     stream: str,
     on_open: Callable[[], None],
     received: list[int],
+    phase: Phase,
 ) -> tuple[grpc.StatusCode, str]:
     """One consume stream until it ends: its status."""
     call = stub.Consume(metadata=[("authorization", f"Bearer {token}")])
@@ -71,12 +95,17 @@ async def consume(
         stream=stream, subscription="crowd", type=messages_pb2.SUBSCRIPTION_TYPE_SHARED
     )
     try:
+        phase.to("subscribing")
         await call.write(messages_pb2.ConsumeRequest(subscribe=subscribe))
+        phase.to("crediting")
         await call.write(messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=10)))
         on_open()
+        phase.to("reading")
         async for response in call:
-            if response.WhichOneof("response") != "delivery":
-                break
+            if response.WhichOneof("response") == "error":
+                # The gateway's status, sent in-band before it ends the stream
+                # (messages.proto StreamError): cancelling would hide it as CANCELLED.
+                return _status(response.error.code), response.error.message
             d = response.delivery
             last = d.batch.base_offset + d.batch.count - 1
             acks = messages_pb2.PartitionAcks(
@@ -95,6 +124,10 @@ async def consume(
     return await call.code(), await call.details()
 
 
+def _status(code: int) -> grpc.StatusCode:
+    return next((s for s in grpc.StatusCode if s.value[0] == code), grpc.StatusCode.UNKNOWN)
+
+
 async def main(address: str, token: str, stream: str, count: int, per_connection: int) -> None:
     own = [("grpc.use_local_subchannel_pool", 1)]
     channels = [
@@ -107,6 +140,14 @@ async def main(address: str, token: str, stream: str, count: int, per_connection
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
     leave = asyncio.create_task(reader.readline())
+
+    async def report_phases() -> None:
+        while True:
+            await asyncio.sleep(5.0)
+            steps = " ".join(f"{k}={v}" for k, v in sorted(phases.items()) if v)
+            print(f"phases {steps}", flush=True)
+
+    reporting = asyncio.create_task(report_phases())
     tasks = []
     for i in range(count):
         stub = stubs[i // per_connection]
@@ -125,6 +166,7 @@ async def main(address: str, token: str, stream: str, count: int, per_connection
     while not leave.done():
         await asyncio.wait({leave}, timeout=1.0)
         print(f"received {received[0]}", flush=True)
+    reporting.cancel()
     for task in tasks:
         task.cancel()
     for task in tasks:

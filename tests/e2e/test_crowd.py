@@ -122,6 +122,7 @@ class Crowd:
     received: dict[int, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     retries: list[str] = field(default_factory=list)
+    phases: dict[int, str] = field(default_factory=dict)  # each worker's last `phases` line
     watchers: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def start(self, cluster: TestCluster, token: str, stream: str, count: int) -> None:
@@ -155,6 +156,8 @@ class Crowd:
                 self.errors.append(line)
             elif line.startswith("retry: "):
                 self.retries.append(line)
+            elif line.startswith("phases "):
+                self.phases[w] = line.removeprefix("phases ")
 
     async def leave(self) -> None:
         for proc in self.procs:
@@ -247,7 +250,8 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
                     f"held at most {gauge(router, 'tamto_event_loop_lag_max_seconds'):.3f} s, "
                     f"longest GC {gauge(router, 'tamto_gc_pause_max_seconds'):.3f} s, "
                     f"{len(crowd.retries)} streams reopened {sorted(set(crowd.retries))[:3]}, "
-                    f"slowest publish {publisher.slowest_since(0):.3f} s"
+                    f"slowest publish {publisher.slowest_since(0):.3f} s; consumers per step "
+                    f"in each worker: {crowd.phases}"
                 ) from None
             attached_s = time.monotonic() - attach_began
             router_crowded = await metrics_of(cluster, "router")
