@@ -160,23 +160,9 @@ async def cut_heal_and_check(
     isolated_id = cluster.instance_id(ISOLATED)
     stream, mine = stream_on(isolated_id, [cluster.instance_id(n) for n in cluster.routers()])
     async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-        await client.streams.ensure(
-            stream,
-            partitions=PARTITIONS,
-            config=StreamConfig(replication_factor=3, ack_quorum=2),
-        )
-        traffic = Traffic(stream, await keys_by_partition(client, stream, PARTITIONS))
-        workers = [
-            asyncio.create_task(traffic.run(client, p), name=f"traffic-{p}")
-            for p in range(PARTITIONS)
-        ]
+        traffic, workers = await start_traffic(client, stream)
         try:
-
-            async def placed() -> bool:
-                now = await owners(etcd, stream)
-                return all(now.get(p) == isolated_id for p in mine)
-
-            await eventually(placed, 60.0, f"{ISOLATED} owns its ring share {mine}")
+            await wait_placed(etcd, stream, mine, isolated_id)
             await flowing(traffic, BETWEEN_FAULTS, "traffic on every partition")
             old_ledgers: dict[int, Ledger] = {}
             for p in mine:
@@ -251,16 +237,8 @@ async def cut_heal_and_check(
             traffic.stop.set()
             await asyncio.gather(*workers)
 
-    for p in range(PARTITIONS):
-        assert_one_chain((await read_ledgers(etcd, stream, p)).ledgers, p)
-    assert_no_offset_acked_twice(traffic)
-    await assert_replicas_agree(cluster, stream, traffic)
+    read_s = await assert_nothing_lost(cluster, etcd, stream, traffic)
     acked = set(traffic.payloads())
-    read_s, lost = await read_back(cluster, stream, acked)
-    assert not lost, (
-        f"{len(lost)} acknowledged messages not read back by a fresh subscription in "
-        f"{read_s:.0f}s (each is on 2 replicas or more, checked above), e.g. {sorted(lost)[:5]}"
-    )
     claim_s = ", ".join(f"p{p} +{claimed_after[p] - cut_at:.2f}s" for p in mine)
     stop_s = ", ".join(f"p{p} +{stopped[p]:.2f}s" for p in mine)
     return (
@@ -270,6 +248,53 @@ async def cut_heal_and_check(
         f"+{recovered_at - cut_at:.2f}s after the cut; registered again {rejoined_s:.2f}s "
         f"after the heal; a fresh subscription read everything back in {read_s:.1f}s"
     )
+
+
+async def start_traffic(
+    client: tamto_sdk.Client, stream: str
+) -> tuple[Traffic, list[asyncio.Task[None]]]:
+    """Create `stream` (PARTITIONS, R = 3, Q = 2) and start a publisher with message
+    ids on each partition; stop them with `traffic.stop` and gather the tasks."""
+    await client.streams.ensure(
+        stream,
+        partitions=PARTITIONS,
+        config=StreamConfig(replication_factor=3, ack_quorum=2),
+    )
+    traffic = Traffic(stream, await keys_by_partition(client, stream, PARTITIONS))
+    workers = [
+        asyncio.create_task(traffic.run(client, p), name=f"traffic-{p}") for p in range(PARTITIONS)
+    ]
+    return traffic, workers
+
+
+async def wait_placed(etcd: aetcd.Client, stream: str, partitions: list[int], owner: str) -> None:
+    """Wait until `owner` (an instance id) owns each of `partitions` (a partition is
+    claimed on its first publish)."""
+
+    async def placed() -> bool:
+        now = await owners(etcd, stream)
+        return all(now.get(p) == owner for p in partitions)
+
+    await eventually(placed, 60.0, f"{owner} owns its ring share {partitions}")
+
+
+async def assert_nothing_lost(
+    cluster: TestCluster, etcd: aetcd.Client, stream: str, traffic: Traffic
+) -> float:
+    """The checkers, once the traffic stopped: each partition's ledgers form one chain,
+    no offset was acknowledged for two payloads or is stored with two, each
+    acknowledged payload is on Q nodes or more, and a fresh subscription reads every
+    acknowledged message back; the seconds that read-back took."""
+    for p in range(PARTITIONS):
+        assert_one_chain((await read_ledgers(etcd, stream, p)).ledgers, p)
+    assert_no_offset_acked_twice(traffic)
+    await assert_replicas_agree(cluster, stream, traffic)
+    read_s, lost = await read_back(cluster, stream, set(traffic.payloads()))
+    assert not lost, (
+        f"{len(lost)} acknowledged messages not read back by a fresh subscription in "
+        f"{read_s:.0f}s (each is on 2 replicas or more, checked above), e.g. {sorted(lost)[:5]}"
+    )
+    return read_s
 
 
 async def watch_claims(
