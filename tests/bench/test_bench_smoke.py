@@ -73,4 +73,4 @@ def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path
     assert "| metric |" in md.read_text()
     assert "| send_and_wait p50 ms | 100 |" in md.read_text()
     assert "| per-message consume+ack msg/s | 100 |" in md.read_text()
-    assert "of it publish→ack p50 ms @ 500/s" in md.read_text()
+    assert "publish→ack p50 ms @ 500/s" in md.read_text()

@@ -528,20 +528,31 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
 
 def _publish_side_rows(summary: dict[str, Any], size: str, rate: str) -> list[list[str]]:
     """Where Tamto's publish→deliver time goes on the publish side (`runner.publish_side`):
-    the publish→durable-ack p50 and each hop's mean server time, when measured."""
+    the publish→durable-ack p50, each hop's mean server time and the messages per storage
+    append, when measured."""
     at = f"@ {int(float(rate)):,}/s"
     out: list[list[str]] = []
     if "publish_ack_p50_ms" in summary:
         ack = _fmt(_num(summary["publish_ack_p50_ms"]))
-        out.append([f"  of it publish→ack p50 ms {at}", size, ack, "", "", "", ""])
+        out.append([f"  publish→ack p50 ms {at}", size, ack, "", "", "", ""])
     hops = summary.get("hops_ms") or {}
     if hops:
-        names = " / ".join(name.replace("_", " ") for name in hops)
+        names = "/".join(_HOP_NAMES.get(name, name) for name in hops)
         means = " / ".join(_fmt(_num(v)) for v in hops.values())
-        per_append = _fmt(_num(summary.get("messages_per_storage_append")))
-        label = f"  server ms: {names} {at} ({per_append} msgs per storage append)"
-        out.append([label, size, means, "", "", "", ""])
+        out.append([f"  server ms {names} {at}", size, means, "", "", "", ""])
+    if "messages_per_storage_append" in summary:
+        per_append = _fmt(_num(summary["messages_per_storage_append"]))
+        out.append([f"  msgs per storage append {at}", size, per_append, "", "", "", ""])
     return out
+
+
+#: The short names of `runner.LATENCY_HOPS` in the breakdown row.
+_HOP_NAMES = {
+    "gateway_publish": "gateway",
+    "router_append": "router",
+    "router_publish": "router (direct)",
+    "storage_append": "storage",
+}
 
 
 def _everyday_rows(doc: dict[str, Any], size: str) -> list[list[str]]:
