@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 import pytest
 
 from tamto_common.config import parse_endpoints
 from tamto_common.membership import KeptLease, connect_etcd
+from tamto_testing.waiting import eventually
 
 TTL_S = 2
 HOLD_S = 2.5 * TTL_S
@@ -41,3 +43,37 @@ async def test_a_held_loop_loses_the_lease_only_when_kept_in_the_loop(
     finally:
         await etcd.delete(key)
         await etcd.close()
+
+
+async def test_a_lease_whose_validity_lapsed_is_left_to_expire_and_replaced(
+    etcd_endpoint: str,
+) -> None:
+    """Over a slow link keep-alives can reach etcd (renewing the lease there) while their
+    answers come too late to keep it `valid()` here, and the owner gives up what it
+    protects: the old lease must then expire in etcd, so that others can take over, and
+    a new one is granted (`on_new_lease`)."""
+    endpoints = parse_endpoints(etcd_endpoint)
+    etcd = await connect_etcd(endpoints)
+    new_leases: list[int] = []
+
+    async def on_new_lease(lease: Any) -> None:
+        new_leases.append(lease.id)
+
+    try:
+        async with KeptLease(etcd, TTL_S, on_new_lease, endpoints=endpoints) as kept:
+            old = kept.lease
+            key = f"/tamto/test/lapsed-lease/{uuid.uuid4().hex}".encode()
+            await etcd.put(key, b"held", lease=old)
+            kept._valid_until = time.monotonic()  # as if no answer came back in time
+            await eventually(lambda: kept.lease.id != old.id, 10, "a new lease")
+            assert new_leases == [old.id, kept.lease.id]  # the first grant's, then the new
+            await eventually(
+                lambda: _gone(etcd, key), TTL_S + 5, "the lapsed lease to expire in etcd"
+            )
+            assert kept.valid()
+    finally:
+        await etcd.close()
+
+
+async def _gone(etcd: Any, key: bytes) -> bool:
+    return await etcd.get(key) is None

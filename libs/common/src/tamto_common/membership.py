@@ -198,21 +198,34 @@ class KeptLease:
     def _keep_alive_on_thread(self, main_loop: asyncio.AbstractEventLoop) -> None:
         """The keep-alive loop on its own thread, with blocking gRPC: gRPC's asyncio
         calls complete through the service's event loop, which is what may be held.
-        A lost lease is granted again on `main_loop`."""
+        A lost lease is granted again on `main_loop`.
+
+        Each failed attempt waits longer for its answer (`_answer_wait`): over a slow
+        link a new connection and its first answer take longer than a third of the
+        TTL, and a keep-alive that reached etcd but was given up renews the lease
+        there without making it `valid()` here. For the same reason a lease whose
+        validity lapsed is not renewed any more: its owner gave up what it protects,
+        so etcd must let it expire (others then take over) rather than keep it alive
+        from requests whose answers come too late; a new lease is granted instead."""
         assert self._endpoints is not None
         endpoints = itertools.cycle(self._endpoints)
         channel: grpc.Channel | None = None
-        failing = False
+        failing, failures = False, 0
         try:
             while not self._thread_stop.wait(RETRY_KEEP_ALIVE_S if failing else self._ttl / 3):
                 try:
+                    if not self.valid():
+                        log.warning("lease validity lapsed: letting it expire, granting a new one")
+                        asyncio.run_coroutine_threadsafe(self._grant(), main_loop).result()
                     if channel is None:
                         host, port = next(endpoints)
                         channel = grpc.insecure_channel(f"{host}:{port}", RECONNECT_OPTIONS)
                     stub = rpc_pb2_grpc.LeaseStub(channel)
                     sent = time.monotonic()
                     request = rpc_pb2.LeaseKeepAliveRequest(ID=self.lease.id)
-                    answers = stub.LeaseKeepAlive(iter([request]), timeout=max(1.0, self._ttl / 3))
+                    answers = stub.LeaseKeepAlive(
+                        iter([request]), timeout=self._answer_wait(failures)
+                    )
                     ttl = next(answers).TTL
                     if ttl <= 0:
                         log.warning("lease lost, granting a new one")
@@ -221,17 +234,23 @@ class KeptLease:
                         self._valid_until = sent + ttl
                     if failing:
                         log.info("lease keep-alive works again")
-                    failing = False
+                    failing, failures = False, 0
                 except Exception as exc:
                     if not failing:
                         log.warning("lease keep-alive failed", error=str(exc))
-                    failing = True
+                    failing, failures = True, failures + 1
                     if channel is not None:
                         channel.close()
                         channel = None  # the next attempt dials the next endpoint
         finally:
             if channel is not None:
                 channel.close()
+
+    def _answer_wait(self, failures: int) -> float:
+        """How long a keep-alive waits for its answer after `failures` failed ones in a
+        row: a third of the TTL (at least 1 s), doubling up to the TTL (an answer later
+        than that could not make the lease valid)."""
+        return float(min(self._ttl, max(1.0, self._ttl / 3) * 2**failures))
 
 
 class Registration(KeptLease):
