@@ -57,8 +57,8 @@ pytestmark = [
     pytest.mark.skipif(unavailable() is not None, reason=unavailable() or ""),
 ]
 
-#: Each way, in order. CI: 100 ms. Long runs: 300 ms, which can stall router-3's
-#: partitions today (its lease keep-alive times out after 1 s: docs/testing.md), then
+#: Each way, in order. CI: 100 ms. Long runs: 300 ms (which stalled router-3's
+#: partitions until its lease keep-alive learned to wait longer: docs/testing.md), then
 #: 4 s, above the 3 s lease TTL (its partitions move).
 DELAYS_MS = [300, 4000] if long_tests_enabled() else [100]
 #: Messages each partition gets before the first delay, during each and after each heal.
@@ -79,15 +79,20 @@ async def flowing(traffic: Traffic, at_least: int, delay_s: float, what: str) ->
         raise AssertionError(f"{exc}; acknowledged/wanted: {short}") from None
 
 
-def latency(traffic: Traffic, partitions: list[int], since: float, until: float) -> str:
-    """Median and largest publish latency (sent to acknowledged) of the messages sent on
-    `partitions` between `since` and `until`."""
-    seconds = [
+def latencies(traffic: Traffic, partitions: list[int], since: float, until: float) -> list[float]:
+    """Publish latencies (sent to acknowledged) of the messages sent on `partitions`
+    between `since` and `until`."""
+    return [
         acked_at - sent_at
         for p in partitions
         for _, _, sent_at, acked_at in traffic.acked.get(p, [])
         if since <= sent_at < until
     ]
+
+
+def latency(traffic: Traffic, partitions: list[int], since: float, until: float) -> str:
+    """Median and largest publish latency of `latencies`, as text."""
+    seconds = latencies(traffic, partitions, since, until)
     if not seconds:
         return "none acknowledged"
     return f"median {statistics.median(seconds):.2f}s, max {max(seconds):.2f}s ({len(seconds)})"
@@ -130,6 +135,13 @@ async def delay_heal_and_check(cluster: TestCluster, ns: Netns, etcd_endpoint: s
                     healed_at = time.monotonic()
                     now = await owners(etcd, stream)
                     moved = [p for p in mine if now.get(p) != isolated_id]
+                    kept = [p for p in mine if p not in moved]
+                    delayed = latencies(traffic, kept, delayed_at, healed_at)
+                    # The delay is real: a publish to router-3 crosses its link both ways.
+                    assert not delayed or statistics.median(delayed) >= 2 * ms / 1000, (
+                        f"{ms} ms each way, yet router-3's publishes took a median "
+                        f"{statistics.median(delayed):.3f}s"
+                    )
                     await ns.heal()
                     await flowing(traffic, PER_PHASE, 0.0, f"traffic after healing {ms} ms")
                     lines.append(
