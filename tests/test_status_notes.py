@@ -18,7 +18,9 @@ from tamto_cli.status import (
     QUARANTINED_METRIC,
     UNDER_REPLICATED_METRIC,
     fetch_notes,
+    partitions_per_router,
     render_ledgers,
+    render_status,
     under_replicated,
 )
 from tamto_common.ledgers import Ledger, LedgerList
@@ -121,11 +123,34 @@ def test_ledgers_are_listed_with_their_replicas_and_a_down_one_marked() -> None:
     assert under_replicated(lists[0], live) == [1, 3]
     assert under_replicated(lists[1], set(ensemble)) == []
     console = Console(record=True, width=200)
-    render_ledgers(lists, live, console)
+    render_ledgers(lists, live, console, {("orders", 0): "router-2"})
     text = console.export_text()
+    rows = text.splitlines()
+    # The owner stands on the partition's last ledger; partition 1 has none now.
+    assert any("42-" in r and r.rstrip().rstrip("│ ").endswith("router-2") for r in rows)
+    assert not any("0-41" in r and "router-2" in r for r in rows)
+    assert any("orders/1" in r and r.rstrip().rstrip("│ ").endswith("none") for r in rows)
     assert "orders/0" in text
     assert "0-41" in text
     assert "42-" in text
     assert "storage-2 (down)" in text
     assert "2 of 3" in text
     assert "under-replicated ledgers: 3" in text
+
+
+def test_each_router_shows_how_many_partitions_it_owns() -> None:
+    owners = {("orders", 0): "router-1", ("orders", 1): "router-1", ("audit", 0): "router-2"}
+    owned = partitions_per_router(owners)
+    assert owned == {"router-1": 2, "router-2": 1}
+    router, storage = member("router", "127.0.0.1:1"), member("storage", "127.0.0.1:1")
+    idle = Member("router", "router-3", "127.0.0.1:1", "127.0.0.1:1", "0", 1, time.time())
+    console = Console(record=True, width=200)
+    render_status(
+        [(router, "SERVING"), (idle, "SERVING"), (storage, "SERVING")], console, {}, owned
+    )
+    rows = {
+        r.split("│")[2].strip(): r.split("│")[8].strip()
+        for r in console.export_text().splitlines()
+        if r.count("│") > 8 and "-" in r.split("│")[2]
+    }
+    assert rows == {"router-1": "2", "router-3": "0", "storage-1": ""}

@@ -167,6 +167,10 @@ def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Pa
         published = up.cli("pub", "kept", stdin="one\ntwo\nthree\n")
         assert published.returncode == 0, published.stderr
         assert published.stdout.count("kept/0@") == 3
+        # `tamto status` counts the partitions the router owns now (its claim in etcd).
+        (router,) = [m for m in up.members() if m["service"] == "router"]
+        assert router["partitions"] >= 1, router
+        assert "kept/0" in up.cli("status", "--etcd", f"127.0.0.1:{up.etcd}").stdout
         assert up.stop() == 0
     assert "etcd stopped" in up.output()
 

@@ -27,7 +27,9 @@ from tamto_cli.status import (
     fetch_drained,
     fetch_ledgers,
     fetch_notes,
+    fetch_owners,
     fetch_status,
+    partitions_per_router,
     render_ledgers,
     render_status,
 )
@@ -122,26 +124,33 @@ def status(
     ),
     as_json: AsJson = False,
 ) -> None:
-    """List the registered members with their health and version, notes on what
-    needs attention (batches a storage node quarantined, ledgers a router writes with
-    a replica catching up, a drained router), and every partition's ledgers with their replicas
+    """List the registered members with their health and version, each router's
+    partition count, notes on what needs attention (batches a storage node
+    quarantined, ledgers a router writes with a replica catching up, a drained
+    router), and every partition's ledgers with their replicas and its owner
     (under-replicated ones marked; not in --json, which lists the members)."""
     try:
         rows = asyncio.run(fetch_status(etcd))
         ledgers = [] if as_json else asyncio.run(fetch_ledgers(etcd))
         drained = asyncio.run(fetch_drained(etcd))
+        owners = asyncio.run(fetch_owners(etcd))
     except TamtoError as exc:
         err.print(f"tamto status: {exc}")
         raise typer.Exit(1) from None
     notes = asyncio.run(fetch_notes(rows, drained))
+    owned = partitions_per_router(owners)
     if as_json:
-        print(
-            json.dumps([{**asdict(m), "health": h, "notes": notes.get(m.key, "")} for m, h in rows])
-        )
+        members: list[dict[str, object]] = []
+        for m, h in rows:
+            entry: dict[str, object] = {**asdict(m), "health": h, "notes": notes.get(m.key, "")}
+            if m.service == "router":
+                entry["partitions"] = owned.get(m.instance_id, 0)
+            members.append(entry)
+        print(json.dumps(members))
     else:
-        render_status(rows, console, notes)
+        render_status(rows, console, notes, owned)
         storage = {m.instance_id for m, _ in rows if m.service == "storage"}
-        render_ledgers(ledgers, storage, console)
+        render_ledgers(ledgers, storage, console, owners)
 
 
 app.add_typer(auth_app, name="auth")

@@ -18,7 +18,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.health import grpc_healthy
 from tamto_common.ledgers import LedgerList, list_ledgers
 from tamto_common.membership import Member, connect_etcd, list_members
-from tamto_common.placement import read_placement
+from tamto_common.placement import read_owners, read_placement
 
 
 async def _health(member: Member) -> str:
@@ -56,6 +56,23 @@ async def fetch_ledgers(etcd_endpoint: str) -> list[LedgerList]:
         return await list_ledgers(client)
     finally:
         await client.close()
+
+
+async def fetch_owners(etcd_endpoint: str) -> dict[tuple[str, int], str]:
+    """(stream, partition) -> the router that claimed it now (`tamto_common.placement`)."""
+    client = await connect_etcd(parse_endpoints(etcd_endpoint), timeout_s=3)
+    try:
+        return await read_owners(client)
+    finally:
+        await client.close()
+
+
+def partitions_per_router(owners: Mapping[tuple[str, int], str]) -> dict[str, int]:
+    """How many partitions each router owns now."""
+    counts: dict[str, int] = {}
+    for router in owners.values():
+        counts[router] = counts.get(router, 0) + 1
+    return counts
 
 
 async def fetch_drained(etcd_endpoint: str) -> frozenset[str]:
@@ -128,10 +145,16 @@ def _quarantine_note(member: Member) -> str:
 
 
 def render_status(
-    rows: list[tuple[Member, str]], console: Console, notes: Mapping[str, str] | None = None
+    rows: list[tuple[Member, str]],
+    console: Console,
+    notes: Mapping[str, str] | None = None,
+    owned: Mapping[str, int] | None = None,
 ) -> None:
+    """The members table; `owned` gives each router's partition count
+    (`partitions_per_router`)."""
     table = Table(title="Tamto members")
-    for column in ("service", "instance", "address", "health", "version", "pid", "up", "notes"):
+    columns = ("service", "instance", "address", "health", "version", "pid", "up")
+    for column in (*columns, "partitions", "notes"):
         table.add_column(column)
     now = time.time()
     for member, health in rows:
@@ -144,6 +167,7 @@ def render_status(
             member.version,
             str(member.pid),
             f"{now - member.started_at:.0f}s",
+            str((owned or {}).get(member.instance_id, 0)) if member.service == "router" else "",
             f"[red]{notes.get(member.key, '')}[/]" if notes else "",
         )
     console.print(table)
@@ -155,19 +179,27 @@ def under_replicated(ledgers: LedgerList, storage: set[str]) -> list[int]:
     return [x.epoch for x in ledgers.ledgers if not set(x.ensemble) <= storage]
 
 
-def render_ledgers(lists: list[LedgerList], storage: set[str], console: Console) -> None:
+def render_ledgers(
+    lists: list[LedgerList],
+    storage: set[str],
+    console: Console,
+    owners: Mapping[tuple[str, int], str] | None = None,
+) -> None:
     """Every partition's ledgers: epoch, offsets, state and replicas, a replica that is
-    not registered marked down (the ledger is under-replicated)."""
+    not registered marked down (the ledger is under-replicated), and on the last
+    ledger's row the router that owns the partition now (`owners`; none while nobody
+    claimed it since its owner left)."""
     if not lists:
         return
     table = Table(title="Ledgers (replicas marked down are not registered)")
-    for column in ("partition", "epoch", "offsets", "state", "quorum", "replicas"):
+    for column in ("partition", "epoch", "offsets", "state", "quorum", "replicas", "owner"):
         table.add_column(column)
     count = 0
     for ledgers in lists:
         short = under_replicated(ledgers, storage)
         count += len(short)
-        for ledger in ledgers.ledgers:
+        owner = (owners or {}).get((ledgers.stream, ledgers.partition), "none")
+        for i, ledger in enumerate(ledgers.ledgers):
             end = "" if ledger.last_offset is None else str(ledger.last_offset)
             replicas = ", ".join(
                 node if node in storage else f"[red]{node} (down)[/]" for node in ledger.ensemble
@@ -179,6 +211,7 @@ def render_ledgers(lists: list[LedgerList], storage: set[str], console: Console)
                 ledger.state,
                 f"{ledger.ack_quorum} of {len(ledger.ensemble)}",
                 replicas,
+                owner if i == len(ledgers.ledgers) - 1 else "",
             )
     console.print(table)
     style = "red" if count else "green"

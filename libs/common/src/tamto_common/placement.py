@@ -86,6 +86,21 @@ class Placement:
         return ring.owner(partition_key(stream, partition))
 
 
+#: Where routers record their partition claims, `<prefix><stream>/<p>` -> {"owner",
+#: "epoch"} under the owner's lease (`tamto_router.ownership`).
+OWNERS_PREFIX = "/tamto/owners/"
+
+
+async def read_owners(etcd: aetcd.Client) -> dict[tuple[str, int], str]:
+    """(stream, partition) -> the instance id of the router that claimed it now."""
+    owners: dict[tuple[str, int], str] = {}
+    for kv in await etcd.get_prefix(OWNERS_PREFIX.encode()):
+        stream, _, partition = kv.key.decode()[len(OWNERS_PREFIX) :].rpartition("/")
+        with contextlib.suppress(ValueError, KeyError, TypeError):
+            owners[(stream, int(partition))] = str(json.loads(kv.value)["owner"])
+    return owners
+
+
 async def read_placement(etcd: aetcd.Client) -> Placement:
     """The placement decisions stored in etcd now."""
     moves: dict[tuple[str, int], str] = {}

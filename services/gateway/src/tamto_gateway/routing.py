@@ -9,14 +9,10 @@ import aetcd
 
 from tamto_common.errors import Unavailable
 from tamto_common.membership import MemberDirectory
-from tamto_common.placement import Placement, PlacementView
+from tamto_common.placement import OWNERS_PREFIX, Placement, PlacementView
 from tamto_common.ring import HashRing
 
 _MAX_OWNERS = 100_000
-
-
-#: Where routers record their partition claims (`tamto_router.ownership`).
-OWNERS_PREFIX = "/tamto/owners/"
 
 
 class Routes:

@@ -17,7 +17,9 @@ from typing import Any
 
 import aetcd
 
-OWNERS = "/tamto/owners/"
+from tamto_common.placement import OWNERS_PREFIX
+
+OWNERS = OWNERS_PREFIX  # one definition: `tamto_common.placement`
 EPOCHS = "/tamto/epochs/"
 
 
