@@ -25,6 +25,7 @@ from aetcd.rpc import rpc_pb2, rpc_pb2_grpc
 from prometheus_client import Counter
 
 from tamto_common.errors import Unavailable
+from tamto_common.refreshed_view import RefreshedView
 from tamto_common.startup import until_reachable
 from tamto_protocol.reconnect import RECONNECT_OPTIONS
 
@@ -290,7 +291,7 @@ EAGER_INTERVAL_S = 0.1
 EAGER_FOR_S = 3.0
 
 
-class MemberDirectory:
+class MemberDirectory(RefreshedView):
     """A local, periodically refreshed view of the members of some services.
 
     Owned by the process that needs it; `refresh()` can also be called when a
@@ -300,14 +301,14 @@ class MemberDirectory:
     all (a killed storage node's key expired: its restart must be seen at once).
     """
 
+    what = "member directory"
+
     def __init__(self, client: aetcd.Client, interval_s: float = 1.0) -> None:
+        super().__init__(interval_s)
         self._client = client
-        self._interval = interval_s
         self._eager_until = -math.inf  # time.monotonic()
         self._members: dict[str, list[Member]] = {}
         self._gone: set[str] = set()  # services seen before that have no member now
-        self._task: asyncio.Task[None] | None = None
-        self.changed = asyncio.Event()
 
     def members(self, service: str) -> list[Member]:
         return self._members.get(service, [])
@@ -320,27 +321,13 @@ class MemberDirectory:
             self._gone = (self._gone | self._members.keys()) - grouped.keys()
             self._members = grouped
             self._eager_until = time.monotonic() + EAGER_FOR_S
-            self.changed.set()
-            self.changed = asyncio.Event()
+            self.announce_change()
 
-    async def __aenter__(self) -> MemberDirectory:
-        await self.refresh()
-        self._task = asyncio.create_task(self._loop(), name="member-directory")
-        return self
+    def next_wait_s(self) -> float:
+        eager = bool(self._gone) or time.monotonic() < self._eager_until
+        return EAGER_INTERVAL_S if eager else self._interval
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _loop(self) -> None:
-        while True:
-            eager = bool(self._gone) or time.monotonic() < self._eager_until
-            await asyncio.sleep(EAGER_INTERVAL_S if eager else self._interval)
-            try:
-                await self.refresh()
-            except Exception as exc:
-                if not eager:
-                    log.warning("member directory refresh failed", error=str(exc))
-                self._eager_until = time.monotonic() + EAGER_FOR_S
+    def refresh_failed(self, exc: Exception, waited_s: float) -> None:
+        if waited_s >= self._interval:  # quiet while refreshing eagerly
+            super().refresh_failed(exc, waited_s)
+        self._eager_until = time.monotonic() + EAGER_FOR_S

@@ -24,7 +24,6 @@ it (the drain gate, `tamto_router.partition_log.drain_gate`).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import time
@@ -37,6 +36,7 @@ import structlog
 from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound
 from tamto_common.membership import list_members
 from tamto_common.names import check_name
+from tamto_common.refreshed_view import RefreshedView
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.streams import read_stream
 
@@ -199,42 +199,22 @@ async def set_drained(etcd: aetcd.Client, router: str, drained: bool) -> list[st
     return sorted(placement.drained | {router})
 
 
-class PlacementView:
-    """A local, periodically refreshed copy of the placement decisions (like
-    `MemberDirectory`): `current` to read, `changed` set (and replaced) on a change."""
+class PlacementView(RefreshedView):
+    """A local, periodically refreshed copy of the placement decisions:
+    `current` to read, `changed` set (and replaced) on a change."""
+
+    what = "placement view"
 
     def __init__(self, etcd: aetcd.Client, interval_s: float = 1.0) -> None:
+        super().__init__(interval_s)
         self._etcd = etcd
-        self._interval = interval_s
         self.current = Placement()
-        self.changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
 
     async def refresh(self) -> None:
         placement = await read_placement(self._etcd)
         if placement != self.current:
             self.current = placement
-            self.changed.set()
-            self.changed = asyncio.Event()
-
-    async def __aenter__(self) -> PlacementView:
-        await self.refresh()
-        self._task = asyncio.create_task(self._loop(), name="placement-view")
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await self.refresh()
-            except Exception as exc:
-                log.warning("placement refresh failed", error=str(exc))
+            self.announce_change()
 
 
 class GoneTargets:
