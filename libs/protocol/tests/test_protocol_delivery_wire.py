@@ -9,12 +9,15 @@ import grpc
 import pytest
 
 from tamto_protocol.delivery_wire import (
+    MuxResponse,
     WireError,
     consume_delivery,
+    mux_end,
     parse_consume_response,
+    parse_mux_response,
     raw_responses,
 )
-from tamto_protocol.v1 import messages_pb2
+from tamto_protocol.v1 import messages_pb2, router_pb2
 
 
 @pytest.mark.parametrize(
@@ -50,6 +53,26 @@ def test_matches_serialize_to_string(
     encoded = consume_delivery(stream, partition, base, count, time_us, data, delivered, offsets)
     assert encoded == generated.SerializeToString()
     assert messages_pb2.ConsumeResponse.FromString(encoded) == generated
+    for session in (1, 1 << 40):  # wrapped for a consume mux, and read back
+        muxed = consume_delivery(
+            stream, partition, base, count, time_us, data, delivered, offsets, session
+        )
+        wrapped = router_pb2.ConsumeMuxResponse(session=session, consume=encoded)
+        assert muxed == wrapped.SerializeToString()
+        assert parse_mux_response(muxed) == MuxResponse(session, encoded, None)
+
+
+@pytest.mark.parametrize(("code", "message"), [(0, ""), (3, "bad ack"), (14, "é" * 300)])
+def test_mux_end_matches_serialize_to_string(code: int, message: str) -> None:
+    generated = router_pb2.ConsumeMuxResponse(
+        session=9, end=messages_pb2.CallStatus(code=code, message=message)
+    )
+    assert mux_end(9, code, message) == generated.SerializeToString()
+    assert parse_mux_response(generated.SerializeToString()) == MuxResponse(
+        9, None, (code, message)
+    )
+    with pytest.raises(WireError):
+        parse_mux_response(router_pb2.ConsumeMuxResponse(session=9).SerializeToString())
 
 
 async def test_raw_responses_take_a_generated_method_over() -> None:

@@ -84,7 +84,7 @@ class FakeUpstream:
     def consume_setups(self, address: str) -> asyncio.Semaphore:
         return self.gates.setdefault(address, asyncio.Semaphore(self.limit))
 
-    def router_consume(self, address: str) -> FakeCall:
+    async def router_consume(self, address: str) -> FakeCall:
         call = FakeCall(self._setups if address == "router-0" else self._answering)
         self.calls.append(call)
         return call

@@ -33,10 +33,14 @@ def consume_delivery(
     arrow_ipc: bytes,
     delivery_count: int,
     offsets: Sequence[int] = (),
+    mux_session: int | None = None,
 ) -> bytes:
     """`tamto.v1.ConsumeResponse` {delivery = 1: `Delivery` {stream = 1, partition = 2,
     batch = 3: `StoredBatch` {base_offset = 1, count = 2, publish_time_us = 3,
-    arrow_ipc = 4}, delivery_count = 4, offsets = 5 (packed)}}."""
+    arrow_ipc = 4}, delivery_count = 4, offsets = 5 (packed)}}.
+
+    With `mux_session`, that response wrapped as a `tamto.v1.ConsumeMuxResponse`
+    {session = 1, consume = 2} of that session, in the same join (one copy)."""
     stored = b"".join(
         [
             int_field(1, base_offset),
@@ -63,7 +67,29 @@ def consume_delivery(
         ]
     )
     delivery_size = len(head) + len(arrow_ipc) + len(tail)
-    return b"".join([len_header(1, delivery_size), head, arrow_ipc, tail])
+    parts = [len_header(1, delivery_size), head, arrow_ipc, tail]
+    if mux_session is not None:
+        response_size = len(parts[0]) + delivery_size
+        parts[:0] = [int_field(1, mux_session), len_header(2, response_size)]
+    return b"".join(parts)
+
+
+def mux_end(session: int, code: int, message: str) -> bytes:
+    """`tamto.v1.ConsumeMuxResponse` {session = 1, end = 3: `CallStatus` {code = 1,
+    message = 2}}: the session ended with that status (0: cleanly)."""
+    text = message.encode()
+    body = int_field(1, code) + (len_header(2, len(text)) + text if text else b"")
+    return int_field(1, session) + len_header(3, len(body)) + body
+
+
+@dataclass(frozen=True, slots=True)
+class MuxResponse:
+    """A `ConsumeMuxResponse` read: its session and either the encoded
+    `ConsumeResponse` to forward or the status the session ended with."""
+
+    session: int
+    consume: bytes | None
+    end: tuple[int, str] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,15 +190,40 @@ def parse_consume_error(data: bytes) -> tuple[int, str] | None:
     """
     if not data or data[0] != 0x12:  # field 2, length-delimited
         return None
-    code, message = 0, ""
+    status = 0, ""
     for number, _kind, value in _fields(memoryview(data)):
         if number == 2 and isinstance(value, memoryview):
-            for inner, inner_kind, item in _fields(value):
-                if inner == 1 and inner_kind == 0 and isinstance(item, int):
-                    code = item
-                elif inner == 2 and isinstance(item, memoryview):
-                    message = bytes(item).decode(errors="replace")
+            status = _status(value)
+    return status
+
+
+def _status(data: memoryview) -> tuple[int, str]:
+    """(code, message) of a `StreamError` or `CallStatus` (the same first two fields)."""
+    code, message = 0, ""
+    for number, kind, value in _fields(data):
+        if number == 1 and kind == 0 and isinstance(value, int):
+            code = value
+        elif number == 2 and isinstance(value, memoryview):
+            message = bytes(value).decode(errors="replace")
     return code, message
+
+
+def parse_mux_response(data: bytes) -> MuxResponse:
+    """A `ConsumeMuxResponse`; its `consume` bytes are copied once (to be forwarded
+    as they are), never parsed. Raises `WireError` on malformed input."""
+    session = 0
+    consume: bytes | None = None
+    end: tuple[int, str] | None = None
+    for number, kind, value in _fields(memoryview(data)):
+        if number == 1 and kind == 0 and isinstance(value, int):
+            session = value
+        elif number == 2 and isinstance(value, memoryview):
+            consume, end = bytes(value), None
+        elif number == 3 and isinstance(value, memoryview):
+            consume, end = None, _status(value)
+    if consume is None and end is None:
+        raise WireError(f"consume mux response of session {session} holds neither kind")
+    return MuxResponse(session, consume, end)
 
 
 def parse_consume_response(data: bytes) -> DeliveryView | None:

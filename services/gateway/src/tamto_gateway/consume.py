@@ -1,9 +1,11 @@
 """A client's consume session fanned out to the routers that own its partitions.
 
-The gateway opens one router stream per router, sends each the subscribe for
+The gateway opens one session with each router, sends each the subscribe for
 its partitions, grants each of them every credit the client grants, routes each
 ack to the router owning that partition, and merges the routers' deliveries into
-the client's stream.
+the client's stream. A router session is one of the sessions multiplexed on the
+gateway's one stream to that router (`tamto_gateway.consume_mux`), or a
+`Consume` stream of its own for a router without that; both look like a call.
 
 Every router gets the whole grant, as each partition consumer of Pulsar gets a
 whole receiver queue: a router stream's credit cannot be taken back, so a share
@@ -18,7 +20,8 @@ If any router stream fails, the client's stream ends with that error, and the
 SDK reconnects (the routers redeliver what was unacked).
 
 Ending with an error is a handshake on both hops (`messages.proto` StreamError):
-a router announces its status in-band, the gateway stops writing to it and
+a router announces its status in-band (on a stream of its own; a mux session's
+end carries its status), the gateway stops writing to it and
 half-closes, and only then does the router's status arrive; the gateway does the
 same towards its client. A write racing with the end of a stream would otherwise
 make gRPC report INTERNAL ("Internal error from Core") instead of the status.
@@ -37,7 +40,7 @@ import grpc
 
 from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
 from tamto_common.grpc_errors import downstream_error, error_for
-from tamto_gateway.upstream import Upstream
+from tamto_gateway.upstream import RouterConsume, Upstream
 from tamto_protocol.delivery_wire import consume_error, parse_consume_error
 from tamto_protocol.v1 import messages_pb2
 
@@ -58,7 +61,7 @@ class FanOut:
     def __init__(self, upstream: Upstream, subscribe: messages_pb2.Subscribe) -> None:
         self._upstream = upstream
         self._subscribe = subscribe
-        self._calls: dict[str, grpc.aio.StreamStreamCall] = {}
+        self._calls: dict[str, RouterConsume] = {}
         self._owner_of: dict[int, str] = {}
         # Encoded `ConsumeResponse`s as the routers sent them, or the error that ends it all.
         self._out: asyncio.Queue[bytes | BaseException] = asyncio.Queue(8)
@@ -83,7 +86,7 @@ class FanOut:
             self._owner_of[p] = address
         for address, owned in by_router.items():
             async with self._upstream.consume_setups(address):
-                call = self._upstream.router_consume(address)
+                call = await self._upstream.router_consume(address)
                 self._calls[address] = call
                 sub = messages_pb2.Subscribe()
                 sub.CopyFrom(self._subscribe)
@@ -92,7 +95,7 @@ class FanOut:
                 await call.write(messages_pb2.ConsumeRequest(subscribe=sub))
                 self._tasks.append(asyncio.create_task(self._pump(address, call)))
 
-    async def _pump(self, address: str, call: grpc.aio.StreamStreamCall) -> None:
+    async def _pump(self, address: str, call: RouterConsume) -> None:
         try:
             async for response in call:
                 error = parse_consume_error(response)
@@ -104,17 +107,19 @@ class FanOut:
             await self._out.put(Unavailable(f"router {address} ended the consume stream"))
         except grpc.aio.AioRpcError as exc:
             await self._out.put(downstream_error(exc, f"router {address}"))
+        except TamtoError as exc:  # a mux session's status, naming its router
+            await self._out.put(exc)
         except asyncio.CancelledError:
             raise
 
     async def _router_ending(
-        self, address: str, call: grpc.aio.StreamStreamCall, code: int, message: str
+        self, address: str, call: RouterConsume, code: int, message: str
     ) -> TamtoError:
         """A router announced its status: stop writing to it, half-close, let it end."""
         self._ending.add(address)
         with contextlib.suppress(*_WRITE_FAILED):
             await call.done_writing()
-        with contextlib.suppress(*_WRITE_FAILED, TimeoutError):
+        with contextlib.suppress(*_WRITE_FAILED, TimeoutError, TamtoError):
             async with asyncio.timeout(_ROUTER_END_S):
                 async for _ in call:
                     pass

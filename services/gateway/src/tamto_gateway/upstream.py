@@ -4,18 +4,22 @@ builds their protobufs. Failures come back as TamtoError subclasses."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
 from tamto_common.channels import ChannelPool
 from tamto_common.grpc_errors import downstream_error
+from tamto_gateway.consume_mux import Muxes, MuxSession
 from tamto_gateway.routing import Routes
 from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2, router_pb2_grpc
 from tamto_protocol.wire import ROUTER_APPEND, ROUTER_APPEND_STREAM, router_append_request
 
 ROUTER_CONSUME = "/tamto.v1.Router/Consume"
+
+#: A consume session with one router: on the router's mux, or a call of its own.
+RouterConsume: TypeAlias = MuxSession | grpc.aio.StreamStreamCall
 
 
 class Upstream:
@@ -29,6 +33,8 @@ class Upstream:
         self._appends: dict[str, tuple[grpc.aio.Channel, PipelinedCalls]] = {}
         self._consume_setups = consume_setups
         self._setups: dict[str, asyncio.Semaphore] = {}
+        #: Per router address: the one stream carrying this gateway's consume sessions.
+        self.muxes = Muxes(timeout_s)
 
     async def append(
         self, stream: str, partition: int, arrow_ipc: bytes, count: int
@@ -57,10 +63,12 @@ class Upstream:
         return int(response.base_offset), list(response.offsets)
 
     async def close(self) -> None:
-        """End the append streams to the routers (appends still waiting fail)."""
+        """End the append and consume streams to the routers (appends still waiting
+        fail, consume sessions end UNAVAILABLE)."""
         for _channel, appends in self._appends.values():
             await appends.close()
         self._appends.clear()
+        await self.muxes.close()
 
     def consume_setups(self, address: str) -> asyncio.Semaphore:
         """Held while a consume session opens or cancels its stream to router `address`.
@@ -70,24 +78,33 @@ class Upstream:
         event loop with thousands of gRPC call setups, so publishes keep their
         latency (issue 17), and the crowd attaches at the rate the loop can spare.
         Per router, so a router that is slow to answer delays no other router's.
+        On a router's consume mux opening or leaving a session is one message
+        (`tamto_gateway.consume_mux`); the bound matters for routers without one.
         """
         gate = self._setups.get(address)
         if gate is None:
             gate = self._setups[address] = asyncio.Semaphore(self._consume_setups)
         return gate
 
-    def router_consume(self, address: str) -> grpc.aio.StreamStreamCall:
-        """Open a consume stream to one router (the caller writes subscribe first).
+    async def router_consume(self, address: str) -> RouterConsume:
+        """Open a consume session with one router (the caller writes subscribe first):
+        a session on the gateway's one `ConsumeMux` stream to that router, or, for a
+        router without it, a `Consume` stream of its own (`tamto_gateway.consume_mux`).
 
         Its responses come as the router encoded them (`ConsumeResponse` bytes): the
         gateway forwards deliveries without parsing them.
         """
-        consume = self._channels.get(address).stream_stream(
+        channel = self._channels.get(address)
+        mux = await self.muxes.get(address, channel)
+        if mux is not None:
+            return mux.session()
+        consume = channel.stream_stream(
             ROUTER_CONSUME,
             request_serializer=messages_pb2.ConsumeRequest.SerializeToString,
             response_deserializer=None,
         )
-        return consume()
+        call: grpc.aio.StreamStreamCall = consume()
+        return call
 
     # -- subscription administration, stream stats, peek (one partition each) ----
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import grpc
+import structlog
 
-from tamto_common.errors import InvalidArgument, NotOwner, TamtoError
+from tamto_common.errors import InvalidArgument, NotOwner, ResourceExhausted, TamtoError
+from tamto_common.grpc_errors import status_for
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
-from tamto_protocol.delivery_wire import consume_delivery, consume_error, raw_responses
+from tamto_protocol.delivery_wire import consume_delivery, consume_error, mux_end, raw_responses
 from tamto_protocol.v1 import gateway_pb2, messages_pb2, router_pb2, router_pb2_grpc
 from tamto_protocol.wire import ROUTER_APPEND, ROUTER_PUBLISH
 from tamto_router.admin import SubscriptionAdmin
@@ -21,6 +24,8 @@ from tamto_router.client_api import ClientPublish
 from tamto_router.consume import ConsumeSession, Start, SubscribeSpec, SubscriptionRegistry
 from tamto_router.partitions import Partitions
 from tamto_router.subscription import SubscriptionType
+
+logger = structlog.get_logger(__name__)
 
 #: Longest an erring consume stream waits for its client's half-close (see `Consume`).
 END_WAIT_S = 2.0
@@ -71,7 +76,8 @@ def spec_from_proto(sub: messages_pb2.Subscribe) -> SubscribeSpec:
 
 
 def serve(servicer: RouterServicer, server: grpc.aio.Server) -> None:
-    """Register the router's RPCs; Consume sends its responses already encoded."""
+    """Register the router's RPCs; Consume and ConsumeMux send their responses
+    already encoded."""
     router_pb2_grpc.add_RouterServicer_to_server(servicer, server)
     raw_responses(
         server,
@@ -79,6 +85,13 @@ def serve(servicer: RouterServicer, server: grpc.aio.Server) -> None:
         "Consume",
         servicer.Consume,
         messages_pb2.ConsumeRequest.FromString,
+    )
+    raw_responses(
+        server,
+        "tamto.v1.Router",
+        "ConsumeMux",
+        servicer.ConsumeMux,
+        router_pb2.ConsumeMuxRequest.FromString,
     )
 
 
@@ -177,38 +190,199 @@ class RouterServicer(AdminApi, router_pb2_grpc.RouterServicer):
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[bytes]:
         """Responses are encoded `ConsumeResponse` bytes (see `serve`)."""
-        first = await anext(aiter(request_iterator), None)
-        if first is None or first.WhichOneof("request") != "subscribe":
-            raise InvalidArgument("a consume stream must start with subscribe")
-        spec = spec_from_proto(first.subscribe)
-        async with ConsumeSession(spec, self._subscriptions) as session:
-            reader = asyncio.create_task(_read_requests(request_iterator, session))
-            session.stop_when_done(reader)
+        requests = aiter(request_iterator)
+        first = await anext(requests, None)
+        async for response in _session_responses(first, requests, self._subscriptions):
+            yield response
+
+    async def ConsumeMux(  # type: ignore[override]  # answers encoded responses (bytes)
+        self,
+        request_iterator: AsyncIterator[router_pb2.ConsumeMuxRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[bytes]:
+        """A gateway's consume sessions on one stream (`ConsumeMux`); responses are
+        encoded `ConsumeMuxResponse` bytes (see `serve`)."""
+        await context.send_initial_metadata(())  # the gateway's sign that the method exists
+        mux = ConsumeMux(self._subscriptions)
+        reader = asyncio.create_task(mux.read(request_iterator))
+        try:
+            while (response := await mux.out.get()) is not None:
+                yield response
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+            await mux.abandon_all()
+
+
+async def _session_responses(
+    first: messages_pb2.ConsumeRequest | None,
+    requests: AsyncIterator[messages_pb2.ConsumeRequest],
+    registry: SubscriptionRegistry,
+    mux_session: int | None = None,
+) -> AsyncIterator[bytes]:
+    """One consume session (`first` its subscribe, then `requests`) as encoded
+    responses: `ConsumeResponse`s on a Consume stream, `ConsumeMuxResponse`s of
+    session `mux_session` on a mux (which ends the session with its status).
+
+    On a Consume stream an error's status goes in-band first, and is raised once
+    the client has half-closed, so that no write of its races with the end of the
+    stream (gRPC would report that as INTERNAL and hide this one).
+    """
+    if first is None or first.WhichOneof("request") != "subscribe":
+        raise InvalidArgument("a consume stream must start with subscribe")
+    spec = spec_from_proto(first.subscribe)
+    async with ConsumeSession(spec, registry) as session:
+        reader = asyncio.create_task(_read_requests(requests, session))
+        session.stop_when_done(reader)
+        try:
             try:
-                try:
-                    async for delivery in session.deliveries():
-                        batch = delivery.batch
-                        yield consume_delivery(
-                            spec.stream,
-                            delivery.partition,
-                            batch.base_offset,
-                            batch.count,
-                            batch.publish_time_us,
-                            batch.arrow_ipc,
-                            delivery.delivery_count,
-                            delivery.offsets or (),
-                        )
-                except TamtoError as exc:
-                    # The status in-band first; the status itself once the client has
-                    # half-closed, so that no write of its races with the end of the
-                    # stream (gRPC would report that as INTERNAL and hide this one).
-                    yield consume_error(exc.code.value[0], str(exc))
-                    await asyncio.wait({reader}, timeout=END_WAIT_S)
+                async for delivery in session.deliveries():
+                    batch = delivery.batch
+                    yield consume_delivery(
+                        spec.stream,
+                        delivery.partition,
+                        batch.base_offset,
+                        batch.count,
+                        batch.publish_time_us,
+                        batch.arrow_ipc,
+                        delivery.delivery_count,
+                        delivery.offsets or (),
+                        mux_session,
+                    )
+            except TamtoError as exc:
+                if mux_session is not None:
                     raise
-            finally:
-                reader.cancel()
+                yield consume_error(exc.code.value[0], str(exc))
+                await asyncio.wait({reader}, timeout=END_WAIT_S)
+                raise
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+
+#: Most requests one mux session may have waiting to be applied (its acks are
+#: applied one after the other, each before the next request): a consumer sending
+#: faster than that fails alone, with RESOURCE_EXHAUSTED, not its whole mux.
+MUX_SESSION_QUEUE = 10_000
+
+
+@dataclass
+class _MuxSession:
+    #: Its requests not applied yet, in order; None: the gateway half-closed it.
+    inbox: asyncio.Queue[messages_pb2.ConsumeRequest | None]
+    task: asyncio.Task[None] | None = None
+
+
+class ConsumeMux:
+    """A gateway's consume sessions on one `ConsumeMux` stream (issue 17: one
+    stream per gateway instead of one per consumer, so that thousands of consumers
+    attaching or leaving cost the gateway messages, not gRPC calls).
+
+    `read` dispatches each request to its session and never waits on one: each
+    session runs as its own task, reading its requests in order from its inbox
+    (`_session_responses`, as a Consume stream). Responses of every session go
+    to `out` (None once the gateway half-closed and every session ended). `out`
+    needs no bound of its own: a session delivers only the credit the gateway
+    granted it.
+    """
+
+    def __init__(self, registry: SubscriptionRegistry) -> None:
+        self._registry = registry
+        self._sessions: dict[int, _MuxSession] = {}
+        self._highest = 0  # session ids only grow: one at or below this has ended
+        self.out: asyncio.Queue[bytes | None] = asyncio.Queue()
+
+    @property
+    def sessions(self) -> int:
+        return len(self._sessions)
+
+    async def read(self, requests: AsyncIterator[router_pb2.ConsumeMuxRequest]) -> None:
+        """Dispatch the gateway's requests; once it half-closes, end every session
+        cleanly and then the stream."""
+        async for request in requests:
+            self.dispatch(request)
+        for session in list(self._sessions.values()):
+            session.inbox.put_nowait(None)
+        tasks = [s.task for s in self._sessions.values() if s.task is not None]
+        if tasks:
+            await asyncio.wait(tasks)
+        self.out.put_nowait(None)
+
+    def dispatch(self, request: router_pb2.ConsumeMuxRequest) -> None:
+        """Hand one request to its session (opening it on its first); never waits."""
+        sid = request.session
+        kind = request.WhichOneof("request")
+        session = self._sessions.get(sid)
+        if session is None:
+            if sid > self._highest:
+                self._highest = sid
+                if kind == "consume":
+                    self._open(sid, request.consume)
+            return  # a session that ended: what was in flight for it is moot
+        if kind == "consume":
+            if session.inbox.qsize() >= MUX_SESSION_QUEUE:
+                self._abandon(sid)
+                error = ResourceExhausted(
+                    f"consume session sent more than {MUX_SESSION_QUEUE} requests its "
+                    "router had not applied yet"
+                )
+                self.out.put_nowait(mux_end(sid, error.code.value[0], str(error)))
+                return
+            session.inbox.put_nowait(request.consume)
+        elif kind == "end":
+            session.inbox.put_nowait(None)
+        else:  # cancel, or a kind this router does not know: abandon the session
+            self._abandon(sid)
+
+    def _open(self, sid: int, first: messages_pb2.ConsumeRequest) -> None:
+        inbox: asyncio.Queue[messages_pb2.ConsumeRequest | None] = asyncio.Queue()
+        session = self._sessions[sid] = _MuxSession(inbox)
+
+        async def requests() -> AsyncIterator[messages_pb2.ConsumeRequest]:
+            while (request := await inbox.get()) is not None:
+                yield request
+
+        session.task = asyncio.create_task(self._run(sid, first, requests()))
+
+    async def _run(
+        self,
+        sid: int,
+        first: messages_pb2.ConsumeRequest,
+        requests: AsyncIterator[messages_pb2.ConsumeRequest],
+    ) -> None:
+        try:
+            async for response in _session_responses(first, requests, self._registry, sid):
+                self.out.put_nowait(response)
+            end = mux_end(sid, 0, "")
+        except Exception as exc:  # the session's status; the others go on
+            status = status_for(exc)
+            if status is None:
+                logger.exception("consume mux session failed", session=sid)
+                status = (grpc.StatusCode.INTERNAL, "internal error")
+            end = mux_end(sid, status[0].value[0], status[1])
+        finally:
+            self._sessions.pop(sid, None)
+        self.out.put_nowait(end)
+
+    def _abandon(self, sid: int) -> None:
+        """Detach the session at once (its unacked messages are redelivered)."""
+        session = self._sessions.pop(sid, None)
+        if session is not None and session.task is not None:
+            session.task.cancel()
+
+    async def abandon_all(self) -> None:
+        """The stream ended: abandon every session still open and wait for them."""
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        for session in sessions:
+            if session.task is not None:
+                session.task.cancel()
+        for session in sessions:
+            if session.task is not None:
                 with contextlib.suppress(asyncio.CancelledError):
-                    await reader
+                    await session.task
 
 
 async def _read_requests(

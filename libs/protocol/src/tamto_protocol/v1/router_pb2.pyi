@@ -99,3 +99,25 @@ class RouterReadResponse(_message.Message):
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     batches: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredBatch]
     def __init__(self, batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ...) -> None: ...
+
+class ConsumeMuxRequest(_message.Message):
+    __slots__ = ("session", "consume", "end", "cancel")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    session: int
+    consume: _messages_pb2.ConsumeRequest
+    end: bool
+    cancel: bool
+    def __init__(self, session: _Optional[int] = ..., consume: _Optional[_Union[_messages_pb2.ConsumeRequest, _Mapping]] = ..., end: _Optional[bool] = ..., cancel: _Optional[bool] = ...) -> None: ...
+
+class ConsumeMuxResponse(_message.Message):
+    __slots__ = ("session", "consume", "end")
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    session: int
+    consume: bytes
+    end: _messages_pb2.CallStatus
+    def __init__(self, session: _Optional[int] = ..., consume: _Optional[bytes] = ..., end: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ...) -> None: ...

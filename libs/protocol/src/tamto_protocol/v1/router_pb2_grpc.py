@@ -51,6 +51,11 @@ class RouterStub:
                 request_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_messages__pb2.ConsumeResponse.FromString,
                 _registered_method=True)
+        self.ConsumeMux = channel.stream_stream(
+                '/tamto.v1.Router/ConsumeMux',
+                request_serializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxResponse.FromString,
+                _registered_method=True)
         self.Publish = channel.unary_unary(
                 '/tamto.v1.Router/Publish',
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.PublishRequest.SerializeToString,
@@ -112,6 +117,17 @@ class RouterServicer:
 
     def Consume(self, request_iterator, context):
         """A consume session for the given partitions of one stream.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ConsumeMux(self, request_iterator, context):
+        """Many consume sessions of one gateway on one stream (issue 17), each named by
+        the gateway's session id. A session is opened by its first request (the
+        subscribe); a request for a session id at or below the highest seen that is
+        not open (it ended meanwhile) is ignored. The router sends initial metadata
+        at once, so a gateway can tell a router without this method (UNIMPLEMENTED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -192,6 +208,11 @@ def add_RouterServicer_to_server(servicer, server):
                     servicer.Consume,
                     request_deserializer=tamto_dot_v1_dot_messages__pb2.ConsumeRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_messages__pb2.ConsumeResponse.SerializeToString,
+            ),
+            'ConsumeMux': grpc.stream_stream_rpc_method_handler(
+                    servicer.ConsumeMux,
+                    request_deserializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxResponse.SerializeToString,
             ),
             'Publish': grpc.unary_unary_rpc_method_handler(
                     servicer.Publish,
@@ -315,6 +336,33 @@ class Router:
             '/tamto.v1.Router/Consume',
             tamto_dot_v1_dot_messages__pb2.ConsumeRequest.SerializeToString,
             tamto_dot_v1_dot_messages__pb2.ConsumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ConsumeMux(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tamto.v1.Router/ConsumeMux',
+            tamto_dot_v1_dot_router__pb2.ConsumeMuxRequest.SerializeToString,
+            tamto_dot_v1_dot_router__pb2.ConsumeMuxResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,13 @@ class RouterStub:
     """Append calls pipelined on one stream (see Gateway.PublishStream)."""
     Consume: _grpc.StreamStreamMultiCallable[_messages_pb2.ConsumeRequest, _messages_pb2.ConsumeResponse]
     """A consume session for the given partitions of one stream."""
+    ConsumeMux: _grpc.StreamStreamMultiCallable[_router_pb2.ConsumeMuxRequest, _router_pb2.ConsumeMuxResponse]
+    """Many consume sessions of one gateway on one stream (issue 17), each named by
+    the gateway's session id. A session is opened by its first request (the
+    subscribe); a request for a session id at or below the highest seen that is
+    not open (it ended meanwhile) is ignored. The router sends initial metadata
+    at once, so a gateway can tell a router without this method (UNIMPLEMENTED).
+    """
     Publish: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.PublishRequest, _gateway_pb2.PublishResponse]
     """Client-facing (docs/cluster.md section 5, the direct path): a client's publish,
     authenticated and authorized as at the gateway, to a partition this router owns
@@ -69,6 +76,13 @@ class RouterAsyncStub(RouterStub):
     """Append calls pipelined on one stream (see Gateway.PublishStream)."""
     Consume: _aio.StreamStreamMultiCallable[_messages_pb2.ConsumeRequest, _messages_pb2.ConsumeResponse]  # type: ignore[assignment]
     """A consume session for the given partitions of one stream."""
+    ConsumeMux: _aio.StreamStreamMultiCallable[_router_pb2.ConsumeMuxRequest, _router_pb2.ConsumeMuxResponse]  # type: ignore[assignment]
+    """Many consume sessions of one gateway on one stream (issue 17), each named by
+    the gateway's session id. A session is opened by its first request (the
+    subscribe); a request for a session id at or below the highest seen that is
+    not open (it ended meanwhile) is ignored. The router sends initial metadata
+    at once, so a gateway can tell a router without this method (UNIMPLEMENTED).
+    """
     Publish: _aio.UnaryUnaryMultiCallable[_gateway_pb2.PublishRequest, _gateway_pb2.PublishResponse]  # type: ignore[assignment]
     """Client-facing (docs/cluster.md section 5, the direct path): a client's publish,
     authenticated and authorized as at the gateway, to a partition this router owns
@@ -114,6 +128,19 @@ class RouterServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_messages_pb2.ConsumeResponse], _abc.AsyncIterator[_messages_pb2.ConsumeResponse]]:
         """A consume session for the given partitions of one stream."""
+
+    @_abc_1.abstractmethod
+    def ConsumeMux(
+        self,
+        request_iterator: _MaybeAsyncIterator[_router_pb2.ConsumeMuxRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_router_pb2.ConsumeMuxResponse], _abc.AsyncIterator[_router_pb2.ConsumeMuxResponse]]:
+        """Many consume sessions of one gateway on one stream (issue 17), each named by
+        the gateway's session id. A session is opened by its first request (the
+        subscribe); a request for a session id at or below the highest seen that is
+        not open (it ended meanwhile) is ignored. The router sends initial metadata
+        at once, so a gateway can tell a router without this method (UNIMPLEMENTED).
+        """
 
     @_abc_1.abstractmethod
     def Publish(

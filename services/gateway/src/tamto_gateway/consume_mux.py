@@ -1,0 +1,291 @@
+"""Consume sessions multiplexed on one stream per router (`Router.ConsumeMux`).
+
+Issue 17: with one router stream per consume session, 10,000 consumers attaching
+to a subscription made the gateway set up 10,000 gRPC calls, and leaving made it
+cancel them, about 0.3 ms each of gRPC core's work on the event loop; publishes
+waited seconds behind that. Here a gateway carries all its sessions to a router
+on one long-lived stream (as Pulsar carries many consumers on one connection by
+consumer id): opening a session is its subscribe message, leaving one small
+`cancel` message, and no gRPC call is set up or cancelled.
+
+`MuxSession` stands in for a router consume call (`FanOut` uses either): `write`,
+`done_writing` (the `end` of the session: the router applies what it got and
+ends it cleanly), `cancel` (abandon: the router detaches it at once and
+redelivers what it left unacked), and iteration over the router's encoded
+`ConsumeResponse`s, which ends when the router ends the session: cleanly, or
+raising its status as a `TamtoError` naming the router. The mux's reader never
+waits on one session: each has a queue of its own, which needs no bound, as the
+router delivers a session only the credit its client granted.
+
+When the mux stream fails, every session on it ends UNAVAILABLE naming the
+router (the SDK reconnects, and the routers redeliver what was unacked); the next
+session opens a new mux. A router without `ConsumeMux` (one from before it,
+during a rolling upgrade) answers UNIMPLEMENTED: `Muxes.get` then answers None
+and the gateway opens a `Consume` stream per session, as before, trying the mux
+again `STREAM_RETRY_S` later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+import grpc
+from prometheus_client import Gauge
+
+from tamto_common.errors import TamtoError, Unavailable
+from tamto_common.grpc_errors import error_for
+from tamto_protocol.delivery_wire import WireError, parse_mux_response
+from tamto_protocol.pipelined import STREAM_RETRY_S
+from tamto_protocol.v1 import messages_pb2, router_pb2
+
+ROUTER_CONSUME_MUX = "/tamto.v1.Router/ConsumeMux"
+
+#: Requests waiting to be written to the mux above which a session's `write`
+#: waits for the queue to drain (the router reads them without waiting).
+_SEND_HIGH = 4096
+
+MUX_SESSIONS = Gauge(
+    "tamto_gateway_consume_mux_sessions",
+    "Consume sessions on the gateway's one consume stream to each router",
+    ["router"],
+)
+
+#: Wakes an iteration: the session ended cleanly.
+_CLEAN_END = None
+
+
+class MuxSession:
+    """One consume session on a `Mux`, used as a router consume call (module docstring)."""
+
+    def __init__(self, mux: Mux, session_id: int) -> None:
+        self._mux = mux
+        self.id = session_id
+        self._inbox: asyncio.Queue[bytes | TamtoError | None] = asyncio.Queue()
+        self._writing = True
+        self._ended = False
+
+    async def write(self, request: messages_pb2.ConsumeRequest) -> None:
+        """Send the session's next request; raises `asyncio.InvalidStateError` once it
+        ended or half-closed (as a call's write does)."""
+        if not self._writing:
+            raise asyncio.InvalidStateError(f"consume session {self.id} is not writing")
+        await self._mux.send(router_pb2.ConsumeMuxRequest(session=self.id, consume=request))
+
+    async def done_writing(self) -> None:
+        """Half-close: the router applies what it got, then ends the session cleanly."""
+        if self._writing and not self._ended:
+            self._writing = False
+            await self._mux.send(router_pb2.ConsumeMuxRequest(session=self.id, end=True))
+
+    def cancel(self) -> bool:
+        """Abandon the session (the router redelivers what it left unacked)."""
+        if self._ended:
+            return False
+        self._mux.abandon(self)
+        self.end(Unavailable(f"consume session {self.id} cancelled"))
+        return True
+
+    def __aiter__(self) -> MuxSession:
+        return self
+
+    async def __anext__(self) -> bytes:
+        item = await self._inbox.get()
+        if isinstance(item, bytes):
+            return item
+        self._inbox.put_nowait(item)  # the end stays for any later iteration
+        if item is _CLEAN_END:
+            raise StopAsyncIteration
+        raise item
+
+    # -- called by the mux --
+
+    def deliver(self, response: bytes) -> None:
+        if not self._ended:
+            self._inbox.put_nowait(response)
+
+    def end(self, error: TamtoError | None) -> None:
+        """The session ended (None: cleanly); nothing more is sent or received."""
+        if not self._ended:
+            self._ended = True
+            self._writing = False
+            self._inbox.put_nowait(error)
+
+
+class Mux:
+    """The consume sessions of this gateway on one `ConsumeMux` stream to one router."""
+
+    def __init__(self, call: grpc.aio.StreamStreamCall, address: str) -> None:
+        self.address = address
+        self._call = call
+        self._sessions: dict[int, MuxSession] = {}
+        self._last_id = 0
+        self._send: asyncio.Queue[router_pb2.ConsumeMuxRequest] = asyncio.Queue()
+        self._room = asyncio.Event()
+        self._gauge = MUX_SESSIONS.labels(address)
+        #: Why the stream failed (every session then ended with it); None while it serves.
+        self.failure: TamtoError | None = None
+        self._writer = asyncio.create_task(self._write_all())
+        self._reader = asyncio.create_task(self._read_all())
+
+    @classmethod
+    async def open(cls, channel: grpc.aio.Channel, address: str, timeout_s: float) -> Mux | None:
+        """Open the stream and wait for the router's initial metadata; None if the
+        router has no `ConsumeMux` (UNIMPLEMENTED). Raises `TamtoError` if it fails."""
+        call = channel.stream_stream(
+            ROUTER_CONSUME_MUX,
+            request_serializer=router_pb2.ConsumeMuxRequest.SerializeToString,
+            response_deserializer=None,
+        )()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await call.initial_metadata()
+                if call.done():
+                    code = await call.code()
+                    if code is grpc.StatusCode.UNIMPLEMENTED:
+                        return None
+                    raise error_for(code, f"router {address}: consume mux: {await call.details()}")
+        except TimeoutError:
+            call.cancel()
+            raise Unavailable(
+                f"router {address}: consume mux not answered in {timeout_s:g} s"
+            ) from None
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
+                return None
+            raise Unavailable(f"router {address}: consume mux: {exc.details()}") from exc
+        return cls(call, address)
+
+    @property
+    def sessions(self) -> int:
+        return len(self._sessions)
+
+    def session(self) -> MuxSession:
+        """A new session (its first write is its subscribe)."""
+        self._last_id += 1
+        session = MuxSession(self, self._last_id)
+        if self.failure is not None:
+            session.end(self.failure)
+        else:
+            self._sessions[session.id] = session
+            self._gauge.set(len(self._sessions))
+        return session
+
+    async def send(self, request: router_pb2.ConsumeMuxRequest) -> None:
+        """Queue a request for the writer; waits while too many are queued."""
+        if self.failure is not None:
+            raise asyncio.InvalidStateError(str(self.failure))
+        self._send.put_nowait(request)
+        while self._send.qsize() > _SEND_HIGH and self.failure is None:
+            self._room.clear()
+            await self._room.wait()
+
+    def abandon(self, session: MuxSession) -> None:
+        if self._sessions.pop(session.id, None) is not None and self.failure is None:
+            self._gauge.set(len(self._sessions))
+            self._send.put_nowait(router_pb2.ConsumeMuxRequest(session=session.id, cancel=True))
+
+    async def _write_all(self) -> None:
+        try:
+            while True:
+                request = await self._send.get()
+                await self._call.write(request)
+                if self._send.qsize() <= _SEND_HIGH // 2:
+                    self._room.set()
+        except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
+            self._fail(f"a write failed: {exc}")  # the reader usually reports it first
+
+    async def _read_all(self) -> None:
+        try:
+            async for data in self._call:
+                response = parse_mux_response(data)
+                session = self._sessions.get(response.session)
+                if session is None:
+                    continue  # abandoned meanwhile
+                if response.consume is not None:
+                    session.deliver(response.consume)
+                elif response.end is not None:
+                    del self._sessions[response.session]
+                    self._gauge.set(len(self._sessions))
+                    code, message = response.end
+                    where = f"router {self.address}: {message}"
+                    session.end(None if code == 0 else error_for(code, where))
+            self._fail("the router ended it")
+        except grpc.aio.AioRpcError as exc:
+            self._fail(f"{exc.code().name}: {exc.details()}")
+        except WireError as exc:
+            self._fail(f"a malformed response: {exc}")
+
+    def _fail(self, why: str) -> None:
+        """The stream is gone: every session ends UNAVAILABLE naming the router."""
+        if self.failure is not None:
+            return
+        self.failure = Unavailable(f"router {self.address}: consume stream failed ({why})")
+        sessions = list(self._sessions.values())
+        self._sessions.clear()
+        self._gauge.set(0)
+        for session in sessions:
+            session.end(self.failure)
+        self._room.set()
+        self._call.cancel()
+        current = asyncio.current_task()
+        for task in (self._writer, self._reader):
+            if task is not current:
+                task.cancel()
+
+    async def close(self) -> None:
+        """End the stream (the router abandons what sessions are left) and its tasks."""
+        self._fail("the gateway is stopping")
+        for task in (self._writer, self._reader):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+class Muxes:
+    """One `Mux` per router address: opened on the first session, opened again
+    after it failed (or its channel was replaced); None for a router without
+    `ConsumeMux`, until `STREAM_RETRY_S` later."""
+
+    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._timeout = timeout_s
+        self._clock = clock
+        self._open: dict[str, tuple[grpc.aio.Channel, Mux]] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
+        self._without: dict[str, float] = {}  # address: when to try ConsumeMux again
+
+    def _usable(self, address: str, channel: grpc.aio.Channel) -> Mux | None:
+        known = self._open.get(address)
+        if known is not None and known[0] is channel and known[1].failure is None:
+            return known[1]
+        return None
+
+    async def get(self, address: str, channel: grpc.aio.Channel) -> Mux | None:
+        mux = self._usable(address, channel)
+        if mux is not None:
+            return mux
+        if self._without.get(address, float("-inf")) > self._clock():
+            return None
+        async with self._opening.setdefault(address, asyncio.Lock()):
+            mux = self._usable(address, channel)
+            if mux is not None:
+                return mux
+            mux = await Mux.open(channel, address, self._timeout)
+            if mux is None:
+                self._without[address] = self._clock() + STREAM_RETRY_S
+                return None
+            stale = self._open.get(address)
+            self._open[address] = (channel, mux)
+        if stale is not None:
+            await stale[1].close()
+        return mux
+
+    def sessions(self) -> dict[str, int]:
+        """Open sessions per router address."""
+        return {address: mux.sessions for address, (_channel, mux) in self._open.items()}
+
+    async def close(self) -> None:
+        for _channel, mux in self._open.values():
+            await mux.close()
+        self._open.clear()

@@ -1,0 +1,221 @@
+"""The gateway's consume mux: its sessions with a router on one stream (issue 17).
+
+Against a scripted router (a real gRPC server answering `ConsumeMux` as the
+test says): sessions share one stream and each gets its own responses, one
+session nobody reads does not stall another, a session's end carries its status,
+`cancel` reaches the router, the stream failing ends every session UNAVAILABLE
+naming the router (and the next session opens a new stream), and a router
+without `ConsumeMux` gets a `Consume` stream per session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+import grpc
+import pytest
+from prometheus_client import REGISTRY
+
+from tamto_common.channels import peer_channel
+from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
+from tamto_gateway.consume_mux import Muxes, MuxSession
+from tamto_protocol.delivery_wire import consume_delivery, mux_end, parse_consume_response
+from tamto_protocol.pipelined import STREAM_RETRY_S
+from tamto_protocol.v1 import messages_pb2, router_pb2
+from tamto_testing.waiting import eventually
+
+
+@dataclass
+class Router:
+    """A router's `ConsumeMux` run by the test: what it received, per stream, and
+    what to send (`send`, or `fail` to end the stream with an error)."""
+
+    streams: int = 0
+    received: list[router_pb2.ConsumeMuxRequest] = field(default_factory=list)
+    outgoing: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
+
+    async def consume_mux(
+        self,
+        requests: AsyncIterator[router_pb2.ConsumeMuxRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[bytes]:
+        self.streams += 1
+        await context.send_initial_metadata(())
+
+        async def read() -> None:
+            async for request in requests:
+                self.received.append(request)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (response := await self.outgoing.get()) is not None:
+                yield response
+            await context.abort(grpc.StatusCode.INTERNAL, "router fell over")
+        finally:
+            reader.cancel()
+
+    def send(self, response: bytes) -> None:
+        self.outgoing.put_nowait(response)
+
+    def fail(self) -> None:
+        self.outgoing.put_nowait(None)
+
+    def sessions_subscribed(self) -> list[int]:
+        return [
+            r.session
+            for r in self.received
+            if r.WhichOneof("request") == "consume"
+            and r.consume.WhichOneof("request") == "subscribe"
+        ]
+
+
+def delivery(session: int, base_offset: int) -> bytes:
+    return consume_delivery("s", 0, base_offset, 1, 0, b"arrow", 1, (), session)
+
+
+async def serve(router: Router | None) -> tuple[grpc.aio.Server, str]:
+    """A gRPC server with the router's `ConsumeMux` (None: without that method)."""
+    server = grpc.aio.server()
+    if router is not None:
+        handler = grpc.stream_stream_rpc_method_handler(
+            router.consume_mux,
+            request_deserializer=router_pb2.ConsumeMuxRequest.FromString,
+            response_serializer=None,
+        )
+        server.add_registered_method_handlers("tamto.v1.Router", {"ConsumeMux": handler})
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@contextlib.asynccontextmanager
+async def connected(
+    router: Router | None, clock: Callable[[], float] = time.monotonic
+) -> AsyncIterator[tuple[str, grpc.aio.Channel, Muxes]]:
+    """(address, channel, muxes) of a gateway's view of a served `router`."""
+    server, address = await serve(router)
+    channel = peer_channel(address)
+    muxes = Muxes(10.0, clock)
+    try:
+        yield address, channel, muxes
+    finally:
+        await muxes.close()
+        await channel.close()
+        await server.stop(None)
+
+
+async def subscribe(session: MuxSession) -> None:
+    await session.write(messages_pb2.ConsumeRequest(subscribe=messages_pb2.Subscribe(stream="s")))
+
+
+async def next_offset(session: MuxSession) -> int:
+    data = await asyncio.wait_for(anext(session), 10)
+    view = parse_consume_response(data)
+    assert view is not None
+    return view.batch.base_offset
+
+
+async def drain(session: MuxSession) -> None:
+    async with asyncio.timeout(10):
+        async for _ in session:
+            pass
+
+
+async def ended_with(session: MuxSession) -> TamtoError:
+    with pytest.raises(TamtoError) as raised:
+        await drain(session)
+    return raised.value
+
+
+async def test_sessions_share_one_stream_and_each_reads_its_own_responses() -> None:
+    router = Router()
+    async with connected(router) as (address, channel, muxes):
+        sessions = []
+        for _ in range(3):
+            mux = await muxes.get(address, channel)
+            assert mux is not None
+            sessions.append(mux.session())
+        for s in sessions:
+            await subscribe(s)
+        await eventually(lambda: len(router.sessions_subscribed()) == 3, 10, "three subscribes")
+        assert router.streams == 1
+        assert muxes.sessions() == {address: 3}
+        gauge = REGISTRY.get_sample_value("tamto_gateway_consume_mux_sessions", {"router": address})
+        assert gauge == 3
+        ids = [s.id for s in sessions]
+        assert router.sessions_subscribed() == ids
+        for offset, sid in enumerate(reversed(ids)):
+            router.send(delivery(sid, offset))
+        assert [await next_offset(s) for s in sessions] == [2, 1, 0]
+
+
+async def test_a_session_nobody_reads_does_not_stall_another() -> None:
+    router = Router()
+    async with connected(router) as (address, channel, muxes):
+        mux = await muxes.get(address, channel)
+        assert mux is not None
+        idle, busy = mux.session(), mux.session()
+        for offset in range(500):
+            router.send(delivery(idle.id, offset))
+        router.send(delivery(busy.id, 7))
+        assert await next_offset(busy) == 7
+        assert await next_offset(idle) == 0, "the idle one's responses wait for it"
+
+
+async def test_a_sessions_end_carries_its_status_and_cancel_reaches_the_router() -> None:
+    router = Router()
+    async with connected(router) as (address, channel, muxes):
+        mux = await muxes.get(address, channel)
+        assert mux is not None
+        erring, clean, cancelled = mux.session(), mux.session(), mux.session()
+        router.send(mux_end(erring.id, grpc.StatusCode.INVALID_ARGUMENT.value[0], "bad ack"))
+        router.send(mux_end(clean.id, 0, ""))
+        error = await ended_with(erring)
+        assert isinstance(error, InvalidArgument)
+        assert str(error) == f"router {address}: bad ack"
+        assert [r async for r in clean] == []
+        with pytest.raises(asyncio.InvalidStateError):
+            await subscribe(clean)  # as a call's write after its end
+        assert cancelled.cancel()
+        await eventually(
+            lambda: any(r.session == cancelled.id and r.cancel for r in router.received),
+            10,
+            "the router told of the cancel",
+        )
+        assert mux.sessions == 0
+
+
+async def test_the_stream_failing_ends_every_session_unavailable_and_the_next_opens_anew() -> None:
+    router = Router()
+    async with connected(router) as (address, channel, muxes):
+        mux = await muxes.get(address, channel)
+        assert mux is not None
+        sessions = [mux.session() for _ in range(3)]
+        router.fail()
+        for s in sessions:
+            error = await ended_with(s)
+            assert isinstance(error, Unavailable)
+            assert f"router {address}" in str(error)
+            assert "router fell over" in str(error)
+        again = await muxes.get(address, channel)
+        assert again is not None
+        assert again is not mux
+        assert router.streams == 2
+        fresh = again.session()
+        await subscribe(fresh)
+        await eventually(lambda: fresh.id in router.sessions_subscribed(), 10, "a new session")
+
+
+async def test_a_router_without_consume_mux_is_asked_again_only_after_a_while() -> None:
+    now = [0.0]
+    clock: Callable[[], float] = lambda: now[0]  # noqa: E731
+    async with connected(None, clock) as (address, channel, muxes):
+        assert await muxes.get(address, channel) is None
+        now[0] += STREAM_RETRY_S - 1
+        assert await muxes.get(address, channel) is None
+        now[0] += 2
+        assert await muxes.get(address, channel) is None  # asked again: still none
