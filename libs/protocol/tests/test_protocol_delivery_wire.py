@@ -13,8 +13,10 @@ from tamto_protocol.delivery_wire import (
     WireError,
     consume_delivery,
     mux_end,
+    mux_responses,
     parse_consume_response,
     parse_mux_response,
+    parse_mux_responses,
     raw_responses,
 )
 from tamto_protocol.v1 import messages_pb2, router_pb2
@@ -73,6 +75,22 @@ def test_mux_end_matches_serialize_to_string(code: int, message: str) -> None:
     )
     with pytest.raises(WireError):
         parse_mux_response(router_pb2.ConsumeMuxResponse(session=9).SerializeToString())
+
+
+def test_mux_responses_match_serialize_to_string_and_parse_in_order() -> None:
+    ended = mux_end(3, 14, "gone")
+    delivered = consume_delivery("s", 1, 5, 1, 0, b"arrow", 1, (), 4)
+    generated = router_pb2.ConsumeMuxResponses(
+        responses=[
+            router_pb2.ConsumeMuxResponse.FromString(ended),
+            router_pb2.ConsumeMuxResponse.FromString(delivered),
+        ]
+    )
+    assert mux_responses([ended, delivered]) == generated.SerializeToString()
+    assert [(r.session, r.end) for r in parse_mux_responses(mux_responses([ended, delivered]))] == [
+        (3, (14, "gone")),
+        (4, None),
+    ]
 
 
 async def test_raw_responses_take_a_generated_method_over() -> None:

@@ -208,7 +208,20 @@ def _status(data: memoryview) -> tuple[int, str]:
     return code, message
 
 
-def parse_mux_response(data: bytes) -> MuxResponse:
+def mux_responses(responses: Sequence[bytes]) -> bytes:
+    """`tamto.v1.ConsumeMuxResponses` {responses = 1 (repeated)} of encoded
+    `ConsumeMuxResponse`s: what a router sends on a mux in one message."""
+    return b"".join([part for r in responses for part in (len_header(1, len(r)), r)])
+
+
+def parse_mux_responses(data: bytes) -> Iterator[MuxResponse]:
+    """The responses of a `ConsumeMuxResponses`, in order (see `parse_mux_response`)."""
+    for number, _kind, value in _fields(memoryview(data)):
+        if number == 1 and isinstance(value, memoryview):
+            yield parse_mux_response(value)
+
+
+def parse_mux_response(data: bytes | memoryview) -> MuxResponse:
     """A `ConsumeMuxResponse`; its `consume` bytes are copied once (to be forwarded
     as they are), never parsed. Raises `WireError` on malformed input."""
     session = 0

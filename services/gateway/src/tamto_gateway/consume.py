@@ -92,7 +92,8 @@ class FanOut:
                 sub.CopyFrom(self._subscribe)
                 del sub.partitions[:]
                 sub.partitions.extend(owned)
-                await call.write(messages_pb2.ConsumeRequest(subscribe=sub))
+                with contextlib.suppress(*_WRITE_FAILED):  # its pump reports why
+                    await call.write(messages_pb2.ConsumeRequest(subscribe=sub))
                 self._tasks.append(asyncio.create_task(self._pump(address, call)))
 
     async def _pump(self, address: str, call: RouterConsume) -> None:

@@ -37,7 +37,7 @@ from prometheus_client import Gauge
 
 from tamto_common.errors import TamtoError, Unavailable
 from tamto_common.grpc_errors import error_for
-from tamto_protocol.delivery_wire import WireError, parse_mux_response
+from tamto_protocol.delivery_wire import MuxResponse, WireError, parse_mux_responses
 from tamto_protocol.pipelined import STREAM_RETRY_S
 from tamto_protocol.v1 import messages_pb2, router_pb2
 
@@ -52,6 +52,9 @@ MUX_SESSIONS = Gauge(
     "Consume sessions on the gateway's one consume stream to each router",
     ["router"],
 )
+
+#: Most requests written in one message.
+_BATCH = 1024
 
 #: Wakes an iteration: the session ended cleanly.
 _CLEAN_END = None
@@ -136,7 +139,7 @@ class Mux:
         router has no `ConsumeMux` (UNIMPLEMENTED). Raises `TamtoError` if it fails."""
         call = channel.stream_stream(
             ROUTER_CONSUME_MUX,
-            request_serializer=router_pb2.ConsumeMuxRequest.SerializeToString,
+            request_serializer=router_pb2.ConsumeMuxRequests.SerializeToString,
             response_deserializer=None,
         )()
         try:
@@ -188,10 +191,14 @@ class Mux:
             self._send.put_nowait(router_pb2.ConsumeMuxRequest(session=session.id, cancel=True))
 
     async def _write_all(self) -> None:
+        """Write what is queued, as one message (what queued while the last was
+        written goes in the next: a crowd's subscribes or cancels go together)."""
         try:
             while True:
-                request = await self._send.get()
-                await self._call.write(request)
+                batch = [await self._send.get()]
+                while not self._send.empty() and len(batch) < _BATCH:
+                    batch.append(self._send.get_nowait())
+                await self._call.write(router_pb2.ConsumeMuxRequests(requests=batch))
                 if self._send.qsize() <= _SEND_HIGH // 2:
                     self._room.set()
         except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as exc:
@@ -200,23 +207,26 @@ class Mux:
     async def _read_all(self) -> None:
         try:
             async for data in self._call:
-                response = parse_mux_response(data)
-                session = self._sessions.get(response.session)
-                if session is None:
-                    continue  # abandoned meanwhile
-                if response.consume is not None:
-                    session.deliver(response.consume)
-                elif response.end is not None:
-                    del self._sessions[response.session]
-                    self._gauge.set(len(self._sessions))
-                    code, message = response.end
-                    where = f"router {self.address}: {message}"
-                    session.end(None if code == 0 else error_for(code, where))
+                for response in parse_mux_responses(data):
+                    self._dispatch(response)
             self._fail("the router ended it")
         except grpc.aio.AioRpcError as exc:
             self._fail(f"{exc.code().name}: {exc.details()}")
         except WireError as exc:
             self._fail(f"a malformed response: {exc}")
+
+    def _dispatch(self, response: MuxResponse) -> None:
+        session = self._sessions.get(response.session)
+        if session is None:
+            return  # abandoned meanwhile
+        if response.consume is not None:
+            session.deliver(response.consume)
+        elif response.end is not None:
+            del self._sessions[response.session]
+            self._gauge.set(len(self._sessions))
+            code, message = response.end
+            where = f"router {self.address}: {message}"
+            session.end(None if code == 0 else error_for(code, where))
 
     def _fail(self, why: str) -> None:
         """The stream is gone: every session ends UNAVAILABLE naming the router."""

@@ -15,7 +15,13 @@ from tamto_common.grpc_errors import status_for
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
-from tamto_protocol.delivery_wire import consume_delivery, consume_error, mux_end, raw_responses
+from tamto_protocol.delivery_wire import (
+    consume_delivery,
+    consume_error,
+    mux_end,
+    mux_responses,
+    raw_responses,
+)
 from tamto_protocol.v1 import gateway_pb2, messages_pb2, router_pb2, router_pb2_grpc
 from tamto_protocol.wire import ROUTER_APPEND, ROUTER_PUBLISH
 from tamto_router.admin import SubscriptionAdmin
@@ -91,7 +97,7 @@ def serve(servicer: RouterServicer, server: grpc.aio.Server) -> None:
         "tamto.v1.Router",
         "ConsumeMux",
         servicer.ConsumeMux,
-        router_pb2.ConsumeMuxRequest.FromString,
+        router_pb2.ConsumeMuxRequests.FromString,
     )
 
 
@@ -197,17 +203,28 @@ class RouterServicer(AdminApi, router_pb2_grpc.RouterServicer):
 
     async def ConsumeMux(  # type: ignore[override]  # answers encoded responses (bytes)
         self,
-        request_iterator: AsyncIterator[router_pb2.ConsumeMuxRequest],
+        request_iterator: AsyncIterator[router_pb2.ConsumeMuxRequests],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[bytes]:
         """A gateway's consume sessions on one stream (`ConsumeMux`); responses are
-        encoded `ConsumeMuxResponse` bytes (see `serve`)."""
+        encoded `ConsumeMuxResponses` bytes (see `serve`)."""
         await context.send_initial_metadata(())  # the gateway's sign that the method exists
         mux = ConsumeMux(self._subscriptions)
         reader = asyncio.create_task(mux.read(request_iterator))
         try:
-            while (response := await mux.out.get()) is not None:
-                yield response
+            while (first := await mux.out.get()) is not None:
+                # What queued while the last message was written goes in one message.
+                batch, size, ended = [first], len(first), False
+                while size < MUX_BATCH_BYTES and not mux.out.empty():
+                    response = mux.out.get_nowait()
+                    if response is None:
+                        ended = True
+                        break
+                    batch.append(response)
+                    size += len(response)
+                yield mux_responses(batch)
+                if ended:
+                    return
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -262,6 +279,9 @@ async def _session_responses(
                 await reader
 
 
+#: Largest the responses a mux sends in one message get (one delivery may be larger).
+MUX_BATCH_BYTES = 1 << 20
+
 #: Most requests one mux session may have waiting to be applied (its acks are
 #: applied one after the other, each before the next request): a consumer sending
 #: faster than that fails alone, with RESOURCE_EXHAUSTED, not its whole mux.
@@ -298,11 +318,12 @@ class ConsumeMux:
     def sessions(self) -> int:
         return len(self._sessions)
 
-    async def read(self, requests: AsyncIterator[router_pb2.ConsumeMuxRequest]) -> None:
+    async def read(self, requests: AsyncIterator[router_pb2.ConsumeMuxRequests]) -> None:
         """Dispatch the gateway's requests; once it half-closes, end every session
         cleanly and then the stream."""
-        async for request in requests:
-            self.dispatch(request)
+        async for batch in requests:
+            for request in batch.requests:
+                self.dispatch(request)
         for session in list(self._sessions.values()):
             session.inbox.put_nowait(None)
         tasks = [s.task for s in self._sessions.values() if s.task is not None]

@@ -100,6 +100,18 @@ class RouterReadResponse(_message.Message):
     batches: _containers.RepeatedCompositeFieldContainer[_messages_pb2.StoredBatch]
     def __init__(self, batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ...) -> None: ...
 
+class ConsumeMuxRequests(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[ConsumeMuxRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[ConsumeMuxRequest, _Mapping]]] = ...) -> None: ...
+
+class ConsumeMuxResponses(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[ConsumeMuxResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[ConsumeMuxResponse, _Mapping]]] = ...) -> None: ...
+
 class ConsumeMuxRequest(_message.Message):
     __slots__ = ("session", "consume", "end", "cancel")
     SESSION_FIELD_NUMBER: _ClassVar[int]

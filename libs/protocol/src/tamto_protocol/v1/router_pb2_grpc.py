@@ -53,8 +53,8 @@ class RouterStub:
                 _registered_method=True)
         self.ConsumeMux = channel.stream_stream(
                 '/tamto.v1.Router/ConsumeMux',
-                request_serializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxRequest.SerializeToString,
-                response_deserializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxResponse.FromString,
+                request_serializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxRequests.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxResponses.FromString,
                 _registered_method=True)
         self.Publish = channel.unary_unary(
                 '/tamto.v1.Router/Publish',
@@ -124,7 +124,8 @@ class RouterServicer:
 
     def ConsumeMux(self, request_iterator, context):
         """Many consume sessions of one gateway on one stream (issue 17), each named by
-        the gateway's session id. A session is opened by its first request (the
+        the gateway's session id; each message carries what is queued, for any
+        sessions, in order. A session is opened by its first request (the
         subscribe); a request for a session id at or below the highest seen that is
         not open (it ended meanwhile) is ignored. The router sends initial metadata
         at once, so a gateway can tell a router without this method (UNIMPLEMENTED).
@@ -211,8 +212,8 @@ def add_RouterServicer_to_server(servicer, server):
             ),
             'ConsumeMux': grpc.stream_stream_rpc_method_handler(
                     servicer.ConsumeMux,
-                    request_deserializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxRequest.FromString,
-                    response_serializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxResponse.SerializeToString,
+                    request_deserializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxRequests.FromString,
+                    response_serializer=tamto_dot_v1_dot_router__pb2.ConsumeMuxResponses.SerializeToString,
             ),
             'Publish': grpc.unary_unary_rpc_method_handler(
                     servicer.Publish,
@@ -361,8 +362,8 @@ class Router:
             request_iterator,
             target,
             '/tamto.v1.Router/ConsumeMux',
-            tamto_dot_v1_dot_router__pb2.ConsumeMuxRequest.SerializeToString,
-            tamto_dot_v1_dot_router__pb2.ConsumeMuxResponse.FromString,
+            tamto_dot_v1_dot_router__pb2.ConsumeMuxRequests.SerializeToString,
+            tamto_dot_v1_dot_router__pb2.ConsumeMuxResponses.FromString,
             options,
             channel_credentials,
             insecure,

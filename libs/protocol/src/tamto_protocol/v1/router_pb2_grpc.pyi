@@ -39,9 +39,10 @@ class RouterStub:
     """Append calls pipelined on one stream (see Gateway.PublishStream)."""
     Consume: _grpc.StreamStreamMultiCallable[_messages_pb2.ConsumeRequest, _messages_pb2.ConsumeResponse]
     """A consume session for the given partitions of one stream."""
-    ConsumeMux: _grpc.StreamStreamMultiCallable[_router_pb2.ConsumeMuxRequest, _router_pb2.ConsumeMuxResponse]
+    ConsumeMux: _grpc.StreamStreamMultiCallable[_router_pb2.ConsumeMuxRequests, _router_pb2.ConsumeMuxResponses]
     """Many consume sessions of one gateway on one stream (issue 17), each named by
-    the gateway's session id. A session is opened by its first request (the
+    the gateway's session id; each message carries what is queued, for any
+    sessions, in order. A session is opened by its first request (the
     subscribe); a request for a session id at or below the highest seen that is
     not open (it ended meanwhile) is ignored. The router sends initial metadata
     at once, so a gateway can tell a router without this method (UNIMPLEMENTED).
@@ -76,9 +77,10 @@ class RouterAsyncStub(RouterStub):
     """Append calls pipelined on one stream (see Gateway.PublishStream)."""
     Consume: _aio.StreamStreamMultiCallable[_messages_pb2.ConsumeRequest, _messages_pb2.ConsumeResponse]  # type: ignore[assignment]
     """A consume session for the given partitions of one stream."""
-    ConsumeMux: _aio.StreamStreamMultiCallable[_router_pb2.ConsumeMuxRequest, _router_pb2.ConsumeMuxResponse]  # type: ignore[assignment]
+    ConsumeMux: _aio.StreamStreamMultiCallable[_router_pb2.ConsumeMuxRequests, _router_pb2.ConsumeMuxResponses]  # type: ignore[assignment]
     """Many consume sessions of one gateway on one stream (issue 17), each named by
-    the gateway's session id. A session is opened by its first request (the
+    the gateway's session id; each message carries what is queued, for any
+    sessions, in order. A session is opened by its first request (the
     subscribe); a request for a session id at or below the highest seen that is
     not open (it ended meanwhile) is ignored. The router sends initial metadata
     at once, so a gateway can tell a router without this method (UNIMPLEMENTED).
@@ -132,11 +134,12 @@ class RouterServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def ConsumeMux(
         self,
-        request_iterator: _MaybeAsyncIterator[_router_pb2.ConsumeMuxRequest],
+        request_iterator: _MaybeAsyncIterator[_router_pb2.ConsumeMuxRequests],
         context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_router_pb2.ConsumeMuxResponse], _abc.AsyncIterator[_router_pb2.ConsumeMuxResponse]]:
+    ) -> _typing.Union[_abc.Iterator[_router_pb2.ConsumeMuxResponses], _abc.AsyncIterator[_router_pb2.ConsumeMuxResponses]]:
         """Many consume sessions of one gateway on one stream (issue 17), each named by
-        the gateway's session id. A session is opened by its first request (the
+        the gateway's session id; each message carries what is queued, for any
+        sessions, in order. A session is opened by its first request (the
         subscribe); a request for a session id at or below the highest seen that is
         not open (it ended meanwhile) is ignored. The router sends initial metadata
         at once, so a gateway can tell a router without this method (UNIMPLEMENTED).

@@ -53,9 +53,12 @@ class Gateway:
         self._requests: asyncio.Queue[router_pb2.ConsumeMuxRequest | None] = asyncio.Queue()
         self.reader = asyncio.create_task(self.mux.read(self._stream()))
 
-    async def _stream(self) -> AsyncIterator[router_pb2.ConsumeMuxRequest]:
+    async def _stream(self) -> AsyncIterator[router_pb2.ConsumeMuxRequests]:
         while (request := await self._requests.get()) is not None:
-            yield request
+            batch = [request]  # what is queued goes in one message, as from a gateway
+            while not self._requests.empty() and (queued := self._requests.get_nowait()):
+                batch.append(queued)
+            yield router_pb2.ConsumeMuxRequests(requests=batch)
 
     def send(self, session: int, **request: Any) -> None:
         self._requests.put_nowait(

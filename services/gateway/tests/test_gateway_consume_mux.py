@@ -23,7 +23,12 @@ from prometheus_client import REGISTRY
 from tamto_common.channels import peer_channel
 from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
 from tamto_gateway.consume_mux import Muxes, MuxSession
-from tamto_protocol.delivery_wire import consume_delivery, mux_end, parse_consume_response
+from tamto_protocol.delivery_wire import (
+    consume_delivery,
+    mux_end,
+    mux_responses,
+    parse_consume_response,
+)
 from tamto_protocol.pipelined import STREAM_RETRY_S
 from tamto_protocol.v1 import messages_pb2, router_pb2
 from tamto_testing.waiting import eventually
@@ -40,15 +45,15 @@ class Router:
 
     async def consume_mux(
         self,
-        requests: AsyncIterator[router_pb2.ConsumeMuxRequest],
+        requests: AsyncIterator[router_pb2.ConsumeMuxRequests],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[bytes]:
         self.streams += 1
         await context.send_initial_metadata(())
 
         async def read() -> None:
-            async for request in requests:
-                self.received.append(request)
+            async for batch in requests:
+                self.received.extend(batch.requests)
 
         reader = asyncio.create_task(read())
         try:
@@ -58,8 +63,9 @@ class Router:
         finally:
             reader.cancel()
 
-    def send(self, response: bytes) -> None:
-        self.outgoing.put_nowait(response)
+    def send(self, *responses: bytes) -> None:
+        """Send `responses` in one message."""
+        self.outgoing.put_nowait(mux_responses(responses))
 
     def fail(self) -> None:
         self.outgoing.put_nowait(None)
@@ -83,7 +89,7 @@ async def serve(router: Router | None) -> tuple[grpc.aio.Server, str]:
     if router is not None:
         handler = grpc.stream_stream_rpc_method_handler(
             router.consume_mux,
-            request_deserializer=router_pb2.ConsumeMuxRequest.FromString,
+            request_deserializer=router_pb2.ConsumeMuxRequests.FromString,
             response_serializer=None,
         )
         server.add_registered_method_handlers("tamto.v1.Router", {"ConsumeMux": handler})
@@ -148,8 +154,7 @@ async def test_sessions_share_one_stream_and_each_reads_its_own_responses() -> N
         assert gauge == 3
         ids = [s.id for s in sessions]
         assert router.sessions_subscribed() == ids
-        for offset, sid in enumerate(reversed(ids)):
-            router.send(delivery(sid, offset))
+        router.send(*[delivery(sid, offset) for offset, sid in enumerate(reversed(ids))])
         assert [await next_offset(s) for s in sessions] == [2, 1, 0]
 
 
