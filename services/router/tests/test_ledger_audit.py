@@ -7,9 +7,14 @@ from __future__ import annotations
 import uuid
 
 import aetcd
+import pytest
 
+from tamto_common.config import load_config
+from tamto_common.errors import ConfigError
 from tamto_common.ledgers import open_ledger
-from tamto_router.ledger_audit import LedgerAudit
+from tamto_router.config import RouterConfig
+from tamto_router.ledger_audit import AUDIT_INTERVAL_S, LedgerAudit, audit_interval_s
+from tamto_router.partition_log import REREPLICATE_AFTER_S
 
 
 async def test_owned_idle_partitions_with_a_replica_down_are_opened_a_few_per_round(
@@ -52,3 +57,15 @@ async def test_owned_idle_partitions_with_a_replica_down_are_opened_a_few_per_ro
     assert await audit.audit_once() == []
     assert audit.idle_under_replicated == {(stream, 6)}
     assert opened == [(stream, 0), (stream, 1)]
+
+
+def test_a_shorter_rereplication_delay_shortens_the_audit_period() -> None:
+    """TAMTO_ROUTER_REREPLICATE_AFTER_S reaches the router's config, and the auditor
+    reads the ledgers at least twice within it (seen down, then opened)."""
+    config = load_config(RouterConfig, "router", environ={"TAMTO_ROUTER_REREPLICATE_AFTER_S": "2"})
+    assert config.rereplicate_after_s == 2.0
+    assert audit_interval_s(config.rereplicate_after_s) == 1.0
+    assert RouterConfig().rereplicate_after_s == REREPLICATE_AFTER_S
+    assert audit_interval_s(REREPLICATE_AFTER_S) == AUDIT_INTERVAL_S
+    with pytest.raises(ConfigError):
+        load_config(RouterConfig, "router", environ={"TAMTO_ROUTER_REREPLICATE_AFTER_S": "0"})

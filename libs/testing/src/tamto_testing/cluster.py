@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import secrets
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import grpc
@@ -200,13 +200,19 @@ class TestCluster:
         """
         names = node_processes(self.nodes)
         backends = [n for n in names if split_process(n)[0] != "gateway"]
-        gateways = [n for n in names if n not in backends]
-        for wave in (backends, gateways):
-            for name in wave:
-                self._spawn(name, (extra_env or {}).get(split_process(name)[0]))
-            for name in wave:
-                self._wait_ready(name)
+        self.start_together(backends, extra_env)
+        self.start_together([n for n in names if n not in backends], extra_env)
         return self
+
+    def start_together(
+        self, names: Sequence[str], extra_env: Mapping[str, dict[str, str]] | None = None
+    ) -> None:
+        """Start processes `names` at once, then wait until each serves (`start`, side
+        by side); `extra_env` adds variables per service name (`router`, not `router-2`)."""
+        for name in names:
+            self._spawn(name, (extra_env or {}).get(split_process(name)[0]))
+        for name in names:
+            self._wait_ready(name)
 
     @contextlib.contextmanager
     def running(

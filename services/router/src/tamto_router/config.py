@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from tamto_common.config import ServiceConfig, not_negative, positive, setting
 from tamto_router.balancer import BalanceSettings
+from tamto_router.partition_log import REREPLICATE_AFTER_S
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +76,12 @@ class RouterConfig(ServiceConfig):
         60.0,
         "no balancing move for this long after one, or after becoming the balancer",
         not_negative,
+    )
+    rereplicate_after_s: float = setting(
+        REREPLICATE_AFTER_S,
+        "seconds a storage node stays unregistered before the partitions it holds are "
+        "copied to a spare node (re-replication; a restart usually registers again within it)",
+        positive,
     )
 
     def balance_settings(self) -> BalanceSettings:

@@ -6,7 +6,8 @@ no open log, so a node loss would leave its ledgers short of R copies for good.
 Every `AUDIT_INTERVAL_S` each router reads the ledger lists in etcd
 (`tamto_common.ledgers`), keeps those of the partitions it owns by placement (the
 rule the hand-back loop uses), and opens (`Partitions.get`) a few of those whose
-ensemble names a storage node unregistered for longer than `REREPLICATE_AFTER_S`:
+ensemble names a storage node unregistered for longer than `REREPLICATE_AFTER_S`
+(the router setting `rereplicate_after_s`; a shorter one also shortens the period):
 the open log's repair then copies the partition to a spare and records it.
 At most `OPENS_PER_ROUND` partitions are opened per round, so losing a node of a
 big cluster does not open every partition at once.
@@ -35,6 +36,13 @@ log = structlog.get_logger(__name__)
 AUDIT_INTERVAL_S: Final = 5.0
 #: How many idle partitions one round opens at most.
 OPENS_PER_ROUND: Final = 4
+
+
+def audit_interval_s(after_s: float) -> float:
+    """How often the ledger lists are read when a node is re-replicated after `after_s`:
+    `AUDIT_INTERVAL_S`, or half of a shorter `after_s` (a node is seen down in one round
+    and its partitions opened in a later one, so the period must be well below it)."""
+    return min(AUDIT_INTERVAL_S, after_s / 2)
 
 
 class LedgerAudit:

@@ -39,7 +39,7 @@ from tamto_protocol.batch import decode_column
 from tamto_router.dedup import DedupWindow
 from tamto_router.model import Batch, LogBounds
 from tamto_router.ownership import Claim, Held, claim_partition, release_partition
-from tamto_router.partition_log import PartitionLog, Rereplicate
+from tamto_router.partition_log import REREPLICATE_AFTER_S, PartitionLog, Rereplicate
 from tamto_router.quorum import no_quorum, recover_ledger_end
 from tamto_router.storage_client import StorageClient
 
@@ -87,8 +87,11 @@ class Partitions:
         replicas_for: ReplicasFor | None = None,
         storage_clients: Callable[[], dict[str, StorageClient]] | None = None,
         placed_on: Callable[[str, int], str | None] | None = None,
+        rereplicate_after_s: float = REREPLICATE_AFTER_S,
     ) -> None:
         self._etcd = etcd
+        #: How long an ensemble member stays unregistered before a spare replaces it.
+        self._rereplicate_after_s = rereplicate_after_s
         #: The other live router a partition is placed on (a move, a drain, the ring:
         #: `tamto_common.placement`), None when it is this one's: such a partition is
         #: not claimed here, so a request routed by a stale view is refused, not
@@ -273,7 +276,7 @@ class Partitions:
         async def record(old: str, new: str) -> None:
             await replace_in_ledgers(self._etcd, stream, partition, old, new)
 
-        return Rereplicate(spare_for, record)
+        return Rereplicate(spare_for, record, self._rereplicate_after_s)
 
     async def _open_replicated(
         self, ledgers: LedgerList, epoch: int, definition: StreamDef

@@ -36,7 +36,7 @@ from tamto_router.consume import SubscriptionRegistry
 from tamto_router.dead_letter_sink import DeadLetterSink
 from tamto_router.dead_letters import Policy
 from tamto_router.grpc_api import RouterServicer, serve
-from tamto_router.ledger_audit import LedgerAudit
+from tamto_router.ledger_audit import LedgerAudit, audit_interval_s
 from tamto_router.partitions import UNDER_REPLICATED, Partitions
 from tamto_router.storage_client import StorageClient
 
@@ -159,6 +159,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         replicas_for=replicas_for,
         storage_clients=storage_clients,
         placed_on=placed_on,
+        rereplicate_after_s=config.rereplicate_after_s,
     )
     resources.push_async_callback(partitions.close)
 
@@ -176,6 +177,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         lambda: {m.instance_id for m in directory.members("storage")},
         lambda stream, partition: (stream, partition) in partitions.claimed(),
         partitions.get,
+        after_s=config.rereplicate_after_s,
     )
     UNDER_REPLICATED.set_function(
         lambda: partitions.under_replicated() + len(audit.idle_under_replicated)
@@ -268,7 +270,9 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         resources.push_async_callback(balancer.close)
 
     hand_back = asyncio.create_task(hand_back_loop(), name="hand-back")
-    auditing = asyncio.create_task(audit.run(), name="ledger-audit")
+    auditing = asyncio.create_task(
+        audit.run(audit_interval_s(config.rereplicate_after_s)), name="ledger-audit"
+    )
 
     async def stop_hand_back() -> None:
         for task in (hand_back, auditing):
