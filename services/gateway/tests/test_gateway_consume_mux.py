@@ -224,3 +224,24 @@ async def test_a_router_without_consume_mux_is_asked_again_only_after_a_while() 
         assert await muxes.get(address, channel) is None
         now[0] += 2
         assert await muxes.get(address, channel) is None  # asked again: still none
+
+
+async def test_sessions_waiting_behind_a_failed_open_fail_with_it_at_once() -> None:
+    server, address = await serve(Router())
+    await server.stop(None)  # nobody answers there any more
+    channel = peer_channel(address)
+    now = [0.0]
+    muxes = Muxes(10.0, lambda: now[0])
+    try:
+        with pytest.raises(Unavailable) as first:
+            await muxes.get(address, channel)
+        with pytest.raises(Unavailable) as second:
+            await muxes.get(address, channel)
+        assert second.value is first.value, "the second did not try again"
+        now[0] += 2
+        with pytest.raises(Unavailable) as third:
+            await muxes.get(address, channel)
+        assert third.value is not first.value, "tried again a while later"
+    finally:
+        await muxes.close()
+        await channel.close()

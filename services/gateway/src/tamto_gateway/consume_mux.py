@@ -53,6 +53,11 @@ MUX_SESSIONS = Gauge(
     ["router"],
 )
 
+#: How long sessions opening with a router whose mux just failed to open fail with
+#: that error instead of each trying (and, with a router that does not answer,
+#: each waiting the upstream timeout in turn).
+_OPEN_FAILED_S = 1.0
+
 #: Most requests written in one message.
 _BATCH = 1024
 
@@ -264,6 +269,7 @@ class Muxes:
         self._open: dict[str, tuple[grpc.aio.Channel, Mux]] = {}
         self._opening: dict[str, asyncio.Lock] = {}
         self._without: dict[str, float] = {}  # address: when to try ConsumeMux again
+        self._failed: dict[str, tuple[float, TamtoError]] = {}  # address: (until, why)
 
     def _usable(self, address: str, channel: grpc.aio.Channel) -> Mux | None:
         known = self._open.get(address)
@@ -281,7 +287,14 @@ class Muxes:
             mux = self._usable(address, channel)
             if mux is not None:
                 return mux
-            mux = await Mux.open(channel, address, self._timeout)
+            failed = self._failed.get(address)
+            if failed is not None and failed[0] > self._clock():
+                raise failed[1]  # sessions that waited behind a failed open fail with it
+            try:
+                mux = await Mux.open(channel, address, self._timeout)
+            except TamtoError as exc:
+                self._failed[address] = (self._clock() + _OPEN_FAILED_S, exc)
+                raise
             if mux is None:
                 self._without[address] = self._clock() + STREAM_RETRY_S
                 return None
