@@ -67,12 +67,14 @@ class Gateway:
             )
         )
 
-    def subscribe(self, session: int, stream: str = "s") -> None:
+    def subscribe(
+        self,
+        session: int,
+        stream: str = "s",
+        kind: messages_pb2.SubscriptionType = messages_pb2.SUBSCRIPTION_TYPE_SHARED,
+    ) -> None:
         subscribe = messages_pb2.Subscribe(
-            stream=stream,
-            subscription="sub",
-            partitions=[0],
-            type=messages_pb2.SUBSCRIPTION_TYPE_SHARED,
+            stream=stream, subscription="sub", partitions=[0], type=kind
         )
         self.send(session, subscribe=subscribe)
 
@@ -202,4 +204,22 @@ async def test_a_session_queueing_too_many_requests_fails_alone(
     response = await gateway.response()
     assert (response.session, delivered(response)) == (2, [0, 1])
     registry.unstick.set()
+    await gateway.close()
+
+
+async def test_a_session_cancelled_in_the_message_that_opens_its_successor_makes_room() -> None:
+    """A killed consumer's cancel and its successor's subscribe may come in one
+    message: the exclusive subscription must be free by the time the successor
+    attaches (found as FAILED_PRECONDITION "already has a consumer (exclusive)")."""
+    gateway = Gateway(Registry())
+    exclusive = messages_pb2.SUBSCRIPTION_TYPE_EXCLUSIVE
+    gateway.subscribe(1, kind=exclusive)
+    gateway.credit(1, 2)
+    assert delivered(await gateway.response()) == [0, 1]
+    gateway.cancel(1)
+    gateway.subscribe(2, kind=exclusive)
+    gateway.credit(2, 2)
+    again = await gateway.response()
+    assert again.end is None, f"the successor was refused: {again.end}"
+    assert (again.session, delivered(again)) == (2, [0, 1])
     await gateway.close()

@@ -249,10 +249,11 @@ async def _session_responses(
     if first is None or first.WhichOneof("request") != "subscribe":
         raise InvalidArgument("a consume stream must start with subscribe")
     spec = spec_from_proto(first.subscribe)
-    async with ConsumeSession(spec, registry) as session:
-        reader = asyncio.create_task(_read_requests(requests, session))
-        session.stop_when_done(reader)
-        try:
+    reader: asyncio.Task[None] | None = None
+    try:
+        async with ConsumeSession(spec, registry) as session:
+            reader = asyncio.create_task(_read_requests(requests, session))
+            session.stop_when_done(reader)
             try:
                 async for delivery in session.deliveries():
                     batch = delivery.batch
@@ -273,8 +274,14 @@ async def _session_responses(
                 yield consume_error(exc.code.value[0], str(exc))
                 await asyncio.wait({reader}, timeout=END_WAIT_S)
                 raise
-        finally:
-            reader.cancel()
+            finally:
+                # Not awaited before the session detaches: a session cancelled (a
+                # killed consumer's) must leave its subscriptions before this task
+                # next yields, or its successor, opened right after on a mux,
+                # finds an exclusive subscription still taken.
+                reader.cancel()
+    finally:
+        if reader is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await reader
 
