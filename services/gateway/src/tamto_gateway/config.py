@@ -20,8 +20,9 @@ class GatewayConfig(ServiceConfig):
     )
     consume_setups: int = setting(
         16,
-        "consume streams whose router streams are opened or cancelled at once; more wait "
-        "their turn, so a crowd of consumers attaching or leaving cannot starve publishes",
+        "consume streams whose sessions with one router are opened or cancelled at once; "
+        "more wait their turn (it matters for routers without ConsumeMux, whose every "
+        "session is a call: a crowd attaching or leaving cannot starve publishes)",
         positive,
     )
     token_issuer: str = setting("tamto", "issuer expected in tokens")
