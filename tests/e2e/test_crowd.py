@@ -245,8 +245,11 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
                 await eventually(all_attached, 60 + CONSUMERS / 20, f"{CONSUMERS} attached")
             except AssertionError as exc:
                 router = await metrics_of(cluster, "router")
+                gateway = await metrics_of(cluster, "gateway")
                 raise AssertionError(
-                    f"{exc}: {seen[0]:.0f} of {CONSUMERS * PARTITIONS} attachments, router loop "
+                    f"{exc}: {seen[0]:.0f} of {CONSUMERS * PARTITIONS} attachments, "
+                    f"{gauge(gateway, 'tamto_gateway_consume_mux_sessions'):.0f} sessions on "
+                    "the gateway's consume muxes, router loop "
                     f"held at most {gauge(router, 'tamto_event_loop_lag_max_seconds'):.3f} s, "
                     f"longest GC {gauge(router, 'tamto_gc_pause_max_seconds'):.3f} s, "
                     f"{len(crowd.retries)} streams reopened {sorted(set(crowd.retries))[:3]}, "
