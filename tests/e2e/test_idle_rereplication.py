@@ -108,8 +108,7 @@ async def test_idle_partitions_whose_replica_died_are_rereplicated(
             await eventually(start_moved, 60.0, f"interest retention moved {moved}'s start")
             acked[moved] = await publish(client, moved, "b", 10)
         # Every router restarts: none has a partition's log open any more (idle).
-        for router in cluster.routers():
-            cluster.stop(router)
+        cluster.stop_together(cluster.routers())
         cluster.start_together(cluster.routers(), {"router": ROUTER_ENV})
         ensembles = {s: (await read_ledgers(etcd_client, s, 0)).ledgers[-1].ensemble for s in acked}
         # Two ensembles of three among four nodes share two nodes: one dies for good.
