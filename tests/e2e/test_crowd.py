@@ -259,6 +259,10 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
             attached_s = time.monotonic() - attach_began
             router_crowded = await metrics_of(cluster, "router")
             gateway_crowded = await metrics_of(cluster, "gateway")
+            # The crowd rides the gateway's one consume stream to the router (a
+            # session each on its ConsumeMux), not a router stream per consumer.
+            muxed = gauge(gateway_crowded, "tamto_gateway_consume_mux_sessions")
+            assert muxed >= CONSUMERS, f"{muxed:.0f} of {CONSUMERS} sessions on a consume mux"
             await eventually(
                 lambda: sum(crowd.received.values()) >= 20, 30, "the crowd to receive messages"
             )
