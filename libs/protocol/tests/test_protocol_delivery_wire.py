@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tamto_protocol.delivery_wire import (
     MuxResponse,
@@ -204,3 +206,15 @@ def test_parses_fields_in_any_order_unknown_fields_and_unpacked_offsets() -> Non
 def test_malformed_input_raises(data: bytes) -> None:
     with pytest.raises(WireError):
         parse_consume_response(data)
+
+
+@settings(max_examples=500, deadline=None)
+@given(data=st.binary(max_size=64))
+def test_any_bytes_on_a_consume_mux_are_read_or_refused_as_wire_errors(data: bytes) -> None:
+    """What a gateway reads from a router's mux: a response, or WireError, never a crash."""
+    try:
+        responses = list(parse_mux_responses(data))
+    except WireError:
+        return
+    for response in responses:
+        assert (response.consume is None) != (response.end is None)
