@@ -297,7 +297,7 @@ class MemberDirectory(RefreshedView):
     Owned by the process that needs it; `refresh()` can also be called when a
     lookup misses (a member just joined) or a peer fails (it just left). It
     refreshes every `interval_s`, and every `EAGER_INTERVAL_S` for a while after
-    a failure or a change, and for as long as a service it saw has no member at
+    it starts, a failure or a change, and for as long as a service it saw has no member at
     all (a killed storage node's key expired: its restart must be seen at once).
     """
 
@@ -306,7 +306,10 @@ class MemberDirectory(RefreshedView):
     def __init__(self, client: aetcd.Client, interval_s: float = 1.0) -> None:
         super().__init__(interval_s)
         self._client = client
-        self._eager_until = -math.inf  # time.monotonic()
+        # Eager from the start: the peers of a process often start beside it (`tamto up`
+        # and test clusters start storage and routers together), and a first view taken
+        # before they registered must not stay empty for a whole interval.
+        self._eager_until = time.monotonic() + EAGER_FOR_S
         self._members: dict[str, list[Member]] = {}
         self._gone: set[str] = set()  # services seen before that have no member now
 
