@@ -4,6 +4,7 @@ registers again, and every acknowledged message is still delivered."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import time
@@ -55,7 +56,15 @@ async def test_kill9_of_a_service_loses_no_acknowledged_message(
     assert time.monotonic() - started <= ttl + 3
 
     restarted = fresh_cluster.start(victim)
-    members = await registered(fresh_cluster)
+    members: dict[str, int] = {}
+
+    async def back() -> bool:
+        members.update(await registered(fresh_cluster))
+        return members.get(victim) not in (None, pid)
+
+    # Serving (what `start` waits for) and registering are two steps: wait for both.
+    with contextlib.suppress(AssertionError):
+        await eventually(back, ttl + 3, f"{victim} to register again", interval_s=0.1)
     # On failure, say what etcd held and what the service logged: a rare CI failure
     # here once left nothing else to go on.
     assert members.get(victim) not in (None, pid), (
