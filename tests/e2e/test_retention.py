@@ -130,9 +130,11 @@ async def test_one_unacked_message_among_a_million_retains_only_itself(
         with PeakBytes(partition_dir) as sampler:
             await publish_all(client, stream)
             await eventually(sealed, 30, "every message sealed into segments", interval_s=0.05)
-        peak = sampler.peak
-        assert peak > 4 << 20, f"a million messages should take real space, took {peak}"
         manifest = read_manifest(stream_dir)
+        # The sampler may miss the WAL's short-lived peak; the segments are on disk now.
+        sealed_bytes = sum(segment.size_bytes for segment in manifest.segments)
+        assert sealed_bytes > TOTAL, f"a million messages take real space, took {sealed_bytes}"
+        peak = max(sampler.peak, sealed_bytes)
         assert len(manifest.segments) >= 3, "several segments, so whole ones can go"
 
         # "main" starts at the earliest offset: it needs every message until it acks it.
