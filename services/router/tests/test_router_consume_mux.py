@@ -18,11 +18,12 @@ from test_subscription import MemoryLog, batch, memory_storage
 
 from tamto_protocol.delivery_wire import MuxResponse, parse_consume_response, parse_mux_response
 from tamto_protocol.v1 import messages_pb2, router_pb2
-from tamto_router import grpc_api
+from tamto_router import consume_mux
 from tamto_router.acks import AckSet
 from tamto_router.consume import SubscribeSpec
 from tamto_router.dead_letters import Policy
-from tamto_router.grpc_api import ConsumeMux
+from tamto_router.grpc_api import consume_mux as router_consume_mux
+from tamto_router.grpc_api import read_mux
 from tamto_router.subscription import Subscription
 
 
@@ -49,9 +50,9 @@ class Gateway:
     """Sends a mux's requests and reads its responses, as a gateway would."""
 
     def __init__(self, registry: Registry) -> None:
-        self.mux = ConsumeMux(registry)  # type: ignore[arg-type]
+        self.mux = router_consume_mux(registry)  # type: ignore[arg-type]
         self._requests: asyncio.Queue[router_pb2.ConsumeMuxRequest | None] = asyncio.Queue()
-        self.reader = asyncio.create_task(self.mux.read(self._stream()))
+        self.reader = asyncio.create_task(read_mux(self._stream(), self.mux))
 
     async def _stream(self) -> AsyncIterator[router_pb2.ConsumeMuxRequests]:
         while (request := await self._requests.get()) is not None:
@@ -188,7 +189,7 @@ async def test_an_ended_session_applies_its_acks_and_ends_cleanly() -> None:
 async def test_a_session_queueing_too_many_requests_fails_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(grpc_api, "MUX_SESSION_QUEUE", 5)
+    monkeypatch.setattr(consume_mux, "MUX_SESSION_QUEUE", 5)
     registry = Registry()
     gateway = Gateway(registry)
     gateway.subscribe(1, stream="stuck")  # applies nothing while attaching
@@ -222,4 +223,16 @@ async def test_a_session_cancelled_in_the_message_that_opens_its_successor_makes
     again = await gateway.response()
     assert again.end is None, f"the successor was refused: {again.end}"
     assert (again.session, delivered(again)) == (2, [0, 1])
+    await gateway.close()
+
+
+async def test_queued_responses_go_in_one_message_up_to_the_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(consume_mux, "MUX_BATCH_BYTES", 5)
+    gateway = Gateway(Registry())
+    for response in (b"ab", b"cd", b"ef", b"g", None):
+        gateway.mux.out.put_nowait(response)
+    batches = [batch async for batch in gateway.mux.batches()]
+    assert batches == [[b"ab", b"cd", b"ef"], [b"g"]], "the cap reached, then the stream's end"
     await gateway.close()

@@ -1,7 +1,7 @@
 """Consume sessions: one consumer stream attached to subscriptions on partitions.
 
 A session is one consumer's session from a gateway: a `Consume` stream of its
-own, or one of the sessions of the gateway's `ConsumeMux` stream (`grpc_api`,
+own, or one of the sessions of the gateway's `ConsumeMux` stream (`consume_mux`,
 the same code either way). It owns a `ConsumerSlot`
 (its credit and outbox) and attaches it to the `Subscription` of every
 partition it reads; subscriptions put deliveries into the outbox, and the

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 import grpc
 import structlog
 
-from tamto_common.errors import InvalidArgument, NotOwner, ResourceExhausted, TamtoError
+from tamto_common.errors import InvalidArgument, NotOwner, TamtoError
 from tamto_common.grpc_errors import status_for
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
@@ -28,6 +27,7 @@ from tamto_router.admin import SubscriptionAdmin
 from tamto_router.admin_api import AdminApi
 from tamto_router.client_api import ClientPublish
 from tamto_router.consume import ConsumeSession, Start, SubscribeSpec, SubscriptionRegistry
+from tamto_router.consume_mux import ConsumeMux
 from tamto_router.partitions import Partitions
 from tamto_router.subscription import SubscriptionType
 
@@ -209,22 +209,11 @@ class RouterServicer(AdminApi, router_pb2_grpc.RouterServicer):
         """A gateway's consume sessions on one stream (`ConsumeMux`); responses are
         encoded `ConsumeMuxResponses` bytes (see `serve`)."""
         await context.send_initial_metadata(())  # the gateway's sign that the method exists
-        mux = ConsumeMux(self._subscriptions)
-        reader = asyncio.create_task(mux.read(request_iterator))
+        mux = consume_mux(self._subscriptions)
+        reader = asyncio.create_task(read_mux(request_iterator, mux))
         try:
-            while (first := await mux.out.get()) is not None:
-                # What queued while the last message was written goes in one message.
-                batch, size, ended = [first], len(first), False
-                while size < MUX_BATCH_BYTES and not mux.out.empty():
-                    response = mux.out.get_nowait()
-                    if response is None:
-                        ended = True
-                        break
-                    batch.append(response)
-                    size += len(response)
+            async for batch in mux.batches():
                 yield mux_responses(batch)
-                if ended:
-                    return
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -286,139 +275,42 @@ async def _session_responses(
                 await reader
 
 
-#: Largest the responses a mux sends in one message get (one delivery may be larger).
-MUX_BATCH_BYTES = 1 << 20
-
-#: Requests of one mux message dispatched per event-loop round: a crowd's
-#: subscribes (or cancels) arrive by the thousand in a message, and the sessions
-#: they start (or end) run in the round after; unpaced, one round held the loop
-#: for 0.96 s and the publishes behind it.
-MUX_DISPATCH_ROUND = 32
-
-#: Most requests one mux session may have waiting to be applied (its acks are
-#: applied one after the other, each before the next request): a consumer sending
-#: faster than that fails alone, with RESOURCE_EXHAUSTED, not its whole mux.
-MUX_SESSION_QUEUE = 10_000
+def consume_mux(registry: SubscriptionRegistry) -> ConsumeMux[messages_pb2.ConsumeRequest]:
+    """A `ConsumeMux` whose sessions are consume sessions of `registry` (as
+    Consume streams), ended with their status."""
+    return ConsumeMux(
+        lambda sid, first, requests: _session_responses(first, requests, registry, sid),
+        _mux_end,
+    )
 
 
-@dataclass
-class _MuxSession:
-    #: Its requests not applied yet, in order; None: the gateway half-closed it.
-    inbox: asyncio.Queue[messages_pb2.ConsumeRequest | None]
-    task: asyncio.Task[None] | None = None
+async def read_mux(
+    requests: AsyncIterator[router_pb2.ConsumeMuxRequests],
+    mux: ConsumeMux[messages_pb2.ConsumeRequest],
+) -> None:
+    """Hand the gateway's mux requests to their sessions until it half-closes."""
 
-
-class ConsumeMux:
-    """A gateway's consume sessions on one `ConsumeMux` stream (issue 17: one
-    stream per gateway instead of one per consumer, so that thousands of consumers
-    attaching or leaving cost the gateway messages, not gRPC calls).
-
-    `read` dispatches each request to its session and never waits on one: each
-    session runs as its own task, reading its requests in order from its inbox
-    (`_session_responses`, as a Consume stream). Responses of every session go
-    to `out` (None once the gateway half-closed and every session ended). `out`
-    needs no bound of its own: a session delivers only the credit the gateway
-    granted it.
-    """
-
-    def __init__(self, registry: SubscriptionRegistry) -> None:
-        self._registry = registry
-        self._sessions: dict[int, _MuxSession] = {}
-        self._highest = 0  # session ids only grow: one at or below this has ended
-        self.out: asyncio.Queue[bytes | None] = asyncio.Queue()
-
-    @property
-    def sessions(self) -> int:
-        return len(self._sessions)
-
-    async def read(self, requests: AsyncIterator[router_pb2.ConsumeMuxRequests]) -> None:
-        """Dispatch the gateway's requests; once it half-closes, end every session
-        cleanly and then the stream."""
-        async for batch in requests:
-            for n, request in enumerate(batch.requests, 1):
-                self.dispatch(request)
-                if n % MUX_DISPATCH_ROUND == 0:
-                    await asyncio.sleep(0)  # let the sessions just opened or cancelled run
-        for session in list(self._sessions.values()):
-            session.inbox.put_nowait(None)
-        tasks = [s.task for s in self._sessions.values() if s.task is not None]
-        if tasks:
-            await asyncio.wait(tasks)
-        self.out.put_nowait(None)
-
-    def dispatch(self, request: router_pb2.ConsumeMuxRequest) -> None:
-        """Hand one request to its session (opening it on its first); never waits."""
-        sid = request.session
+    def dispatch(request: router_pb2.ConsumeMuxRequest) -> None:
         kind = request.WhichOneof("request")
-        session = self._sessions.get(sid)
-        if session is None:
-            if sid > self._highest:
-                self._highest = sid
-                if kind == "consume":
-                    self._open(sid, request.consume)
-            return  # a session that ended: what was in flight for it is moot
         if kind == "consume":
-            if session.inbox.qsize() >= MUX_SESSION_QUEUE:
-                self._abandon(sid)
-                error = ResourceExhausted(
-                    f"consume session sent more than {MUX_SESSION_QUEUE} requests its "
-                    "router had not applied yet"
-                )
-                self.out.put_nowait(mux_end(sid, error.code.value[0], str(error)))
-                return
-            session.inbox.put_nowait(request.consume)
+            mux.consume(request.session, request.consume)
         elif kind == "end":
-            session.inbox.put_nowait(None)
+            mux.end(request.session)
         else:  # cancel, or a kind this router does not know: abandon the session
-            self._abandon(sid)
+            mux.cancel(request.session)
 
-    def _open(self, sid: int, first: messages_pb2.ConsumeRequest) -> None:
-        inbox: asyncio.Queue[messages_pb2.ConsumeRequest | None] = asyncio.Queue()
-        session = self._sessions[sid] = _MuxSession(inbox)
+    await mux.read((message.requests async for message in requests), dispatch)
 
-        async def requests() -> AsyncIterator[messages_pb2.ConsumeRequest]:
-            while (request := await inbox.get()) is not None:
-                yield request
 
-        session.task = asyncio.create_task(self._run(sid, first, requests()))
-
-    async def _run(
-        self,
-        sid: int,
-        first: messages_pb2.ConsumeRequest,
-        requests: AsyncIterator[messages_pb2.ConsumeRequest],
-    ) -> None:
-        try:
-            async for response in _session_responses(first, requests, self._registry, sid):
-                self.out.put_nowait(response)
-            end = mux_end(sid, 0, "")
-        except Exception as exc:  # the session's status; the others go on
-            status = status_for(exc)
-            if status is None:
-                logger.exception("consume mux session failed", session=sid)
-                status = (grpc.StatusCode.INTERNAL, "internal error")
-            end = mux_end(sid, status[0].value[0], status[1])
-        finally:
-            self._sessions.pop(sid, None)
-        self.out.put_nowait(end)
-
-    def _abandon(self, sid: int) -> None:
-        """Detach the session at once (its unacked messages are redelivered)."""
-        session = self._sessions.pop(sid, None)
-        if session is not None and session.task is not None:
-            session.task.cancel()
-
-    async def abandon_all(self) -> None:
-        """The stream ended: abandon every session still open and wait for them."""
-        sessions = list(self._sessions.values())
-        self._sessions.clear()
-        for session in sessions:
-            if session.task is not None:
-                session.task.cancel()
-        for session in sessions:
-            if session.task is not None:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await session.task
+def _mux_end(sid: int, error: Exception | None) -> bytes:
+    """The end of mux session `sid`: clean, or the status of its error."""
+    if error is None:
+        return mux_end(sid, 0, "")
+    status = status_for(error)
+    if status is None:
+        logger.error("consume mux session failed", session=sid, exc_info=error)
+        status = (grpc.StatusCode.INTERNAL, "internal error")
+    return mux_end(sid, status[0].value[0], status[1])
 
 
 async def _read_requests(
