@@ -10,7 +10,8 @@ message of a new ledger was delivered before every earlier message of its key
 had been acked: the new owner holds its ledger back until then (the drain
 gate), so the old owner's unacked messages are never processed after newer
 ones of their key. A second test moves one partition with `tamto partition
-move` and checks the precise refusals.
+move` (undraining the first router with `tamto node undrain`) and checks the
+precise refusals, `tamto node drain`'s among them.
 """
 
 from __future__ import annotations
@@ -276,7 +277,10 @@ async def test_partition_move_puts_a_partition_on_a_router_and_refuses_bad_reque
                 sent = await (await producer.send(b"before", key=f"k{i}".encode()))
                 key_of.setdefault(sent.partition, f"k{i}".encode())
         assert len(key_of) == PARTITIONS
-        await client.cluster.undrain(routers[0])  # the first test drained it
+        # The first test drained it: undrained by the CLI, as an operator would.
+        undrained = await asyncio.to_thread(tamto, cluster, "node", "undrain", routers[0])
+        assert undrained.returncode == 0, undrained.stderr
+        assert undrained.stdout == f"{routers[0]}: undrained (drained routers: none)\n"
         # A router that is not the ring's choice for partition 0.
         target = next(r for r in routers if r != Placement().owner(routers, stream, 0))
 
@@ -313,6 +317,9 @@ async def test_partition_move_puts_a_partition_on_a_router_and_refuses_bad_reque
             await client.cluster.move_partition(stream, 0, "no/such")
         with pytest.raises(NotFound, match="router 'router-gone' is not registered"):
             await client.cluster.drain("router-gone")
+        refused = await asyncio.to_thread(tamto, cluster, "node", "drain", "router-gone", "--json")
+        assert refused.returncode == 1
+        assert "router 'router-gone' is not registered" in refused.stderr
     async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         # Back to the ring's choice (`--to ring`).
         ring_choice = Placement().owner(routers, stream, 0)

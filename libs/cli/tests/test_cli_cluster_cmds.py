@@ -3,8 +3,14 @@ and `tamto status` noting a drained router."""
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
 from typer.testing import CliRunner
 
+from tamto_cli import cluster_cmds
 from tamto_cli.cluster_cmds import parse_partition
 from tamto_cli.main import app
 from tamto_cli.status import fetch_notes
@@ -26,6 +32,56 @@ def test_the_verbs_are_reachable() -> None:
     assert "--to" in CliRunner().invoke(app, ["partition", "move", "--help"]).output
     undrain = CliRunner().invoke(app, ["node", "undrain", "--help"])
     assert "own partitions again" in undrain.output
+
+
+class _Cluster:
+    """The SDK's `client.cluster` as drain and undrain call it: the drained set."""
+
+    def __init__(self) -> None:
+        self.drained = {"router-9"}
+
+    async def drain(self, node: str) -> list[str]:
+        self.drained.add(node)
+        return sorted(self.drained)
+
+    async def undrain(self, node: str) -> list[str]:
+        self.drained.discard(node)
+        return sorted(self.drained)
+
+
+def test_drain_and_undrain_print_the_drained_routers(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = _Cluster()
+
+    class Client:
+        async def __aenter__(self) -> Any:
+            return SimpleNamespace(cluster=cluster)
+
+        async def __aexit__(self, *exc: object) -> None:
+            pass
+
+    async def connect(*args: object) -> Client:
+        return Client()
+
+    monkeypatch.setattr(cluster_cmds, "connect_client", connect)
+
+    def node(*args: str) -> str:
+        result = CliRunner().invoke(app, ["node", *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert node("drain", "router-2") == "router-2: drained (drained routers: router-2, router-9)\n"
+    assert json.loads(node("undrain", "router-2", "--json")) == {
+        "node": "router-2",
+        "drained": False,
+        "drained_nodes": ["router-9"],
+    }
+    assert json.loads(node("drain", "router-2", "--json")) == {
+        "node": "router-2",
+        "drained": True,
+        "drained_nodes": ["router-2", "router-9"],
+    }
+    node("undrain", "router-9")
+    assert node("undrain", "router-2") == "router-2: undrained (drained routers: none)\n"
 
 
 async def test_status_notes_a_drained_router_whatever_its_health() -> None:

@@ -65,43 +65,33 @@ def partition_move(
         typer.echo(f"{stream}/{number}: placed on {owner}" + ("" if target else " (the ring's)"))
 
 
-def _drain(node: str, undrain: bool, url: Url, api_key: ApiKey, data_dir: DataDir) -> list[str]:
-    async def run() -> list[str]:
-        async with await connect_client(url, api_key, data_dir) as client:
-            if undrain:
-                return await client.cluster.undrain(node)
-            return await client.cluster.drain(node)
+def _node_command(name: str, drain: bool, doc: str) -> None:
+    """`tamto node drain` (drain True) or `tamto node undrain`: one code path, which
+    prints the routers drained after the change."""
 
-    return run_command(run())
+    def command(
+        node: Annotated[str, typer.Argument(help="a router's instance id, e.g. router-2")],
+        url: Url = None,
+        api_key: ApiKey = None,
+        data_dir: DataDir = None,
+        as_json: AsJson = False,
+    ) -> None:
+        async def run() -> list[str]:
+            async with await connect_client(url, api_key, data_dir) as client:
+                change = client.cluster.drain if drain else client.cluster.undrain
+                return await change(node)
+
+        drained = run_command(run())
+        if as_json:
+            print(json.dumps({"node": node, "drained": drain, "drained_nodes": drained}))
+        else:
+            typer.echo(f"{node}: {name}ed (drained routers: {', '.join(drained) or 'none'})")
+
+    command.__doc__ = doc
+    node_app.command(name)(command)
 
 
-@node_app.command("drain")
-def node_drain(
-    node: Annotated[str, typer.Argument(help="a router's instance id, e.g. router-2")],
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-    as_json: AsJson = False,
-) -> None:
-    """Move every partition off a router; it gets none until undrained."""
-    drained = _drain(node, False, url, api_key, data_dir)
-    if as_json:
-        print(json.dumps({"node": node, "drained": True, "drained_nodes": drained}))
-    else:
-        typer.echo(f"{node}: drained (drained routers: {', '.join(drained)})")
-
-
-@node_app.command("undrain")
-def node_undrain(
-    node: Annotated[str, typer.Argument(help="a router's instance id, e.g. router-2")],
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-    as_json: AsJson = False,
-) -> None:
-    """Let a drained router own partitions again (its share of the ring)."""
-    drained = _drain(node, True, url, api_key, data_dir)
-    if as_json:
-        print(json.dumps({"node": node, "drained": False, "drained_nodes": drained}))
-    else:
-        typer.echo(f"{node}: undrained (drained routers: {', '.join(drained) or 'none'})")
+_node_command("drain", True, "Move every partition off a router; it gets none until undrained.")
+_node_command(
+    "undrain", False, "Let a drained router own partitions again (its share of the ring)."
+)
