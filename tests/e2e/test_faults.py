@@ -62,7 +62,8 @@ async def test_kill9_of_a_service_loses_no_acknowledged_message(
         members.update(await registered(fresh_cluster))
         return members.get(victim) not in (None, pid)
 
-    # Serving (what `start` waits for) and registering are two steps: wait for both.
+    # `start` waits for SERVING, which a service reports once registered; waited for
+    # here too, with a deadline, so that a failure says what etcd held.
     with contextlib.suppress(AssertionError):
         await eventually(back, ttl + 3, f"{victim} to register again", interval_s=0.1)
     # On failure, say what etcd held and what the service logged: a rare CI failure

@@ -3,7 +3,8 @@
 `main` (the process edge) and `serve` are the one way a Tamto service runs.
 `serve` builds the gRPC server (health service, error translation), connects
 to etcd and NATS, lets the service wire its servicers and background work,
-registers the instance in etcd, then waits for SIGTERM or SIGINT. Shutdown goes
+registers the instance in etcd, reports SERVING on gRPC health (only then: a
+process that serves is in etcd), then waits for SIGTERM or SIGINT. Shutdown goes
 in order: report NOT_SERVING, deregister (peers stop routing here), stop
 accepting and drain in-flight calls for the grace period, close the service's
 own resources, then the bus and etcd.
@@ -96,6 +97,11 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
     port = _bind(server, config.host, config.port, tls)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    # NOT_SERVING until registered (gRPC's health service starts with the server's ""
+    # SERVING): whoever waits for SERVING must find this instance in etcd.
+    health_names = ("", f"tamto.v1.{service.capitalize()}")
+    for name in health_names:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     metrics_port = start_metrics_server(config.host, config.metrics_port)
 
     # `--discovery srv:<record>`: etcd's endpoints come from DNS (issue 21, Deliver 6).
@@ -124,7 +130,7 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
         freeze_startup_objects()
         # Refreshed on a thread of its own: a saturated loop must not deregister us.
         async with Registration(etcd, member, config.lease_ttl_s, config.etcd_hosts()):
-            for name in ("", f"tamto.v1.{service.capitalize()}"):
+            for name in health_names:
                 await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
             await publish_event(bus, "member.up", **_fields(member))
             log.info(
