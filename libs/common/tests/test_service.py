@@ -69,5 +69,10 @@ async def test_a_service_serves_only_once_registered(
     finally:
         release.set()
         os.kill(os.getpid(), signal.SIGTERM)  # serve's own way to stop (its signal handler)
-        await asyncio.wait_for(serving, 60)
-        await etcd.close()
+        try:
+            await asyncio.wait_for(serving, 60)
+        finally:
+            await etcd.close()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):  # serve's, gone
+                loop.remove_signal_handler(sig)
