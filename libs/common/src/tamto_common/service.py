@@ -40,6 +40,7 @@ from tamto_common.logging import configure_logging
 from tamto_common.membership import Member, Registration, connect_etcd
 from tamto_common.memory import freeze_startup_objects, keep_freed_memory
 from tamto_common.startup import until_reachable
+from tamto_common.task_stacks import log_task_stacks_on_sigusr1
 from tamto_common.telemetry import server_interceptors, setup_tracing, start_metrics_server
 from tamto_common.tls import TlsMaterial
 
@@ -87,6 +88,7 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    log_task_stacks_on_sigusr1(loop)  # an operator's view of where the service waits
 
     server = grpc.aio.server(
         interceptors=[*server_interceptors(), TranslateErrorsInterceptor()],

@@ -37,6 +37,7 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import grpc
+from prometheus_client import Gauge
 
 from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
 from tamto_common.grpc_errors import downstream_error, error_for
@@ -55,6 +56,32 @@ _ROUTER_END_S = 10.0
 
 #: Write failures on a router stream: that stream is ending, and its pump reports why.
 _WRITE_FAILED = (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError)
+
+
+CONSUME_STEPS = Gauge(
+    "tamto_gateway_consume_handlers",
+    "Client consume streams in the gateway's Consume handler, by the step each is at",
+    ["step"],
+)
+
+
+class SetupStep:
+    """The step a Consume handler is at, counted in `CONSUME_STEPS`: a client stream
+    that never attaches shows where the gateway waits for it, or, when the sum
+    misses it, that its handler never started (issue 17's crowd, docs/testing.md)."""
+
+    def __init__(self) -> None:
+        self.now: str | None = None
+
+    def to(self, step: str) -> None:
+        self.done()
+        CONSUME_STEPS.labels(step).inc()
+        self.now = step
+
+    def done(self) -> None:
+        if self.now is not None:
+            CONSUME_STEPS.labels(self.now).dec()
+            self.now = None
 
 
 class FanOut:

@@ -18,7 +18,7 @@ from tamto_common.publishing import check_publish
 from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
 from tamto_common.tokens import Principal
 from tamto_gateway.cluster_api import ClusterApi
-from tamto_gateway.consume import FanOut
+from tamto_gateway.consume import FanOut, SetupStep
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_api import EphemeralApi
 from tamto_gateway.limits import ConsumersPerConnection
@@ -244,47 +244,57 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
     ) -> AsyncIterator[bytes]:
         """Responses are the routers' encoded `ConsumeResponse` bytes, forwarded as
         they are (the handler is registered by `serve`)."""
-        principal = await self._principal(context, "Consume")
-        requests = aiter(request_iterator)
-        first = await anext(requests, None)
-        if first is None or first.WhichOneof("request") != "subscribe":
-            raise InvalidArgument("a consume stream must start with subscribe")
-        sub = first.subscribe
-        check_name("stream", sub.stream)
-        check_name("subscription", sub.subscription)
-        check_consumer_name(sub.consumer_name)
-        if sub.start.WhichOneof("position") == "time_us":
-            check_start_time_us(sub.start.time_us)
-        await self._guard.require(
-            principal, Permission.CONSUME, sub.stream, context.peer() or "unknown", "Consume"
-        )
-        stream = await self._streams.describe(sub.stream)
-        if stream.ephemeral:
-            raise FailedPrecondition(
-                f"stream {stream.name!r} is ephemeral: receive with SubscribeEphemeral"
-            )
-        partitions = list(check_partitions(sub.partitions)) or list(range(stream.partitions))
-        outside = [p for p in partitions if p >= stream.partitions]
-        if outside:
-            raise InvalidArgument(f"stream {stream.name!r} has no partition {outside[0]}")
-        peer = context.peer() or "unknown"
-        self.consumers_per_connection.enter(peer)
-        sub.client_address = peer  # DescribeSubscription shows it (never the client's claim)
-        fan_out = FanOut(self._upstream, sub)
+        step = SetupStep()
         try:
-            await fan_out.open(partitions)
-            reader = asyncio.create_task(_forward_all(requests, fan_out))
-            fan_out.stop_when_done(reader)
+            step.to("authenticating")
+            principal = await self._principal(context, "Consume")
+            requests = aiter(request_iterator)
+            step.to("reading subscribe")
+            first = await anext(requests, None)
+            if first is None or first.WhichOneof("request") != "subscribe":
+                raise InvalidArgument("a consume stream must start with subscribe")
+            sub = first.subscribe
+            check_name("stream", sub.stream)
+            check_name("subscription", sub.subscription)
+            check_consumer_name(sub.consumer_name)
+            if sub.start.WhichOneof("position") == "time_us":
+                check_start_time_us(sub.start.time_us)
+            step.to("authorizing")
+            await self._guard.require(
+                principal, Permission.CONSUME, sub.stream, context.peer() or "unknown", "Consume"
+            )
+            step.to("describing")
+            stream = await self._streams.describe(sub.stream)
+            if stream.ephemeral:
+                raise FailedPrecondition(
+                    f"stream {stream.name!r} is ephemeral: receive with SubscribeEphemeral"
+                )
+            partitions = list(check_partitions(sub.partitions)) or list(range(stream.partitions))
+            outside = [p for p in partitions if p >= stream.partitions]
+            if outside:
+                raise InvalidArgument(f"stream {stream.name!r} has no partition {outside[0]}")
+            peer = context.peer() or "unknown"
+            self.consumers_per_connection.enter(peer)
+            sub.client_address = peer  # DescribeSubscription shows it (never the client's claim)
+            fan_out = FanOut(self._upstream, sub)
             try:
-                async for response in fan_out.serve(reader):
-                    yield response
+                step.to("opening")
+                await fan_out.open(partitions)
+                step.to("serving")
+                reader = asyncio.create_task(_forward_all(requests, fan_out))
+                fan_out.stop_when_done(reader)
+                try:
+                    async for response in fan_out.serve(reader):
+                        yield response
+                finally:
+                    reader.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await reader
             finally:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reader
+                self.consumers_per_connection.leave(peer)
+                await fan_out.close()
         finally:
-            self.consumers_per_connection.leave(peer)
-            await fan_out.close()
+            step.done()
 
 
 def serve(servicer: GatewayServicer, server: grpc.aio.Server) -> None:
