@@ -15,13 +15,19 @@ otherwise. On a line `leave` on stdin, whenever it comes (before `open` too),
 it cancels every stream, prints `left` and exits. Every 5 s it prints `phases
 ...`: how many consumers are at each step (`subscribing`: writing the subscribe,
 `reading`: waiting for deliveries, `retrying`: between a reset and the next
-stream), so that a consumer that never attaches shows where it waits.
+stream), so that a consumer that never attaches shows where it waits; SIGUSR1
+prints (to stderr) the stack of each consumer still subscribing or crediting.
+A consumer that fails on anything else prints `error: ...` and ends: never
+silently (issue 17: a write after its stream was reset raised
+`InvalidStateError`, which ended the consumer's task unseen, and the crowd
+"never attached").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -38,6 +44,19 @@ RETRIED = {grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE, grpc.StatusCo
 #: How many consumers are at each step (module docstring).
 phases: Counter[str] = Counter()
 
+#: Every consumer's `Phase`: SIGUSR1 prints the stacks of those still setting up.
+everyone: list[Phase] = []
+
+
+def print_setting_up() -> None:
+    """Print (to stderr) where each consumer still setting up its stream waits."""
+    for phase in everyone:
+        if phase.now in ("subscribing", "crediting") and phase.task is not None:
+            call = phase.call
+            done = None if call is None else call.done()
+            print(f"consumer in {phase.now}, call done: {done}", file=sys.stderr)
+            phase.task.print_stack(file=sys.stderr)
+
 
 class Phase:
     """One consumer's current step, counted in `phases`."""
@@ -45,6 +64,9 @@ class Phase:
     def __init__(self) -> None:
         self.now = "starting"
         phases[self.now] += 1
+        self.task = asyncio.current_task()
+        self.call: grpc.aio.StreamStreamCall | None = None
+        everyone.append(self)
 
     def to(self, step: str) -> None:
         phases[self.now] -= 1
@@ -71,7 +93,12 @@ async def consumer(
             opened.put_nowait(None)
 
     while True:
-        code, details = await consume(stub, token, stream, on_open, received, phase)
+        try:
+            code, details = await consume(stub, token, stream, on_open, received, phase)
+        except Exception as exc:  # never end silently: the test fails on `error:` lines
+            phase.to("ended")
+            print(f"error: a consumer failed: {exc!r}", flush=True)
+            return
         if code not in RETRIED:
             phase.to("ended")
             print(f"error: the stream ended: {code} {details}", flush=True)
@@ -91,6 +118,7 @@ async def consume(
 ) -> tuple[grpc.StatusCode, str]:
     """One consume stream until it ends: its status."""
     call = stub.Consume(metadata=[("authorization", f"Bearer {token}")])
+    phase.call = call
     subscribe = messages_pb2.Subscribe(
         stream=stream, subscription="crowd", type=messages_pb2.SUBSCRIPTION_TYPE_SHARED
     )
@@ -119,6 +147,10 @@ async def consume(
             )
     except grpc.aio.AioRpcError as exc:
         return exc.code(), exc.details() or ""
+    except (asyncio.InvalidStateError, grpc.aio.UsageError):
+        # A write after the stream ended (gRPC refuses it so, without the status:
+        # a stream reset between the subscribe and the credit, issue 17's crowd).
+        pass  # its status, below, says why it ended
     finally:
         call.cancel()
     return await call.code(), await call.details()
@@ -148,6 +180,7 @@ async def main(address: str, token: str, stream: str, count: int, per_connection
             print(f"phases {steps}", flush=True)
 
     reporting = asyncio.create_task(report_phases())
+    loop.add_signal_handler(signal.SIGUSR1, print_setting_up)
     tasks = []
     for i in range(count):
         stub = stubs[i // per_connection]

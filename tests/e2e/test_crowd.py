@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 import time
 import uuid
@@ -183,6 +184,26 @@ def gauge(metrics: str, name: str) -> float:
     )
 
 
+def by_label(metrics: str, name: str) -> dict[str, float]:
+    """A metric's samples on a /metrics page by their labels (`{step="x"}`: `x`)."""
+    return {
+        line.split('"')[1]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(name + "{")
+    }
+
+
+def ended_consumes(metrics: str) -> dict[str, float]:
+    """How many of the gateway's Consume handlers ended, by status code."""
+    name = "tamto_rpc_server_seconds_count{"
+    method = 'method="/tamto.v1.Gateway/Consume"'
+    return {
+        line.split('code="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(name) and method in line
+    }
+
+
 async def leases(cluster: TestCluster, stream: str) -> dict[str, tuple[int, int]]:
     """(lease, creation revision) of the router's member key and of each owner key."""
     router = (await own_members(cluster))["router"]
@@ -244,17 +265,22 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
             try:
                 await eventually(all_attached, 60 + CONSUMERS / 20, f"{CONSUMERS} attached")
             except AssertionError as exc:
+                # Where the gateway's tasks wait, in its log (tamto_common.task_stacks).
+                os.kill((await own_members(cluster))["gateway"].pid, signal.SIGUSR1)
                 router = await metrics_of(cluster, "router")
                 gateway = await metrics_of(cluster, "gateway")
                 raise AssertionError(
                     f"{exc}: {seen[0]:.0f} of {CONSUMERS * PARTITIONS} attachments, "
                     f"{gauge(gateway, 'tamto_gateway_consume_mux_sessions'):.0f} sessions on "
-                    "the gateway's consume muxes, router loop "
+                    "the gateway's consume muxes, the gateway's Consume handlers per step "
+                    f"{by_label(gateway, 'tamto_gateway_consume_handlers')}, ended by status "
+                    f"{ended_consumes(gateway)}, router loop "
                     f"held at most {gauge(router, 'tamto_event_loop_lag_max_seconds'):.3f} s, "
                     f"longest GC {gauge(router, 'tamto_gc_pause_max_seconds'):.3f} s, "
                     f"{len(crowd.retries)} streams reopened {sorted(set(crowd.retries))[:3]}, "
                     f"slowest publish {publisher.slowest_since(0):.3f} s; consumers per step "
-                    f"in each worker: {crowd.phases}"
+                    f"in each worker: {crowd.phases}; the gateway's task stacks are in "
+                    f"{cluster.workdir / 'logs' / 'gateway.log'}"
                 ) from None
             attached_s = time.monotonic() - attach_began
             router_crowded = await metrics_of(cluster, "router")
