@@ -25,11 +25,22 @@ CHANNEL_OPTIONS = [
 #: pings": an idle append stream between router and storage, pinged every 10 s
 #: (`grpc.keepalive_time_ms` above), was torn down that way after a few minutes,
 #: failing a publish with UNAVAILABLE (found by the long fuzz run, issue 17).
+#:
+#: And room for a burst of new calls: gRPC's Python server takes the calls gRPC
+#: core accepted one by one from its event loop, and core resets those that wait
+#: beyond a backlog (by default some past 1,000 waiting, all past 3,000), the
+#: client seeing CANCELLED "CANCELLED" (or INTERNAL "Internal error from Core" on
+#: a write). A crowd of 10,000 consumers attaching had 0-7,259 streams reset so
+#: per run, each retried, which is more work for the loop, not less; here they
+#: wait their turn (gRPC still cancels a call left waiting 30 s). Measured in
+#: docs/testing.md (crowds); `libs/common/tests/test_server_backlog.py`.
 SERVER_OPTIONS = [
     *CHANNEL_OPTIONS,
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_ping_strikes", 0),
+    ("grpc.server.max_pending_requests", 100_000),
+    ("grpc.server.max_pending_requests_hard_limit", 200_000),
 ]
 
 
