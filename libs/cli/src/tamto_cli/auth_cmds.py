@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-import tamto_sdk
 from tamto_cli.connect import connect_client, err, run
 from tamto_cli.options import ApiKey, AsJson, DataDir, Url
+
+if TYPE_CHECKING:
+    import tamto_sdk
 
 auth_app = typer.Typer(help="Identities, API keys, roles, bindings and tokens.")
 user_app = typer.Typer(help="Users and service accounts, and their API keys.")
@@ -58,6 +60,8 @@ def user_create(
     data_dir: DataDir = None,
 ) -> None:
     """Create a user (or --service account) and, unless --no-key, its first API key."""
+    import tamto_sdk
+
     kind = tamto_sdk.IdentityKind.SERVICE if service else tamto_sdk.IdentityKind.USER
 
     async def go() -> None:
@@ -202,6 +206,8 @@ def role_put(
     data_dir: DataDir = None,
 ) -> None:
     """Create or replace a role with its grants (publish, consume, admin on a pattern)."""
+    import tamto_sdk
+
     try:
         grants = [tamto_sdk.Grant.parse(g) for g in grant or []]
     except ValueError as exc:

@@ -7,14 +7,15 @@ import os
 from collections.abc import Coroutine
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
 from rich.console import Console
 
-import tamto_sdk
 from tamto_cli import settings
-from tamto_sdk.url import parse_url
+
+if TYPE_CHECKING:
+    import tamto_sdk
 
 T = TypeVar("T")
 err = Console(stderr=True, highlight=False)
@@ -36,6 +37,8 @@ def retry_deadline_s() -> float:
     """How long a command retries an unreachable or unavailable gateway before it
     fails: TAMTO_RETRY_DEADLINE_S seconds, else the SDK's default (30 s). Anything
     but a number of seconds, 0 or more, is bad usage (exit 2)."""
+    import tamto_sdk
+
     default = tamto_sdk.ClientOptions().retry_deadline_s
     raw = os.environ.get("TAMTO_RETRY_DEADLINE_S")
     if not raw:
@@ -54,6 +57,9 @@ async def connect_client(
     url: str | None, api_key: str | None, data_dir: Path | None
 ) -> tamto_sdk.Client:
     """An SDK client for the CLI's flags, environment and local defaults."""
+    import tamto_sdk
+    from tamto_sdk.url import parse_url
+
     options = tamto_sdk.ClientOptions(retry_deadline_s=retry_deadline_s())
     data = settings.data_dir(data_dir)
     creds = settings.api_key(api_key, data)
@@ -65,6 +71,8 @@ async def connect_client(
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command's coroutine; a Tamto error is one line on stderr and exit code 1."""
+    import tamto_sdk
+
     try:
         return asyncio.run(coro)
     except tamto_sdk.TamtoError as exc:

@@ -22,7 +22,6 @@ import typer
 
 from tamto_cli.options import AsJson
 from tamto_common.durable import make_dirs, write_atomic
-from tamto_sdk.url import parse_url
 
 
 @dataclass(frozen=True)
@@ -93,6 +92,8 @@ def add(
     use: Annotated[bool, typer.Option("--use", help="also select it")] = False,
 ) -> None:
     """Add or replace a context (the first one added is selected)."""
+    from tamto_sdk.url import parse_url
+
     try:
         parse_url(url)
     except ValueError as exc:

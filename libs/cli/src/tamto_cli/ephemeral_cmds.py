@@ -7,14 +7,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-import tamto_sdk
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
 from tamto_cli.options import ApiKey, DataDir, Url
+
+if TYPE_CHECKING:
+    import tamto_sdk
 
 
 async def publish(

@@ -1,4 +1,13 @@
-"""The `tamto` command line."""
+"""The `tamto` command line.
+
+Every `tamto` call imports this module and builds the whole command tree, so it
+imports only what defining the commands needs (typer, rich, the light `tamto_cli`
+modules). The SDK (pyarrow, numpy, grpc), the server packages and the status
+probes are imported inside the command that uses them, and `tamto bench` and
+`tamto chaos` are loaded only when they run (`extras.add_server_command`):
+`tamto --help` or `tamto stream --help` load none of them
+(libs/cli/tests/test_cli_imports.py).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +16,12 @@ import enum
 import json
 import sys
 from dataclasses import asdict
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-import tamto_sdk
 from tamto_cli import ephemeral_cmds, settings
 from tamto_cli.auth_cmds import auth_app
 from tamto_cli.cluster_cmds import node_app, partition_app
@@ -23,16 +31,6 @@ from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
 from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
 from tamto_cli.output import PayloadFormat, message_line, parse_headers
-from tamto_cli.status import (
-    fetch_drained,
-    fetch_ledgers,
-    fetch_notes,
-    fetch_owners,
-    fetch_status,
-    partitions_per_router,
-    render_ledgers,
-    render_status,
-)
 from tamto_cli.storage_cmds import storage_app
 from tamto_cli.subscription_cmds import (
     VerbRouting,
@@ -42,8 +40,10 @@ from tamto_cli.subscription_cmds import (
     stream_get,
     subscription_app,
 )
-from tamto_common.config import discovery_check, resolver_check
-from tamto_common.errors import TamtoError
+from tamto_common.streams import DEFAULT_ACK_TIMEOUT_MS, DEFAULT_DEDUP_WINDOW_MS
+
+if TYPE_CHECKING:
+    import tamto_sdk
 
 app = typer.Typer(
     cls=VerbRouting, help="Tamto: durable streams, subscriptions and Parquet, in one system."
@@ -80,6 +80,8 @@ def up(
     ] = "",
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
+    from tamto_common.config import discovery_check, resolver_check
+
     with server_extra("tamto up"):
         from tamto_cli.up import run_up
         from tamto_local.cluster import MAX_NODES, ClusterConfig
@@ -129,6 +131,18 @@ def status(
     quarantined, ledgers a router writes with a replica catching up, a drained
     router), and every partition's ledgers with their replicas and its owner
     (under-replicated ones marked; not in --json, which lists the members)."""
+    from tamto_cli.status import (
+        fetch_drained,
+        fetch_ledgers,
+        fetch_notes,
+        fetch_owners,
+        fetch_status,
+        partitions_per_router,
+        render_ledgers,
+        render_status,
+    )
+    from tamto_common.errors import TamtoError
+
     try:
         rows = asyncio.run(fetch_status(etcd))
         ledgers = [] if as_json else asyncio.run(fetch_ledgers(etcd))
@@ -159,15 +173,28 @@ app.add_typer(context_app, name="context")
 app.add_typer(subscription_app, name="subscription")
 app.add_typer(partition_app, name="partition")
 app.add_typer(node_app, name="node")
-add_server_command(app, "bench", "tamto_bench", "bench")
+add_server_command(
+    app,
+    "bench",
+    "tamto_bench",
+    "bench",
+    "Measure throughput, latency and memory of Tamto beside NATS JetStream, and its\n"
+    "ephemeral streams beside core NATS (loopback only).",
+)
 app.command("request")(ephemeral_cmds.request)
-add_server_command(app, "chaos", "tamto_cli.chaos", "chaos")
+add_server_command(
+    app,
+    "chaos",
+    "tamto_cli.chaos",
+    "chaos",
+    "Run a local system and hit random processes with faults while clients publish and\n"
+    "consume; report lost, duplicated, stalls beyond downtime and recovery per fault.",
+)
 
 stream_app = typer.Typer(help="Create, inspect, list and delete streams; peek at messages.")
 app.add_typer(stream_app, name="stream")
 stream_app.command("get")(stream_get)
 
-_DEFAULTS = tamto_sdk.StreamConfig()
 _ZERO_MEANS = {
     "retention_ms": "forever",
     "retention_bytes": "unbounded",
@@ -202,10 +229,10 @@ def stream_ensure(
     ] = "limits",
     dedup_window_ms: Annotated[
         int, typer.Option(help="how long message ids are remembered")
-    ] = _DEFAULTS.dedup_window_ms,
+    ] = DEFAULT_DEDUP_WINDOW_MS,
     ack_timeout_ms: Annotated[
         int, typer.Option(help="redeliver what stays unacked this long")
-    ] = _DEFAULTS.ack_timeout_ms,
+    ] = DEFAULT_ACK_TIMEOUT_MS,
     max_deliveries: Annotated[
         int, typer.Option(help="dead-letter after this many deliveries (0: never)")
     ] = 0,
@@ -250,6 +277,8 @@ def stream_ensure(
     Prints `NAME: created|exists|changed, N partitions`, then one `differs: ...`
     (or `changed: ...`) line per setting.
     """
+    import tamto_sdk
+
     try:
         mode = tamto_sdk.Durability(durability)
     except ValueError:
@@ -503,6 +532,8 @@ def sub(
 
 
 def _subscription_type(text: str) -> tamto_sdk.SubscriptionType:
+    import tamto_sdk
+
     try:
         return tamto_sdk.SubscriptionType[text.upper().replace("-", "_")]
     except KeyError:

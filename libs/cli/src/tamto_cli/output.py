@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import enum
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tamto_sdk
+if TYPE_CHECKING:
+    import tamto_sdk
 
 
 class PayloadFormat(enum.StrEnum):

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 from tamto_cli.contexts import Context, ContextError, selected
-from tamto_common.dev_credential import CredentialFileError, load_dev_credential
 
 DEFAULT_DATA_DIR = Path(".tamto")
 DEFAULT_GATEWAY = "127.0.0.1:7400"
@@ -36,6 +35,8 @@ def gateway_url(value: str | None) -> str:
 def api_key(value: str | None, data: Path) -> str:
     """The API key: --api-key, TAMTO_API_KEY, the selected context's, or the local
     system's development credential."""
+    from tamto_common.dev_credential import CredentialFileError, load_dev_credential
+
     if value:
         return value
     if env := os.environ.get("TAMTO_API_KEY"):

@@ -21,7 +21,6 @@ import typer
 
 from tamto_cli.extras import server_extra
 from tamto_cli.options import AsJson
-from tamto_common.audit import ADMIN, AuditLog
 
 if TYPE_CHECKING:  # the storage package comes with the server extra; imported when run
     from tamto_storage.scrub import Finding, Repaired
@@ -88,6 +87,8 @@ def storage_repair(
 ) -> None:
     """Return damaged partitions to service: damaged files move to _damaged/, the offsets
     they held are recorded as lost (audited), and the partition accepts publishes again."""
+    from tamto_common.audit import ADMIN, AuditLog
+
     with server_extra("tamto storage repair"):
         from tamto_storage.scrub import repair, verify
     busy = processes_using(data_dir)

@@ -13,18 +13,20 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
-from typer.core import TyperGroup
 
-import tamto_sdk
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
+from tamto_cli.extras import DeferringGroup
 from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
 from tamto_cli.output import PayloadFormat, message_line
+
+if TYPE_CHECKING:
+    import tamto_sdk
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -37,8 +39,9 @@ subscription_app = typer.Typer(
 VERBS = frozenset({"list", "describe", "seek", "skip", "delete"})
 
 
-class VerbRouting(TyperGroup):
-    """The top-level command group: ``sub VERB ...`` runs ``subscription VERB ...``."""
+class VerbRouting(DeferringGroup):
+    """The top-level command group: ``sub VERB ...`` runs ``subscription VERB ...``
+    (and it loads a deferred command when named: `DeferringGroup`)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         if len(args) >= 2 and args[0] == "sub" and args[1] in VERBS:
@@ -48,6 +51,8 @@ class VerbRouting(TyperGroup):
 
 def parse_position(text: str, what: str) -> tamto_sdk.StartPosition:
     """earliest, latest, offset:N or time:ISO (naive times are UTC); exit 2 otherwise."""
+    import tamto_sdk
+
     kind, _, value = text.partition(":")
     try:
         if kind == "earliest" and not value:
@@ -66,6 +71,8 @@ def parse_position(text: str, what: str) -> tamto_sdk.StartPosition:
 
 
 def _jsonable(value: Any) -> Any:
+    import tamto_sdk
+
     if isinstance(value, datetime):
         return value.isoformat()
     if isinstance(value, tamto_sdk.SubscriptionType):

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Final, Literal
-
-import aetcd
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import MAX_NAME_LENGTH, check_name
+
+if TYPE_CHECKING:  # only annotates read_stream; the CLI imports the defaults without it
+    import aetcd
 
 STREAMS_PREFIX = "/tamto/streams/"
 

@@ -1,0 +1,82 @@
+"""What a `tamto` call imports before it does anything (its start time).
+
+Every call builds the whole command tree, so `tamto_cli.main` and the command
+modules import only what defining the commands needs; the SDK (pyarrow, numpy),
+the benchmark and the server packages are imported by the command that runs.
+These tests run light commands in a fresh interpreter and fail if one of them
+loads a heavy package, so the gain cannot silently regress.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import subprocess
+import sys
+
+import pytest
+import typer
+
+import tamto_sdk
+from tamto_cli.extras import _DEFERRED, _load
+from tamto_cli.main import app
+from tamto_common.streams import DEFAULT_ACK_TIMEOUT_MS, DEFAULT_DEDUP_WINDOW_MS
+
+#: Runs `tamto ARGS...` (argv[1:]) and prints, after a marker, the top-level modules loaded.
+RUN_AND_LIST = """
+import json, sys
+from tamto_cli.main import app
+try:
+    app(sys.argv[1:], prog_name="tamto")
+except SystemExit as exc:
+    code = exc.code
+print("\\nMODULES " + json.dumps([code, sorted({m.split(".")[0] for m in sys.modules})]))
+"""
+#: Packages a light command must not load: the Arrow stack, the benchmark, Spark, the servers.
+HEAVY = {"pyarrow", "numpy", "tamto_bench", "tamto_spark", "pyspark", "tamto_local"}
+
+
+def loaded_by(*args: str) -> set[str]:
+    """The top-level modules `tamto ARGS` has loaded by its end (it must exit 0)."""
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_AND_LIST, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    marker = done.stdout.rpartition("\nMODULES ")[2]
+    code, modules = json.loads(marker)
+    assert code in (0, None), (args, done.stdout, done.stderr)
+    return set(modules)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--help",), ("stream", "--help"), ("stream", "ensure", "--help"), ("auth", "--help")],
+)
+def test_light_commands_load_neither_arrow_nor_the_bench(args: tuple[str, ...]) -> None:
+    loaded = loaded_by(*args)
+    assert "tamto_cli" in loaded
+    assert loaded & HEAVY == set(), args
+
+
+def test_a_deferred_command_loads_its_package_when_it_runs() -> None:
+    """The check above can see a package load: `tamto bench --help` loads the bench."""
+    assert "tamto_bench" in loaded_by("bench", "--help")
+
+
+@pytest.mark.parametrize("name", sorted(_DEFERRED))
+def test_a_deferred_command_is_listed_with_its_docstring_summary(name: str) -> None:
+    listed = typer.main.get_command(app).commands[name].help  # type: ignore[attr-defined]
+    real = _load(name).help or ""
+    assert listed == inspect.cleandoc(real).split("\n\n")[0]
+
+
+def test_stream_ensure_shows_the_sdk_defaults() -> None:
+    """`tamto stream ensure` takes its defaults from tamto_common (the SDK loads pyarrow)."""
+    config = tamto_sdk.StreamConfig()
+    assert (config.dedup_window_ms, config.ack_timeout_ms) == (
+        DEFAULT_DEDUP_WINDOW_MS,
+        DEFAULT_ACK_TIMEOUT_MS,
+    )
