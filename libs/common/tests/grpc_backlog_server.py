@@ -28,7 +28,9 @@ async def echo_first(
 async def main() -> None:
     server = grpc.aio.server(options=SERVER_OPTIONS)
     handler = grpc.stream_stream_rpc_method_handler(echo_first)
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler("t.T", {"Echo": handler})])
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("t.T", {"Echo": handler})]
+    )
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     print(port, flush=True)
