@@ -41,6 +41,7 @@ from prometheus_client import Gauge
 
 from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
 from tamto_common.grpc_errors import downstream_error, error_for
+from tamto_gateway.consume_mux import MuxSession
 from tamto_gateway.upstream import RouterConsume, Upstream
 from tamto_protocol.delivery_wire import consume_error, parse_consume_error
 from tamto_protocol.v1 import messages_pb2
@@ -71,17 +72,24 @@ class SetupStep:
     misses it, that its handler never started (issue 17's crowd, docs/testing.md)."""
 
     def __init__(self) -> None:
-        self.now: str | None = None
+        self.now: Gauge | None = None
 
     def to(self, step: str) -> None:
         self.done()
-        CONSUME_STEPS.labels(step).inc()
-        self.now = step
+        # Each consumer passes every step: the labelled gauges are looked up once.
+        gauge = _STEP_GAUGES.get(step)
+        if gauge is None:
+            gauge = _STEP_GAUGES[step] = CONSUME_STEPS.labels(step)
+        gauge.inc()
+        self.now = gauge
 
     def done(self) -> None:
         if self.now is not None:
-            CONSUME_STEPS.labels(self.now).dec()
+            self.now.dec()
             self.now = None
+
+
+_STEP_GAUGES: dict[str, Gauge] = {}
 
 
 class FanOut:
@@ -259,9 +267,14 @@ class FanOut:
             await asyncio.wait(self._tasks, timeout=timeout_s)
 
     async def close(self) -> None:
-        """Cancel the router streams, each in its turn (`Upstream.consume_setups`)."""
+        """Cancel the router sessions: on a mux one message each, at once; a
+        `Consume` stream of its own in its turn (`Upstream.consume_setups`), as
+        cancelling a gRPC call is gRPC core's work on the event loop."""
         try:
             for address, call in self._calls.items():
+                if isinstance(call, MuxSession):
+                    call.cancel()
+                    continue
                 async with self._upstream.consume_setups(address):
                     call.cancel()
         finally:  # also when cancelled while waiting: never leave a router stream open
