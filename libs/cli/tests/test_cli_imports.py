@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import typer
 
 import tamto_sdk
-from tamto_cli.extras import _DEFERRED, _load
+from tamto_cli.extras import DEFERRED, load_deferred
 from tamto_cli.main import app
 from tamto_common.streams import DEFAULT_ACK_TIMEOUT_MS, DEFAULT_DEDUP_WINDOW_MS
 
@@ -32,22 +34,23 @@ except SystemExit as exc:
     code = exc.code
 print("\\nMODULES " + json.dumps([code, sorted({m.split(".")[0] for m in sys.modules})]))
 """
-#: Packages a light command must not load: the Arrow stack, the benchmark, Spark, the servers.
+#: Packages a light command must not load: the Arrow stack, the bench, Spark, the launcher.
 HEAVY = {"pyarrow", "numpy", "tamto_bench", "tamto_spark", "pyspark", "tamto_local"}
 
 
-def loaded_by(*args: str) -> set[str]:
-    """The top-level modules `tamto ARGS` has loaded by its end (it must exit 0)."""
+def loaded_by(*args: str, exit_code: int = 0, **env: str) -> set[str]:
+    """The top-level modules `tamto ARGS` has loaded by its end (it must exit `exit_code`)."""
     done = subprocess.run(
         [sys.executable, "-c", RUN_AND_LIST, *args],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env={**os.environ, **env},
     )
     marker = done.stdout.rpartition("\nMODULES ")[2]
     code, modules = json.loads(marker)
-    assert code in (0, None), (args, done.stdout, done.stderr)
+    assert (code or 0) == exit_code, (args, done.stdout, done.stderr)
     return set(modules)
 
 
@@ -61,15 +64,28 @@ def test_light_commands_load_neither_arrow_nor_the_bench(args: tuple[str, ...]) 
     assert loaded & HEAVY == set(), args
 
 
+def test_a_command_that_needs_no_server_loads_no_sdk(tmp_path: Path) -> None:
+    loaded = loaded_by("context", "list", TAMTO_CONFIG=str(tmp_path / "contexts.json"))
+    assert loaded & (HEAVY | {"tamto_sdk"}) == set()
+
+
+def test_tamto_up_loads_the_launcher_but_not_the_sdk_or_the_bench() -> None:
+    """`--nodes 0` is refused after `up` has imported all it runs with (nothing starts);
+    only `--demo` needs the SDK."""
+    loaded = loaded_by("up", "--nodes", "0", exit_code=2)
+    assert "tamto_local" in loaded
+    assert loaded & (HEAVY - {"tamto_local"} | {"tamto_sdk"}) == set()
+
+
 def test_a_deferred_command_loads_its_package_when_it_runs() -> None:
     """The check above can see a package load: `tamto bench --help` loads the bench."""
     assert "tamto_bench" in loaded_by("bench", "--help")
 
 
-@pytest.mark.parametrize("name", sorted(_DEFERRED))
+@pytest.mark.parametrize("name", sorted(DEFERRED))
 def test_a_deferred_command_is_listed_with_its_docstring_summary(name: str) -> None:
     listed = typer.main.get_command(app).commands[name].help  # type: ignore[attr-defined]
-    real = _load(name).help or ""
+    real = load_deferred(name).help or ""
     assert listed == inspect.cleandoc(real).split("\n\n")[0]
 
 

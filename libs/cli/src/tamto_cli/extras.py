@@ -70,7 +70,7 @@ def _missing_module(exc: ModuleNotFoundError) -> str:
 
 
 #: Deferred commands: name -> (module, attribute of the command function).
-_DEFERRED: dict[str, tuple[str, str]] = {}
+DEFERRED: dict[str, tuple[str, str]] = {}
 
 
 def add_server_command(app: typer.Typer, name: str, module: str, attr: str, summary: str) -> None:
@@ -83,7 +83,7 @@ def add_server_command(app: typer.Typer, name: str, module: str, attr: str, summ
     packages are not installed, it is listed as such and running it exits 2 naming
     the extra.
     """
-    _DEFERRED[name] = (module, attr)
+    DEFERRED[name] = (module, attr)
     listed = summary if _installed(module) else "(not installed here: run it for the reason)"
 
     @app.command(name, help=listed)
@@ -99,15 +99,15 @@ class DeferringGroup(TyperGroup):
         self, ctx: Context, args: list[str]
     ) -> tuple[str | None, Command | None, list[str]]:
         name, command, rest = super().resolve_command(ctx, args)
-        if name in _DEFERRED:
-            command = _load(name)
+        if name in DEFERRED:
+            command = load_deferred(name)
         return name, command, rest
 
 
-def _load(name: str) -> Command:
+def load_deferred(name: str) -> Command:
     """The real click command of deferred command `name` (exit 2 naming the extra when
     its packages are missing)."""
-    module, attr = _DEFERRED[name]
+    module, attr = DEFERRED[name]
     with server_extra(f"tamto {name}"):
         function: Callable[..., None] = getattr(importlib.import_module(module), attr)
     alone = typer.Typer(add_completion=False)

@@ -2,7 +2,7 @@
 
 Every `tamto` call imports this module and builds the whole command tree, so it
 imports only what defining the commands needs (typer, rich, the light `tamto_cli`
-modules). The SDK (pyarrow, numpy, grpc), the server packages and the status
+modules). The SDK (pyarrow, numpy), the server packages and the status
 probes are imported inside the command that uses them, and `tamto bench` and
 `tamto chaos` are loaded only when they run (`extras.add_server_command`):
 `tamto --help` or `tamto stream --help` load none of them

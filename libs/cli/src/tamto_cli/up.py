@@ -8,7 +8,6 @@ import signal
 from rich.console import Console
 from rich.text import Text
 
-from tamto_cli.demo import run_demo
 from tamto_local.cluster import ClusterConfig, LaunchError, LocalCluster
 
 COLORS = {
@@ -59,6 +58,8 @@ async def run_up(
             ca = (config.tls_dir / "ca.pem").read_bytes()
             console.print(f"TLS on every port; development CA: {config.tls_dir / 'ca.pem'}")
         if demo:
+            from tamto_cli.demo import run_demo  # the SDK (pyarrow): only for the demo
+
             await run_demo(config.gateway_url, cluster.credential, console, ca)
         if not once:
             console.print("press Ctrl-C to stop")
