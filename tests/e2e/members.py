@@ -26,3 +26,15 @@ async def metrics_of(cluster: TestCluster, service: str) -> str:
     """The /metrics page of the cluster's `service`."""
     member = (await own_members(cluster))[service]
     return await asyncio.to_thread(scrape, member)
+
+
+async def process_member(cluster: TestCluster, name: str) -> Member:
+    """The registration of the cluster's process `name` (`gateway-2`, `router-3`, ...)."""
+    rows = await fetch_status(cluster.infra.etcd_endpoint)
+    [member] = [m for m, _ in rows if m.instance_id == cluster.instance_id(name)]
+    return member
+
+
+async def process_metrics(cluster: TestCluster, name: str) -> str:
+    """The /metrics page of the cluster's process `name`."""
+    return await asyncio.to_thread(scrape, await process_member(cluster, name))

@@ -5,16 +5,21 @@ it rebuilt a 64-point ring over all consumers on every attach and detach, on its
 event loop, missed its etcd keep-alive, lost its ownership lease and failed
 every publish for 143 s. Here consumers attach to one shared subscription of a
 4-partition stream in waves, while a producer publishes one message every 50 ms
-and acking readers drain what comes; then they all leave at once.
+and acking readers drain what comes; then they all leave at once. The crowd
+spreads over the cluster's gateways (`GATEWAYS`, two), as clients spread over
+gateways behind DNS or a load balancer; the producer shares the first gateway
+with its half of the crowd.
 
 Asserted: no publish slower than 1 s and none failed, throughout; no lease lost
 (the router's member key and the partitions' owner keys keep their lease and
 creation revision); after the crowd leaves, publishing is normal again within
 5 s. Reported (printed, and in the assertion messages): router and gateway
-memory per consumer, the router's longest event-loop lag, the slowest publish.
+memory per consumer (the gateways' together), the router's and gateways' longest
+event-loop lag, the slowest publish.
 
 Size: 300 consumers in CI; `TAMTO_LONG_TESTS=1` runs the acceptance's 10,000
-(or set `TAMTO_CROWD_CONSUMERS`). See docs/testing.md.
+(or set `TAMTO_CROWD_CONSUMERS`; `TAMTO_CROWD_GATEWAYS=1` puts the whole crowd on
+one gateway). See docs/testing.md.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually, long_tests_enabled
-from tests.e2e.members import metrics_of, own_members
+from tests.e2e.members import metrics_of, own_members, process_member, process_metrics
 
 #: The acceptance size attaches slower than CI's (a bounded number at a time, see
 #: the gateway's consume_setups) and may take over 5 minutes on a loaded machine.
@@ -60,13 +65,29 @@ PUBLISH_EVERY_S = 0.05
 #: and the rest of the suite, and the stalls this guards against took 10-14 s.
 SLOWEST_PUBLISH_S = 1.0 if long_tests_enabled() else 3.0
 BACK_TO_NORMAL_S = 5.0
+#: Gateways the crowd spreads over. One gateway process carries 10,000 streams
+#: arriving or leaving at once at gRPC's cost per stream (about half its CPU in
+#: gRPC's own code): its publishes took 1.07-1.83 s then on this 2-core machine,
+#: against 0.60-0.68 s with the crowd spread over two (docs/testing.md).
+GATEWAYS = int(os.environ.get("TAMTO_CROWD_GATEWAYS") or 2)
 
 
 @pytest.fixture(scope="module")
 def cluster(tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
     env = {"gateway": {"TAMTO_GATEWAY_MAX_CONSUMERS_PER_CONNECTION": str(PER_CONNECTION)}}
     with TestCluster(tmp_path_factory.mktemp("crowd"), tamto_infra).running(env) as running:
+        for _ in range(GATEWAYS - 1):
+            running.start_gateway(extra_env=env["gateway"])
         yield running
+
+
+def gateway_names() -> list[str]:
+    return ["gateway"] + [f"gateway-{i}" for i in range(2, GATEWAYS + 1)]
+
+
+async def gateway_pages(cluster: TestCluster) -> list[str]:
+    """Every gateway's /metrics page (joined, `gauge` sums them)."""
+    return [await process_metrics(cluster, name) for name in gateway_names()]
 
 
 @dataclass
@@ -127,13 +148,15 @@ class Crowd:
     watchers: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def start(self, cluster: TestCluster, token: str, stream: str, count: int) -> None:
+        """Workers of `PER_WORKER` consumers, each on a gateway in turn."""
+        addresses = [cluster.address(name) for name in gateway_names()]
         for w, first in enumerate(range(0, count, PER_WORKER)):
             n = min(PER_WORKER, count - first)
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
                 "tests.e2e.crowd_worker",
-                cluster.gateway_address,
+                addresses[w % len(addresses)],
                 token,
                 stream,
                 str(n),
@@ -247,7 +270,7 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
         await eventually(lambda: len(publisher.latencies) >= 20, 30, "publishing to start")
         held = await leases(cluster, stream)
         router_before = await metrics_of(cluster, "router")
-        gateway_before = await metrics_of(cluster, "gateway")
+        gateway_before = "\n".join(await gateway_pages(cluster))
 
         crowd = Crowd()
         attach_began = time.monotonic()
@@ -265,27 +288,28 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
             try:
                 await eventually(all_attached, 60 + CONSUMERS / 20, f"{CONSUMERS} attached")
             except AssertionError as exc:
-                # Where the gateway's tasks wait, in its log (tamto_common.task_stacks).
-                os.kill((await own_members(cluster))["gateway"].pid, signal.SIGUSR1)
+                # Where the gateways' tasks wait, in their logs (tamto_common.task_stacks).
+                for name in gateway_names():
+                    os.kill((await process_member(cluster, name)).pid, signal.SIGUSR1)
                 router = await metrics_of(cluster, "router")
-                gateway = await metrics_of(cluster, "gateway")
+                pages = await gateway_pages(cluster)
                 raise AssertionError(
                     f"{exc}: {seen[0]:.0f} of {CONSUMERS * PARTITIONS} attachments, "
-                    f"{gauge(gateway, 'tamto_gateway_consume_mux_sessions'):.0f} sessions on "
-                    "the gateway's consume muxes, the gateway's Consume handlers per step "
-                    f"{by_label(gateway, 'tamto_gateway_consume_handlers')}, ended by status "
-                    f"{ended_consumes(gateway)}, router loop "
+                    f"{gauge(chr(10).join(pages), 'tamto_gateway_consume_mux_sessions'):.0f} "
+                    "sessions on the gateways' consume muxes, each gateway's Consume handlers "
+                    f"per step {[by_label(p, 'tamto_gateway_consume_handlers') for p in pages]}, "
+                    f"ended by status {[ended_consumes(p) for p in pages]}, router loop "
                     f"held at most {gauge(router, 'tamto_event_loop_lag_max_seconds'):.3f} s, "
                     f"longest GC {gauge(router, 'tamto_gc_pause_max_seconds'):.3f} s, "
                     f"{len(crowd.retries)} streams reopened {sorted(set(crowd.retries))[:3]}, "
                     f"slowest publish {publisher.slowest_since(0):.3f} s; consumers per step "
-                    f"in each worker: {crowd.phases}; the gateway's task stacks are in "
-                    f"{cluster.workdir / 'logs' / 'gateway.log'}"
+                    f"in each worker: {crowd.phases}; the gateways' task stacks are in "
+                    f"{cluster.workdir / 'logs'}"
                 ) from None
             attached_s = time.monotonic() - attach_began
             router_crowded = await metrics_of(cluster, "router")
-            gateway_crowded = await metrics_of(cluster, "gateway")
-            # The crowd rides the gateway's one consume stream to the router (a
+            gateway_crowded = "\n".join(await gateway_pages(cluster))
+            # The crowd rides each gateway's one consume stream to the router (a
             # session each on its ConsumeMux), not a router stream per consumer.
             muxed = gauge(gateway_crowded, "tamto_gateway_consume_mux_sessions")
             assert muxed >= CONSUMERS, f"{muxed:.0f} of {CONSUMERS} sessions on a consume mux"
@@ -324,15 +348,17 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
     gateway_per = (gauge(gateway_crowded, rss) - gauge(gateway_before, rss)) / CONSUMERS
     lag = gauge(router_after, "tamto_event_loop_lag_max_seconds")
     gc_pause = gauge(router_after, "tamto_gc_pause_max_seconds")
-    gateway_after = await metrics_of(cluster, "gateway")
-    gateway_lag = gauge(gateway_after, "tamto_event_loop_lag_max_seconds")
+    gateway_lag = max(
+        gauge(page, "tamto_event_loop_lag_max_seconds") for page in await gateway_pages(cluster)
+    )
     slowest = publisher.slowest_since(0)
     report = (
-        f"{CONSUMERS} consumers x {PARTITIONS} partitions: attached in {attached_s:.1f} s, "
+        f"{CONSUMERS} consumers x {PARTITIONS} partitions on {GATEWAYS} gateway(s): attached "
+        f"in {attached_s:.1f} s, "
         f"gone {gone_s:.1f} s after leaving; memory per consumer: router "
-        f"{router_per / 1024:.1f} KiB, gateway {gateway_per / 1024:.1f} KiB; event loop held "
+        f"{router_per / 1024:.1f} KiB, gateways {gateway_per / 1024:.1f} KiB; event loop held "
         f"at most {lag:.3f} s (router; longest GC {gc_pause:.3f} s), {gateway_lag:.3f} s "
-        "(gateway); "
+        "(gateways); "
         f"{len(publisher.latencies)} publishes, slowest "
         f"{slowest:.3f} s, {len(publisher.failures)} failed (publishes while attaching "
         f"{publisher.distribution(attach_began, attach_began + attached_s)}; while leaving "

@@ -226,13 +226,16 @@ class TestCluster:
         finally:
             self.stop_all()
 
-    def start_gateway(self, timeout_s: float = START_TIMEOUT_S) -> str:
+    def start_gateway(
+        self, timeout_s: float = START_TIMEOUT_S, extra_env: dict[str, str] | None = None
+    ) -> str:
         """Start one more gateway of this cluster (``gateway-2``, ``gateway-3``, ...:
-        its own port and instance id, the same etcd, NATS and peers) and return its
-        URL. `stop_all` stops it too; `kill9` and `stop` take its name."""
+        its own port and instance id, the same etcd, NATS and peers; `extra_env` as
+        `start` takes it) and return its URL. `stop_all` stops it too; `kill9` and
+        `stop` take its name."""
         name = f"gateway-{sum(1 for n in self.processes if n.startswith('gateway-')) + 2}"
         self.ports[name] = free_port()
-        self.start(name, timeout_s)
+        self.start(name, timeout_s, extra_env)
         scheme = "tamto" if self.tls_dir is None else "tamtos"
         return f"{scheme}://{self.address(name)}"
 
