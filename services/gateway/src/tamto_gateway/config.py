@@ -25,6 +25,14 @@ class GatewayConfig(ServiceConfig):
         "session is a call: a crowd attaching or leaving cannot starve publishes)",
         positive,
     )
+    consume_setup_slots: int = setting(
+        32,
+        "client consume streams being set up at once (authentication, subscribe, "
+        "authorization, their router sessions); more wait their turn: a crowd attaching "
+        "then keeps the event loop's rounds short, and new calls (publishes) are taken "
+        "promptly",
+        positive,
+    )
     token_issuer: str = setting("tamto", "issuer expected in tokens")
     token_audience: str = setting("tamto", "audience expected in tokens")
     upstream_timeout_s: float = setting(30.0, "deadline for calls to routers and auth", positive)

@@ -56,6 +56,7 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
         max_message_bytes: int,
         ephemeral: EphemeralHub,
         requests: RequestBroker,
+        consume_setup_slots: int = 32,
     ) -> None:
         self._streams = streams
         self._ephemeral = ephemeral
@@ -65,6 +66,10 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
         self._auth = auth
         self._max_message_bytes = max_message_bytes
         self.consumers_per_connection = ConsumersPerConnection(0)
+        #: Client consume streams in setup at once (`--consume-setup-slots`): gRPC's
+        #: server takes one new call per event-loop round, so the rounds must stay short
+        #: while a crowd attaches, or a publish waits behind thousands of setups.
+        self._consume_setups = asyncio.Semaphore(consume_setup_slots)
 
     async def _principal(self, context: grpc.aio.ServicerContext, action: str) -> Principal:
         return await self._guard.principal(
@@ -246,40 +251,11 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
         they are (the handler is registered by `serve`)."""
         step = SetupStep()
         try:
-            step.to("authenticating")
-            principal = await self._principal(context, "Consume")
             requests = aiter(request_iterator)
-            step.to("reading subscribe")
-            first = await anext(requests, None)
-            if first is None or first.WhichOneof("request") != "subscribe":
-                raise InvalidArgument("a consume stream must start with subscribe")
-            sub = first.subscribe
-            check_name("stream", sub.stream)
-            check_name("subscription", sub.subscription)
-            check_consumer_name(sub.consumer_name)
-            if sub.start.WhichOneof("position") == "time_us":
-                check_start_time_us(sub.start.time_us)
-            step.to("authorizing")
-            await self._guard.require(
-                principal, Permission.CONSUME, sub.stream, context.peer() or "unknown", "Consume"
-            )
-            step.to("describing")
-            stream = await self._streams.describe(sub.stream)
-            if stream.ephemeral:
-                raise FailedPrecondition(
-                    f"stream {stream.name!r} is ephemeral: receive with SubscribeEphemeral"
-                )
-            partitions = list(check_partitions(sub.partitions)) or list(range(stream.partitions))
-            outside = [p for p in partitions if p >= stream.partitions]
-            if outside:
-                raise InvalidArgument(f"stream {stream.name!r} has no partition {outside[0]}")
-            peer = context.peer() or "unknown"
-            self.consumers_per_connection.enter(peer)
-            sub.client_address = peer  # DescribeSubscription shows it (never the client's claim)
-            fan_out = FanOut(self._upstream, sub)
+            step.to("waiting its turn")
+            async with self._consume_setups:
+                fan_out, peer = await self._open_consume(context, requests, step)
             try:
-                step.to("opening")
-                await fan_out.open(partitions)
                 step.to("serving")
                 reader = asyncio.create_task(_forward_all(requests, fan_out))
                 fan_out.stop_when_done(reader)
@@ -295,6 +271,53 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
                 await fan_out.close()
         finally:
             step.done()
+
+    async def _open_consume(
+        self,
+        context: grpc.aio.ServicerContext,
+        requests: AsyncIterator[messages_pb2.ConsumeRequest],
+        step: SetupStep,
+    ) -> tuple[FanOut, str]:
+        """A consume stream's setup, up to its sessions with the routers: its fan-out
+        and the client's address (counted in `consumers_per_connection`)."""
+        step.to("authenticating")
+        principal = await self._principal(context, "Consume")
+        step.to("reading subscribe")
+        first = await anext(requests, None)
+        if first is None or first.WhichOneof("request") != "subscribe":
+            raise InvalidArgument("a consume stream must start with subscribe")
+        sub = first.subscribe
+        check_name("stream", sub.stream)
+        check_name("subscription", sub.subscription)
+        check_consumer_name(sub.consumer_name)
+        if sub.start.WhichOneof("position") == "time_us":
+            check_start_time_us(sub.start.time_us)
+        step.to("authorizing")
+        await self._guard.require(
+            principal, Permission.CONSUME, sub.stream, context.peer() or "unknown", "Consume"
+        )
+        step.to("describing")
+        stream = await self._streams.describe(sub.stream)
+        if stream.ephemeral:
+            raise FailedPrecondition(
+                f"stream {stream.name!r} is ephemeral: receive with SubscribeEphemeral"
+            )
+        partitions = list(check_partitions(sub.partitions)) or list(range(stream.partitions))
+        outside = [p for p in partitions if p >= stream.partitions]
+        if outside:
+            raise InvalidArgument(f"stream {stream.name!r} has no partition {outside[0]}")
+        peer = context.peer() or "unknown"
+        self.consumers_per_connection.enter(peer)
+        sub.client_address = peer  # DescribeSubscription shows it (never the client's claim)
+        fan_out = FanOut(self._upstream, sub)
+        try:
+            step.to("opening")
+            await fan_out.open(partitions)
+        except BaseException:
+            self.consumers_per_connection.leave(peer)
+            await fan_out.close()
+            raise
+        return fan_out, peer
 
 
 def serve(servicer: GatewayServicer, server: grpc.aio.Server) -> None:

@@ -93,6 +93,7 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
         config.max_message_bytes,
         ephemeral,
         requests,
+        config.consume_setup_slots,
     )
     servicer.consumers_per_connection.limit = config.max_consumers_per_connection
     servicer.placement_etcd = runtime.etcd
