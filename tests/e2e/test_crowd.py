@@ -66,9 +66,9 @@ PUBLISH_EVERY_S = 0.05
 SLOWEST_PUBLISH_S = 1.0 if long_tests_enabled() else 3.0
 BACK_TO_NORMAL_S = 5.0
 #: Gateways the crowd spreads over. One gateway process carries 10,000 streams
-#: arriving or leaving at once at gRPC's cost per stream (about half its CPU in
-#: gRPC's own code): its publishes took 1.07-1.83 s then on this 2-core machine,
-#: against 0.60-0.68 s with the crowd spread over two (docs/testing.md).
+#: leaving at once at gRPC's cost per stream (about half its CPU in gRPC's own
+#: code): its publishes took 1.24-1.83 s then on this 2-core machine, against at
+#: most 0.74 s with the crowd spread over two (docs/testing.md).
 GATEWAYS = int(os.environ.get("TAMTO_CROWD_GATEWAYS") or 2)
 
 

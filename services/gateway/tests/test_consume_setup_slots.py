@@ -1,16 +1,19 @@
-"""At most `--consume-setup-slots` client consume streams are set up at once.
+"""At most `--consume-setup-slots` client consume streams are set up (or torn
+down) at once.
 
 gRPC's Python server takes one new call per event-loop round: while a crowd of
 10,000 attached, every setup step of every accepted stream shared the round, the
 rounds grew long, and a publish arriving then waited behind the crowd's setups
 (issue 17; docs/testing.md, crowds). The streams beyond the slots wait their turn
 before their first step (authentication), and a slot is freed when a setup ends,
-also when it fails.
+also when it fails. The same holds for a crowd leaving at once: each stream's
+teardown takes its turn, and is done even if the wait for its turn is cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
@@ -62,3 +65,38 @@ async def test_streams_beyond_the_slots_wait_before_authenticating() -> None:
     results = await asyncio.wait_for(asyncio.gather(*streams, return_exceptions=True), 10)
     assert guard.entered == 10
     assert all(isinstance(r, Unauthenticated) for r in results), results
+
+
+class FakeFanOut:
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def test_a_teardown_waits_its_turn_and_is_done_even_if_that_wait_is_cancelled() -> None:
+    none = cast(Any, None)
+    servicer = GatewayServicer(none, none, none, none, 1024, none, none, 1)
+    peer = "ipv4:127.0.0.1:1"
+    reader = asyncio.create_task(asyncio.sleep(0))
+    await servicer._consume_setups.acquire()  # a setup holds the only slot
+    waiting, cancelled = FakeFanOut(), FakeFanOut()
+    for _ in range(2):
+        servicer.consumers_per_connection.enter(peer)
+    closing = asyncio.create_task(servicer._close_consume(cast(Any, waiting), reader, peer))
+    abandoned = asyncio.create_task(servicer._close_consume(cast(Any, cancelled), reader, peer))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.closed, "it waits for the slot"
+    assert not cancelled.closed, "it waits for the slot"
+    abandoned.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await abandoned
+    assert cancelled.closed, "a teardown whose wait was cancelled is still done"
+    servicer._consume_setups.release()
+    await asyncio.wait_for(closing, 10)
+    assert waiting.closed
+    assert servicer._consume_setups.locked() is False, "every slot given back"
+    servicer.consumers_per_connection.limit = 1
+    servicer.consumers_per_connection.enter(peer)  # both left: one stream fits a limit of one

@@ -27,10 +27,10 @@ class GatewayConfig(ServiceConfig):
     )
     consume_setup_slots: int = setting(
         32,
-        "client consume streams being set up at once (authentication, subscribe, "
-        "authorization, their router sessions); more wait their turn: a crowd attaching "
-        "then keeps the event loop's rounds short, and new calls (publishes) are taken "
-        "promptly",
+        "client consume streams being set up (authentication, subscribe, authorization, "
+        "their router sessions) or torn down at once; more wait their turn: a crowd "
+        "attaching or leaving then keeps the event loop's rounds short, and new calls "
+        "(publishes) are taken promptly",
         positive,
     )
     token_issuer: str = setting("tamto", "issuer expected in tokens")

@@ -66,7 +66,7 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
         self._auth = auth
         self._max_message_bytes = max_message_bytes
         self.consumers_per_connection = ConsumersPerConnection(0)
-        #: Client consume streams in setup at once (`--consume-setup-slots`): gRPC's
+        #: Client consume streams in setup or teardown at once (`--consume-setup-slots`): gRPC's
         #: server takes one new call per event-loop round, so the rounds must stay short
         #: while a crowd attaches, or a publish waits behind thousands of setups.
         self._consume_setups = asyncio.Semaphore(consume_setup_slots)
@@ -255,22 +255,36 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
             step.to("waiting its turn")
             async with self._consume_setups:
                 fan_out, peer = await self._open_consume(context, requests, step)
+            step.to("serving")
+            reader = asyncio.create_task(_forward_all(requests, fan_out))
+            fan_out.stop_when_done(reader)
             try:
-                step.to("serving")
-                reader = asyncio.create_task(_forward_all(requests, fan_out))
-                fan_out.stop_when_done(reader)
-                try:
-                    async for response in fan_out.serve(reader):
-                        yield response
-                finally:
-                    reader.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await reader
+                async for response in fan_out.serve(reader):
+                    yield response
             finally:
-                self.consumers_per_connection.leave(peer)
-                await fan_out.close()
+                reader.cancel()
+                step.to("closing")
+                await self._close_consume(fan_out, reader, peer)
         finally:
             step.done()
+
+    async def _close_consume(self, fan_out: FanOut, reader: asyncio.Task[None], peer: str) -> None:
+        """End a consume stream's sessions, in turn with the setups (`_consume_setups`):
+        a crowd leaving at once then keeps the event loop's rounds short as well. It
+        is done even if the wait for a turn is cancelled."""
+        turn = False
+        try:
+            await self._consume_setups.acquire()
+            turn = True
+        finally:
+            try:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+                self.consumers_per_connection.leave(peer)
+                await fan_out.close()
+            finally:
+                if turn:
+                    self._consume_setups.release()
 
     async def _open_consume(
         self,
