@@ -100,3 +100,54 @@ async def test_a_teardown_waits_its_turn_and_is_done_even_if_that_wait_is_cancel
     assert servicer._consume_setups.locked() is False, "every slot given back"
     servicer.consumers_per_connection.limit = 1
     servicer.consumers_per_connection.enter(peer)  # both left: one stream fits a limit of one
+
+
+class AdmittingGuard:
+    """Authenticates everyone; each authorization waits until released, then is refused."""
+
+    def __init__(self) -> None:
+        self.authorizing = 0
+        self.release = asyncio.Event()
+
+    async def principal(self, metadata: object, peer: str, action: str) -> object:
+        return object()
+
+    async def require(self, *args: object) -> None:
+        self.authorizing += 1
+        await self.release.wait()
+        raise Unauthenticated("held guard")
+
+
+async def silent() -> AsyncIterator[messages_pb2.ConsumeRequest]:
+    await asyncio.Event().wait()  # never sends its subscribe
+    yield messages_pb2.ConsumeRequest()
+
+
+async def subscribing() -> AsyncIterator[messages_pb2.ConsumeRequest]:
+    subscribe = messages_pb2.Subscribe(stream="orders", subscription="s")
+    yield messages_pb2.ConsumeRequest(subscribe=subscribe)
+    await asyncio.Event().wait()
+
+
+async def test_a_client_that_never_subscribes_holds_no_slot() -> None:
+    guard = AdmittingGuard()
+    none = cast(Any, None)
+    servicer = GatewayServicer(none, none, cast(Any, guard), none, 1024, none, none, 1)
+
+    async def consume_from(requests: AsyncIterator[messages_pb2.ConsumeRequest]) -> None:
+        async for _ in servicer.Consume(requests, cast(Any, Context())):
+            pass
+
+    idle = asyncio.create_task(consume_from(silent()))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    active = asyncio.create_task(consume_from(subscribing()))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert guard.authorizing == 1, "the subscribing stream got the one slot"
+    guard.release.set()
+    with contextlib.suppress(Unauthenticated):
+        await asyncio.wait_for(active, 10)
+    idle.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await idle

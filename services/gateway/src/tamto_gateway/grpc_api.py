@@ -254,7 +254,14 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
             requests = aiter(request_iterator)
             step.to("waiting its turn")
             async with self._consume_setups:
-                fan_out, peer = await self._open_consume(context, requests, step)
+                step.to("authenticating")
+                principal = await self._principal(context, "Consume")
+            # Read without a turn: a client that never sends its subscribe holds none.
+            step.to("reading subscribe")
+            first = await anext(requests, None)
+            step.to("waiting its turn")
+            async with self._consume_setups:
+                fan_out, peer = await self._open_consume(context, principal, first, step)
             step.to("serving")
             reader = asyncio.create_task(_forward_all(requests, fan_out))
             fan_out.stop_when_done(reader)
@@ -289,15 +296,13 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
     async def _open_consume(
         self,
         context: grpc.aio.ServicerContext,
-        requests: AsyncIterator[messages_pb2.ConsumeRequest],
+        principal: Principal,
+        first: messages_pb2.ConsumeRequest | None,
         step: SetupStep,
     ) -> tuple[FanOut, str]:
-        """A consume stream's setup, up to its sessions with the routers: its fan-out
-        and the client's address (counted in `consumers_per_connection`)."""
-        step.to("authenticating")
-        principal = await self._principal(context, "Consume")
-        step.to("reading subscribe")
-        first = await anext(requests, None)
+        """A consume stream's setup after its first request, up to its sessions with
+        the routers: its fan-out and the client's address (counted in
+        `consumers_per_connection`)."""
         if first is None or first.WhichOneof("request") != "subscribe":
             raise InvalidArgument("a consume stream must start with subscribe")
         sub = first.subscribe
