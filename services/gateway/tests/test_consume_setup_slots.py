@@ -6,7 +6,8 @@ gRPC's Python server takes one new call per event-loop round: while a crowd of
 rounds grew long, and a publish arriving then waited behind the crowd's setups
 (issue 17; docs/testing.md, crowds). The streams beyond the slots wait their turn
 before their first step (authentication), and a slot is freed when a setup ends,
-also when it fails. The same holds for a crowd leaving at once: each stream's
+also when it fails. A stream waits for its client's subscribe within its turn
+only briefly: an idle client gives its turn up. The same holds for a crowd leaving at once: each stream's
 teardown takes its turn, and is done even if the wait for its turn is cancelled.
 """
 
@@ -17,7 +18,10 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, cast
 
+import pytest
+
 from tamto_common.errors import Unauthenticated
+from tamto_gateway import grpc_api
 from tamto_gateway.grpc_api import GatewayServicer
 from tamto_protocol.v1 import messages_pb2
 
@@ -107,6 +111,7 @@ class AdmittingGuard:
 
     def __init__(self) -> None:
         self.authorizing = 0
+        self.entered = asyncio.Event()
         self.release = asyncio.Event()
 
     async def principal(self, metadata: object, peer: str, action: str) -> object:
@@ -114,6 +119,7 @@ class AdmittingGuard:
 
     async def require(self, *args: object) -> None:
         self.authorizing += 1
+        self.entered.set()
         await self.release.wait()
         raise Unauthenticated("held guard")
 
@@ -129,7 +135,10 @@ async def subscribing() -> AsyncIterator[messages_pb2.ConsumeRequest]:
     await asyncio.Event().wait()
 
 
-async def test_a_client_that_never_subscribes_holds_no_slot() -> None:
+async def test_a_client_that_never_subscribes_gives_its_turn_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(grpc_api, "SUBSCRIBE_IN_TURN_S", 0.05)
     guard = AdmittingGuard()
     none = cast(Any, None)
     servicer = GatewayServicer(none, none, cast(Any, guard), none, 1024, none, none, 1)
@@ -142,9 +151,9 @@ async def test_a_client_that_never_subscribes_holds_no_slot() -> None:
     for _ in range(10):
         await asyncio.sleep(0)
     active = asyncio.create_task(consume_from(subscribing()))
-    for _ in range(20):
-        await asyncio.sleep(0)
-    assert guard.authorizing == 1, "the subscribing stream got the one slot"
+    await asyncio.wait_for(guard.entered.wait(), 10)  # the idle stream gave its turn up
+    assert guard.authorizing == 1
+    assert not idle.done(), "the idle stream still waits for its subscribe"
     guard.release.set()
     with contextlib.suppress(Unauthenticated):
         await asyncio.wait_for(active, 10)

@@ -32,6 +32,9 @@ from tamto_protocol.delivery_wire import raw_responses
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_protocol.wire import PUBLISH
 
+#: Longest a consume stream waits for its client's subscribe within its setup turn.
+SUBSCRIBE_IN_TURN_S = 0.2
+
 
 class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encoded bytes
     SecurityApi,
@@ -252,16 +255,7 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
         step = SetupStep()
         try:
             requests = aiter(request_iterator)
-            step.to("waiting its turn")
-            async with self._consume_setups:
-                step.to("authenticating")
-                principal = await self._principal(context, "Consume")
-            # Read without a turn: a client that never sends its subscribe holds none.
-            step.to("reading subscribe")
-            first = await anext(requests, None)
-            step.to("waiting its turn")
-            async with self._consume_setups:
-                fan_out, peer = await self._open_consume(context, principal, first, step)
+            fan_out, peer = await self._set_up(context, requests, step)
             step.to("serving")
             reader = asyncio.create_task(_forward_all(requests, fan_out))
             fan_out.stop_when_done(reader)
@@ -274,6 +268,44 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
                 await self._close_consume(fan_out, reader, peer)
         finally:
             step.done()
+
+    async def _set_up(
+        self,
+        context: grpc.aio.ServicerContext,
+        requests: AsyncIterator[messages_pb2.ConsumeRequest],
+        step: SetupStep,
+    ) -> tuple[FanOut, str]:
+        """A consume stream's setup, in its turn (`_consume_setups`).
+
+        The subscribe is awaited within the turn for at most `SUBSCRIBE_IN_TURN_S`:
+        a crowd's subscribes are then read at the pace of the turns, and a client
+        that has not sent it by then gives the turn up, waits for it without one
+        and takes another, so an idle client holds a turn at most that long.
+        """
+        gate = self._consume_setups
+        step.to("waiting its turn")
+        await gate.acquire()
+        held = True
+        read: asyncio.Future[messages_pb2.ConsumeRequest | None] | None = None
+        try:
+            step.to("authenticating")
+            principal = await self._principal(context, "Consume")
+            step.to("reading subscribe")
+            read = asyncio.ensure_future(anext(requests, None))
+            await asyncio.wait({read}, timeout=SUBSCRIBE_IN_TURN_S)
+            if not read.done():
+                gate.release()
+                held = False
+                await read
+                step.to("waiting its turn")
+                await gate.acquire()
+                held = True
+            return await self._open_consume(context, principal, read.result(), step)
+        finally:
+            if read is not None and not read.done():
+                read.cancel()
+            if held:
+                gate.release()
 
     async def _close_consume(self, fan_out: FanOut, reader: asyncio.Task[None], peer: str) -> None:
         """End a consume stream's sessions, in turn with the setups (`_consume_setups`):
