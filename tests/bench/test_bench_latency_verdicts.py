@@ -29,3 +29,23 @@ def test_one_node_latency_verdicts_have_the_issues_bars_per_size() -> None:
     assert got[("p99 ≤ 10 ms @ 5,000/s", 100)] == (10.0, False)
     assert got[("p99 ≤ 20 ms @ 5,000/s", 10240)] == (20.0, True)
     assert ("p99 ≤ 10 ms @ 5,000/s", 10240) not in got
+
+
+def test_the_withdrawn_10x_jetstream_targets_are_not_verdicts_at_10_kib() -> None:
+    def size(publish: float, consume: float) -> dict[str, Any]:
+        return {
+            "tamto": {"publish_msgs_s": publish, "consume_msgs_s": consume},
+            "jetstream": {"publish_msgs_s": 1000, "consume_msgs_s": 1000},
+        }
+
+    doc = finish(
+        {
+            "sizes": {"1024": size(20_000, 5_000), "10240": size(6_000, 3_000)},
+            "memory_peak_rss_bytes": {},
+        }
+    )
+    got = {(t["target"], t["size"]): (t["bar"], t["met"]) for t in doc["targets"]}
+    assert got[("publish ≥ 10x JetStream", 1024)] == (10.0, True)
+    assert got[("consume+ack ≥ 10x JetStream", 1024)] == (10.0, False)
+    assert ("publish ≥ 10x JetStream", 10240) not in got
+    assert ("consume+ack ≥ 10x JetStream", 10240) not in got
