@@ -182,6 +182,15 @@ class Guard:
         """The cached policy in force."""
         return self._cache.policy
 
+    async def catch_up(self) -> None:
+        """Read the policy again now, so that a change just made is in force here
+        when this returns (read-your-writes for the admin who made it). A failed
+        read is logged and left to the bus event and the timer."""
+        try:
+            await self._cache.fresh(newer_than=time.time())
+        except Unavailable as exc:
+            log.warning("policy read after a change failed", error=str(exc))
+
     async def principal(self, metadata: Metadata | None, source: str, action: str) -> Principal:
         """The caller of a call with this metadata; `Unauthenticated` (audited) if none."""
         try:

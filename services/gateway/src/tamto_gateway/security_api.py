@@ -3,6 +3,11 @@
 A gRPC adapter module: requests and responses are the auth contract's own
 messages, passed through unchanged. The caller's subject and address travel as
 `x-tamto-actor` / `x-tamto-source` metadata for auth's audit log.
+
+A change answers only once this gateway's policy cache holds it: the admin who
+bound a role and then calls with that role on the same gateway is not refused
+for the few milliseconds the bus event takes. Other gateways and routers follow
+within milliseconds of the event (within `refresh_s` if it is lost).
 """
 
 from __future__ import annotations
@@ -55,7 +60,10 @@ class SecurityApi:
         source = context.peer() or "unknown"
         principal = await self._guard.principal(context.invocation_metadata(), source, method)
         await self._guard.require_security_admin(principal, source, method)
-        return await self._auth.call(method, request, principal.subject, source)
+        response = await self._auth.call(method, request, principal.subject, source)
+        if not method.startswith("List"):
+            await self._guard.catch_up()
+        return response
 
     async def CreateIdentity(
         self, request: auth_pb2.CreateIdentityRequest, context: grpc.aio.ServicerContext
