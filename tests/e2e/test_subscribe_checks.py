@@ -186,6 +186,15 @@ async def attached(consumers: list[Consumer], cluster: TestCluster, stream: str)
     await eventually(all_there, 10, f"{len(consumers)} consumers attached")
 
 
+async def released(cluster: TestCluster, stream: str, left: int) -> None:
+    """Wait until the router holds attachments of only `left` consumers of `stream`."""
+
+    async def let_go() -> bool:
+        return attached_count(await metrics_of(cluster, "router"), stream) <= left * 2
+
+    await eventually(let_go, 10, f"only {left} consumers attached")
+
+
 def attached_count(metrics: str, stream: str) -> float:
     total = 0.0
     for line in metrics.splitlines():
@@ -207,6 +216,10 @@ async def test_consume_streams_over_the_per_connection_limit_are_refused(
         assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
         assert "max_consumers_per_connection=3" in details, details
         await held.pop().close()
+        # The cancel is done at the client at once; the gateway gives the stream's place
+        # on the connection back as it tears it down, in its own time, and only then ends
+        # its sessions with the router: once the router let it go, there is room.
+        await released(cluster, stream, len(held))
         again = await open_consumer(stub, token, stream, unique("c"))
         await attached([*held, again], cluster, stream)  # room again once one left
         for consumer in [*held, again]:
