@@ -49,3 +49,23 @@ async def test_a_service_that_lost_every_member_is_looked_for_eagerly(
         etcd.members[storage.key] = storage  # restarted and registered again
         took = await eventually(lambda: directory.members("storage") != [], 2, "storage seen")
         assert took < 0.5, "while a service has no member the directory refreshes every 0.1 s"
+
+
+async def test_a_wanted_service_not_seen_yet_is_looked_for_eagerly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A router's storage node registering after the directory's first eager seconds
+    (a slow start) is seen within a tenth of a second, not at the next 1 s refresh."""
+    monkeypatch.setattr(membership, "EAGER_FOR_S", 0.0)  # the first eager seconds are over
+    etcd = FakeEtcd()
+    router = member("router")
+    etcd.members = {router.key: router}
+    async with MemberDirectory(etcd, interval_s=30.0, wanted=("storage",)) as directory:
+        await directory.refresh()
+        assert directory.members("storage") == []
+        storage = member("storage")
+        etcd.members[storage.key] = storage  # registers late
+        took = await eventually(lambda: directory.members("storage") != [], 2, "storage seen")
+        assert took < 0.5, (
+            "while a wanted service has no member the directory refreshes every 0.1 s"
+        )

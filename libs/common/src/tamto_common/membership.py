@@ -298,12 +298,16 @@ class MemberDirectory(RefreshedView):
     lookup misses (a member just joined) or a peer fails (it just left). It
     refreshes every `interval_s`, and every `EAGER_INTERVAL_S` for a while after
     it starts, a failure or a change, and for as long as a service it saw has no member at
-    all (a killed storage node's key expired: its restart must be seen at once).
+    all (a killed storage node's key expired: its restart must be seen at once), or a
+    service in `wanted` has none yet (a router without a storage node cannot open a
+    partition: one registering after the first eager seconds must be seen at once too).
     """
 
     what = "member directory"
 
-    def __init__(self, client: aetcd.Client, interval_s: float = 1.0) -> None:
+    def __init__(
+        self, client: aetcd.Client, interval_s: float = 1.0, wanted: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(interval_s)
         self._client = client
         # Eager from the start: the peers of a process often start beside it (`tamto up`
@@ -311,7 +315,8 @@ class MemberDirectory(RefreshedView):
         # before they registered must not stay empty for a whole interval.
         self._eager_until = time.monotonic() + EAGER_FOR_S
         self._members: dict[str, list[Member]] = {}
-        self._gone: set[str] = set()  # services seen before that have no member now
+        # Services with no member now that were seen before, or are wanted.
+        self._gone: set[str] = set(wanted)
 
     def members(self, service: str) -> list[Member]:
         return self._members.get(service, [])

@@ -55,7 +55,9 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     # and held every thread (the lease keep-alive's too): at most one per 1,000
     # second-generation collections (Python's default: 10). docs/testing.md, crowds.
     gc.set_threshold(*gc.get_threshold()[:2], FULL_GC_EVERY)
-    directory = await resources.enter_async_context(MemberDirectory(runtime.etcd))
+    directory = await resources.enter_async_context(
+        MemberDirectory(runtime.etcd, wanted=("storage",))
+    )
     # Moved partitions and drained routers (tamto_common.placement), as gateways see them.
     placement = await resources.enter_async_context(PlacementView(runtime.etcd))
     channels = ChannelPool()
