@@ -4,16 +4,20 @@ About 1,000 consumers on one subscription used to stall the router for minutes:
 it rebuilt a 64-point ring over all consumers on every attach and detach, on its
 event loop, missed its etcd keep-alive, lost its ownership lease and failed
 every publish for 143 s. Here consumers attach to one shared subscription of a
-4-partition stream in waves, while a producer publishes one message every 50 ms
-and acking readers drain what comes; then they all leave at once. The crowd
-spreads over the cluster's gateways (`GATEWAYS`, two), as clients spread over
-gateways behind DNS or a load balancer; the producer shares the first gateway
-with its half of the crowd.
+4-partition stream in waves, while two producers each publish one message every
+50 ms and acking readers drain what comes; then they all leave at once. The
+producers are the SDK's (`send_and_wait`, pipelined on its one PublishStream,
+through the gateway) and a client without the SDK making one unary Publish call
+per message: a new gRPC call each time, which waits in gRPC's Python server
+behind the crowd's new streams, as that server takes new calls one at a time.
+The crowd spreads over the cluster's gateways (`GATEWAYS`, two), as clients
+spread over gateways behind DNS or a load balancer; both producers share the
+first gateway with its half of the crowd.
 
-Asserted: no publish slower than 1 s and none failed, throughout; no lease lost
-(the router's member key and the partitions' owner keys keep their lease and
-creation revision); after the crowd leaves, publishing is normal again within
-5 s. Reported (printed, and in the assertion messages): router and gateway
+Asserted, for both producers: no publish slower than 1 s and none failed,
+throughout; no lease lost (the router's member key and the partitions' owner
+keys keep their lease and creation revision); after the crowd leaves,
+publishing is normal again within 5 s. Reported (printed, and in the assertion messages): router and gateway
 memory per consumer (the gateways' together), the router's and gateways' longest
 event-loop lag, the slowest publish.
 
@@ -27,11 +31,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import signal
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +48,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
+from tamto_sdk import ClientOptions
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually, long_tests_enabled
@@ -92,27 +98,20 @@ async def gateway_pages(cluster: TestCluster) -> list[str]:
 
 @dataclass
 class Publisher:
-    """Publishes one message every `PUBLISH_EVERY_S`, recording each latency."""
+    """Publishes one message every `PUBLISH_EVERY_S` with `publish_one`, recording
+    each latency (`publish_one(n)` raises on a failed publish)."""
 
-    stub: gateway_pb2_grpc.GatewayStub
-    token: str
-    stream: str
+    publish_one: Callable[[int], Awaitable[object]]
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (sent at, seconds)
     failures: list[str] = field(default_factory=list)
 
     async def run(self) -> None:
-        batch = encode_batch(BatchColumns([b"crowd"], [None], [None], [None], [None]))
         for n in range(10**9):
-            request = gateway_pb2.PublishRequest(
-                stream=self.stream,
-                partition=n % PARTITIONS,
-                batch=messages_pb2.RecordBatch(arrow_ipc=batch, count=1),
-            )
             began = time.monotonic()
             try:
-                await self.stub.Publish(request, metadata=bearer(self.token), timeout=60)
-            except grpc.aio.AioRpcError as exc:
-                self.failures.append(f"{exc.code().name}: {exc.details()}")
+                await self.publish_one(n)
+            except (grpc.aio.AioRpcError, tamto_sdk.TamtoError) as exc:
+                self.failures.append(repr(exc))
             self.latencies.append((began, time.monotonic() - began))
             await asyncio.sleep(max(0.0, began + PUBLISH_EVERY_S - time.monotonic()))
 
@@ -133,6 +132,27 @@ class Publisher:
 
 def bearer(token: str) -> list[tuple[str, str]]:
     return [("authorization", f"Bearer {token}")]
+
+
+def sdk_publisher(producer: tamto_sdk.Producer) -> Publisher:
+    """The SDK's producer: `send_and_wait`, pipelined on its one PublishStream."""
+    return Publisher(lambda n: producer.send_and_wait(b"crowd", key=b"%d" % n))
+
+
+def unary_publisher(stub: gateway_pb2_grpc.GatewayStub, token: str, stream: str) -> Publisher:
+    """A client without the SDK: one unary Publish call (a new gRPC call) per message."""
+    batch = encode_batch(BatchColumns([b"crowd"], [None], [None], [None], [None]))
+
+    def publish_one(n: int) -> Awaitable[object]:
+        request = gateway_pb2.PublishRequest(
+            stream=stream,
+            partition=n % PARTITIONS,
+            batch=messages_pb2.RecordBatch(arrow_ipc=batch, count=1),
+        )
+        call: Awaitable[object] = stub.Publish(request, metadata=bearer(token), timeout=60)
+        return call
+
+    return Publisher(publish_one)
 
 
 @dataclass
@@ -198,6 +218,21 @@ class Crowd:
             watcher.cancel()
 
 
+async def servers_cpu(cluster: TestCluster) -> float:
+    """CPU seconds the cluster's gateways, router and storage node used so far."""
+    pages = [
+        *await gateway_pages(cluster),
+        *[await metrics_of(cluster, s) for s in ("router", "storage")],
+    ]
+    return sum(gauge(page, "process_cpu_seconds_total") for page in pages)
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's children that ended (the crowd's workers)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def gauge(metrics: str, name: str) -> float:
     """The sum of a metric's samples on a /metrics page."""
     return sum(
@@ -261,18 +296,25 @@ async def connections(
 
 async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: TestCluster) -> None:
     stream = f"crowd-{uuid.uuid4().hex[:8]}"
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    proxied = ClientOptions(direct=False)  # through the first gateway, beside its crowd
+    async with (
+        await tamto_sdk.connect(cluster.url, api_key=cluster.credential, options=proxied) as client,
+        connections(cluster, 1) as stubs,
+    ):
         await client.streams.ensure(stream, partitions=PARTITIONS)
         token = (await client.security.token())[0]
-    async with connections(cluster, 1) as stubs:
-        publisher = Publisher(stubs[0], token, stream)
-        publishing = asyncio.create_task(publisher.run())
+        producer = client.producer(stream)
+        await producer.start()
+        publisher = sdk_publisher(producer)
+        probe = unary_publisher(stubs[0], token, stream)
+        publishing = [asyncio.create_task(p.run()) for p in (publisher, probe)]
         await eventually(lambda: len(publisher.latencies) >= 20, 30, "publishing to start")
         held = await leases(cluster, stream)
         router_before = await metrics_of(cluster, "router")
         gateway_before = "\n".join(await gateway_pages(cluster))
 
         crowd = Crowd()
+        cpu_before, workers_cpu = await servers_cpu(cluster), children_cpu()
         attach_began = time.monotonic()
         try:
             await crowd.start(cluster, token, stream, CONSUMERS)
@@ -307,6 +349,7 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
                     f"{cluster.workdir / 'logs'}"
                 ) from None
             attached_s = time.monotonic() - attach_began
+            cpu_attaching = await servers_cpu(cluster) - cpu_before
             router_crowded = await metrics_of(cluster, "router")
             gateway_crowded = "\n".join(await gateway_pages(cluster))
             # The crowd rides each gateway's one consume stream to the router (a
@@ -318,6 +361,7 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
             )
             assert crowd.errors == [], crowd.errors[:3]
             left_at = time.monotonic()
+            cpu_leaving = await servers_cpu(cluster)
             await crowd.leave()
 
             async def all_gone() -> bool:
@@ -330,17 +374,21 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
                 staying = [w for w, p in enumerate(crowd.procs) if p.returncode is None]
                 raise AssertionError(f"{exc}: workers {staying} have not exited") from None
             gone_s = time.monotonic() - left_at
+            cpu_leaving = await servers_cpu(cluster) - cpu_leaving
         finally:
             await crowd.stop()
+        workers_cpu = children_cpu() - workers_cpu
         normal_from = left_at + BACK_TO_NORMAL_S  # the window the acceptance gives
         await eventually(
             lambda: len([t for t, _ in publisher.latencies if t >= normal_from]) >= 20,
             60,
             "publishes from 5 s after the crowd left",
         )
-        publishing.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await publishing
+        for task in publishing:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await producer.close()
         router_after = await metrics_of(cluster, "router")
 
     rss = "process_resident_memory_bytes"
@@ -352,6 +400,7 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
         gauge(page, "tamto_event_loop_lag_max_seconds") for page in await gateway_pages(cluster)
     )
     slowest = publisher.slowest_since(0)
+    cores = os.cpu_count() or 1
     report = (
         f"{CONSUMERS} consumers x {PARTITIONS} partitions on {GATEWAYS} gateway(s): attached "
         f"in {attached_s:.1f} s, "
@@ -363,11 +412,22 @@ async def test_thousands_of_consumers_come_and_go_while_publishing(cluster: Test
         f"{slowest:.3f} s, {len(publisher.failures)} failed (publishes while attaching "
         f"{publisher.distribution(attach_began, attach_began + attached_s)}; while leaving "
         f"{publisher.distribution(left_at, left_at + gone_s)}); consumer streams reset and "
-        f"reopened: {len(crowd.retries)} {sorted(set(crowd.retries))[:3]}"
+        f"reopened: {len(crowd.retries)} {sorted(set(crowd.retries))[:3]}; CPU seconds of the "
+        f"gateways, router and storage node: {cpu_attaching:.1f} while attaching, "
+        f"{cpu_leaving:.1f} while leaving (of {cores * attached_s:.1f} and {cores * gone_s:.1f} "
+        f"on {cores} cores), and of the crowd's workers {workers_cpu:.1f} in all; unary Publish "
+        f"calls: slowest {probe.slowest_since(0):.3f} s, {len(probe.failures)} failed "
+        f"(while attaching {probe.distribution(attach_began, attach_began + attached_s)}; "
+        f"while leaving {probe.distribution(left_at, left_at + gone_s)})"
     )
     print(report)
     assert publisher.failures == [], f"{report}; {publisher.failures[:3]}"
+    assert probe.failures == [], f"{report}; {probe.failures[:3]}"
     assert slowest < SLOWEST_PUBLISH_S, report
+    assert probe.slowest_since(0) < SLOWEST_PUBLISH_S, report
     assert await leases(cluster, stream) == held, f"a lease was lost; {report}"
-    after = publisher.slowest_since(left_at + BACK_TO_NORMAL_S)
-    assert after < SLOWEST_PUBLISH_S, f"publishing not normal 5 s after the crowd left; {report}"
+    for p in (publisher, probe):
+        after = p.slowest_since(left_at + BACK_TO_NORMAL_S)
+        assert after < SLOWEST_PUBLISH_S, (
+            f"publishing not normal 5 s after the crowd left; {report}"
+        )
