@@ -182,30 +182,23 @@ class TranslateErrorsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[mi
         return wrapped
 
 
+#: Each kind of handler: its behaviour's attribute, the factory of its kind, the wrapper.
+_KINDS: tuple[tuple[str, Callable[..., grpc.RpcMethodHandler], Callable[..., Any]], ...] = (
+    ("unary_unary", grpc.unary_unary_rpc_method_handler, _wrap_unary),
+    ("unary_stream", grpc.unary_stream_rpc_method_handler, _wrap_stream),
+    ("stream_unary", grpc.stream_unary_rpc_method_handler, _wrap_unary),
+    ("stream_stream", grpc.stream_stream_rpc_method_handler, _wrap_stream),
+)
+
+
 def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
     """`handler` with its behaviour's errors translated and its calls timed."""
-    if handler.unary_unary:
-        return grpc.unary_unary_rpc_method_handler(
-            _wrap_unary(handler.unary_unary, method),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    if handler.unary_stream:
-        return grpc.unary_stream_rpc_method_handler(
-            _wrap_stream(handler.unary_stream, method),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    if handler.stream_unary:
-        return grpc.stream_unary_rpc_method_handler(
-            _wrap_unary(handler.stream_unary, method),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
-    if handler.stream_stream:
-        return grpc.stream_stream_rpc_method_handler(
-            _wrap_stream(handler.stream_stream, method),
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+    for kind, make, wrap in _KINDS:
+        behavior = getattr(handler, kind)
+        if behavior:
+            return make(
+                wrap(behavior, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
     return handler
