@@ -4,7 +4,9 @@ may hold it long enough to miss an etcd keep-alive".
 A task sleeps `interval_s` at a time and measures how much later than asked it
 woke up: that delay is how long something else held the loop. The longest delay
 seen is exported as the gauge `tamto_event_loop_lag_max_seconds` (since the
-process started), and every delay over `warn_s` is logged. Keep-alives run every
+process started), and every delay over `warn_s` is logged with the loop
+thread's CPU time meanwhile (`loop_cpu_s`), which tells our own work holding
+the loop from a process waiting for a core. Keep-alives run every
 third of the lease TTL, so a lag near TTL x 2/3 would lose a lease.
 
 Garbage collections are timed too (`gc.callbacks`): a full collection of a
@@ -85,10 +87,15 @@ class LoopLagMonitor:
     async def _run(self) -> None:
         while True:
             asked = time.monotonic() + self._interval_s
+            cpu_began = time.thread_time()
             await asyncio.sleep(self._interval_s)
             lag = max(0.0, time.monotonic() - asked)
             if lag > self.max_lag_s:
                 self.max_lag_s = lag
                 LAG_MAX.set(lag)
             if lag > self._warn_s:
-                log.warning("event loop held", seconds=round(lag, 3))
+                # The loop thread's CPU over the interval and the lag: near their sum,
+                # our own work held the loop; far below, the thread waited (for a
+                # core on a saturated machine, or for the GIL).
+                cpu = time.thread_time() - cpu_began
+                log.warning("event loop held", seconds=round(lag, 3), loop_cpu_s=round(cpu, 3))
