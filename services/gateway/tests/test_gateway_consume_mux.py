@@ -5,7 +5,8 @@ test says): sessions share one stream and each gets its own responses, one
 session nobody reads does not stall another, a session's end carries its status,
 `cancel` reaches the router, the stream failing ends every session UNAVAILABLE
 naming the router (and the next session opens a new stream), and a router
-without `ConsumeMux` gets a `Consume` stream per session.
+without `ConsumeMux` gets a `Consume` stream per session. A `FanOut` listens to
+its mux sessions: their responses and ends reach it with no task per session.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import grpc
 import pytest
@@ -22,7 +24,9 @@ from prometheus_client import REGISTRY
 
 from tamto_common.channels import peer_channel
 from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
+from tamto_gateway.consume import FanOut
 from tamto_gateway.consume_mux import Muxes, MuxSession
+from tamto_gateway.upstream import Upstream
 from tamto_protocol.delivery_wire import (
     consume_delivery,
     mux_end,
@@ -40,6 +44,7 @@ class Router:
     what to send (`send`, or `fail` to end the stream with an error)."""
 
     streams: int = 0
+    peers: list[str] = field(default_factory=list)  # each stream's client address
     received: list[router_pb2.ConsumeMuxRequest] = field(default_factory=list)
     outgoing: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
 
@@ -49,6 +54,7 @@ class Router:
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[bytes]:
         self.streams += 1
+        self.peers.append(context.peer())
         await context.send_initial_metadata(())
 
         async def read() -> None:
@@ -215,6 +221,19 @@ async def test_the_stream_failing_ends_every_session_unavailable_and_the_next_op
         await eventually(lambda: fresh.id in router.sessions_subscribed(), 10, "a new session")
 
 
+async def test_the_mux_has_a_connection_of_its_own() -> None:
+    """Apart from the gateway's channel to the router, which its appends take."""
+    router = Router()
+    async with connected(router) as (address, channel, muxes):
+        assert await muxes.get(address, channel) is not None
+        beside = channel.stream_stream("/tamto.v1.Router/ConsumeMux")()
+        try:
+            await eventually(lambda: router.streams == 2, 10, "a stream on the shared channel")
+            assert router.peers[0] != router.peers[1], "the mux shares the appends' connection"
+        finally:
+            beside.cancel()
+
+
 async def test_a_router_without_consume_mux_is_asked_again_only_after_a_while() -> None:
     now = [0.0]
     clock: Callable[[], float] = lambda: now[0]  # noqa: E731
@@ -245,3 +264,68 @@ async def test_sessions_waiting_behind_a_failed_open_fail_with_it_at_once() -> N
     finally:
         await muxes.close()
         await channel.close()
+
+
+@dataclass
+class MuxUpstream:
+    """The part of `Upstream` a `FanOut` uses, with every session on the real mux."""
+
+    address: str
+    channel: grpc.aio.Channel
+    muxes: Muxes
+
+    @property
+    def routes(self) -> MuxUpstream:
+        return self  # every partition on this one router
+
+    async def router_for(self, stream: str, partition: int) -> str:
+        return self.address
+
+    def consume_setups(self, address: str) -> asyncio.Semaphore:
+        return asyncio.Semaphore(1)
+
+    async def router_consume(self, address: str) -> MuxSession:
+        mux = await self.muxes.get(address, self.channel)
+        assert mux is not None
+        return mux.session()
+
+
+async def test_a_fan_out_listens_to_its_mux_sessions_without_a_task_of_its_own() -> None:
+    router = Router()
+    async with connected(router) as (address, channel, muxes):
+        upstream = cast(Upstream, MuxUpstream(address, channel, muxes))
+        await muxes.get(address, channel)  # the mux's own two tasks are there before
+        tasks = len(asyncio.all_tasks())
+        fans = [FanOut(upstream, messages_pb2.Subscribe(stream="s")) for _ in range(20)]
+        for fan in fans:
+            await fan.open([0, 1])
+        assert len(asyncio.all_tasks()) == tasks, "a task per consume session"
+        await eventually(lambda: len(router.sessions_subscribed()) == 20, 10, "20 subscribes")
+        ids = router.sessions_subscribed()
+        router.send(*[delivery(sid, n) for n, sid in enumerate(ids)])
+        for n, fan in enumerate(fans):
+            response = await asyncio.wait_for(anext(fan.responses()), 10)
+            view = parse_consume_response(response)
+            assert view is not None
+            assert view.batch.base_offset == n
+
+        router.send(mux_end(ids[0], grpc.StatusCode.INVALID_ARGUMENT.value[0], "bad ack"))
+        with pytest.raises(InvalidArgument, match=f"router {address}: bad ack"):
+            await asyncio.wait_for(anext(fans[0].responses()), 10)
+
+        finishing = asyncio.create_task(fans[1].finish())
+        await eventually(
+            lambda: any(r.session == ids[1] and r.end for r in router.received),
+            10,
+            "the session's end sent to the router",
+        )
+        assert not finishing.done(), "finish did not wait for the router to end the session"
+        router.send(mux_end(ids[1], 0, ""))
+        await asyncio.wait_for(finishing, 10)
+
+        for fan in fans[2:]:
+            await fan.close()
+        await eventually(
+            lambda: sum(bool(r.cancel) for r in router.received) == 18, 10, "18 cancels"
+        )
+        assert muxes.sessions() == {address: 0}

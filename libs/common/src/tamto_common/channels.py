@@ -57,18 +57,26 @@ def use_tls_for_peers(credentials: grpc.ChannelCredentials | None) -> None:
     _process_credentials = credentials
 
 
-def peer_channel(address: str) -> grpc.aio.Channel:
-    """A new channel to a peer service, with this process's TLS settings."""
+def peer_channel(address: str, own_connection: bool = False) -> grpc.aio.Channel:
+    """A new channel to a peer service, with this process's TLS settings.
+
+    Channels to one address share one connection unless `own_connection`: then
+    this channel's calls travel on a connection of their own.
+    """
+    options = [*CHANNEL_OPTIONS, *_OWN_CONNECTION] if own_connection else CHANNEL_OPTIONS
     if _process_credentials is not None:
         return grpc.aio.secure_channel(
             address,
             _process_credentials,
-            options=CHANNEL_OPTIONS,
+            options=options,
             interceptors=client_interceptors(),
         )
-    return grpc.aio.insecure_channel(
-        address, options=CHANNEL_OPTIONS, interceptors=client_interceptors()
-    )
+    return grpc.aio.insecure_channel(address, options=options, interceptors=client_interceptors())
+
+
+#: gRPC shares a connection among the channels with the same target and options
+#: (its global subchannel pool); a channel with a pool of its own does not.
+_OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
 class ChannelPool:

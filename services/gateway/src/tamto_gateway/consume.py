@@ -98,9 +98,12 @@ class FanOut:
         self._subscribe = subscribe
         self._calls: dict[str, RouterConsume] = {}
         self._owner_of: dict[int, str] = {}
-        # Encoded `ConsumeResponse`s as the routers sent them, or the error that ends it all.
-        self._out: asyncio.Queue[bytes | BaseException] = asyncio.Queue(8)
-        self._tasks: list[asyncio.Task[None]] = []
+        # Encoded `ConsumeResponse`s as the routers sent them, or the error that ends
+        # it all. No bound of its own: a router sends only the credit the client granted.
+        self._out: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []  # pumps of router `Consume` streams
+        self._listening = 0  # mux sessions not ended yet (`_Listener`)
+        self._listened = asyncio.Event()  # set once every mux session ended
         self._finishing = False
         self._stopped: asyncio.Task[None] | None = None
         self._ending: set[str] = set()  # routers that announced the end of their stream
@@ -127,9 +130,13 @@ class FanOut:
                 sub.CopyFrom(self._subscribe)
                 del sub.partitions[:]
                 sub.partitions.extend(owned)
-                with contextlib.suppress(*_WRITE_FAILED):  # its pump reports why
+                if isinstance(call, MuxSession):  # no task: the mux hands responses over
+                    self._listening += 1
+                    call.listen(_Listener(self, address))
+                with contextlib.suppress(*_WRITE_FAILED):  # its pump or listener reports why
                     await call.write(messages_pb2.ConsumeRequest(subscribe=sub))
-                self._tasks.append(asyncio.create_task(self._pump(address, call)))
+                if not isinstance(call, MuxSession):
+                    self._tasks.append(asyncio.create_task(self._pump(address, call)))
 
     async def _pump(self, address: str, call: RouterConsume) -> None:
         try:
@@ -147,6 +154,21 @@ class FanOut:
             await self._out.put(exc)
         except asyncio.CancelledError:
             raise
+
+    def _deliver(self, address: str, response: bytes) -> None:
+        """A mux session's response (`_Listener`), as `_pump` takes a stream's."""
+        error = parse_consume_error(response)
+        if error is not None:  # a router ends a mux session with its end, not in-band
+            self._out.put_nowait(error_for(error[0], f"router {address}: {error[1]}"))
+        elif not self._finishing:  # after the client's half-close, nobody reads these
+            self._out.put_nowait(response)
+
+    def _session_ended(self, address: str, error: TamtoError | None) -> None:
+        """A mux session ended (`_Listener`): cleanly or not, the client's stream ends."""
+        self._out.put_nowait(error or Unavailable(f"router {address} ended the consume stream"))
+        self._listening -= 1
+        if self._listening == 0:
+            self._listened.set()
 
     async def _router_ending(
         self, address: str, call: RouterConsume, code: int, message: str
@@ -258,13 +280,17 @@ class FanOut:
         """
         self._finishing = True
         while not self._out.empty():
-            self._out.get_nowait()  # unblock a pump waiting to hand over a delivery
+            self._out.get_nowait()  # nobody reads what is left
         for address, call in self._calls.items():
             if address not in self._ending:
                 with contextlib.suppress(Exception):
                     await call.done_writing()
-        if self._tasks:
-            await asyncio.wait(self._tasks, timeout=timeout_s)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout_s):
+                if self._tasks:
+                    await asyncio.wait(self._tasks)
+                if self._listening:
+                    await self._listened.wait()
 
     async def close(self) -> None:
         """Cancel the router sessions: on a mux one message each, at once; a
@@ -285,3 +311,19 @@ class FanOut:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+class _Listener:
+    """A mux session's responses and end, handed to its `FanOut` by the mux's reader
+    (`MuxSession.listen`): what a pump does for a router `Consume` stream, without
+    a task of its own."""
+
+    def __init__(self, fan_out: FanOut, address: str) -> None:
+        self._fan_out = fan_out
+        self._address = address
+
+    def on_response(self, response: bytes) -> None:
+        self._fan_out._deliver(self._address, response)
+
+    def on_end(self, error: TamtoError | None) -> None:
+        self._fan_out._session_ended(self._address, error)
