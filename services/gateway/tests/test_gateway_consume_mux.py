@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import cast
@@ -329,3 +331,21 @@ async def test_a_fan_out_listens_to_its_mux_sessions_without_a_task_of_its_own()
             lambda: sum(bool(r.cancel) for r in router.received) == 18, 10, "18 cancels"
         )
         assert muxes.sessions() == {address: 0}
+
+
+async def test_a_closed_fan_out_is_freed_without_waiting_for_a_collection() -> None:
+    """Its sessions let go of their listener when they end: no reference cycle keeps
+    10,000 departed consumers' fan-outs until the next full collection."""
+    router = Router()
+    async with connected(router) as (address, channel, muxes):
+        upstream = cast(Upstream, MuxUpstream(address, channel, muxes))
+        fan = FanOut(upstream, messages_pb2.Subscribe(stream="s"))
+        await fan.open([0])
+        freed = weakref.ref(fan)
+        gc.disable()
+        try:
+            await fan.close()
+            del fan
+            assert freed() is None, "the closed fan-out is still held"
+        finally:
+            gc.enable()

@@ -145,7 +145,10 @@ class MuxSession:
             self._ended = True
             self._writing = False
             if self._listener is not None:
-                self._listener.on_end(error)
+                # Let go of it: its user (holding this session) is then freed as
+                # soon as nothing else holds it, not at the next full collection.
+                listener, self._listener = self._listener, None
+                listener.on_end(error)
             else:
                 self._inbox.put_nowait(error)
 
