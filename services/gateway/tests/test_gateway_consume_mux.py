@@ -27,7 +27,7 @@ from prometheus_client import REGISTRY
 from tamto_common.channels import peer_channel
 from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
 from tamto_gateway.consume import FanOut
-from tamto_gateway.consume_mux import Muxes, MuxSession
+from tamto_gateway.consume_mux import Mux, Muxes, MuxSession
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.delivery_wire import (
     consume_delivery,
@@ -126,23 +126,52 @@ async def subscribe(session: MuxSession) -> None:
     await session.write(messages_pb2.ConsumeRequest(subscribe=messages_pb2.Subscribe(stream="s")))
 
 
-async def next_offset(session: MuxSession) -> int:
-    data = await asyncio.wait_for(anext(session), 10)
+@dataclass
+class Heard:
+    """A session and, in order, what it handed its listener (this one): responses,
+    then its end (None: a clean end)."""
+
+    session: MuxSession
+    items: asyncio.Queue[bytes | TamtoError | None] = field(default_factory=asyncio.Queue)
+
+    @property
+    def id(self) -> int:
+        return self.session.id
+
+    def on_response(self, response: bytes) -> None:
+        self.items.put_nowait(response)
+
+    def on_end(self, error: TamtoError | None) -> None:
+        self.items.put_nowait(error)
+
+
+def heard(mux: Mux) -> Heard:
+    """A new session of `mux`, listened to by a `Heard`."""
+    listener = Heard(mux.session())
+    listener.session.listen(listener)
+    return listener
+
+
+async def next_offset(heard: Heard) -> int:
+    data = await asyncio.wait_for(heard.items.get(), 10)
+    assert isinstance(data, bytes), f"the session ended: {data!r}"
     view = parse_consume_response(data)
     assert view is not None
     return view.batch.base_offset
 
 
-async def drain(session: MuxSession) -> None:
+async def responses_then_end(heard: Heard) -> tuple[list[bytes], TamtoError | None]:
+    responses = []
     async with asyncio.timeout(10):
-        async for _ in session:
-            pass
+        while isinstance(item := await heard.items.get(), bytes):
+            responses.append(item)
+    return responses, item
 
 
-async def ended_with(session: MuxSession) -> TamtoError:
-    with pytest.raises(TamtoError) as raised:
-        await drain(session)
-    return raised.value
+async def ended_with(heard: Heard) -> TamtoError:
+    _, end = await responses_then_end(heard)
+    assert isinstance(end, TamtoError), "the session ended cleanly"
+    return end
 
 
 async def test_sessions_share_one_stream_and_each_reads_its_own_responses() -> None:
@@ -152,9 +181,9 @@ async def test_sessions_share_one_stream_and_each_reads_its_own_responses() -> N
         for _ in range(3):
             mux = await muxes.get(address, channel)
             assert mux is not None
-            sessions.append(mux.session())
+            sessions.append(heard(mux))
         for s in sessions:
-            await subscribe(s)
+            await subscribe(s.session)
         await eventually(lambda: len(router.sessions_subscribed()) == 3, 10, "three subscribes")
         assert router.streams == 1
         assert muxes.sessions() == {address: 3}
@@ -171,7 +200,7 @@ async def test_a_session_nobody_reads_does_not_stall_another() -> None:
     async with connected(router) as (address, channel, muxes):
         mux = await muxes.get(address, channel)
         assert mux is not None
-        idle, busy = mux.session(), mux.session()
+        idle, busy = heard(mux), heard(mux)
         for offset in range(500):
             router.send(delivery(idle.id, offset))
         router.send(delivery(busy.id, 7))
@@ -184,16 +213,16 @@ async def test_a_sessions_end_carries_its_status_and_cancel_reaches_the_router()
     async with connected(router) as (address, channel, muxes):
         mux = await muxes.get(address, channel)
         assert mux is not None
-        erring, clean, cancelled = mux.session(), mux.session(), mux.session()
+        erring, clean, cancelled = heard(mux), heard(mux), heard(mux)
         router.send(mux_end(erring.id, grpc.StatusCode.INVALID_ARGUMENT.value[0], "bad ack"))
         router.send(mux_end(clean.id, 0, ""))
         error = await ended_with(erring)
         assert isinstance(error, InvalidArgument)
         assert str(error) == f"router {address}: bad ack"
-        assert [r async for r in clean] == []
+        assert await responses_then_end(clean) == ([], None)
         with pytest.raises(asyncio.InvalidStateError):
-            await subscribe(clean)  # as a call's write after its end
-        assert cancelled.cancel()
+            await subscribe(clean.session)  # as a call's write after its end
+        assert cancelled.session.cancel()
         await eventually(
             lambda: any(r.session == cancelled.id and r.cancel for r in router.received),
             10,
@@ -207,7 +236,7 @@ async def test_the_stream_failing_ends_every_session_unavailable_and_the_next_op
     async with connected(router) as (address, channel, muxes):
         mux = await muxes.get(address, channel)
         assert mux is not None
-        sessions = [mux.session() for _ in range(3)]
+        sessions = [heard(mux) for _ in range(3)]
         router.fail()
         for s in sessions:
             error = await ended_with(s)

@@ -5,7 +5,9 @@ its partitions, grants each of them every credit the client grants, routes each
 ack to the router owning that partition, and merges the routers' deliveries into
 the client's stream. A router session is one of the sessions multiplexed on the
 gateway's one stream to that router (`tamto_gateway.consume_mux`), or a
-`Consume` stream of its own for a router without that; both look like a call.
+`Consume` stream of its own for a router without that. Both are written to as a
+call; a mux session hands its responses over as the mux reads them
+(`MuxSession.listen`), and a stream's are read by a task of its own (`_pump`).
 
 Every router gets the whole grant, as each partition consumer of Pulsar gets a
 whole receiver queue: a router stream's credit cannot be taken back, so a share
@@ -102,8 +104,8 @@ class FanOut:
         # it all. No bound of its own: a router sends only the credit the client granted.
         self._out: asyncio.Queue[bytes | BaseException] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []  # pumps of router `Consume` streams
-        self._listening = 0  # mux sessions not ended yet (`_Listener`)
-        self._listened = asyncio.Event()  # set once every mux session ended
+        self._open_sessions = 0  # router sessions not ended yet (`_session_ended`)
+        self._all_ended = asyncio.Event()
         self._finishing = False
         self._stopped: asyncio.Task[None] | None = None
         self._ending: set[str] = set()  # routers that announced the end of their stream
@@ -130,48 +132,41 @@ class FanOut:
                 sub.CopyFrom(self._subscribe)
                 del sub.partitions[:]
                 sub.partitions.extend(owned)
+                self._open_sessions += 1
                 if isinstance(call, MuxSession):  # no task: the mux hands responses over
-                    self._listening += 1
                     call.listen(_Listener(self, address))
-                with contextlib.suppress(*_WRITE_FAILED):  # its pump or listener reports why
+                with contextlib.suppress(*_WRITE_FAILED):  # its listener or pump reports why
                     await call.write(messages_pb2.ConsumeRequest(subscribe=sub))
                 if not isinstance(call, MuxSession):
                     self._tasks.append(asyncio.create_task(self._pump(address, call)))
 
-    async def _pump(self, address: str, call: RouterConsume) -> None:
+    async def _pump(self, address: str, call: grpc.aio.StreamStreamCall) -> None:
+        """A router `Consume` stream's responses, as a mux hands a session's over."""
         try:
             async for response in call:
                 error = parse_consume_error(response)
                 if error is not None:
-                    await self._out.put(await self._router_ending(address, call, *error))
+                    self._session_ended(address, await self._router_ending(address, call, *error))
                     return
-                if not self._finishing:  # after the client's half-close, nobody reads these
-                    await self._out.put(response)
-            await self._out.put(Unavailable(f"router {address} ended the consume stream"))
+                self._deliver(response)
+            self._session_ended(address, None)
         except grpc.aio.AioRpcError as exc:
-            await self._out.put(downstream_error(exc, f"router {address}"))
-        except TamtoError as exc:  # a mux session's status, naming its router
-            await self._out.put(exc)
-        except asyncio.CancelledError:
-            raise
+            self._session_ended(address, downstream_error(exc, f"router {address}"))
 
-    def _deliver(self, address: str, response: bytes) -> None:
-        """A mux session's response (`_Listener`), as `_pump` takes a stream's."""
-        error = parse_consume_error(response)
-        if error is not None:  # a router ends a mux session with its end, not in-band
-            self._out.put_nowait(error_for(error[0], f"router {address}: {error[1]}"))
-        elif not self._finishing:  # after the client's half-close, nobody reads these
+    def _deliver(self, response: bytes) -> None:
+        """A router's encoded response for the client."""
+        if not self._finishing:  # after the client's half-close, nobody reads these
             self._out.put_nowait(response)
 
     def _session_ended(self, address: str, error: TamtoError | None) -> None:
-        """A mux session ended (`_Listener`): cleanly or not, the client's stream ends."""
+        """A router session ended: cleanly or not, the client's stream ends with it."""
         self._out.put_nowait(error or Unavailable(f"router {address} ended the consume stream"))
-        self._listening -= 1
-        if self._listening == 0:
-            self._listened.set()
+        self._open_sessions -= 1
+        if self._open_sessions == 0:
+            self._all_ended.set()
 
     async def _router_ending(
-        self, address: str, call: RouterConsume, code: int, message: str
+        self, address: str, call: grpc.aio.StreamStreamCall, code: int, message: str
     ) -> TamtoError:
         """A router announced its status: stop writing to it, half-close, let it end."""
         self._ending.add(address)
@@ -285,12 +280,10 @@ class FanOut:
             if address not in self._ending:
                 with contextlib.suppress(Exception):
                     await call.done_writing()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout_s):
-                if self._tasks:
-                    await asyncio.wait(self._tasks)
-                if self._listening:
-                    await self._listened.wait()
+        if self._open_sessions:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout_s):
+                    await self._all_ended.wait()
 
     async def close(self) -> None:
         """Cancel the router sessions: on a mux one message each, at once; a
@@ -315,15 +308,14 @@ class FanOut:
 
 class _Listener:
     """A mux session's responses and end, handed to its `FanOut` by the mux's reader
-    (`MuxSession.listen`): what a pump does for a router `Consume` stream, without
-    a task of its own."""
+    (`MuxSession.listen`), as a pump hands over a router `Consume` stream's."""
 
     def __init__(self, fan_out: FanOut, address: str) -> None:
         self._fan_out = fan_out
         self._address = address
 
     def on_response(self, response: bytes) -> None:
-        self._fan_out._deliver(self._address, response)
+        self._fan_out._deliver(response)
 
     def on_end(self, error: TamtoError | None) -> None:
         self._fan_out._session_ended(self._address, error)

@@ -8,17 +8,14 @@ on one long-lived stream (as Pulsar carries many consumers on one connection by
 consumer id): opening a session is its subscribe message, leaving one small
 `cancel` message, and no gRPC call is set up or cancelled.
 
-`MuxSession` stands in for a router consume call (`FanOut` uses either): `write`,
-`done_writing` (the `end` of the session: the router applies what it got and
-ends it cleanly), `cancel` (abandon: the router detaches it at once and
-redelivers what it left unacked), and iteration over the router's encoded
-`ConsumeResponse`s, which ends when the router ends the session: cleanly, or
-raising its status as a `TamtoError` naming the router. Instead of iterating, a
-user may `listen`: the mux's reader then hands it each response and the end as
-they come, and the session costs no task (what `FanOut` does). The mux's reader
-never waits on one session: each has a queue (or a listener) of its own, which
-needs no bound, as the router delivers a session only the credit its client
-granted.
+`MuxSession` is one session: `write`, `done_writing` (the `end` of the session:
+the router applies what it got and ends it cleanly) and `cancel` (abandon: the
+router detaches it at once and redelivers what it left unacked), as on a router
+consume call; its user `listen`s for the router's encoded `ConsumeResponse`s and
+for its end (cleanly, or the router's status as a `TamtoError` naming the
+router): the mux's reader hands them over as they come, so a session costs no
+task and the reader never waits on one. No bound is needed: the router delivers
+a session only the credit its client granted.
 
 Each mux runs on a gRPC connection of its own (`Mux.open`), apart from the one
 the gateway's appends to that router take.
@@ -69,33 +66,26 @@ _OPEN_FAILED_S = 1.0
 #: Most requests written in one message.
 _BATCH = 1024
 
-#: Wakes an iteration: the session ended cleanly.
-_CLEAN_END = None
-
 
 class MuxSession:
-    """One consume session on a `Mux`, used as a router consume call (module docstring)."""
+    """One consume session on a `Mux` (module docstring)."""
 
     def __init__(self, mux: Mux, session_id: int) -> None:
         self._mux = mux
         self.id = session_id
-        self._inbox: asyncio.Queue[bytes | TamtoError | None] = asyncio.Queue()
         self._writing = True
         self._ended = False
+        self._end: TamtoError | None = None
         self._listener: SessionListener | None = None
 
     def listen(self, listener: SessionListener) -> None:
         """Hand the session's responses and its end to `listener` as the mux reads
-        them, instead of iterating: its user then needs no task of its own (with
-        10,000 consumers, 10,000 tasks fewer to start and cancel). What arrived
-        before is handed over at once."""
-        self._listener = listener
-        while not self._inbox.empty():
-            item = self._inbox.get_nowait()
-            if isinstance(item, bytes):
-                listener.on_response(item)
-            else:
-                listener.on_end(item)
+        them. Before its first write: nothing comes before the subscribe, but the
+        end may (a session of a failed mux), and is handed over at once."""
+        if self._ended:
+            listener.on_end(self._end)
+        else:
+            self._listener = listener
 
     async def write(self, request: messages_pb2.ConsumeRequest) -> None:
         """Send the session's next request; raises `asyncio.InvalidStateError` once it
@@ -118,39 +108,24 @@ class MuxSession:
         self.end(Unavailable(f"consume session {self.id} cancelled"))
         return True
 
-    def __aiter__(self) -> MuxSession:
-        return self
-
-    async def __anext__(self) -> bytes:
-        item = await self._inbox.get()
-        if isinstance(item, bytes):
-            return item
-        self._inbox.put_nowait(item)  # the end stays for any later iteration
-        if item is _CLEAN_END:
-            raise StopAsyncIteration
-        raise item
-
     # -- called by the mux --
 
     def deliver(self, response: bytes) -> None:
-        if not self._ended:
-            if self._listener is not None:
-                self._listener.on_response(response)
-            else:
-                self._inbox.put_nowait(response)
+        if not self._ended and self._listener is not None:
+            self._listener.on_response(response)
 
     def end(self, error: TamtoError | None) -> None:
         """The session ended (None: cleanly); nothing more is sent or received."""
-        if not self._ended:
-            self._ended = True
-            self._writing = False
-            if self._listener is not None:
-                # Let go of it: its user (holding this session) is then freed as
-                # soon as nothing else holds it, not at the next full collection.
-                listener, self._listener = self._listener, None
-                listener.on_end(error)
-            else:
-                self._inbox.put_nowait(error)
+        if self._ended:
+            return
+        self._ended = True
+        self._writing = False
+        self._end = error
+        if self._listener is not None:
+            # Let go of it: its user (holding this session) is then freed as soon
+            # as nothing else holds it, not at the next full collection.
+            listener, self._listener = self._listener, None
+            listener.on_end(error)
 
 
 class SessionListener(Protocol):
