@@ -31,7 +31,9 @@ def unique(prefix: str) -> str:
 
 def direct_of(client: tamto_sdk.Client) -> DirectPublisher:
     direct = client._calls.direct
-    assert direct is not None, "the client was made with ClientOptions(direct=True)"
+    assert isinstance(direct, DirectPublisher), (
+        "the client was made with ClientOptions(direct=True)"
+    )
     return direct
 
 

@@ -1,9 +1,10 @@
 """No import cycle among the source modules of any package.
 
 A cycle makes the import order matter, hides which module owns a concept, and
-breaks as soon as one side imports the other at module level. Imports under
-`if TYPE_CHECKING:` are not followed (they never run); imports inside functions
-are: deferring an import hides a cycle, it does not remove it.
+breaks as soon as one side imports the other at module level. Every import
+counts: one inside a function or under `if TYPE_CHECKING:` defers the import,
+it does not remove the two modules' dependence on each other (a type-only cycle
+is broken with a protocol in the lower module, as `tamto_sdk._calls.DirectRoute`).
 """
 
 from __future__ import annotations
@@ -27,29 +28,18 @@ def source_modules() -> dict[str, Path]:
     return found
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _runtime_imports(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import in `body` that can run, at module level or in a function."""
-    for node in body:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            yield from _runtime_imports(node.orelse)
-            continue
-        for child in ast.walk(node):
-            if isinstance(child, ast.Import | ast.ImportFrom):
-                yield child
+def _imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import in a module: at module level, in a function, or type-only."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
 
 
 def imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     """The source modules `name` imports when it is imported."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in _runtime_imports(ast.parse(path.read_text()).body):
+    for node in _imports(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             candidates = [alias.name for alias in node.names]
         else:

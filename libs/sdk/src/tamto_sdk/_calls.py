@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 
-from tamto_protocol.pipelined import PipelinedCalls
+from tamto_protocol.pipelined import Encode, PipelinedCalls
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_protocol.wire import (
     PUBLISH,
@@ -24,8 +24,17 @@ from tamto_sdk.auth import TokenAuth
 from tamto_sdk.errors import TamtoError, Unauthenticated, from_rpc_error
 from tamto_sdk.options import ClientOptions
 
-if TYPE_CHECKING:
-    from tamto_sdk.direct import DirectPublisher
+
+class DirectRoute(Protocol):
+    """What the calls need of the direct path (`tamto_sdk.direct.DirectPublisher`).
+
+    A protocol, so that this module does not import the direct path, which builds
+    on these calls."""
+
+    async def publish(self, stream: str, partition: int, request: Encode) -> Any | None: ...
+
+    async def close(self) -> None: ...
+
 
 CONSUME = "/tamto.v1.Gateway/Consume"
 
@@ -76,7 +85,7 @@ class Calls:
         )
 
         #: Publishes straight to partition owners (`ClientOptions.direct`), else None.
-        self.direct: DirectPublisher | None = None
+        self.direct: DirectRoute | None = None
 
     async def close(self) -> None:
         """End the publish streams (the producers are closed first, so nothing waits on them)."""

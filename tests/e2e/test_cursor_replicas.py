@@ -7,13 +7,6 @@ reads from: a new owner finds it on the others.
 from __future__ import annotations
 
 import pytest
-from test_quorum import (
-    Node,
-    append,
-    nodes,  # noqa: F401 (the fixture)
-    open_all,
-    replicated_log,
-)
 
 from tamto_common.errors import Unavailable
 from tamto_router.acks import AckSet
@@ -23,6 +16,13 @@ from tamto_router.cursors import (
     get_cursor,
     list_cursors,
     most_advanced,
+)
+from tests.e2e.test_quorum import (
+    Node,
+    append,
+    nodes,  # noqa: F401 (the fixture)
+    open_all,
+    replicated_log,
 )
 
 

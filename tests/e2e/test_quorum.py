@@ -1,4 +1,8 @@
-"""Quorum appends and fences over three real storage servers (in this process)."""
+"""Quorum appends and fences: the router's quorum code over three real storage servers.
+
+It needs two services (router and storage), so it lives with the end-to-end tests;
+the storage servers run in this process, each over its own directory.
+"""
 
 from __future__ import annotations
 
