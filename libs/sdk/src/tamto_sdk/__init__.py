@@ -1,6 +1,7 @@
 """The Tamto Python SDK: asyncio client, batching producer, credit-based consumer.
 
-client = await tamto_sdk.connect("tamto://127.0.0.1:7400", api_key="...")
+async with tamto_sdk.connect("tamto://127.0.0.1:7400", api_key="...") as client:
+    ...
 """
 
 from tamto_sdk import errors

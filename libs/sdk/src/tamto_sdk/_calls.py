@@ -21,7 +21,7 @@ from tamto_protocol.wire import (
 )
 from tamto_sdk._retry import with_retries
 from tamto_sdk.auth import TokenAuth
-from tamto_sdk.errors import TamtoError, Unauthenticated, from_rpc_error
+from tamto_sdk.errors import Closed, TamtoError, Unauthenticated, from_rpc_error
 from tamto_sdk.options import ClientOptions
 
 
@@ -86,9 +86,11 @@ class Calls:
 
         #: Publishes straight to partition owners (`ClientOptions.direct`), else None.
         self.direct: DirectRoute | None = None
+        self.closed = False
 
     async def close(self) -> None:
         """End the publish streams (the producers are closed first, so nothing waits on them)."""
+        self.closed = True
         await self.publish_raw.close()
         for calls in (self.publish_ephemeral_raw, self.request_raw, self.reply_raw):
             await calls.close()
@@ -108,6 +110,8 @@ class Calls:
         `deduplicated`: the request carries ids the server deduplicates, so a call
         whose connection was torn down mid-call is retried too (`from_rpc_error`).
         """
+        if self.closed:
+            raise Closed("client is closed")
         reauthenticated = False
 
         async def attempt() -> Any:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Coroutine, Generator, Mapping
 from types import TracebackType
+from typing import Any
 
 import grpc
 
@@ -32,18 +33,62 @@ from tamto_sdk.security import Security
 from tamto_sdk.subscriptions import Subscriptions
 from tamto_sdk.url import parse_url, tls_mismatch
 
-__all__ = ["Client", "connect"]
+__all__ = ["Client", "Connecting", "connect"]
 
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-async def connect(url: str, *, api_key: str, options: ClientOptions | None = None) -> Client:
+def connect(url: str, *, api_key: str, options: ClientOptions | None = None) -> Connecting:
     """Connect to a Tamto gateway and authenticate with `api_key`.
 
     `url` is ``tamto://host:port``, ``tamtos://host:port`` (TLS) or ``host:port``.
-    Raises `Unauthenticated` if the key is refused, `Unavailable` if the gateway
-    cannot be reached within `ClientOptions.retry_deadline_s`.
+    Use it as ``async with connect(...) as client:`` (closed on leaving the block), or
+    ``client = await connect(...)`` and close the client yourself. Raises
+    `Unauthenticated` if the key is refused, `Unavailable` if the gateway cannot be
+    reached within `ClientOptions.retry_deadline_s`.
     """
+    return Connecting(url, api_key, options)
+
+
+class Connecting(Coroutine[Any, Any, "Client"]):
+    """A connection being made: await it for the `Client`, or enter it as a context.
+
+    It is the connecting coroutine itself (so `asyncio.create_task(connect(...))`
+    works too), and an async context manager closing the client on exit, as
+    aiohttp's request calls are."""
+
+    def __init__(self, url: str, api_key: str, options: ClientOptions | None) -> None:
+        self._coroutine = _connect(url, api_key, options)
+        self._client: Client | None = None
+
+    def send(self, value: Any) -> Any:
+        return self._coroutine.send(value)
+
+    def throw(self, *args: Any) -> Any:
+        return self._coroutine.throw(*args)
+
+    def close(self) -> None:
+        self._coroutine.close()
+
+    def __await__(self) -> Generator[Any, None, Client]:
+        return self._coroutine.__await__()
+
+    async def __aenter__(self) -> Client:
+        self._client = await self._coroutine
+        return self._client
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+
+async def _connect(url: str, api_key: str, options: ClientOptions | None) -> Client:
+    """Open the channel and authenticate (`connect`)."""
     options = options if options is not None else ClientOptions()
     endpoint = parse_url(url)
     # Batches of up to 32 MiB (`MAX_BATCH_BYTES`) travel both ways; the servers allow
