@@ -41,7 +41,7 @@ class ClientOptions:
             (an idempotent producer's do). Default: the environment variable
             ``TAMTO_DIRECT`` (``1`` on, else off), so a deployment or ``tamto bench``
             picks the path without code changes. Off unless set: why, and what it
-            gains, in docs/benchmarks.md, "The direct path (target 1)".
+            gains, in docs/benchmarks.md, "Where one `send_and_wait` goes".
     """
 
     retry_deadline_s: float = 30.0
