@@ -2,7 +2,7 @@
 
 Both act on a storage node's data directory while that node is stopped (see
 `tamto_storage.scrub` for what is checked and what each repair does, and the
-README's Operations section for the procedure). Every repair is an audit record
+docs/operations.md, Operations, for the procedure). Every repair is an audit record
 (JSON lines, `tamto_common.audit`) in ``<data-dir>/audit.jsonl`` unless
 ``--audit-file`` says otherwise.
 """

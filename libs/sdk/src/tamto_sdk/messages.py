@@ -116,7 +116,7 @@ class StreamConfig:
     """A persistent stream's settings (besides its partition count).
 
     The server checks every value and refuses one out of range with
-    `InvalidArgument` naming the field and the allowed range (see the README's
+    `InvalidArgument` naming the field and the allowed range (see docs/operations.md's
     stream configuration table). A numeric 0 means the server's default.
 
     Attributes:

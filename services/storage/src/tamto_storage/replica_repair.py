@@ -27,7 +27,7 @@ WAL damage past the sealed range. Each repair is counted
 (`tamto_storage_repaired_ranges_total{stream,kind}`), logged, and audited like
 `tamto storage repair` (category ``admin``, action ``storage.repair_from_replica``,
 in ``<data-dir>/audit.jsonl``). With R = 1 nothing calls this: DATA_LOSS and
-the offline repair stay the way back (README, Damaged files).
+the offline repair stay the way back (docs/operations.md, Damaged files).
 """
 
 from __future__ import annotations
