@@ -1,5 +1,6 @@
 """The Prometheus alert rules in infra/prometheus are valid, fire when they should, and
-name only metrics Tamto exports (issue 19: what is alert-worthy after faults).
+name only metrics Tamto exports (issue 19: what is alert-worthy after faults); the
+Prometheus configs beside them are valid.
 
 `promtool` comes from Debian's `prometheus` package (.ci/run installs it); without it
 the promtool checks skip, saying so.
@@ -25,6 +26,12 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [tool, *args], cwd=RULES, capture_output=True, text=True, check=False, timeout=120
     )
+
+
+@pytest.mark.parametrize("config", ["prometheus.yml", "prometheus-kubernetes.yml"])
+def test_the_prometheus_configs_are_valid(config: str) -> None:
+    checked = promtool("check", "config", config)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_the_rules_are_valid() -> None:
