@@ -1,8 +1,10 @@
 """The Kubernetes manifests in infra/k8s render (kustomize, through `kubectl kustomize`),
 every object is valid against the Kubernetes schemas (kubernetes-validate, offline), and
-the objects fit together: selectors find their pods, referenced ConfigMaps and Secrets
-exist or are the documented ones an operator makes, every setting a Tamto pod is given
-is one its service reads, and every Tamto service is probed on its gRPC health service.
+the objects fit together: selectors find their pods, the NetworkPolicies let clients
+reach the gateways only, Tamto's pods reach each other and Prometheus the metrics ports,
+referenced ConfigMaps and Secrets exist or are the documented ones an operator makes,
+every setting a Tamto pod is given is one its service reads, and every Tamto service is
+probed on its gRPC health service.
 
 `kubectl` (with its built-in kustomize) is on the project's machines; without it the
 test skips, saying so.
@@ -159,6 +161,47 @@ def test_referenced_config_maps_and_secrets_exist(objects: list[Obj]) -> None:
         for volume in spec.get("volumes", []):
             if "secret" in volume:
                 assert volume["secret"]["secretName"] in secrets
+
+
+def admitted(policies: list[Obj], source: dict[str, str], same_namespace: bool) -> Any:
+    """Whether `policies` let a pod labelled `source` reach (pod labels, port)."""
+
+    def peer_matches(peer: Obj) -> bool:
+        if "namespaceSelector" not in peer and not same_namespace:
+            return False
+        return selects(peer.get("podSelector", {}), source)
+
+    def check(target: dict[str, str], port: int) -> bool:
+        for policy in policies:
+            if not selects(policy["spec"]["podSelector"], target):
+                continue
+            for rule in policy["spec"].get("ingress", []):
+                peers = rule.get("from")
+                ports = [p["port"] for p in rule.get("ports", [])]
+                if (peers is None or any(map(peer_matches, peers))) and (
+                    not ports or port in ports
+                ):
+                    return True
+        return False
+
+    return check
+
+
+def test_network_policies_let_in_clients_peers_and_prometheus_only(objects: list[Obj]) -> None:
+    policies = list(of_kind(objects, "NetworkPolicy"))
+    assert any(p["spec"]["podSelector"] == {} for p in policies), "no default deny"
+    pods = {labels["app.kubernetes.io/component"]: labels for labels in pod_labels(objects)}
+    client = admitted(policies, {"app": "shop"}, same_namespace=False)
+    peer = admitted(policies, pods["gateway"], same_namespace=True)
+    prometheus = admitted(policies, {"app.kubernetes.io/name": "prometheus"}, False)
+    assert client(pods["gateway"], 7400)
+    for name, port in (("auth", 7401), ("router", 7402), ("storage", 7403), ("etcd", 2379)):
+        assert not client(pods[name], port), f"a client reaches {name}"
+        assert peer(pods[name], port), f"a gateway cannot reach {name}"
+        assert not prometheus(pods[name], port), f"prometheus reaches {name}'s {port}"
+    for name in SERVICES:
+        assert prometheus(pods[name], 9090), f"prometheus cannot scrape {name}"
+        assert not client(pods[name], 9090), f"a client reaches {name}'s metrics"
 
 
 def test_every_setting_given_to_a_tamto_pod_is_one_its_service_reads(
