@@ -23,9 +23,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from grafana_foundation_sdk.builders import common as gc
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import prometheus, stat, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import (
+    BigValueGraphMode,
+    LegendDisplayMode,
+    LegendPlacement,
+    TooltipDisplayMode,
+)
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
 
 OUT = Path(__file__).resolve().parent / "dashboards"
@@ -344,8 +351,28 @@ DASHBOARDS = (
 )
 
 
+def _kind(spec: PanelSpec) -> stat.Panel | timeseries.Panel:
+    """A stat of each series' latest value, or lines with their legend below."""
+    if spec.stat:
+        return (
+            stat.Panel()
+            .reduce_options(gc.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+            .graph_mode(BigValueGraphMode.AREA)
+        )
+    return (
+        timeseries.Panel()
+        .legend(
+            gc.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(LegendDisplayMode.LIST)
+            .placement(LegendPlacement.BOTTOM)
+        )
+        .tooltip(gc.VizTooltipOptions().mode(TooltipDisplayMode.MULTI))
+    )
+
+
 def _panel(spec: PanelSpec) -> stat.Panel | timeseries.Panel:
-    panel = stat.Panel() if spec.stat else timeseries.Panel()
+    panel = _kind(spec)
     panel.title(spec.title).unit(spec.unit).datasource(DATASOURCE).span(8).height(8)
     if spec.description:
         panel.description(spec.description)

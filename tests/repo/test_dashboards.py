@@ -3,11 +3,12 @@ metrics Tamto exports (tests/e2e/test_prometheus.py runs each against a real Pro
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 
-from .infra_queries import ROOT, dashboard_queries, tamto_metrics, unexported
+from .infra_queries import DASHBOARDS, ROOT, dashboard_queries, tamto_metrics, unexported
 
 #: Series that are not Tamto's own but always there: Prometheus' scrape health and the
 #: process collector the Prometheus client registers by default.
@@ -47,3 +48,15 @@ def test_every_panel_queries_metrics_tamto_exports() -> None:
         grouped = {w for g in re.findall(r"by \(([^)]*)\)", bare) for w in re.split(r",\s*", g)}
         others = words - PROMQL - labels - grouped - set(STANDARD) - names
         assert not others, f"{query.dashboard} / {query.panel}: unknown names {others}"
+
+
+def test_every_panel_queries_the_chosen_data_source_and_is_complete() -> None:
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        board = json.loads(path.read_text())
+        assert board["templating"]["list"][0]["name"] == "datasource"
+        for panel in board["panels"]:
+            where = f"{path.stem} / {panel['title']}"
+            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, where
+            assert panel["options"], f"{where}: no options (Grafana draws it with none)"
+            assert panel["targets"], f"{where}: no query"
+            assert len({t["refId"] for t in panel["targets"]}) == len(panel["targets"]), where
