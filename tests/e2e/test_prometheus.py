@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import urllib.parse
@@ -146,3 +147,26 @@ async def test_prometheus_scrapes_tamto_and_every_dashboard_panel_has_data(
         raise AssertionError(f"panels without data: {sorted(pending)}") from None
     alerts = await asyncio.to_thread(alert_names, prometheus)
     assert {"TamtoStorageFsyncSlow", "TamtoAuthDenialsSpiking", "TamtoProcessDown"} <= alerts
+
+
+async def test_scrape_targets_keeps_rewriting_the_file_until_interrupted(
+    tamto_cluster: TestCluster, tmp_path: Path
+) -> None:
+    """With --every, a file that went away (or a member that moved) is written again."""
+    path = tmp_path / "tamto.json"
+    argv = [sys.executable, "-m", "tamto_cli", "scrape-targets", str(path), "--every", "0.2"]
+    env = {**os.environ, "TAMTO_ETCD_ENDPOINTS": tamto_cluster.infra.etcd_endpoint}
+    proc = TestProcess("scrape-targets", argv, tmp_path / "scrape-targets.log", env).start()
+
+    def jobs() -> set[str]:
+        groups = json.loads(path.read_text()) if path.exists() else []
+        return {str(g["labels"]["job"]) for g in groups}
+
+    try:
+        await eventually(lambda: len(jobs()) == 4, 30, "the members written", interval_s=0.1)
+        path.unlink()
+        await eventually(lambda: len(jobs()) == 4, 10, "the file written again", interval_s=0.1)
+        proc.send(signal.SIGINT)
+        assert await asyncio.to_thread(proc.popen.wait, 10) == 0  # type: ignore[union-attr]
+    finally:
+        proc.stop()
