@@ -234,6 +234,9 @@ def test_every_tamto_service_is_probed_on_its_health_service(objects: list[Obj])
         port = str(grpc_port)
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["TAMTO_PORT"] == port
+        [metrics] = [p["containerPort"] for p in container["ports"] if p["name"] == "metrics"]
+        [config] = [o["data"] for o in of_kind(objects, "ConfigMap")]
+        assert config["TAMTO_METRICS_PORT"] == str(metrics)
         assert "TAMTO_INSTANCE_ID" in env
         assert "TAMTO_ADVERTISE_HOST" in env
         for probe in ("readinessProbe", "livenessProbe"):
