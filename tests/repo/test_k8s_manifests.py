@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import subprocess
+import tomllib
 from collections.abc import Iterator
 from typing import Any
 
@@ -120,6 +121,9 @@ def test_the_services_and_their_shape(objects: list[Obj]) -> None:
     ):
         assert (kind, name) in kinds
     assert all(o["metadata"].get("namespace", "tamto") == "tamto" for o in objects)
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    for _, container in tamto_containers(objects):
+        assert container["image"].endswith(f":{version}"), "images are the workspace's version"
     [storage] = [
         o for o in of_kind(objects, "StatefulSet") if o["metadata"]["name"] == "tamto-storage"
     ]
