@@ -1,5 +1,6 @@
 """The Prometheus alert rules in infra/prometheus are valid, fire when they should, and
-name only metrics Tamto exports (issue 19: what is alert-worthy after faults).
+name only metrics Tamto exports (issue 19: what is alert-worthy after faults); the
+Prometheus configs beside them are valid.
 
 `promtool` comes from Debian's `prometheus` package (.ci/run installs it); without it
 the promtool checks skip, saying so.
@@ -10,14 +11,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .infra_queries import ROOT, tamto_metrics, unexported
+
 RULES = ROOT / "infra" / "prometheus"
-#: Suffixes the Prometheus client adds to a metric's name in the exposition.
-SUFFIXES = ("_total", "_count", "_sum", "_bucket")
 
 
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
@@ -27,6 +26,12 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [tool, *args], cwd=RULES, capture_output=True, text=True, check=False, timeout=120
     )
+
+
+@pytest.mark.parametrize("config", ["prometheus.yml", "prometheus-kubernetes.yml"])
+def test_the_prometheus_configs_are_valid(config: str) -> None:
+    checked = promtool("check", "config", config)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_the_rules_are_valid() -> None:
@@ -49,17 +54,6 @@ def test_every_alert_has_a_unit_test() -> None:
 def test_every_metric_the_rules_name_is_exported() -> None:
     """A renamed metric would leave its alert silent forever: each name in the rules
     (less the client's suffixes) is registered somewhere in the services' code."""
-    rules = (RULES / "alerts.yml").read_text()
-    names = set(re.findall(r"\b(tamto_[a-z_]+)", rules))
-    sources = "\n".join(
-        path.read_text()
-        for pattern in ("libs/*/src/**/*.py", "services/*/src/**/*.py")
-        for path in ROOT.glob(pattern)
-    )
-    missing = []
-    for name in sorted(names):
-        base = next((name.removesuffix(s) for s in SUFFIXES if name.endswith(s)), name)
-        if f'"{base}"' not in sources:
-            missing.append(name)
+    names = tamto_metrics((RULES / "alerts.yml").read_text())
     assert names, "no metrics found in the rules"
-    assert not missing, f"metrics not exported by any service: {missing}"
+    assert not unexported(names), f"metrics not exported by any service: {unexported(names)}"

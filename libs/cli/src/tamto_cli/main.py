@@ -12,10 +12,12 @@ probes are imported inside the command that uses them, and `tamto bench` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -165,6 +167,34 @@ def status(
         render_status(rows, console, notes, owned)
         storage = {m.instance_id for m, _ in rows if m.service == "storage"}
         render_ledgers(ledgers, storage, console, owners)
+
+
+@app.command("scrape-targets")
+def scrape_targets(
+    out: Annotated[Path, typer.Argument(help="the file_sd JSON file to write")],
+    etcd: Annotated[str, typer.Option(help="etcd endpoint", envvar="TAMTO_ETCD_ENDPOINTS")] = (
+        settings.DEFAULT_ETCD
+    ),
+    every: Annotated[
+        float, typer.Option(help="rewrite it every this many seconds until Ctrl-C (0: once)")
+    ] = 0.0,
+) -> None:
+    """Write the members registered in etcd as a Prometheus file_sd target list (their
+    metrics addresses, labelled job=<service> and instance=<instance id>), which
+    infra/prometheus/prometheus.yml reads."""
+    from tamto_cli.scrape_targets import keep_writing, write_targets
+    from tamto_common.errors import TamtoError
+
+    try:
+        if every > 0:
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(keep_writing(etcd, out, every))
+        else:
+            count = asyncio.run(write_targets(etcd, out))
+            console.print(f"{count} targets written to {out}")
+    except TamtoError as exc:
+        err.print(f"tamto scrape-targets: {exc}")
+        raise typer.Exit(1) from None
 
 
 app.add_typer(auth_app, name="auth")

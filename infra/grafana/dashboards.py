@@ -1,0 +1,437 @@
+"""Tamto's Grafana dashboards, generated from code (grafana-foundation-sdk).
+
+Why code: every panel is one PromQL expression over a metric a Tamto service exports,
+listed here once, so a renamed metric is caught by a test instead of leaving a panel
+blank, and the dashboards can be reviewed as a diff. Run
+
+    python infra/grafana/dashboards.py           # rewrite infra/grafana/dashboards/*.json
+    python infra/grafana/dashboards.py --check   # fail if the JSON files are stale
+
+The JSON files are what Grafana imports (infra/README.md). tests/repo/test_dashboards.py
+checks they are current and name only exported metrics; tests/e2e/test_prometheus.py runs
+every panel's expression against a real Prometheus scraping a running Tamto.
+
+The expressions use Grafana's `$__rate_interval` and the dashboards' `$datasource` and
+`$stream` variables; nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import common as gc
+from grafana_foundation_sdk.builders import dashboard as gd
+from grafana_foundation_sdk.builders import prometheus, stat, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import (
+    BigValueGraphMode,
+    LegendDisplayMode,
+    LegendPlacement,
+    TooltipDisplayMode,
+)
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
+
+OUT = Path(__file__).resolve().parent / "dashboards"
+#: The Prometheus data source every panel queries: the dashboard's `datasource` variable.
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+#: The services' scrape jobs (infra/prometheus/prometheus.yml names each after its service).
+JOBS = 'job=~"gateway|router|storage|auth"'
+RATE = "$__rate_interval"
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PromQL expression of a panel and the legend of its series."""
+
+    expr: str
+    legend: str = ""
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    """A panel: a time series by default, a stat (the latest value) with `stat=True`."""
+
+    title: str
+    queries: tuple[Query, ...]
+    unit: str = "short"
+    description: str = ""
+    stat: bool = False
+
+
+def rate(metric: str, by: str, selector: str = "") -> str:
+    return f"sum by ({by}) (rate({metric}{{{selector}}}[{RATE}]))"
+
+
+def total(metric: str, by: str, selector: str = "", how: str = "sum") -> str:
+    return f"{how} by ({by}) ({metric}{{{selector}}})"
+
+
+def quantile(q: float, histogram: str, by: str, selector: str = "") -> str:
+    return f"histogram_quantile({q}, {rate(histogram + '_bucket', f'{by}, le', selector)})"
+
+
+def latency(title: str, histogram: str, selector: str, by: str, description: str) -> PanelSpec:
+    """p50 and p99 of a histogram, per `by`."""
+    legend = "{{" + by + "}}"
+    return PanelSpec(
+        title,
+        (
+            Query(quantile(0.5, histogram, by, selector), f"p50 {legend}"),
+            Query(quantile(0.99, histogram, by, selector), f"p99 {legend}"),
+        ),
+        unit="s",
+        description=description,
+    )
+
+
+STREAM = 'stream=~"$stream"'
+
+OVERVIEW = (
+    PanelSpec(
+        "Messages appended per second",
+        (Query(rate("tamto_storage_appended_messages_total", "stream"), "{{stream}}"),),
+        description="Acknowledged messages stored, per stream, counted by every replica "
+        "(a stream of replication factor 3 counts each message three times).",
+    ),
+    PanelSpec(
+        "Bytes appended per second",
+        (Query(rate("tamto_storage_appended_bytes_total", "stream"), "{{stream}}"),),
+        unit="Bps",
+        description="Arrow IPC bytes stored, per stream, counted by every replica.",
+    ),
+    PanelSpec(
+        "Calls per second by service and status",
+        (Query(rate("tamto_rpc_server_seconds_count", "job, code", JOBS), "{{job}} {{code}}"),),
+        unit="reqps",
+        description="gRPC calls each service answered (a stream counts once, when it ends).",
+    ),
+    PanelSpec(
+        "Calls answered other than OK",
+        (
+            Query(
+                rate("tamto_rpc_server_seconds_count", "job, method, code", 'code!~"OK|CANCELLED"'),
+                "{{job}} {{method}} {{code}}",
+            ),
+        ),
+        unit="reqps",
+        description="UNAVAILABLE is retried by the SDK; INTERNAL is a bug; "
+        "UNAUTHENTICATED and PERMISSION_DENIED are refused credentials.",
+    ),
+    latency(
+        "Publish latency at the gateways",
+        "tamto_rpc_server_seconds",
+        'method="/tamto.v1.Gateway/Publish",code="OK"',
+        "instance",
+        "Unary Publish calls, from arrival to acknowledgement (streams are timed whole).",
+    ),
+    latency(
+        "Append latency at the routers",
+        "tamto_rpc_server_seconds",
+        'method="/tamto.v1.Router/Append",code="OK"',
+        "instance",
+        "A router's durable append: offsets, the replicas' appends and fsyncs, up to the quorum.",
+    ),
+    PanelSpec(
+        "Processes up",
+        (Query(f"sum by (job) (up{{{JOBS}}})", "{{job}}"),),
+        stat=True,
+        description="Instances answering Prometheus' scrapes, per service.",
+    ),
+    PanelSpec(
+        "CPU per process",
+        (Query(rate("process_cpu_seconds_total", "job, instance", JOBS), "{{instance}}"),),
+        unit="percentunit",
+    ),
+    PanelSpec(
+        "Resident memory per process",
+        (Query(total("process_resident_memory_bytes", "job, instance", JOBS), "{{instance}}"),),
+        unit="bytes",
+    ),
+)
+
+STREAMS = (
+    PanelSpec(
+        "Messages appended per second",
+        (Query(rate("tamto_storage_appended_messages_total", "stream", STREAM), "{{stream}}"),),
+        description="Counted by every replica.",
+    ),
+    PanelSpec(
+        "Bytes appended per second",
+        (Query(rate("tamto_storage_appended_bytes_total", "stream", STREAM), "{{stream}}"),),
+        unit="Bps",
+        description="Counted by every replica.",
+    ),
+    PanelSpec(
+        "Average message size",
+        (
+            Query(
+                f"{rate('tamto_storage_appended_bytes_total', 'stream', STREAM)} / "
+                f"{rate('tamto_storage_appended_messages_total', 'stream', STREAM)}",
+                "{{stream}}",
+            ),
+        ),
+        unit="bytes",
+        description="Arrow IPC bytes per message, headers and framing included.",
+    ),
+    PanelSpec(
+        "Consumers attached",
+        (Query(total("tamto_router_attached_consumers", "stream", STREAM), "{{stream}}"),),
+        description="One per consumer and partition it is attached to, over the routers.",
+    ),
+    PanelSpec(
+        "Ephemeral messages per second",
+        (
+            Query(
+                rate("tamto_ephemeral_published_messages_total", "stream", STREAM),
+                "published {{stream}}",
+            ),
+            Query(
+                rate("tamto_ephemeral_unmatched_messages_total", "stream", STREAM),
+                "unmatched {{stream}}",
+            ),
+        ),
+        description="Ephemeral streams (docs/ephemeral.md): published at the gateways, and "
+        "those no consumer matched (dropped).",
+    ),
+)
+
+CONSUMERS = (
+    PanelSpec(
+        "Consumers attached per stream",
+        (Query("sum by (stream) (tamto_router_attached_consumers)", "{{stream}}"),),
+        description="One per consumer and partition it is attached to, over the routers.",
+    ),
+    PanelSpec(
+        "Client consume streams at the gateways, by step",
+        (Query("sum by (step) (tamto_gateway_consume_handlers)", "{{step}}"),),
+        description="A consumer that does not attach shows the step its gateway waits at.",
+    ),
+    PanelSpec(
+        "Consume sessions per router",
+        (Query("sum by (router) (tamto_gateway_consume_mux_sessions)", "{{router}}"),),
+        description="Sessions the gateways hold on each router's consume stream.",
+    ),
+    PanelSpec(
+        "Consume streams ended per second, by status",
+        (
+            Query(
+                rate(
+                    "tamto_rpc_server_seconds_count",
+                    "method, code",
+                    'method=~"/tamto.v1.Gateway/Consume|/tamto.v1.Router/ConsumeMux"',
+                ),
+                "{{method}} {{code}}",
+            ),
+        ),
+        unit="reqps",
+    ),
+)
+
+CLUSTER = (
+    PanelSpec(
+        "Members up",
+        (Query(f"up{{{JOBS}}}", "{{job}} {{instance}}"),),
+        stat=True,
+    ),
+    PanelSpec(
+        "Under-replicated ledgers",
+        (Query("sum by (instance) (tamto_router_under_replicated_ledgers)", "{{instance}}"),),
+        stat=True,
+        description="Ledgers a router writes with a replica taking no appends (docs/cluster.md).",
+    ),
+    PanelSpec(
+        "Disk full",
+        (Query("max by (instance) (tamto_storage_disk_full)", "{{instance}}"),),
+        stat=True,
+        description="1 while the storage node refuses appends for lack of space.",
+    ),
+    PanelSpec(
+        "Damaged files and quarantined batches",
+        (
+            Query("sum(tamto_storage_damaged_files) or vector(0)", "damaged files"),
+            Query("sum(tamto_storage_quarantined_batches) or vector(0)", "quarantined batches"),
+        ),
+        stat=True,
+        description="Series exist only once a node found some: 0 stands for none.",
+    ),
+    latency(
+        "WAL fsync latency",
+        "tamto_storage_fsync_seconds",
+        "",
+        "instance",
+        "One fsync per group commit: every acknowledged publish waits for one.",
+    ),
+    PanelSpec(
+        "Batches per group commit (p50)",
+        (Query(quantile(0.5, "tamto_storage_group_commit_batches", "instance"), "{{instance}}"),),
+    ),
+    PanelSpec(
+        "Storage appends per second by status",
+        (
+            Query(
+                rate(
+                    "tamto_rpc_server_seconds_count",
+                    "instance, code",
+                    'method=~"/tamto.v1.Storage/Append(Stream)?"',
+                ),
+                "{{instance}} {{code}}",
+            ),
+        ),
+        unit="reqps",
+    ),
+    PanelSpec(
+        "Unsealed bytes",
+        (Query("sum by (instance) (tamto_storage_unsealed_bytes)", "{{instance}}"),),
+        unit="bytes",
+        description="Acknowledged but not yet sealed into Parquet.",
+    ),
+    PanelSpec(
+        "etcd leases granted anew (1 h)",
+        (
+            Query(
+                "sum by (job, instance) (increase(tamto_lease_regrants_total[1h]))", "{{instance}}"
+            ),
+        ),
+        description="A lost lease: a router gave up its partitions and claimed them again.",
+    ),
+    PanelSpec(
+        "Event loop held and GC pauses (longest since start)",
+        (
+            Query(
+                total("tamto_event_loop_lag_max_seconds", "instance", JOBS, "max"),
+                "loop {{instance}}",
+            ),
+            Query(total("tamto_gc_pause_max_seconds", "instance", JOBS, "max"), "gc {{instance}}"),
+        ),
+        unit="s",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class DashboardSpec:
+    uid: str
+    title: str
+    description: str
+    panels: tuple[PanelSpec, ...]
+    per_stream: bool = False
+
+
+DASHBOARDS = (
+    DashboardSpec(
+        "tamto-overview",
+        "Tamto / Overview",
+        "Traffic, errors, latency and processes of a whole Tamto system.",
+        OVERVIEW,
+    ),
+    DashboardSpec(
+        "tamto-streams",
+        "Tamto / Streams",
+        "Per stream: what is appended, its size, who consumes it.",
+        STREAMS,
+        per_stream=True,
+    ),
+    DashboardSpec(
+        "tamto-consumers",
+        "Tamto / Consumers",
+        "Consumers and their sessions. A subscription's backlog, unacked messages, "
+        "redeliveries and dead letters: `tamto sub describe STREAM SUBSCRIPTION`.",
+        CONSUMERS,
+    ),
+    DashboardSpec(
+        "tamto-cluster",
+        "Tamto / Cluster health",
+        "Members, replication, storage nodes' disks and durability, leases, event loops.",
+        CLUSTER,
+    ),
+)
+
+
+def _kind(spec: PanelSpec) -> stat.Panel | timeseries.Panel:
+    """A stat of each series' latest value, or lines with their legend below."""
+    if spec.stat:
+        return (
+            stat.Panel()
+            .reduce_options(gc.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+            .graph_mode(BigValueGraphMode.AREA)
+        )
+    return (
+        timeseries.Panel()
+        .legend(
+            gc.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(LegendDisplayMode.LIST)
+            .placement(LegendPlacement.BOTTOM)
+        )
+        .tooltip(gc.VizTooltipOptions().mode(TooltipDisplayMode.MULTI))
+    )
+
+
+def _panel(spec: PanelSpec) -> stat.Panel | timeseries.Panel:
+    panel = _kind(spec)
+    panel.title(spec.title).unit(spec.unit).datasource(DATASOURCE).span(8).height(8)
+    if spec.description:
+        panel.description(spec.description)
+    for i, query in enumerate(spec.queries):
+        target = prometheus.Dataquery().expr(query.expr).ref_id(chr(ord("A") + i))
+        panel.with_target(target.legend_format(query.legend) if query.legend else target)
+    return panel
+
+
+def build(spec: DashboardSpec) -> gd.Dashboard:
+    board = (
+        gd.Dashboard(spec.title)
+        .uid(spec.uid)
+        .description(spec.description)
+        .tags(["tamto"])
+        .time("now-1h", "now")
+        .refresh("30s")
+        .with_variable(gd.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+    )
+    if spec.per_stream:
+        board.with_variable(
+            gd.QueryVariable("stream")
+            .label("Stream")
+            .datasource(DATASOURCE)
+            .query("label_values(tamto_storage_appended_messages_total, stream)")
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+        )
+    for panel in spec.panels:
+        board.with_panel(_panel(panel))
+    return board
+
+
+def render(spec: DashboardSpec) -> str:
+    """The dashboard's JSON as Grafana imports it."""
+    return json.dumps(build(spec).build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if a JSON file is stale")
+    args = parser.parse_args(argv)
+    stale = []
+    for spec in DASHBOARDS:
+        path = OUT / f"{spec.uid}.json"
+        text = render(spec)
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(path.name)
+        else:
+            OUT.mkdir(exist_ok=True)
+            path.write_text(text)
+    if stale:
+        print(f"stale dashboards: {', '.join(stale)}; run python {__file__}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
