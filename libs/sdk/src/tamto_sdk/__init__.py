@@ -66,6 +66,7 @@ from tamto_sdk.subscriptions import (
     SubscriptionInfo,
     SubscriptionPartitionInfo,
     Subscriptions,
+    SubscriptionSummary,
 )
 
 __all__ = [
@@ -117,6 +118,7 @@ __all__ = [
     "Subscription",
     "SubscriptionInfo",
     "SubscriptionPartitionInfo",
+    "SubscriptionSummary",
     "SubscriptionType",
     "Subscriptions",
     "TamtoError",
