@@ -5,6 +5,7 @@ describe`)."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,9 @@ from rich.table import Table
 if TYPE_CHECKING:
     import tamto_sdk
 
-console = Console(highlight=False)
+#: Piped, a table keeps its full width (names are never cut short); a terminal's
+#: width applies on a terminal.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 250)
 
 
 def _jsonable(value: Any) -> Any:
