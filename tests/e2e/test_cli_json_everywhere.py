@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +22,11 @@ import typer
 
 import tamto_sdk
 from tamto_cli.main import app
+from tamto_common.dev_credential import load_dev_credential
 from tamto_testing.cluster import TestCluster
 
 from .test_cli_pub_sub import tamto
+from .test_launcher import TAMTO, Launcher
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +41,7 @@ WITHOUT_A_SYSTEM = {
 }
 #: Not run here, and why.
 NOT_RUN = {
-    "up": "starts a system of its own (tests/e2e/test_launcher.py runs it)",
+    "up": "starts a system of its own: test_up_prints_how_to_reach_it_as_json",
     "bench": "a benchmark campaign",
     "chaos": "a fault-injection campaign",
     "node drain": "draining the only router is refused (test_planned_moves drains)",
@@ -133,3 +137,23 @@ async def test_every_command_prints_json_that_parses(
 
     left = set(command_paths()) - run.ran - WITHOUT_A_SYSTEM - set(NOT_RUN)
     assert left == set(), f"commands never run with --json: {sorted(left)}"
+
+
+def test_up_prints_how_to_reach_it_as_json(tmp_path: Path) -> None:
+    """`tamto up --json`: its logs on stderr, one JSON object on stdout once it is up."""
+    launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
+    result = subprocess.run(
+        [*TAMTO, "up", *launcher.args(), "--once", "--quiet", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Tamto is up" in result.stderr
+    ready = json.loads(result.stdout)
+    assert ready["gateway"] == f"tamto://127.0.0.1:{launcher.gateway}"
+    assert ready["gateways"] == [ready["gateway"]]
+    assert ready["api_key"] == load_dev_credential(tmp_path / "data")
+    assert (ready["data_dir"], ready["ca_file"]) == (str((tmp_path / "data").resolve()), None)
