@@ -294,6 +294,13 @@ async def test_errors_have_an_exit_code_each_no_router_address_and_name_the_cons
         blocked = await cli(tamto_cluster, "sub", "delete", stream, "held")
         assert blocked.returncode == 8, blocked.stderr  # FAILED_PRECONDITION
         assert "'worker-7'" in blocked.stderr
+        # A router's refusal on a consume stream reaches the client in its own words.
+        shared = tamto_sdk.SubscriptionType.SHARED
+        with pytest.raises(tamto_sdk.FailedPrecondition, match="is exclusive") as refused_type:
+            async with tamto_client.consumer(stream, "held", type=shared) as second:
+                await second.receive_batch(max_messages=1, timeout_s=10)
+        assert "router" not in str(refused_type.value)
+        assert not any(address in str(refused_type.value) for address in routers)
 
     with pytest.raises(tamto_sdk.OutOfRange) as beyond:
         await tamto_client.subscriptions.seek(stream, "held", {0: 99})
