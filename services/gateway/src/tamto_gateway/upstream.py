@@ -38,7 +38,7 @@ _ROUTER_ANSWERS = frozenset(
 
 
 def router_error(exc: grpc.aio.AioRpcError, stream: str, partition: int) -> TamtoError:
-    """A failed admin call to the router owning `stream`/`partition`, for the client."""
+    """A failed call to the router owning `stream`/`partition`, for the client."""
     code = exc.code()
     if code in _ROUTER_ANSWERS:
         return error_for(code, exc.details() or code.name)
@@ -86,7 +86,8 @@ class Upstream:
         try:
             response = await known[1](request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
-            raise downstream_error(exc, f"router {address}") from exc
+            log.info("router append failed", router=address, code=exc.code().name)
+            raise router_error(exc, stream, partition) from exc
         return int(response.base_offset), list(response.offsets)
 
     async def close(self) -> None:
