@@ -70,9 +70,9 @@ def test_user_role_bind_token_whoami(tamto_cluster: TestCluster) -> None:
     line = next(x for x in listed.stdout.splitlines() if x.startswith(f"{user}\t"))
     assert line.split("\t")[1:4] == ["user", "enabled", role]
 
-    # Not an admin: the CLI prints the denial naming the missing permission, exits 1.
+    # Not an admin: the CLI prints the denial naming the missing permission, exits 6.
     refused = tamto(tamto_cluster, "auth", "role", "list", api_key=key)
-    assert refused.returncode == 1
+    assert refused.returncode == 6  # PERMISSION_DENIED
     assert refused.stderr.strip() == f"tamto: '{user}' lacks permission admin on '*' (all streams)"
 
     bad = tamto(tamto_cluster, "auth", "role", "put", role, "--grant", "root:*")
@@ -86,10 +86,10 @@ def test_user_role_bind_token_whoami(tamto_cluster: TestCluster) -> None:
     assert deleted.returncode == 0, deleted.stderr
     assert deleted.stdout.strip() == f"key {key_id} of {user}: deleted"
     again = tamto(tamto_cluster, "auth", "user", "delete-key", key_id)
-    assert again.returncode == 1
+    assert again.returncode == 4  # NOT_FOUND
     assert again.stderr.strip() == f"tamto: auth: no API key with id {key_id}"
     gone = tamto(tamto_cluster, "auth", "whoami", api_key=json.loads(extra.stdout)["api_key"])
-    assert gone.returncode == 1
+    assert gone.returncode == 7  # UNAUTHENTICATED
     assert "invalid API key" in gone.stderr
 
     unbound = tamto(tamto_cluster, "auth", "bind", user, role, "--remove")
@@ -97,5 +97,5 @@ def test_user_role_bind_token_whoami(tamto_cluster: TestCluster) -> None:
     disabled = tamto(tamto_cluster, "auth", "user", "disable", user)
     assert disabled.stdout.strip() == f"{user}: disabled"
     locked_out = tamto(tamto_cluster, "auth", "whoami", api_key=key)
-    assert locked_out.returncode == 1
+    assert locked_out.returncode == 7
     assert "is disabled" in locked_out.stderr

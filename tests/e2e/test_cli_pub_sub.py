@@ -75,6 +75,6 @@ def test_sub_refuses_bad_options_with_one_line(
 
 def test_pub_to_a_missing_stream_is_one_clear_line(tamto_cluster: TestCluster) -> None:
     result = tamto(tamto_cluster, "pub", f"missing-{uuid.uuid4().hex[:6]}", "x")
-    assert result.returncode == 1
+    assert result.returncode == 4  # NOT_FOUND
     assert "does not exist" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

@@ -41,7 +41,7 @@ def test_operator_verbs_show_and_move_a_subscription(tamto_cluster: TestCluster)
     assert sought.returncode == 0, sought.stderr
     assert json.loads(sought.stdout)["partitions"][0]["ack_floor"] == 1
     beyond = tamto(tamto_cluster, "sub", "seek", stream, "ops", "--to", "offset:99")
-    assert beyond.returncode == 1
+    assert beyond.returncode == 9  # OUT_OF_RANGE
     assert "[0, 5]" in beyond.stderr
 
     peeked = tamto(
@@ -71,5 +71,5 @@ def test_operator_verbs_show_and_move_a_subscription(tamto_cluster: TestCluster)
 
     assert tamto(tamto_cluster, "sub", "delete", stream, "ops").returncode == 0
     gone = tamto(tamto_cluster, "sub", "describe", stream, "ops")
-    assert gone.returncode == 1
+    assert gone.returncode == 4  # NOT_FOUND
     assert "'ops'" in gone.stderr

@@ -619,12 +619,12 @@ async def test_cli_pub_topic_sub_match_group_and_request(
     assert code == 0, err
     assert out.splitlines() == [f"{stream}[x.b]\t\ttake"] * 2
 
-    # tamto request: answered by a handler, or the server's timeout (exit 1).
+    # tamto request: answered by a handler, or the server's timeout (exit 12).
     async with two.reply_handler(stream, lambda m: m.payload.upper(), match="ask"):
         code, out, err = await tamto(cluster, "request", stream, "hi", "--topic", "ask")
         assert (code, out) == (0, "HI\n"), err
     code, out, err = await tamto(cluster, "request", stream, "hi", "--timeout-s", "0.2")
-    assert code == 1
+    assert code == 12  # DEADLINE_EXCEEDED
     assert "no reply on response stream" in err
 
 

@@ -318,7 +318,7 @@ async def test_partition_move_puts_a_partition_on_a_router_and_refuses_bad_reque
         with pytest.raises(NotFound, match="router 'router-gone' is not registered"):
             await client.cluster.drain("router-gone")
         refused = await asyncio.to_thread(tamto, cluster, "node", "drain", "router-gone", "--json")
-        assert refused.returncode == 1
+        assert refused.returncode == 4  # NOT_FOUND
         assert "router 'router-gone' is not registered" in refused.stderr
     async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         # Back to the ring's choice (`--to ring`).

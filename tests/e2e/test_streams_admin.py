@@ -356,14 +356,14 @@ def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
     assert any(s["name"] == name and s["max_lag"] == 100 for s in json.loads(listed_json.stdout))
 
     refused = cli(tamto_cluster, "ensure", name, "--partitions", "4", "--overwrite")
-    assert refused.returncode == 1
+    assert refused.returncode == 8  # FAILED_PRECONDITION
     assert "partition count is fixed" in refused.stderr
 
     invalid = cli(tamto_cluster, "ensure", unique("cli"), "--ack-timeout-ms", "1")
-    assert invalid.returncode == 1
+    assert invalid.returncode == 3  # INVALID_ARGUMENT
     assert "ack_timeout_ms must be between 100 and 86400000, got 1" in invalid.stderr
     too_many = cli(tamto_cluster, "ensure", unique("cli"), "--replication-factor", "2")
-    assert too_many.returncode == 1
+    assert too_many.returncode == 3
     assert "replication_factor 2 is more than the 1 live storage node(s)" in too_many.stderr
 
     bad_mode = cli(tamto_cluster, "ensure", unique("cli"), "--durability", "sometimes")
@@ -374,8 +374,8 @@ def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
     assert deleted.returncode == 0, deleted.stderr
     assert deleted.stdout.splitlines() == [f"{name}: deleted"]
     missing = cli(tamto_cluster, "delete", name)
-    assert missing.returncode == 1
+    assert missing.returncode == 4  # NOT_FOUND
     assert "does not exist" in missing.stderr
     gone = cli(tamto_cluster, "describe", name)
-    assert gone.returncode == 1
+    assert gone.returncode == 4
     assert "does not exist" in gone.stderr

@@ -96,3 +96,23 @@ def test_stream_ensure_shows_the_sdk_defaults() -> None:
         DEFAULT_DEDUP_WINDOW_MS,
         DEFAULT_ACK_TIMEOUT_MS,
     )
+
+
+def test_a_subscription_verb_reaches_the_gateway_without_arrow() -> None:
+    """`tamto sub describe` runs the SDK's client (here to a gateway nobody serves:
+    UNAVAILABLE, exit 11) but none of what moves messages: its CPU is most of it
+    imports, and pyarrow with numpy was the larger half."""
+    loaded = loaded_by(
+        "sub",
+        "describe",
+        "orders",
+        "billing",
+        "--url",
+        "tamto://127.0.0.1:1",
+        "--api-key",
+        "k",
+        exit_code=11,
+        TAMTO_RETRY_DEADLINE_S="0",
+    )
+    assert {"tamto_sdk", "grpc"} <= loaded
+    assert loaded & HEAVY == set()

@@ -218,7 +218,7 @@ async def test_a_sessions_end_carries_its_status_and_cancel_reaches_the_router()
         router.send(mux_end(clean.id, 0, ""))
         error = await ended_with(erring)
         assert isinstance(error, InvalidArgument)
-        assert str(error) == f"router {address}: bad ack"
+        assert str(error) == "bad ack"  # the router's words; its address is not the client's
         assert await responses_then_end(clean) == ([], None)
         with pytest.raises(asyncio.InvalidStateError):
             await subscribe(clean.session)  # as a call's write after its end
@@ -241,7 +241,7 @@ async def test_the_stream_failing_ends_every_session_unavailable_and_the_next_op
         for s in sessions:
             error = await ended_with(s)
             assert isinstance(error, Unavailable)
-            assert f"router {address}" in str(error)
+            assert address not in str(error)
             assert "router fell over" in str(error)
         again = await muxes.get(address, channel)
         assert again is not None
@@ -341,7 +341,7 @@ async def test_a_fan_out_listens_to_its_mux_sessions_without_a_task_of_its_own()
             assert view.batch.base_offset == n
 
         router.send(mux_end(ids[0], grpc.StatusCode.INVALID_ARGUMENT.value[0], "bad ack"))
-        with pytest.raises(InvalidArgument, match=f"router {address}: bad ack"):
+        with pytest.raises(InvalidArgument, match=r"^bad ack$"):
             await asyncio.wait_for(anext(fans[0].responses()), 10)
 
         finishing = asyncio.create_task(fans[1].finish())

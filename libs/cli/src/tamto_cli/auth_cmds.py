@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tamto_cli.connect import connect_client, err, run
+from tamto_cli.connect import connect_client, err, exit_code, run
 from tamto_cli.options import ApiKey, AsJson, DataDir, Url
+from tamto_cli.output import report
 
 if TYPE_CHECKING:
     import tamto_sdk
@@ -99,30 +100,39 @@ def user_list(
 
 
 def _set_identity(
-    name: str, disabled: bool, url: str | None, key: str | None, d: Path | None
+    name: str, disabled: bool, as_json: bool, url: str | None, key: str | None, d: Path | None
 ) -> None:
     async def go() -> None:
         async with await connect_client(url, key, d) as client:
             await client.security.set_identity_disabled(name, disabled)
-        typer.echo(f"{name}: {'disabled' if disabled else 'enabled'}")
+        state = "disabled" if disabled else "enabled"
+        report(as_json, f"{name}: {state}", {"name": name, "disabled": disabled})
 
     run(go())
 
 
 @user_app.command("disable")
 def user_disable(
-    name: str, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+    name: str,
+    as_json: AsJson = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
 ) -> None:
     """Disable an identity: its keys and its live tokens stop working."""
-    _set_identity(name, True, url, api_key, data_dir)
+    _set_identity(name, True, as_json, url, api_key, data_dir)
 
 
 @user_app.command("enable")
 def user_enable(
-    name: str, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+    name: str,
+    as_json: AsJson = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
 ) -> None:
     """Enable a disabled identity again."""
-    _set_identity(name, False, url, api_key, data_dir)
+    _set_identity(name, False, as_json, url, api_key, data_dir)
 
 
 @user_app.command("add-key")
@@ -163,6 +173,7 @@ def user_rotate_key(
 def user_disable_key(
     key_id: str,
     enable: Annotated[bool, typer.Option(help="enable it again instead")] = False,
+    as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
@@ -172,7 +183,8 @@ def user_disable_key(
     async def go() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
             await client.security.set_api_key_disabled(key_id, not enable)
-        typer.echo(f"key {key_id}: {'enabled' if enable else 'disabled'}")
+        state = "enabled" if enable else "disabled"
+        report(as_json, f"key {key_id}: {state}", {"key_id": key_id, "disabled": not enable})
 
     run(go())
 
@@ -180,6 +192,7 @@ def user_disable_key(
 @user_app.command("delete-key")
 def user_delete_key(
     key_id: str,
+    as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
@@ -189,7 +202,8 @@ def user_delete_key(
     async def go() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
             info = await client.security.delete_api_key(key_id)
-        typer.echo(f"key {key_id} of {info.identity}: deleted")
+        text = f"key {key_id} of {info.identity}: deleted"
+        report(as_json, text, {"key_id": key_id, "identity": info.identity, "deleted": True})
 
     run(go())
 
@@ -201,6 +215,7 @@ def role_put(
         list[str] | None,
         typer.Option("--grant", "-g", help="PERMISSION:PATTERN, e.g. publish:orders.* (repeat)"),
     ] = None,
+    as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
@@ -219,7 +234,9 @@ def role_put(
             return await client.security.put_role(name, grants)
 
     role = run(go())
-    typer.echo(f"{role.name}: {' '.join(str(g) for g in role.grants) or '(no grants)'}")
+    grants_text = [str(g) for g in role.grants]
+    text = f"{role.name}: {' '.join(grants_text) or '(no grants)'}"
+    report(as_json, text, {"name": role.name, "grants": grants_text})
 
 
 @role_app.command("list")
@@ -242,9 +259,13 @@ def role_list(
 
 @role_app.command("delete")
 def role_delete(
-    name: str, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+    name: str,
+    as_json: AsJson = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
 ) -> None:
-    """Delete a role and its bindings; exits 1 if there was no such role."""
+    """Delete a role and its bindings; exits 4 (NOT_FOUND) if there was no such role."""
 
     async def go() -> bool:
         async with await connect_client(url, api_key, data_dir) as client:
@@ -252,8 +273,8 @@ def role_delete(
 
     if not run(go()):
         err.print(f"tamto: role {name!r} does not exist")
-        raise typer.Exit(1)
-    typer.echo(f"{name}: deleted")
+        raise typer.Exit(exit_code("NOT_FOUND"))
+    report(as_json, f"{name}: deleted", {"name": name, "deleted": True})
 
 
 @auth_app.command("bind")
@@ -261,6 +282,7 @@ def bind(
     subject: str,
     role: str,
     remove: Annotated[bool, typer.Option(help="remove the binding instead")] = False,
+    as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
@@ -275,7 +297,10 @@ def bind(
 
     changed = run(go())
     verb = "unbound from" if remove else "bound to"
-    typer.echo(f"{role} {verb} {subject}" + ("" if changed else " (no change)"))
+    text = f"{role} {verb} {subject}" + ("" if changed else " (no change)")
+    report(
+        as_json, text, {"subject": subject, "role": role, "bound": not remove, "changed": changed}
+    )
 
 
 @auth_app.command("bindings")
@@ -342,11 +367,14 @@ def whoami(
 
 
 @auth_app.command("rotate-signing-key")
-def rotate_signing_key(url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None) -> None:
+def rotate_signing_key(
+    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+) -> None:
     """Make a new token signing key current (older ones verify until their tokens expire)."""
 
     async def go() -> str:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.security.rotate_signing_key()
 
-    typer.echo(f"signing key {run(go())} is current")
+    key_id = run(go())
+    report(as_json, f"signing key {key_id} is current", {"key_id": key_id})

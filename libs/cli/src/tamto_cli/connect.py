@@ -69,14 +69,39 @@ async def connect_client(
     return await tamto_sdk.connect(target, api_key=creds, options=options)
 
 
+#: The exit code of a command that failed with each gRPC status (README, "Exit
+#: codes"): a script tells a missing subscription from an offset out of range
+#: without reading the message. 2 is bad usage (the command line itself); 1 any
+#: other failure (INTERNAL, UNKNOWN, CANCELLED, and errors that are no status).
+EXIT_CODES: dict[str, int] = {
+    "INVALID_ARGUMENT": 3,
+    "NOT_FOUND": 4,
+    "ALREADY_EXISTS": 5,
+    "PERMISSION_DENIED": 6,
+    "UNAUTHENTICATED": 7,
+    "FAILED_PRECONDITION": 8,
+    "OUT_OF_RANGE": 9,
+    "RESOURCE_EXHAUSTED": 10,
+    "UNAVAILABLE": 11,
+    "DEADLINE_EXCEEDED": 12,
+    "DATA_LOSS": 13,
+}
+
+
+def exit_code(status: str) -> int:
+    """The exit code for a failure with gRPC status `status` (its name)."""
+    return EXIT_CODES.get(status, 1)
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a command's coroutine; a Tamto error is one line on stderr and exit code 1."""
+    """Run a command's coroutine; a Tamto error is one line on stderr and the exit
+    code of its status (`EXIT_CODES`)."""
     import tamto_sdk
 
     try:
         return asyncio.run(coro)
     except tamto_sdk.TamtoError as exc:
         err.print(f"tamto: {exc}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(exit_code(exc.code)) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None

@@ -21,6 +21,7 @@ from typing import Annotated, NoReturn
 import typer
 
 from tamto_cli.options import AsJson
+from tamto_cli.output import report
 from tamto_common.durable import make_dirs, write_atomic
 
 
@@ -90,6 +91,7 @@ def add(
         Path | None, typer.Option("--ca-file", help="PEM roots for a tamtos:// gateway")
     ] = None,
     use: Annotated[bool, typer.Option("--use", help="also select it")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Add or replace a context (the first one added is selected)."""
     from tamto_sdk.url import parse_url
@@ -106,12 +108,14 @@ def add(
         _fail(str(exc))
     ca = str(ca_file.expanduser().resolve()) if ca_file is not None else None
     contexts[name] = Context(url, api_key, ca)
-    _save(name if use or current is None else current, contexts)
-    typer.echo(f"context {name}: {url}")
+    selected_now = name if use or current is None else current
+    _save(selected_now, contexts)
+    fields = {"name": name, "url": url, "selected": selected_now == name}
+    report(as_json, f"context {name}: {url}", fields)
 
 
 @context_app.command("use")
-def use(name: str) -> None:
+def use(name: str, as_json: AsJson = False) -> None:
     """Select the context every command uses from now on."""
     try:
         _, contexts = _load()
@@ -120,11 +124,11 @@ def use(name: str) -> None:
     if name not in contexts:
         _fail(f"no context named {name!r} (tamto context list)")
     _save(name, contexts)
-    typer.echo(f"using context {name}")
+    report(as_json, f"using context {name}", {"name": name, "selected": True})
 
 
 @context_app.command("remove")
-def remove(name: str) -> None:
+def remove(name: str, as_json: AsJson = False) -> None:
     """Forget a context (selecting none if it was the selected one)."""
     try:
         current, contexts = _load()
@@ -133,6 +137,8 @@ def remove(name: str) -> None:
     if contexts.pop(name, None) is None:
         _fail(f"no context named {name!r} (tamto context list)")
     _save(None if current == name else current, contexts)
+    if as_json:
+        report(True, "", {"name": name, "removed": True})
 
 
 @context_app.command("list")

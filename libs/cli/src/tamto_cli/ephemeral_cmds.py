@@ -7,38 +7,66 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
-from tamto_cli.options import ApiKey, DataDir, Url
+from tamto_cli.options import ApiKey, AsJson, DataDir, Url
+from tamto_cli.output import report
 
 if TYPE_CHECKING:
     import tamto_sdk
 
 
+def message_line(message: tamto_sdk.EphemeralMessage, as_json: bool) -> str:
+    """`STREAM[TOPIC]<TAB>KEY<TAB>PAYLOAD`, or one JSON object (payload as text)."""
+    key = message.key.decode(errors="replace") if message.key else ""
+    text = message.payload.decode(errors="replace")
+    if not as_json:
+        return f"{message.stream}[{message.topic}]\t{key}\t{text}"
+    fields = {
+        "stream": message.stream,
+        "topic": message.topic,
+        "key": key if message.key is not None else None,
+        "headers": dict(message.headers),
+        "payload": text,
+    }
+    return json.dumps(fields, ensure_ascii=False)
+
+
 async def publish(
-    client: tamto_sdk.Client, stream: str, payloads: list[str], topic: str, key: bytes | None
+    client: tamto_sdk.Client,
+    stream: str,
+    payloads: list[str],
+    topic: str,
+    key: bytes | None,
+    as_json: bool = False,
 ) -> None:
     """Publish `payloads` under `topic` (at most once); prints one summary line."""
     async with client.ephemeral_producer(stream) as producer:
         for payload in payloads:
             await producer.publish(payload.encode(), topic=topic, key=key)
-    typer.echo(f"{stream}: {len(payloads)} published to topic {topic!r}")
+    text = f"{stream}: {len(payloads)} published to topic {topic!r}"
+    report(as_json, text, {"stream": stream, "topic": topic, "published": len(payloads)})
 
 
 async def subscribe(
-    client: tamto_sdk.Client, stream: str, match: str | None, group: str, count: int
+    client: tamto_sdk.Client,
+    stream: str,
+    match: str | None,
+    group: str,
+    count: int,
+    as_json: bool = False,
 ) -> None:
-    """Print what the subscription receives, `STREAM[TOPIC]<TAB>KEY<TAB>PAYLOAD` a line."""
+    """Print what the subscription receives, `STREAM[TOPIC]<TAB>KEY<TAB>PAYLOAD` a line
+    (or one JSON object a line)."""
     seen = 0
     async with client.subscribe(stream, match=match, group=group) as subscription:
         async for message in subscription:
-            key = message.key.decode(errors="replace") if message.key else ""
-            text = message.payload.decode(errors="replace")
-            typer.echo(f"{stream}[{message.topic}]\t{key}\t{text}", nl=True)
+            print(message_line(message, as_json), flush=True)
             seen += 1
             if count and seen >= count:
                 return
@@ -55,12 +83,13 @@ def request(
     response_stream: Annotated[
         str, typer.Option(help="name the response stream (default: a unique one)")
     ] = "",
+    as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Send a request to an ephemeral stream and print its reply; exits 1 on a timeout
-    (the server's: DEADLINE_EXCEEDED)."""
+    """Send a request to an ephemeral stream and print its reply (--json: one JSON
+    object a message); exits 12 on a timeout (the server's: DEADLINE_EXCEEDED)."""
 
     async def run() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
@@ -72,6 +101,9 @@ def request(
                 response_stream=response_stream,
             )
         for message in reply:
-            typer.echo(message.payload.decode(errors="replace"))
+            if as_json:
+                print(message_line(message, True), flush=True)
+            else:
+                typer.echo(message.payload.decode(errors="replace"))
 
     run_command(run())

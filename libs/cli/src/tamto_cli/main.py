@@ -27,21 +27,15 @@ from rich.table import Table
 from tamto_cli import ephemeral_cmds, settings
 from tamto_cli.auth_cmds import auth_app
 from tamto_cli.cluster_cmds import node_app, partition_app
-from tamto_cli.connect import connect_client
+from tamto_cli.connect import connect_client, exit_code
 from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
 from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
-from tamto_cli.output import PayloadFormat, message_line, parse_headers
+from tamto_cli.output import PayloadFormat, message_line, parse_headers, report
 from tamto_cli.storage_cmds import storage_app
-from tamto_cli.subscription_cmds import (
-    VerbRouting,
-    parse_position,
-    print_stats,
-    stats_json,
-    stream_get,
-    subscription_app,
-)
+from tamto_cli.subscription_cmds import VerbRouting, parse_position, stream_get, subscription_app
+from tamto_cli.subscription_views import print_stats, stats_json
 from tamto_common.streams import DEFAULT_ACK_TIMEOUT_MS, DEFAULT_DEDUP_WINDOW_MS
 
 if TYPE_CHECKING:
@@ -80,6 +74,10 @@ def up(
     discovery_resolver: Annotated[
         str, typer.Option(help="host:port of the DNS server --discovery asks")
     ] = "",
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="logs to stderr; one JSON object on stdout once up"),
+    ] = False,
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     from tamto_common.config import discovery_check, resolver_check
@@ -118,7 +116,9 @@ def up(
         tls=tls,
         nodes=nodes,
     )
-    raise typer.Exit(asyncio.run(run_up(config, console, demo=demo, once=once, quiet=quiet)))
+    shown = err if as_json else console
+    code = asyncio.run(run_up(config, shown, demo=demo, once=once, quiet=quiet, as_json=as_json))
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -178,6 +178,7 @@ def scrape_targets(
     every: Annotated[
         float, typer.Option(help="rewrite it every this many seconds until Ctrl-C (0: once)")
     ] = 0.0,
+    as_json: Annotated[bool, typer.Option("--json", help="say what was written as JSON")] = False,
 ) -> None:
     """Write the members registered in etcd as a Prometheus file_sd target list (their
     metrics addresses, labelled job=<service> and instance=<instance id>), which
@@ -191,7 +192,10 @@ def scrape_targets(
                 asyncio.run(keep_writing(etcd, out, every))
         else:
             count = asyncio.run(write_targets(etcd, out))
-            console.print(f"{count} targets written to {out}")
+            if as_json:
+                print(json.dumps({"file": str(out), "targets": count}))
+            else:
+                console.print(f"{count} targets written to {out}")
     except TamtoError as exc:
         err.print(f"tamto scrape-targets: {exc}")
         raise typer.Exit(1) from None
@@ -428,19 +432,22 @@ def stream_list(
 
 @stream_app.command("delete")
 def stream_delete(
-    name: str, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
+    name: str,
+    as_json: AsJson = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
 ) -> None:
-    """Delete a stream and its data; exits 1 if there is no such stream."""
+    """Delete a stream and its data; exits 4 (NOT_FOUND) if there is no such stream."""
 
     async def run() -> bool:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.streams.delete(name)
 
-    if run_command(run()):
-        typer.echo(f"{name}: deleted")
-    else:
+    if not run_command(run()):
         err.print(f"tamto: stream {name!r} does not exist")
-        raise typer.Exit(1)
+        raise typer.Exit(exit_code("NOT_FOUND"))
+    report(as_json, f"{name}: deleted", {"name": name, "deleted": True})
 
 
 @app.command()
@@ -479,7 +486,9 @@ def pub(
     async def run() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
             if topic is not None:
-                await ephemeral_cmds.publish(client, stream, payloads, topic, key_bytes)
+                await ephemeral_cmds.publish(
+                    client, stream, payloads, topic, key_bytes, as_json=as_json
+                )
                 return
             async with client.producer(stream) as producer:
                 futures = [
@@ -532,12 +541,13 @@ def sub(
     line with headers, id, publish_time and delivery_count too).
     Without --subscription, receive from an ephemeral stream (--match, --group),
     printing `STREAM[TOPIC]<TAB>KEY<TAB>PAYLOAD` lines.
-    Administration: tamto sub list|describe|seek|skip|delete (tamto subscription --help)."""
+    Administration: tamto sub list|overview|describe|peek|seek|skip|delete
+    (tamto subscription --help)."""
     if subscription is not None and (match is not None or group):
         err.print("tamto sub: --match and --group are for ephemeral streams (no --subscription)")
         raise typer.Exit(2)
-    if subscription is None and (as_json or payload_format is not PayloadFormat.RAW):
-        err.print("tamto sub: --json and --format are for subscriptions (--subscription)")
+    if subscription is None and payload_format is not PayloadFormat.RAW:
+        err.print("tamto sub: --format is for subscriptions (--subscription)")
         raise typer.Exit(2)
     kind = _subscription_type(sub_type)
     position = _start_position(start)
@@ -545,7 +555,7 @@ def sub(
     async def run() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
             if subscription is None:
-                await ephemeral_cmds.subscribe(client, stream, match, group, count)
+                await ephemeral_cmds.subscribe(client, stream, match, group, count, as_json)
                 return
             async with client.consumer(
                 stream, subscription, type=kind, start=position, consumer_name=consumer_name

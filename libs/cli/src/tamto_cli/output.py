@@ -82,3 +82,9 @@ def message_line(message: tamto_sdk.Message, form: PayloadFormat, as_json: bool)
     key = message.key.decode(errors="replace") if message.key else ""
     where = f"{message.stream}/{message.partition}@{message.offset}"
     return f"{where}\t{key}\t{render_payload(message.payload, form)}"
+
+
+def report(as_json: bool, text: str, fields: dict[str, Any]) -> None:
+    """A command's result: `text` for people, or with ``--json`` `fields` as one JSON
+    object (every command takes ``--json``, those that only act too)."""
+    print(json.dumps(fields) if as_json else text, flush=True)

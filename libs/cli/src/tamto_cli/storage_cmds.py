@@ -21,6 +21,7 @@ import typer
 
 from tamto_cli.extras import server_extra
 from tamto_cli.options import AsJson
+from tamto_cli.output import report
 
 if TYPE_CHECKING:  # the storage package comes with the server extra; imported when run
     from tamto_storage.scrub import Finding, Repaired
@@ -84,9 +85,12 @@ def storage_repair(
         Path | None, typer.Option(help="append audit records here (default <data-dir>/audit.jsonl)")
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+    as_json: AsJson = False,
 ) -> None:
     """Return damaged partitions to service: damaged files move to _damaged/, the offsets
-    they held are recorded as lost (audited), and the partition accepts publishes again."""
+    they held are recorded as lost (audited), and the partition accepts publishes again.
+    With --json (which needs --yes): one JSON object, the findings, what was repaired
+    and what is still damaged."""
     from tamto_common.audit import ADMIN, AuditLog
 
     with server_extra("tamto storage repair"):
@@ -99,12 +103,18 @@ def storage_repair(
             err=True,
         )
         raise typer.Exit(2)
+    if as_json and not yes:
+        typer.echo("tamto storage repair: --json needs --yes (it asks nothing)", err=True)
+        raise typer.Exit(2)
     findings = verify(data_dir, stream, partition)
+    repaired: list[dict[str, object]] = []
     if not findings:
-        typer.echo(f"{data_dir}: no damage found, nothing to repair")
+        text = f"{data_dir}: no damage found, nothing to repair"
+        report(as_json, text, {"damaged": [], "repaired": [], "still_damaged": []})
         return
     for finding in findings:
-        typer.echo(f"DAMAGED {finding.describe()}")
+        if not as_json:
+            typer.echo(f"DAMAGED {finding.describe()}")
     if not yes and not typer.confirm("Repair these (the offsets they hold are lost)?"):
         raise typer.Exit(1)
     audit = AuditLog("storage", audit_file or data_dir / AUDIT_FILE, None)
@@ -125,13 +135,19 @@ def storage_repair(
                 detail=f"{f.problem}; {done.action}{lost}",
             )
         )
-        typer.echo(f"REPAIRED {f.kind} {where}: {done.action}{lost}")
+        repaired.append({**_finding_dict(f), "action": done.action, "lost": done.lost})
+        if not as_json:
+            typer.echo(f"REPAIRED {f.kind} {where}: {done.action}{lost}")
 
     try:
         repair(data_dir, findings, record)
     finally:
         asyncio.run(audit.close())
     left = verify(data_dir, stream, partition)
-    for finding in left:
+    if as_json:
+        damaged = [_finding_dict(f) for f in findings]
+        still = [_finding_dict(f) for f in left]
+        report(True, "", {"damaged": damaged, "repaired": repaired, "still_damaged": still})
+    for finding in [] if as_json else left:
         typer.echo(f"STILL DAMAGED {finding.describe()} (run repair again)")
     raise typer.Exit(1 if left else 0)

@@ -1,7 +1,8 @@
-"""`tamto sub list|describe|seek|skip|delete`, `tamto stream get` and the stats of
-`tamto stream describe`: what a subscription is doing and how to steer it, at 3 a.m.
+"""`tamto sub list|overview|describe|peek|seek|skip|delete` and `tamto stream get`:
+what a subscription is doing and how to steer it, at 3 a.m. (the tables and JSON
+they print: `tamto_cli.subscription_views`).
 
-Every command that prints data takes ``--json`` (one JSON document; `stream get`
+Every command takes ``--json`` (one JSON document; `stream get` and `sub peek`
 one JSON object a line, as `tamto sub` does). The verbs live in the group
 ``tamto subscription``; ``tamto sub VERB ...`` reaches them too (`VerbRouting`),
 so ``tamto sub STREAM -s NAME`` still consumes. A stream named like a verb is
@@ -11,32 +12,31 @@ consumed with the options first: ``tamto sub -s NAME list``.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
 from tamto_cli.extras import DeferringGroup
 from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
-from tamto_cli.output import PayloadFormat, message_line
+from tamto_cli.output import PayloadFormat, message_line, report
+from tamto_cli.subscription_views import overview_json, print_info, print_overview
 
 if TYPE_CHECKING:
     import tamto_sdk
 
-console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
 subscription_app = typer.Typer(
-    help="Look at and steer subscriptions: list, describe, seek, skip, delete."
+    help="Look at and steer subscriptions: list, overview, describe, peek, seek, skip, delete."
 )
 
 #: The verbs `tamto sub VERB` routes to `tamto subscription VERB`.
-VERBS = frozenset({"list", "describe", "seek", "skip", "delete"})
+VERBS = frozenset({"list", "describe", "seek", "skip", "delete", "peek", "overview"})
 
 
 class VerbRouting(DeferringGroup):
@@ -68,84 +68,6 @@ def parse_position(text: str, what: str) -> tamto_sdk.StartPosition:
         pass
     err.print(f"{what} must be earliest, latest, offset:N or time:ISO, not {text!r}")
     raise typer.Exit(2)
-
-
-def _jsonable(value: Any) -> Any:
-    import tamto_sdk
-
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, tamto_sdk.SubscriptionType):
-        return value.value
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    return value
-
-
-def info_json(info: tamto_sdk.SubscriptionInfo) -> dict[str, Any]:
-    """A described subscription as JSON, with its totals."""
-    fields: dict[str, Any] = _jsonable(asdict(info))
-    fields["type"] = info.type.value if info.type is not None else None
-    fields["backlog_messages"] = info.backlog_messages
-    fields["backlog_bytes"] = info.backlog_bytes
-    fields["unacked"] = info.unacked
-    return fields
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.1f}s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f}m"
-    return f"{seconds / 3600:.1f}h"
-
-
-def print_info(info: tamto_sdk.SubscriptionInfo, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(info_json(info)))
-        return
-    kind = info.type.value if info.type is not None else "no consumers"
-    table = Table(
-        title=f"subscription {info.subscription} on {info.stream} ({kind}): "
-        f"backlog {info.backlog_messages} messages, ~{info.backlog_bytes} bytes",
-        header_style="bold",
-    )
-    for column in (
-        "partition",
-        "cursor",
-        "position",
-        "end",
-        "backlog",
-        "bytes",
-        "unacked",
-        "oldest unacked",
-        "redelivered",
-        "dead letters",
-        "consumers",
-    ):
-        table.add_column(column, justify="left" if column == "consumers" else "right")
-    for p in info.partitions:
-        consumers = ", ".join(
-            f"{c.name or '?'} (credit {c.credits}, unacked {c.unacked})" for c in p.consumers
-        )
-        table.add_row(
-            str(p.partition),
-            str(p.ack_floor),
-            str(p.position),
-            str(p.end_offset),
-            str(p.backlog_messages),
-            str(p.backlog_bytes),
-            str(p.unacked),
-            _age(p.oldest_unacked_age_s),
-            str(p.redeliveries),
-            str(p.dead_lettered),
-            consumers or "-",
-        )
-    console.print(table)
 
 
 Partitions = Annotated[
@@ -196,6 +118,11 @@ def sub_describe(
     print_info(run_command(run()), as_json)
 
 
+DryRun = Annotated[
+    bool, typer.Option("--dry-run", help="show each partition's cursor and where it would move")
+]
+
+
 @subscription_app.command("seek")
 def sub_seek(
     stream: str,
@@ -208,43 +135,85 @@ def sub_seek(
         list[str] | None,
         typer.Option("--offset", help="PARTITION=OFFSET (repeatable), instead of --to"),
     ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="replay what was published in the last DURATION (10m, 90s, 2h, 1d)"),
+    ] = None,
+    shift_by: Annotated[
+        int | None,
+        typer.Option(help="move each cursor N offsets (back when negative), within the range"),
+    ] = None,
     partitions: Partitions = None,
+    dry_run: DryRun = False,
     as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Move the subscription's cursor. Consumers attached are disconnected and read on
-    from the new position when they reconnect (Pulsar's reset-cursor); what was acked
-    past it is delivered again."""
-    if (to is None) == (not offsets):
-        err.print("tamto sub seek: give --to or --offset PARTITION=OFFSET (one of them)")
+    """Move the subscription's cursor: all partitions or none (each is validated
+    first). Consumers attached are disconnected and read on from the new position
+    when they reconnect (Pulsar's reset-cursor); what was acked past it is delivered
+    again. --dry-run moves nothing and shows each cursor's old and new position."""
+    given = [to is not None, bool(offsets), since is not None, shift_by is not None]
+    if sum(given) != 1:
+        err.print("tamto sub seek: give one of --to, --offset, --since or --shift-by")
         raise typer.Exit(2)
-    target: tamto_sdk.StartPosition | dict[int, int]
-    if to is not None:
-        target = parse_position(to, "tamto sub seek: --to")
-    else:
-        if partitions:
-            err.print("tamto sub seek: --offset names its partitions; leave out --partition")
-            raise typer.Exit(2)
-        target = {}
-        for pair in offsets or []:
-            partition, sep, offset = pair.partition("=")
-            try:
-                target[int(partition)] = int(offset)
-            except ValueError:
-                sep = ""
-            if not sep:
-                err.print(f"tamto sub seek: --offset is PARTITION=OFFSET, got {pair!r}")
-                raise typer.Exit(2) from None
+    if offsets and partitions:
+        err.print("tamto sub seek: --offset names its partitions; leave out --partition")
+        raise typer.Exit(2)
+    target = _seek_target(to, offsets, since)
 
     async def run() -> tamto_sdk.SubscriptionInfo:
         async with await connect_client(url, api_key, data_dir) as client:
+            if shift_by is not None:
+                return await client.subscriptions.shift(
+                    stream, subscription, shift_by, partitions=partitions, dry_run=dry_run
+                )
+            assert target is not None
             return await client.subscriptions.seek(
-                stream, subscription, target, partitions=partitions or None
+                stream, subscription, target, partitions=partitions or None, dry_run=dry_run
             )
 
-    print_info(run_command(run()), as_json)
+    print_info(run_command(run()), as_json, dry_run=dry_run)
+
+
+def _seek_target(
+    to: str | None, offsets: list[str] | None, since: str | None
+) -> tamto_sdk.StartPosition | dict[int, int] | timedelta | None:
+    """What `tamto sub seek` was asked to move to (None: a shift); exit 2 on bad input."""
+    if to is not None:
+        return parse_position(to, "tamto sub seek: --to")
+    if since is not None:
+        try:
+            return parse_duration(since)
+        except ValueError as exc:
+            err.print(f"tamto sub seek: --since {exc}")
+            raise typer.Exit(2) from None
+    if not offsets:
+        return None
+    target: dict[int, int] = {}
+    for pair in offsets:
+        partition, sep, offset = pair.partition("=")
+        try:
+            target[int(partition)] = int(offset)
+        except ValueError:
+            sep = ""
+        if not sep:
+            err.print(f"tamto sub seek: --offset is PARTITION=OFFSET, got {pair!r}")
+            raise typer.Exit(2) from None
+    return target
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``10m``, ``90s``, ``1.5h``, ``2d``, ``500ms`` as a timedelta; ValueError otherwise."""
+    found = _DURATION.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"must be a duration such as 10m, 90s, 2h or 1d, not {text!r}")
+    return timedelta(seconds=float(found.group(1)) * _UNIT_S[found.group(2)])
 
 
 @subscription_app.command("skip")
@@ -256,13 +225,14 @@ def sub_skip(
         bool, typer.Option("--all", help="acknowledge everything: clear the backlog")
     ] = False,
     partitions: Partitions = None,
+    dry_run: DryRun = False,
     as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
     """Acknowledge the next --count messages on each partition, or --all of them.
-    Nobody is disconnected."""
+    Nobody is disconnected. --dry-run acks nothing and shows where each cursor would go."""
     if (count is None) == (not skip_all):
         err.print("tamto sub skip: give --count N or --all (one of them)")
         raise typer.Exit(2)
@@ -270,56 +240,81 @@ def sub_skip(
     async def run() -> tamto_sdk.SubscriptionInfo:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.subscriptions.skip(
-                stream, subscription, count, partitions=partitions or None
+                stream, subscription, count, partitions=partitions or None, dry_run=dry_run
             )
 
-    print_info(run_command(run()), as_json)
+    print_info(run_command(run()), as_json, dry_run=dry_run)
 
 
 @subscription_app.command("delete")
 def sub_delete(
     stream: str,
     subscription: str,
+    as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Delete the subscription (its cursors); refused while consumers are attached."""
+    """Delete the subscription (its cursors); refused while consumers are attached
+    (exit 8, FAILED_PRECONDITION, naming them)."""
 
     async def run() -> bool:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.subscriptions.delete(stream, subscription)
 
-    run_command(run())
-    typer.echo(f"{stream}/{subscription}: deleted")
+    deleted = run_command(run())
+    fields = {"stream": stream, "subscription": subscription, "deleted": deleted}
+    report(as_json, f"{stream}/{subscription}: deleted", fields)
 
 
-def stats_json(stats: tamto_sdk.StreamStats) -> list[dict[str, Any]]:
-    return [{**asdict(p), "bytes_on_disk": p.bytes_on_disk} for p in stats.partitions]
+@subscription_app.command("peek")
+def sub_peek(
+    stream: str,
+    subscription: str,
+    count: Annotated[int, typer.Option(help="messages per partition (at most 1000)")] = 1,
+    partitions: Partitions = None,
+    payload_format: Format = PayloadFormat.RAW,
+    as_json: AsJson = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+) -> None:
+    """The next --count messages the subscription would get on each partition (not
+    acked, from its cursor; in flight ones too), printed as `tamto sub` prints them.
+    Nothing is delivered or acked."""
+
+    async def run() -> list[tamto_sdk.MessageBatch]:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await client.subscriptions.peek(
+                stream, subscription, count, partitions=partitions or None
+            )
+
+    for batch in run_command(run()):
+        for message in batch:
+            print(message_line(message, payload_format, as_json), flush=True)
 
 
-def print_stats(stats: tamto_sdk.StreamStats) -> None:
-    table = Table(
-        title=f"{stats.messages} messages, {stats.bytes_on_disk} bytes on disk, "
-        f"{stats.publish_rate:.1f} msg/s over the last minute",
-        header_style="bold",
-    )
-    for column in ("partition", "first", "end", "messages", "wal bytes", "segment bytes"):
-        table.add_column(column, justify="right")
-    table.add_column("msg/s", justify="right")
-    table.add_column("owner")
-    for p in stats.partitions:
-        table.add_row(
-            str(p.partition),
-            str(p.start_offset),
-            str(p.end_offset),
-            str(p.messages),
-            str(p.wal_bytes),
-            str(p.segment_bytes),
-            f"{p.publish_rate:.1f}",
-            p.owner,
-        )
-    console.print(table)
+@subscription_app.command("overview")
+def sub_overview(
+    stream: Annotated[str | None, typer.Argument(help="one stream (default: every one)")] = None,
+    as_json: AsJson = False,
+    url: Url = None,
+    api_key: ApiKey = None,
+    data_dir: DataDir = None,
+) -> None:
+    """One row per subscription of STREAM (or of every stream): type, partitions,
+    backlog, unacked, publish rate into it, age of the oldest unacked message, dead
+    letters and consumers."""
+
+    async def run() -> list[tamto_sdk.SubscriptionSummary]:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await client.subscriptions.overview(stream)
+
+    rows = run_command(run())
+    if as_json:
+        print(json.dumps(overview_json(rows)))
+    else:
+        print_overview(rows)
 
 
 def stream_get(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 
 from rich.console import Console
@@ -21,8 +22,16 @@ COLORS = {
 
 
 async def run_up(
-    config: ClusterConfig, console: Console, demo: bool, once: bool, quiet: bool
+    config: ClusterConfig,
+    console: Console,
+    demo: bool,
+    once: bool,
+    quiet: bool,
+    as_json: bool = False,
 ) -> int:
+    """Start the local system, print how to reach it, wait for Ctrl-C. With `as_json`
+    `console` is stderr's, and stdout gets one JSON object once every service is up."""
+
     def sink(name: str, line: str) -> None:
         if not quiet:
             style = COLORS.get(name.partition("-")[0], "white")
@@ -57,6 +66,15 @@ async def run_up(
         if config.tls:
             ca = (config.tls_dir / "ca.pem").read_bytes()
             console.print(f"TLS on every port; development CA: {config.tls_dir / 'ca.pem'}")
+        if as_json:
+            ready = {
+                "gateway": config.gateway_url,
+                "gateways": list(cluster.gateway_urls()),
+                "api_key": cluster.credential,
+                "data_dir": str(config.data_dir.resolve()),
+                "ca_file": str(config.tls_dir / "ca.pem") if config.tls else None,
+            }
+            print(json.dumps(ready), flush=True)
         if demo:
             from tamto_cli.demo import run_demo  # the SDK (pyarrow): only for the demo
 

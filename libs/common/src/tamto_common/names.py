@@ -32,3 +32,10 @@ def check_cursor_name(name: str) -> str:
     for part in name.split("~", 1):
         check_name("subscription", part)
     return name
+
+
+def consumer_label(name: str, address: str) -> str:
+    """How a message names a consumer: its chosen name, else where it connected from."""
+    if name:
+        return repr(name)
+    return f"an unnamed consumer at {address}" if address else "an unnamed consumer"

@@ -2,19 +2,17 @@
 
 async with tamto_sdk.connect("tamto://127.0.0.1:7400", api_key="...") as client:
     ...
+
+The names that move messages (`Consumer`, `Producer`, the ephemeral ones) load
+their modules, and pyarrow, on first use (`__getattr__`): administration alone
+(`tamto sub describe`) starts in a fraction of the time.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from tamto_sdk import errors
 from tamto_sdk.admin import Cluster, Streams
 from tamto_sdk.client import Client, connect
-from tamto_sdk.consumer import Consumer
-from tamto_sdk.ephemeral import (
-    EphemeralBatch,
-    EphemeralMessage,
-    EphemeralProducer,
-    ReplyHandler,
-    Subscription,
-)
 from tamto_sdk.errors import (
     AlreadyExists,
     Closed,
@@ -48,7 +46,6 @@ from tamto_sdk.messages import (
 )
 from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
-from tamto_sdk.producer import Producer
 from tamto_sdk.security import (
     ApiKeyInfo,
     Grant,
@@ -67,7 +64,42 @@ from tamto_sdk.subscriptions import (
     SubscriptionInfo,
     SubscriptionPartitionInfo,
     Subscriptions,
+    SubscriptionSummary,
 )
+
+if TYPE_CHECKING:
+    from tamto_sdk.consumer import Consumer
+    from tamto_sdk.ephemeral import (
+        EphemeralBatch,
+        EphemeralMessage,
+        EphemeralProducer,
+        ReplyHandler,
+        Subscription,
+    )
+    from tamto_sdk.producer import Producer
+
+#: Names imported on first use: their modules load pyarrow.
+_LAZY = {
+    "Consumer": "tamto_sdk.consumer",
+    "Producer": "tamto_sdk.producer",
+    "EphemeralBatch": "tamto_sdk.ephemeral",
+    "EphemeralMessage": "tamto_sdk.ephemeral",
+    "EphemeralProducer": "tamto_sdk.ephemeral",
+    "ReplyHandler": "tamto_sdk.ephemeral",
+    "Subscription": "tamto_sdk.ephemeral",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tamto_sdk' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AlreadyExists",
@@ -118,6 +150,7 @@ __all__ = [
     "Subscription",
     "SubscriptionInfo",
     "SubscriptionPartitionInfo",
+    "SubscriptionSummary",
     "SubscriptionType",
     "Subscriptions",
     "TamtoError",

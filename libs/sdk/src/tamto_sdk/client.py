@@ -1,11 +1,16 @@
-"""The client: one channel to a gateway, authenticated, owning producers and consumers."""
+"""The client: one channel to a gateway, authenticated, owning producers and consumers.
+
+Producers, consumers and the ephemeral verbs move messages as Arrow batches; their
+modules (and pyarrow with them) are imported when the first one is made, so a
+client that only administers (`tamto sub describe`) starts without them.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine, Generator, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -14,24 +19,24 @@ from tamto_protocol.v1 import gateway_pb2_grpc
 from tamto_sdk._calls import Calls
 from tamto_sdk.admin import Cluster, Streams
 from tamto_sdk.auth import TokenAuth
-from tamto_sdk.consumer import Consumer
 from tamto_sdk.direct import DirectPublisher
-from tamto_sdk.ephemeral import (
-    EphemeralBatch,
-    EphemeralProducer,
-    Handler,
-    ReplyHandler,
-    Subscription,
-    reply,
-    request,
-)
 from tamto_sdk.errors import Closed, Unavailable
 from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
-from tamto_sdk.producer import Producer
 from tamto_sdk.security import Security
 from tamto_sdk.subscriptions import Subscriptions
 from tamto_sdk.url import parse_url, tls_mismatch
+
+if TYPE_CHECKING:
+    from tamto_sdk.consumer import Consumer
+    from tamto_sdk.ephemeral import (
+        EphemeralBatch,
+        EphemeralProducer,
+        Handler,
+        ReplyHandler,
+        Subscription,
+    )
+    from tamto_sdk.producer import Producer
 
 __all__ = ["Client", "Connecting", "connect"]
 
@@ -192,6 +197,8 @@ class Client:
         idempotent: bool = True,
     ) -> Producer:
         """A producer for `stream`; use it as an async context manager."""
+        from tamto_sdk.producer import Producer
+
         self._check_open()
         producer = Producer(
             self._calls,
@@ -227,6 +234,8 @@ class Client:
         whole grant, `Consumer`). `consumer_name` shows in server logs and orders
         failover consumers.
         """
+        from tamto_sdk.consumer import Consumer
+
         self._check_open()
         consumer = Consumer(
             self._calls,
@@ -245,6 +254,8 @@ class Client:
     ) -> EphemeralProducer:
         """A producer for ephemeral stream `stream`: `await producer.publish(payload,
         topic="a.b")`; use it as an async context manager (docs/ephemeral.md)."""
+        from tamto_sdk.ephemeral import EphemeralProducer
+
         self._check_open()
         producer = EphemeralProducer(
             self._calls, stream, max_batch_messages=max_batch_messages, max_pending=max_pending
@@ -267,6 +278,8 @@ class Client:
         share the messages (each to one of them); without, this consumer gets every
         match. Use it as an async context manager and async iterator.
         """
+        from tamto_sdk.ephemeral import Subscription
+
         self._check_open()
         subscription = Subscription(
             self._calls, stream, match=match, group=group, consumer_name=consumer_name
@@ -292,6 +305,8 @@ class Client:
         reply; without one it raises `Timeout`. The client sets no deadline itself.
         A taken `response_stream` raises `AlreadyExists`.
         """
+        from tamto_sdk.ephemeral import request
+
         self._check_open()
         return await request(
             self._calls,
@@ -314,6 +329,8 @@ class Client:
     ) -> None:
         """Answer a request; `NotFound` if its response stream is gone (answered,
         timed out, or never made)."""
+        from tamto_sdk.ephemeral import reply
+
         self._check_open()
         await reply(self._calls, response_stream, payload, key=key, headers=headers)
 
@@ -329,6 +346,8 @@ class Client:
         """Answer the requests `stream` receives (see `subscribe` for `match` and
         `group`) with `handler(message) -> bytes`, up to `concurrency` at once; use
         it as an async context manager."""
+        from tamto_sdk.ephemeral import ReplyHandler
+
         subscription = self.subscribe(stream, match=match, group=group)
         handler_ = ReplyHandler(self._calls, subscription, handler, concurrency)
         self._ephemeral.append(handler_)

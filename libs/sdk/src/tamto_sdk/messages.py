@@ -9,13 +9,13 @@ import functools
 from collections.abc import Iterator, Mapping
 from dataclasses import Field, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import pyarrow as pa
-
-from tamto_protocol.batch import BATCH_SCHEMA, decode_valid_batch
 from tamto_protocol.v1 import messages_pb2
 from tamto_sdk.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "Durability",
@@ -592,12 +592,19 @@ class _Rows:
         return value
 
 
-#: What an empty receive holds. Built from typed null arrays: `pa.array(list)` and
-#: `from_pylist` import pandas on first use (over a second), which would stall the
-#: first receive that times out.
-_EMPTY_BATCH = pa.RecordBatch.from_arrays(
-    [pa.nulls(0, f.type) for f in BATCH_SCHEMA], schema=BATCH_SCHEMA
-)
+@functools.cache
+def _empty_batch() -> pa.RecordBatch:
+    """What an empty receive holds. Built from typed null arrays: `pa.array(list)` and
+    `from_pylist` import pandas on first use (over a second), which would stall the
+    first receive that times out. (pyarrow is imported where messages are handled,
+    so the administration calls, which move none, start without it.)"""
+    import pyarrow as pa
+
+    from tamto_protocol.batch import BATCH_SCHEMA
+
+    return pa.RecordBatch.from_arrays(
+        [pa.nulls(0, f.type) for f in BATCH_SCHEMA], schema=BATCH_SCHEMA
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -652,11 +659,15 @@ class MessageBatch:
     @property
     def offsets(self) -> pa.Array:
         """The offsets of the messages as an int64 array."""
+        import pyarrow as pa
+
         return pa.array(self.offset_list(), pa.int64())
 
     @property
     def table(self) -> pa.Table:
         """The batch as a table with `offset` and `publish_time` columns prepended."""
+        import pyarrow as pa
+
         n = len(self)
         publish = pa.array([self.publish_time] * n, pa.timestamp("us", tz="UTC"))
         columns = [self.offsets, publish, *self.record_batch.columns]
@@ -700,11 +711,13 @@ class MessageBatch:
             partition=-1,
             first_offset=0,
             publish_time=_EPOCH,
-            record_batch=_EMPTY_BATCH,
+            record_batch=_empty_batch(),
         )
 
     @classmethod
     def _from_delivery(cls, delivery: Any) -> MessageBatch:
+        from tamto_protocol.batch import decode_valid_batch
+
         stored = delivery.batch
         # In full: a batch whose offsets lie would read memory outside it (issue 17).
         record_batch = decode_valid_batch(stored.arrow_ipc)

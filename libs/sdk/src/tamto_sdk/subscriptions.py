@@ -12,18 +12,20 @@ cleared) and disconnects nobody. The subscription stays durable throughout.
 
 from __future__ import annotations
 
+import asyncio
+import builtins
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tamto_protocol.batch import decode_valid_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
-from tamto_sdk.errors import InvalidArgument
-from tamto_sdk.messages import MessageBatch, us_to_datetime
-from tamto_sdk.positions import StartPosition, SubscriptionType
+from tamto_sdk.errors import InvalidArgument, NotFound
+from tamto_sdk.messages import MessageBatch, StreamInfo, StreamKind, us_to_datetime
+from tamto_sdk.overview import SubscriptionSummary
+from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 
 __all__ = [
     "ConsumerInfo",
@@ -31,6 +33,7 @@ __all__ = [
     "StreamStats",
     "SubscriptionInfo",
     "SubscriptionPartitionInfo",
+    "SubscriptionSummary",
     "Subscriptions",
 ]
 
@@ -83,6 +86,7 @@ class SubscriptionPartitionInfo:
             loaded the subscription.
         type: the subscription type, None while no consumer is attached.
         consumers: the consumers attached.
+        seek_to: a seek's dry run: the ack floor the seek would set (None otherwise).
     """
 
     partition: int
@@ -99,6 +103,7 @@ class SubscriptionPartitionInfo:
     dead_lettered: int
     type: SubscriptionType | None
     consumers: tuple[ConsumerInfo, ...]
+    seek_to: int | None = None
 
     @classmethod
     def _from_proto(cls, p: Any, now_us: int) -> SubscriptionPartitionInfo:
@@ -120,6 +125,7 @@ class SubscriptionPartitionInfo:
             consumers=tuple(
                 ConsumerInfo(c.name, c.address, int(c.credits), int(c.unacked)) for c in p.consumers
             ),
+            seek_to=int(p.seek_to) if p.HasField("seek_to") else None,
         )
 
 
@@ -142,6 +148,15 @@ class SubscriptionInfo:
     @property
     def unacked(self) -> int:
         return sum(p.unacked for p in self.partitions)
+
+    @property
+    def dead_lettered(self) -> int:
+        return sum(p.dead_lettered for p in self.partitions)
+
+    @property
+    def consumers(self) -> tuple[str, ...]:
+        """The attached consumers' names, each once ("" for one without a name)."""
+        return tuple(dict.fromkeys(c.name for p in self.partitions for c in p.consumers))
 
     @property
     def type(self) -> SubscriptionType | None:
@@ -258,26 +273,35 @@ class Subscriptions:
         self,
         stream: str,
         subscription: str,
-        to: StartPosition | Mapping[int, int],
+        to: StartPosition | Mapping[int, int] | timedelta,
         *,
         partitions: Sequence[int] | None = None,
+        dry_run: bool = False,
     ) -> SubscriptionInfo:
         """Move the cursor to `to`: `Start.earliest()`, `Start.latest()` (skip all),
         `Start.offset(n)` (on every partition), `Start.time(moment)` (the first
-        message published at or after it), or a mapping partition -> offset.
+        message published at or after it), a `timedelta` (that long ago: the first
+        message published since), or a mapping partition -> offset.
         `partitions` limits a position to those partitions (default: every one the
         subscription has a cursor on).
+
+        All or none: every partition is validated first, and an offset outside one's
+        stored range (`OutOfRange`) moves no cursor. With `dry_run` nothing moves:
+        each partition's `seek_to` is where its ack floor would go.
 
         Consumers attached are disconnected; they reconnect on their own and read
         on from the new position (Pulsar's reset-cursor). Messages acked past it
         are delivered again.
         """
+        if isinstance(to, timedelta):
+            to = Start.time(datetime.now(UTC) - to)
         if isinstance(to, StartPosition):
             request = gateway_pb2.SeekSubscriptionRequest(
                 stream=stream,
                 subscription=subscription,
                 target=_target(to),
                 partitions=list(partitions or ()),
+                dry_run=dry_run,
             )
         else:
             if partitions is not None:
@@ -285,8 +309,32 @@ class Subscriptions:
             if not to:
                 raise InvalidArgument("seek needs at least one partition -> offset")
             request = gateway_pb2.SeekSubscriptionRequest(
-                stream=stream, subscription=subscription, offsets=dict(to)
+                stream=stream, subscription=subscription, offsets=dict(to), dry_run=dry_run
             )
+        return await self._seek(request)
+
+    async def shift(
+        self,
+        stream: str,
+        subscription: str,
+        by: int,
+        *,
+        partitions: Sequence[int] | None = None,
+        dry_run: bool = False,
+    ) -> SubscriptionInfo:
+        """Move each partition's cursor (its ack floor) `by` offsets, back when
+        negative, clamped to the stored range (Kafka's ``--shift-by``); otherwise
+        as `seek`."""
+        request = gateway_pb2.SeekSubscriptionRequest(
+            stream=stream,
+            subscription=subscription,
+            target=messages_pb2.SeekTarget(shift=by),
+            partitions=list(partitions or ()),
+            dry_run=dry_run,
+        )
+        return await self._seek(request)
+
+    async def _seek(self, request: gateway_pb2.SeekSubscriptionRequest) -> SubscriptionInfo:
         response = await self._calls.unary(self._calls.stub.SeekSubscription, request, retry=False)
         return SubscriptionInfo._from_proto(response)
 
@@ -297,9 +345,11 @@ class Subscriptions:
         count: int | None = None,
         *,
         partitions: Sequence[int] | None = None,
+        dry_run: bool = False,
     ) -> SubscriptionInfo:
         """Acknowledge the next `count` unacked messages on each partition (None:
-        all of them, clearing the backlog). Nobody is disconnected."""
+        all of them, clearing the backlog). Nobody is disconnected. With `dry_run`
+        nothing is acked: `seek_to` is where each ack floor would go."""
         if count is not None and count <= 0:
             raise InvalidArgument(f"skip needs a positive count, got {count}")
         # More than any backlog: everything (an ack, not a seek to the end).
@@ -309,9 +359,60 @@ class Subscriptions:
             subscription=subscription,
             target=target,
             partitions=list(partitions or ()),
+            dry_run=dry_run,
         )
-        response = await self._calls.unary(self._calls.stub.SeekSubscription, request, retry=False)
-        return SubscriptionInfo._from_proto(response)
+        return await self._seek(request)
+
+    async def peek(
+        self,
+        stream: str,
+        subscription: str,
+        count: int = 1,
+        *,
+        partitions: Sequence[int] | None = None,
+    ) -> builtins.list[MessageBatch]:
+        """The next `count` messages (at most 1000) the subscription would get on each
+        partition (default: every one it has a cursor on): those not acked, from its
+        ack floor, in flight ones included. Nothing is delivered or acked
+        (``pulsar-admin topics peek-messages -s``)."""
+        if partitions is None:
+            info = await self.describe(stream, subscription)
+            partitions = [p.partition for p in info.partitions]
+        batches: builtins.list[MessageBatch] = []
+        for partition in partitions:
+            batches.extend(
+                await get_messages(
+                    self._calls, stream, partition, 0, count, subscription=subscription
+                )
+            )
+        return batches
+
+    async def overview(self, stream: str | None = None) -> builtins.list[SubscriptionSummary]:
+        """One row per subscription of `stream` (None: of every persistent stream the
+        caller may see): backlog, unacked, the publish rate into it, consumers, the
+        age of the oldest message not acked and dead letters (`SubscriptionSummary`)."""
+        if stream is not None:
+            names = [stream]
+        else:
+            listed = await self._calls.unary(
+                self._calls.stub.ListStreams, gateway_pb2.ListStreamsRequest()
+            )
+            infos = [StreamInfo._from_proto(s) for s in listed.streams]
+            names = [i.name for i in infos if i.kind is StreamKind.PERSISTENT]
+        rows = await asyncio.gather(*(self._overview_of(name) for name in names))
+        return [row for stream_rows in rows for row in stream_rows]
+
+    async def _overview_of(self, stream: str) -> builtins.list[SubscriptionSummary]:
+        stats = await stream_stats(self._calls, stream)
+
+        async def one(name: str) -> SubscriptionSummary | None:
+            try:
+                return summarize(await self.describe(stream, name), stats)
+            except NotFound:  # deleted since it was listed
+                return None
+
+        found = await asyncio.gather(*(one(name) for name in await self.list(stream)))
+        return [row for row in found if row is not None]
 
     async def delete(self, stream: str, subscription: str) -> bool:
         """Remove the subscription's cursors; `FailedPrecondition` while consumers
@@ -347,14 +448,20 @@ async def stream_stats(calls: Calls, stream: str) -> StreamStats:
 
 
 async def get_messages(
-    calls: Calls, stream: str, partition: int, offset: int, count: int
+    calls: Calls, stream: str, partition: int, offset: int, count: int, subscription: str = ""
 ) -> list[MessageBatch]:
-    """The stored messages [offset, offset + count) of one partition, read without a
-    subscription (nothing is acked or delivered)."""
+    """The stored messages [offset, offset + count) of one partition, or with
+    `subscription` the next `count` it has not acked; nothing is acked or delivered."""
+    from tamto_protocol.batch import decode_valid_batch  # pyarrow: only when messages come
+
     response = await calls.unary(
         calls.stub.GetMessages,
         gateway_pb2.GetMessagesRequest(
-            stream=stream, partition=partition, offset=offset, count=count
+            stream=stream,
+            partition=partition,
+            offset=offset,
+            count=count,
+            subscription=subscription,
         ),
     )
     return [
@@ -368,3 +475,20 @@ async def get_messages(
         )
         for b in response.batches
     ]
+
+
+def summarize(info: SubscriptionInfo, stats: StreamStats) -> SubscriptionSummary:
+    """`info` in one row; the publish rate is that of the partitions it has a cursor on."""
+    mine = {p.partition for p in info.partitions}
+    return SubscriptionSummary(
+        stream=info.stream,
+        subscription=info.subscription,
+        partitions=len(info.partitions),
+        backlog_messages=info.backlog_messages,
+        unacked=info.unacked,
+        publish_rate=sum(p.publish_rate for p in stats.partitions if p.partition in mine),
+        consumers=info.consumers,
+        oldest_unacked_age_s=info.oldest_unacked_age_s,
+        dead_lettered=info.dead_lettered,
+        type=info.type,
+    )

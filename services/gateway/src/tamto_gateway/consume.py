@@ -151,7 +151,7 @@ class FanOut:
                 self._deliver(response)
             self._session_ended(address, None)
         except grpc.aio.AioRpcError as exc:
-            self._session_ended(address, downstream_error(exc, f"router {address}"))
+            self._session_ended(address, downstream_error(exc, "the stream's router"))
 
     def _deliver(self, response: bytes) -> None:
         """A router's encoded response for the client."""
@@ -160,7 +160,7 @@ class FanOut:
 
     def _session_ended(self, address: str, error: TamtoError | None) -> None:
         """A router session ended: cleanly or not, the client's stream ends with it."""
-        self._out.put_nowait(error or Unavailable(f"router {address} ended the consume stream"))
+        self._out.put_nowait(error or Unavailable("a router ended the consume stream"))
         self._open_sessions -= 1
         if self._open_sessions == 0:
             self._all_ended.set()
@@ -176,7 +176,7 @@ class FanOut:
             async with asyncio.timeout(_ROUTER_END_S):
                 async for _ in call:
                     pass
-        return error_for(code, f"router {address}: {message}")
+        return error_for(code, message)
 
     async def _write(self, address: str, request: messages_pb2.ConsumeRequest) -> None:
         """Write to a router's stream unless it is ending; a failed write means it is

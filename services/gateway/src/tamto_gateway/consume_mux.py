@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 import grpc
+import structlog
 from prometheus_client import Gauge
 
 from tamto_common.channels import peer_channel
@@ -65,6 +66,8 @@ _OPEN_FAILED_S = 1.0
 
 #: Most requests written in one message.
 _BATCH = 1024
+
+log = structlog.get_logger(__name__)
 
 
 class MuxSession:
@@ -196,16 +199,16 @@ class Mux:
                     code = await call.code()
                     if code is grpc.StatusCode.UNIMPLEMENTED:
                         return None
-                    raise error_for(code, f"router {address}: consume mux: {await call.details()}")
+                    raise error_for(code, f"a router's consume mux: {await call.details()}")
         except TimeoutError:
             call.cancel()
-            raise Unavailable(
-                f"router {address}: consume mux not answered in {timeout_s:g} s"
-            ) from None
+            log.warning("consume mux not answered", router=address, timeout_s=timeout_s)
+            raise Unavailable(f"a router's consume mux not answered in {timeout_s:g} s") from None
         except grpc.aio.AioRpcError as exc:
             if exc.code() is grpc.StatusCode.UNIMPLEMENTED:
                 return None
-            raise Unavailable(f"router {address}: consume mux: {exc.details()}") from exc
+            log.warning("consume mux failed to open", router=address, error=exc.details())
+            raise Unavailable(f"a router's consume mux: {exc.details()}") from exc
         return cls(channel, call, address)
 
     @property
@@ -272,14 +275,15 @@ class Mux:
             del self._sessions[response.session]
             self._gauge.set(len(self._sessions))
             code, message = response.end
-            where = f"router {self.address}: {message}"
-            session.end(None if code == 0 else error_for(code, where))
+            # The router's own words, as they are: its address is the gateway's business.
+            session.end(None if code == 0 else error_for(code, message))
 
     def _fail(self, why: str) -> None:
-        """The stream is gone: every session ends UNAVAILABLE naming the router."""
+        """The stream is gone: every session ends UNAVAILABLE (the log names the router)."""
         if self.failure is not None:
             return
-        self.failure = Unavailable(f"router {self.address}: consume stream failed ({why})")
+        log.warning("consume mux failed", router=self.address, why=why)
+        self.failure = Unavailable(f"the consume stream to a router failed ({why})")
         sessions = list(self._sessions.values())
         self._sessions.clear()
         self._gauge.set(0)

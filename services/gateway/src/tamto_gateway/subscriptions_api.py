@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound
-from tamto_common.names import check_cursor_name, check_name
+from tamto_common.names import check_cursor_name, check_name, consumer_label
 from tamto_common.policy import Permission
 from tamto_common.streams import StreamDef
 from tamto_protocol.batch import slice_batch
@@ -133,15 +133,35 @@ class SubscriptionsApi:
             raise InvalidArgument(
                 f"stream {stream.name!r} has partitions 0-{stream.partitions - 1}, not {outside[0]}"
             )
+        # All or none: every partition validates and resolves its move first (a dry
+        # run); only then does any cursor move, each to the offset it resolved to.
+        planned = await self._seek_each(stream.name, name, targets, dry_run=True)
+        if not request.dry_run:
+            resolved = {
+                a.partition: targets[a.partition]
+                if targets[a.partition].WhichOneof("target") == "skip"
+                else messages_pb2.SeekTarget(offset=a.seek_to)
+                for a in planned
+            }
+            planned = await self._seek_each(stream.name, name, resolved, dry_run=False)
+        return gateway_pb2.SubscriptionInfo(
+            stream=stream.name, subscription=name, partitions=planned
+        )
+
+    async def _seek_each(
+        self,
+        stream: str,
+        name: str,
+        targets: dict[int, messages_pb2.SeekTarget],
+        dry_run: bool,
+    ) -> list[messages_pb2.SubscriptionPartition]:
         answers = await asyncio.gather(
             *(
-                self._upstream.seek_subscription(stream.name, p, name, target)
+                self._upstream.seek_subscription(stream, p, name, target, dry_run=dry_run)
                 for p, target in sorted(targets.items())
             )
         )
-        return gateway_pb2.SubscriptionInfo(
-            stream=stream.name, subscription=name, partitions=answers
-        )
+        return list(answers)
 
     async def DeleteSubscription(
         self, request: gateway_pb2.DeleteSubscriptionRequest, context: grpc.aio.ServicerContext
@@ -155,10 +175,11 @@ class SubscriptionsApi:
         found = await self._describe_all(stream, name)
         attached = [a for a in found if a.consumers]
         if attached:
+            who = sorted({consumer_label(c.name, c.address) for a in attached for c in a.consumers})
             raise FailedPrecondition(
                 f"subscription {name!r} on stream {stream.name!r} has consumers attached "
-                f"(partition {attached[0].partition}: {attached[0].consumers[0].name or '?'}): "
-                "close them first"
+                f"({', '.join(who)}; partitions {', '.join(str(a.partition) for a in attached)}"
+                "): close them first"
             )
         deleted = await asyncio.gather(
             *(self._upstream.delete_subscription(stream.name, a.partition, name) for a in found)
@@ -193,6 +214,13 @@ class SubscriptionsApi:
         count = request.count or 1
         if count > MAX_GET_MESSAGES:
             raise InvalidArgument(f"count must be at most {MAX_GET_MESSAGES}, got {count}")
+        if request.subscription:  # peek: the router cuts the batches to exactly them
+            name = check_cursor_name(request.subscription)
+            return gateway_pb2.GetMessagesResponse(
+                batches=await self._upstream.read(
+                    stream.name, request.partition, 0, count, subscription=name
+                )
+            )
         if request.offset < 0:
             raise InvalidArgument(f"offset must be >= 0, got {request.offset}")
         lo, end = request.offset, request.offset + count

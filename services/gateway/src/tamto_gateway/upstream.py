@@ -7,16 +7,43 @@ import asyncio
 from typing import Any, TypeAlias
 
 import grpc
+import structlog
 
 from tamto_common.channels import ChannelPool
-from tamto_common.grpc_errors import downstream_error
+from tamto_common.errors import TamtoError
+from tamto_common.grpc_errors import downstream_error, error_for
 from tamto_gateway.consume_mux import Muxes, MuxSession
 from tamto_gateway.routing import Routes
 from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2, router_pb2_grpc
 from tamto_protocol.wire import ROUTER_APPEND, ROUTER_APPEND_STREAM, router_append_request
 
+log = structlog.get_logger(__name__)
+
 ROUTER_CONSUME = "/tamto.v1.Router/Consume"
+
+#: A router's own answers about a request: passed on as they are. Other failures
+#: (the router unreachable, failing) name the partition, never the router's
+#: internal address, which is for the gateway's log.
+_ROUTER_ANSWERS = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.OUT_OF_RANGE,
+        grpc.StatusCode.FAILED_PRECONDITION,
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.PERMISSION_DENIED,
+    }
+)
+
+
+def router_error(exc: grpc.aio.AioRpcError, stream: str, partition: int) -> TamtoError:
+    """A failed call to the router owning `stream`/`partition`, for the client."""
+    code = exc.code()
+    if code in _ROUTER_ANSWERS:
+        return error_for(code, exc.details() or code.name)
+    return downstream_error(exc, f"the router of {stream}/{partition}")
+
 
 #: A consume session with one router: on the router's mux, or a call of its own.
 RouterConsume: TypeAlias = MuxSession | grpc.aio.StreamStreamCall
@@ -59,7 +86,8 @@ class Upstream:
         try:
             response = await known[1](request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
-            raise downstream_error(exc, f"router {address}") from exc
+            log.info("router append failed", router=address, code=exc.code().name)
+            raise router_error(exc, stream, partition) from exc
         return int(response.base_offset), list(response.offsets)
 
     async def close(self) -> None:
@@ -115,7 +143,8 @@ class Upstream:
         try:
             return await getattr(stub, method)(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
-            raise downstream_error(exc, f"router {address}") from exc
+            log.info("router call failed", router=address, method=method, code=exc.code().name)
+            raise router_error(exc, stream, partition) from exc
 
     async def list_subscriptions(self, stream: str, partition: int) -> list[str]:
         request = router_pb2.RouterPartitionRequest(stream=stream, partition=partition)
@@ -134,10 +163,19 @@ class Upstream:
         return r
 
     async def seek_subscription(
-        self, stream: str, partition: int, subscription: str, target: messages_pb2.SeekTarget
+        self,
+        stream: str,
+        partition: int,
+        subscription: str,
+        target: messages_pb2.SeekTarget,
+        dry_run: bool = False,
     ) -> messages_pb2.SubscriptionPartition:
         request = router_pb2.RouterSeekRequest(
-            stream=stream, partition=partition, subscription=subscription, target=target
+            stream=stream,
+            partition=partition,
+            subscription=subscription,
+            target=target,
+            dry_run=dry_run,
         )
         r: messages_pb2.SubscriptionPartition = await self._router_call(
             stream, partition, "SeekSubscription", request
@@ -159,11 +197,16 @@ class Upstream:
         return r
 
     async def read(
-        self, stream: str, partition: int, offset: int, count: int
+        self, stream: str, partition: int, offset: int, count: int, subscription: str = ""
     ) -> list[messages_pb2.StoredBatch]:
-        """Stored batches holding [offset, offset + count) (whole: they may start before)."""
+        """Stored batches holding [offset, offset + count) (whole: they may start before),
+        or with `subscription` the next `count` it has not acked (cut to exactly them)."""
         request = router_pb2.RouterReadRequest(
-            stream=stream, partition=partition, from_offset=offset, max_messages=count
+            stream=stream,
+            partition=partition,
+            from_offset=offset,
+            max_messages=count,
+            subscription=subscription,
         )
         r = await self._router_call(stream, partition, "Read", request)
         return list(r.batches)

@@ -24,6 +24,7 @@ import time
 from dataclasses import replace
 
 from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound, OutOfRange
+from tamto_common.names import consumer_label
 from tamto_router.acks import AckSet
 from tamto_router.consume import SubscriptionRegistry
 from tamto_router.cursors import commit_cursor, delete_cursor, get_cursor, list_cursors
@@ -36,6 +37,7 @@ from tamto_router.model import (
 )
 from tamto_router.partition_log import PartitionLog
 from tamto_router.partitions import Partitions
+from tamto_router.runs import deliverable
 from tamto_router.subscription import Subscription
 
 #: The window a partition's publish rate is measured over.
@@ -60,6 +62,19 @@ def skip_ranges(acks: AckSet, start: int, end: int, count: int) -> list[tuple[in
 def backlog(acks: AckSet, start: int, end: int) -> int:
     """Offsets in [start, end) not acked."""
     return sum(length for _, length in acks.unacked_runs(start, end))
+
+
+def in_flight(live: Subscription, consumer: int | None = None) -> int:
+    """Messages delivered (to `consumer`, or to anyone) and not acked yet.
+
+    A run delivered in one piece stays in flight until its last message is acked;
+    the messages of it acked already are not counted.
+    """
+    return sum(
+        backlog(live.acks, r.first, r.last + 1)
+        for r in live.in_flight
+        if consumer is None or r.consumer == consumer
+    )
 
 
 class SubscriptionAdmin:
@@ -116,14 +131,14 @@ class SubscriptionAdmin:
             ConsumerState(
                 slot.name,
                 slot.credit.available,
-                sum(r.last - r.first + 1 for r in live.in_flight if r.consumer == slot.id),
+                in_flight(live, slot.id),
                 self._registry.addresses.get(slot.id, ""),
             )
             for slot in live.consumers
         )
         return replace(
             state,
-            unacked=sum(r.last - r.first + 1 for r in live.in_flight),
+            unacked=in_flight(live),
             dead_lettered=live.dead_lettered,
             type=live.type.value if live.type is not None and consumers else None,
             consumers=consumers,
@@ -150,8 +165,14 @@ class SubscriptionAdmin:
                 return batch.publish_time_us
         return 0
 
-    async def seek(self, stream: str, partition: int, name: str, seek: Seek) -> SubscriptionState:
-        """Move the cursor (see the module docstring); NotFound when there is none."""
+    async def seek(
+        self, stream: str, partition: int, name: str, seek: Seek, dry_run: bool = False
+    ) -> SubscriptionState:
+        """Move the cursor (see the module docstring); NotFound when there is none.
+
+        A dry run validates and resolves the move and moves nothing: the state
+        returned is today's, with `seek_to` the ack floor the seek would set.
+        """
         log = await self._partitions.get(stream, partition)
         async with self._registry.lock(stream, partition, name):
             live = self._live(log, name)
@@ -161,41 +182,58 @@ class SubscriptionAdmin:
             if stored is None:
                 raise NotFound(f"subscription {name!r} has no cursor on {stream}/{partition}")
             if seek.kind == "skip":
-                await self._skip(log, live, stored, name, seek.value)
+                target = await self._skip(log, live, stored, name, seek.value, dry_run)
             else:
-                target = await self._target(log, seek)
-                if live is not None:
-                    await live.close()
-                    if log.subscriptions.get(name) is live:
-                        del log.subscriptions[name]
-                await commit_cursor(log, name, AckSet(target), replace=True)
-        return await self.describe(stream, partition, name)
+                target = await self._target(log, seek, stored.floor)
+                if not dry_run:
+                    if live is not None:
+                        await live.close()
+                        if log.subscriptions.get(name) is live:
+                            del log.subscriptions[name]
+                    await commit_cursor(log, name, AckSet(target), replace=True)
+        state = await self.describe(stream, partition, name)
+        return replace(state, seek_to=target) if dry_run else state
 
     async def _skip(
-        self, log: PartitionLog, live: Subscription | None, acks: AckSet, name: str, count: int
-    ) -> None:
+        self,
+        log: PartitionLog,
+        live: Subscription | None,
+        acks: AckSet,
+        name: str,
+        count: int,
+        dry_run: bool,
+    ) -> int:
+        """Acknowledge the next `count` unacked messages (none on a dry run); the ack
+        floor they leave."""
         if count <= 0:
             raise InvalidArgument(f"skip needs a positive number of messages, got {count}")
         start = max(acks.floor, await log.follow_start())
         ranges = skip_ranges(acks, start, log.durable_offset, count)
-        if not ranges:
-            return
+        if dry_run or not ranges:
+            after = AckSet(acks.floor, list(acks.ranges))
+            for first, last in ranges:
+                after.ack_range(first, last)
+            return after.floor
         if live is not None:
             await live.ack(ranges)
             await live.flush_acks()
-            return
+            return acks.floor
         for first, last in ranges:
             acks.ack_range(first, last)
         await commit_cursor(log, name, acks)
+        return acks.floor
 
     @staticmethod
-    async def _target(log: PartitionLog, seek: Seek) -> int:
-        """The offset the cursor moves to; OutOfRange outside the stored range."""
+    async def _target(log: PartitionLog, seek: Seek, floor: int) -> int:
+        """The offset the cursor moves to; OutOfRange outside the stored range (a
+        shift from the ack `floor` is clamped to it, as Kafka's shift-by is)."""
         if seek.kind == "latest":
             return log.durable_offset
         start = await log.follow_start()
         if seek.kind == "earliest":
             return start
+        if seek.kind == "shift":
+            return min(max(floor + seek.value, start), log.durable_offset)
         if seek.kind == "time":
             return await log.storage.offset_for_time(log.stream, log.partition, seek.value)
         end = log.durable_offset
@@ -214,13 +252,20 @@ class SubscriptionAdmin:
             if live is not None:
                 if live.consumers:
                     raise FailedPrecondition(
-                        f"subscription {name!r} on {stream}/{partition} has "
-                        f"{len(live.consumers)} consumer(s) attached: close them first"
+                        f"subscription {name!r} on {stream}/{partition} has consumers "
+                        f"attached ({', '.join(self._who(live))}): close them first"
                     )
                 await live.close()
                 if log.subscriptions.get(name) is live:
                     del log.subscriptions[name]
             return await delete_cursor(log, name)
+
+    def _who(self, live: Subscription) -> list[str]:
+        """The attached consumers by name (else the client's address)."""
+        return [
+            consumer_label(slot.name, self._registry.addresses.get(slot.id, ""))
+            for slot in live.consumers
+        ]
 
     async def stats(self, stream: str, partition: int) -> PartitionState:
         log = await self._partitions.get(stream, partition)
@@ -262,4 +307,26 @@ class SubscriptionAdmin:
                 break
             found.extend(got)
             at = got[-1].end
+        return found
+
+    async def peek(self, stream: str, partition: int, name: str, count: int) -> list[Batch]:
+        """The next `count` messages the subscription has not acked, from its ack floor,
+        cut to exactly them: what it would get next. Nothing is delivered or acked."""
+        if not 1 <= count <= MAX_PEEK:
+            raise InvalidArgument(f"count must be 1-{MAX_PEEK}, got {count}")
+        log = await self._partitions.get(stream, partition)
+        live = self._live(log, name)
+        acks = live.acks if live is not None else await get_cursor(log, name)
+        if acks is None:
+            raise NotFound(f"subscription {name!r} has no cursor on {stream}/{partition}")
+        start = max(acks.floor, await log.follow_start())
+        found: list[Batch] = []
+        for first, length in acks.unacked_runs(start, log.durable_offset):
+            take = min(length, count - sum(b.count for b in found))
+            if take <= 0:
+                break
+            for batch in await self.read(stream, partition, first, take):
+                lo, hi = max(first, batch.base_offset), min(first + take, batch.end)
+                if lo < hi:
+                    found.append(deliverable(batch, lo, hi - lo))
         return found

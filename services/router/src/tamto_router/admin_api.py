@@ -38,11 +38,14 @@ def seek_from_proto(target: messages_pb2.SeekTarget) -> Seek:
         return Seek("time", target.time_us)
     if which == "skip":
         return Seek("skip", target.skip)
-    raise InvalidArgument("a seek must set one of earliest, latest, offset, time_us or skip")
+    if which == "shift":
+        return Seek("shift", target.shift)
+    raise InvalidArgument("a seek must set one of earliest, latest, offset, time_us, skip or shift")
 
 
 def subscription_to_proto(state: SubscriptionState) -> messages_pb2.SubscriptionPartition:
     return messages_pb2.SubscriptionPartition(
+        seek_to=state.seek_to,
         partition=state.partition,
         exists=state.exists,
         start_offset=state.start_offset,
@@ -105,7 +108,9 @@ class AdminApi:
         check_name("stream", request.stream)
         name = check_cursor_name(request.subscription)
         seek = seek_from_proto(request.target)
-        state = await self._admin.seek(request.stream, request.partition, name, seek)
+        state = await self._admin.seek(
+            request.stream, request.partition, name, seek, dry_run=request.dry_run
+        )
         return subscription_to_proto(state)
 
     async def DeleteSubscription(
@@ -126,9 +131,15 @@ class AdminApi:
         self, request: router_pb2.RouterReadRequest, context: grpc.aio.ServicerContext
     ) -> router_pb2.RouterReadResponse:
         check_name("stream", request.stream)
-        batches = await self._admin.read(
-            request.stream, request.partition, request.from_offset, request.max_messages
-        )
+        if request.subscription:
+            name = check_cursor_name(request.subscription)
+            batches = await self._admin.peek(
+                request.stream, request.partition, name, request.max_messages
+            )
+        else:
+            batches = await self._admin.read(
+                request.stream, request.partition, request.from_offset, request.max_messages
+            )
         return router_pb2.RouterReadResponse(
             batches=[
                 messages_pb2.StoredBatch(

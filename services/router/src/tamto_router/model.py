@@ -71,7 +71,8 @@ class DiskUsage:
 @dataclass(frozen=True, slots=True)
 class Seek:
     """Where to move a subscription's cursor: `kind` is earliest, latest, offset
-    (`value` the offset), time (`value` µs since the epoch) or skip (`value` messages)."""
+    (`value` the offset), time (`value` µs since the epoch), skip (`value` messages)
+    or shift (`value` offsets from the ack floor, back when negative)."""
 
     kind: str
     value: int = 0
@@ -106,6 +107,8 @@ class SubscriptionState:
     #: The subscription type's value ("shared", ...), None with no consumer attached.
     type: str | None = None
     consumers: tuple[ConsumerState, ...] = ()
+    #: A seek's dry run: the ack floor the seek would set.
+    seek_to: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

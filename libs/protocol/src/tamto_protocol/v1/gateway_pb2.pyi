@@ -307,7 +307,7 @@ class SubscriptionInfo(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[_messages_pb2.SubscriptionPartition, _Mapping]]] = ...) -> None: ...
 
 class SeekSubscriptionRequest(_message.Message):
-    __slots__ = ("stream", "subscription", "target", "partitions", "offsets")
+    __slots__ = ("stream", "subscription", "target", "partitions", "offsets", "dry_run")
     class OffsetsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -320,12 +320,14 @@ class SeekSubscriptionRequest(_message.Message):
     TARGET_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     target: _messages_pb2.SeekTarget
     partitions: _containers.RepeatedScalarFieldContainer[int]
     offsets: _containers.ScalarMap[int, int]
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., target: _Optional[_Union[_messages_pb2.SeekTarget, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., target: _Optional[_Union[_messages_pb2.SeekTarget, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ..., offsets: _Optional[_Mapping[int, int]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class DeleteSubscriptionRequest(_message.Message):
     __slots__ = ("stream", "subscription")
@@ -350,16 +352,18 @@ class StreamStats(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., partitions: _Optional[_Iterable[_Union[_messages_pb2.PartitionStats, _Mapping]]] = ...) -> None: ...
 
 class GetMessagesRequest(_message.Message):
-    __slots__ = ("stream", "partition", "offset", "count")
+    __slots__ = ("stream", "partition", "offset", "count", "subscription")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     COUNT_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     stream: str
     partition: int
     offset: int
     count: int
-    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., count: _Optional[int] = ...) -> None: ...
+    subscription: str
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., count: _Optional[int] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class GetMessagesResponse(_message.Message):
     __slots__ = ("batches",)

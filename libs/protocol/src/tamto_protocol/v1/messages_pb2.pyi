@@ -274,18 +274,20 @@ class ConsumeResponse(_message.Message):
     def __init__(self, delivery: _Optional[_Union[Delivery, _Mapping]] = ..., error: _Optional[_Union[StreamError, _Mapping]] = ...) -> None: ...
 
 class SeekTarget(_message.Message):
-    __slots__ = ("earliest", "latest", "offset", "time_us", "skip")
+    __slots__ = ("earliest", "latest", "offset", "time_us", "skip", "shift")
     EARLIEST_FIELD_NUMBER: _ClassVar[int]
     LATEST_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     TIME_US_FIELD_NUMBER: _ClassVar[int]
     SKIP_FIELD_NUMBER: _ClassVar[int]
+    SHIFT_FIELD_NUMBER: _ClassVar[int]
     earliest: bool
     latest: bool
     offset: int
     time_us: int
     skip: int
-    def __init__(self, earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., time_us: _Optional[int] = ..., skip: _Optional[int] = ...) -> None: ...
+    shift: int
+    def __init__(self, earliest: _Optional[bool] = ..., latest: _Optional[bool] = ..., offset: _Optional[int] = ..., time_us: _Optional[int] = ..., skip: _Optional[int] = ..., shift: _Optional[int] = ...) -> None: ...
 
 class SubscriptionConsumer(_message.Message):
     __slots__ = ("name", "address", "credits", "unacked")
@@ -300,7 +302,7 @@ class SubscriptionConsumer(_message.Message):
     def __init__(self, name: _Optional[str] = ..., address: _Optional[str] = ..., credits: _Optional[int] = ..., unacked: _Optional[int] = ...) -> None: ...
 
 class SubscriptionPartition(_message.Message):
-    __slots__ = ("partition", "exists", "start_offset", "ack_floor", "position", "end_offset", "backlog_messages", "backlog_bytes", "unacked", "oldest_unacked_publish_time_us", "redeliveries", "dead_lettered", "type", "consumers")
+    __slots__ = ("partition", "exists", "start_offset", "ack_floor", "position", "end_offset", "backlog_messages", "backlog_bytes", "unacked", "oldest_unacked_publish_time_us", "redeliveries", "dead_lettered", "type", "consumers", "seek_to")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EXISTS_FIELD_NUMBER: _ClassVar[int]
     START_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -315,6 +317,7 @@ class SubscriptionPartition(_message.Message):
     DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    SEEK_TO_FIELD_NUMBER: _ClassVar[int]
     partition: int
     exists: bool
     start_offset: int
@@ -329,7 +332,8 @@ class SubscriptionPartition(_message.Message):
     dead_lettered: int
     type: SubscriptionType
     consumers: _containers.RepeatedCompositeFieldContainer[SubscriptionConsumer]
-    def __init__(self, partition: _Optional[int] = ..., exists: _Optional[bool] = ..., start_offset: _Optional[int] = ..., ack_floor: _Optional[int] = ..., position: _Optional[int] = ..., end_offset: _Optional[int] = ..., backlog_messages: _Optional[int] = ..., backlog_bytes: _Optional[int] = ..., unacked: _Optional[int] = ..., oldest_unacked_publish_time_us: _Optional[int] = ..., redeliveries: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., consumers: _Optional[_Iterable[_Union[SubscriptionConsumer, _Mapping]]] = ...) -> None: ...
+    seek_to: int
+    def __init__(self, partition: _Optional[int] = ..., exists: _Optional[bool] = ..., start_offset: _Optional[int] = ..., ack_floor: _Optional[int] = ..., position: _Optional[int] = ..., end_offset: _Optional[int] = ..., backlog_messages: _Optional[int] = ..., backlog_bytes: _Optional[int] = ..., unacked: _Optional[int] = ..., oldest_unacked_publish_time_us: _Optional[int] = ..., redeliveries: _Optional[int] = ..., dead_lettered: _Optional[int] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., consumers: _Optional[_Iterable[_Union[SubscriptionConsumer, _Mapping]]] = ..., seek_to: _Optional[int] = ...) -> None: ...
 
 class PartitionStats(_message.Message):
     __slots__ = ("partition", "start_offset", "end_offset", "messages", "wal_bytes", "segment_bytes", "publish_rate", "owner")

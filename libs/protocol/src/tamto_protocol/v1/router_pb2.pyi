@@ -65,16 +65,18 @@ class RouterSubscriptionRequest(_message.Message):
     def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class RouterSeekRequest(_message.Message):
-    __slots__ = ("stream", "partition", "subscription", "target")
+    __slots__ = ("stream", "partition", "subscription", "target", "dry_run")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     stream: str
     partition: int
     subscription: str
     target: _messages_pb2.SeekTarget
-    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., subscription: _Optional[str] = ..., target: _Optional[_Union[_messages_pb2.SeekTarget, _Mapping]] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., subscription: _Optional[str] = ..., target: _Optional[_Union[_messages_pb2.SeekTarget, _Mapping]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class RouterDeleteSubscriptionResponse(_message.Message):
     __slots__ = ("deleted",)
@@ -83,16 +85,18 @@ class RouterDeleteSubscriptionResponse(_message.Message):
     def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
 
 class RouterReadRequest(_message.Message):
-    __slots__ = ("stream", "partition", "from_offset", "max_messages")
+    __slots__ = ("stream", "partition", "from_offset", "max_messages", "subscription")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     FROM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     stream: str
     partition: int
     from_offset: int
     max_messages: int
-    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., from_offset: _Optional[int] = ..., max_messages: _Optional[int] = ...) -> None: ...
+    subscription: str
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., from_offset: _Optional[int] = ..., max_messages: _Optional[int] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class RouterReadResponse(_message.Message):
     __slots__ = ("batches",)
