@@ -61,12 +61,12 @@ class Credentials:
     async def call(self, headers: Mapping[str, str], peer: str) -> HttpCall:
         """The call for a request with these headers; no credential at all is left to
         the gateway's check (refused there, and audited, as a gRPC call without one)."""
-        authorization = headers.get("authorization")
-        api_key = headers.get(API_KEY_HEADER)
+        authorization = headers.get("authorization", "").strip() or None
+        api_key = headers.get(API_KEY_HEADER, "").strip() or None
         if authorization is not None and api_key is not None:
             raise Unauthenticated("send either Authorization or X-Api-Key, not both")
         if api_key is not None:
-            authorization = f"Bearer {await self._token(api_key.strip(), peer)}"
+            authorization = f"Bearer {await self._token(api_key, peer)}"
         metadata = () if authorization is None else (("authorization", authorization),)
         return HttpCall(metadata, peer)
 

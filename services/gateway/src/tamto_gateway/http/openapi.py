@@ -211,6 +211,14 @@ def _admin_paths(schemas: dict[str, Schema]) -> dict[str, Any]:
         del seek["properties"][named_by_path]
     schemas["SeekBody"] = seek
     stream_info = answer(messages_pb2.StreamInfo.DESCRIPTOR)
+    ensure = _op(
+        "Ensure a stream (201: created, 200: it existed)",
+        200,
+        answer(gateway_pb2.EnsureStreamResponse.DESCRIPTOR),
+        parameters=[_param("overwrite", "query", "boolean", "apply differences")],
+        requestBody=_json(answer(messages_pb2.StreamConfig.DESCRIPTOR)),
+    )
+    ensure["responses"]["201"] = {**ensure["responses"]["200"], "description": "Created"}
     info = answer(gateway_pb2.SubscriptionInfo.DESCRIPTOR)
     return {
         "/v1/streams": {
@@ -219,15 +227,7 @@ def _admin_paths(schemas: dict[str, Schema]) -> dict[str, Any]:
         "/v1/streams/{stream}": {
             "parameters": [_STREAM],
             "get": _op("Describe a stream", 200, stream_info),
-            "put": {
-                **_op(
-                    "Ensure a stream",
-                    200,
-                    answer(gateway_pb2.EnsureStreamResponse.DESCRIPTOR),
-                    parameters=[_param("overwrite", "query", "boolean", "apply differences")],
-                    requestBody=_json(answer(messages_pb2.StreamConfig.DESCRIPTOR)),
-                ),
-            },
+            "put": ensure,
             "delete": _op(
                 "Delete a stream", 200, answer(gateway_pb2.DeleteStreamResponse.DESCRIPTOR)
             ),

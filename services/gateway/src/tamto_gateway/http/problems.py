@@ -60,7 +60,7 @@ class Problem:
     def body(self) -> dict[str, Any]:
         return {
             "type": "about:blank",
-            "title": HTTPStatus(self.status).phrase if self.status != 499 else "Client Closed",
+            "title": phrase(self.status),
             "status": self.status,
             "detail": self.detail,
             "code": self.code,
@@ -96,12 +96,21 @@ def problem_for(exc: BaseException) -> Problem:
     return Problem(HTTP_STATUS.get(code, 500), code.name, detail)
 
 
+#: RFC 9110's reason phrases where Python's older ones differ, and nginx's 499.
+_PHRASES = {413: "Content Too Large", 422: "Unprocessable Content", 499: "Client Closed Request"}
+
+
+def phrase(status: int) -> str:
+    """The reason phrase of an HTTP status (RFC 9110)."""
+    try:
+        return _PHRASES.get(status) or HTTPStatus(status).phrase
+    except ValueError:
+        return "Error"
+
+
 def _http_code(status: int) -> str:
     """The `code` of an HTTP-only problem: its phrase as a constant."""
-    try:
-        return HTTPStatus(status).phrase.upper().replace(" ", "_").replace("-", "_")
-    except ValueError:
-        return "HTTP_ERROR"
+    return phrase(status).upper().replace(" ", "_").replace("-", "_")
 
 
 async def problem_response(_: Request, exc: Exception) -> Response:
