@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -19,12 +20,15 @@ from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_sdk import Grant, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
+from tamto_testing.waiting import eventually
 from tests.e2e.http_contract import Contract
 
 pytestmark = pytest.mark.e2e
 
 #: The cluster's gateway takes HTTP bodies up to this size (the 413 test).
 MAX_BODY = 64 * 1024
+#: ... and closes a long-poll consumer idle this long.
+IDLE_S = 3.0
 
 
 def unique(prefix: str) -> str:
@@ -35,7 +39,12 @@ def unique(prefix: str) -> str:
 def http_cluster(
     tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TestCluster]:
-    env = {"gateway": {"TAMTO_GATEWAY_HTTP_MAX_BODY_BYTES": str(MAX_BODY)}}
+    env = {
+        "gateway": {
+            "TAMTO_GATEWAY_HTTP_MAX_BODY_BYTES": str(MAX_BODY),
+            "TAMTO_GATEWAY_HTTP_CONSUMER_IDLE_S": str(IDLE_S),
+        }
+    }
     with TestCluster(tmp_path_factory.mktemp("http"), tamto_infra).running(env) as cluster:
         yield cluster
 
@@ -248,6 +257,42 @@ async def test_server_sent_events_with_ack_and_credit(api: Api, http_cluster: Te
         assert ack.status_code == 204
     info = await api("GET", f"/v1/streams/{stream}/subscriptions/sse")
     assert info.json()["partitions"][0]["ack_floor"] == 5
+    # The client went away: its session is closed.
+    await eventually(
+        lambda: attached(api, stream, "sse", 0), 10.0, "the SSE session to close", interval_s=0.1
+    )
+
+
+async def attached(api: Api, stream: str, sub: str, count: int) -> bool:
+    info = (await api("GET", f"/v1/streams/{stream}/subscriptions/{sub}")).json()
+    return sum(len(p["consumers"]) for p in info["partitions"]) == count
+
+
+async def test_an_idle_long_poll_consumer_is_closed(api: Api) -> None:
+    stream = await ensure(api)
+    await api("POST", f"/v1/streams/{stream}/messages", json=1)
+    consumer = await open_consumer(api, stream, "idle")
+    assert len(await poll_all(api, consumer, 1)) == 1
+    assert await attached(api, stream, "idle", 1)
+    await eventually(
+        lambda: attached(api, stream, "idle", 0), IDLE_S + 10, "the idle close", interval_s=0.1
+    )
+    gone = await api("GET", f"/v1/consumers/{consumer}/messages")
+    assert gone.status_code == 404
+    # Its unacked message went back to the subscription.
+    again = await open_consumer(api, stream, "idle")
+    [message] = await poll_all(api, again, 1)
+    assert message["value"] == 1
+    await api("DELETE", f"/v1/consumers/{again}")
+
+
+async def test_tls_on_the_plaintext_port_fails_at_once(http_cluster: TestCluster) -> None:
+    secure = http_cluster.http_url().replace("http://", "https://")
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=10) as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.get(f"{secure}/openapi.json")
+    assert time.monotonic() - started < 2
 
 
 async def sse_events(response: httpx.Response) -> AsyncIterator[tuple[str, dict[str, Any]]]:
@@ -282,6 +327,12 @@ async def test_websocket_consumes_with_frames(api: Api, http_cluster: TestCluste
             await asyncio.wait_for(socket.recv(), 10)
     info = await api("GET", f"/v1/streams/{stream}/subscriptions/ws")
     assert info.json()["partitions"][0]["ack_floor"] == 3
+    await eventually(
+        lambda: attached(api, stream, "ws", 0),
+        10.0,
+        "the WebSocket session to close",
+        interval_s=0.1,
+    )
 
     async with websockets.connect(
         url.replace("start=earliest", "type=bogus"), additional_headers=headers

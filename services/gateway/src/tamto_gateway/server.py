@@ -105,6 +105,8 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     if config.http_port:
         http, consumers = http_server(config, servicer, streams, guard)
         await http.start()
-        runtime.resources.push_async_callback(consumers.close_all)
+        # Closed first: an SSE or WebSocket consumer's response then ends, and the
+        # server stops without waiting for it.
         runtime.resources.push_async_callback(http.stop)
+        runtime.resources.push_async_callback(consumers.close_all)
         log.info("http api serving", port=http.port, tls=config.tls() is not None)

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
-from tamto_common.errors import NotFound, TamtoError, Unavailable
+from tamto_common.errors import NotFound, Unavailable
 from tamto_common.grpc_errors import error_for
 from tamto_gateway.http.auth import HttpCall
 from tamto_gateway.http.message_json import delivered
@@ -204,7 +204,14 @@ class Consumers:
         if consumer.pinned:
             self.touch(consumer)
             return
-        task = asyncio.create_task(self.remove(consumer))
+        self.remove_soon(consumer)
+
+    def remove_soon(self, consumer: HttpConsumer) -> None:
+        """`remove` in a task of its own: for a transport whose own task is being
+        cancelled (its client went away), which could not wait for the close."""
+        task = asyncio.create_task(
+            self.remove(consumer), name=f"http-consumer-close-{consumer.id[:6]}"
+        )
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
@@ -222,8 +229,3 @@ class Consumers:
             *self._closing,
             return_exceptions=True,
         )
-
-
-def session_error(consumer: HttpConsumer) -> TamtoError | BaseException:
-    """Why the consumer's session ended."""
-    return consumer.failure or Unavailable("the consume session ended")

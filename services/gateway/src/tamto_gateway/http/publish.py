@@ -114,10 +114,10 @@ class Publisher:
         return (await self._streams.describe(stream)).partitions
 
     async def publish(
-        self, call: HttpCall, stream: str, messages: list[OutgoingMessage]
+        self, call: HttpCall, stream: str, messages: list[OutgoingMessage], count: int
     ) -> list[Placed]:
-        """Publish `messages`; where each landed, in order."""
-        count = await self.partitions(call, stream)
+        """Publish `messages` to a stream of `count` partitions; where each landed, in
+        order."""
         turn = next(self._turns) % count
         chosen = [_partition(m, count, turn) for m in messages]
         by_partition: dict[int, list[int]] = {}
@@ -136,16 +136,17 @@ class Publisher:
         return [p for p in placed if p is not None]
 
     async def publish_arrow(
-        self, call: HttpCall, stream: str, body: bytes, partition: int | None
+        self, call: HttpCall, stream: str, body: bytes, partition: int | None, count: int
     ) -> list[Placed]:
-        """Publish an Arrow IPC body as it is, to `partition` or the next in turn."""
+        """Publish an Arrow IPC body as it is, to `partition` or the next in turn of
+        the stream's `count`."""
         try:
-            count = decode_valid_batch(body).num_rows
+            rows = decode_valid_batch(body).num_rows
         except BatchFormatError as exc:
             raise InvalidArgument(f"malformed batch: {exc}") from None
         if partition is None:
-            partition = next(self._turns) % await self.partitions(call, stream)
-        return await self.publish_batch(call, stream, PartitionBatch(partition, body, count))
+            partition = next(self._turns) % count
+        return await self.publish_batch(call, stream, PartitionBatch(partition, body, rows))
 
     async def publish_batch(
         self, call: HttpCall, stream: str, batch: PartitionBatch

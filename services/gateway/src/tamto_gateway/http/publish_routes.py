@@ -22,17 +22,17 @@ def publish_routes(deps: Deps) -> list[Route]:
         stream = request.path_params["stream"]
         call = await deps.call(request)
         # Authorized before the body is read: a refused caller's body is not taken.
-        await deps.publisher.partitions(call, stream)
+        count = await deps.publisher.partitions(call, stream)
         body = await read_body(request, deps.max_body_bytes)
         kind = media_type(request)
         if kind == ARROW_STREAM:
             partition = query_partition(request.query_params)
-            placed = await deps.publisher.publish_arrow(call, stream, body, partition)
+            placed = await deps.publisher.publish_arrow(call, stream, body, partition, count)
         elif kind == NDJSON:
-            placed = await deps.publisher.publish(call, stream, ndjson_messages(body))
+            placed = await deps.publisher.publish(call, stream, ndjson_messages(body), count)
         else:
             message = single_message(body, kind, request.query_params, request.headers)
-            placed = await deps.publisher.publish(call, stream, [message])
+            placed = await deps.publisher.publish(call, stream, [message], count)
         return JSONResponse(published_json(stream, placed))
 
     return [Route("/v1/streams/{stream}/messages", endpoint(deps, publish), methods=["POST"])]

@@ -105,7 +105,12 @@ def long_poll_routes(deps: Deps) -> list[BaseRoute]:
         consumer = await _owned(deps, request)
         max_messages = int_param(request, "max_messages", 100, 1, 10_000)
         wait_ms = int_param(request, "wait_ms", 0, 0, int(deps.max_wait_s * 1000))
-        got = await consumer.pull(max_messages, wait_ms / 1000)
+        consumer.pinned = True  # not idle while a poll waits
+        try:
+            got = await consumer.pull(max_messages, wait_ms / 1000)
+        finally:
+            consumer.pinned = False
+            deps.consumers.touch(consumer)
         return JSONResponse({"messages": [received_json(m) for m in got]})
 
     async def ack(request: Request) -> Response:
@@ -197,8 +202,8 @@ async def _sse(deps: Deps, consumer: HttpConsumer) -> AsyncIterator[str]:
                 yield _event("messages", {"messages": [received_json(m) for m in got]})
             else:
                 yield ": keep-alive\n\n"
-    finally:
-        await deps.consumers.remove(consumer)
+    finally:  # also when cancelled (the client went away): the close cannot be awaited here
+        deps.consumers.remove_soon(consumer)
 
 
 def ws_routes(deps: Deps) -> list[BaseRoute]:
@@ -218,7 +223,7 @@ def ws_routes(deps: Deps) -> list[BaseRoute]:
         except WebSocketDisconnect:
             pass
         finally:
-            await deps.consumers.remove(consumer)
+            deps.consumers.remove_soon(consumer)
 
     return [WebSocketRoute(f"{SUBSCRIPTION}/ws", socket)]
 
