@@ -9,6 +9,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -542,3 +543,40 @@ def test_curl_publishes_and_consumes(http_cluster: TestCluster) -> None:
         '{"messages": [{"partition": 0, "offset": 0}]}',
     )
     curl("-X", "DELETE", f"{base}/v1/consumers/{consumer['consumer_id']}")
+
+
+def readme_walkthrough() -> list[str]:
+    """The commands of the README's curl walkthrough, first line (H and K) left out."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = text.split("## HTTP/JSON with curl", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return block.splitlines()[1:]
+
+
+def test_the_readme_curl_walkthrough_runs(http_cluster: TestCluster) -> None:
+    lines = readme_walkthrough()
+    sse = [line for line in lines if "/events" in line]
+    script = "\n".join(
+        [
+            "set -euo pipefail",
+            'curl() { command curl -sS --fail-with-body "$@"; echo; }',
+            f"H={http_cluster.http_url()}; K='X-Api-Key: {http_cluster.credential}'",
+            *[line for line in lines if line not in sse],
+            sse[0].split("  #")[0].replace("-m 5", "-m 2") + " || test $? = 28",
+        ]
+    )
+    done = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    out = done.stdout.splitlines()
+    published = json.loads(next(line for line in out if '"count":2' in line))
+    assert published["messages"] == [{"partition": 0, "offset": 1}, {"partition": 0, "offset": 2}]
+    polled = json.loads(next(line for line in out if line.startswith('{"messages"')))
+    assert [m.get("value", m.get("text")) for m in polled["messages"]] == [
+        {"order": 1},
+        {"order": 2},
+        "hi",
+    ]
+    assert "event: consumer" in done.stdout
+    assert "event: messages" in done.stdout
