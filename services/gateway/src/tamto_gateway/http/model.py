@@ -19,14 +19,6 @@ class OutgoingMessage:
 
 
 @dataclass(frozen=True, slots=True)
-class Placed:
-    """Where a published message is stored (answered once it is durable)."""
-
-    partition: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
 class PartitionBatch:
     """One partition's share of a publish: an encoded Arrow batch of `count` messages."""
 
@@ -53,7 +45,8 @@ class ReceivedMessage:
 
 @dataclass(frozen=True, slots=True)
 class Position:
-    """A delivered message named by partition and offset (for ack and nack)."""
+    """A message named by partition and offset: where a published one is stored, or a
+    delivered one acked or nacked."""
 
     partition: int
     offset: int

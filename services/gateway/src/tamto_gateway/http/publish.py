@@ -29,7 +29,7 @@ from tamto_common.names import check_name
 from tamto_common.policy import Permission
 from tamto_gateway.http.auth import HttpCall
 from tamto_gateway.http.message_json import outgoing_message
-from tamto_gateway.http.model import OutgoingMessage, PartitionBatch, Placed
+from tamto_gateway.http.model import OutgoingMessage, PartitionBatch, Position
 from tamto_protocol.batch import BatchColumns, BatchFormatError, decode_valid_batch, encode_batch
 from tamto_protocol.partitioning import partition_for_key
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
@@ -115,7 +115,7 @@ class Publisher:
 
     async def publish(
         self, call: HttpCall, stream: str, messages: list[OutgoingMessage], count: int
-    ) -> list[Placed]:
+    ) -> list[Position]:
         """Publish `messages` to a stream of `count` partitions; where each landed, in
         order."""
         turn = next(self._turns) % count
@@ -128,7 +128,7 @@ class Publisher:
             for p, indexes in by_partition.items()
         ]
         answers = await asyncio.gather(*(self.publish_batch(call, stream, b) for b in batches))
-        placed: list[Placed | None] = [None] * len(messages)
+        placed: list[Position | None] = [None] * len(messages)
         for (partition, indexes), offsets in zip(by_partition.items(), answers, strict=True):
             for index, place in zip(indexes, offsets, strict=True):
                 placed[index] = place
@@ -137,7 +137,7 @@ class Publisher:
 
     async def publish_arrow(
         self, call: HttpCall, stream: str, body: bytes, partition: int | None, count: int
-    ) -> list[Placed]:
+    ) -> list[Position]:
         """Publish an Arrow IPC body as it is, to `partition` or the next in turn of
         the stream's `count`."""
         try:
@@ -150,7 +150,7 @@ class Publisher:
 
     async def publish_batch(
         self, call: HttpCall, stream: str, batch: PartitionBatch
-    ) -> list[Placed]:
+    ) -> list[Position]:
         """Publish one encoded batch to one partition; where each message landed."""
         response = await self._servicer.Publish(
             gateway_pb2.PublishRequest(
@@ -163,7 +163,7 @@ class Publisher:
         offsets = list(response.offsets) or [
             response.base_offset + i for i in range(response.count)
         ]
-        return [Placed(response.partition, o) for o in offsets]
+        return [Position(response.partition, o) for o in offsets]
 
 
 def _partition(message: OutgoingMessage, count: int, turn: int) -> int:

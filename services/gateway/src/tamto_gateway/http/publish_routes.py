@@ -7,7 +7,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tamto_gateway.http.endpoints import Deps, endpoint, media_type, read_body
-from tamto_gateway.http.model import Placed
+from tamto_gateway.http.model import Position
 from tamto_gateway.http.publish import (
     ARROW_STREAM,
     NDJSON,
@@ -38,7 +38,7 @@ def publish_routes(deps: Deps) -> list[Route]:
     return [Route("/v1/streams/{stream}/messages", endpoint(deps, publish), methods=["POST"])]
 
 
-def published_json(stream: str, placed: list[Placed]) -> dict[str, object]:
+def published_json(stream: str, placed: list[Position]) -> dict[str, object]:
     """The answer to a publish (the `Published` schema of /openapi.json)."""
     return {
         "stream": stream,
