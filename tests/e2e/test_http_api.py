@@ -190,6 +190,25 @@ async def test_a_nacked_message_is_delivered_again(api: Api) -> None:
     await api("DELETE", f"/v1/consumers/{consumer}")
 
 
+async def test_a_second_exclusive_consumer_gets_the_routers_refusal(api: Api) -> None:
+    stream = await ensure(api)
+    first = await open_consumer(api, stream, "only")
+    assert (await poll_all_or_none(api, first)) == []
+    second = await open_consumer(api, stream, "only")
+    refused = await api("GET", f"/v1/consumers/{second}/messages", params={"wait_ms": 5000})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["code"] == "FAILED_PRECONDITION"
+    gone = await api("GET", f"/v1/consumers/{second}/messages")
+    assert gone.status_code == 404, "a failed consumer is forgotten"
+    await api("DELETE", f"/v1/consumers/{first}")
+
+
+async def poll_all_or_none(api: Api, consumer: str) -> list[dict[str, Any]]:
+    response = await api("GET", f"/v1/consumers/{consumer}/messages", params={"wait_ms": 200})
+    assert response.status_code == 200, response.text
+    return list(response.json()["messages"])
+
+
 async def test_publish_an_arrow_batch(api: Api) -> None:
     stream = await ensure(api, partitions=2)
     body = encode_batch(

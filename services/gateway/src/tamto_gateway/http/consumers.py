@@ -193,10 +193,12 @@ class Consumers:
         return consumer
 
     def touch(self, consumer: HttpConsumer) -> None:
-        """Start the consumer's idle time again."""
+        """Start the consumer's idle time again (unless it is gone)."""
         handle = self._expiry.pop(consumer.id, None)
         if handle is not None:
             handle.cancel()
+        if consumer.id not in self._by_id:
+            return
         loop = asyncio.get_running_loop()
         self._expiry[consumer.id] = loop.call_later(self._idle_s, self._expire, consumer)
 
@@ -207,21 +209,23 @@ class Consumers:
         self.remove_soon(consumer)
 
     def remove_soon(self, consumer: HttpConsumer) -> None:
-        """`remove` in a task of its own: for a transport whose own task is being
-        cancelled (its client went away), which could not wait for the close."""
-        task = asyncio.create_task(
-            self.remove(consumer), name=f"http-consumer-close-{consumer.id[:6]}"
-        )
+        """`remove`, the close in a task of its own: for a transport whose own task is
+        being cancelled (its client went away), which could not wait for the close."""
+        self._forget(consumer)
+        task = asyncio.create_task(consumer.close(), name=f"http-consumer-close-{consumer.id[:6]}")
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
     async def remove(self, consumer: HttpConsumer) -> None:
         """Forget the consumer and close it."""
+        self._forget(consumer)
+        await consumer.close()
+
+    def _forget(self, consumer: HttpConsumer) -> None:
         self._by_id.pop(consumer.id, None)
         handle = self._expiry.pop(consumer.id, None)
         if handle is not None:
             handle.cancel()
-        await consumer.close()
 
     async def close_all(self) -> None:
         await asyncio.gather(

@@ -108,6 +108,9 @@ def long_poll_routes(deps: Deps) -> list[BaseRoute]:
         consumer.pinned = True  # not idle while a poll waits
         try:
             got = await consumer.pull(max_messages, wait_ms / 1000)
+        except Exception:
+            deps.consumers.remove_soon(consumer)  # its session failed: it is gone
+            raise
         finally:
             consumer.pinned = False
             deps.consumers.touch(consumer)
