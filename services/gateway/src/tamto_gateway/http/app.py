@@ -20,7 +20,7 @@ from tamto_gateway.http.endpoints import Deps
 from tamto_gateway.http.listener import EdgeServer, listen, tls_context
 from tamto_gateway.http.openapi import openapi_document
 from tamto_gateway.http.problems import problem_response
-from tamto_gateway.http.publish import Publisher
+from tamto_gateway.http.publish import Publisher, warm_up
 from tamto_gateway.http.publish_routes import publish_routes
 from tamto_gateway.http.transports import long_poll_routes, sse_routes, ws_routes
 
@@ -71,4 +71,5 @@ def http_server(
             require_client_cert=config.tls_client_auth == "require",
         )
     sock = listen(config.host, config.http_port)
+    warm_up()
     return EdgeServer(make_app(deps), sock, tls), consumers

@@ -174,6 +174,13 @@ def _partition(message: OutgoingMessage, count: int, turn: int) -> int:
     return turn
 
 
+def warm_up() -> None:
+    """Encode one message, once, at start: pyarrow's first conversion of Python values
+    imports pandas (a second or more, holding the event loop), which the gateway's
+    first HTTP publish would otherwise pay, and every other call with it."""
+    _encode([OutgoingMessage(b"")])
+
+
 def _encode(messages: list[OutgoingMessage]) -> bytes:
     return encode_batch(
         BatchColumns(
