@@ -3,16 +3,22 @@ message payload forms, and the one gRPC-to-HTTP status table."""
 
 from __future__ import annotations
 
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import grpc
 import pytest
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
+from starlette.routing import Route
 
-from tamto_common.errors import InvalidArgument, NotFound
+from tamto_common.errors import InvalidArgument, NotFound, ResourceExhausted
+from tamto_gateway.http.app import make_app
+from tamto_gateway.http.consumers import Consumers, HttpConsumer
+from tamto_gateway.http.endpoints import Deps
 from tamto_gateway.http.message_json import outgoing_message, payload_json
+from tamto_gateway.http.openapi import openapi_document
 from tamto_gateway.http.problems import HTTP_STATUS, problem_for
 from tamto_gateway.http.proto_json import from_json, schema, to_json
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
@@ -90,3 +96,35 @@ def test_every_grpc_status_has_an_http_status() -> None:
     assert problem.body()["title"] == "Not Found"
     hidden = problem_for(RuntimeError("a secret detail"))
     assert (hidden.status, hidden.code, hidden.detail) == (500, "INTERNAL", "internal error")
+
+
+def test_every_route_served_is_in_the_openapi_document_and_back() -> None:
+    app = make_app(cast(Deps, SimpleNamespace()))
+    served = {
+        (route.path, method.lower())
+        for route in app.routes
+        if isinstance(route, Route) and route.path != "/openapi.json"
+        for method in route.methods or ()
+        if method != "HEAD"
+    }
+    document = openapi_document()
+    described = {
+        (path, method)
+        for path, item in document["paths"].items()
+        for method in item
+        if method != "parameters"
+    }
+    assert served == described
+    Draft202012Validator.check_schema(document["components"]["schemas"]["Message"])
+
+
+async def test_consumers_are_only_their_identitys_and_bounded_in_number() -> None:
+    consumers = Consumers(idle_s=60, most=2)
+    for name in ("a", "b"):
+        consumers.check_room()
+        consumers.add(cast(HttpConsumer, SimpleNamespace(id=name, subject="alice", pinned=False)))
+    with pytest.raises(ResourceExhausted, match="--http-max-consumers"):
+        consumers.check_room()
+    assert consumers.get("a", "alice").id == "a"
+    with pytest.raises(NotFound):
+        consumers.get("a", "mallory")

@@ -72,6 +72,12 @@ class GatewayConfig(ServiceConfig):
         "an HTTP long-poll consumer nobody used this long is closed (seconds)",
         positive,
     )
+    http_max_consumers: int = setting(
+        10_000,
+        "most HTTP consumers (long poll, SSE, WebSocket) open at once on this gateway; "
+        "more are refused with RESOURCE_EXHAUSTED",
+        positive,
+    )
     http_max_wait_s: float = setting(
         30.0, "longest an HTTP long poll may wait for messages (seconds)", positive
     )

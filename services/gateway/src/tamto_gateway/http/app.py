@@ -51,7 +51,7 @@ def http_server(
 ) -> tuple[EdgeServer, Consumers]:
     """The HTTP API of a gateway, bound to `--http-port` (not started), and its consumers
     (closed on shutdown)."""
-    consumers = Consumers(config.http_consumer_idle_s)
+    consumers = Consumers(config.http_consumer_idle_s, config.http_max_consumers)
     deps = Deps(
         servicer=servicer,
         streams=streams,

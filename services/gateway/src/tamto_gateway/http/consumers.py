@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
-from tamto_common.errors import NotFound, Unavailable
+from tamto_common.errors import NotFound, ResourceExhausted, Unavailable
 from tamto_common.grpc_errors import error_for
 from tamto_gateway.http.auth import HttpCall
 from tamto_gateway.http.message_json import delivered
@@ -171,14 +171,23 @@ def _ranges(positions: Iterable[Position]) -> dict[int, list[messages_pb2.Offset
 class Consumers:
     """The open HTTP consumers of this gateway, by id (module docstring)."""
 
-    def __init__(self, idle_s: float) -> None:
+    def __init__(self, idle_s: float, most: int = 10_000) -> None:
         self._idle_s = idle_s
+        self._most = most
         self._by_id: dict[str, HttpConsumer] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}
         self._closing: set[asyncio.Task[None]] = set()
 
     def __len__(self) -> int:
         return len(self._by_id)
+
+    def check_room(self) -> None:
+        """RESOURCE_EXHAUSTED when `--http-max-consumers` are open."""
+        if len(self._by_id) >= self._most:
+            raise ResourceExhausted(
+                f"{self._most} HTTP consumers are open on this gateway "
+                "(--http-max-consumers): close some or use another gateway"
+            )
 
     def add(self, consumer: HttpConsumer) -> None:
         self._by_id[consumer.id] = consumer

@@ -86,6 +86,7 @@ async def open_consumer(deps: Deps, connection: HTTPConnection) -> HttpConsumer:
     check_name("subscription", sub.subscription)
     await deps.guard.require(principal, Permission.CONSUME, sub.stream, call.peer(), "Consume")
     await deps.streams.describe(sub.stream)
+    deps.consumers.check_room()
     consumer = HttpConsumer(deps.servicer, call, sub, principal.subject)
     deps.consumers.add(consumer)
     return consumer
