@@ -354,6 +354,18 @@ async def test_websocket_consumes_with_frames(api: Api, http_cluster: TestCluste
         interval_s=0.1,
     )
 
+    for bad, detail in ((b"\x00binary", "not binary"), ("{nope", "not valid JSON")):
+        async with websockets.connect(url, additional_headers=headers) as socket:
+            assert json.loads(await socket.recv())["type"] == "consumer"
+            await socket.send(bad)
+            error = json.loads(await asyncio.wait_for(socket.recv(), 10))
+            assert error["type"] == "error"
+            assert detail in error["problem"]["detail"]
+            with pytest.raises(websockets.ConnectionClosedError) as closed:
+                await socket.recv()
+            assert closed.value.rcvd is not None
+            assert closed.value.rcvd.code == 4400
+
     async with websockets.connect(
         url.replace("start=earliest", "type=bogus"), additional_headers=headers
     ) as socket:

@@ -270,8 +270,13 @@ async def _ws_read(websocket: WebSocket, consumer: HttpConsumer) -> None:
     """The client's frames: `{"credit": n}`, `{"ack": [...]}`, `{"nack": [...],
     "delay_ms": n}` or `{"close": true}` (then the socket is closed by the server)."""
     while True:
+        message = await websocket.receive()
+        if message["type"] == "websocket.disconnect":
+            raise WebSocketDisconnect(message.get("code", 1000))
+        if message.get("text") is None:
+            raise InvalidArgument("a frame must be JSON text, not binary")
         try:
-            frame = json.loads(await websocket.receive_text())
+            frame = json.loads(message["text"])
         except ValueError as exc:
             raise InvalidArgument(f"a frame is not valid JSON: {exc}") from None
         if not isinstance(frame, dict):
