@@ -611,3 +611,26 @@ def test_the_readme_curl_walkthrough_runs(http_cluster: TestCluster) -> None:
     ]
     assert "event: consumer" in done.stdout
     assert "event: messages" in done.stdout
+
+
+async def test_a_gateway_stops_promptly_with_http_consumers_attached(
+    fresh_cluster: TestCluster,
+) -> None:
+    headers = {"X-Api-Key": fresh_cluster.credential}
+    async with httpx.AsyncClient(
+        base_url=fresh_cluster.http_url(), headers=headers, timeout=30
+    ) as client:
+        stream = unique("stop")
+        await client.put(f"/v1/streams/{stream}", json={"partitions": 1})
+        events = f"/v1/streams/{stream}/subscriptions/sse/events"
+        async with client.stream("GET", events, params={"type": "shared"}) as response:
+            received = sse_events(response)
+            assert (await anext(received))[0] == "consumer"
+            started = time.monotonic()
+            code = await asyncio.to_thread(fresh_cluster.stop, "gateway")
+            assert code == 0
+            # Held by the SSE response, uvicorn's graceful stop would wait 5 s for it.
+            assert time.monotonic() - started < 4, "the SSE response must not hold the stop"
+            kind, problem = await anext(received)
+            assert kind == "error"
+            assert problem["status"] == 503
