@@ -31,6 +31,8 @@ log = structlog.get_logger(__name__)
 TLS_HANDSHAKE = 0x16
 #: Longest an accepted connection may stay silent before its first byte.
 FIRST_BYTE_S = 10.0
+#: Pause after a failed accept (no file descriptor left) before the next.
+ACCEPT_BACKOFF_S = 0.1
 
 
 def _plaintext_refusal() -> bytes:
@@ -77,7 +79,12 @@ class _Acceptor:
     async def _accept(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            conn, _ = await loop.sock_accept(self._sock)
+            try:
+                conn, _ = await loop.sock_accept(self._sock)
+            except OSError as exc:  # out of file descriptors, say: the port stays open
+                log.warning("http accept failed", error=str(exc))
+                await asyncio.sleep(ACCEPT_BACKOFF_S)
+                continue
             task = asyncio.create_task(self._hand_over(conn))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
