@@ -326,7 +326,11 @@ def openapi_document() -> dict[str, Any]:
         "info": {
             "title": "Tamto HTTP API",
             "version": "1",
-            "description": "Tamto's gateway over HTTP/JSON (docs/http.md).",
+            "description": (
+                "Tamto's gateway over HTTP/JSON (docs/http.md). Not described here, as "
+                "OpenAPI has no WebSockets: GET /v1/streams/{stream}/subscriptions/"
+                "{subscription}/ws consumes over a WebSocket (docs/http.md)."
+            ),
         },
         "paths": paths,
         "components": {
