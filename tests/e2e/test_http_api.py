@@ -454,6 +454,15 @@ async def test_bad_input_gets_problems_and_the_gateway_serves_on(
         400,
         "INVALID_ARGUMENT",
     )
+    outside = await api(
+        "POST",
+        messages,
+        content=b'{"text": "a"}\n{"text": "b", "partition": 7}\n',
+        headers={"Content-Type": "application/x-ndjson"},
+    )
+    assert (
+        "has partitions 0-0, not 7" in (await problem(outside, 400, "INVALID_ARGUMENT"))["detail"]
+    )
     await problem(
         await api(
             "PUT",

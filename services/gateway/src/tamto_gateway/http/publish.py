@@ -14,6 +14,8 @@ A single message's key, id and partition come from the query (`key`, `id`,
 
 Messages with a `partition` go there, keyed ones to `partition_for_key` (as the
 SDK's), the rest of one request to one partition, taking turns between requests.
+A batch spanning partitions is published to each at once: if one publish fails,
+the others may be durable already (ids make a retry safe: the dedup window).
 """
 
 from __future__ import annotations
@@ -120,6 +122,11 @@ class Publisher:
         order."""
         turn = next(self._turns) % count
         chosen = [_partition(m, count, turn) for m in messages]
+        outside = sorted(p for p in set(chosen) if p >= count)
+        if outside:  # refused before any partition is published to
+            raise InvalidArgument(
+                f"stream {stream!r} has partitions 0-{count - 1}, not {outside[0]}"
+            )
         by_partition: dict[int, list[int]] = {}
         for index, partition in enumerate(chosen):
             by_partition.setdefault(partition, []).append(index)
@@ -129,10 +136,9 @@ class Publisher:
         ]
         answers = await asyncio.gather(*(self.publish_batch(call, stream, b) for b in batches))
         placed: list[Position | None] = [None] * len(messages)
-        for (partition, indexes), offsets in zip(by_partition.items(), answers, strict=True):
+        for indexes, offsets in zip(by_partition.values(), answers, strict=True):
             for index, place in zip(indexes, offsets, strict=True):
                 placed[index] = place
-                assert place.partition == partition
         return [p for p in placed if p is not None]
 
     async def publish_arrow(
@@ -167,7 +173,7 @@ class Publisher:
 
 
 def _partition(message: OutgoingMessage, count: int, turn: int) -> int:
-    if message.partition is not None:  # Publish refuses one the stream does not have
+    if message.partition is not None:
         return message.partition
     if message.key is not None:
         return partition_for_key(message.key, count)
