@@ -340,6 +340,12 @@ async def test_websocket_consumes_with_frames(api: Api, http_cluster: TestCluste
             frame = json.loads(await asyncio.wait_for(socket.recv(), 10))
             assert frame["type"] == "messages"
             received += frame["messages"]
+        first = {"partition": received[0]["partition"], "offset": received[0]["offset"]}
+        await socket.send(json.dumps({"nack": [first]}))
+        frame = json.loads(await asyncio.wait_for(socket.recv(), 10))
+        [again] = frame["messages"]
+        assert again["offset"] == first["offset"]
+        assert again["delivery_count"] == 2
         positions = [{"partition": m["partition"], "offset": m["offset"]} for m in received]
         await socket.send(json.dumps({"ack": positions}))
         await socket.send(json.dumps({"close": True}))
@@ -537,6 +543,31 @@ async def test_an_identity_may_not_read_a_stream_it_has_no_grant_on(
     audit = http_cluster.audit_file("gateway").read_text().splitlines()
     denials = [json.loads(line) for line in audit if identity in line]
     assert any(d["outcome"] == "denied" and d["source"].startswith("http:") for d in denials)
+
+
+async def test_a_disabled_api_key_is_refused_at_once_despite_its_cached_token(
+    api: Api, http_cluster: TestCluster
+) -> None:
+    identity = unique("keyed")
+    async with await tamto_sdk.connect(http_cluster.url, api_key=http_cluster.credential) as admin:
+        await admin.security.create_identity(identity)
+        key = await admin.security.create_api_key(identity)
+        whoami = await api("GET", "/v1/whoami", headers={"X-Api-Key": key.api_key})
+        assert whoami.json()["subject"] == identity
+        await admin.security.set_api_key_disabled(key.info.key_id, True)
+
+        async def refused() -> bool:
+            response = await api("GET", "/v1/whoami", headers={"X-Api-Key": key.api_key})
+            return response.status_code == 401
+
+        await eventually(refused, 2.0, "the disabled key's requests to be refused")
+        await admin.security.set_api_key_disabled(key.info.key_id, False)
+
+        async def accepted() -> bool:
+            response = await api("GET", "/v1/whoami", headers={"X-Api-Key": key.api_key})
+            return response.status_code == 200
+
+        await eventually(accepted, 5.0, "the enabled key to work again", interval_s=0.1)
 
 
 def test_curl_publishes_and_consumes(http_cluster: TestCluster) -> None:
