@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tamto_common.cluster_credential import CREDENTIAL_KEY
@@ -133,6 +135,10 @@ def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Pa
         members = up.members()
         assert sorted(m["service"] for m in members) == ["auth", "gateway", "router", "storage"]
         assert all(m["health"] == "SERVING" for m in members)
+        # The gateway's HTTP API is on the port the launcher printed.
+        http_api = re.search(r"HTTP API: (http://[0-9.:]+)", up.output())
+        assert http_api is not None, up.output()
+        assert httpx.get(f"{http_api.group(1)}/openapi.json").json()["openapi"] == "3.1.0"
         # Its cluster secret (issue 21) is private, and a service recorded its hash in
         # etcd: the restart below on the same directory joins with the same secret.
         assert stat.S_IMODE((up.data_dir / "cluster-secret").stat().st_mode) == 0o600

@@ -63,13 +63,16 @@ class BenchSetupError(Exception):
 
 @dataclass(frozen=True)
 class TamtoTarget:
-    """Where the Tamto under test is: gateway URL, API key and etcd endpoint, and
-    every gateway's URL when it has several (a cluster; `url` is the first)."""
+    """Where the Tamto under test is: gateway URL, API key and etcd endpoint, every
+    gateway's URL when it has several (a cluster; `url` is the first), and the first
+    one's HTTP API."""
 
     url: str
     api_key: str
     etcd: str
     gateways: tuple[str, ...] = ()
+    #: The first gateway's HTTP API ("": not known, the HTTP phases are skipped).
+    http_url: str = ""
 
     @property
     def gateway_urls(self) -> tuple[str, ...]:
@@ -110,6 +113,7 @@ async def local_tamto(data_dir: Path, nodes: int = 1) -> AsyncIterator[TamtoTarg
             cluster.credential,
             config.etcd_endpoint,
             tuple(cluster.gateway_urls()),
+            cluster.http_urls()[0],
         )
     finally:
         await cluster.stop()

@@ -58,6 +58,10 @@ def _job(spec: JobSpec) -> Job:
         from tamto_bench import ceiling
 
         return ceiling.JOBS[spec.role]
+    if spec.system == "http":
+        from tamto_bench import http_jobs
+
+        return http_jobs.JOBS[spec.role]
     raise ValueError(f"unknown benchmark system {spec.system!r}")
 
 

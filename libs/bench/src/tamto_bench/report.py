@@ -489,6 +489,19 @@ def rows(doc: dict[str, Any]) -> list[list[str]]:
                     _fmt(g("ceiling", "msgs_s")),
                 ]
             )
+        for body, label in (("ndjson", "NDJSON"), ("arrow", "Arrow")):
+            if not math.isnan(g("tamto", f"http_{body}_msgs_s")):
+                out.append(
+                    [
+                        f"publish msg/s (HTTP, {label})",
+                        size,
+                        _fmt(g("tamto", f"http_{body}_msgs_s")),
+                        "",
+                        "",
+                        "",
+                        "",
+                    ]
+                )
         out.append(
             [
                 "consume+ack msg/s",

@@ -51,7 +51,9 @@ from tamto_common.config import MIB
 from tamto_local.ports import free_port
 from tamto_protocol.partitioning import partition_for_key
 
-SYSTEMS = ("tamto", "jetstream", "core", "ceiling", "ephemeral")
+SYSTEMS = ("tamto", "jetstream", "core", "ceiling", "ephemeral", "http")
+#: The bodies the HTTP API's publish phases send (`http_jobs`), each a phase.
+HTTP_BODIES = ("ndjson", "arrow")
 #: The cluster beside the one node: not run unless asked for (`--systems` or `--nodes`).
 CLUSTER_SYSTEMS = ("tamto-r3", "jetstream-r3")
 #: The worker jobs (spec.system) each benchmarked system runs.
@@ -234,7 +236,7 @@ class Runner:
                 plan.append((f"tamto publish {size} B", self._bind(self._tamto_publish, size)))
                 plan += self._everyday_phases("tamto", size)
                 plan.append((f"tamto consume+ack {size} B", self._bind(self._tamto_drain, size)))
-                if "ceiling" in o.systems:
+                if "ceiling" in o.systems or "http" in o.systems:
                     plan.append(
                         (
                             f"tamto publish {size} B (send_batch)",
@@ -248,6 +250,21 @@ class Runner:
                             self._bind(self._latency, "tamto", size, rate),
                         )
                     )
+            if "http" in o.systems and self.tamto is not None and self.tamto.http_url:
+                if "tamto" not in o.systems:  # else it ran above: the SDK beside HTTP
+                    plan.append(
+                        (
+                            f"tamto publish {size} B (send_batch)",
+                            self._bind(self._tamto_publish_batches, size),
+                        )
+                    )
+                plan += [
+                    (
+                        f"tamto publish {size} B over HTTP ({body})",
+                        self._bind(self._http, size, body),
+                    )
+                    for body in HTTP_BODIES
+                ]
             if "jetstream" in o.systems:
                 plan.append((f"jetstream publish {size} B", self._bind(self._js_publish, size)))
                 plan += self._everyday_phases("jetstream", size)
@@ -565,6 +582,28 @@ class Runner:
             size, "tamto", {"publish_batch_msgs_s": rate, "publish_batch_mb_s": rate * size / MB}
         )
 
+    async def _http(self, size: int, body: str) -> None:
+        """Publish batches of `BATCH_MESSAGES` through the gateway's HTTP API, each
+        request one `body` ("ndjson" or "arrow"): beside `send_batch`'s phase."""
+        o = self.options
+        assert self.tamto is not None
+        stream = self._stream(f"http-{body}", size)
+        await self._create("tamto", stream)
+        specs = [
+            self._spec("http", "pub", stream, size, target=self.tamto.http_url, body=body)
+            for _ in range(o.producers)
+        ]
+        try:
+            results = await self._run(f"tamto publish over HTTP ({body})", specs, o.duration_s)
+        finally:
+            await self._delete("tamto", stream)
+        if any(r.errors for r in results):
+            raise BenchError(f"HTTP publish ({body}): {sum(r.errors for r in results)} refused")
+        _total, rate = drain_rate(results)
+        self._record(
+            size, "tamto", {f"http_{body}_msgs_s": rate, f"http_{body}_mb_s": rate * size / MB}
+        )
+
     async def _tamto_drain(self, size: int) -> None:
         await self._drain("tamto", size)
 
@@ -841,7 +880,7 @@ async def run_bench(
             return found
 
         tamto: TamtoTarget | None = None
-        if "tamto" in o.systems or "ephemeral" in o.systems:
+        if {"tamto", "ephemeral", "http"} & set(o.systems):
             tamto = await tamto_under_test("tamto", 1)
         tamto_r3: TamtoTarget | None = None
         if "tamto-r3" in o.systems:

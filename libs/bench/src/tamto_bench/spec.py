@@ -15,9 +15,9 @@ from tamto_bench.timing import in_window
 class JobSpec:
     """One worker's part of a workload; pickled to the worker process.
 
-    `system` is "tamto", "ephemeral" (Tamto's ephemeral streams), "jetstream",
-    "core" (core NATS) or "ceiling"; `role` is "pub", "sub", "fan" (core NATS
-    fan-out), "req" and "rep" (request/reply), "ping" (one at a time), "seq"
+    `system` is "tamto", "ephemeral" (Tamto's ephemeral streams), "http" (Tamto's
+    HTTP API), "jetstream", "core" (core NATS) or "ceiling"; `role` is "pub", "sub",
+    "fan" (core NATS fan-out), "req" and "rep" (request/reply), "ping" (one at a time), "seq"
     (sequential durable publish) and "iter" (per-message consuming) or, for the
     ceiling, "client",
     "hop" and "sink". A publisher with
@@ -47,6 +47,8 @@ class JobSpec:
     #: Ceiling: the port to serve on, the next hop's address, the file to write.
     port: int = 0
     path: str = ""
+    #: HTTP publishers: the body of each request, "ndjson" or "arrow" (`http_jobs`).
+    body: str = ""
 
 
 @dataclass

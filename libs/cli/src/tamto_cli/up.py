@@ -57,6 +57,7 @@ async def run_up(
                 f"{config.nodes} storage nodes, {config.nodes} routers; gateways: "
                 + ", ".join(cluster.gateway_urls())
             )
+        console.print(f"HTTP API: {', '.join(cluster.http_urls())} (docs/http.md)")
         console.print(f"development API key: [bold]{cluster.credential}[/]")
         console.print(f"data directory: {config.data_dir.resolve()}")
         console.print(

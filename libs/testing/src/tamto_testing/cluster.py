@@ -107,6 +107,10 @@ class TestCluster:
         for name in node_processes(nodes):
             if name not in self.ports:
                 self.ports[name] = free_port()
+        #: Each gateway's HTTP API port (`tamto_gateway.http`), by process name.
+        self.http_ports = {
+            name: free_port() for name in node_processes(nodes) if name.startswith("gateway")
+        }
         self.processes: dict[str, TestProcess] = {}
         #: Processes run elsewhere (`run_in`): name -> (host, argv prefix).
         self._placed: dict[str, tuple[str, list[str]]] = {}
@@ -124,6 +128,11 @@ class TestCluster:
     def url(self) -> str:
         scheme = "tamto" if self.tls_dir is None else "tamtos"
         return f"{scheme}://{self.gateway_address}"
+
+    def http_url(self, name: str = "gateway") -> str:
+        """The base URL of gateway `name`'s HTTP API."""
+        scheme = "http" if self.tls_dir is None else "https"
+        return f"{scheme}://{self.address(name).rsplit(':', 1)[0]}:{self.http_ports[name]}"
 
     @property
     def ca_file(self) -> Path:
@@ -168,7 +177,13 @@ class TestCluster:
         """Start process `name` without waiting for it (`_wait_ready` does)."""
         service, _ = split_process(name)
         env = service_env(
-            service, self.shared, self.ports[name], extra_env, process=name, nodes=self.nodes
+            service,
+            self.shared,
+            self.ports[name],
+            extra_env,
+            process=name,
+            nodes=self.nodes,
+            http_port=self.http_ports.get(name, 0),
         )
         env[f"TAMTO_{service.upper()}_INSTANCE_ID"] = self.instance_id(name)
         prefix: list[str] = []

@@ -5,7 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tamto_common.config import ServiceConfig, not_negative, one_of, positive, setting
+from tamto_common.config import (
+    MIB,
+    ServiceConfig,
+    not_negative,
+    one_of,
+    port_check,
+    positive,
+    setting,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +56,30 @@ class GatewayConfig(ServiceConfig):
         "optional",
         "client certificates on TLS: require (mTLS) or optional",
         one_of("require", "optional"),
+    )
+
+    http_port: int = setting(
+        0,
+        "port of the HTTP/JSON API (docs/http.md), TLS with the gRPC port's certificate "
+        "when --tls-cert-file is set (0: no HTTP API)",
+        port_check,
+    )
+    http_max_body_bytes: int = setting(
+        8 * MIB, "largest HTTP request body accepted, in bytes (more: 413)", positive
+    )
+    http_consumer_idle_s: float = setting(
+        60.0,
+        "an HTTP long-poll consumer nobody used this long is closed (seconds)",
+        positive,
+    )
+    http_max_consumers: int = setting(
+        10_000,
+        "most HTTP consumers (long poll, SSE, WebSocket) open at once on this gateway; "
+        "more are refused with RESOURCE_EXHAUSTED",
+        positive,
+    )
+    http_max_wait_s: float = setting(
+        30.0, "longest an HTTP long poll may wait for messages (seconds)", positive
     )
 
     @property

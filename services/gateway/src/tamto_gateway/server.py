@@ -1,4 +1,5 @@
-"""Gateway wiring: member directory, stream registry, token verification, policy, the servicer."""
+"""Gateway wiring: member directory, stream registry, token verification, policy, the servicer,
+and the HTTP/JSON API on its own port (`tamto_gateway.http`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tamto_gateway.config import GatewayConfig
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_api import serve_ephemeral
 from tamto_gateway.grpc_api import GatewayServicer, serve
+from tamto_gateway.http.app import http_server
 from tamto_gateway.oidc import ExternalVerifier, OidcIssuer, load_issuers
 from tamto_gateway.requests import RequestBroker
 from tamto_gateway.routing import Routes
@@ -85,10 +87,11 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     runtime.resources.push_async_callback(ephemeral.close)
     requests = RequestBroker(runtime.bus, runtime.etcd, ephemeral)
     runtime.resources.push_async_callback(requests.close)
+    guard = Guard(Authenticator(internal, external), cache, audit)
     servicer = GatewayServicer(
         streams,
         upstream,
-        Guard(Authenticator(internal, external), cache, audit),
+        guard,
         AuthForwarder(routes, channels, config.upstream_timeout_s),
         config.max_message_bytes,
         ephemeral,
@@ -99,3 +102,11 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     servicer.placement_etcd = runtime.etcd
     serve(servicer, runtime.server)
     serve_ephemeral(servicer, runtime.server)
+    if config.http_port:
+        http, consumers = http_server(config, servicer, streams, guard)
+        await http.start()
+        # Closed first: an SSE or WebSocket consumer's response then ends, and the
+        # server stops without waiting for it.
+        runtime.resources.push_async_callback(http.stop)
+        runtime.resources.push_async_callback(consumers.close_all)
+        log.info("http api serving", port=http.port, tls=config.tls() is not None)
