@@ -2,7 +2,7 @@
 name only metrics Tamto exports (issue 19: what is alert-worthy after faults).
 
 `promtool` comes from Debian's `prometheus` package (.ci/run installs it); without it
-the promtool checks skip, saying so.
+the promtool checks skip, saying so (and fail under CI=true: `tamto_testing.needs`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tamto_testing.needs import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "infra" / "prometheus"
@@ -23,7 +23,7 @@ SUFFIXES = ("_total", "_count", "_sum", "_bucket")
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     tool = shutil.which("promtool")
     if tool is None:
-        pytest.skip("promtool not installed (Debian package prometheus; .ci/run installs it)")
+        missing("promtool not installed (Debian package prometheus; .ci/run installs it)")
     return subprocess.run(
         [tool, *args], cwd=RULES, capture_output=True, text=True, check=False, timeout=120
     )
