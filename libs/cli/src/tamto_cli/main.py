@@ -129,14 +129,19 @@ def status(
     """List the registered members with their health and version, each router's
     partition count, notes on what needs attention (batches a storage node
     quarantined, ledgers a router writes with a replica catching up, a drained
-    router), and every partition's ledgers with their replicas and its owner
-    (under-replicated ones marked; not in --json, which lists the members)."""
+    router, a storage node that does not answer, partitions owned without a quorum),
+    and every partition's ledgers with their replicas and its owner: unavailable,
+    under-replicated and healing ledgers with their causes. --json prints one object:
+    members, partitions (owner, ledgers, replicas' states, problems) and problems."""
+    from tamto_cli.ledger_health import all_problems, ledgers_json
     from tamto_cli.status import (
         fetch_drained,
         fetch_ledgers,
-        fetch_notes,
         fetch_owners,
+        fetch_pages,
         fetch_status,
+        healing_from,
+        member_notes,
         partitions_per_router,
         render_ledgers,
         render_status,
@@ -145,13 +150,17 @@ def status(
 
     try:
         rows = asyncio.run(fetch_status(etcd))
-        ledgers = [] if as_json else asyncio.run(fetch_ledgers(etcd))
+        ledgers = asyncio.run(fetch_ledgers(etcd))
         drained = asyncio.run(fetch_drained(etcd))
         owners = asyncio.run(fetch_owners(etcd))
     except TamtoError as exc:
         err.print(f"tamto status: {exc}")
         raise typer.Exit(1) from None
-    notes = asyncio.run(fetch_notes(rows, drained))
+    pages = asyncio.run(fetch_pages(rows))
+    storage = {m.instance_id: h for m, h in rows if m.service == "storage"}
+    healing = healing_from(pages)
+    problems = all_problems(ledgers, storage, healing)
+    notes = member_notes(rows, pages, drained, problems, owners)
     owned = partitions_per_router(owners)
     if as_json:
         members: list[dict[str, object]] = []
@@ -160,11 +169,12 @@ def status(
             if m.service == "router":
                 entry["partitions"] = owned.get(m.instance_id, 0)
             members.append(entry)
-        print(json.dumps(members))
+        partitions = ledgers_json(ledgers, storage, healing, owners)
+        found = [{**asdict(p), "nodes": list(p.nodes)} for p in problems]
+        print(json.dumps({"members": members, "partitions": partitions, "problems": found}))
     else:
         render_status(rows, console, notes, owned)
-        storage = {m.instance_id for m, _ in rows if m.service == "storage"}
-        render_ledgers(ledgers, storage, console, owners)
+        render_ledgers(ledgers, storage, console, owners, healing)
 
 
 app.add_typer(auth_app, name="auth")

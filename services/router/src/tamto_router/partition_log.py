@@ -435,6 +435,22 @@ class PartitionLog:
         """The ensemble's replicas that take no appends now (replicated logs only)."""
         return [n for n in self.ensemble if self.replicas is not None and n not in self.replicas]
 
+    def healing(self) -> dict[str, str]:
+        """Why each lagging replica that is registered takes no appends yet: it is being
+        caught up, or filled as a spare in place of a member that stayed down (with the
+        last try's error, if it failed). Unregistered ones are down, not healing."""
+        if self._client_for is None:
+            return {}
+        found: dict[str, str] = {}
+        for node in self.lagging():
+            if self._client_for(node) is None:
+                continue
+            old = self._replacing.get(node)
+            reason = f"re-replicating in place of {old}" if old else "catching up"
+            error = self.catch_up_errors.get(node)
+            found[node] = f"{reason} (last try: {error})" if error else reason
+        return found
+
     def _source(self) -> StorageClient:
         """A replica holding every durable entry: one that answered the last append."""
         assert self.replicas is not None

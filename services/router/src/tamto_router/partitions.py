@@ -483,6 +483,11 @@ class Partitions:
         appends (the gauge `tamto_router_under_replicated_ledgers`)."""
         return sum(1 for x in self._logs.values() if x.failure is None and x.lagging())
 
+    def healing(self) -> dict[tuple[str, int], dict[str, str]]:
+        """The replicas each open log is healing, and why (`PartitionLog.healing`)."""
+        found = {k: x.healing() for k, x in self._logs.items() if x.failure is None}
+        return {k: nodes for k, nodes in found.items() if nodes}
+
     def appended_totals(self) -> dict[tuple[str, int], tuple[int, int]]:
         """Messages and bytes appended to each open partition log since it opened (the
         load reports of `tamto_router.balancer`)."""

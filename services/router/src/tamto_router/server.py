@@ -36,6 +36,7 @@ from tamto_router.consume import SubscriptionRegistry
 from tamto_router.dead_letter_sink import DeadLetterSink
 from tamto_router.dead_letters import Policy
 from tamto_router.grpc_api import RouterServicer, serve
+from tamto_router.healing_metric import HEALING
 from tamto_router.ledger_audit import LedgerAudit, audit_interval_s
 from tamto_router.partitions import UNDER_REPLICATED, Partitions
 from tamto_router.storage_client import StorageClient
@@ -184,6 +185,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     UNDER_REPLICATED.set_function(
         lambda: partitions.under_replicated() + len(audit.idle_under_replicated)
     )
+    HEALING.source = partitions.healing
 
     async def policy(stream: str) -> Policy:
         definition = await read_stream(runtime.etcd, stream) or StreamDef(stream, 1)
