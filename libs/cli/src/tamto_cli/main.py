@@ -29,7 +29,7 @@ from tamto_cli.connect import connect_client
 from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
-from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
+from tamto_cli.options import ApiKey, AsJson, DataDir, Format, LeaseTtl, Url
 from tamto_cli.output import PayloadFormat, message_line, parse_headers
 from tamto_cli.storage_cmds import storage_app
 from tamto_cli.subscription_cmds import (
@@ -78,6 +78,7 @@ def up(
     discovery_resolver: Annotated[
         str, typer.Option(help="host:port of the DNS server --discovery asks")
     ] = "",
+    lease_ttl_s: LeaseTtl = 5,
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     from tamto_common.config import discovery_check, resolver_check
@@ -115,6 +116,7 @@ def up(
         nats_port=nats_port,
         tls=tls,
         nodes=nodes,
+        lease_ttl_s=lease_ttl_s,
     )
     raise typer.Exit(asyncio.run(run_up(config, console, demo=demo, once=once, quiet=quiet)))
 

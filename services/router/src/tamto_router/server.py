@@ -156,7 +156,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         lambda: lease.lease,
         config.member_id,
         storage_for,
-        config.claim_timeout_s,
+        config.claim_timeout,
         stream_def,
         lease_valid=lease.valid,
         replicas_for=replicas_for,
