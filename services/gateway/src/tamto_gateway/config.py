@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tamto_common.config import ServiceConfig, not_negative, one_of, positive, setting
+from tamto_common.oidc import oidc_issuers_file_setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,9 +37,7 @@ class GatewayConfig(ServiceConfig):
     token_issuer: str = setting("tamto", "issuer expected in tokens")
     token_audience: str = setting("tamto", "audience expected in tokens")
     upstream_timeout_s: float = setting(30.0, "deadline for calls to routers and auth", positive)
-    oidc_issuers_file: str = setting(
-        "", "JSON file listing trusted external OIDC issuers (empty: none)"
-    )
+    oidc_issuers_file: str = oidc_issuers_file_setting()
     policy_refresh_s: float = setting(
         30.0, "reload the policy this often even without a bus event (seconds)", positive
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from tamto_common.config import ServiceConfig, not_negative, positive, setting
 from tamto_common.errors import ConfigError
+from tamto_common.oidc import oidc_issuers_file_setting
 from tamto_router.balancer import BalanceSettings
 from tamto_router.partition_log import REREPLICATE_AFTER_S
 
@@ -55,6 +56,7 @@ class RouterConfig(ServiceConfig):
     )
     token_issuer: str = setting("tamto", "issuer expected in client tokens (as the gateway's)")
     token_audience: str = setting("tamto", "audience expected in client tokens")
+    oidc_issuers_file: str = oidc_issuers_file_setting()
     policy_refresh_s: float = setting(
         30.0, "reload the security policy this often even without a bus event (seconds)", positive
     )

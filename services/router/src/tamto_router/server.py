@@ -22,6 +22,7 @@ from tamto_common.guard import Guard, PolicyCache
 from tamto_common.ledgers import LedgerList
 from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
 from tamto_common.membership import KeptLease, MemberDirectory
+from tamto_common.oidc import external_verifiers
 from tamto_common.placement import GoneTargets, PlacementView
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.service import Runtime
@@ -296,10 +297,12 @@ async def _client_publish(
     rule: Callable[[], OwnerRule] | None = None,
 ) -> ClientPublish | None:
     """Clients' publishes (the direct path), verified as at the gateway: auth's tokens
-    with its JWKS, the policy cached from etcd, denials audited on the bus. None when
-    this router advertises no client address."""
+    with its JWKS and the external OIDC issuers of `--oidc-issuers-file`, the policy
+    cached from etcd, denials audited on the bus. None when this router advertises no
+    client address."""
     if not config.client_address_for("-"):
         return None
+    external = external_verifiers(config.oidc_issuers_file)
 
     async def fetch_jwks() -> str:
         members = directory.members("auth")
@@ -332,7 +335,7 @@ async def _client_publish(
 
     resources.push_async_callback(stop_refresher)
     return ClientPublish(
-        Guard(Authenticator(verifier, {}), cache, audit),
+        Guard(Authenticator(verifier, external), cache, audit),
         partitions,
         RouterRing(directory, config.member_id, rule),
         StreamDefs(runtime.etcd),
