@@ -16,13 +16,12 @@ from test_quorum import (
 )
 
 from tamto_common.errors import Unavailable
-from tamto_router.acks import AckSet
+from tamto_router.acks import AckSet, most_advanced
 from tamto_router.cursors import (
     commit_cursor,
     delete_cursor,
     get_cursor,
     list_cursors,
-    most_advanced,
 )
 
 

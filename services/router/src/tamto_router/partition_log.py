@@ -52,6 +52,7 @@ import structlog
 
 from tamto_common.errors import DataLoss, TamtoError, Unavailable, damaged_offsets
 from tamto_protocol.batch import decode_batch, encode_record_batch
+from tamto_router.cursor_sync import sync_cursors
 from tamto_router.dedup import DedupWindow, message_offsets
 from tamto_router.model import Batch, LogBounds
 from tamto_router.quorum import (
@@ -599,12 +600,14 @@ class PartitionLog:
 
     async def _admit_joiners(self) -> None:
         """Between two appends (every entry sent is durable): copy each joiner the
-        last entries it lacks and make it a replica again."""
+        last entries it lacks and the cursors the replicas hold (`sync_cursors`), and
+        make it a replica again."""
         assert self.replicas is not None
         for node, (client, offset) in list(self._joiners.items()):
             del self._joiners[node]
             try:
                 await self._copy_to(node, client, offset)
+                await sync_cursors(self.stream, self.partition, self.epoch, self.replicas, client)
             except Exception as exc:
                 log.warning(
                     "replica not caught up",
