@@ -50,7 +50,13 @@ from typing import Any
 import pyarrow.compute as pc
 import structlog
 
-from tamto_common.errors import DataLoss, TamtoError, Unavailable, damaged_offsets
+from tamto_common.errors import (
+    DataLoss,
+    FailedPrecondition,
+    TamtoError,
+    Unavailable,
+    damaged_offsets,
+)
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.cursor_sync import sync_cursors
 from tamto_router.dedup import DedupWindow, message_offsets
@@ -83,17 +89,25 @@ REPAIR_RETRY_S = 10.0
 #: How long an ensemble member stays unregistered before its data is copied to a
 #: spare storage node (a restart usually registers again well within it).
 REREPLICATE_AFTER_S = 10.0
+#: How storage refuses to truncate sealed offsets (`Partition.truncate`: "offsets below
+#: N are sealed"): a replica whose divergent tail is sealed can never agree.
+SEALED_REFUSAL = "are sealed"
+
+
+class Diverged(Unavailable):
+    """A replica's copy differs from the log's where storage cannot drop it (sealed)."""
 
 
 @dataclass(frozen=True)
 class Rereplicate:
-    """How a replicated log replaces a member that stays down.
+    """How a replicated log replaces a member that stays down (or whose copy diverged
+    where it cannot be truncated).
 
     Attributes:
         spare_for: a registered storage node outside the given ensemble, or None when
             there is none (the log's `client_for` reaches it).
         record: puts the second node where the first was in the partition's ledgers.
-        after_s: how long a member is unregistered before it is replaced.
+        after_s: how long a member is unregistered (or diverged) before it is replaced.
     """
 
     spare_for: Callable[[tuple[str, ...]], str | None]
@@ -461,6 +475,8 @@ class PartitionLog:
         """Catch up, every `REPAIR_INTERVAL_S`, each lagging replica that is registered."""
         assert self._client_for is not None
         down_since: dict[str, float] = {}
+        #: Registered replicas whose copy diverged where it cannot be truncated (sealed).
+        diverged_since: dict[str, float] = {}
         while self.failure is None:
             await asyncio.sleep(REPAIR_INTERVAL_S)  # a period, not a wait for a condition
             await self._record_replacements()
@@ -468,10 +484,7 @@ class PartitionLog:
                 client = self._client_for(node)
                 if client is None:
                     since = down_since.setdefault(node, time.monotonic())
-                    if (
-                        self._rereplicate is not None
-                        and time.monotonic() - since >= self._rereplicate.after_s
-                    ):
+                    if self._replace_after(since):
                         self._replace(node)
                     continue
                 down_since.pop(node, None)
@@ -480,6 +493,20 @@ class PartitionLog:
                 try:
                     await self._catch_up(node, client)
                     self.catch_up_errors.pop(node, None)
+                    diverged_since.pop(node, None)
+                except Diverged as exc:  # it will never agree: replaced like a lost one
+                    since = diverged_since.setdefault(node, time.monotonic())
+                    if self._replace_after(since):
+                        self._replace(node, "diverged")
+                    elif self.catch_up_errors.get(node) != str(exc):
+                        self.catch_up_errors[node] = str(exc)
+                        log.warning(
+                            "replica diverged in sealed data: replaced by a spare if it stays so",
+                            stream=self.stream,
+                            partition=self.partition,
+                            replica=node,
+                            error=str(exc),
+                        )
                 except Exception as exc:  # down still, or refusing: tried again later
                     if isinstance(exc, DataLoss):  # its copy is damaged: repair it
                         self.repair_damage(node, client, exc)
@@ -493,13 +520,19 @@ class PartitionLog:
                             error=str(exc),
                         )
 
-    def _replace(self, node: str) -> None:
-        """Put a spare storage node in the ensemble where `node` (down too long) was;
-        it is caught up from offset 0 like any lagging replica."""
+    def _replace_after(self, since: float) -> bool:
+        """Whether a member out since `since` (monotonic) is due for replacement."""
+        return (
+            self._rereplicate is not None and time.monotonic() - since >= self._rereplicate.after_s
+        )
+
+    def _replace(self, node: str, why: str = "down") -> None:
+        """Put a spare storage node in the ensemble where `node` (down too long, or
+        diverged for good) was; it is caught up from offset 0 like any lagging replica."""
         assert self._rereplicate is not None
         new = self._rereplicate.spare_for(self.ensemble)
         if new is None:
-            self.catch_up_errors[node] = "down, and no spare storage node to re-replicate to"
+            self.catch_up_errors[node] = f"{why}, and no spare storage node to re-replicate to"
             return
         self.ensemble = tuple(new if n == node else n for n in self.ensemble)
         self._replacing[new] = self._replacing.pop(node, node)  # a spare that died too
@@ -567,7 +600,14 @@ class PartitionLog:
                 replica_end=offset,
                 agreed_end=agreed,
             )
-            offset = await client.truncate(self.stream, self.partition, self.epoch, agreed)
+            try:
+                offset = await client.truncate(self.stream, self.partition, self.epoch, agreed)
+            except FailedPrecondition as exc:
+                if SEALED_REFUSAL in str(exc):  # storage never truncates sealed offsets
+                    raise Diverged(
+                        f"replica {node} diverges at {agreed} in sealed data: {exc}"
+                    ) from exc
+                raise
             if offset != agreed:
                 raise Unavailable(f"replica {node} ends at {offset} after truncating to {agreed}")
         while self.durable_offset - offset > JOIN_GAP and self.failure is None:
