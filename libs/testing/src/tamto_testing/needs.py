@@ -9,7 +9,8 @@ tests would hide that they never ran.
 - `needs(reason)` is a mark (for `pytestmark` or a decorator): `reason` is why the test
   cannot run here, or None when it can (the `unavailable()` helpers of
   `tamto_testing.netns` and `tamto_testing.power_loss` return one). The plugin
-  (`tamto_testing.plugin`) acts on it before the test's fixtures are set up.
+  (`tamto_testing.plugin`) marks such a test skipped at collection (pytest's summary
+  names it), or fails it under CI before its fixtures are set up.
 - `missing(reason)` does the same from inside a test or fixture.
 """
 
@@ -53,7 +54,25 @@ def needs(reason: str | None) -> pytest.MarkDecorator:
     return pytest.mark.tamto_needs(reason)  # MARK
 
 
-def apply_marks(item: pytest.Item) -> None:
-    """Act on `item`'s `needs` marks (the plugin's `pytest_runtest_setup`)."""
-    for mark in item.iter_markers(MARK):
-        missing(mark.args[0] if mark.args else None)
+def _reason(item: pytest.Item) -> str | None:
+    """Why a test marked `needs` cannot run here (its first mark saying so), or None."""
+    reasons = (mark.args[0] for mark in item.iter_markers(MARK) if mark.args and mark.args[0])
+    return next(reasons, None)
+
+
+def skip_marked(items: list[pytest.Item]) -> None:
+    """Outside CI, mark each test that needs what is missing as skipped, so pytest's
+    summary names the test (the plugin's `pytest_collection_modifyitems`)."""
+    if in_ci():
+        return
+    for item in items:
+        reason = _reason(item)
+        if reason is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def fail_marked(item: pytest.Item) -> None:
+    """Under CI, fail a test that needs what is missing, before its fixtures start
+    anything (the plugin's `pytest_runtest_setup`)."""
+    if in_ci():
+        missing(_reason(item))

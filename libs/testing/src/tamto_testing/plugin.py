@@ -17,8 +17,9 @@
 - `spark` (session): one local SparkSession with the `tamto` data source; skipped,
   saying so, where PySpark or tamto-spark is not installed (tamto-testing does not
   require them: only the Spark tests use this fixture), failed under CI=true.
-- `pytest_runtest_setup`: a test marked `tamto_testing.needs.needs(reason)` skips (fails
-  under CI=true) before its fixtures start anything.
+- `pytest_collection_modifyitems`, `pytest_runtest_setup`: a test marked
+  `tamto_testing.needs.needs(reason)` is skipped (failed under CI=true, before its
+  fixtures start anything).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra, running_infra
-from tamto_testing.needs import MARK, apply_marks, missing
+from tamto_testing.needs import MARK, fail_marked, missing, skip_marked
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -74,9 +75,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    skip_marked(items)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    apply_marks(item)
+    fail_marked(item)
 
 
 @pytest.fixture(scope="session")
