@@ -94,10 +94,15 @@ class Launcher:
             },
         )
 
-    def members(self) -> list[dict[str, Any]]:
+    def status(self) -> dict[str, Any]:
+        """`tamto status --json`: members, partitions and problems."""
         result = self.cli("status", "--json", "--etcd", f"127.0.0.1:{self.etcd}")
         assert result.returncode == 0, result.stderr
-        members: list[dict[str, Any]] = json.loads(result.stdout)
+        status: dict[str, Any] = json.loads(result.stdout)
+        return status
+
+    def members(self) -> list[dict[str, Any]]:
+        members: list[dict[str, Any]] = self.status()["members"]
         return members
 
 

@@ -56,6 +56,16 @@ def test_up_with_three_nodes_runs_and_registers_every_process(tmp_path: Path) ->
                 index = node.removeprefix("storage-")
                 streams = up.data_dir / f"node-{index}" / "storage" / "streams"
                 assert (streams / "spread").is_dir()
+        # `tamto status --json` lists each partition's owner and replicas, all up.
+        status = up.status()
+        spread = [p for p in status["partitions"] if p["stream"] == "spread"]
+        assert sorted(p["partition"] for p in spread) == list(range(PARTITIONS))
+        for partition in spread:
+            assert partition["owner"] in {"router-1", "router-2", "router-3"}, partition
+            ledger = partition["ledgers"][-1]
+            assert [r["state"] for r in ledger["replicas"]] == ["up"] * 3, ledger
+            assert partition["problems"] == []
+        assert status["problems"] == []
     finally:
         assert up.stop() == 0
     assert "etcd stopped" in up.output()

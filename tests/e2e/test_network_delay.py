@@ -38,6 +38,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import running_infra
+from tamto_testing.needs import needs
 from tamto_testing.netns import Netns, unavailable
 from tamto_testing.waiting import eventually, long_tests_enabled
 
@@ -54,7 +55,7 @@ from .test_replicated_failover import Traffic
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(unavailable() is not None, reason=unavailable() or ""),
+    needs(unavailable()),
 ]
 
 #: Each way, in order. CI: 100 ms. Long runs: 300 ms (which stalled router-3's

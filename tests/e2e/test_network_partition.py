@@ -52,6 +52,7 @@ from tamto_router.storage_client import StorageClient
 from tamto_sdk import StreamConfig
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra, running_infra
+from tamto_testing.needs import needs
 from tamto_testing.netns import Netns, unavailable
 from tamto_testing.waiting import eventually, long_tests_enabled
 
@@ -59,7 +60,7 @@ from .test_replicated_failover import Traffic, keys_by_partition
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(unavailable() is not None, reason=unavailable() or ""),
+    needs(unavailable()),
 ]
 
 PARTITIONS = 6

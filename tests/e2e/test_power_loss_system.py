@@ -21,12 +21,13 @@ from tamto_common.dev_credential import load_dev_credential
 from tamto_local.cluster import SERVICES
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
+from tamto_testing.needs import needs
 from tamto_testing.power_loss import PowerLossDisk, unavailable_reason
 from tamto_testing.waiting import eventually, long_tests_enabled
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}"),
+    needs(unavailable_reason()),
 ]
 
 STREAM = "powered"

@@ -382,18 +382,20 @@ class LocalCluster:
         await self._wait(name, lambda: grpc_healthy(address, tls=tls))
 
     async def _wait(self, name: str, check: Callable[[], object]) -> None:
+        """Wait until `name` passes `check`; LaunchError at once if it exits first (the wait
+        retries a check's errors, so the exit ends the wait rather than raising in it)."""
         proc = self.processes[name]
 
-        async def ready() -> bool:
-            if not proc.running():
-                tail = proc.tail[-1] if proc.tail else "no output"
-                raise LaunchError(f"{name} exited with code {proc.returncode}: {tail}")
-            return bool(await check())  # type: ignore[misc]
+        async def ready_or_exited() -> bool:
+            return not proc.running() or bool(await check())  # type: ignore[misc]
 
         try:
-            await wait_until(ready, self._ready_timeout, name)
+            await wait_until(ready_or_exited, self._ready_timeout, name)
         except TimeoutError as exc:
             raise LaunchError(str(exc)) from None
+        if not proc.running():
+            tail = proc.tail[-1] if proc.tail else "no output"
+            raise LaunchError(f"{name} exited with code {proc.returncode}: {tail}")
 
     async def _restart(self, name: str) -> None:
         if name in self._infra:

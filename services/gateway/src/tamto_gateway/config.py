@@ -14,6 +14,7 @@ from tamto_common.config import (
     positive,
     setting,
 )
+from tamto_common.oidc import oidc_issuers_file_setting
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,9 +45,7 @@ class GatewayConfig(ServiceConfig):
     token_issuer: str = setting("tamto", "issuer expected in tokens")
     token_audience: str = setting("tamto", "audience expected in tokens")
     upstream_timeout_s: float = setting(30.0, "deadline for calls to routers and auth", positive)
-    oidc_issuers_file: str = setting(
-        "", "JSON file listing trusted external OIDC issuers (empty: none)"
-    )
+    oidc_issuers_file: str = oidc_issuers_file_setting()
     policy_refresh_s: float = setting(
         30.0, "reload the policy this often even without a bus event (seconds)", positive
     )

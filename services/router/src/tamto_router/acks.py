@@ -9,6 +9,7 @@ therefore dropped, and one unacked message costs one gap, not a list of offsets.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -83,3 +84,12 @@ class AckSet:
             runs.append((offset, stop - offset))
             offset = self.next_unacked(stop)
         return runs
+
+
+def most_advanced(cursors: Iterable[AckSet]) -> AckSet | None:
+    """The cursor furthest on: the highest ack floor, then the most acked above it."""
+
+    def progress(acks: AckSet) -> tuple[int, int]:
+        return acks.floor, sum(last - first + 1 for first, last in acks.ranges)
+
+    return max(cursors, key=progress, default=None)
