@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from tamto_protocol.batch import decode_valid_batch
+from tamto_protocol.batch import BatchFormatError, decode_valid_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
-from tamto_sdk.errors import InvalidArgument
+from tamto_sdk.errors import InvalidArgument, UndecodableBatch
 from tamto_sdk.messages import MessageBatch, us_to_datetime
 from tamto_sdk.positions import StartPosition, SubscriptionType
 
@@ -357,14 +357,27 @@ async def get_messages(
             stream=stream, partition=partition, offset=offset, count=count
         ),
     )
-    return [
-        MessageBatch(
+    return [_stored_batch(stream, partition, b) for b in response.batches]
+
+
+def _stored_batch(stream: str, partition: int, stored: Any) -> MessageBatch:
+    """A `StoredBatch` read by `get_messages`; `UndecodableBatch` if it fails the checks."""
+    first = int(stored.base_offset)
+    try:
+        record_batch = decode_valid_batch(stored.arrow_ipc)
+    except BatchFormatError as exc:
+        raise UndecodableBatch(
+            str(exc),
             stream=stream,
             partition=partition,
-            first_offset=int(b.base_offset),
-            publish_time=us_to_datetime(int(b.publish_time_us)),
-            record_batch=decode_valid_batch(b.arrow_ipc),
+            offset_ranges=[(first, first + max(int(stored.count), 1) - 1)],
             delivery_count=0,
-        )
-        for b in response.batches
-    ]
+        ) from None
+    return MessageBatch(
+        stream=stream,
+        partition=partition,
+        first_offset=first,
+        publish_time=us_to_datetime(int(stored.publish_time_us)),
+        record_batch=record_batch,
+        delivery_count=0,
+    )

@@ -10,7 +10,11 @@ from tamto_common.config import ServiceConfig, not_negative, one_of, positive, s
 
 @dataclass(frozen=True, kw_only=True)
 class GatewayConfig(ServiceConfig):
-    max_message_bytes: int = setting(1024 * 1024, "largest payload accepted, in bytes", positive)
+    max_message_bytes: int = setting(
+        1024 * 1024,
+        "largest message accepted (payload, key, headers and id together), in bytes",
+        positive,
+    )
     max_partitions: int = setting(1024, "most partitions a stream may have", positive)
     max_consumers_per_connection: int = setting(
         1000,
