@@ -44,14 +44,17 @@ def test_truncated_bytes_name_the_field_they_end_in() -> None:
     cut = data[: data.index(b"abc") + 1]
     bad = lenient(gateway_pb2.PublishRequest.FromString)(cut)
     assert isinstance(bad, Undecodable)
-    assert bad.problem == "the bytes end or break inside field 'batch' (truncated)"
+    assert (
+        bad.problem
+        == "the bytes end or break inside field 'batch' (truncated length-delimited field)"
+    )
     assert bad.call_id == 0  # call_id comes last: cut off with the rest
 
 
 def test_an_invalid_wire_type_is_named() -> None:
     bad = lenient(gateway_pb2.PublishRequest.FromString)(b"\x0f" + PUBLISH.SerializeToString())
     assert isinstance(bad, Undecodable)
-    assert bad.problem == "the bytes end or break inside field 'stream' (wire type 7)"
+    assert bad.problem == "the bytes end or break inside field 'stream' (unsupported wire type 7)"
 
 
 def test_pipelined_requests_are_those_with_a_call_id() -> None:

@@ -25,10 +25,11 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
 
 from tamto_common.errors import InvalidArgument
+from tamto_protocol.delivery_wire import WireError, read_fields
 
 #: The field number of `call_id` in every request sent on a pipelined stream.
 CALL_ID_FIELD = 15
-_VARINT, _FIXED64, _LENGTH, _FIXED32 = 0, 1, 2, 5
+_VARINT = 0
 _MAX_DEPTH = 32
 
 
@@ -78,61 +79,40 @@ def _short(exc: BaseException) -> str:
     return text.rsplit("': ", 1)[-1] if "': " in text else text
 
 
-class _Truncated(Exception):
-    """The bytes end inside a field, or a field's wire type is not one protobuf has
-    (its length unknown, nothing after it can be read either)."""
-
-    def __init__(self, reason: str = "truncated") -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
 def _diagnose(descriptor: Descriptor, data: memoryview) -> tuple[str | None, int]:
-    """The first problem found in `data` (None: none found) and its top-level call_id."""
-    call_id = 0
-    problem = None
-    at = 0
-    while at < len(data):
-        try:
-            number, kind, value, at = _next_field(data, at)
-        except _Truncated as exc:
-            return problem or _truncated_after(descriptor, data, exc.reason), call_id
-        field = descriptor.fields_by_number.get(number)
-        if number == CALL_ID_FIELD and kind == _VARINT and isinstance(value, int):
-            call_id = value
-        if problem is None and field is not None:
-            problem = _field_problem(field, kind, value, 0)
+    """The first problem found in `data` (None: none found) and its top-level call_id.
+    The fields after a bad one are read on, for the call_id (the last field)."""
+    call_id, problem = 0, None
+    try:
+        for number, kind, value in read_fields(data):
+            field = descriptor.fields_by_number.get(number)
+            if number == CALL_ID_FIELD and kind == _VARINT and isinstance(value, int):
+                call_id = value
+            if problem is None and field is not None:
+                problem = _field_problem(field, value, 0)
+    except WireError as exc:
+        return problem or _broken(descriptor, exc), call_id
     return problem, call_id
 
 
-def _truncated_after(descriptor: Descriptor, data: memoryview, reason: str) -> str:
-    """Which field the bytes end or break in (the last one that began)."""
-    at, last = 0, None
-    while at < len(data):
-        try:
-            number, _, _, at = _next_field(data, at)
-        except _Truncated:
-            break
-        last = number
-    begun = _read_tag_number(data, at)
-    field = descriptor.fields_by_number.get(begun) if begun is not None else None
-    where = f"field {field.name!r}" if field is not None else f"after field {last}"
-    return f"the bytes end or break inside {where} ({reason})"
+def _broken(descriptor: Descriptor, exc: WireError) -> str:
+    """Where the wire format breaks: inside which field, and how."""
+    field = descriptor.fields_by_number.get(exc.field) if exc.field is not None else None
+    if field is not None:
+        where = f"field {field.name!r}"
+    elif exc.field is not None:
+        where = f"field number {exc.field}"
+    else:
+        where = "a field's tag"
+    return f"the bytes end or break inside {where} ({exc})"
 
 
-def _read_tag_number(data: memoryview, at: int) -> int | None:
-    try:
-        tag, _ = _varint(data, at)
-    except _Truncated:
+def _field_problem(field: FieldDescriptor, value: Any, depth: int) -> str | None:
+    """What is wrong with one field's value (None: nothing found). A scalar of the
+    wrong wire type is no error: protobuf keeps it as an unknown field."""
+    if not isinstance(value, memoryview):
         return None
-    return tag >> 3
-
-
-def _field_problem(field: FieldDescriptor, kind: int, value: Any, depth: int) -> str | None:
-    """What is wrong with one field's value (None: nothing found)."""
     name = f"field {field.name!r}"
-    if kind != _LENGTH or not isinstance(value, memoryview):
-        return None  # a scalar: protobuf keeps a mismatched one as an unknown field
     if field.type == FieldDescriptor.TYPE_STRING:
         try:
             bytes(value).decode("utf-8")
@@ -146,48 +126,12 @@ def _field_problem(field: FieldDescriptor, kind: int, value: Any, depth: int) ->
 
 
 def _nested_problem(descriptor: Descriptor, data: memoryview, depth: int) -> str | None:
-    at = 0
-    while at < len(data):
-        try:
-            number, kind, value, at = _next_field(data, at)
-        except _Truncated as exc:
-            return _truncated_after(descriptor, data, exc.reason)
-        field = descriptor.fields_by_number.get(number)
-        if field is not None:
-            problem = _field_problem(field, kind, value, depth)
+    try:
+        for number, _, value in read_fields(data):
+            field = descriptor.fields_by_number.get(number)
+            problem = None if field is None else _field_problem(field, value, depth)
             if problem is not None:
                 return problem
+    except WireError as exc:
+        return _broken(descriptor, exc)
     return None
-
-
-def _next_field(data: memoryview, at: int) -> tuple[int, int, int | memoryview | None, int]:
-    """The field at `at`: number, wire type, value (an int, the bytes of a
-    length-delimited field, None for others), and where the next field starts."""
-    tag, at = _varint(data, at)
-    number, kind = tag >> 3, tag & 7
-    if kind == _VARINT:
-        value, at = _varint(data, at)
-        return number, kind, value, at
-    if kind in (_FIXED64, _FIXED32):
-        end = at + (8 if kind == _FIXED64 else 4)
-        if end > len(data):
-            raise _Truncated
-        return number, kind, None, end
-    if kind == _LENGTH:
-        length, at = _varint(data, at)
-        if at + length > len(data):
-            raise _Truncated
-        return number, kind, data[at : at + length], at + length
-    raise _Truncated(f"wire type {kind}")  # groups, invalid types: nothing more is read
-
-
-def _varint(data: memoryview, at: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while at < len(data) and shift < 64:
-        byte = data[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, at
-        shift += 7
-    raise _Truncated
