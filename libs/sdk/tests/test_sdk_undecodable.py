@@ -97,3 +97,13 @@ def test_reading_stored_messages_raises_the_same_typed_error() -> None:
     stored = messages_pb2.StoredBatch(base_offset=7, count=1, publish_time_us=1, arrow_ipc=far)
     with pytest.raises(UndecodableBatch, match="offsets 7: column 'event_time'"):
         _stored_batch("s", 0, stored)
+
+
+async def test_a_publish_time_no_datetime_holds_is_an_undecodable_batch(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    gateway.logs[("s", 0)] = [StoredBatch(0, ROWS, 2**63 - 1, valid_batch())]
+    async with client.consumer("s", "sub") as consumer:
+        with pytest.raises(UndecodableBatch, match="publish_time_us 9223372036854775807"):
+            await consumer.receive_batch(timeout_s=5)

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from tamto_protocol.batch import BATCH_SCHEMA, decode_valid_batch
+from tamto_protocol.batch import BATCH_SCHEMA, BatchFormatError, decode_valid_batch
 from tamto_protocol.v1 import messages_pb2
 from tamto_sdk.errors import InvalidArgument
 
@@ -36,6 +36,15 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def us_to_datetime(us: int) -> datetime:
     """Microseconds since the Unix epoch to an aware UTC datetime (exact)."""
     return _EPOCH + timedelta(microseconds=us)
+
+
+def publish_time_of(us: int) -> datetime:
+    """A stored batch's `publish_time_us` as a datetime; `BatchFormatError` (the
+    batch is undecodable) for one no datetime holds."""
+    try:
+        return us_to_datetime(us)
+    except OverflowError:
+        raise BatchFormatError(f"publish_time_us {us} lies outside years 1 to 9999") from None
 
 
 def datetime_to_us(moment: datetime) -> int:
@@ -712,7 +721,7 @@ class MessageBatch:
             stream=delivery.stream,
             partition=int(delivery.partition),
             first_offset=int(stored.base_offset),
-            publish_time=us_to_datetime(int(stored.publish_time_us)),
+            publish_time=publish_time_of(int(stored.publish_time_us)),
             record_batch=record_batch,
             # 0 comes from a server that predates delivery counts: a first delivery.
             delivery_count=int(delivery.delivery_count) or 1,

@@ -22,7 +22,7 @@ from tamto_protocol.batch import BatchFormatError, decode_valid_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk.errors import InvalidArgument, UndecodableBatch
-from tamto_sdk.messages import MessageBatch, us_to_datetime
+from tamto_sdk.messages import MessageBatch, publish_time_of, us_to_datetime
 from tamto_sdk.positions import StartPosition, SubscriptionType
 
 __all__ = [
@@ -365,6 +365,7 @@ def _stored_batch(stream: str, partition: int, stored: Any) -> MessageBatch:
     first = int(stored.base_offset)
     try:
         record_batch = decode_valid_batch(stored.arrow_ipc)
+        publish_time = publish_time_of(int(stored.publish_time_us))
     except BatchFormatError as exc:
         raise UndecodableBatch(
             str(exc),
@@ -377,7 +378,7 @@ def _stored_batch(stream: str, partition: int, stored: Any) -> MessageBatch:
         stream=stream,
         partition=partition,
         first_offset=first,
-        publish_time=us_to_datetime(int(stored.publish_time_us)),
+        publish_time=publish_time,
         record_batch=record_batch,
         delivery_count=0,
     )
