@@ -119,6 +119,12 @@ async def answer_calls(
                 await asyncio.wait(set(running))
                 answers.put_nowait(None)  # after their answers
             else:
+                # A call that finished after the requests ended queued its answer
+                # behind their end: every call is done now, so take what is left.
+                while not answers.empty():
+                    late = answers.get_nowait()
+                    if late is not None:
+                        yield late
                 reader.result()  # a malformed request ends the stream with its status
                 return
     finally:
