@@ -15,6 +15,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import message_factory
 from google.protobuf.descriptor import FieldDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 
@@ -22,6 +23,7 @@ import tamto_sdk
 from tamto_protocol.v1 import (
     auth_pb2,
     gateway_pb2,
+    gateway_pb2_grpc,
     messages_pb2,
     router_pb2,
     storage_pb2,
@@ -129,8 +131,6 @@ async def test_every_unary_call_refuses_bytes_that_do_not_parse(
 
 
 def _message_class(descriptor: Any) -> type[Message]:
-    from google.protobuf import message_factory
-
     return message_factory.GetMessageClass(descriptor)
 
 
@@ -202,16 +202,10 @@ def check_answers(
 
 async def token_metadata(tamto_cluster: TestCluster) -> list[tuple[str, str]]:
     async with grpc.aio.insecure_channel(tamto_cluster.gateway_address) as channel:
-        answer = await gateway_pb2_stub(channel).Authenticate(
+        answer = await gateway_pb2_grpc.GatewayStub(channel).Authenticate(
             gateway_pb2.AuthenticateRequest(api_key=tamto_cluster.credential)
         )
     return [("authorization", f"Bearer {answer.token}")]
-
-
-def gateway_pb2_stub(channel: grpc.aio.Channel) -> Any:
-    from tamto_protocol.v1 import gateway_pb2_grpc
-
-    return gateway_pb2_grpc.GatewayStub(channel)
 
 
 def batch() -> messages_pb2.RecordBatch:
@@ -364,6 +358,37 @@ async def test_a_bad_frame_ends_a_consume_stream_with_invalid_argument(
                     await call.done_writing()
             assert await call.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "malformed tamto.v1.ConsumeRequest" in (await call.details() or "")
+
+
+async def test_a_bad_frame_after_the_subscribe_ends_the_consume_stream_in_band(
+    tamto_cluster: TestCluster, tamto_client: tamto_sdk.Client
+) -> None:
+    stream = f"consumed-{uuid.uuid4().hex[:8]}"
+    await tamto_client.streams.ensure(stream, partitions=1)
+    subscribe = messages_pb2.ConsumeRequest(
+        subscribe=messages_pb2.Subscribe(stream=stream, subscription="s")
+    )
+    credit = messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=10))
+    # An ack whose ranges run past the end of its frame.
+    ack = messages_pb2.ConsumeRequest(
+        ack=messages_pb2.PartitionAcks(ranges=[messages_pb2.OffsetRange(first=0, last=5)])
+    ).SerializeToString()
+    metadata = await token_metadata(tamto_cluster)
+    async with grpc.aio.insecure_channel(tamto_cluster.gateway_address) as channel:
+        raw = channel.stream_stream(
+            "/tamto.v1.Gateway/Consume",
+            request_serializer=None,
+            response_deserializer=messages_pb2.ConsumeResponse.FromString,
+        )(metadata=metadata, timeout=20)
+        await raw.write(subscribe.SerializeToString())
+        await raw.write(credit.SerializeToString())
+        await raw.write(ack[:-1])
+        response = await raw.read()
+        assert response.WhichOneof("response") == "error"
+        assert response.error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+        assert "ConsumeRequest: the bytes end or break inside field 'ack'" in response.error.message
+        await raw.done_writing()
+        assert await raw.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def test_a_bad_frame_ends_a_consume_mux_with_invalid_argument(

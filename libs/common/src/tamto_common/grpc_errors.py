@@ -3,8 +3,9 @@
 Wrap every servicer with `TranslateErrorsInterceptor` (the service runner does):
 a `TamtoError` becomes its status and message; anything else is logged and
 answered as INTERNAL without leaking internals. A request whose bytes do not
-parse is INVALID_ARGUMENT naming its field (`tamto_common.decoding`). Errors from a downstream
-service (`grpc.aio.AioRpcError`) keep their status so a client sees the cause.
+parse is INVALID_ARGUMENT naming its field (`tamto_common.decoding`). Errors
+from a downstream service (`grpc.aio.AioRpcError`) keep their status so a
+client sees the cause.
 """
 
 from __future__ import annotations
