@@ -140,11 +140,7 @@ async def attempt(
                 timeout=10,
             )
         elif operation == "consume":
-            refusal = await consume_once(stub, md, stream, with_credit=True)
-            if refusal is not None and refusal.code() == grpc.StatusCode.INTERNAL:
-                # The credit write raced the server's refusal and gRPC failed the call
-                # locally; without it, the refusal itself is what the client sees.
-                refusal = await consume_once(stub, md, stream, with_credit=False)
+            refusal = await consume_once(stub, md, stream)
             if refusal is not None:
                 return refusal
         elif operation == "ensure":
@@ -168,10 +164,9 @@ async def attempt(
     return None
 
 
-async def consume_once(
-    stub: gateway_pb2_grpc.GatewayStub, md: Any, stream: str, with_credit: bool
-) -> Refusal | None:
-    """Subscribe (and grant one credit): None if a message came, else the refusal."""
+async def consume_once(stub: gateway_pb2_grpc.GatewayStub, md: Any, stream: str) -> Refusal | None:
+    """Subscribe and grant one credit at once (as the SDK does): None if a message
+    came, else the refusal (sent in-band first, then as the stream's status)."""
     call = stub.Consume(metadata=md, timeout=10)
     try:
         await call.write(
@@ -179,12 +174,14 @@ async def consume_once(
                 subscribe=messages_pb2.Subscribe(stream=stream, subscription="matrix")
             )
         )
-        if with_credit:
-            with contextlib.suppress(asyncio.InvalidStateError, grpc.aio.AioRpcError):
-                await call.write(
-                    messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=1))
-                )
+        with contextlib.suppress(asyncio.InvalidStateError, grpc.aio.AioRpcError):
+            await call.write(messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=1)))
         response = await call.read()  # the seeded message, or the refusal
+        if response is not grpc.aio.EOF and response.WhichOneof("response") == "error":
+            await call.done_writing()
+            while await call.read() is not grpc.aio.EOF:
+                pass
+            response = grpc.aio.EOF
     except grpc.aio.AioRpcError as exc:
         return Refusal(exc.code(), exc.details() or "")
     code = await call.code() if response is grpc.aio.EOF else grpc.StatusCode.OK

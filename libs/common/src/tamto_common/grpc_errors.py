@@ -2,8 +2,10 @@
 
 Wrap every servicer with `TranslateErrorsInterceptor` (the service runner does):
 a `TamtoError` becomes its status and message; anything else is logged and
-answered as INTERNAL without leaking internals. Errors from a downstream
-service (`grpc.aio.AioRpcError`) keep their status so a client sees the cause.
+answered as INTERNAL without leaking internals. A request whose bytes do not
+parse is INVALID_ARGUMENT naming its field (`tamto_common.decoding`). Errors
+from a downstream service (`grpc.aio.AioRpcError`) keep their status so a
+client sees the cause.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import structlog
 from prometheus_client import Histogram
 
 from tamto_common import errors
+from tamto_common.decoding import Undecodable, carries_call_id, lenient
 from tamto_common.errors import TamtoError, Unavailable
 
 log = structlog.get_logger(__name__)
@@ -115,6 +118,8 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callabl
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started, code = time.perf_counter(), "OK"
         try:
+            if type(request) is Undecodable:
+                raise request.error()
             return await behavior(request, context)
         except Exception as exc:
             if isinstance(exc, grpc.aio.AbortError):
@@ -132,6 +137,8 @@ def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str) -> Ca
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         started, code = time.perf_counter(), "OK"
         try:
+            if type(request) is Undecodable:
+                raise request.error()
             async for item in behavior(request, context):
                 yield item
         except asyncio.CancelledError:
@@ -192,13 +199,39 @@ _KINDS: tuple[tuple[str, Callable[..., grpc.RpcMethodHandler], Callable[..., Any
 
 
 def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-    """`handler` with its behaviour's errors translated and its calls timed."""
+    """`handler` with its behaviour's errors translated and its calls timed, and its
+    requests parsed leniently (`tamto_common.decoding`): one that does not parse is
+    refused with INVALID_ARGUMENT. On a stream of pipelined calls it reaches the
+    handler (`answer_calls` refuses that call alone); on another stream it ends
+    the stream with that status, as any other bad request there does."""
+    deserializer = handler.request_deserializer
     for kind, make, wrap in _KINDS:
         behavior = getattr(handler, kind)
         if behavior:
+            if deserializer is not None:
+                if handler.request_streaming and not carries_call_id(deserializer):
+                    behavior = _refusing_undecodable(behavior)
+                deserializer = lenient(deserializer)
             return make(
                 wrap(behavior, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
     return handler
+
+
+def _refusing_undecodable(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    """A stream handler whose requests end with the refusal of the first that did not
+    parse."""
+
+    def with_requests(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        return behavior(_decoded(requests), context)
+
+    return with_requests
+
+
+async def _decoded(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        if type(request) is Undecodable:
+            raise request.error()
+        yield request

@@ -19,7 +19,11 @@ from tamto_common.oidc import oidc_issuers_file_setting
 
 @dataclass(frozen=True, kw_only=True)
 class GatewayConfig(ServiceConfig):
-    max_message_bytes: int = setting(1024 * 1024, "largest payload accepted, in bytes", positive)
+    max_message_bytes: int = setting(
+        1024 * 1024,
+        "largest message accepted (payload, key, headers and id together), in bytes",
+        positive,
+    )
     max_partitions: int = setting(1024, "most partitions a stream may have", positive)
     max_consumers_per_connection: int = setting(
         1000,

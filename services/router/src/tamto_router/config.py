@@ -51,7 +51,8 @@ class RouterConfig(ServiceConfig):
     )
     max_message_bytes: int = setting(
         1024 * 1024,
-        "largest payload a client may publish directly, in bytes (the gateway's)",
+        "largest message (payload, key, headers and id) a client may publish directly, "
+        "in bytes (the gateway's)",
         positive,
     )
     token_issuer: str = setting("tamto", "issuer expected in client tokens (as the gateway's)")

@@ -211,9 +211,13 @@ class RouterServicer(AdminApi, router_pb2_grpc.RouterServicer):
         await context.send_initial_metadata(())  # the gateway's sign that the method exists
         mux = consume_mux(self._subscriptions)
         reader = asyncio.create_task(read_mux(request_iterator, mux))
+        # A request that does not parse ends the reader: the stream ends with its status.
+        reader.add_done_callback(lambda _: mux.out.put_nowait(None))
         try:
             async for batch in mux.batches():
                 yield mux_responses(batch)
+            if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                raise reader.exception()  # type: ignore[misc]
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
