@@ -106,3 +106,12 @@ def test_a_batch_of_bad_json_raises_so_the_runner_can_isolate_it() -> None:
     table = batch(ORDERS).set_column(1, "payload", pa.array([b"{not json"] * 4, pa.binary()))
     with pytest.raises(Exception, match=r"(?i)json|decode|parse"):
         pipeline.run(table)
+
+
+def test_a_sliced_batch_with_headers_runs() -> None:
+    """A delivered batch is often a slice of a larger one (its arrays start past 0)."""
+    pipeline = compile_steps([FIELDS, {"filter": "amount > 0"}], "out")
+    sources = [{"s": "a"}, None, {"s": "b"}, {"s": "c"}]
+    (out,) = pipeline.run(batch(ORDERS, sources).slice(1))
+    assert out.table.column("offset").to_pylist() == [102, 103]
+    assert out.table.column("headers").to_pylist() == [[("s", "b")], [("s", "c")]]

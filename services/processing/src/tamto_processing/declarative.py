@@ -45,6 +45,8 @@ FIELD_TYPES: Mapping[str, pl.DataType] = {
 MAX_HEADER_COLUMNS = 32
 
 Frame = pl.DataFrame
+#: Headers as steps see them: Arrow's map of strings, as a list of key/value structs.
+PAIRS = pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))
 Step = Callable[[Frame], Frame]
 
 
@@ -234,16 +236,7 @@ def _headers_as_pairs(table: pa.Table) -> pa.Table:
     if "headers" not in table.column_names:
         return table
     index = table.column_names.index("headers")
-    pairs = [
-        pa.ListArray.from_arrays(
-            chunk.offsets,
-            pa.StructArray.from_arrays([chunk.keys, chunk.items], ["key", "value"]),
-            mask=chunk.is_null(),
-        )
-        for chunk in table.column("headers").chunks
-    ]
-    pair_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.string())]))
-    return table.set_column(index, "headers", pa.chunked_array(pairs, pair_type))
+    return table.set_column(index, "headers", table.column("headers").cast(PAIRS))
 
 
 def header_names(headers: pa.ChunkedArray) -> list[str]:
