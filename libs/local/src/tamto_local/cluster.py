@@ -50,8 +50,11 @@ from tamto_local.process import LineSink, ManagedProcess
 from tamto_local.tls import cert_paths, ensure_dev_pki
 
 SERVICES = ("auth", "storage", "router", "gateway")
+#: Every service, in start order: `SERVICES` and the processing nodes, which `tamto up`
+#: runs and test clusters start only when a test asks (`node_processes`).
+ALL_SERVICES = (*SERVICES, "processing")
 #: Services that run once per node with several nodes; gateways run twice (`GATEWAYS`).
-PER_NODE = ("storage", "router")
+PER_NODE = ("storage", "router", "processing")
 GATEWAYS = 2
 #: The most nodes `tamto up --nodes` runs on one machine.
 MAX_NODES = 16
@@ -174,12 +177,15 @@ def split_process(process: str) -> tuple[str, int]:
     return service, int(index) if index else 1
 
 
-def node_processes(nodes: int) -> list[str]:
+def node_processes(nodes: int, processing: bool = False) -> list[str]:
     """The service processes of a system of `nodes` nodes, in start order: with one node
     `SERVICES`; with more, auth, `storage` .. `storage-N`, `router` .. `router-N`,
-    `gateway` and `gateway-2`."""
+    `gateway` and `gateway-2`, and with `processing` a processing node per node
+    (`tamto up` runs them; test clusters start one when a test asks)."""
     names: list[str] = []
-    for service in SERVICES:
+    for service in ALL_SERVICES:
+        if service == "processing" and not processing:
+            continue
         count = 1
         if nodes > 1 and service in PER_NODE:
             count = nodes
@@ -267,7 +273,7 @@ class LocalCluster:
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
         #: The service processes, in start order (`node_processes`).
-        self.names = node_processes(config.nodes)
+        self.names = node_processes(config.nodes, processing=True)
         self.restarts: dict[str, int] = dict.fromkeys((*INFRA, *self.names), 0)
         self._infra: dict[str, tuple[list[str], int]] = {}  # name -> (argv, port)
         self._started_at: dict[str, float] = {}
