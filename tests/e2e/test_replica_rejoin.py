@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_quorum import (
+from tamto_router.acks import AckSet
+from tamto_router.cursors import commit_cursor, delete_cursor
+from tamto_router.model import LogBounds
+from tamto_router.partition_log import PartitionLog, Rereplicate
+from tamto_router.storage_client import StorageClient
+from tamto_testing.waiting import eventually
+from tests.e2e.test_quorum import (
     PARTITION,
     STREAM,
     Node,
@@ -27,13 +33,6 @@ from test_quorum import (
     replicated_log,
     stored,
 )
-
-from tamto_router.acks import AckSet
-from tamto_router.cursors import commit_cursor, delete_cursor
-from tamto_router.model import LogBounds
-from tamto_router.partition_log import PartitionLog, Rereplicate
-from tamto_router.storage_client import StorageClient
-from tamto_testing.waiting import eventually
 
 CURSORS = ("audit", "billing", "old")
 
