@@ -356,6 +356,7 @@ class Partition:
         if max_messages < 0:
             raise InvalidArgument(f"max_messages must not be negative, got {max_messages}")
         for _ in range(_READ_ATTEMPTS):
+            next_offset = from_offset  # where the next read starts when nothing is found
             start, end = self._start_offset(), self._wal.next_offset
             if from_offset < start:
                 raise OutOfRange(
@@ -370,16 +371,16 @@ class Partition:
                     batches = await self._segments.read(from_offset, max_messages, max_bytes)
                     metrics.READ_BATCHES.labels("segments").inc(len(batches))
                     if not batches:
-                        # Interest retention emptied the rest of the sealed range.
-                        wal_start = self._wal.start_offset
+                        # Interest retention, or a repair's lost range, emptied the rest
+                        # of the sealed range: the next read starts past it.
+                        next_offset = wal_start = self._wal.start_offset
                         batches = await self._wal_read(wal_start, max_messages, max_bytes)
             except FileNotFoundError:
                 continue  # sealing or retention removed the file meanwhile: route again
             except DataLoss:
                 self.count_damage()
                 raise
-            next_offset = batches[-1].end_offset if batches else from_offset
-            return ReadResult(tuple(batches), next_offset)
+            return ReadResult(tuple(batches), batches[-1].end_offset if batches else next_offset)
         raise Unavailable(f"partition {self.id}: files kept disappearing under a read")
 
     async def _wal_read(

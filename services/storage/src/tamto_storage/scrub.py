@@ -70,7 +70,7 @@ from tamto_storage.manifest import newest_readable
 from tamto_storage.partition import CURSORS_DIR, WAL_DIR
 from tamto_storage.repair_files import DAMAGED_DIR, move_aside, write_lost_range
 from tamto_storage.segments import Segment, choose_live, scan_segments
-from tamto_storage.wal_repair import repair_wal, salvage, wal_problem
+from tamto_storage.wal_repair import repair_wal, salvage, seal_from_wal, wal_problem
 
 _PARTITION_PREFIX = "partition="
 
@@ -330,6 +330,8 @@ def _repair_segment(stream_dir: Path, finding: Finding) -> Repaired:
         moved = f"moved to {pdir / DAMAGED_DIR}; "
     if (pdir / segment_file_name(first, last)).exists():  # the plain name of a promoted rewrite
         move_aside(pdir / segment_file_name(first, last), pdir / DAMAGED_DIR / "plain")
+    if not generation and seal_from_wal(stream_dir, finding.partition, pdir, first, last):
+        return Repaired(finding, f"{moved}sealed again from the WAL's intact frames", "")
     write_lost_range(stream_dir, finding.partition, first, last, generation + 1, publish)
     return Repaired(
         finding, f"{moved}an empty segment now covers offsets {first}-{last}", f"{first}-{last}"

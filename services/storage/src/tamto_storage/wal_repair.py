@@ -175,6 +175,22 @@ def repair_wal(stream_dir: Path, number: int, pdir: Path) -> WalRepair:
     return WalRepair(tuple(lost), f"{sealed}{moved}the WAL continues at offset {end}")
 
 
+def seal_from_wal(stream_dir: Path, number: int, pdir: Path, first: int, last: int) -> bool:
+    """Seal offsets `first`..`last` again from the WAL's frames when frames that check
+    out hold exactly that range (a lost or damaged segment whose WAL files are still
+    there: the read tail, or files not trimmed yet); whether it did."""
+    frames = [
+        f
+        for f in salvage(pdir / WAL_DIR).frames
+        if first <= f.base_offset and f.end_offset <= last + 1
+    ]
+    runs_found = list(_consecutive(frames))
+    if len(runs_found) != 1 or (frames[0].base_offset, frames[-1].end_offset) != (first, last + 1):
+        return False
+    _seal(stream_dir, PartitionId(stream_dir.name, number), pdir, frames)
+    return True
+
+
 def _consecutive(frames: Sequence[IndexEntry]) -> Iterator[list[IndexEntry]]:
     """`frames` (by offset) in runs where each frame starts where the previous ends."""
     run: list[IndexEntry] = []
