@@ -330,3 +330,27 @@ async def test_verify_and_repair_leave_every_intact_offset_readable(
     assert repair(data, verify(data), repaired.append) == []
     assert snapshot(data) == before
     await check_served(data, case)
+
+
+async def test_a_wal_behind_its_segments_starts_again_after_them(
+    pristine: Path, tmp_path: Path
+) -> None:
+    """Started before any repair with its WAL directory gone, storage neither hands out
+    the sealed offsets again nor hides them: the WAL starts after the segments."""
+    data = tmp_path / "data"
+    shutil.copytree(pristine, data)
+    shutil.rmtree(pdir(data) / "_wal")
+    store = PartitionStore(data, WalOptions())
+    try:
+        partition = await store.get(STREAM, 0)
+        offsets = partition.offsets()
+        assert (offsets.start_offset, offsets.next_offset) == (0, 9)
+        batches = await read_all(partition, 0)
+        assert [b.base_offset for b in batches] == [0, 3, 6]
+        for batch in batches:
+            check_batch(batch)
+        await partition.open(EPOCH + 1)
+        assert await partition.append(EPOCH + 1, [make_batch(9)]) == 12
+    finally:
+        await store.close()
+    assert verify(data) == []

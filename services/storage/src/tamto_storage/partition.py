@@ -148,6 +148,8 @@ class Partition:
         # make opening slower by its size, and damage there would stop the log.
         await asyncio.to_thread(remove_sealed_wal_files, directory / WAL_DIR, segments.end_offset)
         wal = await Wal.open(directory / WAL_DIR, options, label=str(pid))
+        if wal.corruption is None and wal.next_offset < segments.end_offset:
+            wal = await _restart_behind(pid, wal, segments.end_offset)
         # A lost or stale epoch file must not let an older owner back in.
         partition = cls(pid, directory, wal, max(stored, wal.max_epoch), segments)
         below = [s for s in live if s.first_offset < floor]
@@ -606,6 +608,28 @@ class Partition:
     async def close(self) -> None:
         """Flush queued appends and stop the WAL writer."""
         await self._wal.close()
+
+
+async def _restart_behind(pid: PartitionId, wal: Wal, sealed_end: int) -> Wal:
+    """A WAL ending below the sealed log's end lost its newer files (their place in
+    the directory, or the whole directory); every frame it still holds is sealed. It
+    starts again, empty, at that end, so no append takes an offset a segment holds.
+    The unsealed offsets those files held are gone without a trace here: logged as an
+    error (`tamto storage verify`, run before a start, reports it)."""
+    log.error(
+        "wal ends below the sealed log, started again after it",
+        partition=str(pid),
+        wal_end=wal.next_offset,
+        sealed_end=sealed_end,
+    )
+    options = wal.options
+    await wal.close()
+    directory = wal.directory
+    target = directory / wal_file_name(sealed_end)
+    others = [path for _, path in list_wal_files(directory) if path != target]
+    await asyncio.to_thread(create_wal_file, target)
+    await asyncio.to_thread(remove_files, others)
+    return await Wal.open(directory, options, label=str(pid))
 
 
 def check_batches(batches: Sequence[StoredBatch]) -> None:
