@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 from storage_testkit import check_batch, make_batch, read_all
 
+from tamto_common.errors import DataLoss, damaged_offsets
 from tamto_protocol.segment import MANIFEST_DIR, manifest_versions, segment_file_name
 from tamto_storage.frame import HEADER_SIZE
 from tamto_storage.model import Cursor, OffsetRange, PartitionId
@@ -354,3 +355,45 @@ async def test_a_wal_behind_its_segments_starts_again_after_them(
     finally:
         await store.close()
     assert verify(data) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "number", "missing"),
+    [
+        ("segment-first-missing", 0, [(0, 2)]),
+        ("segment-middle-missing", 0, [(3, 5)]),
+        ("segment-last-missing", 0, [(6, 8)]),
+        ("partition-directory-missing", 1, [(0, 2), (3, 5)]),
+    ],
+)
+async def test_a_missing_segment_is_data_loss_for_its_offsets_only(
+    pristine: Path, tmp_path: Path, name: str, number: int, missing: list[tuple[int, int]]
+) -> None:
+    """Started before any repair, storage keeps a segment the manifest records but whose
+    file is gone in its place: DATA_LOSS for its offsets, every other offset served,
+    publishes go on, and `verify` still finds the loss after the node ran."""
+    data = tmp_path / "data"
+    shutil.copytree(pristine, data)
+    CASES[name].damage(data)
+    store = PartitionStore(data, WalOptions())
+    try:
+        partition = await store.get(STREAM, number)
+        end = partition.offsets().next_offset
+        assert (partition.offsets().start_offset, end) == (0, ENDS[number])
+        for offset in range(0, end, 3):
+            lost = [(a, b) for a, b in missing if a <= offset <= b]
+            if lost:
+                with pytest.raises(DataLoss) as info:
+                    await partition.read(offset, 0, 1 << 20)
+                assert damaged_offsets(str(info.value)) == lost[0]
+                assert segment_file_name(*lost[0]) in str(info.value)
+                continue
+            batch = (await partition.read(offset, 3, 1 << 20)).batches[0]
+            assert batch.base_offset == offset
+            check_batch(batch)
+        await partition.open(EPOCH + 1)
+        assert await partition.append(EPOCH + 1, [make_batch(end)]) == end + 3
+    finally:
+        await store.close()
+    found = [(f.kind, f.first_offset, f.last_offset) for f in verify(data)]
+    assert found == [("segment", missing[0][0], missing[-1][1])]

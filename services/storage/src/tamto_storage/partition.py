@@ -141,6 +141,8 @@ class Partition:
         stored = await asyncio.to_thread(load_epoch, directory)
         found = await asyncio.to_thread(scan_segments, pid.partition, directory)
         found = await asyncio.to_thread(_match_recorded, found, recorded)
+        missing = await asyncio.to_thread(_missing, directory, found, recorded)
+        found = sorted([*found, *missing], key=_by_range)
         live, superseded = choose_live(found)
         kept = [s for s in live if s.first_offset >= floor]
         segments = SegmentLog(kept, floor, decoded_groups)
@@ -691,6 +693,26 @@ def _match_recorded(found: list[Segment], recorded: Sequence[SegmentEntry]) -> l
             segment = replace(segment, entry=replace(mine, digest=digest))
         matched.append(segment)
     return matched
+
+
+def _missing(
+    directory: Path, found: list[Segment], recorded: Sequence[SegmentEntry]
+) -> list[Segment]:
+    """The segments the manifest records whose files are gone (and whose offsets no file
+    found holds): each keeps its place in the log as damaged, so reads there get DATA_LOSS
+    naming the file, the segments around it load, and no append takes its offsets
+    (blocking)."""
+    held = [(s.first_offset, s.last_offset) for s in found]
+    return [
+        Segment(entry, directory.parent / entry.file, damage="the file is missing")
+        for entry in recorded
+        if not (directory.parent / entry.file).exists()
+        and not any(a <= entry.last_offset and entry.first_offset <= b for a, b in held)
+    ]
+
+
+def _by_range(segment: Segment) -> tuple[int, int, int]:
+    return segment.first_offset, segment.last_offset, segment.generation
 
 
 def remove_sealed_wal_files(wal_dir: Path, sealed_end: int) -> None:
