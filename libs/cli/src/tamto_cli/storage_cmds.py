@@ -62,7 +62,8 @@ def storage_verify(
     partition: PartitionOpt = None,
     as_json: AsJson = False,
 ) -> None:
-    """Check every segment, manifest, WAL, cursor and epoch file; exit 1 if any is damaged."""
+    """Check every segment, manifest, WAL, cursor and epoch file; exit 1 if any is damaged
+    or missing."""
     with server_extra("tamto storage verify"):
         from tamto_storage.scrub import verify
     findings = verify(data_dir, stream, partition)
@@ -85,8 +86,9 @@ def storage_repair(
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
 ) -> None:
-    """Return damaged partitions to service: damaged files move to _damaged/, the offsets
-    they held are recorded as lost (audited), and the partition accepts publishes again."""
+    """Return damaged partitions to service: damaged files move to _damaged/, every WAL frame
+    that checks out is kept, the offsets no intact file holds are recorded as lost (audited),
+    and the partition accepts publishes again. A second run finds nothing to do."""
     from tamto_common.audit import ADMIN, AuditLog
 
     with server_extra("tamto storage repair"):
