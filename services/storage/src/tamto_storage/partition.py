@@ -28,7 +28,6 @@ import itertools
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import structlog
@@ -48,9 +47,9 @@ from tamto_storage.cursors import CursorStore
 from tamto_storage.epoch import FILE_NAME as EPOCH_FILE
 from tamto_storage.epoch import load_epoch, store_epoch
 from tamto_storage.frame import MAX_BODY_BYTES
-from tamto_storage.integrity import file_digest
 from tamto_storage.model import Cursor, PartitionId, PartitionOffsets, ReadResult, StoredBatch
 from tamto_storage.quarantine import quarantine, quarantined, runs
+from tamto_storage.recorded import reconcile_found
 from tamto_storage.segment_log import SegmentLog
 from tamto_storage.segments import (
     DecodedGroups,
@@ -140,9 +139,7 @@ class Partition:
         await asyncio.to_thread(_migrate_layout, directory)
         stored = await asyncio.to_thread(load_epoch, directory)
         found = await asyncio.to_thread(scan_segments, pid.partition, directory)
-        found = await asyncio.to_thread(_match_recorded, found, recorded)
-        missing = await asyncio.to_thread(_missing, directory, found, recorded)
-        found = sorted([*found, *missing], key=_by_range)
+        found = await asyncio.to_thread(reconcile_found, directory, found, recorded)
         live, superseded = choose_live(found)
         kept = [s for s in live if s.first_offset >= floor]
         segments = SegmentLog(kept, floor, decoded_groups)
@@ -657,62 +654,6 @@ def check_batches(batches: Sequence[StoredBatch]) -> None:
                 f"batch {i}: base offset {batch.base_offset} does not follow the previous "
                 f"batch, which ends at {batches[i - 1].end_offset}"
             )
-
-
-def _match_recorded(found: list[Segment], recorded: Sequence[SegmentEntry]) -> list[Segment]:
-    """The segments found on disk, with what the manifest recorded of them (blocking).
-
-    A file the manifest records with the same range, generation, rows, size and
-    times gets the recorded digest; a damaged one gets its recorded entry whole
-    (its footer could not say). A file whose footer says otherwise than its
-    entry, with no newer generation to explain it, changed under its name: it is
-    damaged. A file the manifest does not record as it is (sealed just before a
-    crash, or a rewrite promoted to the plain name just before one) takes the
-    digest recorded for its range and generation, or is digested now.
-    """
-    by_file = {entry.file: entry for entry in recorded}
-    by_version = {(e.first_offset, e.last_offset, e.generation): e for e in recorded}
-    matched = []
-    for segment in found:
-        entry = by_file.get(segment.entry.file)
-        mine = segment.entry
-        if segment.damage:
-            if entry is not None:
-                segment = replace(segment, entry=entry)
-        elif entry is not None and replace(entry, digest="") == mine:
-            segment = replace(segment, entry=entry)
-        elif entry is not None and mine.generation <= entry.generation:
-            damage = f"its footer ({mine}) disagrees with its manifest entry ({entry})"
-            segment = Segment(entry, segment.path, damage=damage)
-        else:
-            same = by_version.get((mine.first_offset, mine.last_offset, mine.generation))
-            if same is not None and replace(same, digest="", staged=mine.staged) == mine:
-                digest = same.digest
-            else:
-                digest = file_digest(segment.path)
-            segment = replace(segment, entry=replace(mine, digest=digest))
-        matched.append(segment)
-    return matched
-
-
-def _missing(
-    directory: Path, found: list[Segment], recorded: Sequence[SegmentEntry]
-) -> list[Segment]:
-    """The segments the manifest records whose files are gone (and whose offsets no file
-    found holds): each keeps its place in the log as damaged, so reads there get DATA_LOSS
-    naming the file, the segments around it load, and no append takes its offsets
-    (blocking)."""
-    held = [(s.first_offset, s.last_offset) for s in found]
-    return [
-        Segment(entry, directory.parent / entry.file, damage="the file is missing")
-        for entry in recorded
-        if not (directory.parent / entry.file).exists()
-        and not any(a <= entry.last_offset and entry.first_offset <= b for a, b in held)
-    ]
-
-
-def _by_range(segment: Segment) -> tuple[int, int, int]:
-    return segment.first_offset, segment.last_offset, segment.generation
 
 
 def remove_sealed_wal_files(wal_dir: Path, sealed_end: int) -> None:
