@@ -16,15 +16,19 @@ case copies it, damages one file (missing, truncated, garbled) and checks:
    end never moves back (but where the case says the damage is silent), and
    the partition accepts a publish at its end.
 
-Every case runs in CI (about a tenth of a second each).
+Every case runs in CI (about a tenth of a second each). A randomized test then
+damages a WAL file before the last at random (garbled bytes, a cut, the whole
+file) and checks that exactly the frames it touched are lost: 20 cases in CI,
+500 with TAMTO_LONG_TESTS=1 (docs/testing.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +44,7 @@ from tamto_storage.sealer import SealOptions
 from tamto_storage.store import PartitionStore, partition_dir
 from tamto_storage.wal import WalOptions
 from tamto_storage.wal_recovery import wal_file_name
+from tamto_testing.waiting import long_tests_enabled
 
 STREAM = "orders"
 EPOCH = 3
@@ -55,7 +60,7 @@ class Case:
     damage: Callable[[Path], None]
     kinds: frozenset[str] = frozenset()
     #: Offsets repair must record as lost, by partition.
-    lost: dict[int, range] = field(default_factory=dict)
+    lost: dict[int, Collection[int]] = field(default_factory=dict)
     #: Offsets gone without a trace storage could see (the log's end moves back to their start).
     silent: dict[int, range] = field(default_factory=dict)
 
@@ -397,3 +402,54 @@ async def test_a_missing_segment_is_data_loss_for_its_offsets_only(
         await store.close()
     found = [(f.kind, f.first_offset, f.last_offset) for f in verify(data)]
     assert found == [("segment", missing[0][0], missing[-1][1])]
+
+
+#: Random damages of the WAL the next test checks: a few in CI, many in the long form.
+GARBLINGS = 500 if long_tests_enabled() else 20
+
+
+async def test_random_wal_damage_loses_exactly_the_frames_it_touched(
+    pristine: Path, tmp_path: Path
+) -> None:
+    """Random runs of garbled bytes, a random cut or a whole file gone, in the WAL files
+    before the last (the last file's final frame reads as a torn write): repair loses
+    exactly the frames the damage touched, keeps every other, and the partition ends
+    where it did."""
+    rng = random.Random(31)
+    for n in range(GARBLINGS):
+        data = tmp_path / f"case{n}"
+        shutil.copytree(pristine, data)
+        first = rng.choice((9, 15))
+        target = wal(data, first)
+        content = bytearray(target.read_bytes())
+        start = rng.randrange(2 * FRAME)
+        kind = rng.random()
+        if kind < 0.2:  # the whole file
+            start, end = 0, 2 * FRAME
+            content.clear()
+        elif kind < 0.4:  # cut
+            end = 2 * FRAME
+            del content[start:]
+        else:
+            end = start + rng.randint(1, 2 * FRAME - start)
+            for i in range(start, end):
+                content[i] ^= rng.randint(1, 255)
+        target.write_bytes(bytes(content))
+        if not content:
+            target.unlink()
+        touched = {
+            offset
+            for frame in range(2)
+            if start < (frame + 1) * FRAME and frame * FRAME < end
+            for offset in range(first + 3 * frame, first + 3 * frame + 3)
+        }
+        context = f"case {n}: {target.name} bytes {start}-{end - 1} of {len(content)} left"
+
+        findings = verify(data)
+        assert [f.kind for f in findings] == ["wal"], context
+        repaired: list[Repaired] = []
+        repair(data, findings, repaired.append)
+        assert lost_offsets(repaired) == {0: touched}, context
+        assert verify(data) == [], context
+        await check_served(data, Case(lambda _: None, lost={0: touched}))
+        shutil.rmtree(data)
