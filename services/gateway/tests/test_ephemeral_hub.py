@@ -26,7 +26,7 @@ from tamto_gateway.ephemeral import (
     EphemeralHub,
     encode_delivery,
 )
-from tamto_gateway.requests import RequestBroker
+from tamto_gateway.requests import RequestBroker, RequestOptions
 from tamto_protocol.batch import encode_record_batch, make_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk.columns import binary_array
@@ -181,19 +181,24 @@ async def test_a_reply_at_the_requesters_gateway_skips_the_bus(
     try:
         async with hub.consumer(stream, TopicPattern.parse("rpc"), "echo") as (replier, _):
             asking = asyncio.create_task(
-                broker.request(stream, "rpc", one_message(b"ping"), 1, "", 5_000)
+                broker.request(
+                    stream, "rpc", one_message(b"ping"), 1, RequestOptions(timeout_ms=5_000)
+                )
             )
             event = gateway_pb2.EphemeralEvent.FromString(
                 await asyncio.wait_for(replier.next_event(), 10)
             )
             name = event.delivery.response_stream
-            reply = messages_pb2.RecordBatch(arrow_ipc=one_message(b"pong"), count=1)
-            await broker.reply(name, reply)
-            answered, batch = await asyncio.wait_for(asking, 10)
+            reply = gateway_pb2.ReplyRequest(
+                response_stream=name,
+                batch=messages_pb2.RecordBatch(arrow_ipc=one_message(b"pong"), count=1),
+            )
+            await broker.reply(reply)
+            answered, replies = await asyncio.wait_for(asking, 10)
             assert answered == name
-            assert batch.arrow_ipc == reply.arrow_ipc
+            assert [r.batch.arrow_ipc for r in replies] == [reply.batch.arrow_ipc]
             with pytest.raises(NotFound, match="does not exist or has expired"):
-                await broker.reply(name, reply)
+                await broker.reply(reply)
     finally:
         await broker.close()
 

@@ -55,12 +55,16 @@ def request(
     response_stream: Annotated[
         str, typer.Option(help="name the response stream (default: a unique one)")
     ] = "",
+    wait_for_responder: Annotated[
+        bool, typer.Option(help="with nobody consuming the topic, wait instead of failing")
+    ] = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
     """Send a request to an ephemeral stream and print its reply; exits 1 on a timeout
-    (the server's: DEADLINE_EXCEEDED)."""
+    (the server's: DEADLINE_EXCEEDED) and at once when nobody consumes the topic
+    (no responders), unless --wait-for-responder."""
 
     async def run() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
@@ -70,8 +74,8 @@ def request(
                 topic=topic,
                 timeout_s=timeout_s,
                 response_stream=response_stream,
+                wait_for_responder=wait_for_responder,
             )
-        for message in reply:
-            typer.echo(message.payload.decode(errors="replace"))
+        typer.echo(reply.payload.decode(errors="replace"))
 
     run_command(run())

@@ -11,7 +11,6 @@ from tamto_sdk.ephemeral import (
     EphemeralBatch,
     EphemeralMessage,
     EphemeralProducer,
-    ReplyHandler,
     Subscription,
 )
 from tamto_sdk.errors import (
@@ -21,6 +20,7 @@ from tamto_sdk.errors import (
     FailedPrecondition,
     Internal,
     InvalidArgument,
+    NoResponders,
     NotFound,
     OutOfRange,
     PermissionDenied,
@@ -48,6 +48,7 @@ from tamto_sdk.messages import (
 from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.producer import Producer
+from tamto_sdk.replies import Reply, ReplyHandler
 from tamto_sdk.security import (
     ApiKeyInfo,
     Grant,
@@ -93,6 +94,7 @@ __all__ = [
     "Message",
     "MessageBatch",
     "NewApiKey",
+    "NoResponders",
     "NotFound",
     "OutOfRange",
     "Overflow",
@@ -102,6 +104,7 @@ __all__ = [
     "Producer",
     "PublishResult",
     "PublishedBatch",
+    "Reply",
     "ReplyHandler",
     "ResourceExhausted",
     "RetentionPolicy",

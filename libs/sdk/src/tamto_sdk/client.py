@@ -10,24 +10,18 @@ import grpc
 
 from tamto_protocol.reconnect import RECONNECT_OPTIONS
 from tamto_protocol.v1 import gateway_pb2_grpc
+from tamto_sdk import replies
 from tamto_sdk._calls import Calls
 from tamto_sdk.admin import Cluster, Streams
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.consumer import Consumer
 from tamto_sdk.direct import DirectPublisher
-from tamto_sdk.ephemeral import (
-    EphemeralBatch,
-    EphemeralProducer,
-    Handler,
-    ReplyHandler,
-    Subscription,
-    reply,
-    request,
-)
-from tamto_sdk.errors import Closed, Unavailable
+from tamto_sdk.ephemeral import EphemeralMessage, EphemeralProducer, Subscription
+from tamto_sdk.errors import Closed, TamtoError, Unavailable
 from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.producer import Producer
+from tamto_sdk.replies import Handler, ReplyHandler
 from tamto_sdk.security import Security
 from tamto_sdk.subscriptions import Subscriptions
 from tamto_sdk.url import parse_url, tls_mismatch
@@ -239,16 +233,22 @@ class Client:
         response_stream: str = "",
         key: bytes | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> EphemeralBatch:
-        """Publish a request to ephemeral stream `stream` and return its reply.
+        wait_for_responder: bool = False,
+    ) -> EphemeralMessage:
+        """Publish a request to ephemeral stream `stream` and return its reply message
+        (payload, key, headers).
 
         The server makes the response stream (`response_stream`, or a unique name)
         and waits `timeout_s` (None: the stream's `request_timeout_ms`) for a
         reply; without one it raises `Timeout`. The client sets no deadline itself.
-        A taken `response_stream` raises `AlreadyExists`.
+        When nobody in the cluster consumes `topic` it raises `NoResponders` at once,
+        unless `wait_for_responder` (then it waits for a reply as long as without).
+        A replier that answered with an error raises that error (`InvalidArgument`,
+        ...). A taken `response_stream` raises `AlreadyExists`. (Iterating the reply,
+        as when this returned a batch, still works but is deprecated.)
         """
         self._check_open()
-        return await request(
+        return await replies.request(
             self._calls,
             stream,
             payload,
@@ -257,6 +257,38 @@ class Client:
             response_stream=response_stream,
             key=key,
             headers=headers,
+            wait_for_responder=wait_for_responder,
+        )
+
+    async def gather(
+        self,
+        stream: str,
+        payload: bytes,
+        *,
+        topic: str = "",
+        timeout_s: float | None = None,
+        max_replies: int = 0,
+        key: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        wait_for_responder: bool = False,
+    ) -> list[EphemeralMessage | TamtoError]:
+        """Scatter-gather: publish a request and return every reply that came within
+        `timeout_s` (None: the stream's `request_timeout_ms`), in the order they came,
+        or once `max_replies` came (0: no limit). A replier's error is in the list as
+        its `TamtoError`. No reply in time is an empty list, not `Timeout`; nobody
+        consuming `topic` raises `NoResponders` unless `wait_for_responder`.
+        """
+        self._check_open()
+        return await replies.gather(
+            self._calls,
+            stream,
+            payload,
+            topic=topic,
+            timeout_s=timeout_s,
+            max_replies=max_replies,
+            key=key,
+            headers=headers,
+            wait_for_responder=wait_for_responder,
         )
 
     async def reply(
@@ -270,7 +302,14 @@ class Client:
         """Answer a request; `NotFound` if its response stream is gone (answered,
         timed out, or never made)."""
         self._check_open()
-        await reply(self._calls, response_stream, payload, key=key, headers=headers)
+        await replies.reply(self._calls, response_stream, payload, key=key, headers=headers)
+
+    async def reply_error(self, response_stream: str, error: BaseException) -> None:
+        """Answer a request with an error status: a `TamtoError`'s own code and
+        message, UNKNOWN naming any other exception; the requester raises it.
+        `NotFound` as for `reply`."""
+        self._check_open()
+        await replies.reply_error(self._calls, response_stream, error)
 
     def reply_handler(
         self,
@@ -282,7 +321,8 @@ class Client:
         concurrency: int = 16,
     ) -> ReplyHandler:
         """Answer the requests `stream` receives (see `subscribe` for `match` and
-        `group`) with `handler(message) -> bytes`, up to `concurrency` at once; use
+        `group`) with what `handler(message)` returns (bytes, a `Reply` or a
+        message; an error status if it raises), up to `concurrency` at once; use
         it as an async context manager."""
         subscription = self.subscribe(stream, match=match, group=group)
         handler_ = ReplyHandler(self._calls, subscription, handler, concurrency)

@@ -7,21 +7,16 @@
 - `Subscription` (`client.subscribe`): an async iterator of `EphemeralMessage`
   (or of whole `EphemeralBatch`es, `batches()`), selecting topics with a
   RabbitMQ topic pattern, alone or as a member of a group.
-- `request` / `reply` and `ReplyHandler` (`client.request`, `client.reply`,
-  `client.reply_handler`): the server makes the response stream and times the
-  request out (the client sets no deadline of its own); no reply in time raises
-  `Timeout`.
+
+Request/reply, built on these, is in `tamto_sdk.replies`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
-import inspect
-import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -39,7 +34,6 @@ from tamto_sdk.columns import binary_array
 from tamto_sdk.errors import (
     Closed,
     InvalidArgument,
-    NotFound,
     TamtoError,
     Unauthenticated,
     Unavailable,
@@ -51,12 +45,9 @@ __all__ = [
     "EphemeralBatch",
     "EphemeralMessage",
     "EphemeralProducer",
-    "ReplyHandler",
     "Subscription",
 ]
 
-#: The longest a request may wait (the server refuses more with InvalidArgument).
-MAX_REQUEST_TIMEOUT_S = 600.0
 #: Deliveries a subscription takes per gRPC message, when its gateway has that many
 #: buffered (`SubscribeEphemeralRequest.max_deliveries_per_event`).
 DELIVERIES_PER_EVENT = 64
@@ -442,159 +433,6 @@ class Subscription:
             self._call.cancel()
 
     async def __aenter__(self) -> Subscription:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-
-def timeout_ms(timeout_s: float | None) -> int:
-    """A request's timeout on the wire (0: the stream's default); `InvalidArgument`
-    for a value that is not a positive number of seconds."""
-    if timeout_s is None:
-        return 0
-    if (
-        not isinstance(timeout_s, int | float)
-        or isinstance(timeout_s, bool)
-        or math.isnan(timeout_s)
-        or timeout_s <= 0
-    ):
-        raise InvalidArgument(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-    return max(1, math.ceil(timeout_s * 1000))
-
-
-async def request(
-    calls: Calls,
-    stream: str,
-    payload: bytes,
-    *,
-    topic: str = "",
-    timeout_s: float | None = None,
-    response_stream: str = "",
-    key: bytes | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> EphemeralBatch:
-    """Publish a request and return its reply (see `Client.request`)."""
-    message = gateway_pb2.RequestRequest(
-        stream=stream,
-        topic=topic,
-        batch=encode_messages([payload], [key], [headers]),
-        response_stream=response_stream,
-        timeout_ms=timeout_ms(timeout_s),
-    )
-    encode = functools.partial(_with_call_id, message)
-    for attempt in (1, 2):
-        metadata = await calls.auth.metadata()
-        try:
-            # No deadline of our own: the server answers DEADLINE_EXCEEDED in time.
-            response = await calls.request_raw(encode, metadata=metadata, timeout=None)
-        except grpc.aio.AioRpcError as exc:
-            error = from_rpc_error(exc)
-            if isinstance(error, Unauthenticated) and attempt == 1:
-                await calls.auth.renew_after_rejection(metadata)
-                continue
-            raise error from None
-        return EphemeralBatch(
-            stream=response.response_stream,
-            topic="",
-            record_batch=decode_batch(response.batch.arrow_ipc),
-            response_stream=response.response_stream,
-        )
-    raise AssertionError("unreachable")
-
-
-async def reply(
-    calls: Calls,
-    response_stream: str,
-    payload: bytes,
-    *,
-    key: bytes | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> None:
-    """Answer a request (see `Client.reply`)."""
-    message = gateway_pb2.ReplyRequest(
-        response_stream=response_stream, batch=encode_messages([payload], [key], [headers])
-    )
-    await calls.unary(calls.reply_raw, functools.partial(_with_call_id, message), retry=False)
-
-
-def _with_call_id(message: Any, call_id: int) -> bytes:
-    """`message` encoded as the request of pipelined call `call_id` (Request and
-    Reply go pipelined on a stream each, `tamto_protocol.pipelined`)."""
-    message.call_id = call_id
-    return bytes(message.SerializeToString())
-
-
-Handler = Callable[[EphemeralMessage], bytes | Awaitable[bytes]]
-
-
-class ReplyHandler:
-    """Answers the requests an ephemeral stream receives with `handler(message)`
-    (sync or async, returning the reply payload); use it as an async context
-    manager, or `start` and `close` it.
-
-    Messages without a response stream are passed over. Up to `concurrency`
-    requests are handled at once. A reply to a request that has meanwhile
-    expired is counted in `expired`; a handler that raises is counted in
-    `failed` (the requester then gets its timeout).
-    """
-
-    def __init__(
-        self, calls: Calls, subscription: Subscription, handler: Handler, concurrency: int = 16
-    ) -> None:
-        if concurrency < 1:
-            raise InvalidArgument(f"concurrency must be at least 1, got {concurrency}")
-        self._calls = calls
-        self._subscription = subscription
-        self._handler = handler
-        self._slots = asyncio.Semaphore(concurrency)
-        self._running: set[asyncio.Task[None]] = set()
-        self._task: asyncio.Task[None] | None = None
-        self.answered = 0
-        self.expired = 0
-        self.failed = 0
-
-    async def start(self) -> ReplyHandler:
-        await self._subscription.start()
-        self._task = asyncio.create_task(self._run(), name="tamto-reply-handler")
-        return self
-
-    async def _run(self) -> None:
-        async for message in self._subscription:
-            if not message.response_stream:
-                continue
-            await self._slots.acquire()
-            task = asyncio.create_task(self._answer(message))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
-
-    async def _answer(self, message: EphemeralMessage) -> None:
-        try:
-            result = self._handler(message)
-            if inspect.isawaitable(result):
-                result = await result
-            await reply(self._calls, message.response_stream, result)
-            self.answered += 1
-        except NotFound:
-            self.expired += 1
-        except Exception:
-            self.failed += 1
-        finally:
-            self._slots.release()
-
-    async def close(self) -> None:
-        await self._subscription.close()
-        for task in [t for t in (self._task, *self._running) if t is not None]:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TamtoError):
-                await task
-
-    async def __aenter__(self) -> ReplyHandler:
         return await self.start()
 
     async def __aexit__(

@@ -241,6 +241,7 @@ class EphemeralHub:
             str, tuple[float, dict[str, list[tuple[tuple[str, str, str], TopicPattern]]]]
         ] = {}
         self._interest_sub: Subscription | None = None
+        self._interest_drained = asyncio.Event()
         self._announcer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
@@ -354,6 +355,18 @@ class EphemeralHub:
                     entities.add(key)
         return len(entities)
 
+    async def matching_everywhere(self, stream: str, topic: str) -> int:
+        """`matching_entities` once every announcement the bus holds for this gateway
+        was taken in: a consumer whose gateway answered its subscription before this
+        call is counted (its gateway announced and flushed first, and the bus's
+        answer to this gateway's PING follows what it forwarded before)."""
+        await self._bus.flush(timeout=5)
+        sub = self._interest_sub
+        if sub is not None and sub.pending_msgs:
+            self._interest_drained.clear()  # the callback sets it once none is pending
+            await self._interest_drained.wait()
+        return self.matching_entities(stream, topic)
+
     # -- consuming ------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
@@ -372,27 +385,31 @@ class EphemeralHub:
                 entity = _Entity(key, pattern)
                 await self._subscribe(entity)
                 self._entities[key] = entity
-                try:
-                    # The server has the subscription once it answered a PING sent after
-                    # it: what any gateway publishes after this returns reaches it.
-                    await self._bus.flush(timeout=10)
-                except Exception as exc:
-                    del self._entities[key]
-                    await self._unsubscribe(entity)
-                    raise Unavailable(f"the bus did not confirm the subscription: {exc}") from exc
             entity.members.append(consumer)
-        await self._announce()
+        try:
+            await self._announce()
+            # The server has the subscription and the announcement once it answered a
+            # PING sent after them: what any gateway publishes after this returns
+            # reaches the consumer, and a request any gateway takes after it counts it
+            # as a responder (`matching_everywhere`).
+            await self._bus.flush(timeout=10)
+        except Exception as exc:
+            await self._leave(entity, consumer)
+            raise Unavailable(f"the bus did not confirm the subscription: {exc}") from exc
         name = f"group {group} matching {pattern.text!r}" if group else "consumer"
         try:
             yield consumer, name
         finally:
-            async with self._lock:
-                entity.members.remove(consumer)
-                if not entity.members:
-                    del self._entities[key]
-                    await self._unsubscribe(entity)
-            with contextlib.suppress(Exception):
-                await self._announce()
+            await self._leave(entity, consumer)
+
+    async def _leave(self, entity: _Entity, consumer: EphemeralConsumer) -> None:
+        async with self._lock:
+            entity.members.remove(consumer)
+            if not entity.members:
+                del self._entities[entity.key]
+                await self._unsubscribe(entity)
+        with contextlib.suppress(Exception):
+            await self._announce()
 
     async def _subscribe(self, entity: _Entity) -> None:
         stream, group, _ = entity.key
@@ -477,6 +494,11 @@ class EphemeralHub:
                 log.warning("ephemeral interest not announced", error=str(exc))
 
     async def _on_interest(self, msg: Msg) -> None:
+        self._take_interest(msg)
+        if self._interest_sub is None or not self._interest_sub.pending_msgs:
+            self._interest_drained.set()
+
+    def _take_interest(self, msg: Msg) -> None:
         try:
             body = json.loads(msg.data)
             gateway = str(body["gateway"])

@@ -27,7 +27,7 @@ from tamto_common.policy import Permission
 from tamto_common.streams import StreamDef
 from tamto_common.topics import TopicPattern, check_topic
 from tamto_gateway.ephemeral import EphemeralHub, subscribed_event
-from tamto_gateway.requests import GENERATED, RequestBroker
+from tamto_gateway.requests import GENERATED, RequestBroker, RequestOptions, check_reply_error
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_protocol.wire import PUBLISH_EPHEMERAL, REPLY, REQUEST
@@ -146,23 +146,33 @@ class EphemeralApi:
         check_topic(request.topic)
         stream = await self._ephemeral_stream(request.stream)
         arrow_ipc = self._checked_batch(request.batch)
-        name, reply = await self._requests.request(
-            stream,
-            request.topic,
-            arrow_ipc,
-            request.batch.count,
+        options = RequestOptions(
             request.response_stream,
             request.timeout_ms,
+            request.wait_for_responder,
+            request.gather,
+            request.max_replies,
         )
-        return gateway_pb2.RequestResponse(response_stream=name, batch=reply)
+        name, replies = await self._requests.request(
+            stream, request.topic, arrow_ipc, request.batch.count, options
+        )
+        if not request.gather:
+            return gateway_pb2.RequestResponse(response_stream=name, batch=replies[0].batch)
+        return gateway_pb2.RequestResponse(
+            response_stream=name,
+            replies=[gateway_pb2.GatheredReply(batch=r.batch, error=r.error) for r in replies],
+        )
 
     async def Reply(
         self, request: gateway_pb2.ReplyRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.ReplyResponse:
         await self._principal(context, "Reply")
         check_name("response stream", request.response_stream)
-        self._checked_batch(request.batch)
-        await self._requests.reply(request.response_stream, request.batch)
+        if request.error.code:
+            check_reply_error(request.error.code, request.error.message)
+        else:
+            self._checked_batch(request.batch)
+        await self._requests.reply(request)
         return gateway_pb2.ReplyResponse()
 
     PublishEphemeralStream = _pipelined(
