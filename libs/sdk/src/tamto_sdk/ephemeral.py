@@ -155,15 +155,21 @@ def encode_arrow(
     return ipc_buffer(batch), len(payloads)
 
 
+#: A queued message: (topic, payload, key, headers).
+_Queued = tuple[str, bytes, bytes | None, Mapping[str, str] | None]
+
+
 class EphemeralProducer:
     """Publishes to one ephemeral stream; use it as an async context manager.
 
-    `publish` queues a message and returns; messages of a topic queued while
-    that topic's previous batch is in flight go together in the next one (at
-    most `max_batch_messages` and, unless one message is larger, `max_batch_bytes`
-    of payload: the bus carries 1 MiB per message, and a gateway slices larger
-    batches). `flush` waits until everything queued was
-    taken by a gateway, and raises the first error since the last flush.
+    `publish` queues a message and returns. Messages keep their order whatever
+    their topics: one call is in flight at a time, and what was queued meanwhile
+    goes in the next, as consecutive runs of one topic each (a call carries the
+    first run and `more_runs`, published in that order), at most
+    `max_batch_messages` and, unless one message is larger, `max_batch_bytes` of
+    payload in all (the bus carries 1 MiB per message, and a gateway slices
+    larger batches). `flush` waits until everything queued was taken by a
+    gateway, and raises the first error since the last flush.
     """
 
     def __init__(
@@ -180,9 +186,11 @@ class EphemeralProducer:
         self._max_batch = max_batch_messages
         self._max_batch_bytes = max_batch_bytes
         self._max_pending = max_pending
-        self._pending: dict[str, list[tuple[bytes, bytes | None, Mapping[str, str] | None]]] = {}
-        self._senders: dict[str, asyncio.Task[None]] = {}
-        self._count = 0
+        self._queue: collections.deque[_Queued] = collections.deque()
+        self._sender: asyncio.Task[None] | None = None
+        #: Set once a gateway published only the first run of a call (it predates
+        #: `more_runs`): from then on each run goes in a call of its own.
+        self._one_run_per_call = False
         self._room = asyncio.Event()
         self._room.set()
         self._error: TamtoError | None = None
@@ -200,60 +208,78 @@ class EphemeralProducer:
         key: bytes | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        """Queue one message under `topic` (words of letters, digits, '_' and '-'
-        separated by '.'; the gateway checks it)."""
+        """Queue one message under `topic` (words separated by '.'; the gateway
+        checks it, docs/ephemeral.md)."""
         if self._closed:
             raise Closed("producer is closed")
         self._raise_error()
-        while self._count >= self._max_pending:
+        while len(self._queue) >= self._max_pending:
             self._room.clear()
             await self._room.wait()
-        self._pending.setdefault(topic, []).append((bytes(payload), key, headers))
-        self._count += 1
-        if topic not in self._senders:
-            self._senders[topic] = asyncio.create_task(self._send(topic))
+        self._queue.append((topic, bytes(payload), key, headers))
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send())
 
     async def publish_batch(self, payloads: Sequence[bytes], *, topic: str = "") -> int:
         """Publish `payloads` under `topic` as one batch now; returns how many
         consuming entities the gateway knew to match (0: they were unmatched)."""
-        response = await self._call(topic, *encode_arrow(payloads))
+        response = await self._call([(topic, *encode_arrow(payloads))])
         return int(response.matched_entities)
 
-    async def _call(self, topic: str, arrow_ipc: pa.Buffer, count: int) -> Any:
+    async def _call(self, runs: Sequence[tuple[str, pa.Buffer, int]]) -> Any:
+        """One PublishEphemeral call carrying `runs` (topic, Arrow IPC, count) in order."""
         # Pipelined on the client's one ephemeral publish stream, written in wire form
-        # from the IPC buffer: the Arrow bytes are copied once (a generated request
+        # from the IPC buffers: the Arrow bytes are copied once (a generated request
         # copies them into itself and again to serialise).
+        (topic, arrow_ipc, count), *more = runs
         request = functools.partial(
-            publish_ephemeral_request, self._stream, topic, arrow_ipc, count
+            publish_ephemeral_request, self._stream, topic, arrow_ipc, count, more_runs=more
         )
         return await self._calls.unary(self._calls.publish_ephemeral_raw, request, retry=False)
 
-    async def _send(self, topic: str) -> None:
+    def _take(self) -> list[_Queued]:
+        """The next messages to send: at least one, at most the batch limits."""
+        taken = [self._queue.popleft()]
+        size = len(taken[0][1])
+        while self._queue and len(taken) < self._max_batch:
+            size += len(self._queue[0][1])
+            if size > self._max_batch_bytes:
+                break
+            taken.append(self._queue.popleft())
+        return taken
+
+    async def _send(self) -> None:
         try:
-            while self._pending.get(topic):
-                queue = self._pending[topic]
-                cut, size = 0, 0
-                while cut < min(len(queue), self._max_batch) and (
-                    cut == 0 or size + len(queue[cut][0]) <= self._max_batch_bytes
-                ):
-                    size += len(queue[cut][0])
-                    cut += 1
-                taken, self._pending[topic] = queue[:cut], queue[cut:]
+            while self._queue:
+                taken = self._take()
                 try:
-                    arrow_ipc, count = encode_arrow(
-                        [p for p, _, _ in taken], [k for _, k, _ in taken], [h for _, _, h in taken]
-                    )
-                    await self._call(topic, arrow_ipc, count)
+                    await self._send_runs(_runs(taken))
                 except TamtoError as exc:
                     self._error = self._error or exc
                 except Exception as exc:
                     self._error = self._error or InvalidArgument(f"cannot publish: {exc}")
                 finally:
-                    self._count -= len(taken)
                     self._room.set()
         finally:
-            self._pending.pop(topic, None)
-            self._senders.pop(topic, None)
+            self._sender = None
+
+    async def _send_runs(self, runs: list[list[_Queued]]) -> None:
+        encoded = [
+            (
+                run[0][0],
+                *encode_arrow([m[1] for m in run], [m[2] for m in run], [m[3] for m in run]),
+            )
+            for run in runs
+        ]
+        if self._one_run_per_call:
+            for run in encoded:
+                await self._call([run])
+            return
+        response = await self._call(encoded)
+        if len(encoded) > 1 and response.count < sum(c for _, _, c in encoded):
+            self._one_run_per_call = True  # it published the first run only
+            for run in encoded[1:]:
+                await self._call([run])
 
     def _raise_error(self) -> None:
         if self._error is not None:
@@ -262,8 +288,8 @@ class EphemeralProducer:
 
     async def flush(self) -> None:
         """Wait until every queued message was sent; raise the first error since the last flush."""
-        while self._senders:
-            await asyncio.gather(*self._senders.values(), return_exceptions=True)
+        while self._sender is not None:
+            await asyncio.gather(self._sender, return_exceptions=True)
         self._raise_error()
 
     async def close(self) -> None:
@@ -285,6 +311,17 @@ class EphemeralProducer:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _runs(messages: list[_Queued]) -> list[list[_Queued]]:
+    """`messages` cut into consecutive runs of one topic each, in order."""
+    runs: list[list[_Queued]] = []
+    for message in messages:
+        if runs and runs[-1][0][0] == message[0]:
+            runs[-1].append(message)
+        else:
+            runs.append([message])
+    return runs
 
 
 class Subscription:

@@ -112,14 +112,17 @@ class EphemeralApi:
     ) -> gateway_pb2.PublishEphemeralResponse:
         check_name("stream", request.stream)
         await self._authorize(context, Permission.PUBLISH, request.stream, "PublishEphemeral")
-        check_topic(request.topic)
+        runs = [(request.topic, request.batch), *((r.topic, r.batch) for r in request.more_runs)]
+        for topic, _ in runs:
+            check_topic(topic)
         stream = await self._ephemeral_stream(request.stream)
-        arrow_ipc = self._checked_batch(request.batch)
-        matched = await self._ephemeral.publish(
-            stream, request.topic, arrow_ipc, request.batch.count
-        )
+        # Every run checked before the first is published: a refused call publishes nothing.
+        checked = [(topic, self._checked_batch(batch), batch.count) for topic, batch in runs]
+        matched = 0
+        for topic, arrow_ipc, count in checked:  # in order: a producer's order is kept
+            matched = max(matched, await self._ephemeral.publish(stream, topic, arrow_ipc, count))
         return gateway_pb2.PublishEphemeralResponse(
-            count=request.batch.count, matched_entities=matched
+            count=sum(count for _, _, count in checked), matched_entities=matched
         )
 
     async def SubscribeEphemeral(
