@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 import tamto_sdk
+from tamto_common.topics import TopicPattern
 from tamto_testing.waiting import eventually
 from tests.e2e.test_ephemeral import clients, collect, ephemeral, two_gateways
 
@@ -55,3 +56,47 @@ async def test_one_producers_messages_keep_their_order_whatever_their_topics(
     assert got[0] == everything
     assert got[1] == everything
     assert got[2] == orders
+
+
+async def test_a_group_with_several_bindings_gets_each_message_once(
+    clients: tuple[tamto_sdk.Client, tamto_sdk.Client],
+) -> None:
+    """A group is a queue whose bindings are its members' patterns, as a RabbitMQ
+    queue bound twice: members on both gateways with overlapping patterns get each
+    matching message once between them, each only what its own pattern matches."""
+    one, two = clients
+    stream = await ephemeral(one)
+    bindings = {"orders.#": two, "*.eu": two, "#.refunds": one}
+    members = [await c.subscribe(stream, match=p, group="g").start() for p, c in bindings.items()]
+    got: list[list[tuple[str, bytes]]] = [[] for _ in members]
+
+    async def read(sub: tamto_sdk.Subscription, into: list[tuple[str, bytes]]) -> None:
+        async for message in sub:
+            into.append((message.topic, message.payload))
+
+    readers = [asyncio.create_task(read(s, g)) for s, g in zip(members, got, strict=True)]
+    sent = [(TOPICS[i % len(TOPICS)], b"%d" % i) for i in range(100)]
+    matching = [
+        (t, p)
+        for t, p in sent
+        if any(TopicPattern.parse(pattern).matches(t) for pattern in bindings)
+    ]
+    try:
+        async with one.ephemeral_producer(stream) as producer:
+            for topic, payload in sent:
+                await producer.publish(payload, topic=topic)
+        await eventually(
+            lambda: sum(map(len, got)) >= len(matching), 30, "the group got every match"
+        )
+        # Messages no binding matches ("audit") reach nobody: publish one that every
+        # binding matches last, and nothing else may arrive before it.
+        async with one.ephemeral_producer(stream) as producer:
+            await producer.publish(b"last", topic="orders.eu.refunds")
+        await eventually(lambda: sum(map(len, got)) > len(matching), 30, "the last one")
+    finally:
+        for reader in readers:
+            reader.cancel()
+    everything = sorted(m for g in got for m in g)
+    assert everything == sorted([*matching, ("orders.eu.refunds", b"last")])  # each once
+    for pattern, received in zip(bindings, got, strict=True):
+        assert all(TopicPattern.parse(pattern).matches(t) for t, _ in received), pattern

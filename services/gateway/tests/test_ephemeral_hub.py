@@ -108,7 +108,7 @@ async def test_a_batch_reaches_this_gateways_consumers_without_the_bus(
         assert subject.startswith(f"tamto.eph.{stream.name}.orders.eu")
         assert headers[ORIGIN_HEADER] == hub._id
         assert headers[COUNT_HEADER] == "1"
-        assert headers[SERVED_HEADER] == "billing/orders.*"
+        assert headers[SERVED_HEADER] == "billing"
 
 
 async def test_each_entity_gets_each_batch_once_with_a_second_gateway(
@@ -133,7 +133,7 @@ async def test_each_entity_gets_each_batch_once_with_a_second_gateway(
             await one.publish(stream, "t", one_message(b"%d" % i), 1)
         # From here on gateway one knows the spread group has a member on two.
         await eventually(
-            lambda: one._remote_has((stream.name, "spread", "#")), 10, "gateway two's members"
+            lambda: one._remote_has((stream.name, "spread", "")), 10, "gateway two's members"
         )
         for i in range(count // 2, count):
             await one.publish(stream, "t", one_message(b"%d" % i), 1)
@@ -142,6 +142,37 @@ async def test_each_entity_gets_each_batch_once_with_a_second_gateway(
         assert alone_two.buffered == count
         assert solo.buffered == count
         assert sum(m.buffered for m in spread) == count
+
+
+async def test_a_group_with_several_bindings_gets_a_batch_once(
+    hubs: tuple[EphemeralHub, EphemeralHub],
+) -> None:
+    """A group is a queue: its members' patterns are its bindings, on one gateway or
+    two, and a batch matching several of them reaches one member, whose own
+    pattern matches it; one matching none of them reaches nobody."""
+    one, two = hubs
+    stream = ephemeral_stream()
+    async with AsyncExitStack() as stack:
+        eu_here = await join(stack, one, stream, group="g", match="orders.eu")
+        orders_here = await join(stack, one, stream, group="g", match="orders.*")
+        everything_there = await join(stack, two, stream, group="g", match="#")
+        await eventually(lambda: one._remote_has((stream.name, "g", "")), 10, "two's member")
+        topics = ["orders.eu"] * 20 + ["orders.us"] * 10 + ["audit"] * 5
+        for i, topic in enumerate(topics):
+            await one.publish(stream, topic, one_message(b"%d" % i), 1)
+        await settled([one, two])
+        assert one.matching_entities(stream.name, "orders.eu") == 1
+        taken = {
+            id(c): [
+                gateway_pb2.EphemeralEvent.FromString(await c.next_event()).delivery.topic
+                for _ in range(c.buffered)
+            ]
+            for c in (eu_here, orders_here, everything_there)
+        }
+    assert sum(len(t) for t in taken.values()) == len(topics)  # each once
+    assert set(taken[id(eu_here)]) <= {"orders.eu"}
+    assert set(taken[id(orders_here)]) <= {"orders.eu", "orders.us"}
+    assert taken[id(everything_there)].count("audit") == 5  # only its binding takes it
 
 
 @pytest.mark.parametrize(

@@ -96,7 +96,7 @@ class TopicPattern:
         """The narrowest NATS subscription subject that sees every topic this pattern
         matches: the words before the first `#` (`*` is NATS's `*` too), then `>` if
         there is a `#`, else the end token."""
-        out = [BUS_PREFIX, _stream_token(stream)]
+        out = [BUS_PREFIX, stream_token(stream)]
         for part in self.parts:
             if part == "#":
                 out.append(">")
@@ -109,7 +109,7 @@ class TopicPattern:
 def bus_subject(stream: str, topic: str) -> str:
     """The NATS subject a message of `topic` on `stream` travels on."""
     return ".".join(
-        [BUS_PREFIX, _stream_token(stream), *(_word_token(w) for w in words(topic)), _END]
+        [BUS_PREFIX, stream_token(stream), *(_word_token(w) for w in words(topic)), _END]
     )
 
 
@@ -119,7 +119,8 @@ def topic_of_subject(subject: str) -> str:
     return ".".join("" if t == _EMPTY_WORD else t for t in tokens)
 
 
-def _stream_token(stream: str) -> str:
+def stream_token(stream: str) -> str:
+    """`stream` as one bus subject token."""
     # Stream names hold letters, digits, '.', '_', '-': '.' becomes '~' (in no name).
     return stream.replace(".", "~")
 

@@ -212,9 +212,11 @@ class Client:
         """Receive what ephemeral stream `stream` gets from now on, at most once.
 
         `match` is a RabbitMQ topic pattern (`*` one word, `#` zero or more; None:
-        everything). With a `group`, the live consumers of the same group and match
-        share the messages (each to one of them); without, this consumer gets every
-        match. Use it as an async context manager and async iterator.
+        everything). With a `group`, the live consumers of the same group share the
+        messages as a queue whose bindings are their patterns: each message any of
+        them matches goes to one of them whose pattern matches it, once however many
+        match. Without, this consumer gets every match. Use it as an async context
+        manager and async iterator.
         """
         self._check_open()
         subscription = Subscription(
