@@ -183,7 +183,8 @@ async def test_bad_patterns_are_invalid_argument(
 
 
 @pytest.mark.parametrize(
-    ("topic", "problem"), [("a.b#", "word 2"), ("a b", "word 1"), ("t" * 256, "at most 255")]
+    ("topic", "problem"),
+    [("a.b#", "word 2"), ("a b", "word 1"), ("é" * 128, "256 bytes"), ("t" * 256, "at most 255")],
 )
 async def test_bad_topics_are_invalid_argument(
     clients: tuple[tamto_sdk.Client, tamto_sdk.Client], topic: str, problem: str

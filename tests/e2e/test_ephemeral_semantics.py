@@ -1,6 +1,8 @@
-"""Ephemeral streams as RabbitMQ and NATS users expect them: a connection's order
-across topics, and a group as a queue with several bindings, on a real cluster
-with two gateways (the producer on the first, most subscribers on the second).
+"""Ephemeral streams as RabbitMQ and NATS users expect them: a producer's order
+across topics, a group as a queue with several bindings, and topic words of any
+UTF-8 but separators, wildcards, whitespace and control characters, on a real
+cluster with two gateways (the producer on the first, most subscribers on the
+second).
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ import pytest
 
 import tamto_sdk
 from tamto_common.topics import TopicPattern
+from tamto_sdk import InvalidArgument
 from tamto_testing.waiting import eventually
 from tests.e2e.test_ephemeral import clients, collect, ephemeral, two_gateways
+from tests.topic_cases import WORDS
 
 pytestmark = pytest.mark.e2e
 
@@ -100,3 +104,36 @@ async def test_a_group_with_several_bindings_gets_each_message_once(
     assert everything == sorted([*matching, ("orders.eu.refunds", b"last")])  # each once
     for pattern, received in zip(bindings, got, strict=True):
         assert all(TopicPattern.parse(pattern).matches(t) for t, _ in received), pattern
+
+
+async def test_topic_words_of_any_utf8_travel_across_gateways(
+    clients: tuple[tamto_sdk.Client, tamto_sdk.Client],
+) -> None:
+    """Every legal word of the table (`tests/topic_cases.py`) in a topic published on
+    gateway one reaches a subscriber on gateway two whose pattern names it, and
+    only that one; an illegal word is refused naming it."""
+    one, two = clients
+    stream = await ephemeral(one)
+    legal = [w for w, ok in WORDS if ok]
+    subs = [await two.subscribe(stream, match=f"w.{w}.#").start() for w in legal]
+    got: list[list[tuple[str, bytes]]] = [[] for _ in subs]
+
+    async def read(sub: tamto_sdk.Subscription, into: list[tuple[str, bytes]]) -> None:
+        async for message in sub:
+            into.append((message.topic, message.payload))
+
+    readers = [asyncio.create_task(read(s, g)) for s, g in zip(subs, got, strict=True)]
+    try:
+        async with one.ephemeral_producer(stream) as producer:
+            for i, word in enumerate(legal):
+                await producer.publish(b"%d" % i, topic=f"w.{word}.end")
+        await eventually(lambda: all(got), 30, "every word's subscriber got its message")
+        async with one.ephemeral_producer(stream) as producer:
+            for word, ok in WORDS:
+                if not ok:
+                    with pytest.raises(InvalidArgument, match="word 2"):
+                        await producer.publish_batch([b"x"], topic=f"w.{word}")
+    finally:
+        for reader in readers:
+            reader.cancel()
+    assert got == [[(f"w.{w}.end", b"%d" % i)] for i, w in enumerate(legal)]
