@@ -9,6 +9,7 @@ a scatter-gather request returns the replies that came within its timeout.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -185,3 +186,24 @@ async def test_scatter_gather_returns_the_replies_within_the_timeout(
     finally:
         for handler in handlers:
             await handler.close()
+
+
+async def test_concurrent_requests_and_replies_share_stream_messages(
+    clients: tuple[tamto_sdk.Client, tamto_sdk.Client],
+) -> None:
+    """200 requests at once to a replier on the other gateway: each gets its own
+    reply, and the calls made while a write was in progress went out together,
+    several per gRPC message (requests and replies; the answers too, unseen here)."""
+    one, two = clients
+    stream = await ephemeral(one)
+    async with two.reply_handler(stream, echo, concurrency=256):
+        # The streams are open and the gateway said it reads several calls per message.
+        assert (await one.request(stream, b"first")).payload == b"re:first"
+        before = (one._calls.request_raw.messages_written, two._calls.reply_raw.messages_written)
+        payloads = [b"%d" % i for i in range(200)]
+        replies = await asyncio.gather(*(one.request(stream, p, timeout_s=30) for p in payloads))
+    assert [r.payload for r in replies] == [b"re:" + p for p in payloads]
+    requests = one._calls.request_raw.messages_written - before[0]
+    answers = two._calls.reply_raw.messages_written - before[1]
+    assert requests < 100, requests
+    assert answers < 200, answers

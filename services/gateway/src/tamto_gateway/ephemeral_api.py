@@ -15,6 +15,8 @@ pays gRPC's per-call setup once per stream instead of once per call.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +31,11 @@ from tamto_common.topics import TopicPattern, check_topic
 from tamto_gateway.ephemeral import EphemeralHub, subscribed_event
 from tamto_gateway.requests import GENERATED, RequestBroker, RequestOptions, check_reply_error
 from tamto_protocol.batch import BatchFormatError, validate_batch
+from tamto_protocol.pipelined import (
+    MORE_ANSWERS_METADATA,
+    MORE_CALLS_METADATA,
+    MOST_CALLS_PER_MESSAGE,
+)
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_protocol.wire import PUBLISH_EPHEMERAL, REPLY, REQUEST
 
@@ -41,9 +48,13 @@ if TYPE_CHECKING:
 MAX_DELIVERIES_PER_EVENT = 256
 
 
-def _pipelined(unary: Callable[..., Awaitable[Any]], response_type: Any, method: str) -> Any:
+def _pipelined(
+    unary: Callable[..., Awaitable[Any]], response_type: Any, method: str, several: bool = False
+) -> Any:
     """The stream method carrying `unary`'s calls pipelined (`tamto_common.pipelined`),
-    each authorized and answered as the unary call would be."""
+    each authorized and answered as the unary call would be. `several`: a stream
+    message may carry further calls (`more_calls`) and, to a client that says it
+    reads them, an answer further answers (`more_answers`): `tamto_protocol.pipelined`."""
 
     async def stream(
         self: EphemeralApi, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -51,10 +62,63 @@ def _pipelined(unary: Callable[..., Awaitable[Any]], response_type: Any, method:
         async def call(request: Any) -> Any:
             return await unary(self, request, context)
 
-        async for answer in answer_calls(requests, call, response_type, method):
+        if not several:
+            async for answer in answer_calls(requests, call, response_type, method):
+                yield answer
+            return
+        await context.send_initial_metadata(((MORE_CALLS_METADATA, "1"),))
+        answers = answer_calls(_each_call(requests), call, response_type, method)
+        if not any(key == MORE_ANSWERS_METADATA for key, _ in context.invocation_metadata() or ()):
+            async for answer in answers:
+                yield answer
+            return
+        async for answer in _together(answers):
             yield answer
 
     return stream
+
+
+async def _each_call(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """Every call of a stream whose messages may carry further calls (`more_calls`)."""
+    async for request in requests:
+        more = list(request.more_calls)
+        if more:
+            request.ClearField("more_calls")
+        yield request
+        for other in more:
+            yield other
+
+
+async def _together(answers: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """`answers` as they come, those that came while the previous one was written
+    carried in the next one's `more_answers` (at most `MOST_CALLS_PER_MESSAGE`)."""
+    ready: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for answer in answers:
+                ready.put_nowait(answer)
+        finally:
+            ready.put_nowait(None)
+
+    pumping = asyncio.create_task(pump(), name="pipelined-answers")
+    try:
+        while (first := await ready.get()) is not None:
+            ended = False
+            while not ready.empty() and len(first.more_answers) < MOST_CALLS_PER_MESSAGE:
+                other = ready.get_nowait()
+                if other is None:
+                    ended = True
+                    break
+                first.more_answers.append(other)
+            yield first
+            if ended:
+                break
+        await pumping  # a malformed request ends the stream with its status
+    finally:
+        pumping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pumping
 
 
 class EphemeralApi:
@@ -181,8 +245,8 @@ class EphemeralApi:
     PublishEphemeralStream = _pipelined(
         PublishEphemeral, gateway_pb2.PublishEphemeralStreamResponse, PUBLISH_EPHEMERAL
     )
-    RequestStream = _pipelined(Request, gateway_pb2.RequestStreamResponse, REQUEST)
-    ReplyStream = _pipelined(Reply, gateway_pb2.ReplyStreamResponse, REPLY)
+    RequestStream = _pipelined(Request, gateway_pb2.RequestStreamResponse, REQUEST, True)
+    ReplyStream = _pipelined(Reply, gateway_pb2.ReplyStreamResponse, REPLY, True)
 
 
 def serve_ephemeral(servicer: EphemeralApi, server: grpc.aio.Server) -> None:
