@@ -18,14 +18,8 @@ from nats.aio.client import Client as NatsClient
 from tamto_common.errors import NotFound
 from tamto_common.streams import StreamDef
 from tamto_common.topics import TopicPattern
-from tamto_gateway.ephemeral import (
-    COUNT_HEADER,
-    ORIGIN_HEADER,
-    SERVED_HEADER,
-    EphemeralConsumer,
-    EphemeralHub,
-    encode_delivery,
-)
+from tamto_gateway.ephemeral import COUNT_HEADER, ORIGIN_HEADER, SERVED_HEADER, EphemeralHub
+from tamto_gateway.ephemeral_consumer import EphemeralConsumer, encode_delivery
 from tamto_gateway.requests import RequestBroker, RequestOptions
 from tamto_protocol.batch import encode_record_batch, make_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
@@ -255,7 +249,7 @@ async def test_an_event_carries_the_buffered_deliveries_in_order_up_to_the_limit
 
 
 async def test_an_event_stops_short_of_the_byte_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tamto_gateway.ephemeral.EVENT_BYTES", 2500)
+    monkeypatch.setattr("tamto_gateway.ephemeral_consumer.EVENT_BYTES", 2500)
     consumer = EphemeralConsumer("s", limit=100, drop_newest=False)
     for index in range(4):
         consumer.offer(delivery(index, 1000), 1)
