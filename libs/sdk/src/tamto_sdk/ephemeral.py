@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import functools
+import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -479,3 +480,22 @@ class Subscription:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+#: Request/reply names this module had before they moved to `tamto_sdk.replies`.
+_MOVED = ("Handler", "MAX_REQUEST_TIMEOUT_S", "ReplyHandler", "reply", "request", "timeout_ms")
+
+
+def __getattr__(name: str) -> Any:
+    """The request/reply names that moved to `tamto_sdk.replies`, still found here
+    (deprecated)."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"tamto_sdk.ephemeral.{name} moved to tamto_sdk.replies.{name}",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    from tamto_sdk import replies
+
+    return getattr(replies, name)
