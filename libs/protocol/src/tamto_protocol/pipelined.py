@@ -128,6 +128,19 @@ class _Stream:
         self.waiting.clear()
 
 
+def _settle(
+    batch: list[tuple[bytes, asyncio.Future[None]]], outcome: grpc.aio.AioRpcError | None
+) -> None:
+    """Resolve the writes of `batch` not yet resolved: written, or failed with `outcome`."""
+    for _, written in batch:
+        if written.done():
+            continue
+        if outcome is None:
+            written.set_result(None)
+        else:
+            written.set_exception(outcome)
+
+
 class PipelinedCalls:
     """Calls of one stream method (`method`, a full name such as
     ``/tamto.v1.Router/AppendStream``) on `channel`, one stream at a time.
@@ -276,25 +289,27 @@ class PipelinedCalls:
 
     async def _flush(self, stream: _Stream) -> None:
         """Write the queued calls, several per message, until none is left."""
-        while stream.queued:
-            async with stream.write_lock:
-                batch = stream.queued[:MOST_CALLS_PER_MESSAGE]
-                del stream.queued[:MOST_CALLS_PER_MESSAGE]
-                first, *others = [data for data, _ in batch]
-                more = [len_header(self._more_calls, len(d)) + d for d in others]
-                try:
-                    await self._write_message(stream, b"".join([first, *more]))
-                except grpc.aio.AioRpcError as exc:
-                    outcome: grpc.aio.AioRpcError | None = exc
-                else:
-                    outcome = None
-            for _, written in batch:
-                if written.done():
-                    continue
-                if outcome is None:
-                    written.set_result(None)
-                else:
-                    written.set_exception(outcome)
+        cancelled = rpc_error(grpc.StatusCode.CANCELLED, f"{self._method}: calls closed")
+        batch: list[tuple[bytes, asyncio.Future[None]]] = []
+        outcome: grpc.aio.AioRpcError | None = cancelled
+        try:
+            while stream.queued:
+                outcome = cancelled  # until this batch's write is done
+                async with stream.write_lock:
+                    batch = stream.queued[:MOST_CALLS_PER_MESSAGE]
+                    del stream.queued[:MOST_CALLS_PER_MESSAGE]
+                    first, *others = [data for data, _ in batch]
+                    more = [len_header(self._more_calls, len(d)) + d for d in others]
+                    try:
+                        await self._write_message(stream, b"".join([first, *more]))
+                    except grpc.aio.AioRpcError as exc:
+                        outcome = exc
+                    else:
+                        outcome = None
+                _settle(batch, outcome)
+        finally:
+            # Cancelled mid-write (the stream stopped): its calls fail, none waits on.
+            _settle(batch, outcome)
 
     async def _write_message(self, stream: _Stream, data: bytes) -> None:
         if stream.failure is not None:
