@@ -135,6 +135,11 @@ class _Waiting:
     done: asyncio.Future[None]
     replies: list[gateway_pb2.ReplyRequest] = field(default_factory=list)
 
+    def close(self) -> None:
+        """Take no more replies (the timeout)."""
+        if not self.done.done():
+            self.done.set_result(None)
+
     def offer(self, reply: gateway_pb2.ReplyRequest) -> bool:
         """Take `reply` if the request still takes one; whether it did."""
         if self.done.done():
@@ -216,10 +221,12 @@ class RequestBroker:
                     f"no responders: nobody consumes topic {topic!r} of stream "
                     f"{stream.name!r} (wait_for_responder waits for one instead)"
                 )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(done), timeout_ms / 1000)
-            if not done.done():
-                done.cancel()  # takes no more replies
+            # A timer, not wait_for: no task, shield and waiter per request.
+            timer = asyncio.get_running_loop().call_later(timeout_ms / 1000, waiting.close)
+            try:
+                await done
+            finally:
+                timer.cancel()
         if options.gather:
             return name, waiting.replies
         if not waiting.replies:
