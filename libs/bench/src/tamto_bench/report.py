@@ -20,6 +20,11 @@ CEILING_SHARE = 0.7
 EPHEMERAL_RATIO = 2.0
 EPHEMERAL_RATIO_SIZES = (100, 1024)
 EPHEMERAL_P99_MS = 5.0
+#: Request/reply targets: round trips/s of one requester pipelining against core
+#: NATS's, p50 one request at a time, p99 with 200 concurrent requesters.
+RR_RATIO = 0.5
+RR_SERIAL_P50_MS = 2.0
+RR_CROWD_P99_MS = 10.0
 #: Issue 22's targets for the everyday calls.
 SEQUENTIAL_P50_MS = 1.0
 SEQUENTIAL_P99_MS = 3.0
@@ -353,6 +358,7 @@ def _ephemeral_verdicts(doc: dict[str, Any], size: str, systems: dict[str, Any])
                 ratio >= EPHEMERAL_RATIO,
             )
         )
+    out += _request_reply_verdicts(doc, size, systems)
     latency = systems["ephemeral"].get(f"latency_{LATENCY_RATE:g}")
     if latency is not None:
         p99 = _num(latency["p99_ms"])
@@ -365,6 +371,29 @@ def _ephemeral_verdicts(doc: dict[str, Any], size: str, systems: dict[str, Any])
                 p99 <= EPHEMERAL_P99_MS,
             )
         )
+    return out
+
+
+def _request_reply_verdicts(
+    doc: dict[str, Any], size: str, systems: dict[str, Any]
+) -> list[Verdict]:
+    mine = systems["ephemeral"]
+    out: list[Verdict] = []
+    if "rr_pipelined_per_s" in mine and "core_nats" in systems:
+        ratio = _ratio(
+            _get(doc, size, "ephemeral", "rr_pipelined_per_s"),
+            _get(doc, size, "core_nats", "rr_pipelined_per_s"),
+        )
+        target = "request/reply ≥ 0.5x core NATS (1 requester pipelining)"
+        out.append(Verdict(target, int(size), ratio, RR_RATIO, ratio >= RR_RATIO))
+    if "rr_serial_p50_ms" in mine:
+        p50 = _num(mine["rr_serial_p50_ms"])
+        target = "request/reply p50 ≤ 2 ms one at a time"
+        out.append(Verdict(target, int(size), p50, RR_SERIAL_P50_MS, p50 <= RR_SERIAL_P50_MS))
+    if "rr_crowd_p99_ms" in mine:
+        p99 = _num(mine["rr_crowd_p99_ms"])
+        target = "request/reply p99 ≤ 10 ms, 200 concurrent"
+        out.append(Verdict(target, int(size), p99, RR_CROWD_P99_MS, p99 <= RR_CROWD_P99_MS))
     return out
 
 
@@ -404,10 +433,16 @@ def ephemeral_rows(doc: dict[str, Any]) -> list[list[str]]:
             if key.endswith("_deliveries_s"):
                 consumers = key.split("_")[1]
                 out.append(pair(f"fan-out to {consumers}: deliveries/s", key))
-        if "rr_per_s" in systems["ephemeral"]:
-            out.append(pair("request/reply round trips/s", "rr_per_s"))
-            out.append(pair("request/reply p50 ms", "rr_p50_ms"))
-            out.append(pair("request/reply p99 ms", "rr_p99_ms"))
+        for key, what in (
+            ("rr", "request/reply"),
+            ("rr_pipelined", "request/reply, 1 requester x 64"),
+            ("rr_serial", "request/reply one at a time"),
+            ("rr_crowd", "request/reply, 200 concurrent"),
+        ):
+            if f"{key}_per_s" in systems["ephemeral"]:
+                out.append(pair(f"{what} round trips/s", f"{key}_per_s"))
+                out.append(pair(f"{what} p50 ms", f"{key}_p50_ms"))
+                out.append(pair(f"{what} p99 ms", f"{key}_p99_ms"))
         if "ping_p50_ms" in systems["ephemeral"]:
             out.append(pair("one at a time p50 ms", "ping_p50_ms"))
             out.append(pair("one at a time p99 ms", "ping_p99_ms"))

@@ -76,6 +76,10 @@ LATENCY_HOPS = (
 FAN_OUT = 100
 #: Requests in flight per requester worker (both systems).
 REQUESTS_IN_FLIGHT = 16
+#: The request/reply shapes of the issue's targets, beside the one above: (row key,
+#: requester workers, requests in flight each): one requester pipelining, one
+#: request at a time, 200 concurrent requesters (in two workers).
+REQUEST_SHAPES = (("rr_pipelined", 1, 64), ("rr_serial", 1, 1), ("rr_crowd", 2, 100))
 MB = 1_000_000
 #: Issue 22: sizes of the sequential durable publish row and of the per-message
 #: consuming row.
@@ -362,6 +366,13 @@ class Runner:
                         self._bind(self._request_reply, system, size),
                     )
                 )
+                plan += [
+                    (
+                        f"{label} request/reply {key} {size} B",
+                        self._bind(self._request_reply, system, size, key, workers, window),
+                    )
+                    for key, workers, window in REQUEST_SHAPES
+                ]
                 plan.append(
                     (
                         f"{label} one at a time {size} B",
@@ -708,16 +719,24 @@ class Runner:
             },
         )
 
-    async def _request_reply(self, system: str, size: int) -> None:
-        """Round trips per second and their latency: one replier, `producers` requesters
-        with `REQUESTS_IN_FLIGHT` requests each."""
+    async def _request_reply(
+        self,
+        system: str,
+        size: int,
+        key: str = "rr",
+        workers: int = 0,
+        window: int = REQUESTS_IN_FLIGHT,
+    ) -> None:
+        """Round trips per second and their latency, recorded as `key`_per_s, _p50_ms,
+        _p99_ms: one replier, `workers` requesters (0: `producers`) with `window`
+        requests in flight each."""
         o = self.options
-        stream = self._stream("rr", size)
+        stream = self._stream(key.replace("_", "-"), size)
         await self._create(system, stream)
         replier = [self._spec(system, "rep", stream, size)]
         requesters = [
-            self._spec(system, "req", stream, size, window=REQUESTS_IN_FLIGHT)
-            for _ in range(o.producers)
+            self._spec(system, "req", stream, size, window=window)
+            for _ in range(workers or o.producers)
         ]
         try:
             results = await self._run(
@@ -730,10 +749,10 @@ class Runner:
             size,
             system,
             {
-                "rr_per_s": sum(r.in_window for r in results[1:]) / o.duration_s,
-                "rr_p50_ms": percentile(samples, 50) / 1e6,
-                "rr_p99_ms": percentile(samples, 99) / 1e6,
-                "rr_errors": sum(r.errors for r in results[1:]),
+                f"{key}_per_s": sum(r.in_window for r in results[1:]) / o.duration_s,
+                f"{key}_p50_ms": percentile(samples, 50) / 1e6,
+                f"{key}_p99_ms": percentile(samples, 99) / 1e6,
+                f"{key}_errors": sum(r.errors for r in results[1:]),
             },
         )
 

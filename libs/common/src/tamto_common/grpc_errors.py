@@ -46,8 +46,9 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
 
 
 def trailing_metadata_for(exc: BaseException) -> tuple[tuple[str, str], ...]:
-    """The trailing metadata a call failing with `exc` ends with (a redirect's owner)."""
-    if isinstance(exc, errors.NotOwner):
+    """The trailing metadata a call failing with `exc` ends with (a redirect's owner,
+    a request's `tamto-no-responders`)."""
+    if isinstance(exc, TamtoError):
         return exc.trailing_metadata()
     return ()
 
