@@ -184,8 +184,7 @@ class SubscriptionAdmin:
             await live.ack(ranges)
             await live.flush_acks()
             return
-        for first, last in ranges:
-            acks.ack_range(first, last)
+        acks.ack_ranges(ranges)
         await commit_cursor(log, name, acks)
 
     @staticmethod

@@ -40,14 +40,14 @@ from tamto_common.errors import (
     TamtoError,
     Unavailable,
 )
-from tamto_router.acks import AckSet
+from tamto_router.acks import AckSet, normalized
 from tamto_router.consumers import Consumers
 from tamto_router.cursor_commits import CursorCommits
 from tamto_router.cursors import commit_cursor
 from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
 from tamto_router.model import Batch, Delivery, SubscriptionType
 from tamto_router.partition_log import PartitionLog, drain_gate
-from tamto_router.runs import Run, as_runs, deliverable, minus, unacked_runs
+from tamto_router.runs import Run, as_runs, cut, deliverable, minus, unacked_runs
 from tamto_router.slots import ConsumerSlot, Credit
 from tamto_router.strategies import Strategy, for_type
 
@@ -208,11 +208,11 @@ class Subscription:
         included, apply as sent.
         """
         self._check_ranges(ranges, "ack")
+        ranges = normalized(ranges)
         if slot is not None and self.strategy is not None:
             ranges = self.strategy.ackable(ranges, slot.id, self.in_flight)
-        for first, last in ranges:
-            self.acks.ack_range(first, last)
-            self._settled(first, last)
+        self.acks.ack_ranges(ranges)
+        self._settled(ranges)
         self.in_flight = [r for r in self.in_flight if self.acks.next_unacked(r.first) <= r.last]
         self.pending = [r for r in self.pending if self.acks.next_unacked(r.first) <= r.last]
         self._cursor.changed()
@@ -240,19 +240,26 @@ class Subscription:
     def _take_in_flight(
         self, ranges: list[tuple[int, int]], slot: ConsumerSlot | None
     ) -> list[Run]:
-        """Remove and return the parts of `ranges` in flight (to `slot`, if given)."""
+        """Remove and return the parts of `ranges` in flight (to `slot`, if given).
+
+        One pass over the runs in flight, each cut along the ranges it overlaps
+        (found by bisection): O((r + k) log k) for r runs and k ranges, never a
+        pass over the runs per range.
+        """
+        ranges = normalized(ranges)
         taken: list[Run] = []
-        for first, last in ranges:
-            kept: list[Run] = []
-            for run in self.in_flight:
-                mine = slot is None or run.consumer == slot.id
-                if not mine or run.last < first or run.first > last:
-                    kept.append(run)
-                    continue
-                lo, hi = max(run.first, first), min(run.last, last)
-                taken.append(Run(lo, hi, run.count, run.due, run.consumer))
-                kept.extend(minus(run, first, last))
-            self.in_flight = kept
+        kept: list[Run] = []
+        for run in self.in_flight:
+            if slot is not None and run.consumer != slot.id:
+                kept.append(run)
+                continue
+            pieces = cut(run, ranges)
+            if pieces is None:
+                kept.append(run)
+                continue
+            taken.extend(pieces[0])
+            kept.extend(pieces[1])
+        self.in_flight = kept
         return taken
 
     def in_progress(self, ranges: list[tuple[int, int]], slot: ConsumerSlot | None = None) -> None:
@@ -289,7 +296,7 @@ class Subscription:
             except BaseException:  # failed or cancelled (its session ended): keep them
                 self.in_flight.extend(taken[i:])
                 raise
-            self._settled(run.first, run.last)
+            self._settled([(run.first, run.last)])
         self.poke()
 
     # -- dispatch ----------------------------------------------------------
@@ -298,9 +305,9 @@ class Subscription:
         if self.strategy is not None:
             self.strategy.given_back(first, last)
 
-    def _settled(self, first: int, last: int) -> None:
+    def _settled(self, ranges: list[tuple[int, int]]) -> None:
         if self.strategy is not None:
-            self.strategy.settled(first, last)
+            self.strategy.settled(ranges)
 
     def _expire(self, now: float) -> None:
         expired = [r for r in self.in_flight if r.due <= now]

@@ -36,8 +36,8 @@ class KeyShared(Strategy):
     def given_back(self, first: int, last: int) -> None:
         self.keys.give_back(first, last)
 
-    def settled(self, first: int, last: int) -> None:
-        self.keys.settle(first, last)
+    def settled(self, ranges: list[tuple[int, int]]) -> None:
+        self.keys.settle_ranges(ranges)
 
     async def dispatch(self, host: Host, now: float) -> bool:
         """One round of key-shared delivery; True when anything moved.
