@@ -38,3 +38,10 @@ async def process_member(cluster: TestCluster, name: str) -> Member:
 async def process_metrics(cluster: TestCluster, name: str) -> str:
     """The /metrics page of the cluster's process `name`."""
     return await asyncio.to_thread(scrape, await process_member(cluster, name))
+
+
+async def resident_bytes(cluster: TestCluster, service: str) -> float:
+    """The resident memory of the cluster's `service` process, in bytes."""
+    name = "process_resident_memory_bytes "
+    metrics = await metrics_of(cluster, service)
+    return float(next(line for line in metrics.splitlines() if line.startswith(name)).split()[1])

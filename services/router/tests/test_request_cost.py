@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from test_subscription import batch, slot_with_credit, subscription
 
+from tamto_common.errors import ResourceExhausted
+from tamto_router import subscription as subscription_module
 from tamto_router.acks import AckSet
 from tamto_router.runs import Run
 from tamto_router.subscription import Subscription, SubscriptionType
@@ -111,3 +114,22 @@ async def test_each_verb_with_n_disjoint_ranges_costs_n_log_n() -> None:
         for verb in ("ack", "nack", "in_progress"):
             small, large = await steps(SMALL, verb, kind), await steps(LARGE, verb, kind)
             assert growth(small, large) < MAX_GROWTH, (kind, verb, small, large)
+
+
+async def test_acks_that_would_keep_too_many_ranges_are_refused_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(subscription_module, "MAX_ACKED_RANGES", 10)
+    sub = subscription([batch(0, 100)])
+    slot = slot_with_credit(credit=0)
+    sub.attach(slot, SubscriptionType.EXCLUSIVE)
+    await sub.ack(disjoint(10, 1), slot)
+    assert len(sub.acks.ranges) == 10
+    with pytest.raises(ResourceExhausted, match="would hold 12 acked ranges above its ack floor 0"):
+        await sub.ack(disjoint(2, 41), slot)
+    assert sub.acks.ranges == disjoint(10, 1), "nothing of a refused ack is applied"
+    await sub.ack([(0, 0), (2, 2)], slot)  # closing gaps is always taken
+    assert (sub.acks.floor, len(sub.acks.ranges)) == (4, 8)
+    await sub.ack(disjoint(2, 41))  # the router's own acks (retention, dead letters): no limit
+    assert len(sub.acks.ranges) == 10
+    await sub.close()

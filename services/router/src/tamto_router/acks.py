@@ -13,6 +13,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
+class TooManyRanges(Exception):
+    """Acks refused: they would leave more acked ranges above the floor than allowed."""
+
+    def __init__(self, ranges: int) -> None:
+        super().__init__(f"{ranges} acked ranges")
+        self.ranges = ranges
+
+
 @dataclass
 class AckSet:
     floor: int
@@ -28,8 +36,12 @@ class AckSet:
         """Mark [first, last] acked (idempotent)."""
         self.ack_ranges([(first, last)])
 
-    def ack_ranges(self, ranges: Iterable[tuple[int, int]]) -> None:
+    def ack_ranges(self, ranges: Iterable[tuple[int, int]], max_ranges: int | None = None) -> None:
         """Mark every inclusive range of `ranges` acked (idempotent, any order).
+
+        With `max_ranges`, acks that would leave more ranges than that above the
+        floor, and more than before, are refused whole (`TooManyRanges`): nothing
+        changes. Acks that close gaps are always taken.
 
         One request's k ranges cost O(k log k) to sort and O(log R) each to place
         among the R ranges held, plus one copy of the held list (a C-level copy of
@@ -56,6 +68,8 @@ class AckSet:
         if out[0][0] <= self.floor:
             self.floor = out[0][1] + 1
             del out[0]
+        if max_ranges is not None and len(out) > max(max_ranges, len(held)):
+            raise TooManyRanges(len(out))
         self.ranges = out
 
     def ack_through(self, offset: int) -> None:

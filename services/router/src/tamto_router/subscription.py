@@ -37,10 +37,11 @@ from tamto_common.errors import (
     FailedPrecondition,
     InvalidArgument,
     OutOfRange,
+    ResourceExhausted,
     TamtoError,
     Unavailable,
 )
-from tamto_router.acks import AckSet, normalized
+from tamto_router.acks import AckSet, TooManyRanges, normalized
 from tamto_router.consumers import Consumers
 from tamto_router.cursor_commits import CursorCommits
 from tamto_router.cursors import commit_cursor
@@ -53,6 +54,7 @@ from tamto_router.strategies import Strategy, for_type
 
 # Where the router's other modules (and tests) have always found them.
 __all__ = [
+    "MAX_ACKED_RANGES",
     "MAX_TERM_REASON",
     "ConsumerSlot",
     "Credit",
@@ -66,6 +68,12 @@ log = structlog.get_logger(__name__)
 
 #: The longest reason a term may carry into its dead letters' header.
 MAX_TERM_REASON = 1024
+
+#: The most disjoint acked ranges a subscription keeps above its ack floor on one
+#: partition (each gap between two is a message not acked). Every cursor commit
+#: sends them all to storage, so a consumer's acks that would keep more are refused
+#: (RESOURCE_EXHAUSTED) until it acks the gaps; acks that close gaps are always taken.
+MAX_ACKED_RANGES = 100_000
 
 
 class Subscription:
@@ -211,7 +219,14 @@ class Subscription:
         ranges = normalized(ranges)
         if slot is not None and self.strategy is not None:
             ranges = self.strategy.ackable(ranges, slot.id, self.in_flight)
-        self.acks.ack_ranges(ranges)
+        try:
+            self.acks.ack_ranges(ranges, MAX_ACKED_RANGES if slot is not None else None)
+        except TooManyRanges as exc:
+            raise ResourceExhausted(
+                f"acks refused: subscription {self.name!r} on {self.log.stream}/{self.partition} "
+                f"would hold {exc.ranges} acked ranges above its ack floor {self.acks.floor}, "
+                f"more than the {MAX_ACKED_RANGES} it keeps; ack the offsets between them first"
+            ) from None
         self._settled(ranges)
         self.in_flight = [r for r in self.in_flight if self.acks.next_unacked(r.first) <= r.last]
         self.pending = [r for r in self.pending if self.acks.next_unacked(r.first) <= r.last]
