@@ -12,13 +12,13 @@ from __future__ import annotations
 import time
 
 import pytest
-from test_subscription import batch, slot_with_credit, subscription
+from test_subscription import batch, next_delivery, slot_with_credit, subscription
 
 from tamto_common.errors import ResourceExhausted
 from tamto_router import subscription as subscription_module
 from tamto_router.acks import AckSet
 from tamto_router.runs import Run
-from tamto_router.subscription import Subscription, SubscriptionType
+from tamto_router.subscription import ConsumerSlot, Delivery, Subscription, SubscriptionType
 from tamto_testing.steps import counting_steps, growth
 
 #: n log n grows 4.8 times from 1,000 to 4,000; n^2 16 times. The margin is for
@@ -133,3 +133,32 @@ async def test_acks_that_would_keep_too_many_ranges_are_refused_whole(
     await sub.ack(disjoint(2, 41))  # the router's own acks (retention, dead letters): no limit
     assert len(sub.acks.ranges) == 10
     await sub.close()
+
+
+async def test_redelivering_n_nacked_runs_costs_n_log_n() -> None:
+    """A nack of n disjoint ranges leaves n runs pending; handing them out again
+    took a pass over every pending run per run (O(n^2))."""
+
+    async def steps(n: int) -> int:
+        sub = subscription([batch(0, 2 * n)])
+        slot = slot_with_credit(credit=2 * n)
+        sub.attach(slot, SubscriptionType.SHARED)
+        assert sum(d.batch.count for d in await deliveries(slot, 2 * n)) == 2 * n
+        with counting_steps("tamto_router") as counted:
+            sub.nack(disjoint(n), 0.0, slot)
+            slot.credit.grant(n)
+            sub.poke()
+            again = await deliveries(slot, n)
+        assert sorted(d.batch.base_offset for d in again) == [2 * i for i in range(n)]
+        await sub.close()
+        return counted.count
+
+    assert growth(await steps(SMALL // 2), await steps(LARGE // 2)) < MAX_GROWTH
+
+
+async def deliveries(slot: ConsumerSlot, messages: int) -> list[Delivery]:
+    """Deliveries from `slot`'s outbox until they hold `messages` messages."""
+    got: list[Delivery] = []
+    while sum(d.batch.count for d in got) < messages:
+        got.append(await next_delivery(slot, within_s=60))
+    return got

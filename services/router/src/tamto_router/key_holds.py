@@ -22,6 +22,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable
 
+from tamto_router.acks import normalized
+
 Key = bytes | None
 
 
@@ -77,8 +79,9 @@ class KeyHolds:
         A safety net: whatever path took an offset out of the pending runs
         without settling or delivering it must not stall its key for good.
         """
-        spans = sorted(runs)
-        for offset in [o for o in self._waiting if not _covered(spans, o)]:
+        spans = normalized(runs)
+        firsts = [first for first, _ in spans]
+        for offset in [o for o in self._waiting if not _covered(spans, firsts, o)]:
             self._unwait(offset)
 
     def _drop_in_flight(self, offset: int) -> Key:
@@ -119,5 +122,7 @@ def _within(offsets: dict[int, Key], ranges: list[tuple[int, int]]) -> list[int]
     return found
 
 
-def _covered(spans: list[tuple[int, int]], offset: int) -> bool:
-    return any(first <= offset <= last for first, last in spans)
+def _covered(spans: list[tuple[int, int]], firsts: list[int], offset: int) -> bool:
+    """Whether `offset` is in one of the sorted, disjoint `spans` (`firsts`: their starts)."""
+    i = bisect.bisect_right(firsts, offset) - 1
+    return i >= 0 and offset <= spans[i][1]

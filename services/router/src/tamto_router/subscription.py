@@ -361,12 +361,29 @@ class Subscription:
             self._fail(error)
 
     async def serve(self, slot: ConsumerSlot, now: float) -> bool:
-        """Send `slot` the most urgent run: the first due redelivery, else fresh data
-        from the log. False when there is neither (the strategy picked `slot`)."""
+        """Send `slot` the most urgent runs: due redeliveries, first offsets first, as
+        many as its credit covers, else fresh data from the log. False when there is
+        neither (the strategy picked `slot`).
+
+        The due runs are found and taken out of `pending` in one pass per call, not
+        one per run: a nack of n disjoint ranges leaves n runs pending, and
+        redelivering them one pass each cost O(n^2).
+        """
         due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
         if due:
-            self.pending.remove(due[0])
-            await self._send_range(slot, due[0].first, due[0].last, due[0].count)
+            taken, covered = [], 0
+            for run in due:
+                if taken and covered >= slot.credit.available:
+                    break
+                taken.append(run)
+                covered += run.last - run.first + 1
+            chosen = {id(run) for run in taken}
+            self.pending = [r for r in self.pending if id(r) not in chosen]
+            for i, run in enumerate(taken):
+                if i and slot.credit.available <= 0:
+                    self.pending.extend(taken[i:])  # back, for the next round
+                    break
+                await self._send_range(slot, run.first, run.last, run.count)
             return True
         if self.position < self.fresh_end():
             await self._send_fresh(slot)

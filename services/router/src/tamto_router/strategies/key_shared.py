@@ -53,8 +53,8 @@ class KeyShared(Strategy):
         self.keys.keep_waiting_only((r.first, r.last) for r in host.pending)
         # Older (pending) messages first, then fresh ones: per key, offsets ascend.
         due = sorted((r for r in host.pending if r.due <= now), key=lambda r: r.first)
-        for run in due:
-            host.pending.remove(run)
+        if due:  # one pass, not a search of the list per run taken
+            host.pending[:] = [r for r in host.pending if r.due > now]
         sources = [(r.first, r.last, r.count, False) for r in due]
         fresh_end = host.fresh_end()
         if host.position < fresh_end:
