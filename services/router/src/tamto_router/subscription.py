@@ -41,6 +41,7 @@ from tamto_common.errors import (
     TamtoError,
     Unavailable,
 )
+from tamto_common.loop_slices import LoopSlices
 from tamto_router.acks import AckSet, TooManyRanges, normalized
 from tamto_router.consumers import Consumers
 from tamto_router.cursor_commits import CursorCommits
@@ -379,11 +380,13 @@ class Subscription:
                 covered += run.last - run.first + 1
             chosen = {id(run) for run in taken}
             self.pending = [r for r in self.pending if id(r) not in chosen]
+            slices = LoopSlices()
             for i, run in enumerate(taken):
                 if i and slot.credit.available <= 0:
                     self.pending.extend(taken[i:])  # back, for the next round
                     break
                 await self._send_range(slot, run.first, run.last, run.count)
+                await slices.pause()
             return True
         if self.position < self.fresh_end():
             await self._send_fresh(slot)

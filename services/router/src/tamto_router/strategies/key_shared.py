@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tamto_common.loop_slices import LoopSlices
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.key_holds import KeyHolds
 from tamto_router.model import Batch, SubscriptionType
@@ -65,7 +66,9 @@ class KeyShared(Strategy):
             return False
         blocked: set[Key] = set()
         progress = False
+        slices = LoopSlices()
         for first, last, count, fresh in sources:
+            await slices.pause()
             read = await host.read(first, last - first + 1)
             if read is None:  # below the partition's start: skipped to it
                 if not fresh and last >= host.log.start_offset:
