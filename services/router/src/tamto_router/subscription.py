@@ -372,7 +372,8 @@ class Subscription:
         """
         due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
         if due:
-            taken, covered = [], 0
+            taken: list[Run] = []
+            covered = 0
             for run in due:
                 if taken and covered >= slot.credit.available:
                     break
