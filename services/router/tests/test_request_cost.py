@@ -10,15 +10,21 @@ subscriptions holding about as many acked ranges and runs in flight.
 from __future__ import annotations
 
 import time
+from typing import Any, cast
 
 import pytest
 from test_subscription import batch, next_delivery, slot_with_credit, subscription
 
-from tamto_common.errors import ResourceExhausted
+from tamto_common.errors import InvalidArgument, ResourceExhausted
+from tamto_protocol.limits import MAX_RANGES_PER_REQUEST
+from tamto_protocol.v1 import messages_pb2
+from tamto_router import grpc_api
 from tamto_router import subscription as subscription_module
 from tamto_router.acks import AckSet
+from tamto_router.consume import ConsumeSession
 from tamto_router.runs import Run
 from tamto_router.subscription import ConsumerSlot, Delivery, Subscription, SubscriptionType
+from tamto_testing.hostile_requests import disjoint_ranges
 from tamto_testing.steps import counting_steps, growth
 
 #: n log n grows 4.8 times from 1,000 to 4,000; n^2 16 times. The margin is for
@@ -162,3 +168,22 @@ async def deliveries(slot: ConsumerSlot, messages: int) -> list[Delivery]:
     while sum(d.batch.count for d in got) < messages:
         got.append(await next_delivery(slot, within_s=60))
     return got
+
+
+class _Untouched:
+    """A consume session no request may reach."""
+
+    def __getattr__(self, name: str) -> Any:
+        def called(*args: Any) -> None:
+            raise AssertionError(f"the session's {name} was called")
+
+        return called
+
+
+@pytest.mark.parametrize("verb", ["ack", "nack", "term", "in_progress"])
+async def test_the_router_refuses_a_verb_over_the_range_limit_before_any_work(verb: str) -> None:
+    over = disjoint_ranges(MAX_RANGES_PER_REQUEST + 1)
+    request = messages_pb2.ConsumeRequest()
+    getattr(request, verb).ranges.extend(over)
+    with pytest.raises(InvalidArgument, match=f"{verb}.ranges has 10001 elements; at most 10000"):
+        await grpc_api._apply(request, cast(ConsumeSession, _Untouched()))

@@ -18,3 +18,13 @@ MAX_RANGES_PER_REQUEST: Final = 10_000
 #: Grants in one role (`PutRoleRequest.role.grants`): every authorization looks
 #: through the grants of the caller's roles.
 MAX_GRANTS_PER_ROLE: Final = 1_000
+
+#: Disjoint acked ranges a subscription keeps above its ack floor on one partition
+#: (each gap between two is a message not acked): a consumer's acks that would keep
+#: more are refused with RESOURCE_EXHAUSTED until it acks the gaps.
+MAX_ACKED_RANGES: Final = 100_000
+
+#: Ranges in one stored cursor (`CommitCursorRequest.acked_above_floor`): a router's
+#: `MAX_ACKED_RANGES` with room for the ranges of its own acks (dead letters,
+#: retention). Storage refuses a commit with more.
+MAX_CURSOR_RANGES: Final = 2 * MAX_ACKED_RANGES

@@ -42,6 +42,7 @@ from tamto_common.errors import (
     Unavailable,
 )
 from tamto_common.loop_slices import LoopSlices
+from tamto_protocol.limits import MAX_ACKED_RANGES
 from tamto_router.acks import AckSet, TooManyRanges, normalized
 from tamto_router.consumers import Consumers
 from tamto_router.cursor_commits import CursorCommits
@@ -55,7 +56,6 @@ from tamto_router.strategies import Strategy, for_type
 
 # Where the router's other modules (and tests) have always found them.
 __all__ = [
-    "MAX_ACKED_RANGES",
     "MAX_TERM_REASON",
     "ConsumerSlot",
     "Credit",
@@ -69,12 +69,6 @@ log = structlog.get_logger(__name__)
 
 #: The longest reason a term may carry into its dead letters' header.
 MAX_TERM_REASON = 1024
-
-#: The most disjoint acked ranges a subscription keeps above its ack floor on one
-#: partition (each gap between two is a message not acked). Every cursor commit
-#: sends them all to storage, so a consumer's acks that would keep more are refused
-#: (RESOURCE_EXHAUSTED) until it acks the gaps; acks that close gaps are always taken.
-MAX_ACKED_RANGES = 100_000
 
 
 class Subscription:
