@@ -26,6 +26,7 @@ from tamto_router.runs import Run
 from tamto_router.subscription import ConsumerSlot, Delivery, Subscription, SubscriptionType
 from tamto_testing.hostile_requests import disjoint_ranges
 from tamto_testing.steps import counting_steps, growth
+from tamto_testing.waiting import eventually
 
 #: n log n grows 4.8 times from 1,000 to 4,000; n^2 16 times. The margin is for
 #: the constant parts of a call.
@@ -187,3 +188,24 @@ async def test_the_router_refuses_a_verb_over_the_range_limit_before_any_work(ve
     getattr(request, verb).ranges.extend(over)
     with pytest.raises(InvalidArgument, match=f"{verb}.ranges has 10001 elements; at most 10000"):
         await grpc_api._apply(request, cast(ConsumeSession, _Untouched()))
+
+
+async def test_dead_lettering_n_runs_over_max_deliveries_costs_n_log_n() -> None:
+    """Runs over max_deliveries were found and acked one per round, each round a
+    pass over every run pending (O(n^2)); now all in one pass and one ack."""
+
+    async def steps(n: int) -> int:
+        dead: list[tuple[str, bytes, int]] = []
+        sub = subscription([batch(0, 2 * n)], dead=dead, max_deliveries=1)
+        slot = slot_with_credit(credit=2 * n)
+        sub.attach(slot, SubscriptionType.SHARED)
+        await deliveries(slot, 2 * n)
+        with counting_steps("tamto_router") as counted:
+            sub.nack(disjoint(n), 0.0, slot)  # each run's first delivery was its last
+            await eventually(lambda: len(dead) == n, 120, "every nacked run dead-lettered")
+            await eventually(lambda: sub.acks.floor == 1, 10, "the dead-lettered runs acked")
+        assert sub.acks.ranges == [(2 * i, 2 * i) for i in range(1, n)]
+        await sub.close()
+        return counted.count
+
+    assert growth(await steps(SMALL // 4), await steps(LARGE // 4)) < MAX_GROWTH

@@ -9,6 +9,7 @@ cut runs and batches along acked ranges and along each other.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tamto_protocol.batch import slice_batch
@@ -108,3 +109,18 @@ def cut(run: Run, ranges: list[tuple[int, int]]) -> tuple[list[Run], list[Run]] 
     if first <= run.last:
         outside.append(Run(first, run.last, run.count, run.due, run.consumer))
     return inside, outside
+
+
+def picked(runs: list[Run], pick: Callable[[Run], bool]) -> tuple[list[Run], list[Run]]:
+    """(the runs `pick` chooses, the others), in one pass."""
+    chosen: list[Run] = []
+    others: list[Run] = []
+    for run in runs:
+        (chosen if pick(run) else others).append(run)
+    return chosen, others
+
+
+def lag_remainders(lagging: list[Run], threshold: int) -> list[Run]:
+    """What is left of runs that start below `threshold` from it on (a run over
+    `max_lag` is dead-lettered only below the threshold)."""
+    return [left for run in lagging for left in minus(run, run.first, min(run.last, threshold - 1))]

@@ -50,7 +50,15 @@ from tamto_router.cursors import commit_cursor
 from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
 from tamto_router.model import Batch, Delivery, SubscriptionType
 from tamto_router.partition_log import PartitionLog, drain_gate
-from tamto_router.runs import Run, as_runs, cut, deliverable, minus, unacked_runs
+from tamto_router.runs import (
+    Run,
+    as_runs,
+    cut,
+    deliverable,
+    lag_remainders,
+    picked,
+    unacked_runs,
+)
 from tamto_router.slots import ConsumerSlot, Credit
 from tamto_router.strategies import Strategy, for_type
 
@@ -550,47 +558,63 @@ class Subscription:
             self.in_flight.append(Run(first, last, count, deadline, slot.id))
 
     async def _dead_letter_what_is_over_limits(self, now: float) -> bool:
-        """Move runs over max_deliveries or max_lag to the dead-letter stream."""
+        """Move runs over max_deliveries or max_lag to the dead-letter stream: all
+        those found in one pass over the runs (not a pass per run moved), giving
+        the event loop back between them (`LoopSlices`)."""
         if self._publish_dead is None:
             return False
+        moves: list[tuple[Run, int, str]] = []
         limit = self.policy.max_deliveries
-        for run in self.pending:
-            if limit and run.count >= limit and run.due <= now:
-                self.pending.remove(run)
-                await self._dead_letter_or_retry(run, run.last, "max_deliveries", self.pending)
-                return True
-        if self.policy.max_lag:
+        if limit:
+            over, self.pending = picked(self.pending, lambda r: r.count >= limit and r.due <= now)
+            moves += [(run, run.last, "max_deliveries") for run in over]
+        if not moves and self.policy.max_lag:
             # Lag is measured from the newest *acked* offset: consumers are moving
             # on past a message that stays unacked. (Measured from the newest
             # delivered one, a single large batch would put healthy in-flight
             # messages over the limit the moment it is sent.)
             newest_acked = self.acks.ranges[-1][1] if self.acks.ranges else self.acks.floor - 1
             threshold = newest_acked - self.policy.max_lag
-            for runs in (self.in_flight, self.pending):
-                for run in runs:
-                    if run.first < threshold:
-                        runs.remove(run)
-                        last = min(run.last, threshold - 1)
-                        runs.extend(minus(run, run.first, last))
-                        await self._dead_letter_or_retry(run, last, "max_lag", self.pending)
-                        return True
-        return False
+            lagging, self.in_flight = picked(self.in_flight, lambda r: r.first < threshold)
+            self.in_flight += lag_remainders(lagging, threshold)
+            waiting, self.pending = picked(self.pending, lambda r: r.first < threshold)
+            self.pending += lag_remainders(waiting, threshold)
+            moves += [(r, min(r.last, threshold - 1), "max_lag") for r in lagging + waiting]
+        slices, moved = LoopSlices(), list[tuple[int, int]]()
+        try:
+            for run, last, reason in moves:
+                await self._dead_letter_or_retry(run, last, reason, self.pending, moved)
+                await slices.pause()
+        finally:  # one ack for all that moved: an ack passes over the runs once
+            if moved:
+                await self.ack(moved)
+        return bool(moves)
 
     async def _dead_letter_or_retry(
-        self, run: Run, last: int, reason: str, retry_in: list[Run]
+        self,
+        run: Run,
+        last: int,
+        reason: str,
+        retry_in: list[Run],
+        moved: list[tuple[int, int]],
     ) -> None:
-        """Dead-letter [run.first, last]; if that fails, keep the run and try again later.
+        """Dead-letter [run.first, last], adding the ranges moved to `moved` (the
+        caller acks them); if that fails, keep the run and try again later.
 
         A failure (the dead-letter partition is moving, storage is restarting)
         must not lose the run's delivery count, so the subscription lives on.
         """
         try:
-            await self._dead_letter(run.first, last, run.count, reason)
+            moved += await self._dead_letter(run.first, last, run.count, reason, settle=False)
         except TamtoError as exc:
             log.warning("dead-lettering failed; retrying", error=str(exc), offsets=run.first)
             retry_in.append(Run(run.first, last, run.count, time.monotonic() + 1.0))
 
-    async def _dead_letter(self, first: int, last: int, count: int, reason: str) -> None:
+    async def _dead_letter(
+        self, first: int, last: int, count: int, reason: str, settle: bool = True
+    ) -> list[tuple[int, int]]:
+        """Move the unacked offsets of [first, last] to the dead-letter stream; the
+        ranges moved, acked unless `settle` is False (the caller acks them)."""
         assert self._publish_dead is not None
         origin = Origin(self.log.stream, self.partition, self.name)
         batches: list[Batch] = []
@@ -622,8 +646,9 @@ class Subscription:
             delivery_count=count,
         )
         self.dead_lettered += sum(b - a + 1 for a, b in moved)
-        if moved:
+        if moved and settle:
             await self.ack(moved)
+        return moved
 
     def _fail(self, error: TamtoError) -> None:
         self.closed = True
