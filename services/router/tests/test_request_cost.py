@@ -209,3 +209,23 @@ async def test_dead_lettering_n_runs_over_max_deliveries_costs_n_log_n() -> None
         return counted.count
 
     assert growth(await steps(SMALL // 4), await steps(LARGE // 4)) < MAX_GROWTH
+
+
+async def test_terming_n_runs_in_flight_costs_n_log_n() -> None:
+    """A term of n runs in flight acked each run as it was dead-lettered, each ack a
+    pass over every run in flight (O(n^2)); now one ack for all."""
+
+    async def steps(n: int) -> int:
+        dead: list[tuple[str, bytes, int]] = []
+        sub = subscription([batch(0, 2 * n)], dead=dead)
+        slot = slot_with_credit(credit=2 * n)
+        sub.attach(slot, SubscriptionType.SHARED)
+        await deliveries(slot, 2 * n)
+        with counting_steps("tamto_router") as counted:
+            await sub.term(disjoint(n), "bad", slot)
+        assert len(dead) == n
+        assert (sub.acks.floor, len(sub.acks.ranges)) == (1, n - 1)
+        await sub.close()
+        return counted.count
+
+    assert growth(await steps(SMALL // 4), await steps(LARGE // 4)) < MAX_GROWTH

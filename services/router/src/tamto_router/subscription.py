@@ -308,13 +308,22 @@ class Subscription:
             )
         why = f"term: {reason}" if reason else "term"
         taken = self._take_in_flight(ranges, slot)
-        for i, run in enumerate(taken):
-            try:
-                await self._dead_letter(run.first, run.last, run.count, why)
-            except BaseException:  # failed or cancelled (its session ended): keep them
-                self.in_flight.extend(taken[i:])
-                raise
-            self._settled([(run.first, run.last)])
+        slices, moved, done = LoopSlices(), list[tuple[int, int]](), list[tuple[int, int]]()
+        try:
+            for i, run in enumerate(taken):
+                try:
+                    moved += await self._dead_letter(
+                        run.first, run.last, run.count, why, settle=False
+                    )
+                except BaseException:  # failed or cancelled (its session ended): keep them
+                    self.in_flight.extend(taken[i:])
+                    raise
+                done.append((run.first, run.last))
+                await slices.pause()
+        finally:  # one ack for all moved, not one (a pass over the runs) per run
+            if moved:
+                await self.ack(moved)
+            self._settled(normalized(done))
         self.poke()
 
     # -- dispatch ----------------------------------------------------------
