@@ -13,7 +13,7 @@ import time
 from typing import Any, cast
 
 import pytest
-from test_subscription import batch, next_delivery, slot_with_credit, subscription
+from test_subscription import batch, next_delivery, nothing_within, slot_with_credit, subscription
 
 from tamto_common.errors import InvalidArgument, ResourceExhausted
 from tamto_protocol.limits import MAX_RANGES_PER_REQUEST
@@ -229,3 +229,23 @@ async def test_terming_n_runs_in_flight_costs_n_log_n() -> None:
         return counted.count
 
     assert growth(await steps(SMALL // 4), await steps(LARGE // 4)) < MAX_GROWTH
+
+
+async def test_a_batch_cut_by_acks_goes_to_an_exclusive_consumer_only_as_its_credit_allows() -> (
+    None
+):
+    """Without a budget a whole batch may overdraw the credit; a batch that acks cut
+    into n pieces was n deliveries at once, whatever the credit."""
+    n = 2_000
+    sub = subscription([batch(0, 2 * n)])
+    await sub.ack([(2 * i + 1, 2 * i + 1) for i in range(n)])  # n gaps: n pieces
+    slot = slot_with_credit(credit=10)
+    sub.attach(slot, SubscriptionType.EXCLUSIVE)
+    got = [await next_delivery(slot) for _ in range(10)]
+    assert [d.batch.base_offset for d in got] == [2 * i for i in range(10)]
+    assert await nothing_within(slot, 0.3), "nothing past the credit"
+    slot.credit.grant(5)
+    sub.poke()
+    more = [await next_delivery(slot) for _ in range(5)]
+    assert [d.batch.base_offset for d in more] == [2 * i for i in range(10, 15)]
+    await sub.close()

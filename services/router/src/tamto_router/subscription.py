@@ -479,7 +479,7 @@ class Subscription:
         for batch in batches:
             if batch.base_offset >= end:
                 return  # past the drain gate (`fresh_end`)
-            stopped = self._hand_out(slot, batch, start, min(batch.end, end) - 1, 0, budget)
+            stopped = await self._hand_out(slot, batch, start, min(batch.end, end) - 1, 0, budget)
             if stopped is not None:
                 self.position = max(self.position, stopped)
                 return
@@ -499,7 +499,7 @@ class Subscription:
         for batch in batches:
             if batch.base_offset > last:
                 break
-            stopped = self._hand_out(slot, batch, first, last, count, budget)
+            stopped = await self._hand_out(slot, batch, first, last, count, budget)
             if stopped is not None:
                 self.pending.append(Run(stopped, last, count, time.monotonic()))
                 return
@@ -510,7 +510,7 @@ class Subscription:
             # One read returns a bounded number of bytes: the rest of the run waits its turn.
             self.pending.append(Run(end, last, count, time.monotonic()))
 
-    def _hand_out(
+    async def _hand_out(
         self,
         slot: ConsumerSlot,
         batch: Batch,
@@ -522,12 +522,15 @@ class Subscription:
         """Deliver the unacked part of `batch` within [lo, hi] to `slot`.
 
         Returns None when all of it was handled, or the offset where the budget ran
-        out (the caller keeps the rest for later).
+        out (the caller keeps the rest for later). Without a budget (a whole batch
+        may overdraw the credit) a batch that acks cut into pieces is handed out
+        only while the consumer has credit: acks of 10,000 disjoint ranges made one
+        batch 10,000 deliveries at once. The loop is given back between pieces
+        (`LoopSlices`).
         """
-        attached = slot in self.consumers
-        now = time.monotonic()
+        now, slices, handed = time.monotonic(), LoopSlices(), False
         for first, length in unacked_runs(batch, lo, hi, self.acks):
-            if not attached:  # it left while we read: keep the messages for the next one
+            if slot not in self.consumers:  # it left: keep the messages for the next one
                 self.pending.append(Run(first, first + length - 1, previous_count, now))
                 continue
             if budget is not None:
@@ -535,12 +538,16 @@ class Subscription:
                     return first
                 length = min(length, budget)
                 budget -= length
+            elif handed and slot.credit.available <= 0:
+                return first
             last = first + length - 1
             self.hand(slot, deliverable(batch, first, length), previous_count + 1, now)
+            handed = True
             if budget is not None and last < min(batch.end - 1, hi):
                 nxt = self.acks.next_unacked(last + 1)
                 if nxt <= min(batch.end - 1, hi):
                     return nxt
+            await slices.pause()
         return None
 
     def hand(
