@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tamto_common.errors import InvalidArgument
 from tamto_common.topics import (
@@ -12,6 +14,7 @@ from tamto_common.topics import (
     check_topic,
     topic_of_subject,
 )
+from tamto_testing.steps import counting_steps
 from tests.topic_cases import CASES, WORDS
 
 
@@ -133,3 +136,32 @@ def test_escaped_words_do_not_collide_on_the_bus() -> None:
     subjects = [bus_subject("s", t) for t in topics]
     assert len(set(subjects)) == len(topics)
     assert [topic_of_subject(s) for s in subjects] == topics
+
+
+def _reference(parts: list[str], topic: list[str]) -> bool:
+    """RabbitMQ's matching, written plainly: `#` zero or more words, `*` one."""
+    if not parts:
+        return not topic
+    if parts[0] == "#":
+        return any(_reference(parts[1:], topic[i:]) for i in range(len(topic) + 1))
+    return bool(topic) and parts[0] in ("*", topic[0]) and _reference(parts[1:], topic[1:])
+
+
+@settings(max_examples=500, derandomize=True, deadline=None)
+@given(
+    pattern=st.lists(st.sampled_from(["a", "b", "*", "#"]), min_size=1, max_size=7),
+    topic=st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=7),
+)
+def test_matcher_agrees_with_the_plain_definition(pattern: list[str], topic: list[str]) -> None:
+    expected = _reference(pattern, topic)
+    assert TopicPattern.parse(".".join(pattern)).matches(".".join(topic)) is expected
+
+
+def test_a_pattern_and_topic_at_their_limits_match_in_few_steps() -> None:
+    """The matcher was a Python step per (pattern word, topic word): 128 x 128 for a
+    pattern and a topic at their length limits, per subscription per publish."""
+    pattern = TopicPattern.parse(".".join(["*"] * 127 + ["#"]))
+    topic = ".".join(["a"] * 128)
+    with counting_steps("tamto_common.topics") as counted:
+        assert pattern.matches(topic)
+    assert counted.count < 3_000, counted.count

@@ -30,8 +30,35 @@ log = structlog.get_logger(__name__)
 ETCD_UNREACHABLE = (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError)
 
 
+#: The longest status message a server sends, in UTF-8 bytes. gRPC carries it in
+#: trailing metadata (percent-encoded: up to 3 bytes per byte), whose default
+#: limit is 8 KiB; a message over it (a schema quoted whole, 955,143 characters)
+#: turned the status into RESOURCE_EXHAUSTED about the metadata.
+MAX_ERROR_MESSAGE_BYTES = 1536
+
+
+def capped(message: str) -> str:
+    """`message` if it fits `MAX_ERROR_MESSAGE_BYTES`, else its start and how much
+    was cut."""
+    data = message.encode("utf-8", "replace")
+    if len(data) <= MAX_ERROR_MESSAGE_BYTES:
+        return message
+    head = data[: MAX_ERROR_MESSAGE_BYTES - 48].decode("utf-8", "ignore")
+    return f"{head}... ({len(message) - len(head)} more characters)"
+
+
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
-    """The status and message for an exception, or None for an unexpected one."""
+    """The status and message (`capped`) for an exception, or None for an unexpected one."""
+    status = _status_for(exc)
+    return None if status is None else (status[0], capped(status[1]))
+
+
+def in_band_status(exc: TamtoError) -> tuple[int, str]:
+    """The status code number and message (`capped`) a stream announces in-band."""
+    return exc.code.value[0], capped(str(exc))
+
+
+def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     if isinstance(exc, TamtoError):
         return exc.code, str(exc)
     if isinstance(exc, ETCD_UNREACHABLE):

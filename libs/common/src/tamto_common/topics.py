@@ -169,20 +169,23 @@ def _parse(text: str) -> TopicPattern:
 def _matches(parts: tuple[str, ...], topic: tuple[str, ...]) -> bool:
     """Pattern words against topic words; `#` zero or more words, `*` exactly one.
 
-    Dynamic programming over (pattern position, topic position): O(len * len),
-    both bounded by the length limits.
+    Dynamic programming over (pattern position, topic position), each row one
+    integer used as a bit set (bit j: the pattern's first parts can consume
+    exactly the first j words): O(pattern words) integer operations after one pass
+    over the topic, not a Python step per (part, word) pair, which cost a gateway
+    milliseconds per subscription for patterns and topics at their length limits.
     """
     n = len(topic)
-    # reachable[j]: the pattern's first i parts can consume exactly the first j words.
-    reachable = [True] + [False] * n
+    everything = (1 << (n + 1)) - 1
+    at: dict[str, int] = {}  # word -> bits j + 1 where topic word j is that word
+    for j, word in enumerate(topic):
+        at[word] = at.get(word, 0) | 1 << (j + 1)
+    reachable = 1
     for part in parts:
-        if part == "#":
-            seen = False
-            for j in range(n + 1):
-                seen = seen or reachable[j]
-                reachable[j] = seen
+        if part == "#":  # from the lowest reachable position on, everything
+            reachable = everything & ~((reachable & -reachable) - 1) if reachable else 0
         else:
-            for j in range(n, 0, -1):
-                reachable[j] = reachable[j - 1] and (part == "*" or part == topic[j - 1])
-            reachable[0] = False
-    return reachable[n]
+            reachable = (reachable << 1) & (everything - 1 if part == "*" else at.get(part, 0))
+        if not reachable:
+            return False
+    return bool(reachable >> n & 1)

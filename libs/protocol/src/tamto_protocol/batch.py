@@ -316,7 +316,7 @@ def _read_batches(
     # Any Arrow error (ArrowNotImplementedError for an unknown codec or type too), and
     # a column name that is not UTF-8, which pyarrow raises when the name is read.
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        raise BatchFormatError(f"not an Arrow IPC stream: {exc}") from exc
+        raise BatchFormatError(f"not an Arrow IPC stream: {_quoted(str(exc))}") from exc
 
 
 def _combined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
@@ -328,19 +328,34 @@ def _combined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return combined[0] if combined else pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA)
 
 
+#: The most characters of a producer's column names or type an error quotes: a
+#: schema is the producer's to make, and quoted whole it made an error message of
+#: 955,143 characters.
+_MAX_QUOTED = 200
+
+
 def _schema_mismatch(schema: pa.Schema) -> str:
-    """Which column of `schema` differs from `BATCH_SCHEMA`, and how."""
+    """Which column of `schema` differs from `BATCH_SCHEMA`, and how (quoting at most
+    `_MAX_QUOTED` characters of what the producer sent)."""
     prefix = f"batch schema does not match schema version {SCHEMA_VERSION}"
     if schema.names != BATCH_SCHEMA.names:
-        return f"{prefix}: columns {schema.names}, expected {BATCH_SCHEMA.names}"
+        names = _quoted(repr(schema.names))
+        return f"{prefix}: {len(schema.names)} columns {names}, expected {BATCH_SCHEMA.names}"
     for got, expected in zip(schema, BATCH_SCHEMA, strict=True):
         if not got.equals(expected):
             nullable = "" if got.nullable == expected.nullable else f" nullable={got.nullable}"
             return (
-                f"{prefix}: column {got.name!r} has type {got.type}{nullable}, "
+                f"{prefix}: column {got.name!r} has type {_quoted(str(got.type))}{nullable}, "
                 f"expected {expected.type}" + ("" if expected.nullable else " not nullable")
             )
     return prefix
+
+
+def _quoted(text: str) -> str:
+    """`text` cut to `_MAX_QUOTED` characters, saying how many were left out."""
+    if len(text) <= _MAX_QUOTED:
+        return text
+    return f"{text[:_MAX_QUOTED]}... ({len(text) - _MAX_QUOTED} more characters)"
 
 
 def check_buffers(batch: pa.RecordBatch) -> None:

@@ -218,8 +218,7 @@ class SubscriptionAdmin:
             await live.ack(ranges)
             await live.flush_acks()
             return acks.floor
-        for first, last in ranges:
-            acks.ack_range(first, last)
+        acks.ack_ranges(ranges)
         await commit_cursor(log, name, acks)
         return acks.floor
 
