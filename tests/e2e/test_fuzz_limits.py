@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 import tamto_sdk
 from tamto_common.streams import MAX_PARTITIONS
-from tamto_common.topics import MAX_PATTERN_LENGTH, MAX_TOPIC_LENGTH
+from tamto_common.topics import MAX_PATTERN_BYTES, MAX_TOPIC_BYTES
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.limits import MAX_GRANTS_PER_ROLE, MAX_RANGES_PER_REQUEST
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, messages_pb2
@@ -368,14 +368,12 @@ def test_publish_and_ephemeral_at_their_limits(
     assert not isinstance(made, grpc.RpcError), made
 
     @fuzz_settings(ci_examples=6, long_examples=300)
-    @example(
-        rows=10_000, headers=20, topic_length=MAX_TOPIC_LENGTH, match_length=MAX_PATTERN_LENGTH
-    )
+    @example(rows=10_000, headers=20, topic_length=MAX_TOPIC_BYTES, match_length=MAX_PATTERN_BYTES)
     @given(
         rows=st.sampled_from([1, 1000, 10_000]),
         headers=st.sampled_from([0, 1, 20]),
-        topic_length=st.sampled_from([0, 1, MAX_TOPIC_LENGTH, MAX_TOPIC_LENGTH + 1]),
-        match_length=st.sampled_from([1, MAX_PATTERN_LENGTH, MAX_PATTERN_LENGTH + 1]),
+        topic_length=st.sampled_from([0, 1, MAX_TOPIC_BYTES, MAX_TOPIC_BYTES + 1]),
+        match_length=st.sampled_from([1, MAX_PATTERN_BYTES, MAX_PATTERN_BYTES + 1]),
     )
     def fuzz(rows: int, headers: int, topic_length: int, match_length: int) -> None:
         batch = encode_batch(
