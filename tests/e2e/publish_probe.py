@@ -67,7 +67,7 @@ class PublishProbe:
 
     async def _publish(self) -> None:
         cluster = self._cluster
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             await client.streams.ensure(self._stream, partitions=1)
             async with client.producer(self._stream) as producer:
                 await (await producer.send(b"warm-up"))

@@ -45,7 +45,7 @@ async def ending(call: grpc.aio.StreamStreamCall) -> tuple[grpc.StatusCode, str]
 
 async def test_every_stream_past_the_limit_reads_resource_exhausted(cluster: TestCluster) -> None:
     stream = f"limit-{uuid.uuid4().hex[:8]}"
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(stream, partitions=1)
     async with grpc.aio.insecure_channel(cluster.gateway_address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)

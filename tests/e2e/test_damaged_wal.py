@@ -49,7 +49,7 @@ def cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
 async def publish_batches(cluster: TestCluster, payloads: list[bytes], size: int) -> None:
     """`payloads` in stored batches of `size` (each a WAL frame), then storage killed
     (a clean stop would seal the WAL into Parquet) and the router stopped."""
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(STREAM, partitions=1)
         async with client.producer(STREAM) as producer:
             for first in range(0, len(payloads), size):
@@ -77,7 +77,7 @@ async def test_wal_damage_keeps_the_offsets_below_readable_and_repair_restores_s
     cluster.start("storage", extra_env=STORAGE_ENV)
     cluster.start("router")
 
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         assert await receive(client, "below", Start.earliest(), 10) == payloads[:10]
         with pytest.raises(tamto_sdk.DataLoss) as read_error:
             await receive(client, "across", Start.earliest(), 30)
@@ -96,7 +96,7 @@ async def test_wal_damage_keeps_the_offsets_below_readable_and_repair_restores_s
     cluster.start("storage", extra_env=STORAGE_ENV)
     cluster.start("router")
 
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         async with client.producer(STREAM) as producer:
             assert (await producer.send_and_wait(b"after")).offset == 30
         expected = [*payloads[:10], *payloads[20:], b"after"]
@@ -126,7 +126,7 @@ async def test_a_missing_wal_file_loses_its_offsets_only_and_repair_keeps_the_fi
         files[1].unlink()  # offsets 10-19
         cluster.start("storage", extra_env=ONE_FRAME_FILES)
         cluster.start("router")
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             assert await receive(client, "below", Start.earliest(), 10) == payloads[:10]
             async with client.producer(STREAM) as producer:
                 with pytest.raises(tamto_sdk.DataLoss, match="offsets 10-"):
@@ -147,7 +147,7 @@ async def test_a_missing_wal_file_loses_its_offsets_only_and_repair_keeps_the_fi
         cluster.start("storage", extra_env=ONE_FRAME_FILES)
         cluster.start("router")
 
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             async with client.producer(STREAM) as producer:
                 assert (await producer.send_and_wait(b"after")).offset == 40
             expected = [*payloads[:10], *payloads[20:], b"after"]

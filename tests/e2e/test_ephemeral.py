@@ -62,8 +62,8 @@ async def clients(
 ) -> AsyncIterator[tuple[tamto_sdk.Client, tamto_sdk.Client]]:
     """One client on each gateway."""
     cluster, second = two_gateways
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as one:
-        async with await tamto_sdk.connect(second, api_key=cluster.credential) as two:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as one:
+        async with tamto_sdk.connect(second, api_key=cluster.credential) as two:
             yield one, two
 
 

@@ -52,8 +52,8 @@ async def test_subscriptions_resume_within_a_second_of_their_gateway_serving_aga
                 await asyncio.sleep(0.01)
 
     url, key = fresh_cluster.url, fresh_cluster.credential
-    async with await tamto_sdk.connect(url, api_key=key) as near:
-        async with await tamto_sdk.connect(second, api_key=key) as far:
+    async with tamto_sdk.connect(url, api_key=key) as near:
+        async with tamto_sdk.connect(second, api_key=key) as far:
             await near.streams.ensure(stream, config=EphemeralConfig())
             alone = await near.subscribe(stream, match="tick.#").start()
             member = await near.subscribe(stream, match="tick.*", group="g").start()
@@ -87,7 +87,7 @@ async def test_subscriptions_resume_within_a_second_of_their_gateway_serving_aga
 
             # A gateway that stays away: the iteration raises after retry_deadline_s.
             brief_options = ClientOptions(retry_deadline_s=1.0)
-            async with await tamto_sdk.connect(url, api_key=key, options=brief_options) as brief:
+            async with tamto_sdk.connect(url, api_key=key, options=brief_options) as brief:
                 stranded = await brief.subscribe(stream).start()
                 await asyncio.to_thread(fresh_cluster.kill9, "gateway")
                 with pytest.raises(Unavailable):

@@ -419,9 +419,7 @@ def test_publish_and_ephemeral_at_their_limits(
 def test_the_services_keep_serving_after_the_campaigns(tamto_cluster: TestCluster) -> None:
     async def check() -> None:
         stream = f"after-limits-{uuid.uuid4().hex[:6]}"
-        async with await tamto_sdk.connect(
-            tamto_cluster.url, api_key=tamto_cluster.credential
-        ) as c:
+        async with tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
             await c.streams.ensure(stream, partitions=1)
             async with c.producer(stream) as producer:
                 await (await producer.send(b"still serving"))

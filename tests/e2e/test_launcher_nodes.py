@@ -75,7 +75,7 @@ async def publish_and_read_back(up: Launcher, second_gateway: str) -> list[bytes
     """Publish 60 keyed messages through the first gateway; read them through the second."""
     api_key = load_dev_credential(up.data_dir)
     assert api_key is not None
-    async with await tamto_sdk.connect(f"tamto://127.0.0.1:{up.gateway}", api_key=api_key) as c:
+    async with tamto_sdk.connect(f"tamto://127.0.0.1:{up.gateway}", api_key=api_key) as c:
         await c.streams.ensure("spread", partitions=PARTITIONS)
         async with c.producer("spread") as producer:
             futures = [
@@ -83,7 +83,7 @@ async def publish_and_read_back(up: Launcher, second_gateway: str) -> list[bytes
             ]
             await asyncio.gather(*futures)
     got: list[bytes] = []
-    async with await tamto_sdk.connect(second_gateway, api_key=api_key) as c:
+    async with tamto_sdk.connect(second_gateway, api_key=api_key) as c:
         async with c.consumer("spread", "all") as consumer:
             while len(got) < 60:
                 batch = await consumer.receive_batch(max_messages=60, timeout_s=30)

@@ -72,7 +72,7 @@ async def test_the_balancer_moves_a_hot_partition_to_the_idle_router(
         # One storage node and one gateway are enough: two routers is what is tested.
         for name in ("auth", "storage", "router", "router-2", "gateway"):
             cluster.start(name, 120.0, extra_env=ROUTER_ENV if name.startswith("router") else None)
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             await client.streams.ensure(stream, partitions=PARTITIONS)
             acked: list[bytes] = []
             failed: list[str] = []

@@ -117,7 +117,7 @@ async def delay_heal_and_check(cluster: TestCluster, ns: Netns, etcd_endpoint: s
     others = [p for p in range(PARTITIONS) if p not in mine]
     lines: list[str] = []
     try:
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             traffic, workers = await start_traffic(client, stream)
             try:
                 await wait_placed(etcd, stream, mine, isolated_id)

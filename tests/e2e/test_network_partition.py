@@ -160,7 +160,7 @@ async def cut_heal_and_check(
 ) -> str:
     isolated_id = cluster.instance_id(ISOLATED)
     stream, mine = stream_on(isolated_id, [cluster.instance_id(n) for n in cluster.routers()])
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         traffic, workers = await start_traffic(client, stream)
         try:
             await wait_placed(etcd, stream, mine, isolated_id)
@@ -326,7 +326,7 @@ async def read_back(
     (seen once on a loaded machine, docs/testing.md) is slow, not lost."""
     missing = set(acked)
     started = time.monotonic()
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         async with client.consumer(stream, "checker") as consumer:
             while missing and time.monotonic() - started < READ_BACK_S:
                 batch = await consumer.receive_batch(max_messages=1000, timeout_s=5)

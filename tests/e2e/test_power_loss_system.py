@@ -86,7 +86,7 @@ async def test_acked_messages_and_the_credential_survive_power_cuts_of_the_whole
         cleanup.callback(kill_all, cluster)
         cluster.start_all()
         options = tamto_sdk.ClientOptions(retry_deadline_s=60.0)
-        async with await tamto_sdk.connect(
+        async with tamto_sdk.connect(
             cluster.url, api_key=cluster.credential, options=options
         ) as client:
             await client.streams.ensure(STREAM, partitions=2)

@@ -105,7 +105,7 @@ async def traffic(cluster: TestCluster) -> None:
     """A little of everything the panels show: publishes (unary, so they are timed),
     a consumer that attaches, acks and leaves, an ephemeral publish nobody hears, and
     a refused credential."""
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure("observed", partitions=1)
         async with client.producer("observed") as producer:
             for i in range(20):

@@ -38,9 +38,7 @@ async def test_clients_resume_within_a_second_of_a_killed_service_serving_again(
     acked_at: list[float] = []
     received_at: list[float] = []
     stop = asyncio.Event()
-    async with await tamto_sdk.connect(
-        fresh_cluster.url, api_key=fresh_cluster.credential
-    ) as client:
+    async with tamto_sdk.connect(fresh_cluster.url, api_key=fresh_cluster.credential) as client:
         await client.streams.ensure("live", partitions=1)
 
         async def produce() -> None:

@@ -129,7 +129,7 @@ async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_f
     name_of = {cluster.instance_id(n): n for n in cluster.ports}
     times: dict[str, float] = {}
     with cluster.running({"router": ROUTER_ENV}):
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             await client.streams.ensure(
                 stream,
                 partitions=PARTITIONS,
@@ -247,7 +247,7 @@ async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_f
         for name in [n for n in cluster.storages() if n not in dead][: 2 - len(dead)]:
             cluster.kill9(name)
         short = ClientOptions(retry_deadline_s=cluster.shared.lease_ttl_s + 3.0)
-        async with await tamto_sdk.connect(
+        async with tamto_sdk.connect(
             cluster.url, api_key=cluster.credential, options=short
         ) as client:
             async with client.producer(stream) as producer:
@@ -270,7 +270,7 @@ async def rereplicated(
     its ledgers name the spare instead and the spare holds every acknowledged message
     (a fresh subscription reads them back); the seconds that took."""
     acked: list[tuple[bytes, int]] = []
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(
             stream, partitions=1, config=StreamConfig(replication_factor=2, ack_quorum=1)
         )
@@ -327,7 +327,7 @@ async def missing_from_fresh_subscription(
     """The checker: read the stream from its start through a new subscription until
     every acknowledged payload came or nothing more comes; the ones that did not."""
     missing = set(acked)
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         async with client.consumer(stream, "checker") as consumer:
             while missing:
                 batch = await consumer.receive_batch(max_messages=1000, timeout_s=15)

@@ -112,7 +112,7 @@ async def test_external_oidc_issuers_from_a_file_and_a_url(
     try:
         start_cluster(cluster, {"TAMTO_GATEWAY_OIDC_ISSUERS_FILE": str(issuers_file)})
         stream, role = unique("oidc"), unique("oidc-role")
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
             await admin.streams.ensure(stream)
             await admin.security.put_role(role, [Grant(Permission.PUBLISH, stream)])
             await admin.security.bind("corp:alice", role)
@@ -185,7 +185,7 @@ async def test_a_router_accepts_an_external_issuers_token_on_the_direct_path(
         for name in SERVICES:
             cluster.start(name, extra_env=trusted if name in ("gateway", "router") else None)
         stream, role = unique("oidc-direct"), unique("oidc-direct-role")
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
             await admin.streams.ensure(stream)
             await admin.security.put_role(role, [Grant(Permission.PUBLISH, stream)])
             await admin.security.bind("corp:alice", role)
@@ -205,7 +205,7 @@ async def test_a_router_accepts_an_external_issuers_token_on_the_direct_path(
         stranger = await router_publish(owner, token_of("mallory"), stream, 0)
         assert stranger is not None
         assert stranger.code() == grpc.StatusCode.PERMISSION_DENIED
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
             async with admin.consumer(stream, "check") as consumer:
                 (message,) = await consumer.receive_batch(max_messages=10, timeout_s=30)
         assert message.payload == b"x"
@@ -252,7 +252,7 @@ async def test_tls_cluster_publishes_and_consumes_over_mtls(tls_cluster: TestClu
     assert tls_cluster.url.startswith("tamtos://")
     options = ClientOptions(root_certificates=tls_cluster.ca_file.read_bytes())
     stream = unique("tls")
-    async with await tamto_sdk.connect(
+    async with tamto_sdk.connect(
         tls_cluster.url, api_key=tls_cluster.credential, options=options
     ) as client:
         await client.streams.ensure(stream, partitions=2)

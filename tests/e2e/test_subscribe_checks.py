@@ -102,7 +102,7 @@ def stream(cluster: TestCluster) -> str:
     name = unique("checked")
 
     async def make() -> None:
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             await client.streams.ensure(name, partitions=2)
 
     asyncio.run(make())

@@ -184,7 +184,7 @@ async def test_bad_input_gets_a_precise_status(
     key = await tamto_client.security.create_api_key(identity)
     await tamto_client.security.put_role(role, [Grant(Permission.PUBLISH, stream)])
     await tamto_client.security.bind(identity, role)
-    async with await tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as publisher:
+    async with tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as publisher:
 
         async def may_publish() -> bool:
             try:

@@ -125,7 +125,7 @@ def fresh_cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
 
 @pytest.fixture
 async def tamto_client(tamto_cluster: TestCluster) -> AsyncIterator[tamto_sdk.Client]:
-    async with await tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
+    async with tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
         yield c
 
 
@@ -134,7 +134,7 @@ async def any_path_client(
     request: pytest.FixtureRequest, tamto_cluster: TestCluster
 ) -> AsyncIterator[tamto_sdk.Client]:
     options = tamto_sdk.ClientOptions(direct=request.param == "direct")
-    async with await tamto_sdk.connect(
+    async with tamto_sdk.connect(
         tamto_cluster.url, api_key=tamto_cluster.credential, options=options
     ) as client:
         yield client
