@@ -1,0 +1,117 @@
+"""Helpers of the MQTT end-to-end tests: a cluster whose gateways serve MQTT, and a
+raw client speaking bytes (for what real clients refuse to send)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+
+from tamto_local.ports import free_port
+from tamto_testing.cluster import TestCluster
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass
+class MqttCluster:
+    """A test cluster with two gateways, each serving MQTT on a port of its own."""
+
+    cluster: TestCluster
+    ports: dict[str, int]
+
+    @property
+    def credential(self) -> str:
+        return self.cluster.credential
+
+    @property
+    def url(self) -> str:
+        return self.cluster.url
+
+
+def mqtt_env(port: int, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {"TAMTO_GATEWAY_MQTT_PORT": str(port), **(extra or {})}
+
+
+def start_mqtt(cluster: TestCluster, extra: dict[str, str] | None = None) -> MqttCluster:
+    """Start `cluster` with MQTT on its gateway, and a second gateway with MQTT too."""
+    first, second = free_port(), free_port()
+    cluster.start_all({"gateway": mqtt_env(first, extra)})
+    cluster.start_gateway(extra_env=mqtt_env(second, extra))
+    return MqttCluster(cluster, {"gateway": first, "gateway-2": second})
+
+
+def text(value: str) -> bytes:
+    raw = value.encode()
+    return len(raw).to_bytes(2, "big") + raw
+
+
+def frame(first: int, body: bytes) -> bytes:
+    assert len(body) < 128
+    return bytes([first, len(body)]) + body
+
+
+def connect_packet(
+    client_id: str,
+    password: str | None,
+    *,
+    keep_alive: int = 60,
+    level: int = 4,
+    clean: bool = True,
+) -> bytes:
+    flags = (0x02 if clean else 0) | (0xC0 if password is not None else 0)
+    body = text("MQTT") + bytes([level, flags]) + keep_alive.to_bytes(2, "big")
+    body += text(client_id)
+    if password is not None:
+        body += text("user") + text(password)
+    return bytes([0x10]) + _length(len(body)) + body
+
+
+def _length(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+class RawClient:
+    """A TCP connection speaking MQTT bytes by hand."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, port: int) -> RawClient:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        return cls(reader, writer)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def read(self, count: int, timeout_s: float = 10) -> bytes:
+        """Up to `count` bytes (b"" once the server closed)."""
+        async with asyncio.timeout(timeout_s):
+            try:
+                return await self.reader.readexactly(count)
+            except asyncio.IncompleteReadError as exc:
+                return exc.partial
+
+    async def closed(self, timeout_s: float = 10) -> bool:
+        """Whether the server closes the connection within `timeout_s`."""
+        async with asyncio.timeout(timeout_s):
+            try:
+                while await self.reader.read(1024):
+                    pass
+            except ConnectionError:
+                pass
+        return True
+
+    def close(self) -> None:
+        self.writer.close()
