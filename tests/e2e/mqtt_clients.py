@@ -69,6 +69,12 @@ def connect_packet(
     return bytes([0x10]) + _length(len(body)) + body
 
 
+def publish_packet(topic: str, payload: bytes, packet_id: int | None = None) -> bytes:
+    """A PUBLISH at QoS 1 with `packet_id`, else QoS 0."""
+    body = text(topic) + (b"" if packet_id is None else packet_id.to_bytes(2, "big")) + payload
+    return bytes([0x32 if packet_id else 0x30]) + _length(len(body)) + body
+
+
 def _length(value: int) -> bytes:
     out = bytearray()
     while True:
@@ -111,7 +117,34 @@ class RawClient:
                     pass
             except ConnectionError:
                 pass
+        self.writer.close()
         return True
 
     def close(self) -> None:
         self.writer.close()
+
+    async def subscribe(self, topic_filter: str, qos: int, packet_id: int = 1) -> bytes:
+        """Send a SUBSCRIBE of one filter and return the SUBACK's return code."""
+        raw = topic_filter.encode()
+        body = packet_id.to_bytes(2, "big") + len(raw).to_bytes(2, "big") + raw + bytes([qos])
+        await self.send(bytes([0x82]) + _length(len(body)) + body)
+        return await self.read(5)
+
+    async def next_publish(self) -> tuple[int, int, bytes]:
+        """The next PUBLISH's first byte, packet id (0 at QoS 0) and payload."""
+        first = (await self.read(1))[0]
+        length, shift = 0, 0
+        while True:
+            byte = (await self.read(1))[0]
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        body = await self.read(length)
+        topic_length = int.from_bytes(body[:2], "big")
+        at = 2 + topic_length
+        packet_id = 0
+        if first & 0x06:
+            packet_id = int.from_bytes(body[at : at + 2], "big")
+            at += 2
+        return first, packet_id, body[at:]

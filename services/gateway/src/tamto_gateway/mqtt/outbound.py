@@ -55,6 +55,11 @@ class Outbound:
         if self._writer.transport.get_write_buffer_size() > self._limit:
             await self._writer.drain()
 
+    @property
+    def unacknowledged(self) -> int:
+        """QoS 1 deliveries the client has not acknowledged."""
+        return len(self._inflight)
+
     def acked(self, packet_id: int) -> None:
         """The client's PUBACK (one for no delivery in flight is ignored)."""
         if packet_id not in self._inflight:

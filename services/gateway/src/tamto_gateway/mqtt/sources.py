@@ -109,13 +109,14 @@ class PersistentSource:
             )
 
     async def close(self) -> None:
-        """Leave the subscription cleanly (unacked messages go back to it)."""
+        """Leave the subscription: unacked messages go back to it, and if the client
+        had some unacknowledged, they count as delivered (DUP when sent again)."""
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self.task
         if self._consumer is not None:
-            await self._consumer.close()
+            await self._consumer.close(clean=not self._outbound.unacknowledged)
 
 
 def _published_qos(message: ReceivedMessage) -> int:
