@@ -8,6 +8,7 @@ import contextlib
 import json
 import queue
 import shutil
+import ssl
 import subprocess
 import threading
 import time
@@ -439,3 +440,13 @@ async def test_mosquitto_pub_and_sub(mqtt: MqttCluster) -> None:
     finally:
         sub.kill()
     assert f"{stream}/hello world" in out.splitlines()
+
+
+async def test_a_tls_client_on_the_plaintext_port_fails_at_once(mqtt: MqttCluster) -> None:
+    context = ssl.create_default_context()
+    started = time.monotonic()
+    with pytest.raises(ssl.SSLError):
+        await asyncio.wait_for(
+            asyncio.open_connection("127.0.0.1", mqtt.ports["gateway"], ssl=context), 10
+        )
+    assert time.monotonic() - started < 2
