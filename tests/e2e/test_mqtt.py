@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import queue
 import shutil
@@ -238,11 +239,21 @@ async def test_a_persistent_session_survives_reconnecting_to_another_gateway(
     async with client(mqtt, "gateway-2", identifier=client_id, clean_session=False) as back:
         got = await receive(back, 5)
         assert sorted(m.payload for m in got) == [b"0", b"1", b"2", b"3", b"4"]
-    # A clean session discards it.
-    async with client(mqtt, identifier=client_id, clean_session=True) as clean:
-        async with client(mqtt) as publisher:
-            await publisher.publish(f"{stream}/cmd/9", b"9", qos=1)
-        await nothing_more(clean)
+    durable = f"mqtt-{hashlib.sha256(client_id.encode()).hexdigest()[:32]}"
+    async with await tamto_sdk.connect(mqtt.url, api_key=mqtt.credential) as sdk:
+        assert durable in await sdk.subscriptions.list(stream)
+        # A clean session discards it, its durable subscription too.
+        async with client(mqtt, identifier=client_id, clean_session=True) as clean:
+            async with client(mqtt) as publisher:
+                await publisher.publish(f"{stream}/cmd/9", b"9", qos=1)
+            await nothing_more(clean)
+
+            async def deleted() -> bool:
+                return durable not in await sdk.subscriptions.list(stream)
+
+            await eventually(deleted, 20, "the session's subscription deleted")
+    async with client(mqtt, identifier=client_id, clean_session=False) as fresh:
+        await nothing_more(fresh)  # no session left: nothing subscribed, nothing waiting
 
 
 async def test_unacked_qos1_messages_come_again_with_dup(mqtt: MqttCluster) -> None:

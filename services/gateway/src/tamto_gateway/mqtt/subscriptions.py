@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from tamto_common.errors import TamtoError
+from tamto_common.errors import FailedPrecondition, TamtoError
 from tamto_common.policy import Permission
 from tamto_gateway.mqtt import codec
 from tamto_gateway.mqtt.sources import EphemeralSource, PersistentSource, Source
@@ -38,6 +38,10 @@ log = structlog.get_logger(__name__)
 
 #: QoS granted at most (QoS 2 subscriptions are granted 1).
 MAX_QOS = 1
+#: How long deleting a subscription waits for consumers still attached to leave (an
+#: older connection of the client, on another gateway, closing), and how often it tries.
+DELETE_WAIT_S = 10.0
+DELETE_RETRY_S = 0.2
 
 
 class Subscriptions:
@@ -191,16 +195,25 @@ class Subscriptions:
 async def delete_subscription(shared: Shared, stream: str, subscription: str) -> None:
     """Delete a Tamto subscription MQTT made, on every partition (logged if it fails:
     it is the gateway's own cleanup, not the client's request)."""
-    try:
-        definition = await shared.streams.describe(stream)
-        await asyncio.gather(
-            *(
-                shared.upstream.delete_subscription(stream, p, subscription)
-                for p in range(definition.partitions)
+    deadline = asyncio.get_running_loop().time() + DELETE_WAIT_S
+    while True:
+        try:
+            definition = await shared.streams.describe(stream)
+            await asyncio.gather(
+                *(
+                    shared.upstream.delete_subscription(stream, p, subscription)
+                    for p in range(definition.partitions)
+                )
             )
-        )
-    except Exception as exc:
-        log.warning("mqtt subscription not deleted", stream=stream, error=str(exc))
+            return
+        except FailedPrecondition as exc:  # a connection of the client still leaving
+            if asyncio.get_running_loop().time() > deadline:
+                log.warning("mqtt subscription not deleted", stream=stream, error=str(exc))
+                return
+            await asyncio.sleep(DELETE_RETRY_S)
+        except Exception as exc:
+            log.warning("mqtt subscription not deleted", stream=stream, error=str(exc))
+            return
 
 
 async def discard_session(shared: Shared, client_id: str, session: StoredSession) -> None:
