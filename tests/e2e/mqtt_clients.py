@@ -130,6 +130,10 @@ class RawClient:
         await self.send(bytes([0x82]) + _length(len(body)) + body)
         return await self.read(5)
 
+    async def next_publish_within(self, timeout_s: float) -> tuple[int, int, bytes]:
+        async with asyncio.timeout(timeout_s):
+            return await self.next_publish()
+
     async def next_publish(self) -> tuple[int, int, bytes]:
         """The next PUBLISH's first byte, packet id (0 at QoS 0) and payload."""
         first = (await self.read(1))[0]

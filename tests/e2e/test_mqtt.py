@@ -36,12 +36,15 @@ from tests.e2e.mqtt_clients import (
 
 pytestmark = pytest.mark.e2e
 
+#: The gateways' --mqtt-max-inflight (a small one, for the limit's test).
+INFLIGHT = 8
+
 
 @pytest.fixture(scope="module")
 def mqtt(tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MqttCluster]:
     cluster = TestCluster(tmp_path_factory.mktemp("mqtt"), tamto_infra)
     try:
-        yield start_mqtt(cluster)
+        yield start_mqtt(cluster, {"TAMTO_GATEWAY_MQTT_MAX_INFLIGHT": str(INFLIGHT)})
     finally:
         cluster.stop_all()
 
@@ -461,3 +464,55 @@ async def test_a_tls_client_on_the_plaintext_port_fails_at_once(mqtt: MqttCluste
             asyncio.open_connection("127.0.0.1", mqtt.ports["gateway"], ssl=context), 10
         )
     assert time.monotonic() - started < 2
+
+
+async def test_qos2_publish_is_stored_once_and_completes(mqtt: MqttCluster) -> None:
+    stream = await persistent_stream(mqtt, partitions=1)
+    async with client(mqtt) as subscriber:
+        await subscriber.subscribe(f"{stream}/#", qos=1)
+        raw = await RawClient.open(mqtt.ports["gateway"])
+        await raw.send(connect_packet(unique("q2"), mqtt.credential))
+        assert await raw.read(4) == b"\x20\x02\x00\x00"
+        packet = publish_packet(f"{stream}/t", b"exactly", packet_id=5)
+        qos2 = bytes([0x34]) + packet[1:]
+        await raw.send(qos2)
+        assert await raw.read(4) == b"\x50\x02\x00\x05"  # PUBREC
+        await raw.send(bytes([0x3C]) + packet[1:])  # the same again, DUP, before PUBREL
+        assert await raw.read(4) == b"\x50\x02\x00\x05"
+        await raw.send(b"\x62\x02\x00\x05")  # PUBREL
+        assert await raw.read(4) == b"\x70\x02\x00\x05"  # PUBCOMP
+        raw.close()
+        got = await receive(subscriber, 1)
+        assert got[0].payload == b"exactly"
+        await nothing_more(subscriber)
+
+
+async def test_unsubscribe_stops_delivery(mqtt: MqttCluster) -> None:
+    stream = await persistent_stream(mqtt)
+    async with client(mqtt) as subscriber, client(mqtt) as publisher:
+        await subscriber.subscribe(f"{stream}/a", qos=1)
+        await subscriber.subscribe(f"{stream}/b", qos=1)
+        await subscriber.unsubscribe(f"{stream}/a")
+        await publisher.publish(f"{stream}/a", b"a", qos=1)
+        await publisher.publish(f"{stream}/b", b"b", qos=1)
+        got = await receive(subscriber, 1)
+        assert got[0].topic.value == f"{stream}/b"
+        await nothing_more(subscriber)
+
+
+async def test_qos1_deliveries_stop_at_the_inflight_limit_until_acked(mqtt: MqttCluster) -> None:
+    stream = await persistent_stream(mqtt, partitions=1)
+    raw = await RawClient.open(mqtt.ports["gateway"])
+    await raw.send(connect_packet(unique("limit"), mqtt.credential))
+    assert await raw.read(4) == b"\x20\x02\x00\x00"
+    assert await raw.subscribe(f"{stream}/t", 1) == b"\x90\x03\x00\x01\x01"
+    async with client(mqtt) as publisher:
+        for index in range(INFLIGHT + 5):
+            await publisher.publish(f"{stream}/t", str(index).encode(), qos=1)
+    ids = [(await raw.next_publish())[1] for _ in range(INFLIGHT)]
+    with pytest.raises(TimeoutError):  # none past the limit while nothing is acked
+        await raw.next_publish_within(1.0)
+    await raw.send(b"\x40\x02" + ids[0].to_bytes(2, "big"))  # one PUBACK: one more
+    _, _, payload = await raw.next_publish()
+    assert payload == str(INFLIGHT).encode()
+    raw.close()
