@@ -86,6 +86,8 @@ class Connection:
             )
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except Exception:  # this connection's failure alone: the broker serves on
+            log.exception("mqtt connection failed", peer=self.peer, client=self.client_id)
         finally:
             with contextlib.suppress(Exception):
                 await self._writer.drain()
