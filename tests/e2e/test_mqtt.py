@@ -516,3 +516,23 @@ async def test_qos1_deliveries_stop_at_the_inflight_limit_until_acked(mqtt: Mqtt
     _, _, payload = await raw.next_publish()
     assert payload == str(INFLIGHT).encode()
     raw.close()
+
+
+async def test_qos0_publishes_before_a_disconnect_are_all_stored(mqtt: MqttCluster) -> None:
+    stream = await persistent_stream(mqtt)
+    async with client(mqtt) as subscriber:
+        await subscriber.subscribe(f"{stream}/#", qos=1)
+        raw = await RawClient.open(mqtt.ports["gateway"])
+        await raw.send(connect_packet(unique("burst"), mqtt.credential))
+        assert await raw.read(4) == b"\x20\x02\x00\x00"
+        burst = b"".join(publish_packet(f"{stream}/t", str(i).encode()) for i in range(200))
+        retained = bytes([0x31]) + publish_packet(f"{stream}/r", b"kept")[1:]
+        await raw.send(burst + retained + b"\xe0\x00")  # ... and DISCONNECT at once
+        assert await raw.closed()
+        got = await receive(subscriber, 201)
+        assert sorted(m.payload for m in got if m.topic.value.endswith("/t")) == sorted(
+            str(i).encode() for i in range(200)
+        )
+    async with client(mqtt) as later:
+        await later.subscribe(f"{stream}/r", qos=1)
+        assert (await receive(later, 1))[0].payload == b"kept"

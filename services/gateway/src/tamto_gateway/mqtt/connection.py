@@ -34,6 +34,8 @@ log = structlog.get_logger(__name__)
 
 #: Longest a new connection may take to send its CONNECT.
 CONNECT_WAIT_S = 10.0
+#: Longest the publishes a leaving client sent may take to be stored.
+FLUSH_WAIT_S = 10.0
 #: Longest a client id may be, in characters.
 MAX_CLIENT_ID = 256
 
@@ -151,6 +153,9 @@ class Connection:
         tasks: set[asyncio.Future[object]] = {reading, publishing, self._failure}  # type: ignore[arg-type]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            if reading in done and publishing not in done:
+                # The client is gone or said DISCONNECT: what it sent is still stored.
+                await self._flush(inbound, publishing)
         finally:
             reading.cancel()
             publishing.cancel()
@@ -170,6 +175,14 @@ class Connection:
             if isinstance(error, BaseException):
                 raise error
         return False
+
+    async def _flush(self, inbound: Inbound, publishing: asyncio.Task[None]) -> None:
+        """Wait (up to `FLUSH_WAIT_S`) until the publishes received are stored."""
+        flushed = asyncio.create_task(inbound.flushed())
+        await asyncio.wait(
+            {flushed, publishing}, timeout=FLUSH_WAIT_S, return_when="FIRST_COMPLETED"
+        )
+        flushed.cancel()
 
     async def _read(self, keep_alive_s: int, inbound: Inbound, subs: Subscriptions) -> None:
         """Read and handle packets; returns at DISCONNECT."""

@@ -76,6 +76,12 @@ class Inbound:
             for partition, group in self._groups(items):
                 await self._store(group, partition)
                 self._acknowledge(group)
+            for _ in items:
+                self._queue.task_done()
+
+    async def flushed(self) -> None:
+        """Until every publish queued so far is stored."""
+        await self._queue.join()
 
     def _groups(self, items: list[Item]) -> list[tuple[int | None, list[Item]]]:
         """Consecutive items bound to one place, each group with its partition (None:
