@@ -536,3 +536,17 @@ async def test_qos0_publishes_before_a_disconnect_are_all_stored(mqtt: MqttClust
     async with client(mqtt) as later:
         await later.subscribe(f"{stream}/r", qos=1)
         assert (await receive(later, 1))[0].payload == b"kept"
+
+
+async def test_a_persistent_session_is_its_identitys_alone(mqtt: MqttCluster) -> None:
+    identity = unique("other")
+    async with await tamto_sdk.connect(mqtt.url, api_key=mqtt.credential) as admin:
+        await admin.security.create_identity(identity)
+        key = (await admin.security.create_api_key(identity)).api_key
+    client_id = unique("owned")
+    async with client(mqtt, identifier=client_id, clean_session=False):
+        pass
+    raw = await RawClient.open(mqtt.ports["gateway-2"])
+    await raw.send(connect_packet(client_id, key, clean=False))
+    assert await raw.read(4) == b"\x20\x02\x00\x05"  # not authorized
+    assert await raw.closed()
