@@ -451,6 +451,31 @@ def ephemeral_rows(doc: dict[str, Any]) -> list[list[str]]:
 
 EPHEMERAL_HEADERS = ["ephemeral", "size B", "Tamto ephemeral", "core NATS", "ratio"]
 
+#: The MQTT phases' metrics (`mqtt_bench`), as labelled in the table.
+MQTT_METRICS = (
+    ("QoS 0 pub→deliver msg/s", "mqtt_qos0_msgs_s"),
+    ("QoS 1 publish msg/s (PUBACKs)", "mqtt_qos1_msgs_s"),
+    ("QoS 1 latency p50 ms", "mqtt_latency_p50_ms"),
+    ("QoS 1 latency p99 ms", "mqtt_latency_p99_ms"),
+    ("fan-out deliveries/s", "mqtt_fanout_msgs_s"),
+    ("idle connection KiB", "mqtt_idle_bytes_per_connection"),
+)
+MQTT_HEADERS = ["MQTT", "size B", "Tamto gateway", "mosquitto", "ratio"]
+
+
+def mqtt_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """The gateway's MQTT broker beside mosquitto: metric, size, Tamto, mosquitto, ratio."""
+    out: list[list[str]] = []
+    for size, systems in doc["sizes"].items():
+        for label, key in MQTT_METRICS:
+            if key not in systems.get("tamto", {}):
+                continue
+            scale = 1 / 1024 if key.endswith("_bytes_per_connection") else 1
+            mine = _get(doc, size, "tamto", key) * scale
+            theirs = _get(doc, size, "mosquitto", key) * scale
+            out.append([label, size, _fmt(mine), _fmt(theirs), _fmt(_ratio(mine, theirs), "x")])
+    return out
+
 
 def finish(doc: dict[str, Any]) -> dict[str, Any]:
     """Add the ratios and the target verdicts to a run's document."""
@@ -640,6 +665,7 @@ def render(doc: dict[str, Any], console: Console) -> None:
     console.print(table)
     for title, headers, extra in (
         ("ephemeral streams", EPHEMERAL_HEADERS, ephemeral_rows(doc)),
+        ("MQTT beside mosquitto", MQTT_HEADERS, mqtt_rows(doc)),
         ("the cluster (R=3) beside one node", CLUSTER_HEADERS, cluster_rows(doc)),
     ):
         if not extra:
@@ -683,6 +709,10 @@ def markdown(doc: dict[str, Any]) -> str:
     if eph:
         lines += ["", "| " + " | ".join(EPHEMERAL_HEADERS) + " |", "|" + "---|" * 5]
         lines += ["| " + " | ".join(row) + " |" for row in eph]
+    mqtt = mqtt_rows(doc)
+    if mqtt:
+        lines += ["", "| " + " | ".join(MQTT_HEADERS) + " |", "|" + "---|" * 5]
+        lines += ["| " + " | ".join(row) + " |" for row in mqtt]
     cluster = cluster_rows(doc)
     if cluster:
         lines += ["", "| " + " | ".join(CLUSTER_HEADERS) + " |", "|" + "---|" * 7]

@@ -85,6 +85,30 @@ class GatewayConfig(ServiceConfig):
         30.0, "longest an HTTP long poll may wait for messages (seconds)", positive
     )
 
+    mqtt_port: int = setting(
+        0,
+        "port of the MQTT 3.1.1 broker (docs/mqtt.md), TLS with the gRPC port's certificate "
+        "when --tls-cert-file is set (0: no MQTT)",
+        port_check,
+    )
+    mqtt_stream_levels: int = setting(
+        1,
+        "the first this many levels of an MQTT topic, joined with '.', name the stream; "
+        "the rest is the message's topic within it",
+        positive,
+    )
+    mqtt_max_inflight: int = setting(
+        64,
+        "QoS 1 messages an MQTT connection may have unacknowledged each way; more wait "
+        "(that connection alone)",
+        positive,
+    )
+    mqtt_write_buffer_bytes: int = setting(
+        1 * MIB,
+        "bytes queued for a slow MQTT client past which its deliveries wait",
+        positive,
+    )
+
     @property
     def audit_path(self) -> Path | None:
         """Where audit records are appended, or None."""

@@ -1,5 +1,6 @@
 """Gateway wiring: member directory, stream registry, token verification, policy, the servicer,
-and the HTTP/JSON API on its own port (`tamto_gateway.http`)."""
+the HTTP/JSON API and the MQTT broker, each on its own port (`tamto_gateway.http`,
+`tamto_gateway.mqtt`)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_api import serve_ephemeral
 from tamto_gateway.grpc_api import GatewayServicer, serve
 from tamto_gateway.http.app import http_server
+from tamto_gateway.mqtt.broker import mqtt_broker
 from tamto_gateway.requests import RequestBroker
 from tamto_gateway.routing import Routes
 from tamto_gateway.security_api import AuthForwarder
@@ -100,3 +102,8 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
         runtime.resources.push_async_callback(http.stop)
         runtime.resources.push_async_callback(consumers.close_all)
         log.info("http api serving", port=http.port, tls=config.tls() is not None)
+    if config.mqtt_port:
+        broker = mqtt_broker(config, servicer, streams, guard, upstream, runtime)
+        await broker.start()
+        runtime.resources.push_async_callback(broker.stop)
+        log.info("mqtt broker serving", port=broker.port, tls=config.tls() is not None)
