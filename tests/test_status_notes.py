@@ -1,7 +1,7 @@
 """`tamto status` notes the streams whose batches a storage node quarantined, from the
-node's metrics page (issue 17: quarantined batches are shown in `tamto status`), a
+node's metrics page (quarantined batches are shown in `tamto status`), a
 router's under-replicated ledgers, and lists every partition's ledgers with their
-replicas, marking the ones not registered (issue 21); unavailable (no quorum),
+replicas, marking the ones not registered; unavailable (no quorum),
 under-replicated and healing ledgers each with its cause, in notes and in `--json`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The CLI for scripts (issue 24): `tamto pub --header/--json`, `tamto sub --json/--format`."""
+"""The CLI for scripts: `tamto pub --header/--json`, `tamto sub --json/--format`."""
 
 from __future__ import annotations
 

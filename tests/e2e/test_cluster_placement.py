@@ -1,4 +1,4 @@
-"""Placement is recorded, never recomputed (issue 21, Deliver 2; docs/cluster.md section 1).
+"""Placement is recorded, never recomputed (Deliver 2; docs/cluster.md section 1).
 
 With several storage nodes, a partition's data is on the node its ledgers name
 in etcd. When that node's lease lapses (SIGSTOP past the TTL) and the router

@@ -1,4 +1,4 @@
-"""A flipped bit in a sealed segment, with real processes (issue 17 Found 3, acceptance 3).
+"""A flipped bit in a sealed segment, with real processes.
 
 Before: storage logged `unhandled error` on every read of the damaged segment, a
 consumer from earliest saw nothing and no error, and publishing failed with a

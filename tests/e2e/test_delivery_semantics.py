@@ -1,4 +1,4 @@
-"""Delivery semantics that issue 18 found broken, each checked on real processes.
+"""Delivery semantics once found broken, each checked on real processes.
 
 - A cumulative ack on a shared or key-shared subscription cannot settle messages
   another consumer holds (the SDK refuses it; the router never applies it).

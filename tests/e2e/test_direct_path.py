@@ -1,4 +1,4 @@
-"""The direct path (issue 22, docs/cluster.md section 5): a producer publishes straight
+"""The direct path (docs/cluster.md section 5): a producer publishes straight
 to the router owning each partition, routers check tokens and permissions as the
 gateway does, redirect a publish for a partition they do not own, and a client
 writing while its router dies follows the new owner without loss or duplicates."""

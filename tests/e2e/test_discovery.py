@@ -1,4 +1,4 @@
-"""Nodes find etcd through a DNS SRV record (issue 21, Deliver 6: joining).
+"""Nodes find etcd through a DNS SRV record (Deliver 6: joining).
 
 Every service of the test's cluster is given `--discovery
 srv:_tamto._tcp.tamto.test` (as `TAMTO_DISCOVERY`) and a resolver on loopback

@@ -1,4 +1,4 @@
-"""A full disk under the whole system (issue 19, Deliver 4): an SDK producer publishing with ids
+"""A full disk under the whole system: an SDK producer publishing with ids
 gets RESOURCE_EXHAUSTED naming the storage node and the path once storage's small filesystem
 fills up, nothing it did not get acked for is lost or invented, and publishing resumes by
 itself once the filesystem grows, without restarting anything. Every acked message is then

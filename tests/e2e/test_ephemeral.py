@@ -1,4 +1,4 @@
-"""Ephemeral streams and request/reply on a real cluster with two gateways (issue 23).
+"""Ephemeral streams and request/reply on a real cluster with two gateways.
 
 Producers publish through the cluster's first gateway; most consumers read
 through a second one, so every delivery here crossed the bus between gateways.

@@ -1,4 +1,4 @@
-"""Ephemeral subscriptions come back after their gateway is lost (issue 23, issue 19's rule).
+"""Ephemeral subscriptions come back after their gateway is lost.
 
 A consumer's gateway is killed with -9 and started again; the consumer (alone or
 as a group member) subscribes again by itself and receives within 1 s of the
@@ -23,7 +23,7 @@ from tamto_testing.waiting import long_tests_enabled
 
 pytestmark = pytest.mark.e2e
 
-#: Issue 19's bound: a client resumes within this long of its peer serving again.
+#: The bound: a client resumes within this long of its peer serving again.
 #: Asserted with TAMTO_LONG_TESTS=1; CI asserts 5 s, since the measurement includes
 #: the restarted gateway's first calls and this test's polling on a loaded 2-core
 #: machine (a subscription that does not subscribe again never resumes at all).

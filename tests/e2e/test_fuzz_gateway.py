@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every gateway RPC against the real services (issue 17).
+"""Property-based fuzzing of every gateway RPC against the real services.
 
 Each property sends hypothesis-generated requests (`tests.fuzz`: any message of
 the RPC's request type, Arrow buffers from a corpus of valid and crafted

@@ -1,4 +1,4 @@
-"""Issue 21 Deliver 3 for partitions nobody writes to (docs/cluster.md section 2,
+"""Re-replication for partitions nobody writes to (docs/cluster.md section 2,
 "Re-replication"): no router has their logs open, so only the owner's ledger
 auditor (`tamto_router.ledger_audit`) notices that a replica stays down and opens
 them, and the open log copies each to the fourth storage node (R = 3, Q = 2:

@@ -144,7 +144,7 @@ def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Pa
         http_api = re.search(r"HTTP API: (http://[0-9.:]+)", up.output())
         assert http_api is not None, up.output()
         assert httpx.get(f"{http_api.group(1)}/openapi.json").json()["openapi"] == "3.1.0"
-        # Its cluster secret (issue 21) is private, and a service recorded its hash in
+        # Its cluster secret is private, and a service recorded its hash in
         # etcd: the restart below on the same directory joins with the same secret.
         assert stat.S_IMODE((up.data_dir / "cluster-secret").stat().st_mode) == 0o600
         assert asyncio.run(credential_recorded(f"127.0.0.1:{up.etcd}"))

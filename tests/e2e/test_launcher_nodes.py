@@ -1,5 +1,5 @@
 """`tamto up --nodes 3`: three storage nodes, three routers, two gateways and auth on
-loopback, each with its own data directory, all registered in etcd (issue 21, Deliver 1)."""
+loopback, each with its own data directory, all registered in etcd."""
 
 from __future__ import annotations
 

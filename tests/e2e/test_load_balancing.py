@@ -1,4 +1,4 @@
-"""Load balancing moves a partition off a busy router (issue 21 Deliver 5).
+"""Load balancing moves a partition off a busy router.
 
 Two routers (and one storage node: the routers are what is balanced); they report their load every 0.5 s and the balancer's
 bounds are lowered so the test's traffic passes them (min load 20 messages/s,

@@ -1,4 +1,4 @@
-"""Issue 21's delayed links: a router whose every link is slow keeps the cluster safe
+"""The delayed links: a router whose every link is slow keeps the cluster safe
 and publishing goes on, slower.
 
 The cluster of `test_network_partition.py` (three nodes, R = 3, Q = 2, `router-3` in a

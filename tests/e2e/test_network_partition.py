@@ -1,4 +1,4 @@
-"""Issue 21's partition acceptance: a router cut off from etcd, its peers and the
+"""The partition acceptance: a router cut off from etcd, its peers and the
 storage nodes by a network partition stops acknowledging before another router
 can own its partitions, and no offset is ever written twice with different data.
 

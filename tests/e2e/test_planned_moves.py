@@ -1,4 +1,4 @@
-"""Planned moves keep each key's order (issue 21 Deliver 5 and 7; docs/cluster.md section 4).
+"""Planned moves keep each key's order (docs/cluster.md section 4).
 
 On two nodes, a key-shared subscription consumes (acking each message a little
 after it arrives, as a consumer that processes them does) while a producer

@@ -1,4 +1,4 @@
-"""The whole system on the power-loss simulator (issue 19, Deliver 3): the test cluster's data
+"""The whole system on the power-loss simulator: the test cluster's data
 directory (the dev-credential, auth's signing keys, storage's logs and cursors) on
 `tamto_testing.power_loss`, and the power cut while an SDK producer publishes with ids: the
 disk fails, every service dies with kill -9, only what was fsynced remains, and everything

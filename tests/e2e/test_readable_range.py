@@ -1,4 +1,4 @@
-"""The readable range of a partition is the one storage's manifest holds now (issue 18.2).
+"""The readable range of a partition is the one storage's manifest holds now.
 
 Retention (`retention_ms`, `retention_bytes` and interest retention alike) moves
 a partition's start; a subscription created at earliest starts there,

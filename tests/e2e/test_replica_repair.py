@@ -1,4 +1,4 @@
-"""A damaged replica is repaired from a healthy one, online (issue 17 Deliver 3).
+"""A damaged replica is repaired from a healthy one, online.
 
 Three storage nodes hold a stream with R = 3, Q = 2. One bit is flipped, while
 everything runs, in a file of the replica the partition's owner reads from: a

@@ -1,4 +1,4 @@
-"""Issue 21's acceptance on a three-node cluster with R = 3, Q = 2 (docs/cluster.md
+"""The acceptance on a three-node cluster with R = 3, Q = 2 (docs/cluster.md
 sections 2-3), with traffic flowing on every partition the whole time:
 
 - kill -9 of one storage node (the one a partition is read from), then of the router

@@ -1,4 +1,4 @@
-"""A stream's replication factor and ack quorum on a three-node cluster (issue 21):
+"""A stream's replication factor and ack quorum on a three-node cluster:
 the defaults follow the live storage nodes, and bad values are refused naming the
 field."""
 

@@ -1,4 +1,4 @@
-"""Revocation that means it (issue 17 Deliver 4): role and binding changes on every gateway.
+"""Revocation that means it: role and binding changes on every gateway.
 
 A gateway decides each call against its in-memory copy of the policy, which it
 reloads when auth announces a change on the bus (`tamto.events.auth.changed`)

@@ -537,7 +537,7 @@ async def test_bad_tokens_are_unauthenticated(
     assert info.value.details() == message
 
 
-# -- Revocation of API keys (issue 17 Found 5 / Deliver 4) ----------------------
+# -- Revocation of API keys ----------------------
 
 #: The promise is 2 s (measured 0.02-0.05 s); the time includes the admin RPC and two
 #: publishes per poll, which a loaded 2-core CI machine can hold for seconds, so CI

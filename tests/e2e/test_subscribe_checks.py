@@ -1,6 +1,6 @@
 """Subscribe's fields, consumer limits and the empty-key login, against real services.
 
-Issue 17 Found 6 and Deliver 2: a start time of -1 or 2^63-1, `partitions:
+A start time of -1 or 2^63-1, `partitions:
 [0, 0, 0]` and a 10 KiB consumer name were accepted silently, an empty API key
 was refused without an audit record, and nothing bounded the consumers of one
 subscription or one connection.

@@ -1,4 +1,4 @@
-"""Subscription administration, stream stats and peek end to end (issue 24 Deliver 1-2):
+"""Subscription administration, stream stats and peek end to end:
 lag numbers that match what was published and acked, skip, seek (to a time, an
 offset, from a live consumer), delete, and the statuses bad input gets."""
 

@@ -1,5 +1,5 @@
 """The Prometheus alert rules in infra/prometheus are valid, fire when they should, and
-name only metrics Tamto exports (issue 19: what is alert-worthy after faults); the
+name only metrics Tamto exports (what is alert-worthy after faults); the
 Prometheus configs beside them are valid.
 
 `promtool` comes from Debian's `prometheus` package (.ci/run installs it); without it

@@ -1,5 +1,5 @@
 """The launcher's development credential: made once, atomically; an empty or damaged one is
-refused with its path, never handed out as a blank API key (issue 19: after a power cut
+refused with its path, never handed out as a blank API key (after a power cut
 `tamto up` printed an empty key)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The fast paths of encoding and reading Tamto's own batches (issue 23's request/reply
+"""The fast paths of encoding and reading Tamto's own batches (the request/reply
 profile: a one-message batch's stream writer, stream reader and payload-size kernels
 cost more than the rest of a request at the gateway) give what the general paths give."""
 

@@ -1,4 +1,4 @@
-"""`validate_batch` refuses every batch whose Arrow buffers lie, naming the column (issue 17)."""
+"""`validate_batch` refuses every batch whose Arrow buffers lie, naming the column."""
 
 from __future__ import annotations
 

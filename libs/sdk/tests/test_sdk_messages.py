@@ -1,4 +1,4 @@
-"""Unit tests of the per-message consuming path (issue 22): `Message` as a lazy view of
+"""Unit tests of the per-message consuming path: `Message` as a lazy view of
 one row of its batch, `MessageBatch` iteration, and `Consumer.ack` recording a run of
 consecutive offsets in place. No server: batches go straight into a consumer's buffer."""
 

@@ -1,5 +1,5 @@
 """A delivery the SDK cannot decode raises `UndecodableBatch` naming stream, partition
-and offsets, and the consumer can skip (ack) or nack it and go on (issue 17); so does
+and offsets, and the consumer can skip (ack) or nack it and go on; so does
 one with a value no Python type holds (an event time past year 9999)."""
 
 from __future__ import annotations

@@ -233,7 +233,7 @@ def delivery(index: int, size: int = 10) -> bytes:
 
 
 async def test_an_event_carries_the_buffered_deliveries_in_order_up_to_the_limit() -> None:
-    """Issue 23: one SubscribeEphemeral message carries what piled up while the
+    """One SubscribeEphemeral message carries what piled up while the
     previous one was sent, up to the subscriber's limit, the drops on the first."""
     consumer = EphemeralConsumer("s", limit=3, drop_newest=False)
     for index in range(5):  # two dropped (oldest), three left

@@ -1,6 +1,6 @@
 """Power loss: a storage process whose data directory sits on a simulated disk that forgets
 everything not fsynced (`tamto_testing.power_loss`), cut while appends, cursor commits and
-seals are in flight, again and again (issue 19, Deliver 3).
+seals are in flight, again and again.
 
 After every cut storage restarts on what the disk kept, and the test checks, through
 storage's own gRPC API as the router uses it, that every append storage acknowledged is

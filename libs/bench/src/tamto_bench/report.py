@@ -16,7 +16,7 @@ LATENCY_P99_MS = 10.0
 BIG_SIZE = 10240
 BIG_MB_S = 150.0
 CEILING_SHARE = 0.7
-#: Issue 23's targets for ephemeral streams, beside core NATS through nats-py.
+#: The targets for ephemeral streams, beside core NATS through nats-py.
 EPHEMERAL_RATIO = 2.0
 EPHEMERAL_RATIO_SIZES = (100, 1024)
 EPHEMERAL_P99_MS = 5.0
@@ -25,7 +25,7 @@ EPHEMERAL_P99_MS = 5.0
 RR_RATIO = 0.5
 RR_SERIAL_P50_MS = 2.0
 RR_CROWD_P99_MS = 10.0
-#: Issue 22's targets for the everyday calls.
+#: The targets for the everyday calls.
 SEQUENTIAL_P50_MS = 1.0
 SEQUENTIAL_P99_MS = 3.0
 PER_MESSAGE_MSGS_S = 250_000.0
@@ -33,8 +33,8 @@ PER_MESSAGE_RATIO = 5.0
 PUBLISH_TO_DELIVER_P50_MS = 3.0
 LOW_RATE = 1000.0
 LATENCY_P99_BIG_MS = 20.0
-#: Issue 21's cluster targets: R=3 publish at least half of R=1's at 1 KiB, and
-#: 10x JetStream R3's; issue 22's latency targets on the cluster are relaxed by the
+#: The cluster targets: R=3 publish at least half of R=1's at 1 KiB, and
+#: 10x JetStream R3's; the latency targets on the cluster are relaxed by the
 #: replication round trip (`replication_round_trip_ms`).
 R3_SHARE_OF_R1 = 0.5
 R3_SHARE_SIZE = 1024
@@ -89,7 +89,7 @@ def verdicts(doc: dict[str, Any]) -> list[Verdict]:
     out: list[Verdict] = []
     for size, systems in doc["sizes"].items():
         r = ratios(doc, size)
-        # Issue 22 withdrew the 10x-JetStream targets at 10 KiB (above the bare
+        # No 10x-JetStream targets at 10 KiB (above the bare
         # ceiling there); the ratios stay in the summary table.
         if "jetstream" in systems and int(size) < BIG_SIZE:
             out.append(
@@ -137,7 +137,7 @@ def verdicts(doc: dict[str, Any]) -> list[Verdict]:
 
 
 def _everyday_verdicts(doc: dict[str, Any], size: str) -> list[Verdict]:
-    """Issue 22: sequential durable publish latency, per-message consuming rate."""
+    """Sequential durable publish latency, per-message consuming rate."""
     out: list[Verdict] = []
     p50 = _get(doc, size, "tamto", "seq_p50_ms")
     if not math.isnan(p50):
@@ -204,7 +204,7 @@ def replication_round_trip_ms(doc: dict[str, Any], size: str) -> float:
 
 
 def _cluster_verdicts(doc: dict[str, Any], size: str, systems: dict[str, Any]) -> list[Verdict]:
-    """Issue 21's throughput targets for R=3, and issue 22's targets on the cluster
+    """The throughput targets for R=3, and the targets on the cluster
     (latency bars relaxed by the replication round trip)."""
     out: list[Verdict] = []
     if "tamto_r3" not in systems:
@@ -633,7 +633,7 @@ _HOP_NAMES = {
 
 
 def _everyday_rows(doc: dict[str, Any], size: str) -> list[list[str]]:
-    """Issue 22's rows, where the run measured them (Tamto beside JetStream)."""
+    """The rows, where the run measured them (Tamto beside JetStream)."""
     out: list[list[str]] = []
     for label, key in (
         ("send_and_wait one at a time msg/s", "seq_publish_msgs_s"),

@@ -84,7 +84,7 @@ REQUESTS_IN_FLIGHT = 16
 #: request at a time, 200 concurrent requesters (in two workers).
 REQUEST_SHAPES = (("rr_pipelined", 1, 64), ("rr_serial", 1, 1), ("rr_crowd", 2, 100))
 MB = 1_000_000
-#: Issue 22: sizes of the sequential durable publish row and of the per-message
+#: Sizes of the sequential durable publish row and of the per-message
 #: consuming row.
 SEQUENTIAL_SIZES = (100, 1024)
 PER_MESSAGE_SIZES = (100,)
@@ -313,7 +313,7 @@ class Runner:
 
     def _durable_phases(self, system: str, size: int) -> list[Phase]:
         """A cluster system's durable workloads, as the one-node systems run them: publish,
-        issue 22's everyday calls, consume+ack, latency at every rate."""
+        the everyday calls, consume+ack, latency at every rate."""
         plan: list[Phase] = [
             (f"{system} publish {size} B", self._bind(self._publish, system, size))
         ]
@@ -329,7 +329,7 @@ class Runner:
         return plan
 
     def _everyday_phases(self, system: str, size: int) -> list[Phase]:
-        """Issue 22's everyday calls: sequential durable publish at `SEQUENTIAL_SIZES`,
+        """The everyday calls: sequential durable publish at `SEQUENTIAL_SIZES`,
         per-message consuming (of the publish phase's backlog) at `PER_MESSAGE_SIZES`."""
         plan: list[Phase] = []
         if size in PER_MESSAGE_SIZES:

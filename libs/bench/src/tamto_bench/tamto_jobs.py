@@ -1,7 +1,7 @@
 """Tamto workloads, run inside a worker process through the Python SDK.
 
 Besides the throughput and latency workloads (`publish`, `consume`), the everyday
-calls of issue 22: `publish_sequential` (`send_and_wait`, one after another) and
+calls: `publish_sequential` (`send_and_wait`, one after another) and
 `consume_per_message` (`async for` with an `ack` per message).
 """
 

@@ -277,7 +277,7 @@ def _known_schema_batches(
     for byte (as every Tamto encoder writes it), read without parsing the schema;
     None for any other stream, or one Arrow cannot read (`_read_batches` then says
     what is wrong). Opening a stream reader and comparing schemas cost about two
-    thirds of checking a one-message batch (issue 23's request/reply profile)."""
+    thirds of checking a one-message batch (in a profile of request/reply)."""
     if data[: len(_SCHEMA_MESSAGE)] != _SCHEMA_MESSAGE:
         return None
     source = pa.BufferReader(pa.py_buffer(data))
@@ -364,7 +364,7 @@ def check_buffers(batch: pa.RecordBatch) -> None:
     that lies.
 
     The IPC reader trusts a stream's offsets, lengths and null counts; reading
-    values through a lying offset reads memory outside the batch (issue 17). Costs
+    values through a lying offset reads memory outside the batch. Costs
     about one pass over each column's offsets (see docs/validation.md).
     """
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
@@ -440,7 +440,7 @@ def slice_batch(data: bytes, start: int, length: int) -> bytes:
     The slice is checked in full first (`check_buffers`, about a tenth of the
     re-encoding's cost): re-encoding copies the bytes its offsets point at, so a
     lying offset would put memory from outside the batch into a well-formed one
-    that no later check could tell from what a producer sent (issue 17).
+    that no later check could tell from what a producer sent.
     """
     sliced = decode_batch(data).slice(start, length)
     check_buffers(sliced)

@@ -730,7 +730,7 @@ class MessageBatch:
         from tamto_protocol.batch import decode_valid_batch
 
         stored = delivery.batch
-        # In full: a batch whose offsets lie would read memory outside it (issue 17).
+        # In full: a batch whose offsets lie would read memory outside it.
         record_batch = decode_valid_batch(stored.arrow_ipc)
         return cls(
             stream=delivery.stream,

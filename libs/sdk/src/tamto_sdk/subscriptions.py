@@ -1,5 +1,5 @@
 """Subscription administration, stream stats and peek: what a consumer is doing and
-how to steer it (issue 24). Reach it as `client.subscriptions`.
+how to steer it. Reach it as `client.subscriptions`.
 
 `describe` answers "how far behind is it": per partition its cursor, the
 partition's end, the backlog in messages and (estimated) bytes, what is in

@@ -72,7 +72,7 @@ CONSUME_STEPS = Gauge(
 class SetupStep:
     """The step a Consume handler is at, counted in `CONSUME_STEPS`: a client stream
     that never attaches shows where the gateway waits for it, or, when the sum
-    misses it, that its handler never started (issue 17's crowd, docs/testing.md)."""
+    misses it, that its handler never started (the crowd, docs/testing.md)."""
 
     def __init__(self) -> None:
         self.now: Gauge | None = None

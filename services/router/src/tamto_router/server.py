@@ -261,7 +261,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
                     log.warning("hand back failed", stream=stream, error=str(exc))
 
     if config.load_report_interval_s > 0:
-        # Load reports and, while elected, balancing moves (issue 21 Deliver 5).
+        # Load reports and, while elected, balancing moves.
         balancer = Balancer(
             runtime.etcd,
             runtime.bus,
