@@ -211,10 +211,11 @@ def service_env(
     process: str | None = None,
     nodes: int = 1,
     http_port: int = 0,
+    mqtt_port: int = 0,
 ) -> dict[str, str]:
     """The environment that configures service `name` (see each service's config);
     `process` names one of several of it (`storage-2`, see `node_processes`); a
-    gateway serves its HTTP API on `http_port` (0: none)."""
+    gateway serves its HTTP API on `http_port` and MQTT on `mqtt_port` (0: none)."""
     process = process or name
     data_dir = process_data_dir(shared.data_dir, process, nodes)
     index = split_process(process)[1]
@@ -238,6 +239,8 @@ def service_env(
         env[f"TAMTO_{name.upper()}_AUDIT_FILE"] = str(data_dir / "audit.jsonl")
     if name == "gateway" and http_port:
         env["TAMTO_GATEWAY_HTTP_PORT"] = str(http_port)
+    if name == "gateway" and mqtt_port:
+        env["TAMTO_GATEWAY_MQTT_PORT"] = str(mqtt_port)
     if shared.tls_dir is not None:
         paths = cert_paths(shared.tls_dir, name)
         env[f"TAMTO_{name.upper()}_TLS_CERT_FILE"] = str(paths.cert)
@@ -269,6 +272,8 @@ class LocalCluster:
         self.ports: dict[str, int] = {}
         #: Each gateway's HTTP API port (`tamto_gateway.http`), by process name.
         self.http_ports: dict[str, int] = {}
+        #: Each gateway's MQTT port (`tamto_gateway.mqtt`), by process name.
+        self.mqtt_ports: dict[str, int] = {}
         self.processes: dict[str, ManagedProcess] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
@@ -292,6 +297,10 @@ class LocalCluster:
         """Every gateway's HTTP API URL, once started."""
         scheme = "https" if self.config.tls else "http"
         return [f"{scheme}://{self.config.host}:{port}" for port in self.http_ports.values()]
+
+    def mqtt_addresses(self) -> list[str]:
+        """Every gateway's MQTT broker as host:port, once started."""
+        return [f"{self.config.host}:{port}" for port in self.mqtt_ports.values()]
 
     def _check_ports(self) -> None:
         c = self.config
@@ -324,6 +333,7 @@ class LocalCluster:
             process=name,
             nodes=c.nodes,
             http_port=self.http_ports.get(name, 0),
+            mqtt_port=self.mqtt_ports.get(name, 0),
         )
 
     async def start(self) -> None:
@@ -342,9 +352,9 @@ class LocalCluster:
                 ) from None
         self.ports = {name: free_port(c.host) for name in self.names}
         self.ports["gateway"] = c.gateway_port
-        self.http_ports = {
-            name: free_port(c.host) for name in self.names if split_process(name)[0] == "gateway"
-        }
+        gateways = [name for name in self.names if split_process(name)[0] == "gateway"]
+        self.http_ports = {name: free_port(c.host) for name in gateways}
+        self.mqtt_ports = {name: free_port(c.host) for name in gateways}
 
         etcd = EtcdSpec(c.data_dir / "etcd", c.etcd_port, c.etcd_peer_port, c.host)
         await self._start_infra("etcd", etcd_argv(etcd), c.etcd_port)
