@@ -8,6 +8,7 @@ import gc
 from pathlib import Path
 
 import structlog
+from tamto_functions.specs import SpecStore
 
 from tamto_common.audit import AuditLog
 from tamto_common.channels import ChannelPool
@@ -97,5 +98,6 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     )
     servicer.consumers_per_connection.limit = config.max_consumers_per_connection
     servicer.placement_etcd = runtime.etcd
+    servicer.function_specs = SpecStore(runtime.etcd)
     serve(servicer, runtime.server)
     serve_ephemeral(servicer, runtime.server)
