@@ -26,6 +26,7 @@ from tamto_sdk.ephemeral import (
     request,
 )
 from tamto_sdk.errors import Closed, Unavailable
+from tamto_sdk.functions import Functions
 from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.producer import Producer
@@ -151,6 +152,7 @@ class Client:
         self._cluster = Cluster(self._calls)
         self._security = Security(self._calls)
         self._subscriptions = Subscriptions(self._calls)
+        self._functions = Functions(self._calls)
         self._producers: list[Producer] = []
         self._consumers: list[Consumer] = []
         self._ephemeral: list[EphemeralProducer | Subscription | ReplyHandler] = []
@@ -175,6 +177,11 @@ class Client:
     def subscriptions(self) -> Subscriptions:
         """Subscription administration: list, describe, seek, skip, delete."""
         return self._subscriptions
+
+    @property
+    def functions(self) -> Functions:
+        """Processing functions: deploy, update, pause, resume, delete, list, status."""
+        return self._functions
 
     @property
     def security(self) -> Security:
