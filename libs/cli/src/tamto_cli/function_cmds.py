@@ -211,21 +211,15 @@ def status(
         return
     info = found.function
     typer.echo(f"{info.name}: version {info.version}, {info.state}, runs as {info.identity}")
-    table = Table("instance", "node", "version", "processed", "published", "errors", "rate/s")
-    table.add_column("restarts")
-    table.add_column("last error")
     for i in found.instances:
-        table.add_row(
-            i.instance,
-            i.node,
-            str(i.version),
-            str(i.processed),
-            str(i.published),
-            str(i.errors),
-            f"{i.rate:,.0f}",
-            str(i.restarts),
-            i.last_error[:80],
+        typer.echo(
+            f"{i.instance} on {i.node} (version {i.version}): processed {i.processed}, "
+            f"published {i.published}, errors {i.errors}, {i.rate:,.1f} msg/s, "
+            f"restarts {i.restarts}"
         )
-    Console().print(table)
+        if i.last_error:
+            typer.echo(f"  last error: {i.last_error}")
+    if not found.instances:
+        typer.echo("no instance runs" + (" (paused)" if info.state == "paused" else " yet"))
     for lag in found.lag:
         typer.echo(f"lag on {lag.stream}: {lag.backlog_messages} messages")
