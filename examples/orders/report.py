@@ -88,8 +88,9 @@ def revenue_report(
         (r["window_start_us"], r["key"]): (round(r["revenue"], 2), r["orders"])
         for r in windows.collect()
     }
-    previous = F.lag("seq").over(Window.partitionBy("customer").orderBy("partition", "offset"))
-    out_of_order = orders.where(previous >= F.col("seq")).count()
+    by_customer = Window.partitionBy("customer").orderBy("partition", "offset")
+    checked = orders.withColumn("previous", F.lag("seq").over(by_customer))
+    out_of_order = checked.where(F.col("previous") >= F.col("seq")).count()
     rows = [
         [_minute(s), region, *from_function[(s, region)]] for s, region in sorted(from_function)
     ]
