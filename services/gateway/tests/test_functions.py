@@ -23,7 +23,9 @@ def python(source: str, entry: str = "mod:run") -> Any:
 
 def test_declarative_steps_are_compiled_at_deploy() -> None:
     check_code(spec({"steps": [{"filter": "a > 1"}]}))
-    with pytest.raises(InvalidArgument, match=r"code\.steps\[0\]\.filter: invalid expression 'a >'"):
+    with pytest.raises(
+        InvalidArgument, match=r"code\.steps\[0\]\.filter: invalid expression 'a >'"
+    ):
         check_code(spec({"steps": [{"filter": "a >"}]}))
     with pytest.raises(InvalidArgument, match=r"code\.steps\[0\]"):
         check_code(spec({"steps": [{"explode": "a"}]}))
