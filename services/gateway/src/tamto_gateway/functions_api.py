@@ -140,15 +140,13 @@ class FunctionsApi:
     async def _set_state(
         self, request: gateway_pb2.FunctionRequest, context: grpc.aio.ServicerContext, state: State
     ) -> gateway_pb2.FunctionInfo:
-        action = "PauseFunction" if state is State.PAUSED else "ResumeFunction"
-        principal, store = await self._functions_admin(context, action)
+        verb = "pause" if state is State.PAUSED else "resume"
+        principal, store = await self._functions_admin(context, f"{verb.title()}Function")
         spec = await self._deployed(store, request.name)
         if spec.state is not state:
             spec = dataclasses.replace(spec, state=state)
             await store.put(spec)
-            await self._audit_admin(
-                context, principal, f"function.{state.value}", f"function {spec.name}"
-            )
+            await self._audit_admin(context, principal, f"function.{verb}", f"function {spec.name}")
         return await self._info(store, spec)
 
     async def PauseFunction(
