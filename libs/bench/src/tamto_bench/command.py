@@ -103,8 +103,8 @@ def bench(
     systems: Annotated[
         str,
         typer.Option(
-            help="what to run, of: tamto,jetstream,core,ceiling,ephemeral and the cluster's "
-            "tamto-r3,jetstream-r3"
+            help="what to run, of: tamto,jetstream,core,ceiling,ephemeral,functions and the "
+            "cluster's tamto-r3,jetstream-r3"
         ),
     ] = ",".join(SYSTEMS),
     nodes: Annotated[

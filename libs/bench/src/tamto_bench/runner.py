@@ -51,7 +51,7 @@ from tamto_common.config import MIB
 from tamto_local.ports import free_port
 from tamto_protocol.partitioning import partition_for_key
 
-SYSTEMS = ("tamto", "jetstream", "core", "ceiling", "ephemeral")
+SYSTEMS = ("tamto", "jetstream", "core", "ceiling", "ephemeral", "functions")
 #: The cluster beside the one node: not run unless asked for (`--systems` or `--nodes`).
 CLUSTER_SYSTEMS = ("tamto-r3", "jetstream-r3")
 #: The worker jobs (spec.system) each benchmarked system runs.
@@ -79,6 +79,8 @@ MB = 1_000_000
 #: consuming row.
 SEQUENTIAL_SIZES = (100, 1024)
 PER_MESSAGE_SIZES = (100,)
+#: Sizes the processing function rows run at (`tamto_bench.functions_jobs`).
+FUNCTION_SIZES = (100,)
 #: Publishes all JetStream producers may have unacknowledged together (see `_publish`).
 _JETSTREAM_MAX_QUEUED = 8_000
 
@@ -275,6 +277,8 @@ class Runner:
                 plan.append((f"bare ceiling {size} B", self._bind(self._ceiling, size)))
             if "ephemeral" in o.systems:
                 plan += self._ephemeral_phases(size, first=size == o.sizes[0])
+            if "functions" in o.systems and size in FUNCTION_SIZES:
+                plan.append((f"functions {size} B", self._bind(self._functions, size)))
         return plan
 
     def _durable_phases(self, system: str, size: int) -> list[Phase]:
@@ -541,6 +545,16 @@ class Runner:
             system,
             {"consume_msgs_s": rate, "consume_mb_s": rate * size / MB, "consumed": total},
         )
+
+    async def _functions(self, size: int) -> None:
+        assert self._tamto_admin is not None
+        from tamto_bench.functions_jobs import function_rows
+
+        prefix = f"bench-{self._run_id}-fn"
+        values = await function_rows(
+            self._tamto_admin, prefix, size, self.options.partitions, self.options.quick
+        )
+        self._record(size, "functions", values)
 
     async def _tamto_publish(self, size: int) -> None:
         await self._publish("tamto", size)
@@ -841,7 +855,7 @@ async def run_bench(
             return found
 
         tamto: TamtoTarget | None = None
-        if "tamto" in o.systems or "ephemeral" in o.systems:
+        if {"tamto", "ephemeral", "functions"} & set(o.systems):
             tamto = await tamto_under_test("tamto", 1)
         tamto_r3: TamtoTarget | None = None
         if "tamto-r3" in o.systems:
