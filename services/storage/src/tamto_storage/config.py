@@ -56,6 +56,13 @@ class StorageConfig(ServiceConfig):
         "(0: none)",
         not_negative,
     )
+    segment_store: str = setting(
+        "",
+        "URI of the cluster's segment store that one replica of each partition seals into "
+        "(file:///shared/dir or s3://bucket/prefix?endpoint_override=host:port&scheme=http, "
+        "credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); empty: the node's own "
+        "data directory, as on one node",
+    )
     retention_grace_ms: int = setting(
         300_000,
         "milliseconds an expired segment's file stays on disk so running Spark jobs can finish",

@@ -1,0 +1,140 @@
+"""The segment store on a shared directory: one replica publishes each partition, the
+store's segments never overlap (even when the publisher changes and the nodes sealed at
+different points), a retry writes the same bytes, and the WAL stays until committed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+from storage_testkit import make_batch, wal_files
+
+from tamto_common.errors import InvalidArgument
+from tamto_protocol.segment import segment_file_name
+from tamto_storage.model import PartitionId
+from tamto_storage.publisher import Publisher
+from tamto_storage.sealer import SealOptions
+from tamto_storage.segment_store import SegmentStore, is_data_dir
+from tamto_storage.store import PartitionStore, partition_dir
+from tamto_storage.wal import WalOptions
+
+PID = PartitionId("orders", 0)
+
+
+class Node:
+    """A storage node's partition store publishing into `store` while `publishes`."""
+
+    def __init__(self, data: Path, store: SegmentStore, segment_bytes: int) -> None:
+        self.data = data
+        self.publishes = False
+
+        async def designated(stream: str, partition: int) -> bool:
+            return self.publishes
+
+        self.store = PartitionStore(
+            data,
+            WalOptions(file_bytes=1),  # a WAL file per batch: trimming is visible
+            seal_options=SealOptions(segment_bytes=segment_bytes),
+            publisher=Publisher(store, designated),
+        )
+
+    async def append(self, first: int, last: int) -> None:
+        """Append batches of three messages from `first` to `last` (exclusive)."""
+        partition = await self.store.get(PID.stream, PID.partition)
+        await partition.open(1)
+        for base in range(first, last, 3):
+            await partition.append(1, [make_batch(base)])
+
+    async def seal(self) -> None:
+        sealer = self.store.sealer
+        assert sealer is not None
+        await sealer.seal_all()
+
+    def wal_starts(self) -> list[int]:
+        return [int(f.stem) for f in wal_files(partition_dir(self.data, PID))]
+
+
+def offsets_in(store_dir: Path) -> list[int]:
+    table = ds.dataset(store_dir / "streams" / "orders", partitioning="hive").to_table()
+    return sorted(table.column("offset").to_pylist())
+
+
+async def test_one_replica_publishes_and_the_others_keep_their_wal_until_it_did(
+    tmp_path: Path,
+) -> None:
+    shared = tmp_path / "store"
+    store = SegmentStore.open(shared.as_uri())
+    a = Node(tmp_path / "a", store, segment_bytes=1)
+    b = Node(tmp_path / "b", store, segment_bytes=1)
+    a.publishes = True
+    try:
+        for node in (a, b):
+            await node.append(0, 9)
+        await b.seal()  # not the publisher: nothing is committed, its WAL stays whole
+        assert store.committed("orders", 0) == []
+        assert b.wal_starts() == [0, 3, 6, 9]
+        await a.seal()
+        assert [(s.first_offset, s.last_offset) for s in store.committed("orders", 0)] == [
+            (0, 2),
+            (3, 5),
+            (6, 8),
+        ]
+        assert a.wal_starts() == [9]
+        await b.seal()  # it reads the committed end now: its sealed WAL files go
+        assert b.wal_starts() == [9]
+        assert offsets_in(shared) == list(range(9))
+        # The committed object is the publisher's sealed file, byte for byte.
+        name = segment_file_name(0, 2)
+        local = partition_dir(a.data, PID) / name
+        assert store.read("orders", 0, name) == local.read_bytes()
+    finally:
+        for node in (a, b):
+            await node.store.close()
+
+
+async def test_a_new_publisher_continues_where_the_store_ends_without_overlap(
+    tmp_path: Path,
+) -> None:
+    """A seals a segment per batch, B one for everything: B's first segment is cut at the
+    store's end, and both nodes cut it to the same bytes."""
+    shared = tmp_path / "store"
+    store = SegmentStore.open(shared.as_uri())
+    a = Node(tmp_path / "a", store, segment_bytes=1)
+    b = Node(tmp_path / "b", store, segment_bytes=1 << 30)
+    c = Node(tmp_path / "c", SegmentStore.open((tmp_path / "other").as_uri()), 1 << 30)
+    try:
+        for node in (a, b, c):
+            await node.append(0, 6)
+        a.publishes = True
+        await a.seal()  # 0-2 and 3-5
+        for node in (b, c):
+            await node.append(6, 15)
+        b.publishes = c.publishes = True  # a is gone
+        await b.seal()  # sealed 0-14 locally: publishes 6-14 from it
+        assert [(s.first_offset, s.last_offset) for s in store.committed("orders", 0)] == [
+            (0, 2),
+            (3, 5),
+            (6, 14),
+        ]
+        assert offsets_in(shared) == list(range(15))
+        # Another node with the same local segment, whose store ends at 6 too, cuts it
+        # into the same bytes.
+        other = tmp_path / "other" / "streams/orders/partition=0"
+        other.mkdir(parents=True)
+        for name in (segment_file_name(0, 2), segment_file_name(3, 5)):
+            shutil.copy(shared / "streams/orders/partition=0" / name, other / name)
+        await c.seal()
+        cut = segment_file_name(6, 14)
+        assert (other / cut).read_bytes() == store.read("orders", 0, cut)
+    finally:
+        for node in (a, b, c):
+            await node.store.close()
+
+
+def test_a_store_is_a_file_or_s3_uri(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgument, match="use a file:// or s3:// URI"):
+        SegmentStore.open("gs://bucket/prefix")
+    assert is_data_dir(tmp_path.as_uri(), tmp_path)
+    assert not is_data_dir((tmp_path / "store").as_uri(), tmp_path)
