@@ -7,12 +7,16 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pyarrow.dataset as ds
 import pytest
 from storage_testkit import make_batch, wal_files
 
 from tamto_common.errors import InvalidArgument
+from tamto_local.ports import free_port
+from tamto_local.s3 import S3Spec
 from tamto_protocol.segment import segment_file_name
+from tamto_storage.metrics import STORE_ERRORS
 from tamto_storage.model import PartitionId
 from tamto_storage.publisher import Publisher
 from tamto_storage.sealer import SealOptions
@@ -138,3 +142,70 @@ def test_a_store_is_a_file_or_s3_uri(tmp_path: Path) -> None:
         SegmentStore.open("gs://bucket/prefix")
     assert is_data_dir(tmp_path.as_uri(), tmp_path)
     assert not is_data_dir((tmp_path / "store").as_uri(), tmp_path)
+
+
+async def test_an_s3_store_is_published_to_and_read_by_pyarrow_and_polars(
+    tmp_path: Path, s3_server: S3Spec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a real S3 server (SeaweedFS): the publisher's segments, read back by engines
+    no one here wrote, every offset once."""
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    uri = s3_server.uri(f"segments-{tmp_path.name}")
+    store = SegmentStore.open(uri)
+    a = Node(tmp_path / "a", store, segment_bytes=1)
+    b = Node(tmp_path / "b", store, segment_bytes=1 << 30)
+    a.publishes = True
+    try:
+        for node in (a, b):
+            await node.append(0, 9)
+            await node.seal()
+        assert [s.first_offset for s in store.committed("orders", 0)] == [0, 3, 6]
+        assert b.wal_starts() == [9], "committed: the replica's sealed WAL files went"
+    finally:
+        for node in (a, b):
+            await node.store.close()
+    table = ds.dataset(
+        store.stream_path("orders"),
+        filesystem=store.filesystem,
+        format="parquet",
+        partitioning="hive",
+    ).to_table()
+    assert sorted(table.column("offset").to_pylist()) == list(range(9))
+    assert set(table.column("partition").to_pylist()) == {0}
+    frame = pl.scan_parquet(
+        f"s3://{store.stream_path('orders')}/**/*.parquet",
+        hive_partitioning=True,
+        storage_options={
+            "aws_endpoint_url": f"http://{s3_server.endpoint}",
+            "aws_region": "us-east-1",
+            "aws_allow_http": "true",
+        },
+    ).collect()
+    assert sorted(frame["offset"].to_list()) == list(range(9))
+
+
+async def test_an_unreachable_store_keeps_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing listens at the store's address: sealing goes on locally, the WAL stays
+    whole, the failure is counted, and the next try waits for the retry interval."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "tamto")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "nothing-listens")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    store = SegmentStore.open(
+        f"s3://tamto/segments?endpoint_override=127.0.0.1:{free_port()}&scheme=http"
+        "&region=us-east-1"
+    )
+    node = Node(tmp_path / "a", store, segment_bytes=1)
+    node.publishes = True
+    errors = STORE_ERRORS._value.get()
+    try:
+        await node.append(0, 9)
+        await node.seal()
+        assert node.wal_starts() == [0, 3, 6, 9]
+        assert STORE_ERRORS._value.get() == errors + 1
+        partition = await node.store.get("orders", 0)
+        assert partition.segment_log.end_offset == 9, "sealed locally all the same"
+    finally:
+        await node.store.close()

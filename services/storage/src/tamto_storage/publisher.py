@@ -22,13 +22,16 @@ The WAL stays until the store has the offsets: every replica, publisher or
 not, keeps its WAL files from the store's committed end on
 (`Partition.wal_keep_from`), so nothing acknowledged depends on a store
 upload that has not happened. A store that cannot be reached (S3 down) is
-logged and counted, and tried again the next round: the WAL grows meanwhile,
-consumers read from the replicas as before.
+logged (once, and once when it is back) and counted
+(``tamto_storage_store_errors_total``); it is tried again a second later, for
+one partition at a time until it answers: the WAL grows meanwhile, consumers
+read from the replicas as before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import BinaryIO
 
@@ -63,6 +66,10 @@ class Publisher:
         #: The store's committed end per partition, as last read or written.
         self._ends: dict[PartitionId, int] = {}
         self._unreachable = False
+        #: While unreachable, the monotonic time of the next try (one try per round at
+        #: most: each can take seconds of the client's own retries).
+        self._retry_at = 0.0
+        self.retry_interval_s = 1.0
 
     @property
     def store(self) -> SegmentStore:
@@ -78,25 +85,26 @@ class Publisher:
         pid = partition.id
         local_end = partition.segment_log.end_offset
         known = self._ends.get(pid)
-        if known is None or known < local_end:
+        if (known is None or known < local_end) and time.monotonic() >= self._retry_at:
             try:
                 end = await asyncio.to_thread(self._store.committed_end, pid.stream, pid.partition)
                 if await self._designated(pid.stream, pid.partition):
                     end = await self._catch_up(partition, end)
             except OSError as exc:  # the store is unreachable: the WAL keeps it all
                 self._failed(pid, exc)
-                return
-            if self._unreachable:
-                log.info("segment store reachable again", store=self._store.uri)
-                self._unreachable = False
-            if end is not None:
-                self._ends[pid] = end
+            else:
+                if self._unreachable:
+                    log.info("segment store reachable again", store=self._store.uri)
+                    self._unreachable = False
+                if end is not None:
+                    self._ends[pid] = end
         floor = partition.segment_log.start_offset
         keep = self._ends.get(pid, floor if floor is not None else local_end)
         partition.wal_keep_from = keep
 
     def _failed(self, pid: PartitionId, exc: OSError) -> None:
         STORE_ERRORS.inc()
+        self._retry_at = time.monotonic() + self.retry_interval_s
         if not self._unreachable:
             log.warning(
                 "segment store unreachable; the WAL is kept until it returns",
