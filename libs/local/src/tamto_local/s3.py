@@ -122,4 +122,4 @@ def create_bucket(spec: S3Spec) -> bool:
     """Create the bucket (done once the filer answers); True when it exists."""
     s3 = spec.filesystem()
     s3.create_dir(BUCKET)
-    return s3.get_file_info(BUCKET).type == pafs.FileType.Directory
+    return bool(s3.get_file_info(BUCKET).type == pafs.FileType.Directory)
