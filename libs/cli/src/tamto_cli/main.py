@@ -78,6 +78,14 @@ def up(
     discovery_resolver: Annotated[
         str, typer.Option(help="host:port of the DNS server --discovery asks")
     ] = "",
+    segment_store: Annotated[
+        str,
+        typer.Option(
+            help="where storage nodes seal segments: 's3' (a SeaweedFS started here, data "
+            "under the data directory), a file:// or s3:// URI, or empty for each node's "
+            "data directory"
+        ),
+    ] = "",
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     from tamto_common.config import discovery_check, resolver_check
@@ -103,6 +111,9 @@ def up(
         if problem:
             err.print(f"tamto up: invalid {name}: {problem}")
             raise typer.Exit(2)
+    if segment_store not in ("", "s3") and not segment_store.startswith(("file://", "s3://")):
+        err.print(f"tamto up: invalid --segment-store {segment_store!r}: s3, file:// or s3://")
+        raise typer.Exit(2)
     discovered = {"TAMTO_DISCOVERY": discovery} if discovery else {}
     if discovery_resolver:
         discovered["TAMTO_DISCOVERY_RESOLVER"] = discovery_resolver
@@ -115,6 +126,7 @@ def up(
         nats_port=nats_port,
         tls=tls,
         nodes=nodes,
+        segment_store=segment_store,
     )
     raise typer.Exit(asyncio.run(run_up(config, console, demo=demo, once=once, quiet=quiet)))
 
