@@ -83,10 +83,12 @@ async def test_spark_duckdb_and_polars_read_every_acked_message_once_from_the_st
     assert len({r.partition for r in rows}) == 3
 
     pattern = f"{directory}/**/*.parquet"
-    found = duckdb.sql(
+    relation = duckdb.sql(
         f"SELECT partition, \"offset\", payload FROM read_parquet('{pattern}', "
         "hive_partitioning = true)"
-    ).fetchall()
+    )
+    assert relation is not None
+    found = relation.fetchall()
     assert sorted((int(p), o, bytes(b)) for p, o, b in found) == keyed(acked)
     frame = pl.read_parquet(pattern, hive_partitioning=True)
     got = zip(frame["partition"], frame["offset"], frame["payload"], strict=True)
