@@ -16,6 +16,7 @@ from tamto_common.errors import InvalidArgument
 from tamto_local.ports import free_port
 from tamto_local.s3 import S3Spec
 from tamto_protocol.segment import segment_file_name
+from tamto_storage.iceberg import IcebergTables
 from tamto_storage.metrics import STORE_ERRORS
 from tamto_storage.model import PartitionId
 from tamto_storage.publisher import Publisher
@@ -30,7 +31,13 @@ PID = PartitionId("orders", 0)
 class Node:
     """A storage node's partition store publishing into `store` while `publishes`."""
 
-    def __init__(self, data: Path, store: SegmentStore, segment_bytes: int) -> None:
+    def __init__(
+        self,
+        data: Path,
+        store: SegmentStore,
+        segment_bytes: int,
+        tables: IcebergTables | None = None,
+    ) -> None:
         self.data = data
         self.publishes = False
 
@@ -41,7 +48,7 @@ class Node:
             data,
             WalOptions(file_bytes=1),  # a WAL file per batch: trimming is visible
             seal_options=SealOptions(segment_bytes=segment_bytes),
-            publisher=Publisher(store, designated),
+            publisher=Publisher(store, designated, tables),
         )
 
     async def append(self, first: int, last: int) -> None:
@@ -148,13 +155,14 @@ async def test_an_s3_store_is_published_to_and_read_by_pyarrow_and_polars(
     tmp_path: Path, s3_server: S3Spec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On a real S3 server (SeaweedFS): the publisher's segments, read back by engines
-    no one here wrote, every offset once."""
+    no one here wrote (and as an Iceberg table), every offset once."""
     for name, value in s3_server.env().items():
         monkeypatch.setenv(name, value)
     uri = s3_server.uri(f"segments-{tmp_path.name}")
     store = SegmentStore.open(uri)
-    a = Node(tmp_path / "a", store, segment_bytes=1)
-    b = Node(tmp_path / "b", store, segment_bytes=1 << 30)
+    tables = IcebergTables(f"sqlite:///{tmp_path / 'catalog.db'}", store)
+    a = Node(tmp_path / "a", store, segment_bytes=1, tables=tables)
+    b = Node(tmp_path / "b", store, segment_bytes=1 << 30, tables=tables)
     a.publishes = True
     try:
         for node in (a, b):
@@ -183,6 +191,12 @@ async def test_an_s3_store_is_published_to_and_read_by_pyarrow_and_polars(
         },
     ).collect()
     assert sorted(frame["offset"].to_list()) == list(range(9))
+    # The Iceberg table's metadata is in the store too, its files the same objects.
+    assert table_rows(tables, "orders") == [(0, offset) for offset in range(9)]
+    assert all(
+        path.startswith(f"s3://{store.stream_path('orders')}/partition=0/segment-")
+        for path in tables.table("orders").inspect.files()["file_path"].to_pylist()
+    )
 
 
 async def test_an_unreachable_store_keeps_the_wal(
@@ -209,3 +223,43 @@ async def test_an_unreachable_store_keeps_the_wal(
         assert partition.segment_log.end_offset == 9, "sealed locally all the same"
     finally:
         await node.store.close()
+
+
+def table_rows(tables: IcebergTables, stream: str) -> list[tuple[int, int]]:
+    """(partition, offset) of every row PyIceberg reads from the stream's table."""
+    table = tables.table(stream).scan().to_arrow()
+    return sorted(zip(table["partition"].to_pylist(), table["offset"].to_pylist(), strict=True))
+
+
+async def test_committed_segments_are_the_iceberg_table_s_files_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same files, no copy: appended as they are committed, by whichever node
+    publishes, never twice (a retry finds them in the table)."""
+    shared = tmp_path / "store"
+    store = SegmentStore.open(shared.as_uri())
+    tables = IcebergTables(f"sqlite:///{tmp_path / 'catalog.db'}", store)
+    a = Node(tmp_path / "a", store, segment_bytes=1, tables=tables)
+    b = Node(tmp_path / "b", store, segment_bytes=1 << 30, tables=tables)
+    try:
+        for node in (a, b):
+            await node.append(0, 6)
+        a.publishes = True
+        await a.seal()
+        b.publishes, a.publishes = True, False
+        await b.append(6, 12)
+        await b.seal()  # cuts its local 0-11 at the store's end, 6
+    finally:
+        for node in (a, b):
+            await node.store.close()
+    assert table_rows(tables, "orders") == [(0, offset) for offset in range(12)]
+    files = tables.table("orders").inspect.files()["file_path"].to_pylist()
+    assert sorted(files) == sorted(
+        f"file://{shared}/streams/orders/partition=0/{segment_file_name(first, last)}"
+        for first, last in ((0, 2), (3, 5), (6, 11))
+    ), "the store's own files, not copies"
+    assert tables.append("orders", 0, store.committed("orders", 0)) == 0
+    assert tables.end("orders", 0) == 12
+    monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")  # planned by PyIceberg, as said
+    frame = pl.scan_iceberg(tables.table("orders")).select("partition", "offset").collect()
+    assert sorted(frame.iter_rows()) == [(0, offset) for offset in range(12)]

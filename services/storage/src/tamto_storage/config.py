@@ -63,6 +63,12 @@ class StorageConfig(ServiceConfig):
         "credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); empty: the node's own "
         "data directory, as on one node",
     )
+    iceberg_catalog: str = setting(
+        "",
+        "SQLAlchemy URI of the Iceberg SQL catalog (sqlite:////path/catalog.db) in which "
+        "each stream of --segment-store is also a table of the same Parquet files; "
+        "empty: no Iceberg tables",
+    )
     retention_grace_ms: int = setting(
         300_000,
         "milliseconds an expired segment's file stays on disk so running Spark jobs can finish",

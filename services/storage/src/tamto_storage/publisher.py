@@ -40,6 +40,7 @@ import structlog
 from tamto_common.errors import DataLoss
 from tamto_protocol.segment import segment_file_name
 from tamto_storage import segments as seg
+from tamto_storage.iceberg import IcebergTables
 from tamto_storage.integrity import VerifiedFiles
 from tamto_storage.metrics import STORE_ERRORS, STORE_SEGMENTS
 from tamto_storage.model import PartitionId
@@ -59,9 +60,16 @@ _ALL_BYTES = 1 << 62
 class Publisher:
     """Commits a node's sealed segments to the store when it is a partition's publisher."""
 
-    def __init__(self, store: SegmentStore, designated: Designated) -> None:
+    def __init__(
+        self, store: SegmentStore, designated: Designated, tables: IcebergTables | None = None
+    ) -> None:
+        """`tables`: the streams' Iceberg tables each committed segment is added to."""
         self._store = store
         self._designated = designated
+        self._tables = tables
+        #: Where each partition's segments in its Iceberg table end, as far as this
+        #: node has to care (a partition it does not publish: the store's end).
+        self._table_ends: dict[PartitionId, int] = {}
         self._verified = VerifiedFiles()
         #: The store's committed end per partition, as last read or written.
         self._ends: dict[PartitionId, int] = {}
@@ -85,11 +93,15 @@ class Publisher:
         pid = partition.id
         local_end = partition.segment_log.end_offset
         known = self._ends.get(pid)
-        if (known is None or known < local_end) and time.monotonic() >= self._retry_at:
+        due = known is None or known < local_end or self._table_behind(pid)
+        if due and time.monotonic() >= self._retry_at:
             try:
                 end = await asyncio.to_thread(self._store.committed_end, pid.stream, pid.partition)
                 if await self._designated(pid.stream, pid.partition):
                     end = await self._catch_up(partition, end)
+                    await self._add_to_table(pid, end)
+                elif end is not None:
+                    self._table_ends[pid] = end  # the publisher's to add
             except OSError as exc:  # the store is unreachable: the WAL keeps it all
                 self._failed(pid, exc)
             else:
@@ -101,6 +113,27 @@ class Publisher:
         floor = partition.segment_log.start_offset
         keep = self._ends.get(pid, floor if floor is not None else local_end)
         partition.wal_keep_from = keep
+
+    def _table_behind(self, pid: PartitionId) -> bool:
+        known = self._ends.get(pid)
+        return (
+            self._tables is not None
+            and known is not None
+            and (self._table_ends.get(pid, -1) < known)
+        )
+
+    async def _add_to_table(self, pid: PartitionId, end: int | None) -> None:
+        """Add the store's segments of `pid` that its Iceberg table lacks (if there is one).
+        A catalog that fails is logged and tried again next round: the store is the truth."""
+        if self._tables is None or end is None or self._table_ends.get(pid, -1) >= end:
+            return
+        committed = await asyncio.to_thread(self._store.committed, pid.stream, pid.partition)
+        try:
+            await asyncio.to_thread(self._tables.append, pid.stream, pid.partition, committed)
+        except Exception as exc:  # the catalog (SQL, or its files in the store) failed
+            log.warning("Iceberg table not updated", partition=str(pid), error=str(exc))
+            return
+        self._table_ends[pid] = end
 
     def _failed(self, pid: PartitionId, exc: OSError) -> None:
         STORE_ERRORS.inc()

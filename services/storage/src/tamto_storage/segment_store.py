@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import pyarrow.fs as pafs
 
@@ -78,6 +78,11 @@ class SegmentStore:
     def filesystem(self) -> pafs.FileSystem:
         return self._fs
 
+    @property
+    def root(self) -> str:
+        """The store's root path on its filesystem (``/dir`` or ``bucket/prefix``)."""
+        return self._root
+
     def partition_path(self, stream: str, partition: int) -> str:
         """The store path of a partition's segments (no trailing slash)."""
         return f"{self._root}/streams/{stream}/partition={partition}"
@@ -122,6 +127,14 @@ class SegmentStore:
         # An S3 object appears whole when its upload completes, never in part.
         with self._fs.open_output_stream(target) as out:
             write(out)
+
+    def location(self, path: str) -> str:
+        """The URI of a store path, as other readers name it (``file:///...``, ``s3://...``)."""
+        return f"{urlsplit(self.uri).scheme}://{'/' if self._local else ''}{path.lstrip('/')}"
+
+    def s3_options(self) -> dict[str, str]:
+        """The S3 URI's query (endpoint_override, scheme, region), empty for a directory."""
+        return {} if self._local else dict(parse_qsl(urlsplit(self.uri).query))
 
     def read(self, stream: str, partition: int, name: str) -> bytes:
         """The bytes of a committed segment."""

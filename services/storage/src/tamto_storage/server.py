@@ -18,6 +18,7 @@ from tamto_common.streams import read_stream
 from tamto_storage import space
 from tamto_storage.config import StorageConfig
 from tamto_storage.grpc_api import StorageServicer, serve
+from tamto_storage.iceberg import IcebergTables
 from tamto_storage.metrics import UNSEALED_BYTES
 from tamto_storage.publisher import Publisher
 from tamto_storage.sealer import Retention
@@ -44,8 +45,9 @@ def publisher(config: StorageConfig, runtime: Runtime) -> Publisher | None:
         first_live = next((node for node in current.ensemble if node in live), None)
         return first_live == config.member_id
 
-    log.info("sealing into the segment store", store=uri)
-    return Publisher(store, designated)
+    tables = IcebergTables(config.iceberg_catalog, store) if config.iceberg_catalog else None
+    log.info("sealing into the segment store", store=uri, iceberg=config.iceberg_catalog)
+    return Publisher(store, designated, tables)
 
 
 async def setup(config: StorageConfig, runtime: Runtime) -> None:
