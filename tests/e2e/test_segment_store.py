@@ -1,7 +1,8 @@
 """Acceptance of the S3 segment store, on a real S3 server (SeaweedFS): a 3-node cluster with
 R = 3 publishes, sealing commits one segment per range to the store, the storage node that
 publishes is killed, the next replica takes over where the store ends, and a reader of the
-store gets every acknowledged message exactly once."""
+store, and PyIceberg reading the stream's Iceberg table of the same files, get every
+acknowledged message exactly once."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import NoSuchTableError
 
 import tamto_sdk
-from tamto_local.s3 import S3Spec
+from tamto_local.s3 import ACCESS_KEY, SECRET_KEY, S3Spec
 from tamto_protocol.segment import parse_segment_name
 from tamto_sdk import StreamConfig
 from tamto_testing.cluster import TestCluster
@@ -33,10 +36,31 @@ def s3_cluster(tamto_infra: Infra, tmp_path: Path, s3_server: S3Spec) -> Iterato
         **FAST_SEALING,
         **s3_server.env(),
         "TAMTO_STORAGE_SEGMENT_STORE": s3_server.uri(f"{PREFIX}-{tmp_path.name}"),
+        "TAMTO_STORAGE_ICEBERG_CATALOG": catalog_uri(tmp_path),
     }
     cluster = TestCluster(tmp_path / "cluster", tamto_infra, nodes=3, storage_env=env)
     with cluster.running() as running:
         yield running
+
+
+def catalog_uri(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'iceberg.db'}"
+
+
+def in_table(s3: S3Spec, tmp_path: Path, stream: str) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, payload) of every row PyIceberg reads from the stream's table."""
+    catalog = SqlCatalog(
+        "tamto",
+        uri=catalog_uri(tmp_path),
+        **{"s3.endpoint": f"http://{s3.endpoint}", "s3.region": "us-east-1"},
+        **{"s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY},
+    )
+    try:
+        table = catalog.load_table(("tamto", stream)).scan().to_arrow()
+    except NoSuchTableError:
+        return []
+    columns = (table.column(c).to_pylist() for c in ("partition", "offset", "payload"))
+    return sorted(zip(*columns, strict=True))
 
 
 def stored(s3: S3Spec, prefix: str, stream: str) -> list[tuple[int, int, bytes]]:
@@ -106,3 +130,10 @@ async def test_every_acked_message_is_in_the_s3_store_once_after_its_publisher_d
         )
         successor = publisher_of(s3_cluster, stream, after=59)
         assert successor not in (None, victim)
+        # The same files, as an Iceberg table: every acked message once too.
+        await eventually(
+            lambda: in_table(s3_server, tmp_path, stream) == sorted(acked),
+            30,
+            "every acked message in the Iceberg table, once",
+            interval_s=0.5,
+        )

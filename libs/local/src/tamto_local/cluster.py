@@ -348,16 +348,19 @@ class LocalCluster:
         """Start SeaweedFS for ``--segment-store s3`` (its data under the data directory),
         or pass a store URI on; every storage node is told where the store is."""
         c = self.config
+        if not c.segment_store:
+            return
+        # Every stream of the store is an Iceberg table too; one SQLite catalog, here.
+        catalog = {"TAMTO_STORAGE_ICEBERG_CATALOG": f"sqlite:///{c.data_dir / 'iceberg.db'}"}
         if c.segment_store != "s3":
-            if c.segment_store:
-                self._store_env = {"TAMTO_STORAGE_SEGMENT_STORE": c.segment_store}
+            self._store_env = {"TAMTO_STORAGE_SEGMENT_STORE": c.segment_store, **catalog}
             return
         spec = S3Spec(c.data_dir / "seaweedfs", host=c.host)
         self.restarts["seaweedfs"] = self._quick_exits["seaweedfs"] = 0
         await self._start_infra("seaweedfs", weed_argv(spec), spec.ports["s3.port"])
         await self._wait("seaweedfs", lambda: asyncio.to_thread(create_bucket, spec))
-        self._store_env = {"TAMTO_STORAGE_SEGMENT_STORE": spec.uri(), **spec.env()}
-        self._notify(f"segment store: {spec.uri()}")
+        self._store_env = {"TAMTO_STORAGE_SEGMENT_STORE": spec.uri(), **spec.env(), **catalog}
+        self._notify(f"segment store: {spec.uri()}; Iceberg catalog: {catalog}")
 
     async def _start_infra(self, name: str, argv: list[str], port: int) -> None:
         self._infra[name] = (argv, port)

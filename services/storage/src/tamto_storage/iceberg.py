@@ -65,8 +65,18 @@ class IcebergTables:
             properties["s3.endpoint"] = f"{scheme}://{options['endpoint_override']}"
             properties["s3.region"] = options.get("region", "us-east-1")
         self._store = store
-        self.catalog: Catalog = SqlCatalog(NAMESPACE, **properties)
-        self.catalog.create_namespace_if_not_exists(NAMESPACE)
+        self._properties = properties
+        self._catalog: Catalog | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog, opened on first use: several nodes starting at once race to
+        create its tables, and the loser's error is the caller's to retry (next round)."""
+        if self._catalog is None:
+            catalog = SqlCatalog(NAMESPACE, **self._properties)
+            catalog.create_namespace_if_not_exists(NAMESPACE)
+            self._catalog = catalog
+        return self._catalog
 
     def table(self, stream: str) -> Table:
         """The stream's table, created on first use."""
