@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import pyarrow.fs as pafs
+from typing import TYPE_CHECKING
 
 from tamto_local.binaries import binary
 from tamto_local.ports import free_port
+
+if TYPE_CHECKING:  # pyarrow loads only when used: `tamto up` starts without it
+    import pyarrow.fs as pafs
 
 ACCESS_KEY = "tamto"
 SECRET_KEY = "tamto-local-secret"  # a local development server's, on loopback only
@@ -73,6 +75,8 @@ class S3Spec:
 
     def filesystem(self) -> pafs.S3FileSystem:
         """A pyarrow S3 filesystem on this server, allowed to create the bucket."""
+        import pyarrow.fs as pafs
+
         return pafs.S3FileSystem(
             access_key=ACCESS_KEY,
             secret_key=SECRET_KEY,
@@ -120,6 +124,8 @@ def weed_argv(spec: S3Spec) -> list[str]:
 
 def create_bucket(spec: S3Spec) -> bool:
     """Create the bucket (done once the filer answers); True when it exists."""
+    import pyarrow.fs as pafs
+
     s3 = spec.filesystem()
     s3.create_dir(BUCKET)
     return bool(s3.get_file_info(BUCKET).type == pafs.FileType.Directory)
