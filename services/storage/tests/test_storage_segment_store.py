@@ -24,6 +24,7 @@ from tamto_storage.sealer import SealOptions
 from tamto_storage.segment_store import SegmentStore, is_data_dir
 from tamto_storage.store import PartitionStore, partition_dir
 from tamto_storage.wal import WalOptions
+from tamto_testing.s3 import s3_server as run_s3_server
 
 PID = PartitionId("orders", 0)
 
@@ -44,11 +45,12 @@ class Node:
         async def designated(stream: str, partition: int) -> bool:
             return self.publishes
 
+        self.publisher = Publisher(store, designated, tables)
         self.store = PartitionStore(
             data,
             WalOptions(file_bytes=1),  # a WAL file per batch: trimming is visible
             seal_options=SealOptions(segment_bytes=segment_bytes),
-            publisher=Publisher(store, designated, tables),
+            publisher=self.publisher,
         )
 
     async def append(self, first: int, last: int) -> None:
@@ -263,3 +265,32 @@ async def test_committed_segments_are_the_iceberg_table_s_files_once(
     monkeypatch.setenv("POLARS_ICEBERG_PLANNER", "pyiceberg")  # planned by PyIceberg, as said
     frame = pl.scan_iceberg(tables.table("orders")).select("partition", "offset").collect()
     assert sorted(frame.iter_rows()) == [(0, offset) for offset in range(12)]
+
+
+async def test_sealing_catches_up_when_the_s3_server_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SeaweedFS stops for a while: sealing goes on locally with the WAL kept and the
+    failure counted; started again (same data, same ports), the store catches up."""
+    spec = S3Spec(data_dir=tmp_path / "seaweedfs")
+    for name, value in spec.env().items():
+        monkeypatch.setenv(name, value)
+    store = SegmentStore.open(spec.uri("outage"))
+    node = Node(tmp_path / "a", store, segment_bytes=1)
+    node.publishes = True
+    try:
+        with run_s3_server(tmp_path, spec):
+            await node.append(0, 6)
+            await node.seal()
+            assert [s.first_offset for s in store.committed("orders", 0)] == [0, 3]
+        errors = STORE_ERRORS._value.get()
+        await node.append(6, 12)
+        await node.seal()  # the server is down
+        assert STORE_ERRORS._value.get() > errors
+        assert node.wal_starts() == [6, 9, 12], "kept from the store's end on"
+        with run_s3_server(tmp_path, spec):
+            await node.seal()
+            assert [s.first_offset for s in store.committed("orders", 0)] == [0, 3, 6, 9]
+            assert node.wal_starts() == [12]
+    finally:
+        await node.store.close()

@@ -12,9 +12,12 @@ from tamto_testing.processes import TestProcess, tcp_open
 
 
 @contextmanager
-def s3_server(workdir: Path) -> Iterator[S3Spec]:
-    """SeaweedFS with its S3 gateway, running until the block ends; yields where it is."""
-    spec = S3Spec(data_dir=workdir / "seaweedfs")
+def s3_server(workdir: Path, spec: S3Spec | None = None) -> Iterator[S3Spec]:
+    """SeaweedFS with its S3 gateway, running until the block ends; yields where it is.
+
+    `spec`: the data directory and ports of a server run before (to start it again).
+    """
+    spec = spec or S3Spec(data_dir=workdir / "seaweedfs")
     proc = TestProcess("seaweedfs", weed_argv(spec), workdir / "logs" / "seaweedfs.log").start()
     try:
         proc.wait_ready(lambda: tcp_open(spec.host, spec.ports["s3.port"]) and create_bucket(spec))
