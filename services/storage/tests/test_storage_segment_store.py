@@ -21,7 +21,7 @@ from tamto_storage.metrics import STORE_ERRORS
 from tamto_storage.model import PartitionId
 from tamto_storage.publisher import Publisher
 from tamto_storage.sealer import SealOptions
-from tamto_storage.segment_store import SegmentStore, is_data_dir
+from tamto_storage.segment_store import SegmentStore, StoredSegment, is_data_dir, overlapped
 from tamto_storage.store import PartitionStore, partition_dir
 from tamto_storage.wal import WalOptions
 from tamto_testing.s3 import s3_server as run_s3_server
@@ -294,3 +294,45 @@ async def test_sealing_catches_up_when_the_s3_server_returns(
             assert node.wal_starts() == [12]
     finally:
         await node.store.close()
+
+
+async def test_of_two_overlapping_segments_two_publishers_wrote_the_shorter_stays(
+    tmp_path: Path,
+) -> None:
+    """A and B both believed they publish (a membership change between their reads of
+    etcd), both read the store's end 3, B committed 3-11 and then A 3-5: A removes B's
+    3-11 (the rule every node applies: at the same start the shorter stays)."""
+    shared = tmp_path / "store"
+    store = SegmentStore.open(shared.as_uri())
+    a = Node(tmp_path / "a", store, segment_bytes=1)
+    b = Node(tmp_path / "b", store, segment_bytes=1 << 30)
+    try:
+        for node in (a, b):
+            await node.append(0, 12)
+        a.publishes = True
+        await a.seal()
+        stored = partition_dir(shared, PID)
+        for path in stored.iterdir():
+            if path.name != segment_file_name(0, 2):
+                path.unlink()  # as if A had committed only 0-2 when both read the end
+        a.publishes, b.publishes = False, True
+        await b.seal()  # B commits 3-11 (cut from its 0-11)
+        a_partition = await a.store.get(PID.stream, PID.partition)
+        # A, having read the end 3 before B's commit, commits 3-5 now and wins.
+        assert await a.publisher._catch_up(a_partition, 3) == 12
+    finally:
+        for node in (a, b):
+            await node.store.close()
+    assert [(s.first_offset, s.last_offset) for s in store.committed("orders", 0)] == [
+        (0, 2),
+        (3, 5),
+        (6, 8),
+        (9, 11),
+    ]
+    assert offsets_in(shared) == list(range(12))
+
+
+def test_the_overlap_rule() -> None:
+    segments = [StoredSegment(0, 2, 1), StoredSegment(3, 11, 1), StoredSegment(3, 5, 1)]
+    assert overlapped(segments) == [StoredSegment(3, 11, 1)]
+    assert overlapped([StoredSegment(0, 2, 1), StoredSegment(3, 5, 1)]) == []

@@ -45,7 +45,7 @@ from tamto_storage.integrity import VerifiedFiles
 from tamto_storage.metrics import STORE_ERRORS, STORE_SEGMENTS
 from tamto_storage.model import PartitionId
 from tamto_storage.partition import Partition
-from tamto_storage.segment_store import SegmentStore
+from tamto_storage.segment_store import SegmentStore, overlapped
 from tamto_storage.segments import Segment
 
 log = structlog.get_logger(__name__)
@@ -166,8 +166,22 @@ class Publisher:
             name = await asyncio.to_thread(self._commit, partition.id, segment, start)
             STORE_SEGMENTS.inc()
             log.info("segment published", partition=str(partition.id), segment=name)
+            if await asyncio.to_thread(self._resolve_overlaps, partition.id, name):
+                return None  # it lost to another publisher's: the next round reads the end
             start = end = segment.end_offset
         return end
+
+    def _resolve_overlaps(self, pid: PartitionId, mine: str) -> bool:
+        """Delete the segments that overlap another (two nodes published at once, each
+        believing it was the publisher); True when `mine` was one of them (blocking)."""
+        losers = overlapped(self._store.committed(pid.stream, pid.partition))
+        for loser in losers:
+            name = segment_file_name(loser.first_offset, loser.last_offset)
+            log.warning(
+                "overlapping segment removed from the store", partition=str(pid), segment=name
+            )
+            self._store.delete(pid.stream, pid.partition, name)
+        return any(segment_file_name(s.first_offset, s.last_offset) == mine for s in losers)
 
     def _commit(self, pid: PartitionId, segment: Segment, start: int) -> str:
         """Commit `segment` from offset `start` to the store; returns its name (blocking)."""

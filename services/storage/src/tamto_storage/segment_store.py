@@ -53,6 +53,19 @@ class StoredSegment:
         return self.last_offset + 1
 
 
+def overlapped(segments: list[StoredSegment]) -> list[StoredSegment]:
+    """The segments that lose to another they overlap: by first offset, then the
+    shorter one wins; every node that looks decides the same."""
+    losers = []
+    end: int | None = None
+    for segment in sorted(segments, key=lambda s: (s.first_offset, s.last_offset)):
+        if end is not None and segment.first_offset < end:
+            losers.append(segment)
+        else:
+            end = segment.end_offset
+    return losers
+
+
 class SegmentStore:
     """One cluster segment store. Create with `SegmentStore.open`."""
 
@@ -135,6 +148,10 @@ class SegmentStore:
     def s3_options(self) -> dict[str, str]:
         """The S3 URI's query (endpoint_override, scheme, region), empty for a directory."""
         return {} if self._local else dict(parse_qsl(urlsplit(self.uri).query))
+
+    def delete(self, stream: str, partition: int, name: str) -> None:
+        """Remove a segment object (one that lost an overlap, `overlapped`)."""
+        self._fs.delete_file(f"{self.partition_path(stream, partition)}/{name}")
 
     def read(self, stream: str, partition: int, name: str) -> bytes:
         """The bytes of a committed segment."""
