@@ -71,6 +71,8 @@ class Publisher:
         #: node has to care (a partition it does not publish: the store's end).
         self._table_ends: dict[PartitionId, int] = {}
         self._verified = VerifiedFiles()
+        #: Per partition, the offset it could not publish from (logged once).
+        self._stuck: dict[PartitionId, int] = {}
         #: The store's committed end per partition, as last read or written.
         self._ends: dict[PartitionId, int] = {}
         self._unreachable = False
@@ -155,13 +157,15 @@ class Publisher:
             segment = local.covering(start)
             if segment is None or segment.damage or segment.generation:
                 # Below this node's log, damaged, or rewritten by interest retention:
-                # another replica (or a repair) has to provide the range.
-                log.warning(
-                    "segment not published",
-                    partition=str(partition.id),
-                    offset=start,
-                    why="damaged" if segment and segment.damage else "not held as sealed",
-                )
+                # another replica (or a repair) has to provide the range. Said once.
+                if self._stuck.get(partition.id) != start:
+                    self._stuck[partition.id] = start
+                    log.warning(
+                        "segment not published",
+                        partition=str(partition.id),
+                        offset=start,
+                        why="damaged" if segment and segment.damage else "not held as sealed",
+                    )
                 return end
             name = await asyncio.to_thread(self._commit, partition.id, segment, start)
             STORE_SEGMENTS.inc()
