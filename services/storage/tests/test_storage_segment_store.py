@@ -16,7 +16,7 @@ from tamto_common.errors import InvalidArgument
 from tamto_local.ports import free_port
 from tamto_local.s3 import S3Spec
 from tamto_protocol.segment import segment_file_name
-from tamto_storage.iceberg import IcebergTables
+from tamto_storage.iceberg import NAME_MAPPING, IcebergTables
 from tamto_storage.metrics import STORE_ERRORS
 from tamto_storage.model import PartitionId
 from tamto_storage.publisher import Publisher
@@ -336,3 +336,15 @@ def test_the_overlap_rule() -> None:
     segments = [StoredSegment(0, 2, 1), StoredSegment(3, 11, 1), StoredSegment(3, 5, 1)]
     assert overlapped(segments) == [StoredSegment(3, 11, 1)]
     assert overlapped([StoredSegment(0, 2, 1), StoredSegment(3, 5, 1)]) == []
+
+
+def test_a_table_left_without_its_name_mapping_gets_it_when_next_loaded(tmp_path: Path) -> None:
+    """A publisher killed between creating the table and setting its name mapping (two
+    commits): the next publisher's load completes it before adding files."""
+    store = SegmentStore.open((tmp_path / "store").as_uri())
+    tables = IcebergTables(f"sqlite:///{tmp_path / 'catalog.db'}", store)
+    table = tables.table("orders")
+    with table.transaction() as tx:
+        tx.remove_properties(NAME_MAPPING)
+    assert NAME_MAPPING not in tables.catalog.load_table(("tamto", "orders")).properties
+    assert NAME_MAPPING in tables.table("orders").properties

@@ -82,13 +82,14 @@ class IcebergTables:
         """The stream's table, created on first use."""
         identifier = (NAMESPACE, stream)
         try:
-            return self.catalog.load_table(identifier)
+            table = self.catalog.load_table(identifier)
         except NoSuchTableError:
-            pass
-        schema = Catalog._convert_schema_if_needed(TABLE_SCHEMA)
-        source = schema.find_field("partition").field_id
-        spec = PartitionSpec(PartitionField(source, 1000, IdentityTransform(), "partition"))
-        table = self.catalog.create_table_if_not_exists(identifier, schema, partition_spec=spec)
+            schema = Catalog._convert_schema_if_needed(TABLE_SCHEMA)
+            source = schema.find_field("partition").field_id
+            spec = PartitionSpec(PartitionField(source, 1000, IdentityTransform(), "partition"))
+            table = self.catalog.create_table_if_not_exists(identifier, schema, partition_spec=spec)
+        # Set in a commit after the creation's: a node that died between the two left a
+        # table without it, which whoever loads the table next completes.
         if NAME_MAPPING not in table.properties:
             with table.transaction() as tx:
                 tx.set_properties({NAME_MAPPING: table.schema().name_mapping.model_dump_json()})
