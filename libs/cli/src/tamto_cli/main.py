@@ -80,6 +80,14 @@ def up(
         typer.Option("--json", help="logs to stderr; one JSON object on stdout once up"),
     ] = False,
     lease_ttl_s: LeaseTtl = 5,
+    segment_store: Annotated[
+        str,
+        typer.Option(
+            help="where storage nodes seal segments: 's3' (a SeaweedFS started here, data "
+            "under the data directory), a file:// or s3:// URI, or empty for each node's "
+            "data directory"
+        ),
+    ] = "",
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     from tamto_common.config import discovery_check, resolver_check
@@ -105,6 +113,9 @@ def up(
         if problem:
             err.print(f"tamto up: invalid {name}: {problem}")
             raise typer.Exit(2)
+    if segment_store not in ("", "s3") and not segment_store.startswith(("file://", "s3://")):
+        err.print(f"tamto up: invalid --segment-store {segment_store!r}: s3, file:// or s3://")
+        raise typer.Exit(2)
     discovered = {"TAMTO_DISCOVERY": discovery} if discovery else {}
     if discovery_resolver:
         discovered["TAMTO_DISCOVERY_RESOLVER"] = discovery_resolver
@@ -118,6 +129,7 @@ def up(
         tls=tls,
         nodes=nodes,
         lease_ttl_s=lease_ttl_s,
+        segment_store=segment_store,
     )
     shown = err if as_json else console
     code = asyncio.run(run_up(config, shown, demo=demo, once=once, quiet=quiet, as_json=as_json))

@@ -102,6 +102,9 @@ class Partition:
         # The empty WAL file the last roll created durably: while appends go to it,
         # a later trim may drop the file before it (kept then as read tail).
         self._rolled_to: Path | None = None
+        #: WAL files holding offsets at or after this one stay, whatever is sealed here:
+        #: the cluster's segment store has not committed them yet (None: no store).
+        self.wal_keep_from: int | None = None
         #: Segment files found at load below the retention floor, or superseded by a
         #: carried-forward rewrite, still to be deleted.
         self.expired_files: list[Path] = []
@@ -505,7 +508,8 @@ class Partition:
         them that fit in `keep_bytes` (the read tail); returns how many went.
 
         Files wholly below the partition's floor (expired by retention) go
-        whatever the budget. When every stored batch is sealed, appends move to
+        whatever the budget. Files from `wal_keep_from` on stay (the segment
+        store has not committed them). When every stored batch is sealed, appends move to
         a fresh (empty) file first, so the last file can go too: with no tail,
         sealed data then takes no WAL space, and the empty file's name still
         records the log's next offset.
@@ -518,6 +522,8 @@ class Partition:
         else:
             successor = self._rolled_to
         cut = max(self._wal.sealed_tail_start(end, keep_bytes), self._segments.floor)
+        if self.wal_keep_from is not None:
+            cut = min(cut, self.wal_keep_from)
         dropped = self._wal.drop_files_before(min(cut, end), successor=successor)
         if dropped:
             await asyncio.to_thread(remove_files, dropped)
