@@ -51,3 +51,15 @@ def test_a_bad_spec_is_refused_naming_the_field(changes: dict[str, object], name
 
 def test_a_paused_function_has_no_instances() -> None:
     assert from_json(spec_json(state=State.PAUSED.value)).instances() == []
+
+
+def test_a_parallel_window_function_needs_its_keys_on_one_instance_each() -> None:
+    window = {"window": {"size_s": 60, "key": "key", "aggregates": {"n": ["count", "x"]}}}
+    by_region = {"window": {"size_s": 60, "key": "region", "aggregates": {"n": ["count", "x"]}}}
+    keyed = [{"stream": "orders", "subscription": "key_shared"}]
+    shared = [{"stream": "orders", "subscription": "shared"}]
+    assert from_json(spec_json(inputs=keyed, code={"steps": [window]})).parallelism == 3
+    for inputs, step in ((shared, window), (keyed, by_region)):
+        with pytest.raises(InvalidArgument, match="parallelism: a window function"):
+            from_json(spec_json(inputs=inputs, code={"steps": [step]}))
+    assert from_json(spec_json(inputs=shared, code={"steps": [by_region]}, parallelism=1))
