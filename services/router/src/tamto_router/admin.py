@@ -123,7 +123,8 @@ class SubscriptionAdmin:
             oldest_unacked_publish_time_us=await self._publish_time(
                 log, acks.next_unacked(max(acks.floor, start))
             ),
-            redeliveries=self._registry.redelivered(stream, partition, name),
+            redeliveries=acks.redeliveries,
+            dead_lettered=acks.dead_lettered,
         )
         if live is None:
             return state
@@ -139,7 +140,6 @@ class SubscriptionAdmin:
         return replace(
             state,
             unacked=in_flight(live),
-            dead_lettered=live.dead_lettered,
             type=live.type.value if live.type is not None and consumers else None,
             consumers=consumers,
         )

@@ -105,7 +105,6 @@ class Subscription:
         #: The most messages one read asks storage for.
         self.read_max = read_max
         self._publish_dead = publish_dead
-        self.dead_lettered = 0
         #: The type's decisions; None until a consumer first attaches.
         self.strategy: Strategy | None = None
         self.consumers = Consumers(max_consumers, partition_log.stream)
@@ -124,6 +123,11 @@ class Subscription:
     @property
     def partition(self) -> int:
         return self.log.partition
+
+    @property
+    def dead_lettered(self) -> int:
+        """Messages moved to the dead-letter stream (kept with the cursor)."""
+        return self.acks.dead_lettered
 
     @property
     def type(self) -> SubscriptionType | None:
@@ -507,6 +511,9 @@ class Subscription:
             runs = as_runs(offsets)
         slot.outbox.put_nowait(Delivery(self.partition, piece, count, sparse))
         slot.credit.take(piece.count)
+        if count > 1:  # committed with the cursor, so the count outlives this router
+            self.acks.redeliveries += piece.count
+            self._cursor.changed()
         self._served.add(slot.id)
         deadline = now + self.ack_timeout_s
         for first, last in runs:
@@ -584,7 +591,7 @@ class Subscription:
             reason=reason,
             delivery_count=count,
         )
-        self.dead_lettered += sum(b - a + 1 for a, b in moved)
+        self.acks.dead_lettered += sum(b - a + 1 for a, b in moved)
         if moved:
             await self.ack(moved)
 

@@ -154,7 +154,12 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         self, request: storage_pb2.CommitCursorRequest, context: grpc.aio.ServicerContext
     ) -> storage_pb2.CommitCursorResponse:
         partition = await self._partition(request)
-        cursor = Cursor(request.ack_floor, _ranges(request.acked_above_floor))
+        cursor = Cursor(
+            request.ack_floor,
+            _ranges(request.acked_above_floor),
+            request.redeliveries,
+            request.dead_lettered,
+        )
         with refusing_when_full():
             await partition.commit_cursor(
                 request.epoch, request.subscription, cursor, request.replace
@@ -201,6 +206,8 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
                 messages_pb2.OffsetRange(first=r.first, last=r.last)
                 for r in cursor.acked_above_floor
             ],
+            redeliveries=cursor.redeliveries,
+            dead_lettered=cursor.dead_lettered,
         )
 
 
