@@ -53,6 +53,7 @@ import structlog
 from tamto_common.errors import DataLoss, TamtoError, Unavailable, damaged_offsets
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.dedup import DedupWindow, message_offsets
+from tamto_router.metrics import count_in
 from tamto_router.model import Batch, LogBounds
 from tamto_router.quorum import (
     agreed_end,
@@ -264,6 +265,11 @@ class PartitionLog:
                 return
             self._storing = []
             self.durable_offset = pending[-1][0].end
+            count_in(
+                self.stream,
+                sum(b.count for b, _ in pending),
+                sum(len(b.arrow_ipc) for b, _ in pending),
+            )
             for batch, future in pending:
                 if not future.done():
                     future.set_result(batch.base_offset)

@@ -45,6 +45,7 @@ from tamto_router.consumers import Consumers
 from tamto_router.cursor_commits import CursorCommits
 from tamto_router.cursors import commit_cursor
 from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
+from tamto_router.metrics import count_out
 from tamto_router.model import Batch, Delivery, SubscriptionType
 from tamto_router.partition_log import PartitionLog, drain_gate
 from tamto_router.runs import Run, as_runs, deliverable, minus, unacked_runs
@@ -511,6 +512,9 @@ class Subscription:
             runs = as_runs(offsets)
         slot.outbox.put_nowait(Delivery(self.partition, piece, count, sparse))
         slot.credit.take(piece.count)
+        count_out(
+            self.log.stream, piece.count, len(piece.arrow_ipc), piece.publish_time_us, count == 1
+        )
         if count > 1:  # committed with the cursor, so the count outlives this router
             self.acks.redeliveries += piece.count
             self._cursor.changed()
