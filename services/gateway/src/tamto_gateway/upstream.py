@@ -14,6 +14,7 @@ from prometheus_client import Histogram
 from tamto_common.channels import ChannelPool
 from tamto_common.errors import TamtoError
 from tamto_common.grpc_errors import downstream_error, error_for
+from tamto_common.message_traces import message_span
 from tamto_gateway.consume_mux import Muxes, MuxSession
 from tamto_gateway.routing import Routes
 from tamto_protocol.pipelined import PipelinedCalls
@@ -94,7 +95,10 @@ class Upstream:
             return router_append_request(stream, partition, arrow_ipc, count, call_id)
 
         try:
-            response = await known[1](request, timeout=self._timeout)
+            with message_span(
+                "tamto.gateway", "tamto.gateway.publish", [arrow_ipc], stream, partition
+            ):
+                response = await known[1](request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
             log.info("router append failed", router=address, code=exc.code().name)
             raise router_error(exc, stream, partition) from exc

@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 import structlog
 
 from tamto_common.errors import DataLoss, TamtoError, Unavailable, damaged_offsets
+from tamto_common.message_traces import message_span
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.dedup import DedupWindow, message_offsets
 from tamto_router.metrics import count_in
@@ -183,8 +184,15 @@ class PartitionLog:
         """Sequence a batch and wait until storage holds it durably.
 
         Messages whose id is in the dedup window are not stored again; they are
-        answered with their original offsets once those are durable.
+        answered with their original offsets once those are durable. A batch whose
+        messages carry trace context gets a span (`tamto_common.message_traces`).
         """
+        with message_span(
+            "tamto.router", "tamto.router.append", [arrow_ipc], self.stream, self.partition
+        ):
+            return await self._append(arrow_ipc, count)
+
+    async def _append(self, arrow_ipc: bytes, count: int) -> Appended:
         if self.failure is not None:
             raise self.failure
         now_us = time.time_ns() // 1000
