@@ -29,12 +29,14 @@ class FakeAdmin:
     def __init__(self, failing: tuple[str, int] | None = None) -> None:
         self.failing = failing
 
-    async def names(self, stream: str, partition: int) -> list[str]:
+    async def describe_all(self, stream: str, partition: int) -> dict[str, SubscriptionState]:
         if (stream, partition) == self.failing:
             raise Unavailable("storage is restarting")
-        return [f"sub-{i}" for i in range(SUBSCRIPTIONS_PER_STREAM)]
+        names = [f"sub-{i}" for i in range(SUBSCRIPTIONS_PER_STREAM)]
+        return {name: self.describe(stream, partition, name) for name in names}
 
-    async def describe(self, stream: str, partition: int, name: str) -> SubscriptionState:
+    @staticmethod
+    def describe(stream: str, partition: int, name: str) -> SubscriptionState:
         s, i = int(stream.rsplit("-", 1)[1]), int(name.rsplit("-", 1)[1])
         now_us = time.time_ns() // 1000
         return SubscriptionState(

@@ -8,9 +8,11 @@ they survive restarts and changes of owner), consumers attached, and the oldest
 unacked message's age (the largest over its partitions). Summed over routers in
 Prometheus (`sum by (stream, subscription)`), they are describe's totals.
 
-The figures come from `SubscriptionAdmin.describe` itself, sampled every
-`interval_s` by a task (describe asks storage: it cannot run in Prometheus's
-scrape thread), into a snapshot the collector reads.
+The figures come from `SubscriptionAdmin.describe_all` (describe's code, asking
+storage for each partition's start and size once), sampled every `interval_s` by a
+task (describing asks storage: it cannot run in Prometheus's scrape thread), into a
+snapshot the collector reads. At most `SAMPLE_CONCURRENCY` partitions are described
+at once, so a router with many partitions takes longer per round, not more load.
 
 Cardinality bound: at most `limit` subscriptions (`--subscription-metrics-limit`)
 are exported by name, those with the largest backlog; the rest are summed into
@@ -50,9 +52,7 @@ SAMPLE_CONCURRENCY = 8
 class Describer(Protocol):
     """What sampling needs of `tamto_router.admin.SubscriptionAdmin`."""
 
-    async def names(self, stream: str, partition: int) -> list[str]: ...
-
-    async def describe(self, stream: str, partition: int, name: str) -> SubscriptionState: ...
+    async def describe_all(self, stream: str, partition: int) -> dict[str, SubscriptionState]: ...
 
 
 @dataclass
@@ -193,14 +193,11 @@ class SubscriptionSampler:
     async def _partition(self, stream: str, partition: int) -> list[tuple[str, str, Figures]]:
         async with self._gate:
             try:
-                names = await self._admin.names(stream, partition)
+                described = await self._admin.describe_all(stream, partition)
                 now_us = time.time_ns() // 1000
-                rows = []
-                for name in names:
-                    state = await self._admin.describe(stream, partition, name)
-                    if state.exists:
-                        rows.append((stream, name, figures_of(state, now_us)))
-                return rows
+                return [
+                    (stream, name, figures_of(state, now_us)) for name, state in described.items()
+                ]
             except TamtoError as exc:
                 log.debug("subscription metrics skipped a partition", error=str(exc))
                 return []
