@@ -41,15 +41,32 @@ for _change in ("claimed", "handed_back", "lost"):  # every series from the star
     OWNERSHIP_CHANGES.labels(_change)
 
 
+#: The (messages, bytes) counter children by (stream, direction), looked up once each:
+#: `labels` takes a lock and builds a key on every call, and these count every batch.
+_CHILDREN: dict[tuple[str, str], tuple[Counter, Counter]] = {}
+
+
+def _children(stream: str, direction: str) -> tuple[Counter, Counter]:
+    found = _CHILDREN.get((stream, direction))
+    if found is None:
+        found = _CHILDREN[(stream, direction)] = (
+            STREAM_MESSAGES.labels(stream, direction),
+            STREAM_BYTES.labels(stream, direction),
+        )
+    return found
+
+
 def count_in(stream: str, messages: int, size: int) -> None:
     """A batch of `messages` (`size` bytes) appended durably to a partition of `stream`."""
-    STREAM_MESSAGES.labels(stream, "in").inc(messages)
-    STREAM_BYTES.labels(stream, "in").inc(size)
+    counted, sized = _children(stream, "in")
+    counted.inc(messages)
+    sized.inc(size)
 
 
 def count_out(stream: str, messages: int, size: int, publish_time_us: int, first: bool) -> None:
     """A piece delivered to a consumer; `first`: its first delivery (latency observed)."""
-    STREAM_MESSAGES.labels(stream, "out").inc(messages)
-    STREAM_BYTES.labels(stream, "out").inc(size)
+    counted, sized = _children(stream, "out")
+    counted.inc(messages)
+    sized.inc(size)
     if first and publish_time_us > 0:
         PUBLISH_TO_DELIVER_SECONDS.observe(max(0.0, time.time() - publish_time_us / 1e6))
