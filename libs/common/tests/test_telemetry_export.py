@@ -19,9 +19,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
+from tamto_common.config import TraceSettings
 from tamto_common.errors import ConfigError
 from tamto_common.message_traces import message_contexts, message_span
-from tamto_common.telemetry import TraceSettings, span_exporter, tracing_enabled
+from tamto_common.telemetry import span_exporter, tracing_enabled
 from tamto_local.ports import free_port
 from tamto_local.tls import issue, make_ca
 from tamto_protocol.batch import BatchColumns, encode_batch

@@ -21,10 +21,25 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tamto_common.errors import ConfigError
-from tamto_common.telemetry import EXPORTERS, TraceSettings
 from tamto_common.tls import TlsMaterial
 
 T = TypeVar("T")
+
+#: The exporters `--trace-exporter` takes (`otlp` is OTLP over gRPC;
+#: `tamto_common.telemetry` makes them).
+EXPORTERS = ("none", "console", "otlp", "otlp-grpc", "otlp-http")
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceSettings:
+    """Where and how a process exports its spans (`tamto_common.telemetry`)."""
+
+    exporter: str = "none"
+    endpoint: str = "http://127.0.0.1:4317"
+    ca_file: str = ""
+    sample_ratio: float = 1.0
+
+
 Check = Callable[[Any], str | None]
 
 

@@ -11,7 +11,6 @@ the data path does no tracing work at all (`tracing_enabled`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -27,20 +26,8 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from prometheus_client import start_http_server
 
+from tamto_common.config import TraceSettings
 from tamto_common.errors import ConfigError
-
-#: The exporters `--trace-exporter` takes (`otlp` is OTLP over gRPC).
-EXPORTERS = ("none", "console", "otlp", "otlp-grpc", "otlp-http")
-
-
-@dataclass(frozen=True)
-class TraceSettings:
-    """Where and how a process exports its spans."""
-
-    exporter: str = "none"
-    endpoint: str = "http://127.0.0.1:4317"
-    ca_file: str = ""
-    sample_ratio: float = 1.0
 
 
 def span_exporter(settings: TraceSettings) -> SpanExporter:
