@@ -4,13 +4,14 @@ the interval, members' health; rendered as tables and as JSON."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 
 import pytest
 from rich.console import Console
 
-from tamto_cli.top import Sample, as_json, build_view, parse, quantile, render
+from tamto_cli.top import Sample, as_json, build_view, parse, quantile, render, run_top
 from tamto_common.membership import Member
 
 
@@ -111,3 +112,21 @@ def test_quantiles_interpolate_within_buckets() -> None:
     assert quantile(0.5, [(0.1, 0), (0.2, 10), (float("inf"), 10)]) == pytest.approx(0.15)
     assert quantile(0.99, [(0.1, 0), (float("inf"), 5)]) == 0.1
     assert quantile(0.5, [(0.1, 0), (float("inf"), 0)]) is None
+
+
+async def test_the_live_view_refreshes_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    taken: list[float] = []
+
+    async def fake_sample(etcd: str) -> Sample:
+        taken.append(float(len(taken)))
+        return sample(taken[-1], {ROUTER_1: router_page(100 * len(taken), 5, 1.0)})
+
+    monkeypatch.setattr("tamto_cli.top.take_sample", fake_sample)
+    out = io.StringIO()
+    console = Console(file=out, width=160, force_terminal=True)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(run_top("etcd", 0.05, console), 1.0)
+    assert len(taken) >= 3, "sampled again and again"
+    text = out.getvalue()
+    assert text.count("Backlog per subscription") >= 2
+    assert "\x1b[2K" in text, "earlier frames erased: refreshed in place, not appended"
