@@ -20,7 +20,7 @@ ROWS = 10_000
 async def main() -> None:
     url, key = os.environ["TAMTO_URL"], os.environ["TAMTO_API_KEY"]
     stream = f"example-arrow-{uuid.uuid4().hex[:8]}"
-    async with await tamto_sdk.connect(url, api_key=key) as client:
+    async with tamto_sdk.connect(url, api_key=key) as client:
         await client.streams.ensure(stream, partitions=2)
         table = pa.table(
             {

@@ -15,7 +15,7 @@ import tamto_sdk
 async def main() -> None:
     url, key = os.environ["TAMTO_URL"], os.environ["TAMTO_API_KEY"]
     stream = f"example-dlq-{uuid.uuid4().hex[:8]}"
-    async with await tamto_sdk.connect(url, api_key=key) as client:
+    async with tamto_sdk.connect(url, api_key=key) as client:
         # After 2 deliveries a nacked message goes to "<stream>.dlq".
         config = tamto_sdk.StreamConfig(max_deliveries=2)
         await client.streams.ensure(stream, partitions=1, config=config)

@@ -15,7 +15,7 @@ import tamto_sdk
 async def main() -> None:
     url, key = os.environ["TAMTO_URL"], os.environ["TAMTO_API_KEY"]
     stream = f"example-dedup-{uuid.uuid4().hex[:8]}"
-    async with await tamto_sdk.connect(url, api_key=key) as client:
+    async with tamto_sdk.connect(url, api_key=key) as client:
         await client.streams.ensure(stream, partitions=1)
         async with client.producer(stream) as producer:
             # An application-level id (an order number): a retry after a crash is harmless.

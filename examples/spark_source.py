@@ -47,7 +47,7 @@ async def main() -> None:
     storage_dir = os.environ.get("TAMTO_STORAGE_DIR", ".tamto/storage")
     stream = f"example-orders-{uuid.uuid4().hex[:8]}"
     spark = spark_session("tamto-example-spark-source")
-    async with await tamto_sdk.connect(url, api_key=key) as client:
+    async with tamto_sdk.connect(url, api_key=key) as client:
         await client.streams.ensure(stream, partitions=2)
         async with client.producer(stream) as producer:
             for customer, count in ORDERS.items():

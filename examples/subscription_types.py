@@ -27,7 +27,7 @@ async def drain(consumer: tamto_sdk.Consumer) -> list[tamto_sdk.Message]:
 async def main() -> None:
     url, key = os.environ["TAMTO_URL"], os.environ["TAMTO_API_KEY"]
     stream = f"example-types-{uuid.uuid4().hex[:8]}"
-    async with await tamto_sdk.connect(url, api_key=key) as client:
+    async with tamto_sdk.connect(url, api_key=key) as client:
         await client.streams.ensure(stream, partitions=1)
         async with client.producer(stream) as producer:
             for i in range(40):

@@ -1,4 +1,4 @@
-"""Hypothesis strategies for fuzzing Tamto's edge: Arrow buffers and gateway requests (issue 17).
+"""Hypothesis strategies for fuzzing Tamto's edge: Arrow buffers and gateway requests.
 
 - `arrow_buffers`: IPC streams from a corpus of valid and crafted batches
   (`tamto_testing.crafted_batches`), mutated: bits flipped, 32/64-bit words

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of batch decoding (issue 17): whatever bytes arrive,
+"""Property-based fuzzing of batch decoding: whatever bytes arrive,
 `validate_batch` refuses them with `BatchFormatError`, or every value of what it
 accepts can be read and comes from the bytes sent.
 

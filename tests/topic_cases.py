@@ -117,3 +117,41 @@ CASES: Final[list[tuple[str, str, bool]]] = [
     for topic, selected in EXPECTED.items()
     for name, pattern in BINDINGS.items()
 ]
+
+#: Topic words beside RabbitMQ's rule (a routing key is any UTF-8 of at most 255
+#: bytes; only `.` separates words, and `*`/`#` are wildcards as whole binding words)
+#: and NATS's (a subject token is any characters but `.` and whitespace, `*` and `>`
+#: are wildcards as whole tokens, and the docs advise against control characters).
+#: Each row: (word, legal in Tamto). Tamto takes every word both take, minus any
+#: holding a wildcard character and minus control characters.
+WORDS: Final[list[tuple[str, bool]]] = [
+    ("orders", True),
+    ("user@example", True),
+    ("a:b", True),
+    ("é", True),
+    ("日本", True),
+    ("🎉", True),
+    ("a-b_c", True),
+    ("~", True),  # Tamto's empty word on the bus: escaped there
+    ("~x", True),
+    ("=", True),  # Tamto's end token on the bus: escaped there
+    ("a=b", True),
+    ("$SYS", True),
+    ("quote'\"", True),
+    ("a/b\\c", True),
+    ("", True),  # the empty word (RabbitMQ takes it; NATS's token cannot be: escaped)
+    ("a b", False),  # whitespace: NATS refuses
+    ("a\tb", False),
+    ("\u00a0", False),  # no-break space: whitespace
+    ("\u2003", False),  # em space
+    ("a\x00", False),  # control characters
+    ("\x1b[0m", False),
+    ("\x7f", False),
+    ("\x85", False),  # NEL: C1 control
+    ("*", False),  # wildcards, whole or inside a word
+    ("#", False),
+    (">", False),
+    ("a*", False),
+    ("a#b", False),
+    ("a>", False),
+]

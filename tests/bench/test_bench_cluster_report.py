@@ -1,4 +1,4 @@
-"""The cluster's verdicts: R=3 against R=1 and JetStream R3, and issue 22's latency bars
+"""The cluster's verdicts: R=3 against R=1 and JetStream R3, and the latency bars
 relaxed by the replication round trip measured in the same run (pure functions of the
 JSON document; no system is started)."""
 

@@ -38,6 +38,9 @@ def test_bench_reports_ephemeral_rows_beside_core_nats(tmp_path: Path) -> None:
             "fanout_100_deliveries_s",
             "rr_per_s",
             "rr_p99_ms",
+            "rr_pipelined_per_s",
+            "rr_serial_p50_ms",
+            "rr_crowd_p99_ms",
             "ping_p50_ms",
             "ping_p99_ms",
         ):
@@ -48,6 +51,11 @@ def test_bench_reports_ephemeral_rows_beside_core_nats(tmp_path: Path) -> None:
     assert size["ephemeral"]["rr_per_s"] > 0
     assert size["ephemeral"]["ping_samples"] > 0
     targets = {t["target"] for t in json.loads(out.read_text())["targets"]}
-    assert targets >= {"ephemeral pub→deliver ≥ 2x core NATS"}
+    assert targets >= {
+        "ephemeral pub→deliver ≥ 2x core NATS",
+        "request/reply ≥ 0.5x core NATS (1 requester pipelining)",
+        "request/reply p50 ≤ 2 ms one at a time",
+        "request/reply p99 ≤ 10 ms, 200 concurrent",
+    }
     assert "ephemeral streams" in proc.stdout
     assert "| ephemeral | size B | Tamto ephemeral | core NATS | ratio |" in md.read_text()

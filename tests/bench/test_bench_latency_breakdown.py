@@ -1,4 +1,4 @@
-"""The latency phase's publish side (issue 22): the publishers' publish→durable-ack
+"""The latency phase's publish side: the publishers' publish→durable-ack
 times, each hop's mean server time over the phase and the messages per storage append,
 and the rows that show them (pure functions; no system is started)."""
 

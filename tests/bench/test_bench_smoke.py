@@ -44,11 +44,11 @@ def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path
             assert field in size[system]["latency_500"], (system, field)
         assert size[system]["published"] > 0
         assert size[system]["consumed"] >= size[system]["published"]
-        # issue 22's everyday calls: sequential durable publish, per-message consuming
+        # the everyday calls: sequential durable publish, per-message consuming
         for metric in EVERYDAY:
             assert size[system][metric] > 0, (system, metric)
         assert size[system]["seq_errors"] == 0, system
-    # issue 22: Tamto's latency phase splits off its publish side (the breakdown rows)
+    # Tamto's latency phase splits off its publish side (the breakdown rows)
     tamto_latency = size["tamto"]["latency_500"]
     assert tamto_latency["publish_ack_p50_ms"] > 0
     assert set(tamto_latency["hops_ms"]) >= {"gateway_publish", "router_append", "storage_append"}

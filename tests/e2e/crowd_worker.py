@@ -18,7 +18,7 @@ it cancels every stream, prints `left` and exits. Every 5 s it prints `phases
 stream), so that a consumer that never attaches shows where it waits; SIGUSR1
 prints (to stderr) the stack of each consumer still subscribing or crediting.
 A consumer that fails on anything else prints `error: ...` and ends: never
-silently (issue 17: a write after its stream was reset raised
+silently (a write after its stream was reset raised
 `InvalidStateError`, which ended the consumer's task unseen, and the crowd
 "never attached").
 """
@@ -86,7 +86,7 @@ async def consumer(
 
     def on_open() -> None:
         # Once per consumer, on whichever stream got its subscribe out: a reset
-        # first stream must not keep the worker from ever saying `open` (issue 17).
+        # first stream must not keep the worker from ever saying `open`.
         nonlocal said
         if not said:
             said = True
@@ -149,7 +149,7 @@ async def consume(
         return exc.code(), exc.details() or ""
     except (asyncio.InvalidStateError, grpc.aio.UsageError):
         # A write after the stream ended (gRPC refuses it so, without the status:
-        # a stream reset between the subscribe and the credit, issue 17's crowd).
+        # a stream reset between the subscribe and the credit, the crowd).
         pass  # its status, below, says why it ended
     finally:
         call.cancel()

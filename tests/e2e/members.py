@@ -38,3 +38,17 @@ async def process_member(cluster: TestCluster, name: str) -> Member:
 async def process_metrics(cluster: TestCluster, name: str) -> str:
     """The /metrics page of the cluster's process `name`."""
     return await asyncio.to_thread(scrape, await process_member(cluster, name))
+
+
+def gauge(metrics: str, name: str) -> float:
+    """The sum of a metric's samples on a /metrics page."""
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith(name) and line[len(name)] in " {"
+    )
+
+
+async def resident_bytes(cluster: TestCluster, service: str) -> float:
+    """The resident memory of the cluster's `service` process, in bytes."""
+    return gauge(await metrics_of(cluster, service), "process_resident_memory_bytes")

@@ -1,4 +1,4 @@
-"""Fault campaigns against a whole local system (issue 19, Deliver 2 and 5).
+"""Fault campaigns against a whole local system (Deliver 2 and 5).
 
 A random campaign (kill -9 and SIGSTOP/SIGCONT of every service, etcd and
 nats-server) and the etcd and NATS outages each run through
@@ -28,7 +28,7 @@ LEASE_TTL_S = 5
 #: The stall bound the short random CI campaign holds: faults overlap on a loaded
 #: 2-core machine (a killed service takes 5-12 s to serve again there, and stalls grow
 #: with the overlaps, docs/recovery.md), so CI guards against regressions at 3 s
-#: (before issue 19: tens of seconds) while the long run and `tamto chaos` hold 1 s.
+#: (once tens of seconds) while the long run and `tamto chaos` hold 1 s.
 CI_STALL_BOUND_S = 3.0
 #: The short campaign's seed, so CI draws the same faults each run (their overlaps
 #: still follow timing): its first three hit router, gateway and storage whichever of
@@ -108,7 +108,7 @@ CLUSTER_CI_SEED = 5
 
 @pytest.mark.timeout(900)
 async def test_a_cluster_fault_campaign_loses_nothing(tmp_path: Path) -> None:
-    """Issue 21 Deliver 8: kill -9 and SIGSTOP of random storage nodes and routers of a
+    """Kill -9 and SIGSTOP of random storage nodes and routers of a
     three-node cluster (R = 3, Q = 2) during traffic; nothing acknowledged is lost or
     stored twice, and every fault is over (its process serving, every client moving)
     within the campaign's limit. Stalls are printed, not bounded: a killed router's

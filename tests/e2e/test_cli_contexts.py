@@ -1,4 +1,4 @@
-"""`tamto context`: named connection profiles in a user config file (issue 24)."""
+"""`tamto context`: named connection profiles in a user config file."""
 
 from __future__ import annotations
 

@@ -84,7 +84,7 @@ async def test_every_command_prints_json_that_parses(
     run = Runner(tamto_cluster)
     stream, user, role = (f"{p}-{uuid.uuid4().hex[:8]}" for p in ("json", "u", "r"))
 
-    members = await run("status", "--etcd", tamto_cluster.infra.etcd_endpoint)
+    members = (await run("status", "--etcd", tamto_cluster.infra.etcd_endpoint))["members"]
     assert any(m["service"] == "gateway" for m in members)
     assert (await run("stream ensure", stream))["created"] is True
     assert stream in {s["name"] for s in await run("stream list")}

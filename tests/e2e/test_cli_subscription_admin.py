@@ -1,5 +1,5 @@
 """`tamto sub list|describe|seek|skip|delete`, `tamto stream describe` stats and
-`tamto stream get` (issue 24), run as an operator would, against a real system."""
+`tamto stream get`, run as an operator would, against a real system."""
 
 from __future__ import annotations
 

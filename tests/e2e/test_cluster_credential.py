@@ -1,4 +1,4 @@
-"""A node joins only with the cluster's credential (issue 21, Deliver 6: joining).
+"""A node joins only with the cluster's credential (Deliver 6: joining).
 
 The test runs its own etcd and NATS: the credential it records is for the
 whole etcd, and the session's etcd is shared with clusters that have none. A

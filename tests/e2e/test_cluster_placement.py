@@ -1,4 +1,4 @@
-"""Placement is recorded, never recomputed (issue 21, Deliver 2; docs/cluster.md section 1).
+"""Placement is recorded, never recomputed (Deliver 2; docs/cluster.md section 1).
 
 With several storage nodes, a partition's data is on the node its ledgers name
 in etcd. When that node's lease lapses (SIGSTOP past the TTL) and the router
@@ -43,7 +43,7 @@ async def publish_keyed(
 ) -> dict[int, list[tuple[bytes, bytes]]]:
     """Publish `count` messages with keys k0..k<count-1>; partition -> [(key, payload)] acked."""
     acked: dict[int, list[tuple[bytes, bytes]]] = {}
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         # R = 1: the placement of a one-replica partition is what this file checks.
         await client.streams.ensure(
             stream, partitions=PARTITIONS, config=StreamConfig(replication_factor=1)
@@ -104,7 +104,7 @@ async def test_a_lapsed_storage_lease_never_moves_a_partition_to_a_node_without_
             )
             # Its partitions are not opened anywhere else: UNAVAILABLE naming the node.
             short = ClientOptions(retry_deadline_s=ttl + 4.0)
-            async with await tamto_sdk.connect(
+            async with tamto_sdk.connect(
                 cluster.url, api_key=cluster.credential, options=short
             ) as client:
                 async with client.producer(stream) as producer:

@@ -47,7 +47,7 @@ async def test_a_consumer_reads_a_busy_and_an_idle_router_to_the_end(tmp_path: P
         try:
             for name in ("auth", "storage", "router", "router-2", "gateway"):
                 cluster.start(name, 120.0)
-            async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+            async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
                 await client.streams.ensure(stream, partitions=PARTITIONS)
                 sent: set[bytes] = set()
                 async with client.producer(stream) as producer:

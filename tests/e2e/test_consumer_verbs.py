@@ -1,4 +1,4 @@
-"""Consumer verbs beyond ack and nack (issue 24): `term` and `in_progress`, end to end."""
+"""Consumer verbs beyond ack and nack: `term` and `in_progress`, end to end."""
 
 from __future__ import annotations
 

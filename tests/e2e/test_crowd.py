@@ -1,4 +1,4 @@
-"""A crowd on one shared subscription while producers publish (issue 17 Deliver 6).
+"""A crowd on one shared subscription while producers publish.
 
 About 1,000 consumers on one subscription used to stall the router for minutes:
 it rebuilt a 64-point ring over all consumers on every attach and detach, on its

@@ -1,7 +1,7 @@
 """The crowd's consumers (`tests/e2e/crowd_worker.py`) retry a stream reset
 between their subscribe and their credit, and never end silently.
 
-Issue 17's crowd "never attached" (39,996 of 40,000 attachments for 560 s, about
+The crowd "never attached" (39,996 of 40,000 attachments for 560 s, about
 one 10,000 run in three): gRPC resets some streams of the burst before the
 gateway sees them, and when a reset came between a consumer's subscribe and its
 credit, the credit write raised `InvalidStateError` ("RPC already finished.",

@@ -9,13 +9,12 @@ from __future__ import annotations
 import pytest
 
 from tamto_common.errors import Unavailable
-from tamto_router.acks import AckSet
+from tamto_router.acks import AckSet, most_advanced
 from tamto_router.cursors import (
     commit_cursor,
     delete_cursor,
     get_cursor,
     list_cursors,
-    most_advanced,
 )
 from tests.e2e.test_quorum import (
     Node,

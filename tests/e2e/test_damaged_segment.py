@@ -1,4 +1,4 @@
-"""A flipped bit in a sealed segment, with real processes (issue 17 Found 3, acceptance 3).
+"""A flipped bit in a sealed segment, with real processes.
 
 Before: storage logged `unhandled error` on every read of the damaged segment, a
 consumer from earliest saw nothing and no error, and publishing failed with a
@@ -74,7 +74,7 @@ async def test_a_damaged_segment_is_data_loss_for_its_offsets_and_repair_restore
     storage_dir = cluster.workdir / "storage"
     stream_dir = storage_dir / "streams" / STREAM
     payloads = [f"m{i:02d}".encode() for i in range(30)]
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(STREAM, partitions=1)
         async with client.producer(STREAM) as producer:
             for first in (0, 10, 20):  # three stored batches: three segments
@@ -96,7 +96,7 @@ async def test_a_damaged_segment_is_data_loss_for_its_offsets_and_repair_restore
     cluster.start("storage", extra_env=STORAGE_ENV)
     cluster.start("router")
 
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         async with client.producer(STREAM) as producer:
             after = await producer.send_and_wait(b"after")  # the claim did not fail
         assert after.offset == 30
@@ -117,7 +117,7 @@ async def test_a_damaged_segment_is_data_loss_for_its_offsets_and_repair_restore
     assert "offsets 10-19 lost" in record["detail"]
     cluster.start("storage", extra_env=STORAGE_ENV)
 
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         expected = [*payloads[:10], *payloads[20:], b"after"]
         assert await receive(client, "repaired", Start.earliest(), 21) == expected
         async with client.producer(STREAM) as producer:

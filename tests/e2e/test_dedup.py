@@ -43,7 +43,7 @@ async def test_a_repeated_id_is_stored_once_and_gets_the_original_offset(
 
 async def test_a_retried_batch_is_not_stored_twice(tamto_cluster: TestCluster) -> None:
     stream = unique("retry")
-    async with await tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
+    async with tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
         await c.streams.ensure(stream, partitions=1)
         # What an idempotent producer resends after a lost connection: the same ids.
         data = encode_batch(
@@ -70,7 +70,7 @@ async def test_a_retried_batch_is_not_stored_twice(tamto_cluster: TestCluster) -
 
 
 async def test_the_dedup_window_survives_a_router_crash(fresh_cluster: TestCluster) -> None:
-    async with await tamto_sdk.connect(fresh_cluster.url, api_key=fresh_cluster.credential) as c:
+    async with tamto_sdk.connect(fresh_cluster.url, api_key=fresh_cluster.credential) as c:
         await c.streams.ensure("payments", partitions=1)
         async with c.producer("payments") as producer:
             first = await producer.send_and_wait(b"pay 10", id="payment-42")
@@ -95,7 +95,7 @@ async def test_retried_sequences_get_their_offsets_back_after_a_router_crash(
             BatchColumns(payloads, [None] * count, [None] * count, ids, [None] * count)
         )
 
-    async with await tamto_sdk.connect(fresh_cluster.url, api_key=fresh_cluster.credential) as c:
+    async with tamto_sdk.connect(fresh_cluster.url, api_key=fresh_cluster.credential) as c:
         await c.streams.ensure("runs", partitions=1)
         async with grpc.aio.insecure_channel(fresh_cluster.gateway_address) as channel:
             stub = gateway_pb2_grpc.GatewayStub(channel)

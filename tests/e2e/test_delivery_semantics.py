@@ -1,4 +1,4 @@
-"""Delivery semantics that issue 18 found broken, each checked on real processes.
+"""Delivery semantics once found broken, each checked on real processes.
 
 - A cumulative ack on a shared or key-shared subscription cannot settle messages
   another consumer holds (the SDK refuses it; the router never applies it).
@@ -274,7 +274,7 @@ HOLDER = textwrap.dedent(
     import tamto_sdk
 
     async def main(url: str, key: str, stream: str, kind: str) -> None:
-        async with await tamto_sdk.connect(url, api_key=key) as client:
+        async with tamto_sdk.connect(url, api_key=key) as client:
             consumer = client.consumer(
                 stream, "work", type=tamto_sdk.SubscriptionType(kind), credits=5
             )

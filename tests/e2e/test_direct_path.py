@@ -1,4 +1,4 @@
-"""The direct path (issue 22, docs/cluster.md section 5): a producer publishes straight
+"""The direct path (docs/cluster.md section 5): a producer publishes straight
 to the router owning each partition, routers check tokens and permissions as the
 gateway does, redirect a publish for a partition they do not own, and a client
 writing while its router dies follows the new owner without loss or duplicates."""
@@ -76,7 +76,7 @@ async def test_a_direct_producer_publishes_to_the_owner_and_consumers_get_it_all
 ) -> None:
     stream = unique("direct")
     options = ClientOptions(direct=True)
-    async with await tamto_sdk.connect(
+    async with tamto_sdk.connect(
         tamto_cluster.url, api_key=tamto_cluster.credential, options=options
     ) as client:
         await client.streams.ensure(stream, partitions=2)
@@ -101,15 +101,13 @@ async def test_a_router_checks_the_token_and_the_publish_permission(
     tamto_cluster: TestCluster,
 ) -> None:
     identity, role, stream = unique("reader"), unique("reader-role"), unique("guarded")
-    async with await tamto_sdk.connect(
-        tamto_cluster.url, api_key=tamto_cluster.credential
-    ) as admin:
+    async with tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as admin:
         await admin.streams.ensure(stream)
         await admin.security.create_identity(identity)
         key = await admin.security.create_api_key(identity)
         await admin.security.put_role(role, [Grant(Permission.CONSUME, stream)])
         await admin.security.bind(identity, role)
-        async with await tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as reader:
+        async with tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as reader:
             token = (await reader.security.token())[0]
         owner = (await lookup(tamto_cluster, token, stream))[0]
     assert owner == tamto_cluster.address("router")
@@ -121,7 +119,7 @@ async def test_a_router_checks_the_token_and_the_publish_permission(
     assert anonymous is not None
     assert anonymous.code() == grpc.StatusCode.UNAUTHENTICATED
     # The same client's producer, direct, is refused the same way, not sent round.
-    async with await tamto_sdk.connect(
+    async with tamto_sdk.connect(
         tamto_cluster.url, api_key=key.api_key, options=ClientOptions(direct=True)
     ) as reader:
         async with reader.producer(stream) as producer:
@@ -147,7 +145,7 @@ async def test_a_client_follows_its_partitions_when_they_move_and_their_router_d
         TestCluster(tmp_path / "cluster", infra, nodes=2).running() as cluster,
     ):
         options = ClientOptions(direct=True, retry_deadline_s=60)
-        async with await tamto_sdk.connect(
+        async with tamto_sdk.connect(
             cluster.url, api_key=cluster.credential, options=options
         ) as client:
             await client.streams.ensure(stream, partitions=4)

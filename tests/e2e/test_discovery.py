@@ -1,4 +1,4 @@
-"""Nodes find etcd through a DNS SRV record (issue 21, Deliver 6: joining).
+"""Nodes find etcd through a DNS SRV record (Deliver 6: joining).
 
 Every service of the test's cluster is given `--discovery
 srv:_tamto._tcp.tamto.test` (as `TAMTO_DISCOVERY`) and a resolver on loopback
@@ -51,7 +51,7 @@ async def test_a_cluster_found_through_an_srv_record_serves(
         with cluster.running({s: env for s in ("auth", "storage", "router", "gateway")}):
             assert f"{RECORD}. SRV" in server.queries
             stream = f"found-{uuid.uuid4().hex[:8]}"
-            async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+            async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
                 await client.streams.ensure(stream, partitions=1)
                 async with client.producer(stream) as producer:
                     sent = await producer.send_and_wait(b"hello")

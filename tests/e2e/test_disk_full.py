@@ -1,4 +1,4 @@
-"""A full disk under the whole system (issue 19, Deliver 4): an SDK producer publishing with ids
+"""A full disk under the whole system: an SDK producer publishing with ids
 gets RESOURCE_EXHAUSTED naming the storage node and the path once storage's small filesystem
 fills up, nothing it did not get acked for is lost or invented, and publishing resumes by
 itself once the filesystem grows, without restarting anything. Every acked message is then
@@ -32,7 +32,7 @@ async def test_a_full_disk_refuses_publishes_and_publishing_resumes_by_itself(
     cluster = TestCluster(tmp_path / "cluster", tamto_infra)
     options = tamto_sdk.ClientOptions(retry_deadline_s=1.0)
     with small_disk(cluster.workdir / "storage", "4m") as data, cluster.running():
-        async with await tamto_sdk.connect(
+        async with tamto_sdk.connect(
             cluster.url, api_key=cluster.credential, options=options
         ) as client:
             await client.streams.ensure(STREAM, partitions=1)

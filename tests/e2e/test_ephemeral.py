@@ -1,4 +1,4 @@
-"""Ephemeral streams and request/reply on a real cluster with two gateways (issue 23).
+"""Ephemeral streams and request/reply on a real cluster with two gateways.
 
 Producers publish through the cluster's first gateway; most consumers read
 through a second one, so every delivery here crossed the bus between gateways.
@@ -27,6 +27,7 @@ from tamto_sdk import (
     EphemeralConfig,
     FailedPrecondition,
     InvalidArgument,
+    NoResponders,
     NotFound,
     Overflow,
     StreamKind,
@@ -61,8 +62,8 @@ async def clients(
 ) -> AsyncIterator[tuple[tamto_sdk.Client, tamto_sdk.Client]]:
     """One client on each gateway."""
     cluster, second = two_gateways
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as one:
-        async with await tamto_sdk.connect(second, api_key=cluster.credential) as two:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as one:
+        async with tamto_sdk.connect(second, api_key=cluster.credential) as two:
             yield one, two
 
 
@@ -182,7 +183,8 @@ async def test_bad_patterns_are_invalid_argument(
 
 
 @pytest.mark.parametrize(
-    ("topic", "problem"), [("a.b#", "word 2"), ("a b", "word 1"), ("t" * 256, "at most 255")]
+    ("topic", "problem"),
+    [("a.b#", "word 2"), ("a b", "word 1"), ("é" * 128, "256 bytes"), ("t" * 256, "at most 255")],
 )
 async def test_bad_topics_are_invalid_argument(
     clients: tuple[tamto_sdk.Client, tamto_sdk.Client], topic: str, problem: str
@@ -433,20 +435,18 @@ async def test_request_reply_across_gateways(
 
     async with two.reply_handler(stream, answer, match="rpc.*") as handler:
         reply = await one.request(stream, b"ping", topic="rpc.echo", timeout_s=10)
-        assert [m.payload for m in reply] == [b"re:ping@rpc.echo"]
+        assert reply.payload == b"re:ping@rpc.echo"
         named = await one.request(
             stream, b"two", topic="rpc.echo", timeout_s=10, response_stream=unique("mine")
         )
-        assert [m.payload for m in named] == [b"re:two@rpc.echo"]
+        assert named.payload == b"re:two@rpc.echo"
         # Generated response streams share one bus subscription per gateway: each
         # reply still reaches its own request.
         payloads = [f"n{i}".encode() for i in range(20)]
         replies = await asyncio.gather(
             *(one.request(stream, p, topic="rpc.many", timeout_s=10) for p in payloads)
         )
-        assert [[m.payload for m in r] for r in replies] == [
-            [b"re:" + p + b"@rpc.many"] for p in payloads
-        ]
+        assert [r.payload for r in replies] == [b"re:" + p + b"@rpc.many" for p in payloads]
         # The handler counts a reply once its Reply call returned, which may be
         # after the requester already has it.
         await eventually(lambda: handler.answered == 22, 10, "the handler counted 22 replies")
@@ -457,22 +457,25 @@ async def test_pipelined_requests_and_replies_fail_one_by_one(
 ) -> None:
     """Requests share one pipelined stream per client, replies another: with
     requests in flight together, one with a timeout beyond the limit is refused
-    alone (INVALID_ARGUMENT), one nobody answers times out alone at the server,
-    and the others get their replies."""
+    alone (INVALID_ARGUMENT), one nobody consumes fails alone (no responders), one
+    that waits for a responder times out alone at the server, and the others get
+    their replies."""
     one, two = clients
     stream = await ephemeral(one)
     async with two.reply_handler(stream, lambda m: b"re:" + m.payload, match="rpc.*"):
         results = await asyncio.gather(
             *(one.request(stream, b"%d" % i, topic="rpc.x", timeout_s=10) for i in range(8)),
             one.request(stream, b"long", topic="rpc.x", timeout_s=601),
-            one.request(stream, b"nobody", topic="other", timeout_s=0.5),
+            one.request(stream, b"nobody", topic="other", timeout_s=5),
+            one.request(stream, b"waits", topic="other", timeout_s=0.5, wait_for_responder=True),
             return_exceptions=True,
         )
-    *answered, too_long, unanswered = results
-    assert [[m.payload for m in r] for r in answered] == [  # type: ignore[union-attr]
-        [b"re:%d" % i] for i in range(8)
+    *answered, too_long, nobody, unanswered = results
+    assert [r.payload for r in answered] == [  # type: ignore[union-attr]
+        b"re:%d" % i for i in range(8)
     ]
     assert isinstance(too_long, InvalidArgument), too_long
+    assert isinstance(nobody, NoResponders), nobody
     assert isinstance(unanswered, Timeout), unanswered
     for calls in (one._calls.request_raw, two._calls.reply_raw):
         assert calls._next_id > 1  # numbered on the stream, not sent unary
@@ -486,10 +489,10 @@ async def test_no_reply_times_out_at_the_server(
     stream = await ephemeral(one, request_timeout_ms=400)
     started = time.monotonic()
     with pytest.raises(Timeout, match=r"no reply on response stream .* within 400 ms"):
-        await one.request(stream, b"anyone?")  # the stream's default timeout
+        await one.request(stream, b"anyone?", wait_for_responder=True)  # the stream's default
     assert 0.35 < time.monotonic() - started < 5
     with pytest.raises(Timeout, match="within 300 ms"):
-        await one.request(stream, b"anyone?", timeout_s=0.3)
+        await one.request(stream, b"anyone?", timeout_s=0.3, wait_for_responder=True)
 
 
 async def test_bad_timeouts_are_invalid_argument(
@@ -524,7 +527,7 @@ async def test_a_taken_response_stream_name_is_already_exists(
     with pytest.raises(FailedPrecondition, match="is a response stream"):
         await two.subscribe(name).start()
     await two.reply(name, b"done")
-    assert [m.payload for m in await waiting] == [b"done"]
+    assert (await waiting).payload == b"done"
 
 
 async def test_replies_to_expired_or_unknown_response_streams_are_refused(
@@ -558,7 +561,7 @@ async def test_only_the_first_reply_counts(
     await two.reply(request.response_stream, b"first")
     with pytest.raises(NotFound):
         await two.reply(request.response_stream, b"second")
-    assert [m.payload for m in await waiting] == [b"first"]
+    assert (await waiting).payload == b"first"
 
 
 # -- CLI -----------------------------------------------------------------------------------
@@ -623,9 +626,14 @@ async def test_cli_pub_topic_sub_match_group_and_request(
     async with two.reply_handler(stream, lambda m: m.payload.upper(), match="ask"):
         code, out, err = await tamto(cluster, "request", stream, "hi", "--topic", "ask")
         assert (code, out) == (0, "HI\n"), err
-    code, out, err = await tamto(cluster, "request", stream, "hi", "--timeout-s", "0.2")
+    code, out, err = await tamto(
+        cluster, "request", stream, "hi", "--timeout-s", "0.2", "--wait-for-responder"
+    )
     assert code == 12  # DEADLINE_EXCEEDED
     assert "no reply on response stream" in err
+    code, out, err = await tamto(cluster, "request", stream, "hi", "--timeout-s", "30")
+    assert code == 11  # UNAVAILABLE: no responders
+    assert "no responders" in err
 
 
 async def _take(sub: Subscription, count: int) -> AsyncIterator[tamto_sdk.EphemeralMessage]:

@@ -1,4 +1,4 @@
-"""Ephemeral subscriptions come back after their gateway is lost (issue 23, issue 19's rule).
+"""Ephemeral subscriptions come back after their gateway is lost.
 
 A consumer's gateway is killed with -9 and started again; the consumer (alone or
 as a group member) subscribes again by itself and receives within 1 s of the
@@ -23,7 +23,7 @@ from tamto_testing.waiting import long_tests_enabled
 
 pytestmark = pytest.mark.e2e
 
-#: Issue 19's bound: a client resumes within this long of its peer serving again.
+#: The bound: a client resumes within this long of its peer serving again.
 #: Asserted with TAMTO_LONG_TESTS=1; CI asserts 5 s, since the measurement includes
 #: the restarted gateway's first calls and this test's polling on a loaded 2-core
 #: machine (a subscription that does not subscribe again never resumes at all).
@@ -52,8 +52,8 @@ async def test_subscriptions_resume_within_a_second_of_their_gateway_serving_aga
                 await asyncio.sleep(0.01)
 
     url, key = fresh_cluster.url, fresh_cluster.credential
-    async with await tamto_sdk.connect(url, api_key=key) as near:
-        async with await tamto_sdk.connect(second, api_key=key) as far:
+    async with tamto_sdk.connect(url, api_key=key) as near:
+        async with tamto_sdk.connect(second, api_key=key) as far:
             await near.streams.ensure(stream, config=EphemeralConfig())
             alone = await near.subscribe(stream, match="tick.#").start()
             member = await near.subscribe(stream, match="tick.*", group="g").start()
@@ -87,7 +87,7 @@ async def test_subscriptions_resume_within_a_second_of_their_gateway_serving_aga
 
             # A gateway that stays away: the iteration raises after retry_deadline_s.
             brief_options = ClientOptions(retry_deadline_s=1.0)
-            async with await tamto_sdk.connect(url, api_key=key, options=brief_options) as brief:
+            async with tamto_sdk.connect(url, api_key=key, options=brief_options) as brief:
                 stranded = await brief.subscribe(stream).start()
                 await asyncio.to_thread(fresh_cluster.kill9, "gateway")
                 with pytest.raises(Unavailable):

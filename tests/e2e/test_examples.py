@@ -1,4 +1,4 @@
-"""Every program in examples/ runs to its `ok` against a real system (issue 24)."""
+"""Every program in examples/ runs to its `ok` against a real system."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ async def registered(cluster: TestCluster) -> dict[str, int]:
 
 
 async def publish(cluster: TestCluster, stream: str, payloads: list[bytes]) -> None:
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(stream, partitions=2)
         async with client.producer(stream) as producer:
             futures = [await producer.send(p) for p in payloads]
@@ -112,9 +112,7 @@ async def test_kill9_while_producing_and_consuming_delivers_every_acknowledged_m
     received: list[bytes] = []
     killed = asyncio.Event()
 
-    async with await tamto_sdk.connect(
-        fresh_cluster.url, api_key=fresh_cluster.credential
-    ) as client:
+    async with tamto_sdk.connect(fresh_cluster.url, api_key=fresh_cluster.credential) as client:
         await client.streams.ensure("load", partitions=2)
 
         async def produce() -> None:
@@ -159,9 +157,7 @@ async def test_after_kill9_of_the_router_only_unacknowledged_messages_come_again
     fresh_cluster: TestCluster,
 ) -> None:
     await publish(fresh_cluster, "cursor", [f"m{i}".encode() for i in range(100)])
-    async with await tamto_sdk.connect(
-        fresh_cluster.url, api_key=fresh_cluster.credential
-    ) as client:
+    async with tamto_sdk.connect(fresh_cluster.url, api_key=fresh_cluster.credential) as client:
         async with client.consumer("cursor", "c", credits=100) as consumer:
             got: list[tamto_sdk.Message] = []
             while len(got) < 100:

@@ -1,4 +1,4 @@
-"""Property-based fuzzing of every gateway RPC against the real services (issue 17).
+"""Property-based fuzzing of every gateway RPC against the real services.
 
 Each property sends hypothesis-generated requests (`tests.fuzz`: any message of
 the RPC's request type, Arrow buffers from a corpus of valid and crafted
@@ -149,7 +149,7 @@ def assert_serving(cluster: TestCluster) -> None:
         members = await own_members(cluster)
         assert set(members) >= {"gateway", "router", "storage", "auth"}, members
         stream = f"after-fuzz-{uuid.uuid4().hex[:8]}"
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             await client.streams.ensure(stream, partitions=1)
             async with client.producer(stream) as producer:
                 await (await producer.send(b"still serving"))
@@ -202,9 +202,7 @@ def test_publish_of_fuzzed_batches_stores_nothing_invalid(
 
     async def consume_everything() -> int:
         got = 0
-        async with await tamto_sdk.connect(
-            tamto_cluster.url, api_key=tamto_cluster.credential
-        ) as client:
+        async with tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as client:
             for stream in NAMES:
                 async with client.consumer(stream, f"check-{uuid.uuid4().hex[:6]}") as consumer:
                     while True:

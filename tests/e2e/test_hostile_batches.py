@@ -1,5 +1,5 @@
 """Publishes whose Arrow buffers lie are refused at the gateway, naming the column,
-and no consumer ever receives a byte no producer sent (issue 17, Found 1)."""
+and no consumer ever receives a byte no producer sent (Found 1)."""
 
 from __future__ import annotations
 

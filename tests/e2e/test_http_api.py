@@ -519,12 +519,12 @@ async def test_an_identity_may_not_read_a_stream_it_has_no_grant_on(
 ) -> None:
     stream = await ensure(api)
     identity, role = unique("writer"), unique("writer-role")
-    async with await tamto_sdk.connect(http_cluster.url, api_key=http_cluster.credential) as admin:
+    async with tamto_sdk.connect(http_cluster.url, api_key=http_cluster.credential) as admin:
         await admin.security.create_identity(identity)
         key = (await admin.security.create_api_key(identity)).api_key
         await admin.security.put_role(role, [Grant(Permission.PUBLISH, stream)])
         await admin.security.bind(identity, role)
-        async with await tamto_sdk.connect(http_cluster.url, api_key=key) as client:
+        async with tamto_sdk.connect(http_cluster.url, api_key=key) as client:
             token = (await client.security.token())[0]
     bearer = {"Authorization": f"Bearer {token}"}
     api.client.headers.pop("X-Api-Key")
@@ -549,7 +549,7 @@ async def test_a_disabled_api_key_is_refused_at_once_despite_its_cached_token(
     api: Api, http_cluster: TestCluster
 ) -> None:
     identity = unique("keyed")
-    async with await tamto_sdk.connect(http_cluster.url, api_key=http_cluster.credential) as admin:
+    async with tamto_sdk.connect(http_cluster.url, api_key=http_cluster.credential) as admin:
         await admin.security.create_identity(identity)
         key = await admin.security.create_api_key(identity)
         whoami = await api("GET", "/v1/whoami", headers={"X-Api-Key": key.api_key})

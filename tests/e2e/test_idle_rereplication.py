@@ -1,4 +1,4 @@
-"""Issue 21 Deliver 3 for partitions nobody writes to (docs/cluster.md section 2,
+"""Re-replication for partitions nobody writes to (docs/cluster.md section 2,
 "Re-replication"): no router has their logs open, so only the owner's ledger
 auditor (`tamto_router.ledger_audit`) notices that a replica stays down and opens
 them, and the open log copies each to the fourth storage node (R = 3, Q = 2:
@@ -70,7 +70,7 @@ async def test_idle_partitions_whose_replica_died_are_rereplicated(
     cluster = TestCluster(tmp_path / "cluster", tamto_infra, nodes=4)
     name_of = {cluster.instance_id(n): n for n in cluster.ports}
     with cluster.running({"storage": STORAGE_ENV, "router": ROUTER_ENV}):
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             r3 = StreamConfig(replication_factor=3, ack_quorum=2)
             await client.streams.ensure(idle, partitions=1, config=r3)
             interest = StreamConfig(

@@ -94,10 +94,15 @@ class Launcher:
             },
         )
 
-    def members(self) -> list[dict[str, Any]]:
+    def status(self) -> dict[str, Any]:
+        """`tamto status --json`: members, partitions and problems."""
         result = self.cli("status", "--json", "--etcd", f"127.0.0.1:{self.etcd}")
         assert result.returncode == 0, result.stderr
-        members: list[dict[str, Any]] = json.loads(result.stdout)
+        status: dict[str, Any] = json.loads(result.stdout)
+        return status
+
+    def members(self) -> list[dict[str, Any]]:
+        members: list[dict[str, Any]] = self.status()["members"]
         return members
 
 
@@ -133,13 +138,22 @@ async def credential_recorded(etcd_endpoint: str) -> bool:
 def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Path) -> None:
     with launched(tmp_path, "--quiet") as up:
         members = up.members()
-        assert sorted(m["service"] for m in members) == ["auth", "gateway", "router", "storage"]
+        services = sorted(m["service"] for m in members)
+        assert services == ["auth", "gateway", "processing", "router", "storage"]
         assert all(m["health"] == "SERVING" for m in members)
         # The gateway's HTTP API is on the port the launcher printed.
         http_api = re.search(r"HTTP API: (http://[0-9.:]+)", up.output())
         assert http_api is not None, up.output()
         assert httpx.get(f"{http_api.group(1)}/openapi.json").json()["openapi"] == "3.1.0"
-        # Its cluster secret (issue 21) is private, and a service recorded its hash in
+        # And its MQTT broker: a CONNECT without credentials is answered CONNACK 4/5.
+        mqtt = re.search(r"MQTT: ([0-9.]+):([0-9]+)", up.output())
+        assert mqtt is not None, up.output()
+        with socket.create_connection((mqtt.group(1), int(mqtt.group(2))), timeout=10) as s:
+            s.sendall(bytes([0x10, 12, 0, 4, *b"MQTT", 4, 2, 0, 60, 0, 0]))
+            connack = s.recv(4)
+        assert connack[:2] == bytes([0x20, 2]), connack
+        assert connack[3] in (4, 5), connack  # bad user name or password / not authorized
+        # Its cluster secret is private, and a service recorded its hash in
         # etcd: the restart below on the same directory joins with the same secret.
         assert stat.S_IMODE((up.data_dir / "cluster-secret").stat().st_mode) == 0o600
         assert asyncio.run(credential_recorded(f"127.0.0.1:{up.etcd}"))

@@ -1,5 +1,5 @@
 """`tamto up --nodes 3`: three storage nodes, three routers, two gateways and auth on
-loopback, each with its own data directory, all registered in etcd (issue 21, Deliver 1)."""
+loopback, each with its own data directory, all registered in etcd."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ def test_up_with_three_nodes_runs_and_registers_every_process(tmp_path: Path) ->
             "storage": 3,
             "router": 3,
             "gateway": 2,
+            "processing": 3,
         }
         assert all(m["health"] == "SERVING" for m in members), members
         assert sorted(m["instance_id"] for m in members if m["service"] == "storage") == [
@@ -56,6 +57,16 @@ def test_up_with_three_nodes_runs_and_registers_every_process(tmp_path: Path) ->
                 index = node.removeprefix("storage-")
                 streams = up.data_dir / f"node-{index}" / "storage" / "streams"
                 assert (streams / "spread").is_dir()
+        # `tamto status --json` lists each partition's owner and replicas, all up.
+        status = up.status()
+        spread = [p for p in status["partitions"] if p["stream"] == "spread"]
+        assert sorted(p["partition"] for p in spread) == list(range(PARTITIONS))
+        for partition in spread:
+            assert partition["owner"] in {"router-1", "router-2", "router-3"}, partition
+            ledger = partition["ledgers"][-1]
+            assert [r["state"] for r in ledger["replicas"]] == ["up"] * 3, ledger
+            assert partition["problems"] == []
+        assert status["problems"] == []
     finally:
         assert up.stop() == 0
     assert "etcd stopped" in up.output()
@@ -65,7 +76,7 @@ async def publish_and_read_back(up: Launcher, second_gateway: str) -> list[bytes
     """Publish 60 keyed messages through the first gateway; read them through the second."""
     api_key = load_dev_credential(up.data_dir)
     assert api_key is not None
-    async with await tamto_sdk.connect(f"tamto://127.0.0.1:{up.gateway}", api_key=api_key) as c:
+    async with tamto_sdk.connect(f"tamto://127.0.0.1:{up.gateway}", api_key=api_key) as c:
         await c.streams.ensure("spread", partitions=PARTITIONS)
         async with c.producer("spread") as producer:
             futures = [
@@ -73,7 +84,7 @@ async def publish_and_read_back(up: Launcher, second_gateway: str) -> list[bytes
             ]
             await asyncio.gather(*futures)
     got: list[bytes] = []
-    async with await tamto_sdk.connect(second_gateway, api_key=api_key) as c:
+    async with tamto_sdk.connect(second_gateway, api_key=api_key) as c:
         async with c.consumer("spread", "all") as consumer:
             while len(got) < 60:
                 batch = await consumer.receive_batch(max_messages=60, timeout_s=30)

@@ -1,4 +1,4 @@
-"""Load balancing moves a partition off a busy router (issue 21 Deliver 5).
+"""Load balancing moves a partition off a busy router.
 
 Two routers (and one storage node: the routers are what is balanced); they report their load every 0.5 s and the balancer's
 bounds are lowered so the test's traffic passes them (min load 20 messages/s,
@@ -72,7 +72,7 @@ async def test_the_balancer_moves_a_hot_partition_to_the_idle_router(
         # One storage node and one gateway are enough: two routers is what is tested.
         for name in ("auth", "storage", "router", "router-2", "gateway"):
             cluster.start(name, 120.0, extra_env=ROUTER_ENV if name.startswith("router") else None)
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             await client.streams.ensure(stream, partitions=PARTITIONS)
             acked: list[bytes] = []
             failed: list[str] = []

@@ -1,4 +1,4 @@
-"""Issue 21's delayed links: a router whose every link is slow keeps the cluster safe
+"""The delayed links: a router whose every link is slow keeps the cluster safe
 and publishing goes on, slower.
 
 The cluster of `test_network_partition.py` (three nodes, R = 3, Q = 2, `router-3` in a
@@ -38,6 +38,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import running_infra
+from tamto_testing.needs import needs
 from tamto_testing.netns import Netns, unavailable
 from tamto_testing.waiting import eventually, long_tests_enabled
 
@@ -54,7 +55,7 @@ from .test_replicated_failover import Traffic
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(unavailable() is not None, reason=unavailable() or ""),
+    needs(unavailable()),
 ]
 
 #: Each way, in order. CI: 100 ms. Long runs: 300 ms (which stalled router-3's
@@ -116,7 +117,7 @@ async def delay_heal_and_check(cluster: TestCluster, ns: Netns, etcd_endpoint: s
     others = [p for p in range(PARTITIONS) if p not in mine]
     lines: list[str] = []
     try:
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             traffic, workers = await start_traffic(client, stream)
             try:
                 await wait_placed(etcd, stream, mine, isolated_id)

@@ -1,4 +1,4 @@
-"""Issue 21's partition acceptance: a router cut off from etcd, its peers and the
+"""The partition acceptance: a router cut off from etcd, its peers and the
 storage nodes by a network partition stops acknowledging before another router
 can own its partitions, and no offset is ever written twice with different data.
 
@@ -52,6 +52,7 @@ from tamto_router.storage_client import StorageClient
 from tamto_sdk import StreamConfig
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra, running_infra
+from tamto_testing.needs import needs
 from tamto_testing.netns import Netns, unavailable
 from tamto_testing.waiting import eventually, long_tests_enabled
 
@@ -59,7 +60,7 @@ from .test_replicated_failover import Traffic, keys_by_partition
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(unavailable() is not None, reason=unavailable() or ""),
+    needs(unavailable()),
 ]
 
 PARTITIONS = 6
@@ -159,7 +160,7 @@ async def cut_heal_and_check(
 ) -> str:
     isolated_id = cluster.instance_id(ISOLATED)
     stream, mine = stream_on(isolated_id, [cluster.instance_id(n) for n in cluster.routers()])
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         traffic, workers = await start_traffic(client, stream)
         try:
             await wait_placed(etcd, stream, mine, isolated_id)
@@ -325,7 +326,7 @@ async def read_back(
     (seen once on a loaded machine, docs/testing.md) is slow, not lost."""
     missing = set(acked)
     started = time.monotonic()
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         async with client.consumer(stream, "checker") as consumer:
             while missing and time.monotonic() - started < READ_BACK_S:
                 batch = await consumer.receive_batch(max_messages=1000, timeout_s=5)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 
 
 async def test_every_service_serves_prometheus_metrics(tamto_cluster: TestCluster) -> None:
-    async with await tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
+    async with tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
         await c.streams.ensure("metered", partitions=1)
         async with c.producer("metered") as producer:
             await producer.send_and_wait(b"count me")

@@ -1,4 +1,4 @@
-"""Planned moves keep each key's order (issue 21 Deliver 5 and 7; docs/cluster.md section 4).
+"""Planned moves keep each key's order (docs/cluster.md section 4).
 
 On two nodes, a key-shared subscription consumes (acking each message a little
 after it arrives, as a consumer that processes them does) while a producer
@@ -130,7 +130,7 @@ async def test_join_and_drain_keep_each_keys_order_for_key_shared(
     first, joiner = cluster.instance_id("router"), cluster.instance_id("router-2")
     checker, acked, stop = Checker(), dict[bytes, tuple[int, int]](), asyncio.Event()
     failed: list[str] = []  # publishes not acknowledged (a timeout across a move)
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(
             stream, partitions=PARTITIONS, config=StreamConfig(replication_factor=1)
         )
@@ -267,7 +267,7 @@ async def test_partition_move_puts_a_partition_on_a_router_and_refuses_bad_reque
     if "router-2" not in cluster.processes:  # run alone
         cluster.start("router-2")
     routers = [cluster.instance_id(n) for n in cluster.routers()]
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(
             stream, partitions=PARTITIONS, config=StreamConfig(replication_factor=1)
         )
@@ -320,7 +320,7 @@ async def test_partition_move_puts_a_partition_on_a_router_and_refuses_bad_reque
         refused = await asyncio.to_thread(tamto, cluster, "node", "drain", "router-gone", "--json")
         assert refused.returncode == 4  # NOT_FOUND
         assert "router 'router-gone' is not registered" in refused.stderr
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         # Back to the ring's choice (`--to ring`).
         ring_choice = Placement().owner(routers, stream, 0)
         assert await client.cluster.move_partition(stream, 0, None) == ring_choice

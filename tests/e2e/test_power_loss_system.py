@@ -1,4 +1,4 @@
-"""The whole system on the power-loss simulator (issue 19, Deliver 3): the test cluster's data
+"""The whole system on the power-loss simulator: the test cluster's data
 directory (the dev-credential, auth's signing keys, storage's logs and cursors) on
 `tamto_testing.power_loss`, and the power cut while an SDK producer publishes with ids: the
 disk fails, every service dies with kill -9, only what was fsynced remains, and everything
@@ -21,12 +21,13 @@ from tamto_common.dev_credential import load_dev_credential
 from tamto_local.cluster import SERVICES
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
+from tamto_testing.needs import needs
 from tamto_testing.power_loss import PowerLossDisk, unavailable_reason
 from tamto_testing.waiting import eventually, long_tests_enabled
 
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(unavailable_reason() is not None, reason=f"{unavailable_reason()}"),
+    needs(unavailable_reason()),
 ]
 
 STREAM = "powered"
@@ -85,7 +86,7 @@ async def test_acked_messages_and_the_credential_survive_power_cuts_of_the_whole
         cleanup.callback(kill_all, cluster)
         cluster.start_all()
         options = tamto_sdk.ClientOptions(retry_deadline_s=60.0)
-        async with await tamto_sdk.connect(
+        async with tamto_sdk.connect(
             cluster.url, api_key=cluster.credential, options=options
         ) as client:
             await client.streams.ensure(STREAM, partitions=2)

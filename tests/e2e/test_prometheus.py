@@ -27,6 +27,7 @@ from tamto_common.apikeys import new_api_key
 from tamto_local.ports import free_port
 from tamto_sdk import EphemeralConfig
 from tamto_testing.cluster import TestCluster
+from tamto_testing.needs import missing
 from tamto_testing.processes import TestProcess
 from tamto_testing.waiting import eventually
 
@@ -77,7 +78,7 @@ def prometheus(tamto_cluster: TestCluster, tmp_path: Path) -> Iterator[str]:
     second instead of every 15 s."""
     binary = shutil.which("prometheus")
     if binary is None:
-        pytest.skip("prometheus not installed (Debian package prometheus; .ci/run installs it)")
+        missing("prometheus not installed (Debian package prometheus; .ci/run installs it)")
     config = (CONFIG / "prometheus.yml").read_text()
     assert "scrape_interval: 15s" in config
     (tmp_path / "prometheus.yml").write_text(config.replace("interval: 15s", "interval: 1s"))
@@ -104,7 +105,7 @@ async def traffic(cluster: TestCluster) -> None:
     """A little of everything the panels show: publishes (unary, so they are timed),
     a consumer that attaches, acks and leaves, an ephemeral publish nobody hears, and
     a refused credential."""
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure("observed", partitions=1)
         async with client.producer("observed") as producer:
             for i in range(20):

@@ -64,7 +64,7 @@ async def test_the_tail_serves_sealed_messages_and_a_kill9_loses_none(
     stream_dir = cluster.workdir / "storage" / "streams" / STREAM
     partition_dir = stream_dir / "partition=0"
     payloads = [f"m{i:05d}".encode() + b"." * 200 for i in range(TOTAL)]
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(STREAM, partitions=1)
         async with client.producer(STREAM, max_batch_messages=100) as producer:
             await asyncio.gather(*[await producer.send(p) for p in payloads])

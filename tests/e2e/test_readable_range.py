@@ -1,4 +1,4 @@
-"""The readable range of a partition is the one storage's manifest holds now (issue 18.2).
+"""The readable range of a partition is the one storage's manifest holds now.
 
 Retention (`retention_ms`, `retention_bytes` and interest retention alike) moves
 a partition's start; a subscription created at earliest starts there,
@@ -94,7 +94,7 @@ async def test_subscriptions_start_where_retention_left_the_partition(
     cluster = retention_cluster
     stream = unique("retained")
     stream_dir = cluster.workdir / "storage" / "streams" / stream
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         config = tamto_sdk.StreamConfig(retention_ms=1000)
         await client.streams.ensure(stream, partitions=1, config=config)
         await publish(client, stream, 6)
@@ -121,7 +121,7 @@ async def test_retention_bytes_moves_the_readable_range(retention_cluster: TestC
     cluster = retention_cluster
     stream = unique("sized")
     stream_dir = cluster.workdir / "storage" / "streams" / stream
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         config = tamto_sdk.StreamConfig(retention_bytes=RETENTION_BYTES)
         await client.streams.ensure(stream, partitions=1, config=config)
         async with client.producer(stream) as producer:
@@ -184,7 +184,7 @@ async def test_interest_retention_moves_the_readable_range(
     cluster = retention_cluster
     stream = unique("interest")
     stream_dir = cluster.workdir / "storage" / "streams" / stream
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         config = tamto_sdk.StreamConfig(retention_policy=tamto_sdk.RetentionPolicy.INTEREST)
         await client.streams.ensure(stream, partitions=1, config=config)
         async with client.consumer(stream, "everyone", start=Start.earliest()):

@@ -1,4 +1,4 @@
-"""Recovery within a second (issue 19): after a service killed with -9 is serving
+"""Recovery within a second: after a service killed with -9 is serving
 again, a long-lived SDK producer and consumer resume within 1 s (asserted with
 TAMTO_LONG_TESTS=1; CI asserts 5 s, see RESUME_S).
 
@@ -19,7 +19,7 @@ from tamto_testing.waiting import long_tests_enabled
 
 pytestmark = pytest.mark.e2e
 
-#: The bound of issue 19: every client resumes within this long of its peer serving again.
+#: The recovery bound: every client resumes within this long of its peer serving again.
 PROMISED_S = 1.0
 #: What a run asserts: the promise with TAMTO_LONG_TESTS=1; 5 s in CI, since the time
 #: includes a restarted router's claim and reopening of the partition and the consumer's
@@ -38,9 +38,7 @@ async def test_clients_resume_within_a_second_of_a_killed_service_serving_again(
     acked_at: list[float] = []
     received_at: list[float] = []
     stop = asyncio.Event()
-    async with await tamto_sdk.connect(
-        fresh_cluster.url, api_key=fresh_cluster.credential
-    ) as client:
+    async with tamto_sdk.connect(fresh_cluster.url, api_key=fresh_cluster.credential) as client:
         await client.streams.ensure("live", partitions=1)
 
         async def produce() -> None:

@@ -1,4 +1,4 @@
-"""A damaged replica is repaired from a healthy one, online (issue 17 Deliver 3).
+"""A damaged replica is repaired from a healthy one, online.
 
 Three storage nodes hold a stream with R = 3, Q = 2. One bit is flipped, while
 everything runs, in a file of the replica the partition's owner reads from: a
@@ -155,7 +155,7 @@ async def test_a_damaged_segment_is_served_from_a_healthy_replica_and_repaired(
 ) -> None:
     cluster = sealing_cluster
     stream = f"repair-{secrets.token_hex(3)}"
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await publish(client, stream)
 
         def sealed_everywhere() -> bool:
@@ -183,7 +183,7 @@ async def test_a_damaged_wal_frame_is_served_from_a_healthy_replica_and_repaired
 ) -> None:
     cluster = wal_cluster
     stream = f"repair-{secrets.token_hex(3)}"
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await publish(client, stream)
         damaged = read_replica(cluster, stream)
         wal_dir = cluster.data_dir(damaged) / "streams" / stream / "partition=0" / "_wal"

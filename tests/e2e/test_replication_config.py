@@ -1,4 +1,4 @@
-"""A stream's replication factor and ack quorum on a three-node cluster (issue 21):
+"""A stream's replication factor and ack quorum on a three-node cluster:
 the defaults follow the live storage nodes, and bad values are refused naming the
 field."""
 
@@ -22,7 +22,7 @@ async def test_replication_defaults_and_bounds_on_three_storage_nodes(
 ) -> None:
     cluster = TestCluster(tmp_path / "cluster", tamto_infra, nodes=3)
     with cluster.running():
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             name = f"replicated-{secrets.token_hex(3)}"
             created = await client.streams.ensure(name)
             assert created.stream.config.replication_factor == 3

@@ -121,7 +121,7 @@ async def test_one_unacked_message_among_a_million_retains_only_itself(
         retention_policy=tamto_sdk.RetentionPolicy.INTEREST,
         ack_timeout_ms=600_000,  # the unacked message is not redelivered during the test
     )
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(stream, partitions=1, config=config)
 
         async def sealed() -> bool:
@@ -163,7 +163,7 @@ async def test_one_unacked_message_among_a_million_retains_only_itself(
     cluster.kill9("router")
     cluster.start("storage", extra_env=STORAGE_ENV)
     cluster.start("router")
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         async with client.consumer(stream, "main") as consumer:
             redelivered = await consumer.receive_batch(max_messages=10, timeout_s=30)
             assert [m.offset for m in redelivered] == [KEPT]

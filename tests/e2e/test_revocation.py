@@ -1,4 +1,4 @@
-"""Revocation that means it (issue 17 Deliver 4): role and binding changes on every gateway.
+"""Revocation that means it: role and binding changes on every gateway.
 
 A gateway decides each call against its in-memory copy of the policy, which it
 reloads when auth announces a change on the bus (`tamto.events.auth.changed`)
@@ -147,7 +147,7 @@ async def bound_publisher(admin: tamto_sdk.Client, gateways: Gateways) -> Publis
     await admin.security.put_role(role, [Grant(Permission.PUBLISH, stream)])
     await admin.security.bind(identity, role)
     key = await admin.security.create_api_key(identity)
-    async with await tamto_sdk.connect(cluster.url, api_key=key.api_key) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=key.api_key) as client:
         token = (await client.security.token())[0]
     allowed = on_every_gateway(gateways, token, stream, True)
     await eventually(allowed, DEADLINE_S, "a new binding to be honoured on both gateways")

@@ -88,7 +88,7 @@ async def _set_up_matrix(cluster: TestCluster) -> Matrix:
             if grants:
                 await admin.security.put_role(f"matrix-{label}-{U}", grants)
                 await admin.security.bind(identity, f"matrix-{label}-{U}")
-            async with await tamto_sdk.connect(cluster.url, api_key=key.api_key) as client:
+            async with tamto_sdk.connect(cluster.url, api_key=key.api_key) as client:
                 tokens[label] = (await client.security.token())[0]
     return Matrix(tokens)
 
@@ -140,11 +140,7 @@ async def attempt(
                 timeout=10,
             )
         elif operation == "consume":
-            refusal = await consume_once(stub, md, stream, with_credit=True)
-            if refusal is not None and refusal.code() == grpc.StatusCode.INTERNAL:
-                # The credit write raced the server's refusal and gRPC failed the call
-                # locally; without it, the refusal itself is what the client sees.
-                refusal = await consume_once(stub, md, stream, with_credit=False)
+            refusal = await consume_once(stub, md, stream)
             if refusal is not None:
                 return refusal
         elif operation == "ensure":
@@ -168,10 +164,9 @@ async def attempt(
     return None
 
 
-async def consume_once(
-    stub: gateway_pb2_grpc.GatewayStub, md: Any, stream: str, with_credit: bool
-) -> Refusal | None:
-    """Subscribe (and grant one credit): None if a message came, else the refusal."""
+async def consume_once(stub: gateway_pb2_grpc.GatewayStub, md: Any, stream: str) -> Refusal | None:
+    """Subscribe and grant one credit at once (as the SDK does): None if a message
+    came, else the refusal (sent in-band first, then as the stream's status)."""
     call = stub.Consume(metadata=md, timeout=10)
     try:
         await call.write(
@@ -179,12 +174,14 @@ async def consume_once(
                 subscribe=messages_pb2.Subscribe(stream=stream, subscription="matrix")
             )
         )
-        if with_credit:
-            with contextlib.suppress(asyncio.InvalidStateError, grpc.aio.AioRpcError):
-                await call.write(
-                    messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=1))
-                )
+        with contextlib.suppress(asyncio.InvalidStateError, grpc.aio.AioRpcError):
+            await call.write(messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=1)))
         response = await call.read()  # the seeded message, or the refusal
+        if response is not grpc.aio.EOF and response.WhichOneof("response") == "error":
+            await call.done_writing()
+            while await call.read() is not grpc.aio.EOF:
+                pass
+            response = grpc.aio.EOF
     except grpc.aio.AioRpcError as exc:
         return Refusal(exc.code(), exc.details() or "")
     code = await call.code() if response is grpc.aio.EOF else grpc.StatusCode.OK
@@ -264,7 +261,7 @@ async def test_policy_change_applies_within_a_second(
         await admin.security.create_identity(identity)
         key = await admin.security.create_api_key(identity)
         await admin.security.put_role(role, [Grant(Permission.PUBLISH, stream)])
-        async with await tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as client:
+        async with tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as client:
             token = (await client.security.token())[0]
         denied = await attempt(stub, token, "publish", stream)
         assert denied is not None
@@ -316,14 +313,14 @@ async def test_api_key_lifecycle(tamto_cluster: TestCluster) -> None:
         with pytest.raises(tamto_sdk.Unauthenticated, match="invalid API key"):
             await tamto_sdk.connect(tamto_cluster.url, api_key=first.api_key)
         await admin.security.set_api_key_disabled(first.info.key_id, False)
-        async with await tamto_sdk.connect(tamto_cluster.url, api_key=first.api_key) as client:
+        async with tamto_sdk.connect(tamto_cluster.url, api_key=first.api_key) as client:
             assert (await client.security.whoami()).subject == identity
 
         rotated = await admin.security.rotate_api_key(second.info.key_id)
         assert rotated.info.identity == identity
         with pytest.raises(tamto_sdk.Unauthenticated, match="invalid API key"):
             await tamto_sdk.connect(tamto_cluster.url, api_key=second.api_key)
-        async with await tamto_sdk.connect(tamto_cluster.url, api_key=rotated.api_key) as client:
+        async with tamto_sdk.connect(tamto_cluster.url, api_key=rotated.api_key) as client:
             assert (await client.security.whoami()).subject == identity
 
         with pytest.raises(tamto_sdk.AlreadyExists):
@@ -385,7 +382,7 @@ async def test_denials_logins_and_admin_actions_are_audited(
             await admin.streams.ensure(stream)
             await admin.security.create_identity(identity)
             key = await admin.security.create_api_key(identity)
-        async with await tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as client:
+        async with tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as client:
             token = (await client.security.token())[0]
         error = await attempt(stub, token, "publish", stream)
         assert error is not None
@@ -443,7 +440,7 @@ async def test_api_keys_never_in_logs_audit_or_etcd(
         await admin.security.create_identity(identity)
         key = await admin.security.create_api_key(identity)
         rotated = await admin.security.rotate_api_key(key.info.key_id)
-    async with await tamto_sdk.connect(tamto_cluster.url, api_key=rotated.api_key):
+    async with tamto_sdk.connect(tamto_cluster.url, api_key=rotated.api_key):
         pass
     with pytest.raises(tamto_sdk.Unauthenticated):
         await tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key)
@@ -540,7 +537,7 @@ async def test_bad_tokens_are_unauthenticated(
     assert info.value.details() == message
 
 
-# -- Revocation of API keys (issue 17 Found 5 / Deliver 4) ----------------------
+# -- Revocation of API keys ----------------------
 
 #: The promise is 2 s (measured 0.02-0.05 s); the time includes the admin RPC and two
 #: publishes per poll, which a loaded 2-core CI machine can hold for seconds, so CI
@@ -568,7 +565,7 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
         keys = [await admin.security.create_api_key(identity) for _ in range(3)]
         tokens = []
         for key in keys:
-            async with await tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as client:
+            async with tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as client:
                 tokens.append((await client.security.token())[0])
         for token in tokens:
             assert await attempt(stub, token, "publish", stream) is None
@@ -598,7 +595,7 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
         new = await admin.security.rotate_api_key(rotated)
         await refused_within_2s(tokens[1], rotated)
         assert time.monotonic() - began < REVOKED_WITHIN_S
-        async with await tamto_sdk.connect(tamto_cluster.url, api_key=new.api_key) as client:
+        async with tamto_sdk.connect(tamto_cluster.url, api_key=new.api_key) as client:
             fresh = (await client.security.token())[0]
         assert await attempt(stub, fresh, "publish", stream) is None, "the new key's token works"
 
@@ -613,7 +610,7 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
         assert deleted not in {k.key_id for k in listed.keys}
         with pytest.raises(tamto_sdk.NotFound, match=f"no API key with id {deleted}"):
             await admin.security.delete_api_key(deleted)
-        async with await tamto_sdk.connect(tamto_cluster.url, api_key=new.api_key) as client:
+        async with tamto_sdk.connect(tamto_cluster.url, api_key=new.api_key) as client:
             with pytest.raises(tamto_sdk.PermissionDenied):
                 await client.security.delete_api_key(new.info.key_id)
 

@@ -1,4 +1,5 @@
-"""External OIDC issuers, TLS with mTLS between services, and the plaintext-on-TLS error."""
+"""External OIDC issuers (at the gateway and, for the direct path, at routers), TLS with
+mTLS between services, and the plaintext-on-TLS error."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.processes import wait_for
 from tamto_testing.waiting import eventually
+
+from .test_direct_path import lookup, router_publish
 
 pytestmark = pytest.mark.e2e
 
@@ -109,7 +112,7 @@ async def test_external_oidc_issuers_from_a_file_and_a_url(
     try:
         start_cluster(cluster, {"TAMTO_GATEWAY_OIDC_ISSUERS_FILE": str(issuers_file)})
         stream, role = unique("oidc"), unique("oidc-role")
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
             await admin.streams.ensure(stream)
             await admin.security.put_role(role, [Grant(Permission.PUBLISH, stream)])
             await admin.security.bind("corp:alice", role)
@@ -166,6 +169,50 @@ async def test_external_oidc_issuers_from_a_file_and_a_url(
         cluster.stop_all()
 
 
+async def test_a_router_accepts_an_external_issuers_token_on_the_direct_path(
+    tamto_infra: Infra, tmp_path: Path
+) -> None:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    jwks_file = tmp_path / "corp-jwks.json"
+    jwks_file.write_text(json.dumps({"keys": [public_jwk(key, "corp-1", "RS256")]}))
+    issuers_file = tmp_path / "issuers.json"
+    corp = {"name": "corp", "issuer": "https://login.corp.test", "audience": "tamto"}
+    issuers_file.write_text(json.dumps([{**corp, "jwks_file": str(jwks_file)}]))
+    cluster = TestCluster(tmp_path / "cluster", tamto_infra)
+    # One setting for both (the shared environment): gateways and routers verify alike.
+    trusted = {"TAMTO_OIDC_ISSUERS_FILE": str(issuers_file)}
+    try:
+        for name in SERVICES:
+            cluster.start(name, extra_env=trusted if name in ("gateway", "router") else None)
+        stream, role = unique("oidc-direct"), unique("oidc-direct-role")
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
+            await admin.streams.ensure(stream)
+            await admin.security.put_role(role, [Grant(Permission.PUBLISH, stream)])
+            await admin.security.bind("corp:alice", role)
+
+        def token_of(sub: str, audience: str = "tamto") -> str:
+            return id_token(key, "corp-1", "RS256", corp["issuer"], audience, sub)
+
+        # The gateway names the owner; the owner takes the publish with the same token.
+        owner = (await lookup(cluster, token_of("alice"), stream))[0]
+        assert owner == cluster.address("router")
+        assert await router_publish(owner, token_of("alice"), stream, 0) is None
+        # The router checks the token and the permission as the gateway does.
+        wrong_audience = await router_publish(owner, token_of("alice", "other"), stream, 0)
+        assert wrong_audience is not None
+        assert wrong_audience.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert wrong_audience.details() == "token audience mismatch"
+        stranger = await router_publish(owner, token_of("mallory"), stream, 0)
+        assert stranger is not None
+        assert stranger.code() == grpc.StatusCode.PERMISSION_DENIED
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
+            async with admin.consumer(stream, "check") as consumer:
+                (message,) = await consumer.receive_batch(max_messages=10, timeout_s=30)
+        assert message.payload == b"x"
+    finally:
+        cluster.stop_all()
+
+
 def test_bad_oidc_configuration_stops_the_gateway_with_one_line(
     tamto_infra: Infra, tmp_path: Path
 ) -> None:
@@ -205,7 +252,7 @@ async def test_tls_cluster_publishes_and_consumes_over_mtls(tls_cluster: TestClu
     assert tls_cluster.url.startswith("tamtos://")
     options = ClientOptions(root_certificates=tls_cluster.ca_file.read_bytes())
     stream = unique("tls")
-    async with await tamto_sdk.connect(
+    async with tamto_sdk.connect(
         tls_cluster.url, api_key=tls_cluster.credential, options=options
     ) as client:
         await client.streams.ensure(stream, partitions=2)

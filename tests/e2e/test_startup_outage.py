@@ -1,4 +1,4 @@
-"""A service started while etcd and NATS are down serves as soon as they are back (issue 19).
+"""A service started while etcd and NATS are down serves as soon as they are back.
 
 Before, a starting service gave up on etcd after 10 s, or on its first failed
 etcd write, and exited: in a fault campaign a restarted auth took 58 s to
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.e2e
 
 #: How long the service used to wait for etcd before exiting.
 OLD_GIVE_UP_S = 10.0
-#: Serving after NATS answers again: issue 19's 1 s with TAMTO_LONG_TESTS=1; in CI,
+#: Serving after NATS answers again: the 1 s with TAMTO_LONG_TESTS=1; in CI,
 #: generous, as the test shares a loaded 2-core machine with the rest of the suite.
 SERVES_WITHIN_S = 1.0 if long_tests_enabled() else 10.0
 

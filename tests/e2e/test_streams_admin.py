@@ -320,7 +320,7 @@ def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
     described = cli(tamto_cluster, "describe", name, "--json")
     assert described.returncode == 0, described.stderr
     definition = json.loads(described.stdout)
-    # Beside the definition, each partition's stats (issue 24): nothing published yet.
+    # Beside the definition, each partition's stats: nothing published yet.
     stats = definition.pop("stats")
     assert [(p["partition"], p["messages"], p["end_offset"]) for p in stats] == [
         (0, 0, 0),

@@ -1,6 +1,6 @@
 """Subscribe's fields, consumer limits and the empty-key login, against real services.
 
-Issue 17 Found 6 and Deliver 2: a start time of -1 or 2^63-1, `partitions:
+A start time of -1 or 2^63-1, `partitions:
 [0, 0, 0]` and a 10 KiB consumer name were accepted silently, an empty API key
 was refused without an audit record, and nothing bounded the consumers of one
 subscription or one connection.
@@ -102,7 +102,7 @@ def stream(cluster: TestCluster) -> str:
     name = unique("checked")
 
     async def make() -> None:
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             await client.streams.ensure(name, partitions=2)
 
     asyncio.run(make())

@@ -1,4 +1,4 @@
-"""Subscription administration, stream stats and peek end to end (issue 24 Deliver 1-2):
+"""Subscription administration, stream stats and peek end to end:
 lag numbers that match what was published and acked, skip, seek (to a time, an
 offset, from a live consumer), delete, and the statuses bad input gets."""
 
@@ -184,7 +184,7 @@ async def test_bad_input_gets_a_precise_status(
     key = await tamto_client.security.create_api_key(identity)
     await tamto_client.security.put_role(role, [Grant(Permission.PUBLISH, stream)])
     await tamto_client.security.bind(identity, role)
-    async with await tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as publisher:
+    async with tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key) as publisher:
 
         async def may_publish() -> bool:
             try:

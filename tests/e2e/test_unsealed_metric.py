@@ -37,7 +37,7 @@ async def check_the_gauge(cluster: TestCluster) -> None:
     storage = (await own_members(cluster))["storage"]
     urls = [f"http://{storage.metrics_address}/metrics"]
     assert await unsealed_bytes(urls) == 0, "nothing published yet"
-    async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(STREAM, partitions=2)
         async with client.producer(STREAM) as producer:
             await producer.send_batch([b"x" * 100] * TOTAL)

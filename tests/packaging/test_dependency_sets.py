@@ -23,7 +23,14 @@ from packaging.requirements import Requirement
 
 from tests.packaging.test_sdk_wheel import run, uv
 
-SERVER_PACKAGES = {"tamto-local", "tamto-gateway", "tamto-router", "tamto-storage", "tamto-auth"}
+SERVER_PACKAGES = {
+    "tamto-local",
+    "tamto-gateway",
+    "tamto-router",
+    "tamto-storage",
+    "tamto-auth",
+    "tamto-processing",
+}
 
 
 def wheel_requirements(package: str, out: Path) -> list[Requirement]:
@@ -76,7 +83,15 @@ def test_tamto_spark_charts_are_an_extra(tmp_path: Path) -> None:
 
 CLIENT_ONLY = """
 import importlib.abc, sys
-BLOCKED = {"tamto_local", "tamto_gateway", "tamto_router", "tamto_storage", "tamto_auth", "tamto_bench"}
+BLOCKED = {
+    "tamto_local",
+    "tamto_gateway",
+    "tamto_router",
+    "tamto_storage",
+    "tamto_auth",
+    "tamto_processing",
+    "tamto_bench",
+}
 
 class Uninstalled(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):

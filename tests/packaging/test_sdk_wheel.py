@@ -28,7 +28,7 @@ import tamto_sdk
 from tamto_sdk import Start
 
 async def main(url: str, key: str) -> None:
-    async with await tamto_sdk.connect(url, api_key=key) as client:
+    async with tamto_sdk.connect(url, api_key=key) as client:
         await client.streams.ensure("wheel-test", partitions=1)
         async with client.producer("wheel-test") as producer:
             for i in range(3):

@@ -1,9 +1,9 @@
 """The Prometheus alert rules in infra/prometheus are valid, fire when they should, and
-name only metrics Tamto exports (issue 19: what is alert-worthy after faults); the
+name only metrics Tamto exports (what is alert-worthy after faults); the
 Prometheus configs beside them are valid.
 
 `promtool` comes from Debian's `prometheus` package (.ci/run installs it); without it
-the promtool checks skip, saying so.
+the promtool checks skip, saying so (and fail under CI=true: `tamto_testing.needs`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import subprocess
 
 import pytest
 
+from tamto_testing.needs import missing
+
 from .infra_queries import ROOT, tamto_metrics, unexported
 
 RULES = ROOT / "infra" / "prometheus"
@@ -22,7 +24,7 @@ RULES = ROOT / "infra" / "prometheus"
 def promtool(*args: str) -> subprocess.CompletedProcess[str]:
     tool = shutil.which("promtool")
     if tool is None:
-        pytest.skip("promtool not installed (Debian package prometheus; .ci/run installs it)")
+        missing("promtool not installed (Debian package prometheus; .ci/run installs it)")
     return subprocess.run(
         [tool, *args], cwd=RULES, capture_output=True, text=True, check=False, timeout=120
     )

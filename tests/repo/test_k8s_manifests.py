@@ -27,6 +27,7 @@ from tamto_auth.config import AuthConfig
 from tamto_gateway.config import GatewayConfig
 from tamto_router.config import RouterConfig
 from tamto_storage.config import StorageConfig
+from tamto_testing.needs import missing
 
 from .infra_queries import ROOT
 
@@ -51,7 +52,7 @@ Obj = dict[str, Any]
 def render(kustomization: str) -> list[Obj]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.skip("kubectl not installed (its kustomize renders infra/k8s)")
+        missing("kubectl not installed (its kustomize renders infra/k8s)")
     done = subprocess.run(
         [kubectl, "kustomize", str(K8S / kustomization)],
         capture_output=True,

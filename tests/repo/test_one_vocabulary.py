@@ -1,4 +1,4 @@
-"""Server and SDK name one concept with one type (issue 20: `Permission` was defined
+"""Server and SDK name one concept with one type (`Permission` was defined
 twice and the error names had drifted, `DataCorruption` vs `DataLoss`)."""
 
 from __future__ import annotations

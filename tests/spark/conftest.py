@@ -37,9 +37,7 @@ def sealing_cluster(
 
 @pytest.fixture
 async def client(sealing_cluster: TestCluster) -> AsyncIterator[tamto_sdk.Client]:
-    async with await tamto_sdk.connect(
-        sealing_cluster.url, api_key=sealing_cluster.credential
-    ) as c:
+    async with tamto_sdk.connect(sealing_cluster.url, api_key=sealing_cluster.credential) as c:
         yield c
 
 

@@ -1,4 +1,4 @@
-"""examples/spark_source.py runs to its `ok` against a real system (issue 24, Deliver 5).
+"""examples/spark_source.py runs to its `ok` against a real system.
 
 It runs in this process, so it reuses the test run's one SparkSession (a
 program of its own would start a JVM of its own, ~1 minute here); its storage

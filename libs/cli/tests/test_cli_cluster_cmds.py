@@ -89,5 +89,7 @@ async def test_status_notes_a_drained_router_whatever_its_health() -> None:
     storage = Member("storage", "storage-2", "127.0.0.1:3", "127.0.0.1:4", "test", 1, 0.0)
     rows = [(router, "UNREACHABLE"), (storage, "UNREACHABLE")]
     notes = await fetch_notes(rows, frozenset({"router-2", "storage-2"}))
-    assert notes == {router.key: "drained (tamto node undrain)"}
-    assert await fetch_notes(rows) == {}
+    # (A storage node that does not answer is noted so, drained or not.)
+    hung = {storage.key: "not answering (hung?)"}
+    assert notes == {router.key: "drained (tamto node undrain)", **hung}
+    assert await fetch_notes(rows) == hung

@@ -1,5 +1,5 @@
 """`tamto sub VERB` reaches the subscription verbs while `tamto sub STREAM` still
-consumes, and peeked messages print as `tamto sub` prints them (issue 24)."""
+consumes, and peeked messages print as `tamto sub` prints them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`KeptLease.valid`: an owner knows when etcd may have let its lease expire (issue 19).
+"""`KeptLease.valid`: an owner knows when etcd may have let its lease expire.
 
 While etcd cannot be reached the lease is not renewed; it stays valid for at most
 the TTL counted from the last refresh etcd answered (from when it was sent), so

@@ -1,6 +1,6 @@
 """A lease kept on its own thread survives an event loop held longer than its TTL.
 
-Issue 17: a router whose event loop was saturated by a crowd of consumers
+A router whose event loop was saturated by a crowd of consumers
 missed its etcd keep-alive and lost its ownership lease and its registration.
 With `endpoints`, `KeptLease` refreshes from a thread with its own loop and etcd
 connection; the same hold loses an in-loop lease (checked too, so the test

@@ -1,4 +1,4 @@
-"""`MemberDirectory` sees a service come back at once (issue 19).
+"""`MemberDirectory` sees a service come back at once.
 
 A storage node killed for longer than the lease TTL loses its key; the routers'
 directories must see its restart within a tenth of a second, not at their next

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tamto_common.errors import InvalidArgument
 from tamto_common.policy import (
@@ -87,3 +91,21 @@ def test_binding_key_encodes_subject() -> None:
 def test_role_json_round_trip() -> None:
     role = Role("r", (Grant(Permission.CONSUME, "a.*"), Grant(Permission.ADMIN, "*")))
     assert Role.from_json(role.to_json()) == role
+
+
+@pytest.mark.timeout(20)
+def test_a_pattern_of_many_stars_is_matched_in_polynomial_time() -> None:
+    grant = Grant(Permission.CONSUME, "a*" * 60 + "b")
+    assert not grant.covers(Permission.CONSUME, "a" * 255)
+    assert grant.covers(Permission.CONSUME, "a" * 70 + "b")
+
+
+@settings(max_examples=500, derandomize=True, deadline=None)
+@given(
+    pattern=st.text(alphabet="ab*", min_size=1, max_size=8),
+    stream=st.text(alphabet="ab", max_size=10),
+)
+def test_pattern_matching_agrees_with_the_regular_expression(pattern: str, stream: str) -> None:
+    regex = ".*".join(re.escape(part) for part in pattern.split("*"))
+    expected = re.fullmatch(regex, stream) is not None
+    assert Grant(Permission.CONSUME, pattern).covers(Permission.CONSUME, stream) == expected

@@ -1,6 +1,6 @@
 """Tamto's gRPC servers keep a burst of new calls waiting instead of resetting them.
 
-Issue 17's crowd: 10,000 consumers attaching at once had 0-7,259 streams reset
+The crowd: 10,000 consumers attaching at once had 0-7,259 streams reset
 per run (CANCELLED "CANCELLED", INTERNAL "Internal error from Core") before the
 gateway's handler ever saw them: gRPC's Python server takes accepted calls from
 its event loop one at a time, and gRPC core refuses calls waiting beyond its

@@ -1,5 +1,5 @@
 """`until_reachable`: a starting service retries what says "not reachable now", quickly and
-boundedly, and surfaces anything else at once (issue 19)."""
+boundedly, and surfaces anything else at once."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import grpc
 import pytest
 
 from tamto_common import grpc_errors
-from tamto_common.errors import NotFound
+from tamto_common.errors import InvalidArgument, NotFound
 from tamto_common.grpc_errors import RPC_SECONDS, TranslateErrorsInterceptor
 
 METHOD = "/tamto.test.Echo/Echo"
@@ -31,7 +31,20 @@ def count(code: str) -> float:
 async def echo(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
     if request == b"missing":
         raise NotFound("no such thing")
+    if request.startswith(b"long:"):  # a message of that many characters, each 2 bytes
+        raise InvalidArgument("\u00e9" * int(request[5:]))
     return request
+
+
+async def serving_echo() -> tuple[grpc.aio.Server, int]:
+    server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
+    handler = grpc.unary_unary_rpc_method_handler(echo)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("tamto.test.Echo", {"Echo": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, port
 
 
 async def test_calls_are_timed_and_translated_with_one_wrapped_handler(
@@ -45,13 +58,7 @@ async def test_calls_are_timed_and_translated_with_one_wrapped_handler(
         return real_wrap(handler, method)
 
     monkeypatch.setattr(grpc_errors, "_wrap", counting_wrap)
-    server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
-    handler = grpc.unary_unary_rpc_method_handler(echo)
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("tamto.test.Echo", {"Echo": handler}),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
+    server, port = await serving_echo()
     ok_before, not_found_before = count("OK"), count("NOT_FOUND")
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -67,3 +74,23 @@ async def test_calls_are_timed_and_translated_with_one_wrapped_handler(
     assert count("OK") - ok_before == 5
     assert count("NOT_FOUND") - not_found_before == 1
     assert wraps == [METHOD], "the method's handler is wrapped once for all six calls"
+
+
+async def test_an_error_of_any_length_arrives_with_its_status_and_a_capped_message() -> None:
+    server, port = await serving_echo()
+    answers: dict[int, tuple[grpc.StatusCode, str]] = {}
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary(METHOD)
+            for length in (10, 1_000_000):
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await call(b"long:%d" % length, timeout=10)
+                answers[length] = (info.value.code(), info.value.details() or "")
+    finally:
+        await server.stop(None)
+    assert answers[10] == (grpc.StatusCode.INVALID_ARGUMENT, "\u00e9" * 10)
+    code, details = answers[1_000_000]
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, (code, details[:200])
+    assert details.startswith("\u00e9" * 700)
+    assert details.endswith("more characters)")
+    assert len(details.encode()) <= grpc_errors.MAX_ERROR_MESSAGE_BYTES

@@ -1,5 +1,5 @@
 """The launcher's development credential: made once, atomically; an empty or damaged one is
-refused with its path, never handed out as a blank API key (issue 19: after a power cut
+refused with its path, never handed out as a blank API key (after a power cut
 `tamto up` printed an empty key)."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from tamto_common.dev_credential import load_dev_credential
 from tamto_common.durable import DamagedFile
 from tamto_local.cluster import LaunchError, dev_credential
 from tamto_local.tls import ensure_dev_pki
+from tamto_testing.needs import needs
 from tamto_testing.power_loss import PowerLossDisk, unavailable_reason
 
 
@@ -48,7 +49,7 @@ def test_an_empty_development_tls_file_is_named_not_used(tmp_path: Path) -> None
         ensure_dev_pki(tmp_path / "tls", names=("gateway",))
 
 
-@pytest.mark.skipif(unavailable_reason() is not None, reason=f"no FUSE: {unavailable_reason()}")
+@needs(unavailable_reason())
 def test_the_credential_survives_a_power_cut_right_after_it_was_made(tmp_path: Path) -> None:
     # The issue's symptom: after a cut the file was empty and `tamto up` printed an empty key.
     disk = PowerLossDisk(tmp_path / "backing", tmp_path / "data")

@@ -1,5 +1,5 @@
-"""`decode_column` reads one column of a stored batch as `decode_batch` would (issue 19:
-the dedup window's rebuild reads the ids of thousands of small batches)."""
+"""`decode_column` reads one column of a stored batch as `decode_batch` would (the
+dedup window's rebuild reads the ids of thousands of small batches)."""
 
 from __future__ import annotations
 

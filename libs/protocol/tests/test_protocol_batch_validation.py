@@ -1,4 +1,4 @@
-"""`validate_batch` refuses every batch whose Arrow buffers lie, naming the column (issue 17)."""
+"""`validate_batch` refuses every batch whose Arrow buffers lie, naming the column."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tamto_protocol.batch import (
     validate_batch,
 )
 from tamto_testing.crafted_batches import CRAFTED, ROWS, valid_batch
+from tamto_testing.hostile_requests import huge_schema_batch
 
 
 def test_the_valid_base_batch_passes() -> None:
@@ -83,3 +84,13 @@ def test_slicing_a_lying_batch_is_refused_rather_than_copying_memory() -> None:
         sliced.column("payload").to_pylist()
         == decode_batch(valid_batch()).column("payload").to_pylist()[ROWS - 7 :]
     )
+
+
+def test_a_huge_schema_is_refused_with_a_short_message_naming_the_column() -> None:
+    data = huge_schema_batch()
+    with pytest.raises(BatchFormatError) as refused:
+        validate_batch(data, 1, 0)
+    message = str(refused.value)
+    assert "column 'key' has type struct<field_with_a_long_name_000000" in message
+    assert "more characters), expected binary" in message
+    assert len(message) < 500, len(message)

@@ -30,3 +30,21 @@ def test_publish_ephemeral_request_matches_protobuf(
     assert publish_ephemeral_request(stream, topic, data, count, call_id) == expected
     # A pyarrow buffer (what the SDK's IPC writer returns) is written the same.
     assert publish_ephemeral_request(stream, topic, pa.py_buffer(data), count, call_id) == expected
+
+
+def test_further_runs_are_written_as_the_generated_message_does() -> None:
+    runs = [("orders.us", b"u" * 200, 3), ("", b"", 0), ("audit", b"a", 1)]
+    expected = gateway_pb2.PublishEphemeralRequest(
+        stream="s",
+        topic="orders.eu",
+        batch=messages_pb2.RecordBatch(arrow_ipc=b"e", count=1),
+        more_runs=[
+            gateway_pb2.EphemeralRun(topic=t, batch=messages_pb2.RecordBatch(arrow_ipc=d, count=c))
+            for t, d, c in runs
+        ],
+        call_id=5,
+    ).SerializeToString()
+    written = publish_ephemeral_request(
+        "s", "orders.eu", b"e", 1, 5, more_runs=[(t, pa.py_buffer(d), c) for t, d, c in runs]
+    )
+    assert written == expected

@@ -23,7 +23,7 @@ from tamto_sdk import (
 
 
 async def test_connect_authenticates_and_sends_bearer_token(gateway: FakeGateway) -> None:
-    async with await connect(gateway.url, api_key=API_KEY, options=FAST) as client:
+    async with connect(gateway.url, api_key=API_KEY, options=FAST) as client:
         assert gateway.auth_calls == 1
         await client.streams.ensure("orders", partitions=3)
         await client.streams.describe("orders")
@@ -39,7 +39,7 @@ async def test_connect_authenticates_and_sends_bearer_token(gateway: FakeGateway
 
 async def test_bare_host_port_url_is_accepted(gateway: FakeGateway) -> None:
     bare = gateway.url.removeprefix("tamto://")
-    async with await connect(bare, api_key=API_KEY, options=FAST) as client:
+    async with connect(bare, api_key=API_KEY, options=FAST) as client:
         assert await client.streams.list() == []
 
 
@@ -65,7 +65,7 @@ async def test_reauthenticates_once_when_token_is_rejected(
 
 async def test_renews_token_before_expiry(gateway: FakeGateway) -> None:
     gateway.token_ttl_s = 10  # within the 30 s refresh margin: every call renews first
-    async with await connect(gateway.url, api_key=API_KEY, options=FAST) as client:
+    async with connect(gateway.url, api_key=API_KEY, options=FAST) as client:
         await client.streams.list()
         await client.streams.list()
     assert gateway.auth_calls == 3

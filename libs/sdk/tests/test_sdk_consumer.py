@@ -258,7 +258,7 @@ async def test_nack_of_a_batch(client: Client, gateway: FakeGateway) -> None:
 async def test_nack_does_not_wait_for_the_ack_linger(gateway: FakeGateway) -> None:
     gateway.add_stream("s", 1)
     options = dataclasses.replace(FAST, ack_linger_s=60)
-    async with await connect(gateway.url, api_key=API_KEY, options=options) as client:
+    async with connect(gateway.url, api_key=API_KEY, options=options) as client:
         await _publish(client, "s", 2)
         async with client.consumer("s", "sub") as consumer:
             batch = await consumer.receive_batch(2, timeout_s=5)

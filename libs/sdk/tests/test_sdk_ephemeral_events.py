@@ -1,4 +1,4 @@
-"""A subscription takes several deliveries per SubscribeEphemeral event (issue 23: one
+"""A subscription takes several deliveries per SubscribeEphemeral event (one
 gRPC message per delivery cost the gateway and the subscriber more than the rest of a
 request/reply round trip) and hands them out one batch at a time, in order."""
 

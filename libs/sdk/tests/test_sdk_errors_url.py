@@ -42,6 +42,24 @@ def test_from_rpc_error_maps_statuses(
     assert error.__cause__ is source
 
 
+def test_unavailable_marked_no_responders_is_no_responders() -> None:
+    """A request nobody consumes ends UNAVAILABLE with trailing metadata naming it."""
+    marked = grpc.aio.AioRpcError(
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata(("tamto-no-responders", "1")),
+        details="no responders: nobody consumes topic 'a'",
+    )
+    error = errors.from_rpc_error(marked)
+    assert type(error) is errors.NoResponders
+    assert isinstance(error, errors.Unavailable)
+    assert error.code == "UNAVAILABLE"
+    assert "nobody consumes" in str(error)
+    assert (
+        type(errors.from_rpc_error(_rpc_error(grpc.StatusCode.UNAVAILABLE))) is errors.Unavailable
+    )
+
+
 def test_unknown_status_is_internal_but_keeps_its_code() -> None:
     error = errors.from_rpc_error(_rpc_error(grpc.StatusCode.UNIMPLEMENTED))
     assert isinstance(error, errors.Internal)

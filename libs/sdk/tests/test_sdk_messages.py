@@ -1,4 +1,4 @@
-"""Unit tests of the per-message consuming path (issue 22): `Message` as a lazy view of
+"""Unit tests of the per-message consuming path: `Message` as a lazy view of
 one row of its batch, `MessageBatch` iteration, and `Consumer.ack` recording a run of
 consecutive offsets in place. No server: batches go straight into a consumer's buffer."""
 
@@ -14,6 +14,7 @@ import pytest
 from sdk_iteration_bench import make_batch
 
 from tamto_protocol.batch import BATCH_SCHEMA
+from tamto_protocol.limits import MAX_RANGES_PER_REQUEST
 from tamto_sdk import ClientOptions, Closed, InvalidArgument, Message, MessageBatch
 from tamto_sdk._calls import Calls
 from tamto_sdk.columns import message_columns
@@ -153,6 +154,17 @@ async def test_acking_message_by_message_sends_runs_of_offsets() -> None:
     c.ack(seen[3])  # again: already sent, acked twice is harmless
     assert taken_ranges(c) == {0: [(3, 3), (7, 7)]}
     assert taken_ranges(c) == {}
+
+
+def test_acks_over_the_servers_limit_go_in_several_requests() -> None:
+    c = consumer()
+    n = MAX_RANGES_PER_REQUEST + 5
+    for i in range(n):
+        c._add_ack(0, 2 * i, 2 * i)  # n disjoint ranges on one partition
+    requests = c._take_acks()
+    assert [len(r.ack.ranges) for r in requests] == [MAX_RANGES_PER_REQUEST, 5]
+    sent = [(x.first, x.last) for r in requests for x in r.ack.ranges]
+    assert sent == [(2 * i, 2 * i) for i in range(n)]
 
 
 async def test_ack_checks_the_stream_and_a_closed_consumer() -> None:

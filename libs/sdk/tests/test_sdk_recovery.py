@@ -1,4 +1,4 @@
-"""Recovery (issue 19): the SDK's retry policy and its channel's reconnect backoff.
+"""Recovery: the SDK's retry policy and its channel's reconnect backoff.
 
 A gateway that went away and came back is reached again within a second; the
 backoff between retries is full jitter, capped; errors that retrying cannot fix

@@ -12,9 +12,10 @@ import time
 
 import pytest
 
+from tamto_testing.needs import needs
 from tamto_testing.netns import Netns, unavailable
 
-pytestmark = pytest.mark.skipif(unavailable() is not None, reason=unavailable() or "")
+pytestmark = needs(unavailable())
 
 #: Connects from inside the namespace to argv[1]:argv[2]; exit 0 when it could.
 CONNECT = """

@@ -10,11 +10,10 @@ from pathlib import Path
 import pytest
 
 from tamto_common.durable import write_atomic
+from tamto_testing.needs import needs
 from tamto_testing.power_loss import PowerLossDisk, unavailable_reason
 
-pytestmark = pytest.mark.skipif(
-    unavailable_reason() is not None, reason=f"FUSE unusable here: {unavailable_reason()}"
-)
+pytestmark = needs(unavailable_reason())
 
 
 def fsync_path(path: Path) -> None:

@@ -1,6 +1,6 @@
 """The gateway bounds how many consume sessions open or cancel router streams at once.
 
-Issue 17: 10,000 consumers attaching to one subscription made the gateway's
+10,000 consumers attaching to one subscription made the gateway's
 event loop set up thousands of router calls at once, and publishes waited up to
 14 s behind them. `Upstream.consume_setups` lets only a few sessions do it at a
 time; these tests check the bound holds and that a session cancelled while

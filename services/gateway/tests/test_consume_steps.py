@@ -1,6 +1,6 @@
 """The gateway counts its Consume handlers by step (`tamto_gateway_consume_handlers`).
 
-Issue 17's crowd: a consumer of 10,000 never attached, and the count by step told
+The crowd: a consumer of 10,000 never attached, and the count by step told
 that its stream never reached the gateway's handler at all (every handler was
 `serving`, one fewer than the client's streams): see docs/testing.md, crowds.
 """

@@ -18,15 +18,9 @@ from nats.aio.client import Client as NatsClient
 from tamto_common.errors import NotFound
 from tamto_common.streams import StreamDef
 from tamto_common.topics import TopicPattern
-from tamto_gateway.ephemeral import (
-    COUNT_HEADER,
-    ORIGIN_HEADER,
-    SERVED_HEADER,
-    EphemeralConsumer,
-    EphemeralHub,
-    encode_delivery,
-)
-from tamto_gateway.requests import RequestBroker
+from tamto_gateway.ephemeral import COUNT_HEADER, ORIGIN_HEADER, SERVED_HEADER, EphemeralHub
+from tamto_gateway.ephemeral_consumer import EphemeralConsumer, encode_delivery
+from tamto_gateway.requests import RequestBroker, RequestOptions
 from tamto_protocol.batch import encode_record_batch, make_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk.columns import binary_array
@@ -108,7 +102,7 @@ async def test_a_batch_reaches_this_gateways_consumers_without_the_bus(
         assert subject.startswith(f"tamto.eph.{stream.name}.orders.eu")
         assert headers[ORIGIN_HEADER] == hub._id
         assert headers[COUNT_HEADER] == "1"
-        assert headers[SERVED_HEADER] == "billing/orders.*"
+        assert headers[SERVED_HEADER] == "billing"
 
 
 async def test_each_entity_gets_each_batch_once_with_a_second_gateway(
@@ -133,7 +127,7 @@ async def test_each_entity_gets_each_batch_once_with_a_second_gateway(
             await one.publish(stream, "t", one_message(b"%d" % i), 1)
         # From here on gateway one knows the spread group has a member on two.
         await eventually(
-            lambda: one._remote_has((stream.name, "spread", "#")), 10, "gateway two's members"
+            lambda: one._remote_has((stream.name, "spread", "")), 10, "gateway two's members"
         )
         for i in range(count // 2, count):
             await one.publish(stream, "t", one_message(b"%d" % i), 1)
@@ -142,6 +136,37 @@ async def test_each_entity_gets_each_batch_once_with_a_second_gateway(
         assert alone_two.buffered == count
         assert solo.buffered == count
         assert sum(m.buffered for m in spread) == count
+
+
+async def test_a_group_with_several_bindings_gets_a_batch_once(
+    hubs: tuple[EphemeralHub, EphemeralHub],
+) -> None:
+    """A group is a queue: its members' patterns are its bindings, on one gateway or
+    two, and a batch matching several of them reaches one member, whose own
+    pattern matches it; one matching none of them reaches nobody."""
+    one, two = hubs
+    stream = ephemeral_stream()
+    async with AsyncExitStack() as stack:
+        eu_here = await join(stack, one, stream, group="g", match="orders.eu")
+        orders_here = await join(stack, one, stream, group="g", match="orders.*")
+        everything_there = await join(stack, two, stream, group="g", match="#")
+        await eventually(lambda: one._remote_has((stream.name, "g", "")), 10, "two's member")
+        topics = ["orders.eu"] * 20 + ["orders.us"] * 10 + ["audit"] * 5
+        for i, topic in enumerate(topics):
+            await one.publish(stream, topic, one_message(b"%d" % i), 1)
+        await settled([one, two])
+        assert one.matching_entities(stream.name, "orders.eu") == 1
+        taken = {
+            id(c): [
+                gateway_pb2.EphemeralEvent.FromString(await c.next_event()).delivery.topic
+                for _ in range(c.buffered)
+            ]
+            for c in (eu_here, orders_here, everything_there)
+        }
+    assert sum(len(t) for t in taken.values()) == len(topics)  # each once
+    assert set(taken[id(eu_here)]) <= {"orders.eu"}
+    assert set(taken[id(orders_here)]) <= {"orders.eu", "orders.us"}
+    assert taken[id(everything_there)].count("audit") == 5  # only its binding takes it
 
 
 @pytest.mark.parametrize(
@@ -181,19 +206,24 @@ async def test_a_reply_at_the_requesters_gateway_skips_the_bus(
     try:
         async with hub.consumer(stream, TopicPattern.parse("rpc"), "echo") as (replier, _):
             asking = asyncio.create_task(
-                broker.request(stream, "rpc", one_message(b"ping"), 1, "", 5_000)
+                broker.request(
+                    stream, "rpc", one_message(b"ping"), 1, RequestOptions(timeout_ms=5_000)
+                )
             )
             event = gateway_pb2.EphemeralEvent.FromString(
                 await asyncio.wait_for(replier.next_event(), 10)
             )
             name = event.delivery.response_stream
-            reply = messages_pb2.RecordBatch(arrow_ipc=one_message(b"pong"), count=1)
-            await broker.reply(name, reply)
-            answered, batch = await asyncio.wait_for(asking, 10)
+            reply = gateway_pb2.ReplyRequest(
+                response_stream=name,
+                batch=messages_pb2.RecordBatch(arrow_ipc=one_message(b"pong"), count=1),
+            )
+            await broker.reply(reply)
+            answered, replies = await asyncio.wait_for(asking, 10)
             assert answered == name
-            assert batch.arrow_ipc == reply.arrow_ipc
+            assert [r.batch.arrow_ipc for r in replies] == [reply.batch.arrow_ipc]
             with pytest.raises(NotFound, match="does not exist or has expired"):
-                await broker.reply(name, reply)
+                await broker.reply(reply)
     finally:
         await broker.close()
 
@@ -203,7 +233,7 @@ def delivery(index: int, size: int = 10) -> bytes:
 
 
 async def test_an_event_carries_the_buffered_deliveries_in_order_up_to_the_limit() -> None:
-    """Issue 23: one SubscribeEphemeral message carries what piled up while the
+    """One SubscribeEphemeral message carries what piled up while the
     previous one was sent, up to the subscriber's limit, the drops on the first."""
     consumer = EphemeralConsumer("s", limit=3, drop_newest=False)
     for index in range(5):  # two dropped (oldest), three left
@@ -219,7 +249,7 @@ async def test_an_event_carries_the_buffered_deliveries_in_order_up_to_the_limit
 
 
 async def test_an_event_stops_short_of_the_byte_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("tamto_gateway.ephemeral.EVENT_BYTES", 2500)
+    monkeypatch.setattr("tamto_gateway.ephemeral_consumer.EVENT_BYTES", 2500)
     consumer = EphemeralConsumer("s", limit=100, drop_newest=False)
     for index in range(4):
         consumer.offer(delivery(index, 1000), 1)

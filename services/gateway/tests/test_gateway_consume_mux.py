@@ -1,4 +1,4 @@
-"""The gateway's consume mux: its sessions with a router on one stream (issue 17).
+"""The gateway's consume mux: its sessions with a router on one stream.
 
 Against a scripted router (a real gRPC server answering `ConsumeMux` as the
 test says): sessions share one stream and each gets its own responses, one

@@ -394,7 +394,7 @@ async def test_a_delete_elsewhere_drops_the_cached_definition(
         await other_bus.close()
 
 
-# -- replication (issue 21) -------------------------------------------------------------
+# -- replication -------------------------------------------------------------
 
 
 @pytest.fixture

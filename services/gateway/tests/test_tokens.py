@@ -300,7 +300,7 @@ async def test_a_failed_fetch_is_retried_within_a_fraction_of_a_second(
     verifier: TokenVerifier, key: Ed25519PrivateKey, source: JwksSource, clock: FakeClock
 ) -> None:
     # A gateway (re)started while auth was down: tokens verify as soon as auth is
-    # back, not a whole refetch interval later (issue 19).
+    # back, not a whole refetch interval later.
     source.fail = ConnectionError("refused")
     with pytest.raises(Unavailable):
         await verifier.verify(sign(key, "k1"))

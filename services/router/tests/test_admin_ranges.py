@@ -1,4 +1,4 @@
-"""The offset arithmetic behind describe's backlog and skip (issue 24)."""
+"""The offset arithmetic behind describe's backlog and skip."""
 
 from __future__ import annotations
 

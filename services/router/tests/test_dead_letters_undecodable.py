@@ -1,4 +1,4 @@
-"""Dead-lettering a batch whose buffers lie copies none of its bytes (issue 17)."""
+"""Dead-lettering a batch whose buffers lie copies none of its bytes."""
 
 from __future__ import annotations
 

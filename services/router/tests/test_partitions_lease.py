@@ -1,4 +1,4 @@
-"""A router whose ownership lease may have expired in etcd accepts nothing (issue 19).
+"""A router whose ownership lease may have expired in etcd accepts nothing.
 
 Once `KeptLease.valid` is false another router may be granted the partition, so
 this one refuses appends and reads with UNAVAILABLE and gives its claims up,

@@ -1,4 +1,4 @@
-"""A partition reopened by its own router keeps its dedup window (issue 19).
+"""A partition reopened by its own router keeps its dedup window.
 
 When storage restarts, a full disk refuses an append or the ownership lease is
 granted anew, the router's log of a partition fails and the next request reopens

@@ -1,4 +1,4 @@
-"""The router's consume mux: one gateway's sessions on one stream (issue 17).
+"""The router's consume mux: one gateway's sessions on one stream.
 
 `ConsumeMux` dispatches each request of the stream to its session and must
 never wait on one: a session stuck (attaching, applying) or failing stalls and

@@ -195,7 +195,7 @@ async def test_key_shared_holds_a_key_back_while_another_consumer_has_it_in_flig
     await strategy.dispatch(host, 0.0)
     assert [h.offsets for h in host.handed] == [[1]]  # only y's message went out
     assert [(r.first, r.last) for r in host.pending] == [(0, 0), (2, 2)]
-    strategy.settled(100, 100)  # its old consumer acked it
+    strategy.settled([(100, 100)])  # its old consumer acked it
     host.handed.clear()
     assert await strategy.dispatch(host, 0.0) is True
     assert [h.offsets for h in host.handed] == [[0], [2]]  # the waiting runs, in order

@@ -1,6 +1,6 @@
 """Crowds on one subscription: attach and detach cost O(log n), the limit refuses the excess.
 
-Issue 17: a ring rebuilt over all consumers on every attach and detach made
+A ring rebuilt over all consumers on every attach and detach made
 1,000 consumers stall the router for minutes. These tests measure the cost of
 the last consumers against the first ones, so they fail when a change costs
 O(n) (or worse) again, without depending on the machine's speed.

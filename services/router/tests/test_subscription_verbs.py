@@ -1,4 +1,4 @@
-"""term and in_progress on one subscription (issue 24), against in-memory storage."""
+"""term and in_progress on one subscription, against in-memory storage."""
 
 from __future__ import annotations
 

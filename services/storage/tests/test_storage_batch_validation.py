@@ -1,4 +1,4 @@
-"""Storage validates every appended batch in full again (issue 17): its API may be
+"""Storage validates every appended batch in full again: its API may be
 reached by services other than a gateway, so it trusts no one's Arrow buffers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A full disk (issue 19, Deliver 4): storage on a small tmpfs that fills up refuses appends
+"""A full disk: storage on a small tmpfs that fills up refuses appends
 with RESOURCE_EXHAUSTED naming the node and the path, acknowledges nothing it did not write,
 keeps serving reads, leaves no half-written segment, says so in a gauge and an error line,
 and resumes by itself once the filesystem grows again.

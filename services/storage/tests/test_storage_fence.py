@@ -1,5 +1,5 @@
 """FenceLedger: a new owner's fence refuses the old owner's appends and answers the
-end that is on disk (docs/cluster.md section 3, issue 21 Deliver 4)."""
+end that is on disk (docs/cluster.md section 3)."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ from storage_testkit import (
 )
 
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
+from tamto_protocol.limits import MAX_CURSOR_RANGES
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
 from tamto_storage.grpc_api import StorageServicer, serve
 from tamto_storage.model import PartitionId, StoredBatch
@@ -206,3 +207,27 @@ async def test_corruption_is_data_loss(tmp_path: Path) -> None:
         # The damage does not stop a claim: the offsets below it stay readable.
         opened = await stub.OpenPartition(storage_pb2.OpenPartitionRequest(partition=REF, epoch=2))
         assert (opened.start_offset, opened.next_offset) == (0, 9)  # the frames past it end at 9
+
+
+async def test_a_cursor_over_its_range_limit_is_refused_before_any_work(stub: Any) -> None:
+    await stub.OpenPartition(storage_pb2.OpenPartitionRequest(partition=REF, epoch=1))
+    ranges = [
+        messages_pb2.OffsetRange(first=2 * i + 1, last=2 * i + 1)
+        for i in range(MAX_CURSOR_RANGES + 1)
+    ]
+    await expect_status(
+        stub.CommitCursor(
+            storage_pb2.CommitCursorRequest(
+                partition=REF, subscription="s", epoch=1, acked_above_floor=ranges
+            )
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        f"acked_above_floor has {MAX_CURSOR_RANGES + 1} elements; at most {MAX_CURSOR_RANGES}",
+    )
+    await stub.CommitCursor(
+        storage_pb2.CommitCursorRequest(
+            partition=REF, subscription="s", epoch=1, acked_above_floor=ranges[:-1]
+        )
+    )
+    cursor = await stub.GetCursor(storage_pb2.GetCursorRequest(partition=REF, subscription="s"))
+    assert len(cursor.acked_above_floor) == MAX_CURSOR_RANGES

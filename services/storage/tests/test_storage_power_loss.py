@@ -1,6 +1,6 @@
 """Power loss: a storage process whose data directory sits on a simulated disk that forgets
 everything not fsynced (`tamto_testing.power_loss`), cut while appends, cursor commits and
-seals are in flight, again and again (issue 19, Deliver 3).
+seals are in flight, again and again.
 
 After every cut storage restarts on what the disk kept, and the test checks, through
 storage's own gRPC API as the router uses it, that every append storage acknowledged is
@@ -31,6 +31,7 @@ from tamto_protocol.batch import decode_batch
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
+from tamto_testing.needs import missing
 from tamto_testing.power_loss import PowerLossDisk, unavailable_reason
 from tamto_testing.waiting import eventually, long_tests_enabled
 
@@ -163,9 +164,7 @@ def first_acks(ledger: Ledger, before: int, tasks: list[asyncio.Task[None]]) -> 
 async def test_acked_appends_and_committed_cursors_survive_power_cuts(
     tamto_infra: Infra, tmp_path: Path
 ) -> None:
-    reason = unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"the FUSE power-loss simulator cannot run here: {reason}")
+    missing(unavailable_reason())
     cuts = CUTS_LONG if long_tests_enabled() else CUTS_SHORT
     rng = random.Random(SEED)
     cluster = TestCluster(tmp_path / "cluster", tamto_infra)

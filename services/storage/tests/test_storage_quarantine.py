@@ -1,4 +1,4 @@
-"""A batch that cannot be sealed is quarantined, and sealing goes on (issue 17).
+"""A batch that cannot be sealed is quarantined, and sealing goes on.
 
 The bad batch is put straight into a partition's WAL, past the gateway's and
 storage's own validation, as a bug or an older version might have stored it.

@@ -21,8 +21,9 @@ from tamto_protocol.segment import read_manifest, segment_file_name
 from tamto_storage.integrity import file_digest
 from tamto_storage.model import PartitionId
 from tamto_storage.partition import WAL_DIR, Partition
+from tamto_storage.repair_files import DAMAGED_DIR
 from tamto_storage.replica_repair import install_copy
-from tamto_storage.scrub import DAMAGED_DIR, verify
+from tamto_storage.scrub import verify
 from tamto_storage.sealer import SealOptions
 from tamto_storage.store import PartitionStore, partition_dir
 from tamto_storage.wal import WalOptions

@@ -1,4 +1,4 @@
-"""The WAL when the disk fills mid-commit (issue 19, Deliver 4): the group is refused with
+"""The WAL when the disk fills mid-commit: the group is refused with
 RESOURCE_EXHAUSTED, whatever part of it reached the file is cut off, and the next append
 starts again at the durable end, on the open partition and after a restart alike."""
 

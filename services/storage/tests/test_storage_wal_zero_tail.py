@@ -1,5 +1,5 @@
 """Zero-filled WAL tails: what a power cut leaves when a file grew but its newest blocks were
-never written. Recovery truncates them like any torn tail and never serves them (issue 19);
+never written. Recovery truncates them like any torn tail and never serves them;
 zeros followed by a valid frame stay corruption."""
 
 from __future__ import annotations

@@ -16,7 +16,14 @@ from rich.progress import Progress as RichProgress
 from tamto_bench.harness import BenchSetupError, TamtoTarget
 from tamto_bench.pool import BenchError
 from tamto_bench.report import finish, markdown, render
-from tamto_bench.runner import CLUSTER_REPLICAS, CLUSTER_SYSTEMS, SYSTEMS, BenchOptions, run_bench
+from tamto_bench.runner import (
+    CLUSTER_REPLICAS,
+    CLUSTER_SYSTEMS,
+    OPTIONAL_SYSTEMS,
+    SYSTEMS,
+    BenchOptions,
+    run_bench,
+)
 from tamto_cli import settings
 from tamto_common.durable import write_atomic
 
@@ -104,7 +111,8 @@ def bench(
         str,
         typer.Option(
             help="what to run, of: tamto,jetstream,core,ceiling,ephemeral,http (publishing "
-            "through the gateway's HTTP API) and the cluster's tamto-r3,jetstream-r3"
+            "through the gateway's HTTP API), the cluster's tamto-r3,jetstream-r3, and mqtt "
+            "(the gateway's MQTT broker beside Debian's mosquitto; only when named)"
         ),
     ] = ",".join(SYSTEMS),
     nodes: Annotated[
@@ -135,7 +143,7 @@ def bench(
     """Measure throughput, latency and memory of Tamto beside NATS JetStream, and its
     ephemeral streams beside core NATS (loopback only)."""
     chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
-    known = (*SYSTEMS, *CLUSTER_SYSTEMS)
+    known = (*SYSTEMS, *CLUSTER_SYSTEMS, *OPTIONAL_SYSTEMS)
     unknown = [s for s in chosen if s not in known]
     if unknown or not chosen:
         err.print(f"tamto bench: --systems takes {','.join(known)}, not {systems!r}")
@@ -166,7 +174,11 @@ def bench(
         jetstream_sync=jetstream_sync,
         quick=quick,
         nodes=nodes or CLUSTER_REPLICAS,
+        mqtt_idle=1_000 if quick else 10_000,
     )
+    if "mqtt" in chosen and not local:
+        err.print("tamto bench: mqtt starts its own Tamto and mosquitto: add --local")
+        raise typer.Exit(2)
     if options.duration_s <= 0 or min(options.sizes) < 8:
         err.print("tamto bench: --duration must be > 0 and every size at least 8 bytes")
         raise typer.Exit(2)

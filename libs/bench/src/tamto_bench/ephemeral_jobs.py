@@ -45,7 +45,7 @@ _REQUEST_TIMEOUT_S = 5.0
 async def eph_publish(spec: JobSpec, gate: Gate) -> JobResult:
     """Publish to an ephemeral stream (SDK batching per topic); count what was sent."""
     result = JobResult()
-    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+    async with tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
         async with client.ephemeral_producer(spec.stream, max_pending=spec.window) as producer:
             start = await wait_for_start(await gate.ready())
             end = start + spec.duration_s
@@ -72,7 +72,7 @@ async def eph_publish(spec: JobSpec, gate: Gate) -> JobResult:
 async def eph_subscribe(spec: JobSpec, gate: Gate) -> JobResult:
     """`spec.subscribers` subscriptions (in `spec.group`, if any) counting deliveries."""
     result = JobResult()
-    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+    async with tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
         subs = [
             await client.subscribe(spec.stream, match="bench.#", group=spec.group).start()
             for _ in range(spec.subscribers)
@@ -103,7 +103,7 @@ async def eph_subscribe(spec: JobSpec, gate: Gate) -> JobResult:
 async def eph_request(spec: JobSpec, gate: Gate) -> JobResult:
     """`spec.window` request loops; each round trip counted and timed."""
     result = JobResult()
-    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+    async with tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
 
         async def ask(payload: bytes) -> None:
             await client.request(
@@ -117,7 +117,7 @@ async def eph_request(spec: JobSpec, gate: Gate) -> JobResult:
 async def eph_reply(spec: JobSpec, gate: Gate) -> JobResult:
     """Answer every request with its own payload until the window (and idle) ends."""
     result = JobResult()
-    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+    async with tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
         handler = client.reply_handler(
             spec.stream, lambda m: m.payload, match="bench.rpc", group="bench", concurrency=64
         )
@@ -197,7 +197,7 @@ async def core_reply(spec: JobSpec, gate: Gate) -> JobResult:
 async def eph_ping(spec: JobSpec, gate: Gate) -> JobResult:
     """Publish one message (SDK producer), await its delivery, then the next."""
     result = JobResult()
-    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+    async with tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
         async with client.subscribe(spec.stream, match="bench.#") as sub:
             async with client.ephemeral_producer(spec.stream) as producer:
 

@@ -73,6 +73,8 @@ class TamtoTarget:
     gateways: tuple[str, ...] = ()
     #: The first gateway's HTTP API ("": not known, the HTTP phases are skipped).
     http_url: str = ""
+    #: The first gateway's MQTT port (0: none, the MQTT phases are skipped).
+    mqtt_port: int = 0
 
     @property
     def gateway_urls(self) -> tuple[str, ...]:
@@ -85,10 +87,14 @@ def _discard(name: str, line: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def local_tamto(data_dir: Path, nodes: int = 1) -> AsyncIterator[TamtoTarget]:
+async def local_tamto(
+    data_dir: Path, nodes: int = 1, mqtt: bool = False
+) -> AsyncIterator[TamtoTarget]:
     """Start a whole Tamto on free loopback ports in `data_dir` (with `nodes` > 1: that
-    many storage nodes and routers and two gateways); stop it on exit."""
+    many storage nodes and routers and two gateways; with `mqtt`, its gateway serves
+    MQTT, one node only); stop it on exit."""
     etcd = free_port(HOST)
+    mqtt_port = free_port(HOST) if mqtt else 0
     config = ClusterConfig(
         data_dir=data_dir,
         host=HOST,
@@ -98,6 +104,7 @@ async def local_tamto(data_dir: Path, nodes: int = 1) -> AsyncIterator[TamtoTarg
         nats_port=free_port(HOST),
         log_level="warning",
         nodes=nodes,
+        extra_env={"TAMTO_GATEWAY_MQTT_PORT": str(mqtt_port)} if mqtt_port else {},
     )
     # Generous: the worker processes start (and import pyarrow) at the same time, and a
     # cluster is eleven processes on a shared 2-core machine.
@@ -114,6 +121,7 @@ async def local_tamto(data_dir: Path, nodes: int = 1) -> AsyncIterator[TamtoTarg
             config.etcd_endpoint,
             tuple(cluster.gateway_urls()),
             cluster.http_urls()[0],
+            mqtt_port,
         )
     finally:
         await cluster.stop()

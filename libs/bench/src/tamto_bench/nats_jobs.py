@@ -5,7 +5,7 @@ publishes (the counterpart of the Tamto producer's pending window); consumers
 share one durable pull consumer with explicit acks, fetching up to 1,000 at a
 time and acking every message. Core NATS: plain publish, and subscribers in one
 queue group so each message is delivered once, like a Tamto shared subscription.
-Issue 22's everyday calls: `await js.publish` one after another, and a pull
+The everyday calls: `await js.publish` one after another, and a pull
 consumer fetching 100 at a time with an `ack()` per message.
 """
 
@@ -28,7 +28,7 @@ from tamto_bench.timing import paced, stamp_of, wait_for_start, warmup_end_ns
 _YIELD_EVERY = 256
 _FLUSH_TIMEOUT_S = 30.0
 _FETCH = 1000
-#: Messages per fetch of the per-message consuming row (issue 22's reference).
+#: Messages per fetch of the per-message consuming row (JetStream's side of it).
 _FETCH_PER_MESSAGE = 100
 
 
@@ -84,7 +84,7 @@ async def js_consume(spec: JobSpec, gate: Gate) -> JobResult:
 
 
 async def js_consume_per_message(spec: JobSpec, gate: Gate) -> JobResult:
-    """Issue 22's per-message consuming peer: its own durable pull consumer,
+    """The per-message consuming peer: its own durable pull consumer,
     `fetch(100)` and `ack()` each message, for the window at most."""
     return await _js_pull(spec, gate, spec.group, _FETCH_PER_MESSAGE)
 

@@ -16,11 +16,16 @@ LATENCY_P99_MS = 10.0
 BIG_SIZE = 10240
 BIG_MB_S = 150.0
 CEILING_SHARE = 0.7
-#: Issue 23's targets for ephemeral streams, beside core NATS through nats-py.
+#: The targets for ephemeral streams, beside core NATS through nats-py.
 EPHEMERAL_RATIO = 2.0
 EPHEMERAL_RATIO_SIZES = (100, 1024)
 EPHEMERAL_P99_MS = 5.0
-#: Issue 22's targets for the everyday calls.
+#: Request/reply targets: round trips/s of one requester pipelining against core
+#: NATS's, p50 one request at a time, p99 with 200 concurrent requesters.
+RR_RATIO = 0.5
+RR_SERIAL_P50_MS = 2.0
+RR_CROWD_P99_MS = 10.0
+#: The targets for the everyday calls.
 SEQUENTIAL_P50_MS = 1.0
 SEQUENTIAL_P99_MS = 3.0
 PER_MESSAGE_MSGS_S = 250_000.0
@@ -28,8 +33,8 @@ PER_MESSAGE_RATIO = 5.0
 PUBLISH_TO_DELIVER_P50_MS = 3.0
 LOW_RATE = 1000.0
 LATENCY_P99_BIG_MS = 20.0
-#: Issue 21's cluster targets: R=3 publish at least half of R=1's at 1 KiB, and
-#: 10x JetStream R3's; issue 22's latency targets on the cluster are relaxed by the
+#: The cluster targets: R=3 publish at least half of R=1's at 1 KiB, and
+#: 10x JetStream R3's; the latency targets on the cluster are relaxed by the
 #: replication round trip (`replication_round_trip_ms`).
 R3_SHARE_OF_R1 = 0.5
 R3_SHARE_SIZE = 1024
@@ -84,7 +89,7 @@ def verdicts(doc: dict[str, Any]) -> list[Verdict]:
     out: list[Verdict] = []
     for size, systems in doc["sizes"].items():
         r = ratios(doc, size)
-        # Issue 22 withdrew the 10x-JetStream targets at 10 KiB (above the bare
+        # No 10x-JetStream targets at 10 KiB (above the bare
         # ceiling there); the ratios stay in the summary table.
         if "jetstream" in systems and int(size) < BIG_SIZE:
             out.append(
@@ -132,7 +137,7 @@ def verdicts(doc: dict[str, Any]) -> list[Verdict]:
 
 
 def _everyday_verdicts(doc: dict[str, Any], size: str) -> list[Verdict]:
-    """Issue 22: sequential durable publish latency, per-message consuming rate."""
+    """Sequential durable publish latency, per-message consuming rate."""
     out: list[Verdict] = []
     p50 = _get(doc, size, "tamto", "seq_p50_ms")
     if not math.isnan(p50):
@@ -199,7 +204,7 @@ def replication_round_trip_ms(doc: dict[str, Any], size: str) -> float:
 
 
 def _cluster_verdicts(doc: dict[str, Any], size: str, systems: dict[str, Any]) -> list[Verdict]:
-    """Issue 21's throughput targets for R=3, and issue 22's targets on the cluster
+    """The throughput targets for R=3, and the targets on the cluster
     (latency bars relaxed by the replication round trip)."""
     out: list[Verdict] = []
     if "tamto_r3" not in systems:
@@ -353,6 +358,7 @@ def _ephemeral_verdicts(doc: dict[str, Any], size: str, systems: dict[str, Any])
                 ratio >= EPHEMERAL_RATIO,
             )
         )
+    out += _request_reply_verdicts(doc, size, systems)
     latency = systems["ephemeral"].get(f"latency_{LATENCY_RATE:g}")
     if latency is not None:
         p99 = _num(latency["p99_ms"])
@@ -365,6 +371,29 @@ def _ephemeral_verdicts(doc: dict[str, Any], size: str, systems: dict[str, Any])
                 p99 <= EPHEMERAL_P99_MS,
             )
         )
+    return out
+
+
+def _request_reply_verdicts(
+    doc: dict[str, Any], size: str, systems: dict[str, Any]
+) -> list[Verdict]:
+    mine = systems["ephemeral"]
+    out: list[Verdict] = []
+    if "rr_pipelined_per_s" in mine and "core_nats" in systems:
+        ratio = _ratio(
+            _get(doc, size, "ephemeral", "rr_pipelined_per_s"),
+            _get(doc, size, "core_nats", "rr_pipelined_per_s"),
+        )
+        target = "request/reply ≥ 0.5x core NATS (1 requester pipelining)"
+        out.append(Verdict(target, int(size), ratio, RR_RATIO, ratio >= RR_RATIO))
+    if "rr_serial_p50_ms" in mine:
+        p50 = _num(mine["rr_serial_p50_ms"])
+        target = "request/reply p50 ≤ 2 ms one at a time"
+        out.append(Verdict(target, int(size), p50, RR_SERIAL_P50_MS, p50 <= RR_SERIAL_P50_MS))
+    if "rr_crowd_p99_ms" in mine:
+        p99 = _num(mine["rr_crowd_p99_ms"])
+        target = "request/reply p99 ≤ 10 ms, 200 concurrent"
+        out.append(Verdict(target, int(size), p99, RR_CROWD_P99_MS, p99 <= RR_CROWD_P99_MS))
     return out
 
 
@@ -404,10 +433,16 @@ def ephemeral_rows(doc: dict[str, Any]) -> list[list[str]]:
             if key.endswith("_deliveries_s"):
                 consumers = key.split("_")[1]
                 out.append(pair(f"fan-out to {consumers}: deliveries/s", key))
-        if "rr_per_s" in systems["ephemeral"]:
-            out.append(pair("request/reply round trips/s", "rr_per_s"))
-            out.append(pair("request/reply p50 ms", "rr_p50_ms"))
-            out.append(pair("request/reply p99 ms", "rr_p99_ms"))
+        for key, what in (
+            ("rr", "request/reply"),
+            ("rr_pipelined", "request/reply, 1 requester x 64"),
+            ("rr_serial", "request/reply one at a time"),
+            ("rr_crowd", "request/reply, 200 concurrent"),
+        ):
+            if f"{key}_per_s" in systems["ephemeral"]:
+                out.append(pair(f"{what} round trips/s", f"{key}_per_s"))
+                out.append(pair(f"{what} p50 ms", f"{key}_p50_ms"))
+                out.append(pair(f"{what} p99 ms", f"{key}_p99_ms"))
         if "ping_p50_ms" in systems["ephemeral"]:
             out.append(pair("one at a time p50 ms", "ping_p50_ms"))
             out.append(pair("one at a time p99 ms", "ping_p99_ms"))
@@ -415,6 +450,31 @@ def ephemeral_rows(doc: dict[str, Any]) -> list[list[str]]:
 
 
 EPHEMERAL_HEADERS = ["ephemeral", "size B", "Tamto ephemeral", "core NATS", "ratio"]
+
+#: The MQTT phases' metrics (`mqtt_bench`), as labelled in the table.
+MQTT_METRICS = (
+    ("QoS 0 pub→deliver msg/s", "mqtt_qos0_msgs_s"),
+    ("QoS 1 publish msg/s (PUBACKs)", "mqtt_qos1_msgs_s"),
+    ("QoS 1 latency p50 ms", "mqtt_latency_p50_ms"),
+    ("QoS 1 latency p99 ms", "mqtt_latency_p99_ms"),
+    ("fan-out deliveries/s", "mqtt_fanout_msgs_s"),
+    ("idle connection KiB", "mqtt_idle_bytes_per_connection"),
+)
+MQTT_HEADERS = ["MQTT", "size B", "Tamto gateway", "mosquitto", "ratio"]
+
+
+def mqtt_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """The gateway's MQTT broker beside mosquitto: metric, size, Tamto, mosquitto, ratio."""
+    out: list[list[str]] = []
+    for size, systems in doc["sizes"].items():
+        for label, key in MQTT_METRICS:
+            if key not in systems.get("tamto", {}):
+                continue
+            scale = 1 / 1024 if key.endswith("_bytes_per_connection") else 1
+            mine = _get(doc, size, "tamto", key) * scale
+            theirs = _get(doc, size, "mosquitto", key) * scale
+            out.append([label, size, _fmt(mine), _fmt(theirs), _fmt(_ratio(mine, theirs), "x")])
+    return out
 
 
 def finish(doc: dict[str, Any]) -> dict[str, Any]:
@@ -573,7 +633,7 @@ _HOP_NAMES = {
 
 
 def _everyday_rows(doc: dict[str, Any], size: str) -> list[list[str]]:
-    """Issue 22's rows, where the run measured them (Tamto beside JetStream)."""
+    """The rows, where the run measured them (Tamto beside JetStream)."""
     out: list[list[str]] = []
     for label, key in (
         ("send_and_wait one at a time msg/s", "seq_publish_msgs_s"),
@@ -605,6 +665,7 @@ def render(doc: dict[str, Any], console: Console) -> None:
     console.print(table)
     for title, headers, extra in (
         ("ephemeral streams", EPHEMERAL_HEADERS, ephemeral_rows(doc)),
+        ("MQTT beside mosquitto", MQTT_HEADERS, mqtt_rows(doc)),
         ("the cluster (R=3) beside one node", CLUSTER_HEADERS, cluster_rows(doc)),
     ):
         if not extra:
@@ -648,6 +709,10 @@ def markdown(doc: dict[str, Any]) -> str:
     if eph:
         lines += ["", "| " + " | ".join(EPHEMERAL_HEADERS) + " |", "|" + "---|" * 5]
         lines += ["| " + " | ".join(row) + " |" for row in eph]
+    mqtt = mqtt_rows(doc)
+    if mqtt:
+        lines += ["", "| " + " | ".join(MQTT_HEADERS) + " |", "|" + "---|" * 5]
+        lines += ["| " + " | ".join(row) + " |" for row in mqtt]
     cluster = cluster_rows(doc)
     if cluster:
         lines += ["", "| " + " | ".join(CLUSTER_HEADERS) + " |", "|" + "---|" * 7]

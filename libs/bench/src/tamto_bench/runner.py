@@ -28,6 +28,7 @@ import nats
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 import tamto_sdk
+from tamto_bench import mqtt_bench
 from tamto_bench.ceiling import BATCH_MESSAGES
 from tamto_bench.harness import (
     HOST,
@@ -52,6 +53,8 @@ from tamto_local.ports import free_port
 from tamto_protocol.partitioning import partition_for_key
 
 SYSTEMS = ("tamto", "jetstream", "core", "ceiling", "ephemeral", "http")
+#: Systems run only when named: MQTT (the gateway's broker beside mosquitto, `mqtt_bench`).
+OPTIONAL_SYSTEMS = ("mqtt",)
 #: The bodies the HTTP API's publish phases send (`http_jobs`), each a phase.
 HTTP_BODIES = ("ndjson", "arrow")
 #: The cluster beside the one node: not run unless asked for (`--systems` or `--nodes`).
@@ -76,8 +79,12 @@ LATENCY_HOPS = (
 FAN_OUT = 100
 #: Requests in flight per requester worker (both systems).
 REQUESTS_IN_FLIGHT = 16
+#: The request/reply shapes of the issue's targets, beside the one above: (row key,
+#: requester workers, requests in flight each): one requester pipelining, one
+#: request at a time, 200 concurrent requesters (in two workers).
+REQUEST_SHAPES = (("rr_pipelined", 1, 64), ("rr_serial", 1, 1), ("rr_crowd", 2, 100))
 MB = 1_000_000
-#: Issue 22: sizes of the sequential durable publish row and of the per-message
+#: Sizes of the sequential durable publish row and of the per-message
 #: consuming row.
 SEQUENTIAL_SIZES = (100, 1024)
 PER_MESSAGE_SIZES = (100,)
@@ -109,6 +116,8 @@ class BenchOptions:
     quick: bool = False
     #: Storage nodes and routers of the local "tamto-r3" cluster.
     nodes: int = CLUSTER_REPLICAS
+    #: Idle MQTT connections held at once for their memory ("mqtt"; 0: not measured).
+    mqtt_idle: int = 10_000
 
 
 class Progress(Protocol):
@@ -212,6 +221,10 @@ class Runner:
     #: The cluster: a Tamto of several nodes, three clustered nats-servers.
     tamto_r3: TamtoTarget | None = None
     nats_r3_url: str | None = None
+    #: Debian's mosquitto beside the gateway's MQTT broker ("mqtt").
+    mosquitto: mqtt_bench.Broker | None = None
+    #: The pids of the Tamto's services, by name ("gateway", ...).
+    service_pids: dict[str, int] = field(default_factory=dict)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     _tamto_admin: tamto_sdk.Client | None = None
     _tamto_r3_admin: tamto_sdk.Client | None = None
@@ -265,6 +278,10 @@ class Runner:
                     )
                     for body in HTTP_BODIES
                 ]
+            if "mqtt" in o.systems and self.mosquitto is not None and self._tamto_mqtt:
+                plan.append((f"mqtt {size} B beside mosquitto", self._bind(self._mqtt, size)))
+                if size == o.sizes[0] and o.mqtt_idle:
+                    plan.append((f"mqtt {o.mqtt_idle} idle connections", self._mqtt_idle))
             if "jetstream" in o.systems:
                 plan.append((f"jetstream publish {size} B", self._bind(self._js_publish, size)))
                 plan += self._everyday_phases("jetstream", size)
@@ -296,7 +313,7 @@ class Runner:
 
     def _durable_phases(self, system: str, size: int) -> list[Phase]:
         """A cluster system's durable workloads, as the one-node systems run them: publish,
-        issue 22's everyday calls, consume+ack, latency at every rate."""
+        the everyday calls, consume+ack, latency at every rate."""
         plan: list[Phase] = [
             (f"{system} publish {size} B", self._bind(self._publish, system, size))
         ]
@@ -312,7 +329,7 @@ class Runner:
         return plan
 
     def _everyday_phases(self, system: str, size: int) -> list[Phase]:
-        """Issue 22's everyday calls: sequential durable publish at `SEQUENTIAL_SIZES`,
+        """The everyday calls: sequential durable publish at `SEQUENTIAL_SIZES`,
         per-message consuming (of the publish phase's backlog) at `PER_MESSAGE_SIZES`."""
         plan: list[Phase] = []
         if size in PER_MESSAGE_SIZES:
@@ -362,6 +379,13 @@ class Runner:
                         self._bind(self._request_reply, system, size),
                     )
                 )
+                plan += [
+                    (
+                        f"{label} request/reply {key} {size} B",
+                        self._bind(self._request_reply, system, size, key, workers, window),
+                    )
+                    for key, workers, window in REQUEST_SHAPES
+                ]
                 plan.append(
                     (
                         f"{label} one at a time {size} B",
@@ -604,6 +628,36 @@ class Runner:
             size, "tamto", {f"http_{body}_msgs_s": rate, f"http_{body}_mb_s": rate * size / MB}
         )
 
+    @property
+    def _tamto_mqtt(self) -> bool:
+        return self.tamto is not None and self.tamto.mqtt_port > 0
+
+    def _mqtt_brokers(self) -> list[mqtt_bench.Broker]:
+        assert self.tamto is not None
+        assert self.mosquitto is not None
+        gateway = self.service_pids.get("gateway", 0)
+        tamto = mqtt_bench.Broker("tamto", self.tamto.mqtt_port, self.tamto.api_key, gateway)
+        return [tamto, self.mosquitto]
+
+    async def _mqtt(self, size: int) -> None:
+        """QoS 0 and 1 throughput, latency and fan-out through the gateway's MQTT broker
+        and mosquitto, with the same client (`mqtt_bench`)."""
+        stream = self._stream("mqtt", size)
+        await self._create("tamto", stream)
+        try:
+            for broker in self._mqtt_brokers():
+                values = await mqtt_bench.measure(broker, stream, size, self.options.duration_s)
+                self._record(size, broker.name, values)
+        finally:
+            await self._delete("tamto", stream)
+
+    async def _mqtt_idle(self) -> None:
+        """Memory per idle connection, `mqtt_idle` of them held at once, on each broker."""
+        size = self.options.sizes[0]
+        for broker in self._mqtt_brokers():
+            per = await mqtt_bench.idle_memory(broker, self.options.mqtt_idle)
+            self._record(size, broker.name, {"mqtt_idle_bytes_per_connection": per})
+
     async def _tamto_drain(self, size: int) -> None:
         await self._drain("tamto", size)
 
@@ -708,16 +762,24 @@ class Runner:
             },
         )
 
-    async def _request_reply(self, system: str, size: int) -> None:
-        """Round trips per second and their latency: one replier, `producers` requesters
-        with `REQUESTS_IN_FLIGHT` requests each."""
+    async def _request_reply(
+        self,
+        system: str,
+        size: int,
+        key: str = "rr",
+        workers: int = 0,
+        window: int = REQUESTS_IN_FLIGHT,
+    ) -> None:
+        """Round trips per second and their latency, recorded as `key`_per_s, _p50_ms,
+        _p99_ms: one replier, `workers` requesters (0: `producers`) with `window`
+        requests in flight each."""
         o = self.options
-        stream = self._stream("rr", size)
+        stream = self._stream(key.replace("_", "-"), size)
         await self._create(system, stream)
         replier = [self._spec(system, "rep", stream, size)]
         requesters = [
-            self._spec(system, "req", stream, size, window=REQUESTS_IN_FLIGHT)
-            for _ in range(o.producers)
+            self._spec(system, "req", stream, size, window=window)
+            for _ in range(workers or o.producers)
         ]
         try:
             results = await self._run(
@@ -730,10 +792,10 @@ class Runner:
             size,
             system,
             {
-                "rr_per_s": sum(r.in_window for r in results[1:]) / o.duration_s,
-                "rr_p50_ms": percentile(samples, 50) / 1e6,
-                "rr_p99_ms": percentile(samples, 99) / 1e6,
-                "rr_errors": sum(r.errors for r in results[1:]),
+                f"{key}_per_s": sum(r.in_window for r in results[1:]) / o.duration_s,
+                f"{key}_p50_ms": percentile(samples, 50) / 1e6,
+                f"{key}_p99_ms": percentile(samples, 99) / 1e6,
+                f"{key}_errors": sum(r.errors for r in results[1:]),
             },
         )
 
@@ -858,17 +920,20 @@ async def run_bench(
         storage_urls: list[str] = []
         routers: dict[str, list[str]] = {}
         pages: dict[str, dict[str, list[str]]] = {}
+        tamto_pids: dict[str, dict[str, int]] = {}
 
         async def tamto_under_test(system: str, nodes: int) -> TamtoTarget:
             if local:
                 where = workdir / system
-                found = await stack.enter_async_context(local_tamto(where, nodes=nodes))
+                mqtt = "mqtt" in o.systems and system == "tamto"
+                found = await stack.enter_async_context(local_tamto(where, nodes=nodes, mqtt=mqtt))
             elif target is None:
                 raise BenchError("no Tamto to benchmark: pass --local or a gateway URL")
             else:
                 found = target
             try:
-                sampler.watch(system, await service_pids(found.etcd))
+                tamto_pids[system] = await service_pids(found.etcd)
+                sampler.watch(system, tamto_pids[system])
                 storage_urls.extend(await metrics_urls(found.etcd, "storage"))
                 routers[system] = await metrics_urls(found.etcd, "router")
                 pages[system] = {
@@ -880,8 +945,15 @@ async def run_bench(
             return found
 
         tamto: TamtoTarget | None = None
-        if {"tamto", "ephemeral", "http"} & set(o.systems):
+        if {"tamto", "ephemeral", "http", "mqtt"} & set(o.systems):
             tamto = await tamto_under_test("tamto", 1)
+        mosquitto: mqtt_bench.Broker | None = None
+        if "mqtt" in o.systems:
+            mqtt_bench.raise_fd_limit()
+            mosquitto = await stack.enter_async_context(
+                mqtt_bench.mosquitto_server(workdir / "mosquitto")
+            )
+            sampler.watch("mosquitto", {"mosquitto": mosquitto.pid})
         tamto_r3: TamtoTarget | None = None
         if "tamto-r3" in o.systems:
             tamto_r3 = await tamto_under_test("tamto-r3", o.nodes)
@@ -899,6 +971,8 @@ async def run_bench(
             sampler.watch("jetstream-r3", pids)
         await pool.started()
         runner = Runner(o, pool, workdir, tamto, nats_url, tamto_r3, nats_r3_url)
+        runner.mosquitto = mosquitto
+        runner.service_pids = tamto_pids.get("tamto", {})
         runner.router_metrics = routers
         runner.service_metrics = pages
         plan = runner.phases()

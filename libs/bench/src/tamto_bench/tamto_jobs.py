@@ -1,7 +1,7 @@
 """Tamto workloads, run inside a worker process through the Python SDK.
 
 Besides the throughput and latency workloads (`publish`, `consume`), the everyday
-calls of issue 22: `publish_sequential` (`send_and_wait`, one after another) and
+calls: `publish_sequential` (`send_and_wait`, one after another) and
 `consume_per_message` (`async for` with an `ack` per message).
 """
 
@@ -125,7 +125,7 @@ async def consume(spec: JobSpec, gate: Gate) -> JobResult:
 async def publish_sequential(spec: JobSpec, gate: Gate) -> JobResult:
     """`await producer.send_and_wait(payload)` one after another, each one timed."""
     result = JobResult()
-    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+    async with tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
         async with client.producer(spec.stream, linger_ms=0) as producer:
 
             async def publish_one(payload: bytes) -> None:
@@ -142,7 +142,7 @@ async def consume_per_message(spec: JobSpec, gate: Gate) -> JobResult:
     backlog the publish phase left, for the window at most (a backlog that runs out
     earlier ends the job after `idle_s` without a message)."""
     result = JobResult()
-    async with await tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
+    async with tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
         consumer = client.consumer(
             spec.stream,
             spec.group,

@@ -20,7 +20,7 @@ async def run_demo(
 ) -> None:
     console.rule("demo")
     options = tamto_sdk.ClientOptions(root_certificates=root_certificates)
-    async with await tamto_sdk.connect(url, api_key=api_key, options=options) as client:
+    async with tamto_sdk.connect(url, api_key=api_key, options=options) as client:
         ensured = await client.streams.ensure(DEMO_STREAM, partitions=3)
         state = "created" if ensured.created else "exists"
         console.print(

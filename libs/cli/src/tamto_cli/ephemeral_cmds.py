@@ -83,13 +83,17 @@ def request(
     response_stream: Annotated[
         str, typer.Option(help="name the response stream (default: a unique one)")
     ] = "",
+    wait_for_responder: Annotated[
+        bool, typer.Option(help="with nobody consuming the topic, wait instead of failing")
+    ] = False,
     as_json: AsJson = False,
     url: Url = None,
     api_key: ApiKey = None,
     data_dir: DataDir = None,
 ) -> None:
     """Send a request to an ephemeral stream and print its reply (--json: one JSON
-    object a message); exits 12 on a timeout (the server's: DEADLINE_EXCEEDED)."""
+    object); exits 12 on a timeout (the server's: DEADLINE_EXCEEDED) and 11 at once when
+    nobody consumes the topic (no responders: UNAVAILABLE), unless --wait-for-responder."""
 
     async def run() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
@@ -99,11 +103,11 @@ def request(
                 topic=topic,
                 timeout_s=timeout_s,
                 response_stream=response_stream,
+                wait_for_responder=wait_for_responder,
             )
-        for message in reply:
-            if as_json:
-                print(message_line(message, True), flush=True)
-            else:
-                typer.echo(message.payload.decode(errors="replace"))
+        if as_json:
+            print(message_line(reply, True), flush=True)
+        else:
+            typer.echo(reply.payload.decode(errors="replace"))
 
     run_command(run())

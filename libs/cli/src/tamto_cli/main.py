@@ -31,7 +31,7 @@ from tamto_cli.connect import connect_client, exit_code
 from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
-from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
+from tamto_cli.options import ApiKey, AsJson, DataDir, Format, LeaseTtl, Url
 from tamto_cli.output import PayloadFormat, message_line, parse_headers, report
 from tamto_cli.storage_cmds import storage_app
 from tamto_cli.subscription_cmds import VerbRouting, parse_position, stream_get, subscription_app
@@ -78,6 +78,7 @@ def up(
         bool,
         typer.Option("--json", help="logs to stderr; one JSON object on stdout once up"),
     ] = False,
+    lease_ttl_s: LeaseTtl = 5,
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     from tamto_common.config import discovery_check, resolver_check
@@ -115,6 +116,7 @@ def up(
         nats_port=nats_port,
         tls=tls,
         nodes=nodes,
+        lease_ttl_s=lease_ttl_s,
     )
     shown = err if as_json else console
     code = asyncio.run(run_up(config, shown, demo=demo, once=once, quiet=quiet, as_json=as_json))
@@ -131,14 +133,19 @@ def status(
     """List the registered members with their health and version, each router's
     partition count, notes on what needs attention (batches a storage node
     quarantined, ledgers a router writes with a replica catching up, a drained
-    router), and every partition's ledgers with their replicas and its owner
-    (under-replicated ones marked; not in --json, which lists the members)."""
+    router, a storage node that does not answer, partitions owned without a quorum),
+    and every partition's ledgers with their replicas and its owner: unavailable,
+    under-replicated and healing ledgers with their causes. --json prints one object:
+    members, partitions (owner, ledgers, replicas' states, problems) and problems."""
+    from tamto_cli.ledger_health import all_problems, ledgers_json
     from tamto_cli.status import (
         fetch_drained,
         fetch_ledgers,
-        fetch_notes,
         fetch_owners,
+        fetch_pages,
         fetch_status,
+        healing_from,
+        member_notes,
         partitions_per_router,
         render_ledgers,
         render_status,
@@ -147,13 +154,17 @@ def status(
 
     try:
         rows = asyncio.run(fetch_status(etcd))
-        ledgers = [] if as_json else asyncio.run(fetch_ledgers(etcd))
+        ledgers = asyncio.run(fetch_ledgers(etcd))
         drained = asyncio.run(fetch_drained(etcd))
         owners = asyncio.run(fetch_owners(etcd))
     except TamtoError as exc:
         err.print(f"tamto status: {exc}")
         raise typer.Exit(1) from None
-    notes = asyncio.run(fetch_notes(rows, drained))
+    pages = asyncio.run(fetch_pages(rows))
+    storage = {m.instance_id: h for m, h in rows if m.service == "storage"}
+    healing = healing_from(pages)
+    problems = all_problems(ledgers, storage, healing)
+    notes = member_notes(rows, pages, drained, problems, owners)
     owned = partitions_per_router(owners)
     if as_json:
         members: list[dict[str, object]] = []
@@ -162,11 +173,12 @@ def status(
             if m.service == "router":
                 entry["partitions"] = owned.get(m.instance_id, 0)
             members.append(entry)
-        print(json.dumps(members))
+        partitions = ledgers_json(ledgers, storage, healing, owners)
+        found = [{**asdict(p), "nodes": list(p.nodes)} for p in problems]
+        print(json.dumps({"members": members, "partitions": partitions, "problems": found}))
     else:
         render_status(rows, console, notes, owned)
-        storage = {m.instance_id for m, _ in rows if m.service == "storage"}
-        render_ledgers(ledgers, storage, console, owners)
+        render_ledgers(ledgers, storage, console, owners, healing)
 
 
 @app.command()

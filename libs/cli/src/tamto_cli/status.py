@@ -1,19 +1,32 @@
 """`tamto status`: the members registered in etcd, with their health and version, and
 what needs an operator's attention on them (batches a storage node quarantined,
-ledgers a router writes with a replica that takes no appends), and every partition's
-ledgers with their replicas (docs/cluster.md: under-replicated ones are marked)."""
+ledgers a router writes with a replica that takes no appends, a storage node that does
+not answer, partitions a router owns without a quorum), and every partition's ledgers
+with their replicas: unavailable, under-replicated and healing ones with their causes
+(`tamto_cli.ledger_health`, docs/cluster.md)."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
+from tamto_cli.ledger_health import (
+    HEALING,
+    UNAVAILABLE,
+    UNDER_REPLICATED,
+    UP,
+    Healing,
+    Problem,
+    all_problems,
+    replica_states,
+)
 from tamto_common.config import parse_endpoints
 from tamto_common.health import grpc_healthy
 from tamto_common.ledgers import LedgerList, list_ledgers
@@ -47,6 +60,9 @@ UNDER_REPLICATED_METRIC = "tamto_router_under_replicated_ledgers"
 #: Storage's gauge of damaged files found in an open partition (`tamto storage verify`
 #: and `repair` deal with them), per stream and partition.
 DAMAGED_METRIC = "tamto_storage_damaged_files"
+#: The router's gauge of the replicas it heals, by stream, partition, replica and reason
+#: (`tamto_router.healing_metric`).
+HEALING_METRIC = "tamto_router_healing_replicas"
 
 
 async def fetch_ledgers(etcd_endpoint: str) -> list[LedgerList]:
@@ -84,35 +100,102 @@ async def fetch_drained(etcd_endpoint: str) -> frozenset[str]:
         await client.close()
 
 
+async def fetch_pages(rows: list[tuple[Member, str]]) -> dict[str, list[Metric]]:
+    """The metrics of every serving storage node and router, by member key (a node that
+    does not answer has none)."""
+    noted = [m for m, health in rows if m.service in ("storage", "router") and health == "SERVING"]
+    pages = await asyncio.gather(*(asyncio.to_thread(_scrape, m) for m in noted))
+    return {m.key: page for m, page in zip(noted, pages, strict=True) if page}
+
+
 async def fetch_notes(
     rows: list[tuple[Member, str]], drained: frozenset[str] = frozenset()
 ) -> dict[str, str]:
+    """What needs attention, by member key, from the members' metrics pages alone
+    (`member_notes` without the ledgers)."""
+    return member_notes(rows, await fetch_pages(rows), drained)
+
+
+def member_notes(
+    rows: list[tuple[Member, str]],
+    pages: Mapping[str, list[Metric]],
+    drained: frozenset[str] = frozenset(),
+    problems: Sequence[Problem] = (),
+    owners: Mapping[tuple[str, int], str] | None = None,
+) -> dict[str, str]:
     """What needs attention, by member key: for each serving storage node, the streams
-    with quarantined batches; for each serving router, its under-replicated ledgers
-    (from their metrics pages; a node that does not answer has no note); and each
-    router in `drained` (it owns no partitions until undrained)."""
-    noted = [m for m, health in rows if m.service in ("storage", "router") and health == "SERVING"]
-    notes = await asyncio.gather(*(asyncio.to_thread(_quarantine_note, m) for m in noted))
-    found = {m.key: note for m, note in zip(noted, notes, strict=True) if note}
-    for member, _ in rows:
+    with quarantined batches and damaged files; for each serving router, its
+    under-replicated ledgers; each router in `drained` (it owns no partitions until
+    undrained); each storage node that does not answer, with the partitions it leaves
+    short (`problems`); each router owning partitions without a quorum (`owners`)."""
+    found: dict[str, list[str]] = {}
+    for member, health in rows:
+        notes = found.setdefault(member.key, [])
         if member.service == "router" and member.instance_id in drained:
-            found[member.key] = "; ".join(
-                x for x in ("drained (tamto node undrain)", found.get(member.key)) if x
-            )
-    return found
+            notes.append("drained (tamto node undrain)")
+        if member.service == "storage" and health != "SERVING":
+            notes.append(_hung_note(member.instance_id, problems))
+        if member.service == "router":
+            notes.extend(_owner_notes(member.instance_id, problems, owners or {}))
+        page = pages.get(member.key)
+        if page:
+            notes.extend(_page_notes(page))
+    return {key: "; ".join(notes) for key, notes in found.items() if notes}
 
 
-def _quarantine_note(member: Member) -> str:
-    """``quarantined: <stream> <n>, ...; damaged: <stream>/<p> <n> files, ...`` (storage)
-    or ``under-replicated: <n> ledgers ...`` (router) from the node's metrics page
-    (blocking)."""
+def _hung_note(node: str, problems: Sequence[Problem]) -> str:
+    short = [p for p in problems if p.state in (UNAVAILABLE, UNDER_REPLICATED) and node in p.nodes]
+    unavailable = sum(1 for p in short if p.state == UNAVAILABLE)
+    note = "not answering (hung?)"
+    if short:
+        note += f": {len(short)} ledgers short of it"
+    if unavailable:
+        note += f", {unavailable} without quorum"
+    return note
+
+
+def _owner_notes(
+    router: str, problems: Sequence[Problem], owners: Mapping[tuple[str, int], str]
+) -> list[str]:
+    mine = [p for p in problems if owners.get((p.stream, p.partition)) == router]
+    notes = []
+    for state, what in ((UNAVAILABLE, "no quorum"), (HEALING, "healing")):
+        names = sorted({f"{p.stream}/{p.partition}" for p in mine if p.state == state})
+        if names:
+            notes.append(f"{what}: {', '.join(names)}")
+    return notes
+
+
+def _scrape(member: Member) -> list[Metric]:
+    """The metric families of the member's metrics page (blocking); none when it does
+    not answer."""
     try:
         url = f"http://{member.metrics_address}/metrics"
         with urllib.request.urlopen(url, timeout=2) as response:
             text = response.read().decode()
     except OSError:
-        return ""
-    families = list(text_string_to_metric_families(text))
+        return []
+    return list(text_string_to_metric_families(text))
+
+
+def healing_from(pages: Mapping[str, list[Metric]]) -> dict[tuple[str, int], dict[str, str]]:
+    """What the routers heal: (stream, partition) -> replica -> reason."""
+    found: dict[tuple[str, int], dict[str, str]] = {}
+    for families in pages.values():
+        for family in families:
+            if family.name != HEALING_METRIC:
+                continue
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.value and labels.get("partition", "").isdigit():
+                    key = (labels.get("stream", ""), int(labels["partition"]))
+                    found.setdefault(key, {})[labels.get("replica", "")] = labels.get("reason", "")
+    return found
+
+
+def _page_notes(families: list[Metric]) -> list[str]:
+    """``quarantined: <stream> <n>, ...; damaged: <stream>/<p> <n> files, ...`` (storage)
+    or ``under-replicated: <n> ledgers ...`` (router) from a node's metrics."""
     counts = {
         sample.labels.get("stream", ""): int(sample.value)
         for family in families
@@ -141,7 +224,7 @@ def _quarantine_note(member: Member) -> str:
     if damaged:
         files = ", ".join(f"{p} {n} files" for p, n in sorted(damaged.items()))
         notes.append(f"damaged: {files} (tamto storage verify)")
-    return "; ".join(notes)
+    return notes
 
 
 def render_status(
@@ -181,38 +264,58 @@ def under_replicated(ledgers: LedgerList, storage: set[str]) -> list[int]:
 
 def render_ledgers(
     lists: list[LedgerList],
-    storage: set[str],
+    storage: Mapping[str, str],
     console: Console,
     owners: Mapping[tuple[str, int], str] | None = None,
+    healing: Healing | None = None,
 ) -> None:
-    """Every partition's ledgers: epoch, offsets, state and replicas, a replica that is
-    not registered marked down (the ledger is under-replicated), and on the last
-    ledger's row the router that owns the partition now (`owners`; none while nobody
-    claimed it since its owner left)."""
+    """Every partition's ledgers: epoch, offsets, state and replicas, each replica that
+    is down (not registered), not answering (`storage`: registered node -> health) or
+    healing (`healing`) marked so, and on the last ledger's row the router that owns the
+    partition now (`owners`; none while nobody claimed it since its owner left); then
+    the counts and each unavailable, under-replicated or healing ledger with its cause."""
     if not lists:
         return
     table = Table(title="Ledgers (replicas marked down are not registered)")
     for column in ("partition", "epoch", "offsets", "state", "quorum", "replicas", "owner"):
         table.add_column(column)
-    count = 0
     for ledgers in lists:
-        short = under_replicated(ledgers, storage)
-        count += len(short)
-        owner = (owners or {}).get((ledgers.stream, ledgers.partition), "none")
+        key = (ledgers.stream, ledgers.partition)
+        owner = (owners or {}).get(key, "none")
         for i, ledger in enumerate(ledgers.ledgers):
-            end = "" if ledger.last_offset is None else str(ledger.last_offset)
-            replicas = ", ".join(
-                node if node in storage else f"[red]{node} (down)[/]" for node in ledger.ensemble
+            current = i == len(ledgers.ledgers) - 1
+            states = replica_states(
+                ledger, storage, (healing or {}).get(key, {}) if current else {}
             )
+            end = "" if ledger.last_offset is None else str(ledger.last_offset)
             table.add_row(
                 f"{ledgers.stream}/{ledgers.partition}",
                 str(ledger.epoch),
                 f"{ledger.first_offset}-{end}",
                 ledger.state,
                 f"{ledger.ack_quorum} of {len(ledger.ensemble)}",
-                replicas,
-                owner if i == len(ledgers.ledgers) - 1 else "",
+                ", ".join(_replica_cell(node, state) for node, (state, _) in states.items()),
+                owner if current else "",
             )
     console.print(table)
-    style = "red" if count else "green"
-    console.print(f"[{style}]under-replicated ledgers: {count}[/]")
+    problems = all_problems(lists, storage, healing or {})
+    counts = {
+        s: sum(1 for p in problems if p.state == s)
+        for s in (UNDER_REPLICATED, UNAVAILABLE, HEALING)
+    }
+    style = "red" if counts[UNDER_REPLICATED] or counts[UNAVAILABLE] else "green"
+    console.print(
+        f"[{style}]under-replicated ledgers: {counts[UNDER_REPLICATED] + counts[UNAVAILABLE]}, "
+        f"unavailable: {counts[UNAVAILABLE]}, healing: {counts[HEALING]}[/]"
+    )
+    for problem in problems:
+        console.print(
+            f"[{'yellow' if problem.state == HEALING else 'red'}]{problem.line()}[/]",
+            soft_wrap=True,
+        )
+
+
+def _replica_cell(node: str, state: str) -> str:
+    if state == UP:
+        return node
+    return f"[{'yellow' if state == HEALING else 'red'}]{node} ({state})[/]"

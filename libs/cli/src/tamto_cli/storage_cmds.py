@@ -63,7 +63,8 @@ def storage_verify(
     partition: PartitionOpt = None,
     as_json: AsJson = False,
 ) -> None:
-    """Check every segment, manifest, WAL, cursor and epoch file; exit 1 if any is damaged."""
+    """Check every segment, manifest, WAL, cursor and epoch file; exit 1 if any is damaged
+    or missing."""
     with server_extra("tamto storage verify"):
         from tamto_storage.scrub import verify
     findings = verify(data_dir, stream, partition)
@@ -87,10 +88,11 @@ def storage_repair(
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
     as_json: AsJson = False,
 ) -> None:
-    """Return damaged partitions to service: damaged files move to _damaged/, the offsets
-    they held are recorded as lost (audited), and the partition accepts publishes again.
-    With --json (which needs --yes): one JSON object, the findings, what was repaired
-    and what is still damaged."""
+    """Return damaged partitions to service: damaged files move to _damaged/, every WAL frame
+    that checks out is kept, the offsets no intact file holds are recorded as lost (audited),
+    and the partition accepts publishes again. A second run finds nothing to do. With --json
+    (which needs --yes): one JSON object, the findings, what was repaired and what is still
+    damaged."""
     from tamto_common.audit import ADMIN, AuditLog
 
     with server_extra("tamto storage repair"):

@@ -24,7 +24,7 @@ CHANNEL_OPTIONS = [
 #: at most every 5 minutes and answer a third early one with GOAWAY "too many
 #: pings": an idle append stream between router and storage, pinged every 10 s
 #: (`grpc.keepalive_time_ms` above), was torn down that way after a few minutes,
-#: failing a publish with UNAVAILABLE (found by the long fuzz run, issue 17).
+#: failing a publish with UNAVAILABLE (found by the long fuzz run).
 #:
 #: And room for a burst of new calls: gRPC's Python server takes the calls gRPC
 #: core accepted one by one from its event loop, and core resets those that wait

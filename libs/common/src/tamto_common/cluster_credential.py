@@ -1,6 +1,6 @@
 """The cluster credential: a node joins only with the cluster's shared secret.
 
-Issue 21 (Deliver 6, joining): a storage node, router, gateway or auth service
+Joining: a storage node, router, gateway or auth service
 started with another cluster's secret, a wrong one, or none, must not join.
 The model is NATS's cluster route authorization and Consul's gossip key, one
 secret per cluster that every node is given (`--cluster-secret`, usually as

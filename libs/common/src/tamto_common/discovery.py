@@ -4,8 +4,8 @@ A node is told where etcd is either statically (`--etcd-endpoints host:port,...`
 or by a DNS name (`--discovery srv:_tamto._tcp.example.org`), as Kafka clients,
 etcd's own `--discovery-srv` and Consul do: the operator keeps one SRV record
 up to date and every node, old or new, finds the same etcd through it. The
-record is resolved once, at start-up, before the node connects (issue 21,
-Deliver 6): its targets are ordered as RFC 2782 says (lowest priority first,
+record is resolved once, at start-up, before the node connects: its targets are
+ordered as RFC 2782 says (lowest priority first,
 within one priority a random order weighted by `weight`), each target name is
 resolved to its addresses with the same resolver, and the result replaces
 `etcd_endpoints` in the service's config, so everything after start-up

@@ -18,6 +18,10 @@ class TamtoError(Exception):
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
     retriable: bool = False
 
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The trailing metadata a call failing with this error ends with (none by default)."""
+        return ()
+
 
 class InvalidArgument(TamtoError):
     """The request itself is wrong; sending it again will not help."""

@@ -2,8 +2,10 @@
 
 Wrap every servicer with `TranslateErrorsInterceptor` (the service runner does):
 a `TamtoError` becomes its status and message; anything else is logged and
-answered as INTERNAL without leaking internals. Errors from a downstream
-service (`grpc.aio.AioRpcError`) keep their status so a client sees the cause.
+answered as INTERNAL without leaking internals. A request whose bytes do not
+parse is INVALID_ARGUMENT naming its field (`tamto_common.decoding`). Errors
+from a downstream service (`grpc.aio.AioRpcError`) keep their status so a
+client sees the cause.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import structlog
 from prometheus_client import Histogram
 
 from tamto_common import errors
+from tamto_common.decoding import Undecodable, carries_call_id, lenient
 from tamto_common.errors import TamtoError, Unavailable
 
 log = structlog.get_logger(__name__)
@@ -27,8 +30,35 @@ log = structlog.get_logger(__name__)
 ETCD_UNREACHABLE = (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError)
 
 
+#: The longest status message a server sends, in UTF-8 bytes. gRPC carries it in
+#: trailing metadata (percent-encoded: up to 3 bytes per byte), whose default
+#: limit is 8 KiB; a message over it (a schema quoted whole, 955,143 characters)
+#: turned the status into RESOURCE_EXHAUSTED about the metadata.
+MAX_ERROR_MESSAGE_BYTES = 1536
+
+
+def capped(message: str) -> str:
+    """`message` if it fits `MAX_ERROR_MESSAGE_BYTES`, else its start and how much
+    was cut."""
+    data = message.encode("utf-8", "replace")
+    if len(data) <= MAX_ERROR_MESSAGE_BYTES:
+        return message
+    head = data[: MAX_ERROR_MESSAGE_BYTES - 48].decode("utf-8", "ignore")
+    return f"{head}... ({len(message) - len(head)} more characters)"
+
+
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
-    """The status and message for an exception, or None for an unexpected one."""
+    """The status and message (`capped`) for an exception, or None for an unexpected one."""
+    status = _status_for(exc)
+    return None if status is None else (status[0], capped(status[1]))
+
+
+def in_band_status(exc: TamtoError) -> tuple[int, str]:
+    """The status code number and message (`capped`) a stream announces in-band."""
+    return exc.code.value[0], capped(str(exc))
+
+
+def _status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     if isinstance(exc, TamtoError):
         return exc.code, str(exc)
     if isinstance(exc, ETCD_UNREACHABLE):
@@ -43,8 +73,9 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
 
 
 def trailing_metadata_for(exc: BaseException) -> tuple[tuple[str, str], ...]:
-    """The trailing metadata a call failing with `exc` ends with (a redirect's owner)."""
-    if isinstance(exc, errors.NotOwner):
+    """The trailing metadata a call failing with `exc` ends with (a redirect's owner,
+    a request's `tamto-no-responders`)."""
+    if isinstance(exc, TamtoError):
         return exc.trailing_metadata()
     return ()
 
@@ -115,6 +146,8 @@ def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callabl
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
         started, code = time.perf_counter(), "OK"
         try:
+            if type(request) is Undecodable:
+                raise request.error()
             return await behavior(request, context)
         except Exception as exc:
             if isinstance(exc, grpc.aio.AbortError):
@@ -132,6 +165,8 @@ def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str) -> Ca
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         started, code = time.perf_counter(), "OK"
         try:
+            if type(request) is Undecodable:
+                raise request.error()
             async for item in behavior(request, context):
                 yield item
         except asyncio.CancelledError:
@@ -192,13 +227,39 @@ _KINDS: tuple[tuple[str, Callable[..., grpc.RpcMethodHandler], Callable[..., Any
 
 
 def _wrap(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-    """`handler` with its behaviour's errors translated and its calls timed."""
+    """`handler` with its behaviour's errors translated and its calls timed, and its
+    requests parsed leniently (`tamto_common.decoding`): one that does not parse is
+    refused with INVALID_ARGUMENT. On a stream of pipelined calls it reaches the
+    handler (`answer_calls` refuses that call alone); on another stream it ends
+    the stream with that status, as any other bad request there does."""
+    deserializer = handler.request_deserializer
     for kind, make, wrap in _KINDS:
         behavior = getattr(handler, kind)
         if behavior:
+            if deserializer is not None:
+                if handler.request_streaming and not carries_call_id(deserializer):
+                    behavior = _refusing_undecodable(behavior)
+                deserializer = lenient(deserializer)
             return make(
                 wrap(behavior, method),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
     return handler
+
+
+def _refusing_undecodable(behavior: Callable[..., Any]) -> Callable[..., Any]:
+    """A stream handler whose requests end with the refusal of the first that did not
+    parse."""
+
+    def with_requests(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+        return behavior(_decoded(requests), context)
+
+    return with_requests
+
+
+async def _decoded(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    async for request in requests:
+        if type(request) is Undecodable:
+            raise request.error()
+        yield request

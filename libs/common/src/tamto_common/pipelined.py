@@ -9,7 +9,9 @@ would have ended with: the same `status_for` translation the unary
 interceptor uses. Each call is timed under the unary method's name in
 `tamto_rpc_server_seconds`, so the metric means the same on either path. At
 most `max_in_flight` calls of one stream run at once; beyond that the stream
-is not read, and HTTP/2 flow control holds the client.
+is not read, and HTTP/2 flow control holds the client. A request whose bytes
+did not parse (`tamto_common.decoding.Undecodable`) is answered INVALID_ARGUMENT
+alone, and the stream goes on.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 import structlog
 
+from tamto_common.decoding import Undecodable
 from tamto_common.errors import InvalidArgument
 from tamto_common.grpc_errors import RPC_SECONDS, status_for, trailing_metadata_for
 
@@ -48,8 +51,20 @@ def _status(exc: BaseException, method: str) -> tuple[grpc.StatusCode, str]:
     return status
 
 
+def _refusal(request: Undecodable, response_type: Any, method: str) -> Any:
+    """The answer to a request that did not parse: INVALID_ARGUMENT for its call_id
+    (0 when even that could not be read: no call of the client's is answered, the
+    stream goes on)."""
+    error = request.error()
+    answer = response_type(call_id=request.call_id)
+    answer.status.code = error.code.value[0]
+    answer.status.message = str(error)
+    RPC_SECONDS.labels(method, error.code.name).observe(0)
+    return answer
+
+
 async def answer_calls(
-    requests: AsyncIterator[Request],
+    requests: AsyncIterator[Request | Undecodable],
     handle: Callable[[Request], Awaitable[Any]],
     response_type: Any,
     method: str,
@@ -82,6 +97,9 @@ async def answer_calls(
     async def read() -> None:
         try:
             async for request in requests:
+                if isinstance(request, Undecodable):
+                    answers.put_nowait(_refusal(request, response_type, method))
+                    continue
                 if not request.call_id:
                     raise InvalidArgument(f"{method}: every request needs a non-zero call_id")
                 await slots.acquire()
@@ -101,6 +119,12 @@ async def answer_calls(
                 await asyncio.wait(set(running))
                 answers.put_nowait(None)  # after their answers
             else:
+                # A call that finished after the requests ended queued its answer
+                # behind their end: every call is done now, so take what is left.
+                while not answers.empty():
+                    late = answers.get_nowait()
+                    if late is not None:
+                        yield late
                 reader.result()  # a malformed request ends the stream with its status
                 return
     finally:

@@ -106,11 +106,11 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
     metrics_port = start_metrics_server(config.host, config.metrics_port)
 
-    # `--discovery srv:<record>`: etcd's endpoints come from DNS (issue 21, Deliver 6).
+    # `--discovery srv:<record>`: etcd's endpoints come from DNS.
     config = await with_discovered_etcd(config)
-    # Started while etcd or NATS is down: serve as soon as they answer (issue 19).
+    # Started while etcd or NATS is down: serve as soon as they answer.
     etcd = await until_reachable("etcd", lambda: connect_etcd(config.etcd_hosts(), timeout_s=1))
-    # Only with the cluster's credential does this node serve and register (issue 21).
+    # Only with the cluster's credential does this node serve and register.
     await until_reachable("etcd", lambda: admit(etcd, config.cluster_secret))
     bus = await connect_bus(config.nats_url, name=f"tamto-{service}-{config.member_id}")
     address = f"{config.dial_host}:{port}"

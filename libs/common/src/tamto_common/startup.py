@@ -5,7 +5,7 @@ launcher restarts every process it supervises, and a fault campaign faults them
 back to back. Before this, a service gave up after 10 s without etcd, or on
 the first failed etcd write of its start-up, and exited; the launcher then
 started it from scratch (5-15 s of imports on a loaded machine), and in one
-campaign a restarted auth took 58 s to serve (issue 19). Now every first
+campaign a restarted auth took 58 s to serve. Now every first
 contact (connecting, the service's first writes, registering) is retried with
 the gRPC channels' reconnect policy (`tamto_protocol.reconnect`: 0.1 s growing
 to 0.25 s between attempts, jittered) until `STARTUP_DEADLINE_S`, so a service

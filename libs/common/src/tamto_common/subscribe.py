@@ -1,5 +1,8 @@
-"""Rules for the fields of a Subscribe, checked where a consume stream enters (the
-gateway) and again by the router, which other services may reach directly.
+"""Rules for the fields of a Subscribe and of the requests after it (each ack's,
+nack's, term's and in_progress's `ranges`), checked where a consume stream enters
+(the gateway) and again by the router, which other services may reach directly.
+A list over its limit (`tamto_protocol.limits`) is refused before any work per
+element.
 
 Each breach is INVALID_ARGUMENT naming the field and the rule, instead of being
 accepted silently (a start time of -1 or 2^63-1, `partitions: [0, 0, 0]`) or
@@ -9,9 +12,12 @@ stored and logged whatever its size (a 10 KiB consumer name).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from tamto_common.errors import InvalidArgument
+from tamto_common.lists import check_count
+from tamto_common.streams import MAX_PARTITIONS
+from tamto_protocol.limits import MAX_RANGES_PER_REQUEST
 
 #: Longest consumer name, in characters: it is logged, and orders failover consumers.
 MAX_CONSUMER_NAME_CHARS = 256
@@ -41,8 +47,15 @@ def check_start_time_us(time_us: int) -> int:
     return time_us
 
 
-def check_partitions(partitions: Iterable[int]) -> tuple[int, ...]:
-    """The partitions sorted, if none is listed twice."""
+def check_range_count(field: str, count: int) -> None:
+    """A consume request's `ranges` hold at most `MAX_RANGES_PER_REQUEST` ranges."""
+    check_count(field, count, MAX_RANGES_PER_REQUEST)
+
+
+def check_partitions(partitions: Sequence[int]) -> tuple[int, ...]:
+    """The partitions sorted, if none is listed twice and they are at most
+    `MAX_PARTITIONS` (a stream's most partitions)."""
+    check_count("partitions", len(partitions), MAX_PARTITIONS)
     ordered = sorted(partitions)
     for previous, current in itertools.pairwise(ordered):
         if previous == current:

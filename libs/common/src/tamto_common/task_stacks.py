@@ -1,6 +1,6 @@
 """Every asyncio task's stack, logged on SIGUSR1: where a running service waits.
 
-A call that never finishes (issue 17: one consumer of a crowd of 10,000 whose
+A call that never finishes (one consumer of a crowd of 10,000 whose
 stream never attached) shows no error and no log line; what it waits on is only
 visible in the task's stack. `kill -USR1 <pid>` of any Tamto service logs one
 `task stacks` line per task (its name, its coroutine and where each frame of it

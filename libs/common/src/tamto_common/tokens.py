@@ -10,7 +10,7 @@ to one per `refetch_interval_s`, so a flood of tokens with made-up kids costs
 auth at most one call per interval. After a fetch that failed (auth down or
 restarting) the next may come `RETRY_FAILED_FETCH_S` later: a gateway that
 (re)started while auth was down verifies tokens within a fraction of a second
-of auth serving again, not up to 5 s later (issue 19).
+of auth serving again, not up to 5 s later.
 
 Only EdDSA over Ed25519 is accepted. The algorithm is decided by the verifier
 and the key, never by the token's header, which shuts out `alg: none` and the

@@ -50,8 +50,11 @@ from tamto_local.process import LineSink, ManagedProcess
 from tamto_local.tls import cert_paths, ensure_dev_pki
 
 SERVICES = ("auth", "storage", "router", "gateway")
+#: Every service, in start order: `SERVICES` and the processing nodes, which `tamto up`
+#: runs and test clusters start only when a test asks (`node_processes`).
+ALL_SERVICES = (*SERVICES, "processing")
 #: Services that run once per node with several nodes; gateways run twice (`GATEWAYS`).
-PER_NODE = ("storage", "router")
+PER_NODE = ("storage", "router", "processing")
 GATEWAYS = 2
 #: The most nodes `tamto up --nodes` runs on one machine.
 MAX_NODES = 16
@@ -174,12 +177,15 @@ def split_process(process: str) -> tuple[str, int]:
     return service, int(index) if index else 1
 
 
-def node_processes(nodes: int) -> list[str]:
+def node_processes(nodes: int, processing: bool = False) -> list[str]:
     """The service processes of a system of `nodes` nodes, in start order: with one node
     `SERVICES`; with more, auth, `storage` .. `storage-N`, `router` .. `router-N`,
-    `gateway` and `gateway-2`."""
+    `gateway` and `gateway-2`, and with `processing` a processing node per node
+    (`tamto up` runs them; test clusters start one when a test asks)."""
     names: list[str] = []
-    for service in SERVICES:
+    for service in ALL_SERVICES:
+        if service == "processing" and not processing:
+            continue
         count = 1
         if nodes > 1 and service in PER_NODE:
             count = nodes
@@ -205,10 +211,11 @@ def service_env(
     process: str | None = None,
     nodes: int = 1,
     http_port: int = 0,
+    mqtt_port: int = 0,
 ) -> dict[str, str]:
     """The environment that configures service `name` (see each service's config);
     `process` names one of several of it (`storage-2`, see `node_processes`); a
-    gateway serves its HTTP API on `http_port` (0: none)."""
+    gateway serves its HTTP API on `http_port` and MQTT on `mqtt_port` (0: none)."""
     process = process or name
     data_dir = process_data_dir(shared.data_dir, process, nodes)
     index = split_process(process)[1]
@@ -232,6 +239,8 @@ def service_env(
         env[f"TAMTO_{name.upper()}_AUDIT_FILE"] = str(data_dir / "audit.jsonl")
     if name == "gateway" and http_port:
         env["TAMTO_GATEWAY_HTTP_PORT"] = str(http_port)
+    if name == "gateway" and mqtt_port:
+        env["TAMTO_GATEWAY_MQTT_PORT"] = str(mqtt_port)
     if shared.tls_dir is not None:
         paths = cert_paths(shared.tls_dir, name)
         env[f"TAMTO_{name.upper()}_TLS_CERT_FILE"] = str(paths.cert)
@@ -263,11 +272,13 @@ class LocalCluster:
         self.ports: dict[str, int] = {}
         #: Each gateway's HTTP API port (`tamto_gateway.http`), by process name.
         self.http_ports: dict[str, int] = {}
+        #: Each gateway's MQTT port (`tamto_gateway.mqtt`), by process name.
+        self.mqtt_ports: dict[str, int] = {}
         self.processes: dict[str, ManagedProcess] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
         #: The service processes, in start order (`node_processes`).
-        self.names = node_processes(config.nodes)
+        self.names = node_processes(config.nodes, processing=True)
         self.restarts: dict[str, int] = dict.fromkeys((*INFRA, *self.names), 0)
         self._infra: dict[str, tuple[list[str], int]] = {}  # name -> (argv, port)
         self._started_at: dict[str, float] = {}
@@ -286,6 +297,10 @@ class LocalCluster:
         """Every gateway's HTTP API URL, once started."""
         scheme = "https" if self.config.tls else "http"
         return [f"{scheme}://{self.config.host}:{port}" for port in self.http_ports.values()]
+
+    def mqtt_addresses(self) -> list[str]:
+        """Every gateway's MQTT broker as host:port, once started."""
+        return [f"{self.config.host}:{port}" for port in self.mqtt_ports.values()]
 
     def _check_ports(self) -> None:
         c = self.config
@@ -318,6 +333,7 @@ class LocalCluster:
             process=name,
             nodes=c.nodes,
             http_port=self.http_ports.get(name, 0),
+            mqtt_port=self.mqtt_ports.get(name, 0),
         )
 
     async def start(self) -> None:
@@ -336,9 +352,9 @@ class LocalCluster:
                 ) from None
         self.ports = {name: free_port(c.host) for name in self.names}
         self.ports["gateway"] = c.gateway_port
-        self.http_ports = {
-            name: free_port(c.host) for name in self.names if split_process(name)[0] == "gateway"
-        }
+        gateways = [name for name in self.names if split_process(name)[0] == "gateway"]
+        self.http_ports = {name: free_port(c.host) for name in gateways}
+        self.mqtt_ports = {name: free_port(c.host) for name in gateways}
 
         etcd = EtcdSpec(c.data_dir / "etcd", c.etcd_port, c.etcd_peer_port, c.host)
         await self._start_infra("etcd", etcd_argv(etcd), c.etcd_port)
@@ -382,18 +398,20 @@ class LocalCluster:
         await self._wait(name, lambda: grpc_healthy(address, tls=tls))
 
     async def _wait(self, name: str, check: Callable[[], object]) -> None:
+        """Wait until `name` passes `check`; LaunchError at once if it exits first (the wait
+        retries a check's errors, so the exit ends the wait rather than raising in it)."""
         proc = self.processes[name]
 
-        async def ready() -> bool:
-            if not proc.running():
-                tail = proc.tail[-1] if proc.tail else "no output"
-                raise LaunchError(f"{name} exited with code {proc.returncode}: {tail}")
-            return bool(await check())  # type: ignore[misc]
+        async def ready_or_exited() -> bool:
+            return not proc.running() or bool(await check())  # type: ignore[misc]
 
         try:
-            await wait_until(ready, self._ready_timeout, name)
+            await wait_until(ready_or_exited, self._ready_timeout, name)
         except TimeoutError as exc:
             raise LaunchError(str(exc)) from None
+        if not proc.running():
+            tail = proc.tail[-1] if proc.tail else "no output"
+            raise LaunchError(f"{name} exited with code {proc.returncode}: {tail}")
 
     async def _restart(self, name: str) -> None:
         if name in self._infra:

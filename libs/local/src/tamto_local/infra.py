@@ -69,7 +69,7 @@ def etcd_argv(spec: EtcdSpec) -> list[str]:
         # A single member has no peer to miss heartbeats from: the election timeout
         # only delays its start. With etcd's defaults (100 ms, 1 s) a restarted etcd
         # answered writes 1.2-1.6 s after its port opened on this machine; with these,
-        # 0.2-0.35 s (issue 19: everything waits for it after an etcd restart).
+        # 0.2-0.35 s (everything waits for it after an etcd restart).
         "--heartbeat-interval=25",
         "--election-timeout=150",
         "--log-level=warn",

@@ -18,6 +18,14 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from tamto_protocol.ipc_bounds import (
+    UnpackedSizeError,
+    check_unpacked_size,
+    too_large,
+    unpacked_body_bytes,
+)
+from tamto_protocol.message_size import MessageTooLarge, check_message_sizes
+
 if TYPE_CHECKING:
     pass
 
@@ -47,6 +55,11 @@ BATCH_SCHEMA = pa.schema(
 
 class BatchFormatError(ValueError):
     """The bytes are not a valid Tamto message batch."""
+
+
+#: The most a batch's buffers may take once unpacked (compressed IPC buffers): what an
+#: uncompressed batch may take at most, the gRPC message limit of every hop.
+MAX_UNPACKED_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,29 +223,74 @@ def decode_column(data: bytes | memoryview, name: str) -> pa.Array:
     return decode_batch(data).column(name)
 
 
-def decode_valid_batch(data: bytes | memoryview) -> pa.RecordBatch:
+def decode_valid_batch(
+    data: bytes | memoryview, max_unpacked_bytes: int = MAX_UNPACKED_BYTES
+) -> pa.RecordBatch:
     """`decode_batch`, with every column of every record batch checked in full
-    (`check_buffers`) before any value is read or the batches are combined."""
-    batches = _read_batches(data)
+    (`check_buffers`) before any value is read or the batches are combined, and
+    every value within the range its readers can represent (`check_values`).
+
+    Compressed buffers are unpacked only once their recorded unpacked sizes are
+    known to total at most `max_unpacked_bytes` (`tamto_protocol.ipc_bounds`).
+    """
+    try:
+        batches = _read_batches(data, max_unpacked_bytes)
+    except UnpackedSizeError as exc:
+        raise BatchFormatError(str(exc)) from None
     for batch in batches:
         check_buffers(batch)
+        check_values(batch)
     return _combined(batches)
 
 
-def _known_schema_batches(data: bytes | memoryview) -> list[pa.RecordBatch] | None:
+#: The event times a reader can represent: Python's `datetime` range, in µs since the
+#: epoch (0001-01-01 to 9999-12-31T23:59:59.999999 UTC).
+MIN_EVENT_TIME_US = -62_135_596_800_000_000
+MAX_EVENT_TIME_US = 253_402_300_799_999_999
+
+
+def check_values(batch: pa.RecordBatch) -> None:
+    """Refuse values that pass Arrow's checks but break readers: an `event_time`
+    outside `MIN_EVENT_TIME_US`..`MAX_EVENT_TIME_US` (converting it to a `datetime`,
+    as the SDK does, raised OverflowError)."""
+    column = batch.column("event_time")
+    if column.null_count == len(column):
+        return
+    if column.null_count:  # a null's slot may hold anything
+        low, high = (v.as_py() for v in pc.min_max(column.cast(pa.int64())).values())
+    else:
+        times = np.frombuffer(
+            column.buffers()[1], "<i8", count=len(column), offset=column.offset * 8
+        )
+        low, high = int(times.min()), int(times.max())
+    if low < MIN_EVENT_TIME_US or high > MAX_EVENT_TIME_US:
+        raise BatchFormatError(
+            f"column 'event_time': a value lies outside {MIN_EVENT_TIME_US}.."
+            f"{MAX_EVENT_TIME_US} µs since the epoch (years 1 to 9999)"
+        )
+
+
+def _known_schema_batches(
+    data: bytes | memoryview, max_unpacked_bytes: int | None = None
+) -> list[pa.RecordBatch] | None:
     """The record batches of a stream whose schema message is `BATCH_SCHEMA`'s byte
     for byte (as every Tamto encoder writes it), read without parsing the schema;
     None for any other stream, or one Arrow cannot read (`_read_batches` then says
     what is wrong). Opening a stream reader and comparing schemas cost about two
-    thirds of checking a one-message batch (issue 23's request/reply profile)."""
+    thirds of checking a one-message batch (in a profile of request/reply)."""
     if data[: len(_SCHEMA_MESSAGE)] != _SCHEMA_MESSAGE:
         return None
     source = pa.BufferReader(pa.py_buffer(data))
     source.seek(len(_SCHEMA_MESSAGE))
-    batches = []
+    batches, unpacked = [], 0
     try:
         while source.tell() < source.size():
-            batches.append(pa.ipc.read_record_batch(pa.ipc.read_message(source), BATCH_SCHEMA))
+            message = pa.ipc.read_message(source)
+            if max_unpacked_bytes is not None:
+                unpacked += unpacked_body_bytes(message)
+                if unpacked > max_unpacked_bytes:
+                    raise UnpackedSizeError(too_large(max_unpacked_bytes))
+            batches.append(pa.ipc.read_record_batch(message, BATCH_SCHEMA))
     except EOFError:
         pass  # the end-of-stream marker
     except (pa.ArrowException, OSError):
@@ -240,10 +298,16 @@ def _known_schema_batches(data: bytes | memoryview) -> list[pa.RecordBatch] | No
     return batches
 
 
-def _read_batches(data: bytes | memoryview) -> list[pa.RecordBatch]:
-    known = _known_schema_batches(data)
+def _read_batches(
+    data: bytes | memoryview, max_unpacked_bytes: int | None = None
+) -> list[pa.RecordBatch]:
+    """The record batches of `data`; with `max_unpacked_bytes`, `UnpackedSizeError`
+    before anything is unpacked past it (`tamto_protocol.ipc_bounds`)."""
+    known = _known_schema_batches(data, max_unpacked_bytes)
     if known is not None:
         return known
+    if max_unpacked_bytes is not None:
+        check_unpacked_size(data, max_unpacked_bytes)
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(data))
         if not reader.schema.equals(BATCH_SCHEMA, check_metadata=False):
@@ -252,7 +316,7 @@ def _read_batches(data: bytes | memoryview) -> list[pa.RecordBatch]:
     # Any Arrow error (ArrowNotImplementedError for an unknown codec or type too), and
     # a column name that is not UTF-8, which pyarrow raises when the name is read.
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        raise BatchFormatError(f"not an Arrow IPC stream: {exc}") from exc
+        raise BatchFormatError(f"not an Arrow IPC stream: {_quoted(str(exc))}") from exc
 
 
 def _combined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
@@ -264,19 +328,34 @@ def _combined(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
     return combined[0] if combined else pa.RecordBatch.from_pylist([], schema=BATCH_SCHEMA)
 
 
+#: The most characters of a producer's column names or type an error quotes: a
+#: schema is the producer's to make, and quoted whole it made an error message of
+#: 955,143 characters.
+_MAX_QUOTED = 200
+
+
 def _schema_mismatch(schema: pa.Schema) -> str:
-    """Which column of `schema` differs from `BATCH_SCHEMA`, and how."""
+    """Which column of `schema` differs from `BATCH_SCHEMA`, and how (quoting at most
+    `_MAX_QUOTED` characters of what the producer sent)."""
     prefix = f"batch schema does not match schema version {SCHEMA_VERSION}"
     if schema.names != BATCH_SCHEMA.names:
-        return f"{prefix}: columns {schema.names}, expected {BATCH_SCHEMA.names}"
+        names = _quoted(repr(schema.names))
+        return f"{prefix}: {len(schema.names)} columns {names}, expected {BATCH_SCHEMA.names}"
     for got, expected in zip(schema, BATCH_SCHEMA, strict=True):
         if not got.equals(expected):
             nullable = "" if got.nullable == expected.nullable else f" nullable={got.nullable}"
             return (
-                f"{prefix}: column {got.name!r} has type {got.type}{nullable}, "
+                f"{prefix}: column {got.name!r} has type {_quoted(str(got.type))}{nullable}, "
                 f"expected {expected.type}" + ("" if expected.nullable else " not nullable")
             )
     return prefix
+
+
+def _quoted(text: str) -> str:
+    """`text` cut to `_MAX_QUOTED` characters, saying how many were left out."""
+    if len(text) <= _MAX_QUOTED:
+        return text
+    return f"{text[:_MAX_QUOTED]}... ({len(text) - _MAX_QUOTED} more characters)"
 
 
 def check_buffers(batch: pa.RecordBatch) -> None:
@@ -285,7 +364,7 @@ def check_buffers(batch: pa.RecordBatch) -> None:
     that lies.
 
     The IPC reader trusts a stream's offsets, lengths and null counts; reading
-    values through a lying offset reads memory outside the batch (issue 17). Costs
+    values through a lying offset reads memory outside the batch. Costs
     about one pass over each column's offsets (see docs/validation.md).
     """
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
@@ -298,7 +377,8 @@ def check_buffers(batch: pa.RecordBatch) -> None:
 def validate_batch(data: bytes | memoryview, count: int, max_message_bytes: int) -> pa.RecordBatch:
     """Decode and check a producer's batch before anything acknowledges it: the
     schema, every column's buffers in full (`check_buffers`), the declared count,
-    payload sizes. The one check of a batch, at the gateway and again at storage."""
+    each message's size (`check_message_sizes`, when `max_message_bytes` > 0). The
+    one check of a batch, at the gateway and again at storage."""
     batch = decode_valid_batch(data)
     if batch.num_rows != count:
         raise BatchFormatError(f"batch declares {count} messages but holds {batch.num_rows}")
@@ -306,21 +386,12 @@ def validate_batch(data: bytes | memoryview, count: int, max_message_bytes: int)
         raise BatchFormatError("batch is empty")
     if batch.column("payload").null_count:
         raise BatchFormatError("column 'payload' must not be null")
-    if max_message_bytes > 0 and _payload_bytes_bound(batch) > max_message_bytes:
-        sizes = pc.binary_length(batch.column("payload"))
-        largest = pc.max(sizes).as_py()
-        if largest is not None and largest > max_message_bytes:
-            raise BatchFormatError(
-                f"a message payload of {largest} bytes exceeds the limit of {max_message_bytes}"
-            )
+    if max_message_bytes > 0:
+        try:
+            check_message_sizes(batch, max_message_bytes)
+        except MessageTooLarge as exc:
+            raise BatchFormatError(str(exc)) from None
     return batch
-
-
-def _payload_bytes_bound(batch: pa.RecordBatch) -> int:
-    """At least the largest payload's size: the payload column's value buffer (checked
-    in full before), read in a microsecond where two compute kernels take ~30 µs."""
-    values = batch.column("payload").buffers()[2]
-    return 0 if values is None else int(values.size)
 
 
 def encode_record_batch(batch: pa.RecordBatch) -> bytes:
@@ -369,7 +440,7 @@ def slice_batch(data: bytes, start: int, length: int) -> bytes:
     The slice is checked in full first (`check_buffers`, about a tenth of the
     re-encoding's cost): re-encoding copies the bytes its offsets point at, so a
     lying offset would put memory from outside the batch into a well-formed one
-    that no later check could tell from what a producer sent (issue 17).
+    that no later check could tell from what a producer sent.
     """
     sliced = decode_batch(data).slice(start, length)
     check_buffers(sliced)

@@ -114,7 +114,12 @@ class DeliveryView:
 
 
 class WireError(ValueError):
-    """The bytes are not a valid `ConsumeResponse`."""
+    """The bytes are not valid protobuf wire format (`field`: the number of the field
+    they end or break in, when its tag could be read)."""
+
+    def __init__(self, message: str, field: int | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _read_varint(data: memoryview, at: int) -> tuple[int, int]:
@@ -130,28 +135,32 @@ def _read_varint(data: memoryview, at: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(data: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
-    """(field number, wire type, value) of each field; LEN values as memoryviews."""
+def read_fields(data: memoryview) -> Iterator[tuple[int, int, int | memoryview]]:
+    """(field number, wire type, value) of each field; LEN values as memoryviews.
+    `WireError` where the bytes end inside a field or a wire type is not protobuf's."""
     at = 0
     while at < len(data):
         key, at = _read_varint(data, at)
         number, kind = key >> 3, key & 7
         value: int | memoryview
-        if kind == 0:
-            value, at = _read_varint(data, at)
-        elif kind == 2:
-            length, at = _read_varint(data, at)
-            if at + length > len(data):
-                raise WireError("truncated length-delimited field")
-            value, at = data[at : at + length], at + length
-        elif kind == 1:
-            value, at = int.from_bytes(data[at : at + 8], "little"), at + 8
-        elif kind == 5:
-            value, at = int.from_bytes(data[at : at + 4], "little"), at + 4
-        else:
-            raise WireError(f"unsupported wire type {kind}")
-        if at > len(data):
-            raise WireError("truncated fixed-size field")
+        try:
+            if kind == 0:
+                value, at = _read_varint(data, at)
+            elif kind == 2:
+                length, at = _read_varint(data, at)
+                if at + length > len(data):
+                    raise WireError("truncated length-delimited field")
+                value, at = data[at : at + length], at + length
+            elif kind == 1:
+                value, at = int.from_bytes(data[at : at + 8], "little"), at + 8
+            elif kind == 5:
+                value, at = int.from_bytes(data[at : at + 4], "little"), at + 4
+            else:
+                raise WireError(f"unsupported wire type {kind}")
+            if at > len(data):
+                raise WireError("truncated fixed-size field")
+        except WireError as exc:
+            raise WireError(str(exc), number) from None
         yield number, kind, value
 
 
@@ -162,7 +171,7 @@ def _int64(value: int) -> int:
 def _stored_batch(data: memoryview) -> StoredBatchView:
     base = count = time_us = 0
     arrow = memoryview(b"")
-    for number, kind, value in _fields(data):
+    for number, kind, value in read_fields(data):
         if kind == 0 and isinstance(value, int):
             if number == 1:
                 base = _int64(value)
@@ -191,7 +200,7 @@ def parse_consume_error(data: bytes) -> tuple[int, str] | None:
     if not data or data[0] != 0x12:  # field 2, length-delimited
         return None
     status = 0, ""
-    for number, _kind, value in _fields(memoryview(data)):
+    for number, _kind, value in read_fields(memoryview(data)):
         if number == 2 and isinstance(value, memoryview):
             status = _status(value)
     return status
@@ -200,7 +209,7 @@ def parse_consume_error(data: bytes) -> tuple[int, str] | None:
 def _status(data: memoryview) -> tuple[int, str]:
     """(code, message) of a `StreamError` or `CallStatus` (the same first two fields)."""
     code, message = 0, ""
-    for number, kind, value in _fields(data):
+    for number, kind, value in read_fields(data):
         if number == 1 and kind == 0 and isinstance(value, int):
             code = value
         elif number == 2 and isinstance(value, memoryview):
@@ -216,7 +225,7 @@ def mux_responses(responses: Sequence[bytes]) -> bytes:
 
 def parse_mux_responses(data: bytes) -> Iterator[MuxResponse]:
     """The responses of a `ConsumeMuxResponses`, in order (see `parse_mux_response`)."""
-    for number, _kind, value in _fields(memoryview(data)):
+    for number, _kind, value in read_fields(memoryview(data)):
         if number == 1 and isinstance(value, memoryview):
             yield parse_mux_response(value)
 
@@ -227,7 +236,7 @@ def parse_mux_response(data: bytes | memoryview) -> MuxResponse:
     session = 0
     consume: bytes | None = None
     end: tuple[int, str] | None = None
-    for number, kind, value in _fields(memoryview(data)):
+    for number, kind, value in read_fields(memoryview(data)):
         if number == 1 and kind == 0 and isinstance(value, int):
             session = value
         elif number == 2 and isinstance(value, memoryview):
@@ -247,7 +256,7 @@ def parse_consume_response(data: bytes) -> DeliveryView | None:
     message (which protobuf would merge) is refused rather than half-merged.
     """
     delivery: memoryview | None = None
-    for number, kind, value in _fields(memoryview(data)):
+    for number, kind, value in read_fields(memoryview(data)):
         if number == 1 and kind == 2 and isinstance(value, memoryview):
             if delivery is not None:
                 raise WireError("delivery given twice")
@@ -258,7 +267,7 @@ def parse_consume_response(data: bytes) -> DeliveryView | None:
     partition = delivery_count = 0
     batch: StoredBatchView | None = None
     offsets: list[int] = []
-    for number, kind, value in _fields(delivery):
+    for number, kind, value in read_fields(delivery):
         if number == 1 and isinstance(value, memoryview):
             stream = bytes(value).decode()
         elif number == 2 and kind == 0 and isinstance(value, int):

@@ -4,8 +4,8 @@ gRPC's defaults back a lost connection off from 1 s up to 120 s (1.6 times longe
 failed attempt, with jitter). While a channel waits out that backoff, every
 call on it fails at once with UNAVAILABLE ("failed to connect to all
 addresses ... Connection refused") even after the peer is serving again: a
-gateway killed and restarted a few times left producers failing for 50-60 s
-(issue 19). Tamto's peers are few and known, so a channel waits at most a
+gateway killed and restarted a few times left producers failing for 50-60 s.
+Tamto's peers are few and known, so a channel waits at most a
 quarter second (plus gRPC's 20 % jitter) between attempts, which bounds how
 long a client or a service stays away from a peer that is back.
 `min_reconnect_backoff_ms` is also the least time one attempt is given: 2 s,

@@ -95,14 +95,28 @@ def publish_request(
 
 
 def publish_ephemeral_request(
-    stream: str, topic: str, arrow_ipc: Buffer, count: int, call_id: int = 0
+    stream: str,
+    topic: str,
+    arrow_ipc: Buffer,
+    count: int,
+    call_id: int = 0,
+    *,
+    more_runs: Sequence[tuple[str, Buffer, int]] = (),
 ) -> bytes:
-    """`tamto.v1.PublishEphemeralRequest` {stream = 1, topic = 2, batch = 3, call_id = 15}."""
+    """`tamto.v1.PublishEphemeralRequest` {stream = 1, topic = 2, batch = 3,
+    more_runs = 4 [{topic = 1, batch = 2}], call_id = 15}; `more_runs` are
+    (topic, Arrow IPC, count) published after the first batch, in order."""
+    runs: list[Buffer] = []
+    for run_topic, run_ipc, run_count in more_runs:
+        runs += _message_field(
+            4, [_text_field(1, run_topic), *_message_field(2, _record_batch(run_ipc, run_count))]
+        )
     return b"".join(
         [
             _text_field(1, stream),
             _text_field(2, topic),
             *_message_field(3, _record_batch(arrow_ipc, count)),
+            *runs,
             int_field(_CALL_ID, call_id),
         ]
     )

@@ -20,6 +20,7 @@ from tamto_sdk.errors import (
     FailedPrecondition,
     Internal,
     InvalidArgument,
+    NoResponders,
     NotFound,
     OutOfRange,
     PermissionDenied,
@@ -73,10 +74,10 @@ if TYPE_CHECKING:
         EphemeralBatch,
         EphemeralMessage,
         EphemeralProducer,
-        ReplyHandler,
         Subscription,
     )
     from tamto_sdk.producer import Producer
+    from tamto_sdk.replies import Reply, ReplyHandler
 
 #: Names imported on first use: their modules load pyarrow.
 _LAZY = {
@@ -85,7 +86,8 @@ _LAZY = {
     "EphemeralBatch": "tamto_sdk.ephemeral",
     "EphemeralMessage": "tamto_sdk.ephemeral",
     "EphemeralProducer": "tamto_sdk.ephemeral",
-    "ReplyHandler": "tamto_sdk.ephemeral",
+    "Reply": "tamto_sdk.replies",
+    "ReplyHandler": "tamto_sdk.replies",
     "Subscription": "tamto_sdk.ephemeral",
 }
 
@@ -126,6 +128,7 @@ __all__ = [
     "Message",
     "MessageBatch",
     "NewApiKey",
+    "NoResponders",
     "NotFound",
     "OutOfRange",
     "Overflow",
@@ -135,6 +138,7 @@ __all__ = [
     "Producer",
     "PublishResult",
     "PublishedBatch",
+    "Reply",
     "ReplyHandler",
     "ResourceExhausted",
     "RetentionPolicy",

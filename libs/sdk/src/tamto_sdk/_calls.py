@@ -64,18 +64,21 @@ class Calls:
             gateway_pb2.PublishEphemeralStreamResponse,
             fallback=(PUBLISH_EPHEMERAL, gateway_pb2.PublishEphemeralResponse),
         )
-        #: Request and Reply calls, pipelined on a stream each.
+        #: Request and Reply calls, pipelined on a stream each, several per stream
+        #: message when they come together (`more_calls`, field 16 of both).
         self.request_raw = PipelinedCalls(
             channel,
             REQUEST_STREAM,
             gateway_pb2.RequestStreamResponse,
             fallback=(REQUEST, gateway_pb2.RequestResponse),
+            more_calls=16,
         )
         self.reply_raw = PipelinedCalls(
             channel,
             REPLY_STREAM,
             gateway_pb2.ReplyStreamResponse,
             fallback=(REPLY, gateway_pb2.ReplyResponse),
+            more_calls=16,
         )
         #: Consume handing its responses over as bytes (`parse_consume_response`).
         self.consume_raw = channel.stream_stream(

@@ -30,13 +30,13 @@ from tamto_sdk.url import parse_url, tls_mismatch
 if TYPE_CHECKING:
     from tamto_sdk.consumer import Consumer
     from tamto_sdk.ephemeral import (
-        EphemeralBatch,
+        EphemeralMessage,
         EphemeralProducer,
-        Handler,
-        ReplyHandler,
         Subscription,
     )
+    from tamto_sdk.errors import TamtoError
     from tamto_sdk.producer import Producer
+    from tamto_sdk.replies import Handler, ReplyHandler
 
 __all__ = ["Client", "Connecting", "connect"]
 
@@ -274,9 +274,11 @@ class Client:
         """Receive what ephemeral stream `stream` gets from now on, at most once.
 
         `match` is a RabbitMQ topic pattern (`*` one word, `#` zero or more; None:
-        everything). With a `group`, the live consumers of the same group and match
-        share the messages (each to one of them); without, this consumer gets every
-        match. Use it as an async context manager and async iterator.
+        everything). With a `group`, the live consumers of the same group share the
+        messages as a queue whose bindings are their patterns: each message any of
+        them matches goes to one of them whose pattern matches it, once however many
+        match. Without, this consumer gets every match. Use it as an async context
+        manager and async iterator.
         """
         from tamto_sdk.ephemeral import Subscription
 
@@ -297,18 +299,24 @@ class Client:
         response_stream: str = "",
         key: bytes | None = None,
         headers: Mapping[str, str] | None = None,
-    ) -> EphemeralBatch:
-        """Publish a request to ephemeral stream `stream` and return its reply.
+        wait_for_responder: bool = False,
+    ) -> EphemeralMessage:
+        """Publish a request to ephemeral stream `stream` and return its reply message
+        (payload, key, headers).
 
         The server makes the response stream (`response_stream`, or a unique name)
         and waits `timeout_s` (None: the stream's `request_timeout_ms`) for a
         reply; without one it raises `Timeout`. The client sets no deadline itself.
-        A taken `response_stream` raises `AlreadyExists`.
+        When nobody in the cluster consumes `topic` it raises `NoResponders` at once,
+        unless `wait_for_responder` (then it waits for a reply as long as without).
+        A replier that answered with an error raises that error (`InvalidArgument`,
+        ...). A taken `response_stream` raises `AlreadyExists`. (Iterating the reply,
+        as when this returned a batch, still works but is deprecated.)
         """
-        from tamto_sdk.ephemeral import request
+        from tamto_sdk import replies
 
         self._check_open()
-        return await request(
+        return await replies.request(
             self._calls,
             stream,
             payload,
@@ -317,6 +325,40 @@ class Client:
             response_stream=response_stream,
             key=key,
             headers=headers,
+            wait_for_responder=wait_for_responder,
+        )
+
+    async def gather(
+        self,
+        stream: str,
+        payload: bytes,
+        *,
+        topic: str = "",
+        timeout_s: float | None = None,
+        max_replies: int = 0,
+        key: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        wait_for_responder: bool = False,
+    ) -> list[EphemeralMessage | TamtoError]:
+        """Scatter-gather: publish a request and return every reply that came within
+        `timeout_s` (None: the stream's `request_timeout_ms`), in the order they came,
+        or once `max_replies` came (0: no limit). A replier's error is in the list as
+        its `TamtoError`. No reply in time is an empty list, not `Timeout`; nobody
+        consuming `topic` raises `NoResponders` unless `wait_for_responder`.
+        """
+        from tamto_sdk import replies
+
+        self._check_open()
+        return await replies.gather(
+            self._calls,
+            stream,
+            payload,
+            topic=topic,
+            timeout_s=timeout_s,
+            max_replies=max_replies,
+            key=key,
+            headers=headers,
+            wait_for_responder=wait_for_responder,
         )
 
     async def reply(
@@ -329,10 +371,19 @@ class Client:
     ) -> None:
         """Answer a request; `NotFound` if its response stream is gone (answered,
         timed out, or never made)."""
-        from tamto_sdk.ephemeral import reply
+        from tamto_sdk import replies
 
         self._check_open()
-        await reply(self._calls, response_stream, payload, key=key, headers=headers)
+        await replies.reply(self._calls, response_stream, payload, key=key, headers=headers)
+
+    async def reply_error(self, response_stream: str, error: BaseException) -> None:
+        """Answer a request with an error status: a `TamtoError`'s own code and
+        message, UNKNOWN naming any other exception; the requester raises it.
+        `NotFound` as for `reply`."""
+        from tamto_sdk import replies
+
+        self._check_open()
+        await replies.reply_error(self._calls, response_stream, error)
 
     def reply_handler(
         self,
@@ -344,9 +395,10 @@ class Client:
         concurrency: int = 16,
     ) -> ReplyHandler:
         """Answer the requests `stream` receives (see `subscribe` for `match` and
-        `group`) with `handler(message) -> bytes`, up to `concurrency` at once; use
+        `group`) with what `handler(message)` returns (bytes, a `Reply` or a
+        message; an error status if it raises), up to `concurrency` at once; use
         it as an async context manager."""
-        from tamto_sdk.ephemeral import ReplyHandler
+        from tamto_sdk.replies import ReplyHandler
 
         subscription = self.subscribe(stream, match=match, group=group)
         handler_ = ReplyHandler(self._calls, subscription, handler, concurrency)

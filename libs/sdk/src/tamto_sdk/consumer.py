@@ -15,6 +15,7 @@ import grpc
 
 from tamto_protocol.batch import BatchFormatError
 from tamto_protocol.delivery_wire import WireError, parse_consume_error, parse_consume_response
+from tamto_protocol.limits import MAX_RANGES_PER_REQUEST
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk._retry import Backoff
@@ -370,14 +371,14 @@ class Consumer:
         self._check_ackable(item.stream)
         if len(reason) > _MAX_TERM_REASON:
             raise InvalidArgument(f"reason must be at most {_MAX_TERM_REASON} characters")
-        ranges = _ranges_of(item)
-        self._send_soon(
-            messages_pb2.ConsumeRequest(
-                term=messages_pb2.PartitionTerms(
-                    partition=item.partition, ranges=ranges, reason=reason
+        for ranges in _within_limit(_ranges_of(item)):
+            self._send_soon(
+                messages_pb2.ConsumeRequest(
+                    term=messages_pb2.PartitionTerms(
+                        partition=item.partition, ranges=ranges, reason=reason
+                    )
                 )
             )
-        )
 
     def in_progress(self, item: Message | MessageBatch) -> None:
         """Say a message, or every message of a batch, is still being worked on:
@@ -387,13 +388,14 @@ class Consumer:
         `Closed` after `close`.
         """
         self._check_ackable(item.stream)
-        self._send_soon(
-            messages_pb2.ConsumeRequest(
-                in_progress=messages_pb2.PartitionProgress(
-                    partition=item.partition, ranges=_ranges_of(item)
+        for ranges in _within_limit(_ranges_of(item)):
+            self._send_soon(
+                messages_pb2.ConsumeRequest(
+                    in_progress=messages_pb2.PartitionProgress(
+                        partition=item.partition, ranges=ranges
+                    )
                 )
             )
-        )
 
     async def seek(self, to: StartPosition | Mapping[int, int]) -> None:
         """Move this consumer's subscription to `to` (`Start.earliest()`,
@@ -458,32 +460,29 @@ class Consumer:
         self._wake_writer.set()
 
     def _take_acks(self) -> list[Any]:
-        requests = []
+        requests: list[Any] = []
         for partition, runs in sorted(self._pending_acks.items()):
-            merged = runs.merged()
-            requests.append(
+            merged = [messages_pb2.OffsetRange(first=f, last=la) for f, la in runs.merged()]
+            requests.extend(
                 messages_pb2.ConsumeRequest(
-                    ack=messages_pb2.PartitionAcks(
-                        partition=partition,
-                        ranges=[messages_pb2.OffsetRange(first=f, last=la) for f, la in merged],
-                    )
+                    ack=messages_pb2.PartitionAcks(partition=partition, ranges=ranges)
                 )
+                for ranges in _within_limit(merged)
             )
         self._pending_acks.clear()
         return requests
 
     def _take_nacks(self) -> list[Any]:
-        requests = []
+        requests: list[Any] = []
         for (partition, delay_ms), ranges in sorted(self._pending_nacks.items()):
-            merged = _merge_ranges(ranges)
-            requests.append(
+            merged = [messages_pb2.OffsetRange(first=f, last=la) for f, la in _merge_ranges(ranges)]
+            requests.extend(
                 messages_pb2.ConsumeRequest(
                     nack=messages_pb2.PartitionNacks(
-                        partition=partition,
-                        ranges=[messages_pb2.OffsetRange(first=f, last=la) for f, la in merged],
-                        delay_ms=delay_ms,
+                        partition=partition, ranges=chunk, delay_ms=delay_ms
                     )
                 )
+                for chunk in _within_limit(merged)
             )
         self._pending_nacks.clear()
         return requests
@@ -808,6 +807,13 @@ def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             merged.append((first, last))
     return merged
+
+
+def _within_limit(ranges: list[Any]) -> list[list[Any]]:
+    """`ranges` in pieces of at most `MAX_RANGES_PER_REQUEST` (a server refuses a
+    request with more)."""
+    step = MAX_RANGES_PER_REQUEST
+    return [ranges[i : i + step] for i in range(0, len(ranges), step)]
 
 
 def _ranges_of(item: Message | MessageBatch | UndecodableBatch) -> list[Any]:

@@ -7,21 +7,18 @@
 - `Subscription` (`client.subscribe`): an async iterator of `EphemeralMessage`
   (or of whole `EphemeralBatch`es, `batches()`), selecting topics with a
   RabbitMQ topic pattern, alone or as a member of a group.
-- `request` / `reply` and `ReplyHandler` (`client.request`, `client.reply`,
-  `client.reply_handler`): the server makes the response stream and times the
-  request out (the client sets no deadline of its own); no reply in time raises
-  `Timeout`.
+
+Request/reply, built on these, is in `tamto_sdk.replies`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import functools
-import inspect
-import math
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+import importlib
+import warnings
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -39,7 +36,6 @@ from tamto_sdk.columns import binary_array
 from tamto_sdk.errors import (
     Closed,
     InvalidArgument,
-    NotFound,
     TamtoError,
     Unauthenticated,
     Unavailable,
@@ -51,12 +47,9 @@ __all__ = [
     "EphemeralBatch",
     "EphemeralMessage",
     "EphemeralProducer",
-    "ReplyHandler",
     "Subscription",
 ]
 
-#: The longest a request may wait (the server refuses more with InvalidArgument).
-MAX_REQUEST_TIMEOUT_S = 600.0
 #: Deliveries a subscription takes per gRPC message, when its gateway has that many
 #: buffered (`SubscribeEphemeralRequest.max_deliveries_per_event`).
 DELIVERIES_PER_EVENT = 64
@@ -164,15 +157,21 @@ def encode_arrow(
     return ipc_buffer(batch), len(payloads)
 
 
+#: A queued message: (topic, payload, key, headers).
+_Queued = tuple[str, bytes, bytes | None, Mapping[str, str] | None]
+
+
 class EphemeralProducer:
     """Publishes to one ephemeral stream; use it as an async context manager.
 
-    `publish` queues a message and returns; messages of a topic queued while
-    that topic's previous batch is in flight go together in the next one (at
-    most `max_batch_messages` and, unless one message is larger, `max_batch_bytes`
-    of payload: the bus carries 1 MiB per message, and a gateway slices larger
-    batches). `flush` waits until everything queued was
-    taken by a gateway, and raises the first error since the last flush.
+    `publish` queues a message and returns. Messages keep their order whatever
+    their topics: one call is in flight at a time, and what was queued meanwhile
+    goes in the next, as consecutive runs of one topic each (a call carries the
+    first run and `more_runs`, published in that order), at most
+    `max_batch_messages` and, unless one message is larger, `max_batch_bytes` of
+    payload in all (the bus carries 1 MiB per message, and a gateway slices
+    larger batches). `flush` waits until everything queued was taken by a
+    gateway, and raises the first error since the last flush.
     """
 
     def __init__(
@@ -189,9 +188,11 @@ class EphemeralProducer:
         self._max_batch = max_batch_messages
         self._max_batch_bytes = max_batch_bytes
         self._max_pending = max_pending
-        self._pending: dict[str, list[tuple[bytes, bytes | None, Mapping[str, str] | None]]] = {}
-        self._senders: dict[str, asyncio.Task[None]] = {}
-        self._count = 0
+        self._queue: collections.deque[_Queued] = collections.deque()
+        self._sender: asyncio.Task[None] | None = None
+        #: Set once a gateway published only the first run of a call (it predates
+        #: `more_runs`): from then on each run goes in a call of its own.
+        self._one_run_per_call = False
         self._room = asyncio.Event()
         self._room.set()
         self._error: TamtoError | None = None
@@ -209,60 +210,78 @@ class EphemeralProducer:
         key: bytes | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
-        """Queue one message under `topic` (words of letters, digits, '_' and '-'
-        separated by '.'; the gateway checks it)."""
+        """Queue one message under `topic` (words separated by '.'; the gateway
+        checks it, docs/ephemeral.md)."""
         if self._closed:
             raise Closed("producer is closed")
         self._raise_error()
-        while self._count >= self._max_pending:
+        while len(self._queue) >= self._max_pending:
             self._room.clear()
             await self._room.wait()
-        self._pending.setdefault(topic, []).append((bytes(payload), key, headers))
-        self._count += 1
-        if topic not in self._senders:
-            self._senders[topic] = asyncio.create_task(self._send(topic))
+        self._queue.append((topic, bytes(payload), key, headers))
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send())
 
     async def publish_batch(self, payloads: Sequence[bytes], *, topic: str = "") -> int:
         """Publish `payloads` under `topic` as one batch now; returns how many
         consuming entities the gateway knew to match (0: they were unmatched)."""
-        response = await self._call(topic, *encode_arrow(payloads))
+        response = await self._call([(topic, *encode_arrow(payloads))])
         return int(response.matched_entities)
 
-    async def _call(self, topic: str, arrow_ipc: pa.Buffer, count: int) -> Any:
+    async def _call(self, runs: Sequence[tuple[str, pa.Buffer, int]]) -> Any:
+        """One PublishEphemeral call carrying `runs` (topic, Arrow IPC, count) in order."""
         # Pipelined on the client's one ephemeral publish stream, written in wire form
-        # from the IPC buffer: the Arrow bytes are copied once (a generated request
+        # from the IPC buffers: the Arrow bytes are copied once (a generated request
         # copies them into itself and again to serialise).
+        (topic, arrow_ipc, count), *more = runs
         request = functools.partial(
-            publish_ephemeral_request, self._stream, topic, arrow_ipc, count
+            publish_ephemeral_request, self._stream, topic, arrow_ipc, count, more_runs=more
         )
         return await self._calls.unary(self._calls.publish_ephemeral_raw, request, retry=False)
 
-    async def _send(self, topic: str) -> None:
+    def _take(self) -> list[_Queued]:
+        """The next messages to send: at least one, at most the batch limits."""
+        taken = [self._queue.popleft()]
+        size = len(taken[0][1])
+        while self._queue and len(taken) < self._max_batch:
+            size += len(self._queue[0][1])
+            if size > self._max_batch_bytes:
+                break
+            taken.append(self._queue.popleft())
+        return taken
+
+    async def _send(self) -> None:
         try:
-            while self._pending.get(topic):
-                queue = self._pending[topic]
-                cut, size = 0, 0
-                while cut < min(len(queue), self._max_batch) and (
-                    cut == 0 or size + len(queue[cut][0]) <= self._max_batch_bytes
-                ):
-                    size += len(queue[cut][0])
-                    cut += 1
-                taken, self._pending[topic] = queue[:cut], queue[cut:]
+            while self._queue:
+                taken = self._take()
                 try:
-                    arrow_ipc, count = encode_arrow(
-                        [p for p, _, _ in taken], [k for _, k, _ in taken], [h for _, _, h in taken]
-                    )
-                    await self._call(topic, arrow_ipc, count)
+                    await self._send_runs(_runs(taken))
                 except TamtoError as exc:
                     self._error = self._error or exc
                 except Exception as exc:
                     self._error = self._error or InvalidArgument(f"cannot publish: {exc}")
                 finally:
-                    self._count -= len(taken)
                     self._room.set()
         finally:
-            self._pending.pop(topic, None)
-            self._senders.pop(topic, None)
+            self._sender = None
+
+    async def _send_runs(self, runs: list[list[_Queued]]) -> None:
+        encoded = [
+            (
+                run[0][0],
+                *encode_arrow([m[1] for m in run], [m[2] for m in run], [m[3] for m in run]),
+            )
+            for run in runs
+        ]
+        if self._one_run_per_call:
+            for run in encoded:
+                await self._call([run])
+            return
+        response = await self._call(encoded)
+        if len(encoded) > 1 and response.count < sum(c for _, _, c in encoded):
+            self._one_run_per_call = True  # it published the first run only
+            for run in encoded[1:]:
+                await self._call([run])
 
     def _raise_error(self) -> None:
         if self._error is not None:
@@ -271,8 +290,8 @@ class EphemeralProducer:
 
     async def flush(self) -> None:
         """Wait until every queued message was sent; raise the first error since the last flush."""
-        while self._senders:
-            await asyncio.gather(*self._senders.values(), return_exceptions=True)
+        while self._sender is not None:
+            await asyncio.gather(self._sender, return_exceptions=True)
         self._raise_error()
 
     async def close(self) -> None:
@@ -294,6 +313,17 @@ class EphemeralProducer:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+def _runs(messages: list[_Queued]) -> list[list[_Queued]]:
+    """`messages` cut into consecutive runs of one topic each, in order."""
+    runs: list[list[_Queued]] = []
+    for message in messages:
+        if runs and runs[-1][0][0] == message[0]:
+            runs[-1].append(message)
+        else:
+            runs.append([message])
+    return runs
 
 
 class Subscription:
@@ -453,154 +483,20 @@ class Subscription:
         await self.close()
 
 
-def timeout_ms(timeout_s: float | None) -> int:
-    """A request's timeout on the wire (0: the stream's default); `InvalidArgument`
-    for a value that is not a positive number of seconds."""
-    if timeout_s is None:
-        return 0
-    if (
-        not isinstance(timeout_s, int | float)
-        or isinstance(timeout_s, bool)
-        or math.isnan(timeout_s)
-        or timeout_s <= 0
-    ):
-        raise InvalidArgument(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
-    return max(1, math.ceil(timeout_s * 1000))
+#: Request/reply names this module had before they moved to `tamto_sdk.replies`.
+_MOVED = ("Handler", "MAX_REQUEST_TIMEOUT_S", "ReplyHandler", "reply", "request", "timeout_ms")
 
 
-async def request(
-    calls: Calls,
-    stream: str,
-    payload: bytes,
-    *,
-    topic: str = "",
-    timeout_s: float | None = None,
-    response_stream: str = "",
-    key: bytes | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> EphemeralBatch:
-    """Publish a request and return its reply (see `Client.request`)."""
-    message = gateway_pb2.RequestRequest(
-        stream=stream,
-        topic=topic,
-        batch=encode_messages([payload], [key], [headers]),
-        response_stream=response_stream,
-        timeout_ms=timeout_ms(timeout_s),
+def __getattr__(name: str) -> Any:
+    """The request/reply names that moved to `tamto_sdk.replies`, still found here
+    (deprecated)."""
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"tamto_sdk.ephemeral.{name} moved to tamto_sdk.replies.{name}",
+        DeprecationWarning,
+        stacklevel=2,
     )
-    encode = functools.partial(_with_call_id, message)
-    for attempt in (1, 2):
-        metadata = await calls.auth.metadata()
-        try:
-            # No deadline of our own: the server answers DEADLINE_EXCEEDED in time.
-            response = await calls.request_raw(encode, metadata=metadata, timeout=None)
-        except grpc.aio.AioRpcError as exc:
-            error = from_rpc_error(exc)
-            if isinstance(error, Unauthenticated) and attempt == 1:
-                await calls.auth.renew_after_rejection(metadata)
-                continue
-            raise error from None
-        return EphemeralBatch(
-            stream=response.response_stream,
-            topic="",
-            record_batch=decode_batch(response.batch.arrow_ipc),
-            response_stream=response.response_stream,
-        )
-    raise AssertionError("unreachable")
-
-
-async def reply(
-    calls: Calls,
-    response_stream: str,
-    payload: bytes,
-    *,
-    key: bytes | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> None:
-    """Answer a request (see `Client.reply`)."""
-    message = gateway_pb2.ReplyRequest(
-        response_stream=response_stream, batch=encode_messages([payload], [key], [headers])
-    )
-    await calls.unary(calls.reply_raw, functools.partial(_with_call_id, message), retry=False)
-
-
-def _with_call_id(message: Any, call_id: int) -> bytes:
-    """`message` encoded as the request of pipelined call `call_id` (Request and
-    Reply go pipelined on a stream each, `tamto_protocol.pipelined`)."""
-    message.call_id = call_id
-    return bytes(message.SerializeToString())
-
-
-Handler = Callable[[EphemeralMessage], bytes | Awaitable[bytes]]
-
-
-class ReplyHandler:
-    """Answers the requests an ephemeral stream receives with `handler(message)`
-    (sync or async, returning the reply payload); use it as an async context
-    manager, or `start` and `close` it.
-
-    Messages without a response stream are passed over. Up to `concurrency`
-    requests are handled at once. A reply to a request that has meanwhile
-    expired is counted in `expired`; a handler that raises is counted in
-    `failed` (the requester then gets its timeout).
-    """
-
-    def __init__(
-        self, calls: Calls, subscription: Subscription, handler: Handler, concurrency: int = 16
-    ) -> None:
-        if concurrency < 1:
-            raise InvalidArgument(f"concurrency must be at least 1, got {concurrency}")
-        self._calls = calls
-        self._subscription = subscription
-        self._handler = handler
-        self._slots = asyncio.Semaphore(concurrency)
-        self._running: set[asyncio.Task[None]] = set()
-        self._task: asyncio.Task[None] | None = None
-        self.answered = 0
-        self.expired = 0
-        self.failed = 0
-
-    async def start(self) -> ReplyHandler:
-        await self._subscription.start()
-        self._task = asyncio.create_task(self._run(), name="tamto-reply-handler")
-        return self
-
-    async def _run(self) -> None:
-        async for message in self._subscription:
-            if not message.response_stream:
-                continue
-            await self._slots.acquire()
-            task = asyncio.create_task(self._answer(message))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
-
-    async def _answer(self, message: EphemeralMessage) -> None:
-        try:
-            result = self._handler(message)
-            if inspect.isawaitable(result):
-                result = await result
-            await reply(self._calls, message.response_stream, result)
-            self.answered += 1
-        except NotFound:
-            self.expired += 1
-        except Exception:
-            self.failed += 1
-        finally:
-            self._slots.release()
-
-    async def close(self) -> None:
-        await self._subscription.close()
-        for task in [t for t in (self._task, *self._running) if t is not None]:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, TamtoError):
-                await task
-
-    async def __aenter__(self) -> ReplyHandler:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+    # By name, not an import statement: this deprecated alias (kept one release) is the
+    # only way back from here to `replies`, which builds on this module.
+    return getattr(importlib.import_module("tamto_sdk.replies"), name)

@@ -25,6 +25,7 @@ __all__ = [
     "FailedPrecondition",
     "Internal",
     "InvalidArgument",
+    "NoResponders",
     "NotFound",
     "OutOfRange",
     "PermissionDenied",
@@ -117,6 +118,19 @@ class Unavailable(TamtoError):
 
     default_code = "UNAVAILABLE"
     default_retriable = True
+
+
+class NoResponders(Unavailable):
+    """A request no consumer in the cluster could receive (nobody's pattern matches
+    its topic): it fails at once, as NATS answers "no responders" (status 503),
+    instead of waiting for its timeout. `request(..., wait_for_responder=True)` waits.
+
+    A kind of `Unavailable`: retrying once a responder subscribed may succeed.
+    """
+
+
+#: Trailing metadata marking a request's UNAVAILABLE as `NoResponders`.
+NO_RESPONDERS_METADATA = "tamto-no-responders"
 
 
 class ResourceExhausted(TamtoError):
@@ -250,10 +264,16 @@ def from_rpc_error(error: grpc.aio.AioRpcError, *, deduplicated: bool = False) -
     translated: TamtoError
     if deduplicated and connection_lost(code, details):
         translated = Unavailable(f"connection lost mid-call: {details}", code=code.name)
+    elif code is grpc.StatusCode.UNAVAILABLE and _no_responders(error):
+        translated = NoResponders(details or code.name, code=code.name)
     else:
         translated = from_status(code, details)
     translated.__cause__ = error
     return translated
+
+
+def _no_responders(error: grpc.aio.AioRpcError) -> bool:
+    return any(key == NO_RESPONDERS_METADATA for key, _ in error.trailing_metadata() or ())
 
 
 def from_status(status: grpc.StatusCode, details: str | None) -> TamtoError:

@@ -38,6 +38,17 @@ def us_to_datetime(us: int) -> datetime:
     return _EPOCH + timedelta(microseconds=us)
 
 
+def publish_time_of(us: int) -> datetime:
+    """A stored batch's `publish_time_us` as a datetime; `BatchFormatError` (the
+    batch is undecodable) for one no datetime holds."""
+    try:
+        return us_to_datetime(us)
+    except OverflowError:
+        from tamto_protocol.batch import BatchFormatError  # pyarrow: only for messages
+
+        raise BatchFormatError(f"publish_time_us {us} lies outside years 1 to 9999") from None
+
+
 def datetime_to_us(moment: datetime) -> int:
     """An aware datetime to microseconds since the Unix epoch (naive means UTC)."""
     if moment.tzinfo is None:
@@ -719,13 +730,13 @@ class MessageBatch:
         from tamto_protocol.batch import decode_valid_batch
 
         stored = delivery.batch
-        # In full: a batch whose offsets lie would read memory outside it (issue 17).
+        # In full: a batch whose offsets lie would read memory outside it.
         record_batch = decode_valid_batch(stored.arrow_ipc)
         return cls(
             stream=delivery.stream,
             partition=int(delivery.partition),
             first_offset=int(stored.base_offset),
-            publish_time=us_to_datetime(int(stored.publish_time_us)),
+            publish_time=publish_time_of(int(stored.publish_time_us)),
             record_batch=record_batch,
             # 0 comes from a server that predates delivery counts: a first delivery.
             delivery_count=int(delivery.delivery_count) or 1,

@@ -1,5 +1,5 @@
 """Subscription administration, stream stats and peek: what a consumer is doing and
-how to steer it (issue 24). Reach it as `client.subscriptions`.
+how to steer it. Reach it as `client.subscriptions`.
 
 `describe` answers "how far behind is it": per partition its cursor, the
 partition's end, the backlog in messages and (estimated) bytes, what is in
@@ -22,8 +22,14 @@ from typing import Any
 
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
-from tamto_sdk.errors import InvalidArgument, NotFound
-from tamto_sdk.messages import MessageBatch, StreamInfo, StreamKind, us_to_datetime
+from tamto_sdk.errors import InvalidArgument, NotFound, UndecodableBatch
+from tamto_sdk.messages import (
+    MessageBatch,
+    StreamInfo,
+    StreamKind,
+    publish_time_of,
+    us_to_datetime,
+)
 from tamto_sdk.overview import SubscriptionSummary
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 
@@ -452,8 +458,6 @@ async def get_messages(
 ) -> list[MessageBatch]:
     """The stored messages [offset, offset + count) of one partition, or with
     `subscription` the next `count` it has not acked; nothing is acked or delivered."""
-    from tamto_protocol.batch import decode_valid_batch  # pyarrow: only when messages come
-
     response = await calls.unary(
         calls.stub.GetMessages,
         gateway_pb2.GetMessagesRequest(
@@ -464,17 +468,33 @@ async def get_messages(
             subscription=subscription,
         ),
     )
-    return [
-        MessageBatch(
+    return [_stored_batch(stream, partition, b) for b in response.batches]
+
+
+def _stored_batch(stream: str, partition: int, stored: Any) -> MessageBatch:
+    """A `StoredBatch` read by `get_messages`; `UndecodableBatch` if it fails the checks."""
+    from tamto_protocol.batch import BatchFormatError, decode_valid_batch  # pyarrow: messages only
+
+    first = int(stored.base_offset)
+    try:
+        record_batch = decode_valid_batch(stored.arrow_ipc)
+        publish_time = publish_time_of(int(stored.publish_time_us))
+    except BatchFormatError as exc:
+        raise UndecodableBatch(
+            str(exc),
             stream=stream,
             partition=partition,
-            first_offset=int(b.base_offset),
-            publish_time=us_to_datetime(int(b.publish_time_us)),
-            record_batch=decode_valid_batch(b.arrow_ipc),
+            offset_ranges=[(first, first + max(int(stored.count), 1) - 1)],
             delivery_count=0,
-        )
-        for b in response.batches
-    ]
+        ) from None
+    return MessageBatch(
+        stream=stream,
+        partition=partition,
+        first_offset=first,
+        publish_time=publish_time,
+        record_batch=record_batch,
+        delivery_count=0,
+    )
 
 
 def summarize(info: SubscriptionInfo, stats: StreamStats) -> SubscriptionSummary:

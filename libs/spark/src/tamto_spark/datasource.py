@@ -326,7 +326,7 @@ async def _publish(
         await asyncio.gather(*unresolved)
         unresolved.clear()
 
-    async with await tamto_sdk.connect(options.url, api_key=options.api_key) as client:
+    async with tamto_sdk.connect(options.url, api_key=options.api_key) as client:
         async with client.producer(options.stream) as producer:
             for batch in batches:
                 columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}

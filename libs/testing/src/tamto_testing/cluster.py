@@ -34,7 +34,7 @@ from tamto_common.ledgers import LEDGERS, LedgerList
 from tamto_common.membership import connect_etcd, list_members
 from tamto_common.tls import TlsMaterial
 from tamto_local.cluster import (
-    SERVICES,
+    ALL_SERVICES,
     ServiceEnv,
     dev_credential,
     launcher_tls,
@@ -103,7 +103,7 @@ class TestCluster:
             tls_dir=self.tls_dir,
         )
         self._launcher_tls = launcher_tls(self.tls_dir)
-        self.ports = {name: free_port() for name in SERVICES}
+        self.ports = {name: free_port() for name in ALL_SERVICES}
         for name in node_processes(nodes):
             if name not in self.ports:
                 self.ports[name] = free_port()
@@ -272,7 +272,7 @@ class TestCluster:
         """
         waves: dict[int, list[str]] = {}
         for name in self.processes:
-            waves.setdefault(SERVICES.index(split_process(name)[0]), []).append(name)
+            waves.setdefault(ALL_SERVICES.index(split_process(name)[0]), []).append(name)
         for _, wave in sorted(waves.items(), reverse=True):
             self.stop_together(wave)
 

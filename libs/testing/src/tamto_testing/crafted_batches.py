@@ -6,7 +6,7 @@ starts as a valid IPC stream from `encode_batch` whose values were chosen to
 make one buffer's bytes unique in the stream, and that buffer (or the Arrow
 field node that declares a column's length and null count) is then
 overwritten in place. The IPC reader accepts every one of them; only full
-validation refuses them (issue 17: `[0, 9, 2]` payload offsets stopped sealing,
+validation refuses them (`[0, 9, 2]` payload offsets stopped sealing,
 `[0, 5, 4000]` leaked server memory to a consumer).
 
 `CRAFTED` maps a case's name to the stream and the column whose name a

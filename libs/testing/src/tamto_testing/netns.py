@@ -1,6 +1,6 @@
 """Network partitions for tests: a process in a network namespace of the test's own.
 
-Issue 21's partition tests need a node that the rest of the cluster can lose
+The partition tests need a node that the rest of the cluster can lose
 touch with while it keeps running (a kill -9 is not a partition: the process
 stops). `Netns` creates a network namespace joined to the root namespace by a
 veth pair, with a /30 from 10.231.0.0/16 that no interface uses yet: the root

@@ -16,11 +16,15 @@
   instead (`cache_child_bytecode`).
 - `spark` (session): one local SparkSession with the `tamto` data source; skipped,
   saying so, where PySpark or tamto-spark is not installed (tamto-testing does not
-  require them: only the Spark tests use this fixture).
+  require them: only the Spark tests use this fixture), failed under CI=true.
+- `pytest_collection_modifyitems`, `pytest_runtest_setup`: a test marked
+  `tamto_testing.needs.needs(reason)` is skipped (failed under CI=true, before its
+  fixtures start anything).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import tempfile
@@ -36,6 +40,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra, running_infra
+from tamto_testing.needs import MARK, fail_marked, missing, skip_marked
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -63,6 +68,20 @@ def cache_child_bytecode(environ: MutableMapping[str, str]) -> Path | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     cache_child_bytecode(os.environ)
+    config.addinivalue_line(
+        "markers",
+        f"{MARK}(reason): the test needs a tool this machine lacks when reason is not None "
+        "(skipped; failed under CI=true): tamto_testing.needs",
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    skip_marked(items)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    fail_marked(item)
 
 
 @pytest.fixture(scope="session")
@@ -106,7 +125,7 @@ def fresh_cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
 
 @pytest.fixture
 async def tamto_client(tamto_cluster: TestCluster) -> AsyncIterator[tamto_sdk.Client]:
-    async with await tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
+    async with tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
         yield c
 
 
@@ -115,7 +134,7 @@ async def any_path_client(
     request: pytest.FixtureRequest, tamto_cluster: TestCluster
 ) -> AsyncIterator[tamto_sdk.Client]:
     options = tamto_sdk.ClientOptions(direct=request.param == "direct")
-    async with await tamto_sdk.connect(
+    async with tamto_sdk.connect(
         tamto_cluster.url, api_key=tamto_cluster.credential, options=options
     ) as client:
         yield client
@@ -130,7 +149,10 @@ def spark() -> Iterator[SparkSession]:
     interpreter; `tamto` is registered as a data source.
     """
     for module, package in (("pyspark", "pyspark"), ("tamto_spark", "tamto-spark")):
-        pytest.importorskip(module, reason=f"the spark fixture needs {package} installed")
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing(f"the spark fixture needs {package} installed")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession

@@ -2,7 +2,7 @@
 
 Why: a kill -9 loses nothing the kernel already has, so it cannot show whether
 a program fsyncs what it acknowledges, or the directory after a rename. A
-power cut can, and this filesystem makes one on demand (issue 19).
+power cut can, and this filesystem makes one on demand.
 
 `PowerLossDisk(backing, mountpoint)` mounts a passthrough of `backing` at
 `mountpoint` (libfuse 3 through mfusepy, in a child process). Programs see

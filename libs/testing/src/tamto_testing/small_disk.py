@@ -1,5 +1,6 @@
 """A small filesystem for full-disk tests: a size-limited tmpfs the test mounts, grows and
-unmounts itself (needs root, or CAP_SYS_ADMIN; `mount_tmpfs` says why not, for a skip)."""
+unmounts itself (needs root, or CAP_SYS_ADMIN; `mount_tmpfs` says why not: the test skips,
+or fails under CI=true, `tamto_testing.needs`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+from tamto_testing.needs import missing
 
 
 def mount_tmpfs(path: Path, size: str) -> str | None:
@@ -33,10 +34,10 @@ def resize_tmpfs(path: Path, size: str) -> None:
 @contextmanager
 def small_disk(path: Path, size: str) -> Iterator[Path]:
     """A tmpfs of `size` at `path` for the block (the test skips, saying why, if mounting
-    is impossible here); lazily unmounted after it."""
+    is impossible here; fails under CI=true); lazily unmounted after it."""
     reason = mount_tmpfs(path, size)
     if reason is not None:
-        pytest.skip(reason)
+        missing(reason)
     try:
         yield path
     finally:

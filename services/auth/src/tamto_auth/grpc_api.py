@@ -13,7 +13,9 @@ from tamto_auth.tokens import TokenIssuer
 from tamto_common.apikeys import parse_api_key
 from tamto_common.audit import LOGIN, AuditLog
 from tamto_common.errors import InvalidArgument, Unauthenticated
+from tamto_common.lists import check_count
 from tamto_common.policy import Grant, IdentityKind, Role, parse_permission
+from tamto_protocol.limits import MAX_GRANTS_PER_ROLE
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -197,6 +199,7 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
     async def PutRole(
         self, request: auth_pb2.PutRoleRequest, context: grpc.aio.ServicerContext
     ) -> auth_pb2.Role:
+        check_count("role.grants", len(request.role.grants), MAX_GRANTS_PER_ROLE)
         grants = tuple(
             Grant(parse_permission(g.permission), g.pattern) for g in request.role.grants
         )

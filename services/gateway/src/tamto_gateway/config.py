@@ -14,11 +14,16 @@ from tamto_common.config import (
     positive,
     setting,
 )
+from tamto_common.oidc import oidc_issuers_file_setting
 
 
 @dataclass(frozen=True, kw_only=True)
 class GatewayConfig(ServiceConfig):
-    max_message_bytes: int = setting(1024 * 1024, "largest payload accepted, in bytes", positive)
+    max_message_bytes: int = setting(
+        1024 * 1024,
+        "largest message accepted (payload, key, headers and id together), in bytes",
+        positive,
+    )
     max_partitions: int = setting(1024, "most partitions a stream may have", positive)
     max_consumers_per_connection: int = setting(
         1000,
@@ -44,9 +49,7 @@ class GatewayConfig(ServiceConfig):
     token_issuer: str = setting("tamto", "issuer expected in tokens")
     token_audience: str = setting("tamto", "audience expected in tokens")
     upstream_timeout_s: float = setting(30.0, "deadline for calls to routers and auth", positive)
-    oidc_issuers_file: str = setting(
-        "", "JSON file listing trusted external OIDC issuers (empty: none)"
-    )
+    oidc_issuers_file: str = oidc_issuers_file_setting()
     policy_refresh_s: float = setting(
         30.0, "reload the policy this often even without a bus event (seconds)", positive
     )
@@ -80,6 +83,30 @@ class GatewayConfig(ServiceConfig):
     )
     http_max_wait_s: float = setting(
         30.0, "longest an HTTP long poll may wait for messages (seconds)", positive
+    )
+
+    mqtt_port: int = setting(
+        0,
+        "port of the MQTT 3.1.1 broker (docs/mqtt.md), TLS with the gRPC port's certificate "
+        "when --tls-cert-file is set (0: no MQTT)",
+        port_check,
+    )
+    mqtt_stream_levels: int = setting(
+        1,
+        "the first this many levels of an MQTT topic, joined with '.', name the stream; "
+        "the rest is the message's topic within it",
+        positive,
+    )
+    mqtt_max_inflight: int = setting(
+        64,
+        "QoS 1 messages an MQTT connection may have unacknowledged each way; more wait "
+        "(that connection alone)",
+        positive,
+    )
+    mqtt_write_buffer_bytes: int = setting(
+        1 * MIB,
+        "bytes queued for a slow MQTT client past which its deliveries wait",
+        positive,
     )
 
     @property

@@ -42,7 +42,8 @@ import grpc
 from prometheus_client import Gauge
 
 from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
-from tamto_common.grpc_errors import downstream_error, error_for
+from tamto_common.grpc_errors import downstream_error, error_for, in_band_status
+from tamto_common.subscribe import check_range_count
 from tamto_gateway.consume_mux import MuxSession
 from tamto_gateway.upstream import RouterConsume, Upstream
 from tamto_protocol.delivery_wire import consume_error, parse_consume_error
@@ -71,7 +72,7 @@ CONSUME_STEPS = Gauge(
 class SetupStep:
     """The step a Consume handler is at, counted in `CONSUME_STEPS`: a client stream
     that never attaches shows where the gateway waits for it, or, when the sum
-    misses it, that its handler never started (issue 17's crowd, docs/testing.md)."""
+    misses it, that its handler never started (the crowd, docs/testing.md)."""
 
     def __init__(self) -> None:
         self.now: Gauge | None = None
@@ -192,7 +193,9 @@ class FanOut:
             for router in self._calls:  # the whole grant to each (module docstring)
                 await self._write(router, request)
         elif kind in ("ack", "nack", "term", "in_progress"):
-            partition = getattr(request, kind).partition
+            verb = getattr(request, kind)
+            check_range_count(f"{kind}.ranges", len(verb.ranges))
+            partition = verb.partition
             address = self._owner_of.get(partition)
             if address is None:
                 raise InvalidArgument(
@@ -227,7 +230,7 @@ class FanOut:
                 yield response
             await self.finish()
         except TamtoError as exc:
-            yield consume_error(exc.code.value[0], str(exc))
+            yield consume_error(*in_band_status(exc))
             await asyncio.wait({reader}, timeout=END_WAIT_S)
             raise
 

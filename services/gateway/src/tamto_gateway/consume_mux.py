@@ -1,6 +1,6 @@
 """Consume sessions multiplexed on one stream per router (`Router.ConsumeMux`).
 
-Issue 17: with one router stream per consume session, 10,000 consumers attaching
+With one router stream per consume session, 10,000 consumers attaching
 to a subscription made the gateway set up 10,000 gRPC calls, and leaving made it
 cancel them, about 0.3 ms each of gRPC core's work on the event loop; publishes
 waited seconds behind that. Here a gateway carries all its sessions to a router

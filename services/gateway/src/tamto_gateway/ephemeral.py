@@ -18,16 +18,14 @@ several gateways is left to the bus's queue group, which balances it across them
 
 Entities: a consumer without a group is an entity of its own (one bus
 subscription per distinct filter on this gateway, shared by its consumers); a
-group is an entity per (stream, group, pattern), whose gateways join one NATS
-queue group, so each batch reaches one gateway, which gives it to one of its
-live members. A member that leaves stops receiving at once; nothing is
-redelivered.
+group is an entity per (stream, group), a queue in RabbitMQ's sense whose
+bindings are its members' patterns. Its gateways join one NATS queue group with
+each distinct filter of their members' patterns, so a batch matching several
+bindings still reaches one subscription of one gateway, which gives it to one
+of its live members whose pattern matches it. A member that leaves stops
+receiving at once; nothing is redelivered.
 
-Each consumer has a bounded buffer (the stream's `buffer_messages`); when a slow
-consumer's buffer is full the stream's `overflow` drops the oldest or the newest
-batches, counted in messages, so nobody else waits for it. What piles up while
-one event is being sent goes out together in the next (`next_event`), up to what
-the consumer asked for (`SubscribeEphemeralRequest.max_deliveries_per_event`).
+Each consumer has a bounded buffer (`tamto_gateway.ephemeral_consumer`).
 
 A batch no entity matches is counted as unmatched at the publishing gateway.
 Gateways announce their entities on the bus (`tamto.eph-interest`) on every
@@ -43,8 +41,7 @@ import itertools
 import json
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -56,10 +53,13 @@ from prometheus_client import Counter
 
 from tamto_common.errors import InvalidArgument, Unavailable
 from tamto_common.streams import StreamDef
-from tamto_common.topics import TopicPattern, bus_subject, topic_of_subject
+from tamto_common.topics import TopicPattern, bus_subject, stream_token, topic_of_subject
+from tamto_gateway.ephemeral_consumer import (
+    EphemeralConsumer,
+    encode_delivery,
+)
 from tamto_protocol.batch import slice_batch
 from tamto_protocol.v1 import gateway_pb2
-from tamto_protocol.wire import int_field, len_header
 
 log = structlog.get_logger(__name__)
 
@@ -69,15 +69,18 @@ ANNOUNCE_S: Final = 2.0
 #: Room left in a bus message for the `EphemeralDelivery` around the Arrow bytes
 #: (names, topic and numbers: topics and names are at most a few hundred bytes).
 _ENVELOPE_BYTES: Final = 4096
-#: Deliveries go together in one event only up to this many bytes (a delivery is at
-#: most a bus message, 1 MiB by default; the SDK takes gRPC messages up to 64 MiB).
-EVENT_BYTES: Final = 4 << 20
 #: Bus message headers: the publishing gateway's id, the batch's message count (so a
 #: receiver need not parse the delivery) and the groups served at the origin
-#: (`group/pattern`, comma separated: neither character is legal in either).
+#: (comma separated: not legal in a group name).
 ORIGIN_HEADER: Final = "Tamto-Origin"
 COUNT_HEADER: Final = "Tamto-Count"
 SERVED_HEADER: Final = "Tamto-Served"
+#: A batch a gateway hands to another for a group (`_forward`) travels on the
+#: receiver's own subject, with headers naming the stream, the topic and the group.
+DIRECT_PREFIX: Final = "tamto.eph-direct"
+STREAM_HEADER: Final = "Tamto-Stream"
+TOPIC_HEADER: Final = "Tamto-Topic"
+GROUP_HEADER: Final = "Tamto-Group"
 
 PUBLISHED = Counter(
     "tamto_ephemeral_published_messages",
@@ -89,136 +92,44 @@ UNMATCHED = Counter(
     "ephemeral messages no consuming entity matched when published (dropped)",
     ["stream"],
 )
-DELIVERED = Counter(
-    "tamto_ephemeral_delivered_messages",
-    "ephemeral messages handed to this gateway's consumers",
-    ["stream"],
-)
-DROPPED = Counter(
-    "tamto_ephemeral_dropped_messages",
-    "ephemeral messages dropped from a full consumer buffer",
-    ["stream", "overflow"],
-)
-
-
-def delivery_event(delivery: bytes, dropped: int, more: Sequence[bytes] = ()) -> bytes:
-    """`EphemeralEvent` {delivery = 1, more_deliveries = 3} around encoded
-    `EphemeralDelivery`s, the first with its `dropped` field (6) appended: protobuf
-    merges a repeated scalar field, last wins."""
-    extra = int_field(6, dropped)
-    pieces = [len_header(1, len(delivery) + len(extra)), delivery, extra]
-    for other in more:
-        pieces += [len_header(3, len(other)), other]
-    return b"".join(pieces)
-
-
-def encode_delivery(
-    stream: str,
-    topic: str,
-    arrow_ipc: bytes,
-    count: int,
-    response_stream: str,
-    publish_time_us: int,
-) -> bytes:
-    """`EphemeralDelivery` {stream = 1, topic = 2, batch = 3 {arrow_ipc = 1, count = 2},
-    response_stream = 4, publish_time_us = 5} in one join: the Arrow bytes are copied
-    once (building the generated message and serialising it copies them three times)."""
-    batch = [len_header(1, len(arrow_ipc)) if arrow_ipc else b"", arrow_ipc, int_field(2, count)]
-    pieces = [
-        _text_field(1, stream),
-        _text_field(2, topic),
-        len_header(3, sum(len(p) for p in batch)),
-        *batch,
-        _text_field(4, response_stream),
-        int_field(5, publish_time_us),
-    ]
-    return b"".join(pieces)
-
-
-def _text_field(number: int, text: str) -> bytes:
-    data = text.encode()
-    return len_header(number, len(data)) + data if data else b""
-
-
-def subscribed_event(entity: str) -> bytes:
-    return gateway_pb2.EphemeralEvent(
-        subscribed=gateway_pb2.EphemeralSubscribed(entity=entity)
-    ).SerializeToString()
-
-
-@dataclass(eq=False)
-class EphemeralConsumer:
-    """One consumer's bounded buffer of encoded deliveries (see the module docstring)."""
-
-    stream: str
-    limit: int
-    drop_newest: bool
-    _items: deque[tuple[bytes, int]] = field(default_factory=deque)
-    _buffered: int = 0
-    _dropped: int = 0
-    _ready: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def buffered(self) -> int:
-        return self._buffered
-
-    def offer(self, delivery: bytes, count: int) -> None:
-        """Buffer a delivery of `count` messages, dropping what the overflow policy says."""
-        if self._buffered + count > self.limit and self._items:
-            if self.drop_newest:
-                self._drop(count)
-                return
-            while self._items and self._buffered + count > self.limit:
-                _, old = self._items.popleft()
-                self._buffered -= old
-                self._drop(old)
-        self._items.append((delivery, count))
-        self._buffered += count
-        self._ready.set()
-
-    def _drop(self, count: int) -> None:
-        self._dropped += count
-        DROPPED.labels(self.stream, "drop_newest" if self.drop_newest else "drop_oldest").inc(count)
-
-    async def next_event(self, max_deliveries: int = 1) -> bytes:
-        """The next `EphemeralEvent` to send (waits for one): the oldest buffered
-        delivery and, up to `max_deliveries` in all, those after it. While gRPC sends
-        one event deliveries pile up, so a consumer that takes several per event
-        costs one message per write instead of one per delivery."""
-        while not self._items:
-            self._ready.clear()
-            await self._ready.wait()
-        taken = [self._items.popleft()]
-        size = len(taken[0][0])
-        while self._items and len(taken) < max_deliveries:
-            size += len(self._items[0][0])
-            if size > EVENT_BYTES:
-                break
-            taken.append(self._items.popleft())
-        count = sum(c for _, c in taken)
-        self._buffered -= count
-        dropped, self._dropped = self._dropped, 0
-        DELIVERED.labels(self.stream).inc(count)
-        return delivery_event(taken[0][0], dropped, [d for d, _ in taken[1:]])
 
 
 @dataclass(eq=False)
 class _Entity:
-    """A group on this gateway (its local members), or the consumers of one bus filter."""
+    """A group on this gateway (its local members, each with its own pattern), or
+    one plain consumer (`pattern` is its own)."""
 
-    key: tuple[str, str, str]  # (stream, group or "", pattern)
+    key: tuple[str, str, str]  # (stream, group, "") or (stream, "", a uuid)
     pattern: TopicPattern
     members: list[EphemeralConsumer] = field(default_factory=list)
-    subscription: Subscription | None = None
+    #: A group's bus subscriptions, one per distinct filter of its members' patterns.
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
     _turn: itertools.count[int] = field(default_factory=itertools.count)
 
-    def pick(self) -> EphemeralConsumer | None:
-        """The member to give the next batch: the next in turn with room, else the
-        least loaded (which then overflows)."""
-        if not self.members:
+    @property
+    def group(self) -> str:
+        return self.key[1]
+
+    def matches(self, topic: str) -> bool:
+        """Whether a batch of `topic` is this entity's: a group's when any of its
+        members' patterns (its bindings) matches it."""
+        if not self.group:
+            return self.pattern.matches(topic)
+        return any(m.pattern.matches(topic) for m in self.members)
+
+    def pick(self, topic: str, bus_filter: str = "") -> EphemeralConsumer | None:
+        """The member to give the next batch of `topic`: of those whose pattern matches
+        it (preferring, with `bus_filter`, those whose pattern has that filter: the
+        batch came on its subscription), the next in turn with room, else the least
+        loaded (which then overflows)."""
+        candidates = [m for m in self.members if m.pattern.matches(topic)]
+        if bus_filter:
+            same = [m for m in candidates if m.bus_filter == bus_filter]
+            candidates = same or candidates
+        if not candidates:
             return None
-        start = next(self._turn) % len(self.members)
-        ordered = self.members[start:] + self.members[:start]
+        start = next(self._turn) % len(candidates)
+        ordered = candidates[start:] + candidates[:start]
         for member in ordered:
             if member.buffered < member.limit:
                 return member
@@ -241,11 +152,16 @@ class EphemeralHub:
             str, tuple[float, dict[str, list[tuple[tuple[str, str, str], TopicPattern]]]]
         ] = {}
         self._interest_sub: Subscription | None = None
+        self._interest_drained = asyncio.Event()
+        self._direct_sub: Subscription | None = None
         self._announcer: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
         self._interest_sub = await self._bus.subscribe(INTEREST_SUBJECT, cb=self._on_interest)
+        self._direct_sub = await self._bus.subscribe(
+            f"{DIRECT_PREFIX}.{self._id}", cb=self._on_direct
+        )
         self._announcer = asyncio.create_task(self._announce_forever(), name="eph-announce")
 
     async def close(self) -> None:
@@ -253,13 +169,12 @@ class EphemeralHub:
             self._announcer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._announcer
-        for sub in [self._interest_sub, *(e.subscription for e in self._entities.values())]:
+        subs = [s for e in self._entities.values() for s in e.subscriptions.values()]
+        subs += [sub for sub, _ in self._filters.values()]
+        for sub in [self._interest_sub, self._direct_sub, *subs]:
             if sub is not None:
                 with contextlib.suppress(Exception):
                     await sub.unsubscribe()
-        for sub, _ in self._filters.values():
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
 
     # -- publishing -----------------------------------------------------------------
 
@@ -314,18 +229,16 @@ class EphemeralHub:
     def _deliver_here(self, stream: str, topic: str, delivery: bytes, count: int) -> list[str]:
         """Give a batch published at this gateway to its matching entities here: every
         plain consumer, and each group with no member known on another gateway.
-        Returns the groups served (`group/pattern`), for the bus message's header."""
+        Returns the groups served, for the bus message's header."""
         served: list[str] = []
         for (entity_stream, group, _), entity in self._entities.items():
-            if entity_stream != stream or not entity.members:
-                continue
-            if not entity.pattern.matches(topic):
+            if entity_stream != stream or not entity.members or not entity.matches(topic):
                 continue
             if group:
                 if self._remote_has(entity.key):
                     continue  # the bus's queue group balances it across gateways
-                served.append(f"{group}/{entity.pattern.text}")
-            member = entity.pick()
+                served.append(group)
+            member = entity.pick(topic)
             if member is not None:
                 member.offer(delivery, count)
         return served
@@ -339,10 +252,12 @@ class EphemeralHub:
         )
 
     def matching_entities(self, stream: str, topic: str) -> int:
-        """Entities (here and announced by other gateways) whose pattern matches."""
+        """Entities (here and announced by other gateways) that a batch of `topic`
+        reaches: each plain consumer whose pattern matches, each group once if any of
+        its members' patterns (on any gateway) does."""
         entities: set[tuple[str, str, str]] = set()
         for key, entity in self._entities.items():
-            if key[0] == stream and entity.members and entity.pattern.matches(topic):
+            if key[0] == stream and entity.members and entity.matches(topic):
                 entities.add(key)  # a plain consumer's key ends in its own uuid
         now = time.monotonic()
         for gateway, (expires, streams) in list(self._remote.items()):
@@ -350,9 +265,21 @@ class EphemeralHub:
                 del self._remote[gateway]
                 continue
             for key, pattern in streams.get(stream, []):
-                if pattern.matches(topic):
+                if key not in entities and pattern.matches(topic):
                     entities.add(key)
         return len(entities)
+
+    async def matching_everywhere(self, stream: str, topic: str) -> int:
+        """`matching_entities` once every announcement the bus holds for this gateway
+        was taken in: a consumer whose gateway answered its subscription before this
+        call is counted (its gateway announced and flushed first, and the bus's
+        answer to this gateway's PING follows what it forwarded before)."""
+        await self._bus.flush(timeout=5)
+        sub = self._interest_sub
+        if sub is not None and sub.pending_msgs:
+            self._interest_drained.clear()  # the callback sets it once none is pending
+            await self._interest_drained.wait()
+        return self.matching_entities(stream, topic)
 
     # -- consuming ------------------------------------------------------------------
 
@@ -361,63 +288,87 @@ class EphemeralHub:
         self, stream: StreamDef, pattern: TopicPattern, group: str
     ) -> AsyncIterator[tuple[EphemeralConsumer, str]]:
         """A consumer of `stream` receiving what `pattern` matches, alone or as a member
-        of `group`; yields it and the entity's name, and removes it on exit."""
+        of `group` (whose bindings are its members' patterns); yields it and the
+        entity's name, and removes it on exit."""
         consumer = EphemeralConsumer(
-            stream.name, stream.buffer_messages, stream.overflow == "drop_newest"
+            stream.name,
+            stream.buffer_messages,
+            stream.overflow == "drop_newest",
+            pattern,
+            pattern.bus_filter(stream.name),
         )
-        key = (stream.name, group, pattern.text if group else uuid.uuid4().hex)
+        key = (stream.name, group, "") if group else (stream.name, "", uuid.uuid4().hex)
         async with self._lock:
             entity = self._entities.get(key)
             if entity is None:
                 entity = _Entity(key, pattern)
-                await self._subscribe(entity)
                 self._entities[key] = entity
-                try:
-                    # The server has the subscription once it answered a PING sent after
-                    # it: what any gateway publishes after this returns reaches it.
-                    await self._bus.flush(timeout=10)
-                except Exception as exc:
-                    del self._entities[key]
-                    await self._unsubscribe(entity)
-                    raise Unavailable(f"the bus did not confirm the subscription: {exc}") from exc
             entity.members.append(consumer)
-        await self._announce()
-        name = f"group {group} matching {pattern.text!r}" if group else "consumer"
+            try:
+                await self._subscribe(entity, consumer.bus_filter)
+            except Exception:
+                await self._remove(entity, consumer)
+                raise
+        try:
+            await self._announce()
+            # The server has the subscription and the announcement once it answered a
+            # PING sent after them: what any gateway publishes after this returns
+            # reaches the consumer, and a request any gateway takes after it counts it
+            # as a responder (`matching_everywhere`).
+            await self._bus.flush(timeout=10)
+        except Exception as exc:
+            await self._leave(entity, consumer)
+            raise Unavailable(f"the bus did not confirm the subscription: {exc}") from exc
+        name = f"group {group}, binding {pattern.text!r}" if group else "consumer"
         try:
             yield consumer, name
         finally:
-            async with self._lock:
-                entity.members.remove(consumer)
-                if not entity.members:
-                    del self._entities[key]
-                    await self._unsubscribe(entity)
-            with contextlib.suppress(Exception):
-                await self._announce()
+            await self._leave(entity, consumer)
 
-    async def _subscribe(self, entity: _Entity) -> None:
+    async def _leave(self, entity: _Entity, consumer: EphemeralConsumer) -> None:
+        async with self._lock:
+            await self._remove(entity, consumer)
+        with contextlib.suppress(Exception):
+            await self._announce()
+
+    async def _remove(self, entity: _Entity, consumer: EphemeralConsumer) -> None:
+        entity.members.remove(consumer)
+        if not entity.members:
+            del self._entities[entity.key]
+        await self._unsubscribe(entity, consumer.bus_filter)
+
+    async def _subscribe(self, entity: _Entity, bus_filter: str) -> None:
+        """Subscribe `entity` to `bus_filter` unless it is already. A group's gateways
+        join one NATS queue group per (stream, group) with each of their members'
+        filters: the bus gives a batch matching several of them to one subscription
+        of the queue group, so to the group once."""
         stream, group, _ = entity.key
-        subject = entity.pattern.bus_filter(stream)
         if group:
-            pattern_id = uuid.uuid5(uuid.NAMESPACE_URL, entity.pattern.text).hex
-            queue = f"tamto.eph.{stream}.{group}.{pattern_id}"
-            entity.subscription = await self._bus.subscribe(
-                subject, queue=queue, cb=self._dispatcher([entity])
-            )
+            if bus_filter not in entity.subscriptions:
+                queue = f"tamto.eph.{stream_token(stream)}.{group}"
+                entity.subscriptions[bus_filter] = await self._bus.subscribe(
+                    bus_filter, queue=queue, cb=self._dispatcher([entity], bus_filter)
+                )
             return
-        shared = self._filters.get((stream, subject))
+        shared = self._filters.get((stream, bus_filter))
         if shared is None:
             entities = [entity]
-            sub = await self._bus.subscribe(subject, cb=self._dispatcher(entities))
-            self._filters[(stream, subject)] = (sub, entities)
+            sub = await self._bus.subscribe(bus_filter, cb=self._dispatcher(entities))
+            self._filters[(stream, bus_filter)] = (sub, entities)
         else:
             shared[1].append(entity)
 
-    async def _unsubscribe(self, entity: _Entity) -> None:
-        if entity.subscription is not None:
-            with contextlib.suppress(Exception):
-                await entity.subscription.unsubscribe()
+    async def _unsubscribe(self, entity: _Entity, bus_filter: str) -> None:
+        """Undo `_subscribe` for a member of `entity` with `bus_filter` that left."""
+        if entity.group:
+            if any(m.bus_filter == bus_filter for m in entity.members):
+                return
+            sub = entity.subscriptions.pop(bus_filter, None)
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
             return
-        filter_key = (entity.key[0], entity.pattern.bus_filter(entity.key[0]))
+        filter_key = (entity.key[0], bus_filter)
         sub, entities = self._filters[filter_key]
         entities.remove(entity)
         if not entities:
@@ -425,7 +376,12 @@ class EphemeralHub:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
 
-    def _dispatcher(self, entities: list[_Entity]) -> Callable[[Msg], asyncio.Future[None]]:
+    def _dispatcher(
+        self, entities: list[_Entity], bus_filter: str = ""
+    ) -> Callable[[Msg], asyncio.Future[None]]:
+        """The callback of a bus subscription feeding `entities` (a group's: the one
+        group, and the filter of the subscription)."""
+
         async def dispatch(msg: Msg) -> None:
             topic = topic_of_subject(msg.subject)
             data = msg.data
@@ -434,18 +390,18 @@ class EphemeralHub:
             served: set[str] | None = None
             count = 0
             for entity in entities:
-                if not entity.pattern.matches(topic):
-                    continue
-                group = entity.key[1]
+                group = entity.group
                 if group:
                     if served is None:
                         served = set(headers.get(SERVED_HEADER, "").split(","))
-                    if f"{group}/{entity.pattern.text}" in served:
+                    if group in served:
                         continue  # its origin gave it to a member already
                 elif mine:
                     continue  # delivered when it was published here (`_deliver_here`)
-                member = entity.pick()
+                member = entity.pick(topic, bus_filter)
                 if member is None:
+                    if group:
+                        await self._forward(entity.key, topic, data, headers)
                     continue
                 if not count:
                     count = _batch_count(data, headers)
@@ -453,15 +409,50 @@ class EphemeralHub:
 
         return dispatch  # type: ignore[return-value]
 
+    async def _forward(
+        self, key: tuple[str, str, str], topic: str, data: bytes, headers: dict[str, str]
+    ) -> None:
+        """A group's batch the bus gave this gateway, whose members' patterns do not
+        match its topic: a filter is broader than its pattern when a `#` has words
+        after it (`#.refunds` subscribes to the whole stream), and the queue group
+        picked this gateway's subscription though a member elsewhere matches. Hand it
+        to a gateway that announced a member of the group whose pattern matches."""
+        stream, group, _ = key
+        now = time.monotonic()
+        for gateway, (expires, streams) in list(self._remote.items()):
+            if expires >= now and any(
+                k == key and pattern.matches(topic) for k, pattern in streams.get(stream, ())
+            ):
+                forwarded = {
+                    **headers,
+                    STREAM_HEADER: stream,
+                    TOPIC_HEADER: topic,
+                    GROUP_HEADER: group,
+                }
+                await self._bus.publish(f"{DIRECT_PREFIX}.{gateway}", data, headers=forwarded)
+                return
+
+    async def _on_direct(self, msg: Msg) -> None:
+        """A group's batch another gateway handed here (`_forward`): to a member."""
+        headers = msg.headers or {}
+        entity = self._entities.get(
+            (headers.get(STREAM_HEADER, ""), headers.get(GROUP_HEADER, ""), "")
+        )
+        topic = headers.get(TOPIC_HEADER, "")
+        member = entity.pick(topic) if entity is not None and entity.group else None
+        if member is not None:
+            member.offer(msg.data, _batch_count(msg.data, headers))
+
     # -- interest announcements -----------------------------------------------------
 
     def _interest(self) -> dict[str, list[list[str]]]:
+        """This gateway's entities by stream: [group, pattern, consumer id] rows, a
+        group's one per distinct pattern of its members."""
         streams: dict[str, list[list[str]]] = {}
-        for (stream, group, pattern_or_id), entity in self._entities.items():
-            if entity.members:
-                streams.setdefault(stream, []).append(
-                    [group, entity.pattern.text, "" if group else pattern_or_id]
-                )
+        for (stream, group, consumer_id), entity in self._entities.items():
+            patterns = {m.pattern.text for m in entity.members}
+            rows = streams.setdefault(stream, []) if patterns else []
+            rows += [[group, text, consumer_id] for text in sorted(patterns)]
         return streams
 
     async def _announce(self) -> None:
@@ -477,12 +468,17 @@ class EphemeralHub:
                 log.warning("ephemeral interest not announced", error=str(exc))
 
     async def _on_interest(self, msg: Msg) -> None:
+        self._take_interest(msg)
+        if self._interest_sub is None or not self._interest_sub.pending_msgs:
+            self._interest_drained.set()
+
+    def _take_interest(self, msg: Msg) -> None:
         try:
             body = json.loads(msg.data)
             gateway = str(body["gateway"])
             streams = {
                 str(s): [
-                    ((str(s), str(g), str(p) if g else str(n)), TopicPattern.parse(str(p)))
+                    ((str(s), str(g), "" if g else str(n)), TopicPattern.parse(str(p)))
                     for g, p, n in rows
                 ]
                 for s, rows in body["streams"].items()

@@ -15,6 +15,8 @@ pays gRPC's per-call setup once per stream instead of once per call.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -26,9 +28,15 @@ from tamto_common.pipelined import answer_calls
 from tamto_common.policy import Permission
 from tamto_common.streams import StreamDef
 from tamto_common.topics import TopicPattern, check_topic
-from tamto_gateway.ephemeral import EphemeralHub, subscribed_event
-from tamto_gateway.requests import GENERATED, RequestBroker
+from tamto_gateway.ephemeral import EphemeralHub
+from tamto_gateway.ephemeral_consumer import subscribed_event
+from tamto_gateway.requests import GENERATED, RequestBroker, RequestOptions, check_reply_error
 from tamto_protocol.batch import BatchFormatError, validate_batch
+from tamto_protocol.pipelined import (
+    MORE_ANSWERS_METADATA,
+    MORE_CALLS_METADATA,
+    MOST_CALLS_PER_MESSAGE,
+)
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_protocol.wire import PUBLISH_EPHEMERAL, REPLY, REQUEST
 
@@ -41,9 +49,13 @@ if TYPE_CHECKING:
 MAX_DELIVERIES_PER_EVENT = 256
 
 
-def _pipelined(unary: Callable[..., Awaitable[Any]], response_type: Any, method: str) -> Any:
+def _pipelined(
+    unary: Callable[..., Awaitable[Any]], response_type: Any, method: str, several: bool = False
+) -> Any:
     """The stream method carrying `unary`'s calls pipelined (`tamto_common.pipelined`),
-    each authorized and answered as the unary call would be."""
+    each authorized and answered as the unary call would be. `several`: a stream
+    message may carry further calls (`more_calls`) and, to a client that says it
+    reads them, an answer further answers (`more_answers`): `tamto_protocol.pipelined`."""
 
     async def stream(
         self: EphemeralApi, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -51,10 +63,63 @@ def _pipelined(unary: Callable[..., Awaitable[Any]], response_type: Any, method:
         async def call(request: Any) -> Any:
             return await unary(self, request, context)
 
-        async for answer in answer_calls(requests, call, response_type, method):
+        if not several:
+            async for answer in answer_calls(requests, call, response_type, method):
+                yield answer
+            return
+        await context.send_initial_metadata(((MORE_CALLS_METADATA, "1"),))
+        answers = answer_calls(_each_call(requests), call, response_type, method)
+        if not any(key == MORE_ANSWERS_METADATA for key, _ in context.invocation_metadata() or ()):
+            async for answer in answers:
+                yield answer
+            return
+        async for answer in _together(answers):
             yield answer
 
     return stream
+
+
+async def _each_call(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """Every call of a stream whose messages may carry further calls (`more_calls`)."""
+    async for request in requests:
+        more = list(request.more_calls)
+        if more:
+            request.ClearField("more_calls")
+        yield request
+        for other in more:
+            yield other
+
+
+async def _together(answers: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    """`answers` as they come, those that came while the previous one was written
+    carried in the next one's `more_answers` (at most `MOST_CALLS_PER_MESSAGE`)."""
+    ready: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for answer in answers:
+                ready.put_nowait(answer)
+        finally:
+            ready.put_nowait(None)
+
+    pumping = asyncio.create_task(pump(), name="pipelined-answers")
+    try:
+        while (first := await ready.get()) is not None:
+            ended = False
+            while not ready.empty() and len(first.more_answers) < MOST_CALLS_PER_MESSAGE:
+                other = ready.get_nowait()
+                if other is None:
+                    ended = True
+                    break
+                first.more_answers.append(other)
+            yield first
+            if ended:
+                break
+        await pumping  # a malformed request ends the stream with its status
+    finally:
+        pumping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pumping
 
 
 class EphemeralApi:
@@ -112,14 +177,17 @@ class EphemeralApi:
     ) -> gateway_pb2.PublishEphemeralResponse:
         check_name("stream", request.stream)
         await self._authorize(context, Permission.PUBLISH, request.stream, "PublishEphemeral")
-        check_topic(request.topic)
+        runs = [(request.topic, request.batch), *((r.topic, r.batch) for r in request.more_runs)]
+        for topic, _ in runs:
+            check_topic(topic)
         stream = await self._ephemeral_stream(request.stream)
-        arrow_ipc = self._checked_batch(request.batch)
-        matched = await self._ephemeral.publish(
-            stream, request.topic, arrow_ipc, request.batch.count
-        )
+        # Every run checked before the first is published: a refused call publishes nothing.
+        checked = [(topic, self._checked_batch(batch), batch.count) for topic, batch in runs]
+        matched = 0
+        for topic, arrow_ipc, count in checked:  # in order: a producer's order is kept
+            matched = max(matched, await self._ephemeral.publish(stream, topic, arrow_ipc, count))
         return gateway_pb2.PublishEphemeralResponse(
-            count=request.batch.count, matched_entities=matched
+            count=sum(count for _, _, count in checked), matched_entities=matched
         )
 
     async def SubscribeEphemeral(
@@ -146,30 +214,40 @@ class EphemeralApi:
         check_topic(request.topic)
         stream = await self._ephemeral_stream(request.stream)
         arrow_ipc = self._checked_batch(request.batch)
-        name, reply = await self._requests.request(
-            stream,
-            request.topic,
-            arrow_ipc,
-            request.batch.count,
+        options = RequestOptions(
             request.response_stream,
             request.timeout_ms,
+            request.wait_for_responder,
+            request.gather,
+            request.max_replies,
         )
-        return gateway_pb2.RequestResponse(response_stream=name, batch=reply)
+        name, replies = await self._requests.request(
+            stream, request.topic, arrow_ipc, request.batch.count, options
+        )
+        if not request.gather:
+            return gateway_pb2.RequestResponse(response_stream=name, batch=replies[0].batch)
+        return gateway_pb2.RequestResponse(
+            response_stream=name,
+            replies=[gateway_pb2.GatheredReply(batch=r.batch, error=r.error) for r in replies],
+        )
 
     async def Reply(
         self, request: gateway_pb2.ReplyRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.ReplyResponse:
         await self._principal(context, "Reply")
         check_name("response stream", request.response_stream)
-        self._checked_batch(request.batch)
-        await self._requests.reply(request.response_stream, request.batch)
+        if request.error.code:
+            check_reply_error(request.error.code, request.error.message)
+        else:
+            self._checked_batch(request.batch)
+        await self._requests.reply(request)
         return gateway_pb2.ReplyResponse()
 
     PublishEphemeralStream = _pipelined(
         PublishEphemeral, gateway_pb2.PublishEphemeralStreamResponse, PUBLISH_EPHEMERAL
     )
-    RequestStream = _pipelined(Request, gateway_pb2.RequestStreamResponse, REQUEST)
-    ReplyStream = _pipelined(Reply, gateway_pb2.ReplyStreamResponse, REPLY)
+    RequestStream = _pipelined(Request, gateway_pb2.RequestStreamResponse, REQUEST, True)
+    ReplyStream = _pipelined(Reply, gateway_pb2.ReplyStreamResponse, REPLY, True)
 
 
 def serve_ephemeral(servicer: EphemeralApi, server: grpc.aio.Server) -> None:

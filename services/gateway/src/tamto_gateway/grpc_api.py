@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from tamto_common.audit import ADMIN, LOGIN
-from tamto_common.errors import FailedPrecondition, InvalidArgument
+from tamto_common.errors import FailedPrecondition, InvalidArgument, TamtoError
 from tamto_common.guard import Guard
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
@@ -18,7 +18,7 @@ from tamto_common.publishing import check_publish
 from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
 from tamto_common.tokens import Principal
 from tamto_gateway.cluster_api import ClusterApi
-from tamto_gateway.consume import FanOut, SetupStep
+from tamto_gateway.consume import END_WAIT_S, FanOut, SetupStep
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_api import EphemeralApi
 from tamto_gateway.limits import ConsumersPerConnection
@@ -28,7 +28,7 @@ from tamto_gateway.stream_proto import stream_def, stream_info
 from tamto_gateway.streams import StreamRegistry
 from tamto_gateway.subscriptions_api import SubscriptionsApi
 from tamto_gateway.upstream import Upstream
-from tamto_protocol.delivery_wire import raw_responses
+from tamto_protocol.delivery_wire import consume_error, raw_responses
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_protocol.wire import PUBLISH
 
@@ -255,7 +255,15 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
         step = SetupStep()
         try:
             requests = aiter(request_iterator)
-            fan_out, peer = await self._set_up(context, requests, step)
+            try:
+                fan_out, peer = await self._set_up(context, requests, step)
+            except TamtoError as exc:
+                # In-band first, and the status once the client half-closed, as
+                # `FanOut.serve` does: a client still writing (its first credit)
+                # as the stream ended would read INTERNAL instead of this refusal.
+                yield consume_error(exc.code.value[0], str(exc))
+                await _half_closed(requests)
+                raise
             step.to("serving")
             reader = asyncio.create_task(_forward_all(requests, fan_out))
             fan_out.stop_when_done(reader)
@@ -381,6 +389,15 @@ def serve(servicer: GatewayServicer, server: grpc.aio.Server) -> None:
         servicer.Consume,
         messages_pb2.ConsumeRequest.FromString,
     )
+
+
+async def _half_closed(requests: AsyncIterator[messages_pb2.ConsumeRequest]) -> None:
+    """Read (and drop) the client's requests until it half-closes, for at most
+    `END_WAIT_S`."""
+    with contextlib.suppress(TimeoutError, TamtoError, grpc.aio.AioRpcError):
+        async with asyncio.timeout(END_WAIT_S):
+            async for _ in requests:
+                pass
 
 
 async def _forward_all(requests: AsyncIterator[messages_pb2.ConsumeRequest], fan: FanOut) -> None:

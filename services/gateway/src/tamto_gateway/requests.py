@@ -25,6 +25,14 @@ gateway's lease, so a crashed gateway's names free up) while the request waits,
 and gets a subscription on `tamto.reply.<name>` for that time; a name taken, or
 naming an existing stream, is ALREADY_EXISTS, and one of the generated form is
 the server's to give (INVALID_ARGUMENT).
+
+A request no consuming entity in the cluster matches fails at once with
+`NoResponders` (NATS's 503), unless it asked to wait for a responder: the count
+is the publishing gateway's (`EphemeralHub.matching_everywhere`, which first
+takes in every announcement the bus already holds for it). A reply is a message
+(a batch with payload, key and headers) or an error status the request then
+ends with (`ReplierError`). A gathering request (scatter-gather) takes every
+reply until its timeout or `max_replies` and answers them all, possibly none.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import contextlib
 import functools
 import re
 import secrets
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import aetcd
@@ -49,7 +58,7 @@ from tamto_common.membership import KeptLease
 from tamto_common.names import check_name
 from tamto_common.streams import StreamDef, stream_key
 from tamto_gateway.ephemeral import EphemeralHub
-from tamto_protocol.v1 import gateway_pb2, messages_pb2
+from tamto_protocol.v1 import gateway_pb2
 
 RESPONSES_PREFIX: Final = "/tamto/responses/"
 REPLY_PREFIX: Final = "tamto.reply"
@@ -67,6 +76,78 @@ class RequestTimeout(TamtoError):
 
     code = grpc.StatusCode.DEADLINE_EXCEEDED
     retriable = True
+
+
+#: Trailing metadata of a request that failed because nobody could answer it.
+NO_RESPONDERS_METADATA: Final = "tamto-no-responders"
+
+
+class NoResponders(Unavailable):
+    """No consuming entity in the cluster matches a request's topic (NATS's 503):
+    UNAVAILABLE with trailing metadata `tamto-no-responders`, which the SDK raises
+    as its `NoResponders`."""
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((NO_RESPONDERS_METADATA, "1"),)
+
+
+class ReplierError(TamtoError):
+    """The replier answered a request with an error status: the request ends with it."""
+
+    def __init__(self, code: int, message: str) -> None:
+        status = next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
+        super().__init__(f"the replier answered {status.name}: {message}")
+        self.code = status
+
+
+#: The longest message of a reply's error status, in bytes (UTF-8).
+MAX_ERROR_MESSAGE_BYTES: Final = 4096
+
+
+def check_reply_error(code: int, message: str) -> None:
+    """`InvalidArgument` unless (`code`, `message`) can be a reply's error status."""
+    if not 1 <= code <= 16:
+        raise InvalidArgument(f"error.code must be a gRPC status code from 1 to 16, got {code}")
+    if len(message.encode()) > MAX_ERROR_MESSAGE_BYTES:
+        raise InvalidArgument(
+            f"error.message is {len(message.encode())} bytes; at most "
+            f"{MAX_ERROR_MESSAGE_BYTES} are allowed"
+        )
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """How a request waits: see `RequestRequest` in gateway.proto."""
+
+    response_stream: str = ""
+    timeout_ms: int = 0
+    wait_for_responder: bool = False
+    gather: bool = False
+    max_replies: int = 0
+
+
+@dataclass(eq=False)
+class _Waiting:
+    """A request's replies so far; `done` once it takes no more."""
+
+    gather: bool
+    most: int
+    done: asyncio.Future[None]
+    replies: list[gateway_pb2.ReplyRequest] = field(default_factory=list)
+
+    def close(self) -> None:
+        """Take no more replies (the timeout)."""
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def offer(self, reply: gateway_pb2.ReplyRequest) -> bool:
+        """Take `reply` if the request still takes one; whether it did."""
+        if self.done.done():
+            return False
+        self.replies.append(reply)
+        if not self.gather or (self.most and len(self.replies) >= self.most):
+            self.done.set_result(None)
+        return True
 
 
 def check_timeout_ms(timeout_ms: int) -> int:
@@ -101,7 +182,7 @@ class RequestBroker:
         self._draining: set[asyncio.Task[None]] = set()
         self._id = secrets.token_hex(8)
         #: Requests waiting on a generated response stream, by the name's random part.
-        self._waiting: dict[str, asyncio.Future[messages_pb2.RecordBatch]] = {}
+        self._waiting: dict[str, _Waiting] = {}
         self._inbox: Subscription | None = None
         self._inbox_lock = asyncio.Lock()
 
@@ -122,49 +203,63 @@ class RequestBroker:
         topic: str,
         arrow_ipc: bytes,
         count: int,
-        response_stream: str,
-        timeout_ms: int,
-    ) -> tuple[str, messages_pb2.RecordBatch]:
-        """Publish a request and wait for its reply; returns the response stream's name
-        and the reply's batch. Raises `RequestTimeout` when no reply came in time."""
-        timeout_ms = check_timeout_ms(timeout_ms) or stream.request_timeout_ms
-        reply: asyncio.Future[messages_pb2.RecordBatch] = asyncio.get_running_loop().create_future()
-        async with self._response_stream(response_stream, reply) as name:
-            await self._hub.publish(stream, topic, arrow_ipc, count, response_stream=name)
+        options: RequestOptions,
+    ) -> tuple[str, list[gateway_pb2.ReplyRequest]]:
+        """Publish a request and wait for its reply (or, gathering, its replies until
+        the timeout or `max_replies`); returns the response stream's name and the
+        replies. Raises `NoResponders` when nobody matches (unless it may wait),
+        `RequestTimeout` when no reply came in time (unless gathering), and
+        `ReplierError` when the reply is an error."""
+        timeout_ms = check_timeout_ms(options.timeout_ms) or stream.request_timeout_ms
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting = _Waiting(options.gather, options.max_replies, done)
+        async with self._response_stream(options.response_stream, waiting) as name:
+            matched = await self._hub.publish(stream, topic, arrow_ipc, count, name)
+            nobody = not (matched or options.wait_for_responder)
+            if nobody and not await self._hub.matching_everywhere(stream.name, topic):
+                raise NoResponders(
+                    f"no responders: nobody consumes topic {topic!r} of stream "
+                    f"{stream.name!r} (wait_for_responder waits for one instead)"
+                )
+            # A timer, not wait_for: no task, shield and waiter per request.
+            timer = asyncio.get_running_loop().call_later(timeout_ms / 1000, waiting.close)
             try:
-                batch = await asyncio.wait_for(reply, timeout_ms / 1000)
-            except TimeoutError:
-                raise RequestTimeout(
-                    f"no reply on response stream {name!r} within {timeout_ms} ms"
-                ) from None
-        return name, batch
+                await done
+            finally:
+                timer.cancel()
+        if options.gather:
+            return name, waiting.replies
+        if not waiting.replies:
+            raise RequestTimeout(f"no reply on response stream {name!r} within {timeout_ms} ms")
+        reply = waiting.replies[0]
+        if reply.error.code:
+            raise ReplierError(reply.error.code, reply.error.message)
+        return name, waiting.replies
 
     @contextlib.asynccontextmanager
-    async def _response_stream(
-        self, chosen: str, reply: asyncio.Future[messages_pb2.RecordBatch]
-    ) -> Any:
-        """A response stream whose first reply completes `reply`, for the block;
-        yields its name (`chosen`, or a generated one)."""
+    async def _response_stream(self, chosen: str, waiting: _Waiting) -> Any:
+        """A response stream whose replies go to `waiting`, for the block; yields its
+        name (`chosen`, or a generated one)."""
         try:
             if not chosen:
                 await self._listen()
                 token = secrets.token_hex(8)
-                self._waiting[token] = reply
+                self._waiting[token] = waiting
                 try:
                     yield f"reply-{self._id}{token}"
                 finally:
                     del self._waiting[token]
                 return
             async with self._reserved(chosen) as name:
-                on_reply = functools.partial(_answer, reply=reply)
+                on_reply = functools.partial(_answer, waiting=waiting)
                 sub = await self._bus.subscribe(reply_subject(name), cb=on_reply)
                 try:
                     yield name
                 finally:
                     self._drain(sub)
         finally:
-            if not reply.done():
-                reply.cancel()
+            if not waiting.done.done():
+                waiting.done.cancel()
 
     async def _listen(self) -> None:
         """Subscribe, once, to the replies of this gateway's generated response streams."""
@@ -197,18 +292,20 @@ class RequestBroker:
         names only: generated ones are known by their form)."""
         return await self._etcd.get(f"{RESPONSES_PREFIX}{name}".encode()) is not None
 
-    async def reply(self, response_stream: str, batch: messages_pb2.RecordBatch) -> None:
-        """Deliver a reply to the requester waiting on `response_stream`."""
+    async def reply(self, reply: gateway_pb2.ReplyRequest) -> None:
+        """Deliver `reply` to the requester waiting on its response stream."""
+        response_stream = reply.response_stream
         check_name("response stream", response_stream)
         generated = GENERATED.fullmatch(response_stream)
         if generated and generated[1] == self._id:
             # The requester waits at this gateway: no bus round trip, nothing encoded.
             waiting = self._waiting.get(generated[2])
-            if waiting is None or waiting.done():
+            if waiting is None or not waiting.offer(reply):
                 raise _expired(response_stream)
-            waiting.set_result(batch)
             return
-        body = gateway_pb2.ReplyRequest(response_stream=response_stream, batch=batch)
+        body = gateway_pb2.ReplyRequest(
+            response_stream=response_stream, batch=reply.batch, error=reply.error
+        )
         try:
             answer = await self._bus.request(
                 reply_subject(response_stream), body.SerializeToString(), timeout=5
@@ -260,12 +357,11 @@ def _expired(response_stream: str) -> NotFound:
     )
 
 
-async def _answer(msg: Msg, reply: asyncio.Future[messages_pb2.RecordBatch] | None) -> None:
-    """Complete `reply` with the batch of the reply `msg` carries (an encoded
-    `ReplyRequest`), if it waits, and tell the replier whether it was taken."""
+async def _answer(msg: Msg, waiting: _Waiting | None) -> None:
+    """Give `waiting` the reply `msg` carries (an encoded `ReplyRequest`), if it takes
+    one, and tell the replier whether it was taken."""
     answer = _GONE
-    if reply is not None and not reply.done():
-        reply.set_result(gateway_pb2.ReplyRequest.FromString(msg.data).batch)
+    if waiting is not None and waiting.offer(gateway_pb2.ReplyRequest.FromString(msg.data)):
         answer = _TAKEN
     with contextlib.suppress(Exception):
         await msg.respond(answer)

@@ -19,8 +19,10 @@ import grpc
 from tamto_common.channels import ChannelPool
 from tamto_common.grpc_errors import downstream_error
 from tamto_common.guard import Guard
+from tamto_common.lists import check_count
 from tamto_common.tokens import Principal
 from tamto_gateway.routing import Routes
+from tamto_protocol.limits import MAX_GRANTS_PER_ROLE
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, gateway_pb2
 
 ACTOR_HEADER = "x-tamto-actor"
@@ -103,6 +105,7 @@ class SecurityApi:
     async def PutRole(
         self, request: auth_pb2.PutRoleRequest, context: grpc.aio.ServicerContext
     ) -> Any:
+        check_count("role.grants", len(request.role.grants), MAX_GRANTS_PER_ROLE)
         return await self._admin_call("PutRole", request, context)
 
     async def DeleteRole(

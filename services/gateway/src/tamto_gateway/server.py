@@ -1,12 +1,12 @@
 """Gateway wiring: member directory, stream registry, token verification, policy, the servicer,
-and the HTTP/JSON API on its own port (`tamto_gateway.http`)."""
+the HTTP/JSON API and the MQTT broker, each on its own port (`tamto_gateway.http`,
+`tamto_gateway.mqtt`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import gc
-from pathlib import Path
 
 import structlog
 
@@ -15,15 +15,16 @@ from tamto_common.channels import ChannelPool
 from tamto_common.guard import Guard, PolicyCache
 from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
 from tamto_common.membership import MemberDirectory
+from tamto_common.oidc import external_verifiers
 from tamto_common.placement import PlacementView
 from tamto_common.service import Runtime
-from tamto_common.tokens import Authenticator, IssuerVerifier, TokenVerifier, refetch_jwks
+from tamto_common.tokens import Authenticator, TokenVerifier, refetch_jwks
 from tamto_gateway.config import GatewayConfig
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_api import serve_ephemeral
 from tamto_gateway.grpc_api import GatewayServicer, serve
 from tamto_gateway.http.app import http_server
-from tamto_gateway.oidc import ExternalVerifier, OidcIssuer, load_issuers
+from tamto_gateway.mqtt.broker import mqtt_broker
 from tamto_gateway.requests import RequestBroker
 from tamto_gateway.routing import Routes
 from tamto_gateway.security_api import AuthForwarder
@@ -33,14 +34,8 @@ from tamto_gateway.upstream import Upstream
 log = structlog.get_logger(__name__)
 
 
-def _issuers(config: GatewayConfig) -> tuple[OidcIssuer, ...]:
-    if not config.oidc_issuers_file:
-        return ()
-    return load_issuers(Path(config.oidc_issuers_file).expanduser())
-
-
 async def setup(config: GatewayConfig, runtime: Runtime) -> None:
-    issuers = _issuers(config)
+    external = external_verifiers(config.oidc_issuers_file)
     # Measures how long any step holds the loop (gauge tamto_event_loop_lag_max_seconds).
     await runtime.resources.enter_async_context(LoopLagMonitor())
     # Full garbage collections while a crowd of consumers attaches took up to 3.1 s
@@ -56,9 +51,6 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     upstream = Upstream(routes, channels, config.upstream_timeout_s, config.consume_setups)
     runtime.resources.push_async_callback(upstream.close)
     internal = TokenVerifier(upstream.jwks, config.token_issuer, config.token_audience)
-    external: dict[str, IssuerVerifier] = {i.issuer: ExternalVerifier(i) for i in issuers}
-    if issuers:
-        log.info("oidc issuers trusted", issuers=[i.name for i in issuers])
     audit = AuditLog("gateway", config.audit_path, runtime.bus)
     runtime.resources.push_async_callback(audit.close)
     cache = PolicyCache(runtime.etcd, runtime.bus, config.policy_refresh_s)
@@ -110,3 +102,8 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
         runtime.resources.push_async_callback(http.stop)
         runtime.resources.push_async_callback(consumers.close_all)
         log.info("http api serving", port=http.port, tls=config.tls() is not None)
+    if config.mqtt_port:
+        broker = mqtt_broker(config, servicer, streams, guard, upstream, runtime)
+        await broker.start()
+        runtime.resources.push_async_callback(broker.stop)
+        log.info("mqtt broker serving", port=broker.port, tls=config.tls() is not None)

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 import grpc
 
 from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound
+from tamto_common.lists import check_count
 from tamto_common.names import check_cursor_name, check_name, consumer_label
 from tamto_common.policy import Permission
-from tamto_common.streams import StreamDef
+from tamto_common.streams import MAX_PARTITIONS, StreamDef
 from tamto_protocol.batch import slice_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 
@@ -111,6 +112,8 @@ class SubscriptionsApi:
     ) -> gateway_pb2.SubscriptionInfo:
         check_name("stream", request.stream)
         name = check_cursor_name(request.subscription)
+        check_count("partitions", len(request.partitions), MAX_PARTITIONS)
+        check_count("offsets", len(request.offsets), MAX_PARTITIONS)
         await self._authorize(context, Permission.CONSUME, request.stream, "SeekSubscription")
         stream = await self._stored_stream(request.stream)
         has_target = request.HasField("target") and request.target.WhichOneof("target")

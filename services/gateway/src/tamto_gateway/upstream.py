@@ -119,7 +119,7 @@ class Upstream:
         At most `consume_setups` sessions do so at once per router: a crowd of
         consumers attaching (or leaving) at once queues here instead of filling the
         event loop with thousands of gRPC call setups, so publishes keep their
-        latency (issue 17), and the crowd attaches at the rate the loop can spare.
+        latency, and the crowd attaches at the rate the loop can spare.
         Per router, so a router that is slow to answer delays no other router's.
         On a router's consume mux opening or leaving a session is one message
         (`tamto_gateway.consume_mux`); the bound matters for routers without one.

@@ -12,7 +12,16 @@ committed with the cursor, so they outlive the router that counted them.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+
+class TooManyRanges(Exception):
+    """Acks refused: they would leave more acked ranges above the floor than allowed."""
+
+    def __init__(self, ranges: int) -> None:
+        super().__init__(f"{ranges} acked ranges")
+        self.ranges = ranges
 
 
 @dataclass
@@ -35,28 +44,43 @@ class AckSet:
 
     def ack_range(self, first: int, last: int) -> None:
         """Mark [first, last] acked (idempotent)."""
-        if last < first or last < self.floor:
+        self.ack_ranges([(first, last)])
+
+    def ack_ranges(self, ranges: Iterable[tuple[int, int]], max_ranges: int | None = None) -> None:
+        """Mark every inclusive range of `ranges` acked (idempotent, any order).
+
+        With `max_ranges`, acks that would leave more ranges than that above the
+        floor, and more than before, are refused whole (`TooManyRanges`): nothing
+        changes. Acks that close gaps are always taken.
+
+        One request's k ranges cost O(k log k) to sort and O(log R) each to place
+        among the R ranges held, plus one copy of the held list (a C-level copy of
+        R references, not a Python step per range): never a pass over the held
+        ranges per range acked, which made k disjoint acks cost O(k * R).
+        """
+        incoming = normalized((max(f, self.floor), t) for f, t in ranges if t >= max(f, self.floor))
+        if not incoming:
             return
-        first = max(first, self.floor)
-        merged: list[tuple[int, int]] = []
-        placed = False
-        for lo, hi in self.ranges:
-            if hi + 1 < first:
-                merged.append((lo, hi))
-            elif last + 1 < lo:
-                if not placed:
-                    merged.append((first, last))
-                    placed = True
-                merged.append((lo, hi))
-            else:
-                first, last = min(first, lo), max(last, hi)
-        if not placed:
-            merged.append((first, last))
-        merged.sort()
-        if merged and merged[0][0] <= self.floor:
-            self.floor = merged[0][1] + 1
-            merged.pop(0)
-        self.ranges = merged
+        held, out, start = self.ranges, list[tuple[int, int]](), 0
+        for first, last in incoming:
+            # Held ranges ending before `first` without touching it stay as they are.
+            i = bisect.bisect_left(held, first - 1, lo=start, key=_last)
+            out.extend(held[start:i])
+            # Held ranges starting at or before `last + 1` merge into this one.
+            j = bisect.bisect_right(held, last + 1, lo=i, key=_first)
+            if j > i:
+                first, last = min(first, held[i][0]), max(last, held[j - 1][1])
+            if out and out[-1][1] + 1 >= first:
+                first, last = min(first, out[-1][0]), max(last, out.pop()[1])
+            out.append((first, last))
+            start = j
+        out.extend(held[start:])
+        if out[0][0] <= self.floor:
+            self.floor = out[0][1] + 1
+            del out[0]
+        if max_ranges is not None and len(out) > max(max_ranges, len(held)):
+            raise TooManyRanges(len(out))
+        self.ranges = out
 
     def ack_through(self, offset: int) -> None:
         """Cumulative ack: everything up to and including `offset`."""
@@ -93,3 +117,33 @@ class AckSet:
             runs.append((offset, stop - offset))
             offset = self.next_unacked(stop)
         return runs
+
+
+def most_advanced(cursors: Iterable[AckSet]) -> AckSet | None:
+    """The cursor furthest on: the highest ack floor, then the most acked above it."""
+
+    def progress(acks: AckSet) -> tuple[int, int]:
+        return acks.floor, sum(last - first + 1 for first, last in acks.ranges)
+
+    return max(cursors, key=progress, default=None)
+
+
+def normalized(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inclusive `ranges` sorted, with overlapping and touching ones merged
+    (reversed ones dropped): O(k log k) for k ranges."""
+    merged: list[tuple[int, int]] = []
+    for first, last in sorted(r for r in ranges if r[0] <= r[1]):
+        if merged and first <= merged[-1][1] + 1:
+            if last > merged[-1][1]:
+                merged[-1] = (merged[-1][0], last)
+        else:
+            merged.append((first, last))
+    return merged
+
+
+def _first(r: tuple[int, int]) -> int:
+    return r[0]
+
+
+def _last(r: tuple[int, int]) -> int:
+    return r[1]

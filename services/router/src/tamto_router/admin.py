@@ -2,7 +2,7 @@
 
 Operators ask how far behind a subscription is, move its cursor, skip what is
 stuck, delete it, and look at a partition's size and messages without
-subscribing (issue 24). Every call works on one partition, which the router
+subscribing. Every call works on one partition, which the router
 claims if it does not own it yet (the gateway routes it to the owner).
 
 A subscription's state lives in two places: its durable cursor in storage, and,
@@ -208,8 +208,7 @@ class SubscriptionAdmin:
             await live.ack(ranges)
             await live.flush_acks()
             return acks.floor
-        for first, last in ranges:
-            acks.ack_range(first, last)
+        acks.ack_ranges(ranges)
         await commit_cursor(log, name, acks)
         return acks.floor
 

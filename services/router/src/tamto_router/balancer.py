@@ -1,4 +1,4 @@
-"""Load balancing (issue 21 Deliver 5): routers report load, one balancer moves partitions.
+"""Load balancing: routers report load, one balancer moves partitions.
 
 Pulsar's load manager is the model: every broker reports its load, one elected
 leader compares them and sheds a bundle of the busiest broker to the idlest one.

@@ -1,4 +1,4 @@
-"""A client's publish straight to the router that owns the partition (issue 22's direct path).
+"""A client's publish straight to the router that owns the partition (the direct path).
 
 Through the gateway a publish costs two Python gRPC hops before storage; a
 client that looked the owner up (`Gateway.Lookup`) publishes here instead, one

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tamto_common.config import ServiceConfig, not_negative, positive, setting
+from tamto_common.errors import ConfigError
+from tamto_common.oidc import oidc_issuers_file_setting
 from tamto_router.balancer import BalanceSettings
 from tamto_router.partition_log import REREPLICATE_AFTER_S
 from tamto_router.subscription_metrics import DEFAULT_LIMIT
@@ -31,7 +33,10 @@ class RouterConfig(ServiceConfig):
         not_negative,
     )
     claim_timeout_s: float = setting(
-        15.0, "how long a request waits for a partition's previous owner lease", positive
+        0.0,
+        "how long a request waits for a partition's previous owner's lease to lapse "
+        "(0: three lease TTLs, 15 s with the default --lease-ttl-s 5; more than one TTL)",
+        not_negative,
     )
     max_consumers_per_subscription: int = setting(
         20_000,
@@ -47,11 +52,13 @@ class RouterConfig(ServiceConfig):
     )
     max_message_bytes: int = setting(
         1024 * 1024,
-        "largest payload a client may publish directly, in bytes (the gateway's)",
+        "largest message (payload, key, headers and id) a client may publish directly, "
+        "in bytes (the gateway's)",
         positive,
     )
     token_issuer: str = setting("tamto", "issuer expected in client tokens (as the gateway's)")
     token_audience: str = setting("tamto", "audience expected in client tokens")
+    oidc_issuers_file: str = oidc_issuers_file_setting()
     policy_refresh_s: float = setting(
         30.0, "reload the security policy this often even without a bus event (seconds)", positive
     )
@@ -96,6 +103,20 @@ class RouterConfig(ServiceConfig):
         "copied to a spare node (re-replication; a restart usually registers again within it)",
         positive,
     )
+
+    def __post_init__(self) -> None:
+        if self.claim_timeout_s and self.claim_timeout_s <= self.lease_ttl_s:
+            raise ConfigError(
+                "--claim-timeout-s / TAMTO_ROUTER_CLAIM_TIMEOUT_S",
+                f"must be more than the lease TTL ({self.lease_ttl_s} s), got "
+                f"{self.claim_timeout_s:g}: a request would give up before the previous "
+                "owner's lease could lapse",
+            )
+
+    @property
+    def claim_timeout(self) -> float:
+        """Seconds a request waits for a partition's previous owner's lease to lapse."""
+        return self.claim_timeout_s or 3.0 * self.lease_ttl_s
 
     def balance_settings(self) -> BalanceSettings:
         return BalanceSettings(

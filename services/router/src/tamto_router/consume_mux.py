@@ -1,5 +1,5 @@
 """The router's side of `Router.ConsumeMux`: one gateway's consume sessions on one
-stream (issue 17: one stream per gateway instead of one per consumer, so that
+stream (one stream per gateway instead of one per consumer, so that
 thousands of consumers attaching or leaving cost the gateway messages, not gRPC
 calls). The gateway's side is `tamto_gateway.consume_mux`.
 

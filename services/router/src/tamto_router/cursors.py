@@ -19,25 +19,16 @@ the operator retries them. Every router path reaches cursors through here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from tamto_common.errors import TamtoError
-from tamto_router.acks import AckSet
+from tamto_router.acks import AckSet, most_advanced
 from tamto_router.partition_log import PartitionLog
 from tamto_router.quorum import first_answers, no_quorum
 from tamto_router.storage_client import StorageClient
 
 T = TypeVar("T")
-
-
-def most_advanced(cursors: Iterable[AckSet]) -> AckSet | None:
-    """The cursor furthest on: the highest ack floor, then the most acked above it."""
-
-    def progress(acks: AckSet) -> tuple[int, int]:
-        return acks.floor, sum(last - first + 1 for first, last in acks.ranges)
-
-    return max(cursors, key=progress, default=None)
 
 
 def _read_quorum(log: PartitionLog) -> int:

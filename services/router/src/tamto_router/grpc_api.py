@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import grpc
 import structlog
 
 from tamto_common.errors import InvalidArgument, NotOwner, TamtoError
-from tamto_common.grpc_errors import status_for
+from tamto_common.grpc_errors import in_band_status, status_for
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
-from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
+from tamto_common.subscribe import (
+    check_consumer_name,
+    check_partitions,
+    check_range_count,
+    check_start_time_us,
+)
 from tamto_protocol.delivery_wire import (
     consume_delivery,
     consume_error,
@@ -211,9 +216,13 @@ class RouterServicer(AdminApi, router_pb2_grpc.RouterServicer):
         await context.send_initial_metadata(())  # the gateway's sign that the method exists
         mux = consume_mux(self._subscriptions)
         reader = asyncio.create_task(read_mux(request_iterator, mux))
+        # A request that does not parse ends the reader: the stream ends with its status.
+        reader.add_done_callback(lambda _: mux.out.put_nowait(None))
         try:
             async for batch in mux.batches():
                 yield mux_responses(batch)
+            if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                raise reader.exception()  # type: ignore[misc]
         finally:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -260,7 +269,7 @@ async def _session_responses(
             except TamtoError as exc:
                 if mux_session is not None:
                     raise
-                yield consume_error(exc.code.value[0], str(exc))
+                yield consume_error(*in_band_status(exc))
                 await asyncio.wait({reader}, timeout=END_WAIT_S)
                 raise
             finally:
@@ -333,16 +342,16 @@ async def _apply(request: messages_pb2.ConsumeRequest, session: ConsumeSession) 
     if kind == "credit":
         session.grant(request.credit.messages)
     elif kind == "ack":
-        await session.ack(request.ack.partition, [(r.first, r.last) for r in request.ack.ranges])
+        await session.ack(request.ack.partition, _ranges("ack", request.ack.ranges))
     elif kind == "nack":
         nack = request.nack
-        session.nack(nack.partition, [(r.first, r.last) for r in nack.ranges], nack.delay_ms / 1000)
+        session.nack(nack.partition, _ranges("nack", nack.ranges), nack.delay_ms / 1000)
     elif kind == "term":
         term = request.term
-        await session.term(term.partition, [(r.first, r.last) for r in term.ranges], term.reason)
+        await session.term(term.partition, _ranges("term", term.ranges), term.reason)
     elif kind == "in_progress":
         progress = request.in_progress
-        session.in_progress(progress.partition, [(r.first, r.last) for r in progress.ranges])
+        session.in_progress(progress.partition, _ranges("in_progress", progress.ranges))
     elif kind == "close":
         session.close_cleanly()
     elif kind == "subscribe":
@@ -352,3 +361,9 @@ async def _apply(request: messages_pb2.ConsumeRequest, session: ConsumeSession) 
             "a consume request must set one of subscribe (first), credit, ack, nack, term, "
             "in_progress or close"
         )
+
+
+def _ranges(kind: str, ranges: Sequence[messages_pb2.OffsetRange]) -> list[tuple[int, int]]:
+    """A request's ranges as (first, last), once their number is within the limit."""
+    check_range_count(f"{kind}.ranges", len(ranges))
+    return [(r.first, r.last) for r in ranges]

@@ -19,7 +19,10 @@ Only offsets that were delivered are tracked: a few per consumer's credit.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
+
+from tamto_router.acks import normalized
 
 Key = bytes | None
 
@@ -56,9 +59,18 @@ class KeyHolds:
 
     def settle(self, first: int, last: int) -> None:
         """Offsets in [first, last] are done (acked or dead-lettered)."""
-        for offset in self._tracked(self._in_flight, first, last):
+        self.settle_ranges([(first, last)])
+
+    def settle_ranges(self, ranges: list[tuple[int, int]]) -> None:
+        """Offsets in the sorted, disjoint inclusive `ranges` are done.
+
+        One pass for all of them: the offsets of the ranges when they are fewer
+        than those tracked, else each tracked offset looked up among the ranges
+        (O(t log k)), never a pass over the tracked offsets per range.
+        """
+        for offset in _within(self._in_flight, ranges):
             self._drop_in_flight(offset)
-        for offset in self._tracked(self._waiting, first, last):
+        for offset in _within(self._waiting, ranges):
             self._unwait(offset)
 
     def keep_waiting_only(self, runs: Iterable[tuple[int, int]]) -> None:
@@ -67,8 +79,9 @@ class KeyHolds:
         A safety net: whatever path took an offset out of the pending runs
         without settling or delivering it must not stall its key for good.
         """
-        spans = sorted(runs)
-        for offset in [o for o in self._waiting if not _covered(spans, o)]:
+        spans = normalized(runs)
+        firsts = [first for first, _ in spans]
+        for offset in [o for o in self._waiting if not _covered(spans, firsts, o)]:
             self._unwait(offset)
 
     def _drop_in_flight(self, offset: int) -> Key:
@@ -96,5 +109,20 @@ class KeyHolds:
         return [o for o in range(first, last + 1) if o in offsets]
 
 
-def _covered(spans: list[tuple[int, int]], offset: int) -> bool:
-    return any(first <= offset <= last for first, last in spans)
+def _within(offsets: dict[int, Key], ranges: list[tuple[int, int]]) -> list[int]:
+    """The offsets of `offsets` inside the sorted, disjoint inclusive `ranges`."""
+    if sum(last - first + 1 for first, last in ranges) <= len(offsets):
+        return [o for first, last in ranges for o in range(first, last + 1) if o in offsets]
+    firsts = [first for first, _ in ranges]
+    found = []
+    for offset in offsets:
+        i = bisect.bisect_right(firsts, offset) - 1
+        if i >= 0 and offset <= ranges[i][1]:
+            found.append(offset)
+    return found
+
+
+def _covered(spans: list[tuple[int, int]], firsts: list[int], offset: int) -> bool:
+    """Whether `offset` is in one of the sorted, disjoint `spans` (`firsts`: their starts)."""
+    i = bisect.bisect_right(firsts, offset) - 1
+    return i >= 0 and offset <= spans[i][1]

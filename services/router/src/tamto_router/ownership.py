@@ -72,6 +72,15 @@ async def claim_partition(
     return Claim(stream, partition, epoch)
 
 
+async def still_held(etcd: aetcd.Client, instance: str, claim: Claim) -> bool:
+    """Whether `instance` still holds `claim` in etcd (same epoch, nobody claimed since)."""
+    current = await etcd.get(f"{OWNERS}{claim.stream}/{claim.partition}".encode())
+    if current is None:
+        return False
+    holder = json.loads(current.value)
+    return bool(holder["owner"] == instance and int(holder["epoch"]) == claim.epoch)
+
+
 async def release_partition(etcd: aetcd.Client, claim: Claim) -> None:
     """Give a partition up (graceful shutdown) if we still hold this epoch."""
     owner_key = f"{OWNERS}{claim.stream}/{claim.partition}".encode()

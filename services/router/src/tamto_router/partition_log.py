@@ -50,9 +50,16 @@ from typing import Any
 import pyarrow.compute as pc
 import structlog
 
-from tamto_common.errors import DataLoss, TamtoError, Unavailable, damaged_offsets
+from tamto_common.errors import (
+    DataLoss,
+    FailedPrecondition,
+    TamtoError,
+    Unavailable,
+    damaged_offsets,
+)
 from tamto_common.message_traces import message_span
 from tamto_protocol.batch import decode_batch, encode_record_batch
+from tamto_router.cursor_sync import sync_cursors
 from tamto_router.dedup import DedupWindow, message_offsets
 from tamto_router.metrics import count_in
 from tamto_router.model import Batch, LogBounds
@@ -84,17 +91,25 @@ REPAIR_RETRY_S = 10.0
 #: How long an ensemble member stays unregistered before its data is copied to a
 #: spare storage node (a restart usually registers again well within it).
 REREPLICATE_AFTER_S = 10.0
+#: How storage refuses to truncate sealed offsets (`Partition.truncate`: "offsets below
+#: N are sealed"): a replica whose divergent tail is sealed can never agree.
+SEALED_REFUSAL = "are sealed"
+
+
+class Diverged(Unavailable):
+    """A replica's copy differs from the log's where storage cannot drop it (sealed)."""
 
 
 @dataclass(frozen=True)
 class Rereplicate:
-    """How a replicated log replaces a member that stays down.
+    """How a replicated log replaces a member that stays down (or whose copy diverged
+    where it cannot be truncated).
 
     Attributes:
         spare_for: a registered storage node outside the given ensemble, or None when
             there is none (the log's `client_for` reaches it).
         record: puts the second node where the first was in the partition's ledgers.
-        after_s: how long a member is unregistered before it is replaced.
+        after_s: how long a member is unregistered (or diverged) before it is replaced.
     """
 
     spare_for: Callable[[tuple[str, ...]], str | None]
@@ -449,6 +464,22 @@ class PartitionLog:
         """The ensemble's replicas that take no appends now (replicated logs only)."""
         return [n for n in self.ensemble if self.replicas is not None and n not in self.replicas]
 
+    def healing(self) -> dict[str, str]:
+        """Why each lagging replica that is registered takes no appends yet: it is being
+        caught up, or filled as a spare in place of a member that stayed down (with the
+        last try's error, if it failed). Unregistered ones are down, not healing."""
+        if self._client_for is None:
+            return {}
+        found: dict[str, str] = {}
+        for node in self.lagging():
+            if self._client_for(node) is None:
+                continue
+            old = self._replacing.get(node)
+            reason = f"re-replicating in place of {old}" if old else "catching up"
+            error = self.catch_up_errors.get(node)
+            found[node] = f"{reason} (last try: {error})" if error else reason
+        return found
+
     def _source(self) -> StorageClient:
         """A replica holding every durable entry: one that answered the last append."""
         assert self.replicas is not None
@@ -458,6 +489,8 @@ class PartitionLog:
         """Catch up, every `REPAIR_INTERVAL_S`, each lagging replica that is registered."""
         assert self._client_for is not None
         down_since: dict[str, float] = {}
+        #: Registered replicas whose copy diverged where it cannot be truncated (sealed).
+        diverged_since: dict[str, float] = {}
         while self.failure is None:
             await asyncio.sleep(REPAIR_INTERVAL_S)  # a period, not a wait for a condition
             await self._record_replacements()
@@ -465,10 +498,7 @@ class PartitionLog:
                 client = self._client_for(node)
                 if client is None:
                     since = down_since.setdefault(node, time.monotonic())
-                    if (
-                        self._rereplicate is not None
-                        and time.monotonic() - since >= self._rereplicate.after_s
-                    ):
+                    if self._replace_after(since):
                         self._replace(node)
                     continue
                 down_since.pop(node, None)
@@ -477,6 +507,20 @@ class PartitionLog:
                 try:
                     await self._catch_up(node, client)
                     self.catch_up_errors.pop(node, None)
+                    diverged_since.pop(node, None)
+                except Diverged as exc:  # it will never agree: replaced like a lost one
+                    since = diverged_since.setdefault(node, time.monotonic())
+                    if self._replace_after(since):
+                        self._replace(node, "diverged")
+                    elif self.catch_up_errors.get(node) != str(exc):
+                        self.catch_up_errors[node] = str(exc)
+                        log.warning(
+                            "replica diverged in sealed data: replaced by a spare if it stays so",
+                            stream=self.stream,
+                            partition=self.partition,
+                            replica=node,
+                            error=str(exc),
+                        )
                 except Exception as exc:  # down still, or refusing: tried again later
                     if isinstance(exc, DataLoss):  # its copy is damaged: repair it
                         self.repair_damage(node, client, exc)
@@ -490,13 +534,19 @@ class PartitionLog:
                             error=str(exc),
                         )
 
-    def _replace(self, node: str) -> None:
-        """Put a spare storage node in the ensemble where `node` (down too long) was;
-        it is caught up from offset 0 like any lagging replica."""
+    def _replace_after(self, since: float) -> bool:
+        """Whether a member out since `since` (monotonic) is due for replacement."""
+        return (
+            self._rereplicate is not None and time.monotonic() - since >= self._rereplicate.after_s
+        )
+
+    def _replace(self, node: str, why: str = "down") -> None:
+        """Put a spare storage node in the ensemble where `node` (down too long, or
+        diverged for good) was; it is caught up from offset 0 like any lagging replica."""
         assert self._rereplicate is not None
         new = self._rereplicate.spare_for(self.ensemble)
         if new is None:
-            self.catch_up_errors[node] = "down, and no spare storage node to re-replicate to"
+            self.catch_up_errors[node] = f"{why}, and no spare storage node to re-replicate to"
             return
         self.ensemble = tuple(new if n == node else n for n in self.ensemble)
         self._replacing[new] = self._replacing.pop(node, node)  # a spare that died too
@@ -564,7 +614,14 @@ class PartitionLog:
                 replica_end=offset,
                 agreed_end=agreed,
             )
-            offset = await client.truncate(self.stream, self.partition, self.epoch, agreed)
+            try:
+                offset = await client.truncate(self.stream, self.partition, self.epoch, agreed)
+            except FailedPrecondition as exc:
+                if SEALED_REFUSAL in str(exc):  # storage never truncates sealed offsets
+                    raise Diverged(
+                        f"replica {node} diverges at {agreed} in sealed data: {exc}"
+                    ) from exc
+                raise
             if offset != agreed:
                 raise Unavailable(f"replica {node} ends at {offset} after truncating to {agreed}")
         while self.durable_offset - offset > JOIN_GAP and self.failure is None:
@@ -597,12 +654,14 @@ class PartitionLog:
 
     async def _admit_joiners(self) -> None:
         """Between two appends (every entry sent is durable): copy each joiner the
-        last entries it lacks and make it a replica again."""
+        last entries it lacks and the cursors the replicas hold (`sync_cursors`), and
+        make it a replica again."""
         assert self.replicas is not None
         for node, (client, offset) in list(self._joiners.items()):
             del self._joiners[node]
             try:
                 await self._copy_to(node, client, offset)
+                await sync_cursors(self.stream, self.partition, self.epoch, self.replicas, client)
             except Exception as exc:
                 log.warning(
                     "replica not caught up",

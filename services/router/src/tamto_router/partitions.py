@@ -39,7 +39,13 @@ from tamto_protocol.batch import decode_column
 from tamto_router.dedup import DedupWindow
 from tamto_router.metrics import OWNERSHIP_CHANGES
 from tamto_router.model import Batch, LogBounds
-from tamto_router.ownership import Claim, Held, claim_partition, release_partition
+from tamto_router.ownership import (
+    Claim,
+    Held,
+    claim_partition,
+    release_partition,
+    still_held,
+)
 from tamto_router.partition_log import REREPLICATE_AFTER_S, PartitionLog, Rereplicate
 from tamto_router.quorum import no_quorum, recover_ledger_end
 from tamto_router.storage_client import StorageClient
@@ -114,6 +120,10 @@ class Partitions:
         #: The last epoch this router claimed of each partition it has opened: a claim
         #: of the next one means nobody else owned it in between (`_dedup_window`).
         self._epochs: dict[tuple[str, int], int] = {}
+        #: Claims whose open failed before their ledger was recorded (no quorum of
+        #: replicas answered, say): the next open takes the claim up again rather than
+        #: claiming a new epoch, so an outage does not burn an epoch per request.
+        self._unopened: dict[tuple[str, int], Claim] = {}
 
     async def get(self, stream: str, partition: int) -> PartitionLog:
         """The partition's log, claimed if needed; Unavailable while the ownership
@@ -166,30 +176,22 @@ class Partitions:
             and definition.replication_factor > 1
             and self._replicas_for is not None
         )
-        if not replicated:
-            # The storage node first: without one, claiming would only use up an epoch.
-            self._storage_for(stream, partition, await read_ledgers(self._etcd, stream, partition))
-        while True:
-            try:
-                result: Claim | Held = await claim_partition(
-                    self._etcd, self._lease(), self._instance, stream, partition
-                )
-            except Exception as exc:  # etcd hiccup, or the lease was just replaced: retry
-                log.warning("claim failed", stream=stream, partition=partition, error=str(exc))
-                result = Held("(claim failed)", 0)
-            if isinstance(result, Claim):
-                break
-            if time.monotonic() > deadline:
-                raise Unavailable(
-                    f"partition {stream}/{partition} is owned by {result.owner} "
-                    f"(epoch {result.epoch})"
-                )
-            await asyncio.sleep(0.2)  # the holder's lease expires within its TTL
+        # The storage node (a quorum of registered replicas) first: without it,
+        # claiming would only use up an epoch.
+        before = await read_ledgers(self._etcd, stream, partition)
+        if replicated:
+            assert definition is not None
+            self._registered_replicas(before, definition)
+        else:
+            self._storage_for(stream, partition, before)
+        result = await self._claim(stream, partition, deadline)
         claimed = time.monotonic()
         # Nobody claimed the partition since this router's last claim of it (a failed
-        # open's included): the log holds what this router's window recorded.
-        own_epochs = self._epochs.get((stream, partition)) == result.epoch - 1
+        # open's included, or that claim taken up again): the log holds what this
+        # router's window recorded.
+        own_epochs = self._epochs.get((stream, partition)) in (result.epoch - 1, result.epoch)
         self._epochs[(stream, partition)] = result.epoch
+        self._unopened[(stream, partition)] = result  # until its ledger is recorded
         # Read again under the new epoch: a claimer before this one may have opened a
         # ledger meanwhile (on the node it recorded, which this one must use too).
         ledgers = await read_ledgers(self._etcd, stream, partition)
@@ -246,6 +248,51 @@ class Partitions:
         opened_log.ledger_starts = (*earlier, bounds.next_offset if earlier else 0)
         return opened_log
 
+    async def _claim(self, stream: str, partition: int, deadline: float) -> Claim:
+        """Claim the partition (waiting up to `deadline` for another holder's lease),
+        or take up again this router's claim of it whose open failed before its ledger
+        was recorded, while etcd still names this router at that epoch."""
+        kept = self._unopened.pop((stream, partition), None)
+        if kept is not None:
+            try:
+                if await still_held(self._etcd, self._instance, kept):
+                    return kept
+            except Exception as exc:  # etcd hiccup: claim anew below
+                log.warning(
+                    "claim check failed", stream=stream, partition=partition, error=repr(exc)
+                )
+        while True:
+            try:
+                result: Claim | Held = await claim_partition(
+                    self._etcd, self._lease(), self._instance, stream, partition
+                )
+            except Exception as exc:  # etcd hiccup, or the lease was just replaced: retry
+                log.warning("claim failed", stream=stream, partition=partition, error=str(exc))
+                result = Held("(claim failed)", 0)
+            if isinstance(result, Claim):
+                return result
+            if time.monotonic() > deadline:
+                raise Unavailable(
+                    f"partition {stream}/{partition} is owned by {result.owner} "
+                    f"(epoch {result.epoch})"
+                )
+            await asyncio.sleep(0.2)  # the holder's lease expires within its TTL
+
+    def _registered_replicas(
+        self, ledgers: LedgerList, definition: StreamDef
+    ) -> tuple[tuple[str, ...], dict[str, StorageClient], int]:
+        """A replicated partition's ensemble, clients of its registered members and ack
+        quorum; Unavailable (no quorum) when fewer members than the quorum are registered."""
+        assert self._replicas_for is not None
+        ensemble, clients = self._replicas_for(
+            ledgers.stream, ledgers.partition, ledgers, definition.replication_factor
+        )
+        current = ledgers.current
+        quorum = current.ack_quorum if current is not None else definition.ack_quorum
+        if len(clients) < quorum:
+            raise no_quorum(len(clients), len(ensemble), quorum)
+        return ensemble, clients, quorum
+
     def _client_for(
         self, stream: str, partition: int, epoch: int, ensemble: tuple[str, ...], quorum: int
     ) -> Callable[[str], StorageClient | None]:
@@ -288,15 +335,9 @@ class Partitions:
         record the new ledger (same ensemble: its members hold the partition's earlier
         entries), and return the read replica, the replicas that are at the log's end,
         the ack quorum, the bounds and the ensemble (the log catches up the others)."""
-        assert self._replicas_for is not None
         stream, partition = ledgers.stream, ledgers.partition
-        ensemble, clients = self._replicas_for(
-            stream, partition, ledgers, definition.replication_factor
-        )
+        ensemble, clients, quorum = self._registered_replicas(ledgers, definition)
         current = ledgers.current
-        quorum = current.ack_quorum if current is not None else definition.ack_quorum
-        if len(clients) < quorum:
-            raise no_quorum(len(clients), len(ensemble), quorum)
         end: int | None = None
         if current is not None and current.is_open:
             end, _ = await recover_ledger_end(
@@ -350,6 +391,9 @@ class Partitions:
         fenced it. A partition's first ledger starts at 0: data written before
         ledgers were recorded is on the node it was placed on."""
         stream, partition = ledgers.stream, ledgers.partition
+        # From here a failure may leave this epoch's ledger recorded: the next open
+        # claims a new epoch.
+        self._unopened.pop((stream, partition), None)
         for attempt in range(3):
             current = ledgers.current
             first = bounds.next_offset if current is not None else 0
@@ -441,6 +485,11 @@ class Partitions:
         appends (the gauge `tamto_router_under_replicated_ledgers`)."""
         return sum(1 for x in self._logs.values() if x.failure is None and x.lagging())
 
+    def healing(self) -> dict[tuple[str, int], dict[str, str]]:
+        """The replicas each open log is healing, and why (`PartitionLog.healing`)."""
+        found = {k: x.healing() for k, x in self._logs.items() if x.failure is None}
+        return {k: nodes for k, nodes in found.items() if nodes}
+
     def appended_totals(self) -> dict[tuple[str, int], tuple[int, int]]:
         """Messages and bytes appended to each open partition log since it opened (the
         load reports of `tamto_router.balancer`)."""
@@ -461,7 +510,8 @@ class Partitions:
         key = (stream, partition)
         async with self._locks.setdefault(key, asyncio.Lock()):
             opened = self._logs.pop(key, None)
-            claim = self._claims.pop(key, None)
+            unopened = self._unopened.pop(key, None)
+            claim = self._claims.pop(key, None) or unopened
             self._epochs.pop(key, None)
             if opened is not None:
                 await opened.close()
@@ -476,6 +526,7 @@ class Partitions:
             partition_log.failure = Unavailable("ownership lease lost")
         OWNERSHIP_CHANGES.labels("lost").inc(len(self._claims))
         self._claims.clear()
+        self._unopened.clear()
 
     async def close(self) -> None:
         for partition_log in self._logs.values():
@@ -483,13 +534,14 @@ class Partitions:
         # The open ledger stays open: the next owner closes it at the end storage
         # reports once it fenced this epoch (a batch in flight when the sender
         # stopped may or may not be stored, so this router's own count could be wrong).
-        for claim in self._claims.values():
+        for claim in (*self._claims.values(), *self._unopened.values()):
             try:
                 await release_partition(self._etcd, claim)
             except Exception as exc:
                 log.warning("release failed", stream=claim.stream, error=str(exc))
         self._logs.clear()
         self._claims.clear()
+        self._unopened.clear()
 
 
 def _record_stored(window: DedupWindow, batches: list[Batch]) -> None:

@@ -8,6 +8,8 @@ cut runs and batches along acked ranges and along each other.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tamto_protocol.batch import slice_batch
@@ -51,22 +53,30 @@ def as_runs(offsets: list[int]) -> list[tuple[int, int]]:
 
 
 def without(ranges: list[tuple[int, int]], holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts of inclusive `ranges` outside the sorted inclusive `holes`."""
+    """The parts of inclusive `ranges` outside the sorted, disjoint inclusive `holes`.
+
+    Each range finds its first hole by bisection: O(k log h) for k ranges and h
+    holes, plus one step per hole a range overlaps, never a pass over the holes
+    per range.
+    """
     left: list[tuple[int, int]] = []
     for first, last in ranges:
-        for lo, hi in holes:
-            if hi < first:
-                continue
+        i = bisect.bisect_left(holes, first, key=_last)  # the first hole ending at or after it
+        while i < len(holes) and first <= last:
+            lo, hi = holes[i]
             if lo > last:
                 break
             if lo > first:
                 left.append((first, lo - 1))
             first = hi + 1
-            if first > last:
-                break
+            i += 1
         if first <= last:
             left.append((first, last))
     return left
+
+
+def _last(r: tuple[int, int]) -> int:
+    return r[1]
 
 
 def minus(run: Run, first: int, last: int) -> list[Run]:
@@ -77,3 +87,40 @@ def minus(run: Run, first: int, last: int) -> list[Run]:
     if run.last > last:
         left.append(Run(max(run.first, last + 1), run.last, run.count, run.due, run.consumer))
     return left
+
+
+def cut(run: Run, ranges: list[tuple[int, int]]) -> tuple[list[Run], list[Run]] | None:
+    """`run` cut along the sorted, disjoint inclusive `ranges`: (the parts inside
+    them, the parts outside), or None when it overlaps none. O(log k) to find the
+    first range it overlaps, then one step per range it overlaps."""
+    i = bisect.bisect_left(ranges, run.first, key=_last)
+    if i == len(ranges) or ranges[i][0] > run.last:
+        return None
+    inside: list[Run] = []
+    outside: list[Run] = []
+    first = run.first
+    while i < len(ranges) and ranges[i][0] <= run.last:
+        lo, hi = max(ranges[i][0], first), min(ranges[i][1], run.last)
+        if lo > first:
+            outside.append(Run(first, lo - 1, run.count, run.due, run.consumer))
+        inside.append(Run(lo, hi, run.count, run.due, run.consumer))
+        first = hi + 1
+        i += 1
+    if first <= run.last:
+        outside.append(Run(first, run.last, run.count, run.due, run.consumer))
+    return inside, outside
+
+
+def picked(runs: list[Run], pick: Callable[[Run], bool]) -> tuple[list[Run], list[Run]]:
+    """(the runs `pick` chooses, the others), in one pass."""
+    chosen: list[Run] = []
+    others: list[Run] = []
+    for run in runs:
+        (chosen if pick(run) else others).append(run)
+    return chosen, others
+
+
+def lag_remainders(lagging: list[Run], threshold: int) -> list[Run]:
+    """What is left of runs that start below `threshold` from it on (a run over
+    `max_lag` is dead-lettered only below the threshold)."""
+    return [left for run in lagging for left in minus(run, run.first, min(run.last, threshold - 1))]

@@ -22,6 +22,7 @@ from tamto_common.guard import Guard, PolicyCache
 from tamto_common.ledgers import LedgerList
 from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
 from tamto_common.membership import KeptLease, MemberDirectory
+from tamto_common.oidc import external_verifiers
 from tamto_common.placement import GoneTargets, PlacementView
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.service import Runtime
@@ -37,6 +38,7 @@ from tamto_router.consume import SubscriptionRegistry
 from tamto_router.dead_letter_sink import DeadLetterSink
 from tamto_router.dead_letters import Policy
 from tamto_router.grpc_api import RouterServicer, serve
+from tamto_router.healing_metric import HEALING
 from tamto_router.ledger_audit import LedgerAudit, audit_interval_s
 from tamto_router.partitions import UNDER_REPLICATED, Partitions
 from tamto_router.storage_client import StorageClient
@@ -157,7 +159,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         lambda: lease.lease,
         config.member_id,
         storage_for,
-        config.claim_timeout_s,
+        config.claim_timeout,
         stream_def,
         lease_valid=lease.valid,
         replicas_for=replicas_for,
@@ -186,6 +188,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     UNDER_REPLICATED.set_function(
         lambda: partitions.under_replicated() + len(audit.idle_under_replicated)
     )
+    HEALING.source = partitions.healing
 
     async def policy(stream: str) -> Policy:
         definition = await read_stream(runtime.etcd, stream) or StreamDef(stream, 1)
@@ -260,7 +263,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
                     log.warning("hand back failed", stream=stream, error=str(exc))
 
     if config.load_report_interval_s > 0:
-        # Load reports and, while elected, balancing moves (issue 21 Deliver 5).
+        # Load reports and, while elected, balancing moves.
         balancer = Balancer(
             runtime.etcd,
             runtime.bus,
@@ -307,10 +310,12 @@ async def _client_publish(
     rule: Callable[[], OwnerRule] | None = None,
 ) -> ClientPublish | None:
     """Clients' publishes (the direct path), verified as at the gateway: auth's tokens
-    with its JWKS, the policy cached from etcd, denials audited on the bus. None when
-    this router advertises no client address."""
+    with its JWKS and the external OIDC issuers of `--oidc-issuers-file`, the policy
+    cached from etcd, denials audited on the bus. None when this router advertises no
+    client address."""
     if not config.client_address_for("-"):
         return None
+    external = external_verifiers(config.oidc_issuers_file)
 
     async def fetch_jwks() -> str:
         members = directory.members("auth")
@@ -343,7 +348,7 @@ async def _client_publish(
 
     resources.push_async_callback(stop_refresher)
     return ClientPublish(
-        Guard(Authenticator(verifier, {}), cache, audit),
+        Guard(Authenticator(verifier, external), cache, audit),
         partitions,
         RouterRing(directory, config.member_id, rule),
         StreamDefs(runtime.etcd),

@@ -37,10 +37,13 @@ from tamto_common.errors import (
     FailedPrecondition,
     InvalidArgument,
     OutOfRange,
+    ResourceExhausted,
     TamtoError,
     Unavailable,
 )
-from tamto_router.acks import AckSet
+from tamto_common.loop_slices import LoopSlices
+from tamto_protocol.limits import MAX_ACKED_RANGES
+from tamto_router.acks import AckSet, TooManyRanges, normalized
 from tamto_router.consumers import Consumers
 from tamto_router.cursor_commits import CursorCommits
 from tamto_router.cursors import commit_cursor
@@ -48,7 +51,15 @@ from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
 from tamto_router.metrics import count_out
 from tamto_router.model import Batch, Delivery, SubscriptionType
 from tamto_router.partition_log import PartitionLog, drain_gate
-from tamto_router.runs import Run, as_runs, deliverable, minus, unacked_runs
+from tamto_router.runs import (
+    Run,
+    as_runs,
+    cut,
+    deliverable,
+    lag_remainders,
+    picked,
+    unacked_runs,
+)
 from tamto_router.slots import ConsumerSlot, Credit
 from tamto_router.strategies import Strategy, for_type
 
@@ -213,11 +224,18 @@ class Subscription:
         included, apply as sent.
         """
         self._check_ranges(ranges, "ack")
+        ranges = normalized(ranges)
         if slot is not None and self.strategy is not None:
             ranges = self.strategy.ackable(ranges, slot.id, self.in_flight)
-        for first, last in ranges:
-            self.acks.ack_range(first, last)
-            self._settled(first, last)
+        try:
+            self.acks.ack_ranges(ranges, MAX_ACKED_RANGES if slot is not None else None)
+        except TooManyRanges as exc:
+            raise ResourceExhausted(
+                f"acks refused: subscription {self.name!r} on {self.log.stream}/{self.partition} "
+                f"would hold {exc.ranges} acked ranges above its ack floor {self.acks.floor}, "
+                f"more than the {MAX_ACKED_RANGES} it keeps; ack the offsets between them first"
+            ) from None
+        self._settled(ranges)
         self.in_flight = [r for r in self.in_flight if self.acks.next_unacked(r.first) <= r.last]
         self.pending = [r for r in self.pending if self.acks.next_unacked(r.first) <= r.last]
         self._cursor.changed()
@@ -245,19 +263,26 @@ class Subscription:
     def _take_in_flight(
         self, ranges: list[tuple[int, int]], slot: ConsumerSlot | None
     ) -> list[Run]:
-        """Remove and return the parts of `ranges` in flight (to `slot`, if given)."""
+        """Remove and return the parts of `ranges` in flight (to `slot`, if given).
+
+        One pass over the runs in flight, each cut along the ranges it overlaps
+        (found by bisection): O((r + k) log k) for r runs and k ranges, never a
+        pass over the runs per range.
+        """
+        ranges = normalized(ranges)
         taken: list[Run] = []
-        for first, last in ranges:
-            kept: list[Run] = []
-            for run in self.in_flight:
-                mine = slot is None or run.consumer == slot.id
-                if not mine or run.last < first or run.first > last:
-                    kept.append(run)
-                    continue
-                lo, hi = max(run.first, first), min(run.last, last)
-                taken.append(Run(lo, hi, run.count, run.due, run.consumer))
-                kept.extend(minus(run, first, last))
-            self.in_flight = kept
+        kept: list[Run] = []
+        for run in self.in_flight:
+            if slot is not None and run.consumer != slot.id:
+                kept.append(run)
+                continue
+            pieces = cut(run, ranges)
+            if pieces is None:
+                kept.append(run)
+                continue
+            taken.extend(pieces[0])
+            kept.extend(pieces[1])
+        self.in_flight = kept
         return taken
 
     def in_progress(self, ranges: list[tuple[int, int]], slot: ConsumerSlot | None = None) -> None:
@@ -288,13 +313,22 @@ class Subscription:
             )
         why = f"term: {reason}" if reason else "term"
         taken = self._take_in_flight(ranges, slot)
-        for i, run in enumerate(taken):
-            try:
-                await self._dead_letter(run.first, run.last, run.count, why)
-            except BaseException:  # failed or cancelled (its session ended): keep them
-                self.in_flight.extend(taken[i:])
-                raise
-            self._settled(run.first, run.last)
+        slices, moved, done = LoopSlices(), list[tuple[int, int]](), list[tuple[int, int]]()
+        try:
+            for i, run in enumerate(taken):
+                try:
+                    moved += await self._dead_letter(
+                        run.first, run.last, run.count, why, settle=False
+                    )
+                except BaseException:  # failed or cancelled (its session ended): keep them
+                    self.in_flight.extend(taken[i:])
+                    raise
+                done.append((run.first, run.last))
+                await slices.pause()
+        finally:  # one ack for all moved, not one (a pass over the runs) per run
+            if moved:
+                await self.ack(moved)
+            self._settled(normalized(done))
         self.poke()
 
     # -- dispatch ----------------------------------------------------------
@@ -303,9 +337,9 @@ class Subscription:
         if self.strategy is not None:
             self.strategy.given_back(first, last)
 
-    def _settled(self, first: int, last: int) -> None:
+    def _settled(self, ranges: list[tuple[int, int]]) -> None:
         if self.strategy is not None:
-            self.strategy.settled(first, last)
+            self.strategy.settled(ranges)
 
     def _expire(self, now: float) -> None:
         expired = [r for r in self.in_flight if r.due <= now]
@@ -344,12 +378,32 @@ class Subscription:
             self._fail(error)
 
     async def serve(self, slot: ConsumerSlot, now: float) -> bool:
-        """Send `slot` the most urgent run: the first due redelivery, else fresh data
-        from the log. False when there is neither (the strategy picked `slot`)."""
+        """Send `slot` the most urgent runs: due redeliveries, first offsets first, as
+        many as its credit covers, else fresh data from the log. False when there is
+        neither (the strategy picked `slot`).
+
+        The due runs are found and taken out of `pending` in one pass per call, not
+        one per run: a nack of n disjoint ranges leaves n runs pending, and
+        redelivering them one pass each cost O(n^2).
+        """
         due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
         if due:
-            self.pending.remove(due[0])
-            await self._send_range(slot, due[0].first, due[0].last, due[0].count)
+            taken: list[Run] = []
+            covered = 0
+            for run in due:
+                if taken and covered >= slot.credit.available:
+                    break
+                taken.append(run)
+                covered += run.last - run.first + 1
+            chosen = {id(run) for run in taken}
+            self.pending = [r for r in self.pending if id(r) not in chosen]
+            slices = LoopSlices()
+            for i, run in enumerate(taken):
+                if i and slot.credit.available <= 0:
+                    self.pending.extend(taken[i:])  # back, for the next round
+                    break
+                await self._send_range(slot, run.first, run.last, run.count)
+                await slices.pause()
             return True
         if self.position < self.fresh_end():
             await self._send_fresh(slot)
@@ -430,7 +484,7 @@ class Subscription:
         for batch in batches:
             if batch.base_offset >= end:
                 return  # past the drain gate (`fresh_end`)
-            stopped = self._hand_out(slot, batch, start, min(batch.end, end) - 1, 0, budget)
+            stopped = await self._hand_out(slot, batch, start, min(batch.end, end) - 1, 0, budget)
             if stopped is not None:
                 self.position = max(self.position, stopped)
                 return
@@ -450,7 +504,7 @@ class Subscription:
         for batch in batches:
             if batch.base_offset > last:
                 break
-            stopped = self._hand_out(slot, batch, first, last, count, budget)
+            stopped = await self._hand_out(slot, batch, first, last, count, budget)
             if stopped is not None:
                 self.pending.append(Run(stopped, last, count, time.monotonic()))
                 return
@@ -461,7 +515,7 @@ class Subscription:
             # One read returns a bounded number of bytes: the rest of the run waits its turn.
             self.pending.append(Run(end, last, count, time.monotonic()))
 
-    def _hand_out(
+    async def _hand_out(
         self,
         slot: ConsumerSlot,
         batch: Batch,
@@ -473,12 +527,15 @@ class Subscription:
         """Deliver the unacked part of `batch` within [lo, hi] to `slot`.
 
         Returns None when all of it was handled, or the offset where the budget ran
-        out (the caller keeps the rest for later).
+        out (the caller keeps the rest for later). Without a budget (a whole batch
+        may overdraw the credit) a batch that acks cut into pieces is handed out
+        only while the consumer has credit: acks of 10,000 disjoint ranges made one
+        batch 10,000 deliveries at once. The loop is given back between pieces
+        (`LoopSlices`).
         """
-        attached = slot in self.consumers
-        now = time.monotonic()
+        now, slices, handed = time.monotonic(), LoopSlices(), False
         for first, length in unacked_runs(batch, lo, hi, self.acks):
-            if not attached:  # it left while we read: keep the messages for the next one
+            if slot not in self.consumers:  # it left: keep the messages for the next one
                 self.pending.append(Run(first, first + length - 1, previous_count, now))
                 continue
             if budget is not None:
@@ -486,12 +543,16 @@ class Subscription:
                     return first
                 length = min(length, budget)
                 budget -= length
+            elif handed and slot.credit.available <= 0:
+                return first
             last = first + length - 1
             self.hand(slot, deliverable(batch, first, length), previous_count + 1, now)
+            handed = True
             if budget is not None and last < min(batch.end - 1, hi):
                 nxt = self.acks.next_unacked(last + 1)
                 if nxt <= min(batch.end - 1, hi):
                     return nxt
+            await slices.pause()
         return None
 
     def hand(
@@ -524,47 +585,63 @@ class Subscription:
             self.in_flight.append(Run(first, last, count, deadline, slot.id))
 
     async def _dead_letter_what_is_over_limits(self, now: float) -> bool:
-        """Move runs over max_deliveries or max_lag to the dead-letter stream."""
+        """Move runs over max_deliveries or max_lag to the dead-letter stream: all
+        those found in one pass over the runs (not a pass per run moved), giving
+        the event loop back between them (`LoopSlices`)."""
         if self._publish_dead is None:
             return False
+        moves: list[tuple[Run, int, str]] = []
         limit = self.policy.max_deliveries
-        for run in self.pending:
-            if limit and run.count >= limit and run.due <= now:
-                self.pending.remove(run)
-                await self._dead_letter_or_retry(run, run.last, "max_deliveries", self.pending)
-                return True
-        if self.policy.max_lag:
+        if limit:
+            over, self.pending = picked(self.pending, lambda r: r.count >= limit and r.due <= now)
+            moves += [(run, run.last, "max_deliveries") for run in over]
+        if not moves and self.policy.max_lag:
             # Lag is measured from the newest *acked* offset: consumers are moving
             # on past a message that stays unacked. (Measured from the newest
             # delivered one, a single large batch would put healthy in-flight
             # messages over the limit the moment it is sent.)
             newest_acked = self.acks.ranges[-1][1] if self.acks.ranges else self.acks.floor - 1
             threshold = newest_acked - self.policy.max_lag
-            for runs in (self.in_flight, self.pending):
-                for run in runs:
-                    if run.first < threshold:
-                        runs.remove(run)
-                        last = min(run.last, threshold - 1)
-                        runs.extend(minus(run, run.first, last))
-                        await self._dead_letter_or_retry(run, last, "max_lag", self.pending)
-                        return True
-        return False
+            lagging, self.in_flight = picked(self.in_flight, lambda r: r.first < threshold)
+            self.in_flight += lag_remainders(lagging, threshold)
+            waiting, self.pending = picked(self.pending, lambda r: r.first < threshold)
+            self.pending += lag_remainders(waiting, threshold)
+            moves += [(r, min(r.last, threshold - 1), "max_lag") for r in lagging + waiting]
+        slices, moved = LoopSlices(), list[tuple[int, int]]()
+        try:
+            for run, last, reason in moves:
+                await self._dead_letter_or_retry(run, last, reason, self.pending, moved)
+                await slices.pause()
+        finally:  # one ack for all that moved: an ack passes over the runs once
+            if moved:
+                await self.ack(moved)
+        return bool(moves)
 
     async def _dead_letter_or_retry(
-        self, run: Run, last: int, reason: str, retry_in: list[Run]
+        self,
+        run: Run,
+        last: int,
+        reason: str,
+        retry_in: list[Run],
+        moved: list[tuple[int, int]],
     ) -> None:
-        """Dead-letter [run.first, last]; if that fails, keep the run and try again later.
+        """Dead-letter [run.first, last], adding the ranges moved to `moved` (the
+        caller acks them); if that fails, keep the run and try again later.
 
         A failure (the dead-letter partition is moving, storage is restarting)
         must not lose the run's delivery count, so the subscription lives on.
         """
         try:
-            await self._dead_letter(run.first, last, run.count, reason)
+            moved += await self._dead_letter(run.first, last, run.count, reason, settle=False)
         except TamtoError as exc:
             log.warning("dead-lettering failed; retrying", error=str(exc), offsets=run.first)
             retry_in.append(Run(run.first, last, run.count, time.monotonic() + 1.0))
 
-    async def _dead_letter(self, first: int, last: int, count: int, reason: str) -> None:
+    async def _dead_letter(
+        self, first: int, last: int, count: int, reason: str, settle: bool = True
+    ) -> list[tuple[int, int]]:
+        """Move the unacked offsets of [first, last] to the dead-letter stream; the
+        ranges moved, acked unless `settle` is False (the caller acks them)."""
         assert self._publish_dead is not None
         origin = Origin(self.log.stream, self.partition, self.name)
         batches: list[Batch] = []
@@ -596,8 +673,9 @@ class Subscription:
             delivery_count=count,
         )
         self.acks.dead_lettered += sum(b - a + 1 for a, b in moved)
-        if moved:
+        if moved and settle:
             await self.ack(moved)
+        return moved
 
     def _fail(self, error: TamtoError) -> None:
         self.closed = True

@@ -15,7 +15,9 @@ import grpc
 
 from tamto_common.audit import AuditLog
 from tamto_common.errors import InvalidArgument
+from tamto_common.lists import check_count
 from tamto_common.pipelined import answer_calls
+from tamto_protocol.limits import MAX_CURSOR_RANGES
 from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
 from tamto_protocol.wire import STORAGE_APPEND, int_field, stored_batch_field
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch
@@ -153,6 +155,7 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
     async def CommitCursor(
         self, request: storage_pb2.CommitCursorRequest, context: grpc.aio.ServicerContext
     ) -> storage_pb2.CommitCursorResponse:
+        check_count("acked_above_floor", len(request.acked_above_floor), MAX_CURSOR_RANGES)
         partition = await self._partition(request)
         cursor = Cursor(
             request.ack_floor,

@@ -28,7 +28,6 @@ import itertools
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import structlog
@@ -49,9 +48,9 @@ from tamto_storage.cursors import CursorStore
 from tamto_storage.epoch import FILE_NAME as EPOCH_FILE
 from tamto_storage.epoch import load_epoch, store_epoch
 from tamto_storage.frame import MAX_BODY_BYTES
-from tamto_storage.integrity import file_digest
 from tamto_storage.model import Cursor, PartitionId, PartitionOffsets, ReadResult, StoredBatch
 from tamto_storage.quarantine import quarantine, quarantined, runs
+from tamto_storage.recorded import reconcile_found
 from tamto_storage.segment_log import SegmentLog
 from tamto_storage.segments import (
     DecodedGroups,
@@ -143,7 +142,7 @@ class Partition:
         await asyncio.to_thread(_migrate_layout, directory)
         stored = await asyncio.to_thread(load_epoch, directory)
         found = await asyncio.to_thread(scan_segments, pid.partition, directory)
-        found = await asyncio.to_thread(_match_recorded, found, recorded)
+        found = await asyncio.to_thread(reconcile_found, directory, found, recorded)
         live, superseded = choose_live(found)
         kept = [s for s in live if s.first_offset >= floor]
         segments = SegmentLog(kept, floor, decoded_groups)
@@ -151,6 +150,8 @@ class Partition:
         # make opening slower by its size, and damage there would stop the log.
         await asyncio.to_thread(remove_sealed_wal_files, directory / WAL_DIR, segments.end_offset)
         wal = await Wal.open(directory / WAL_DIR, options, label=str(pid))
+        if wal.corruption is None and wal.next_offset < segments.end_offset:
+            wal = await _restart_behind(pid, wal, segments.end_offset)
         # A lost or stale epoch file must not let an older owner back in.
         partition = cls(pid, directory, wal, max(stored, wal.max_epoch), segments)
         below = [s for s in live if s.first_offset < floor]
@@ -364,6 +365,7 @@ class Partition:
         if max_messages < 0:
             raise InvalidArgument(f"max_messages must not be negative, got {max_messages}")
         for _ in range(_READ_ATTEMPTS):
+            next_offset = from_offset  # where the next read starts when nothing is found
             start, end = self._start_offset(), self._wal.next_offset
             if from_offset < start:
                 raise OutOfRange(
@@ -378,16 +380,16 @@ class Partition:
                     batches = await self._segments.read(from_offset, max_messages, max_bytes)
                     metrics.READ_BATCHES.labels("segments").inc(len(batches))
                     if not batches:
-                        # Interest retention emptied the rest of the sealed range.
-                        wal_start = self._wal.start_offset
+                        # Interest retention, or a repair's lost range, emptied the rest
+                        # of the sealed range: the next read starts past it.
+                        next_offset = wal_start = self._wal.start_offset
                         batches = await self._wal_read(wal_start, max_messages, max_bytes)
             except FileNotFoundError:
                 continue  # sealing or retention removed the file meanwhile: route again
             except DataLoss:
                 self.count_damage()
                 raise
-            next_offset = batches[-1].end_offset if batches else from_offset
-            return ReadResult(tuple(batches), next_offset)
+            return ReadResult(tuple(batches), batches[-1].end_offset if batches else next_offset)
         raise Unavailable(f"partition {self.id}: files kept disappearing under a read")
 
     async def _wal_read(
@@ -615,6 +617,28 @@ class Partition:
         await self._wal.close()
 
 
+async def _restart_behind(pid: PartitionId, wal: Wal, sealed_end: int) -> Wal:
+    """A WAL ending below the sealed log's end lost its newer files (their place in
+    the directory, or the whole directory); every frame it still holds is sealed. It
+    starts again, empty, at that end, so no append takes an offset a segment holds.
+    The unsealed offsets those files held are gone without a trace here: logged as an
+    error (`tamto storage verify`, run before a start, reports it)."""
+    log.error(
+        "wal ends below the sealed log, started again after it",
+        partition=str(pid),
+        wal_end=wal.next_offset,
+        sealed_end=sealed_end,
+    )
+    options = wal.options
+    await wal.close()
+    directory = wal.directory
+    target = directory / wal_file_name(sealed_end)
+    others = [path for _, path in list_wal_files(directory) if path != target]
+    await asyncio.to_thread(create_wal_file, target)
+    await asyncio.to_thread(remove_files, others)
+    return await Wal.open(directory, options, label=str(pid))
+
+
 def check_batches(batches: Sequence[StoredBatch]) -> None:
     """Refuse (InvalidArgument) batches that are not whole, valid and contiguous."""
     if not batches:
@@ -638,42 +662,6 @@ def check_batches(batches: Sequence[StoredBatch]) -> None:
                 f"batch {i}: base offset {batch.base_offset} does not follow the previous "
                 f"batch, which ends at {batches[i - 1].end_offset}"
             )
-
-
-def _match_recorded(found: list[Segment], recorded: Sequence[SegmentEntry]) -> list[Segment]:
-    """The segments found on disk, with what the manifest recorded of them (blocking).
-
-    A file the manifest records with the same range, generation, rows, size and
-    times gets the recorded digest; a damaged one gets its recorded entry whole
-    (its footer could not say). A file whose footer says otherwise than its
-    entry, with no newer generation to explain it, changed under its name: it is
-    damaged. A file the manifest does not record as it is (sealed just before a
-    crash, or a rewrite promoted to the plain name just before one) takes the
-    digest recorded for its range and generation, or is digested now.
-    """
-    by_file = {entry.file: entry for entry in recorded}
-    by_version = {(e.first_offset, e.last_offset, e.generation): e for e in recorded}
-    matched = []
-    for segment in found:
-        entry = by_file.get(segment.entry.file)
-        mine = segment.entry
-        if segment.damage:
-            if entry is not None:
-                segment = replace(segment, entry=entry)
-        elif entry is not None and replace(entry, digest="") == mine:
-            segment = replace(segment, entry=entry)
-        elif entry is not None and mine.generation <= entry.generation:
-            damage = f"its footer ({mine}) disagrees with its manifest entry ({entry})"
-            segment = Segment(entry, segment.path, damage=damage)
-        else:
-            same = by_version.get((mine.first_offset, mine.last_offset, mine.generation))
-            if same is not None and replace(same, digest="", staged=mine.staged) == mine:
-                digest = same.digest
-            else:
-                digest = file_digest(segment.path)
-            segment = replace(segment, entry=replace(mine, digest=digest))
-        matched.append(segment)
-    return matched
 
 
 def remove_sealed_wal_files(wal_dir: Path, sealed_end: int) -> None:

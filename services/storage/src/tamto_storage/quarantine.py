@@ -4,7 +4,7 @@ Gateway and storage validate every batch in full before acknowledging it
 (`tamto_protocol.batch.validate_batch`, docs/validation.md), so a bad batch in
 the WAL means something got past them: a bug, an older version's data, a
 write that bypassed the API. Before, one such batch failed every sealing round
-of its node (issue 17: ``ArrowInvalid ... 18446744073709551609``), so no stream
+of its node (``ArrowInvalid ... 18446744073709551609``), so no stream
 on the node reached Parquet again and WAL retention stopped.
 
 Now the sealer checks each batch of a run before writing it (the same full

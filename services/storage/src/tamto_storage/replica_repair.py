@@ -49,7 +49,8 @@ from tamto_storage import metrics
 from tamto_storage.integrity import VerifiedFiles
 from tamto_storage.model import StoredBatch
 from tamto_storage.partition import Partition, check_batches
-from tamto_storage.scrub import DAMAGED_DIR, move_aside, segment_problem, with_entry
+from tamto_storage.repair_files import DAMAGED_DIR, move_aside, with_entry
+from tamto_storage.scrub import segment_problem
 from tamto_storage.segments import Segment, write_segment
 from tamto_storage.store import PartitionStore
 

@@ -194,7 +194,7 @@ class Sealer:
                 try:
                     await self.seal(partition)
                     space.written("seals")
-                except Exception as exc:  # the other partitions keep sealing (issue 17)
+                except Exception as exc:  # the other partitions keep sealing
                     if space.is_disk_full(exc):
                         # Its temporary file is gone (write_atomic); the next round retries.
                         space.refused(exc.filename or str(partition.id), exc, "seals")

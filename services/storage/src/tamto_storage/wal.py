@@ -161,6 +161,11 @@ class Wal:
         return wal
 
     @property
+    def directory(self) -> Path:
+        """Where its files are."""
+        return self._dir
+
+    @property
     def options(self) -> WalOptions:
         """How this WAL writes (file size, fsync policy)."""
         return self._options

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
@@ -187,50 +188,79 @@ _EPOCH_SEARCH = 16
 
 
 def valid_frame_after(
-    f: BinaryIO, size: int, start: int, expected: int, last_epoch: int
+    f: BinaryIO,
+    size: int,
+    start: int,
+    expected: int,
+    last_epoch: int,
+    also: Iterable[int] = (),
 ) -> int | None:
     """The position of a valid frame after `start` holding offsets >= `expected`, if any.
 
     Candidates are found by their epoch field (a later frame was written in the
-    same or a slightly newer epoch), so the search is a few C-speed `find`s over
-    the tail rather than a parse at every byte.
+    same or a slightly newer epoch, or in one of the epochs `also` lists), so the
+    search is a few C-speed `find`s over the tail rather than a parse at every byte.
     """
     f.seek(start)
     tail = f.read(size - start)
     epoch_at = HEADER_SIZE - 8  # the epoch is the header's last field
-    for epoch in range(max(last_epoch, 0), max(last_epoch, 0) + _EPOCH_SEARCH):
+    first = max(last_epoch, 0)
+    epochs = sorted({*range(first, first + _EPOCH_SEARCH), *(e for e in also if e >= first)})
+    best: int | None = None
+    for epoch in epochs:
         needle = struct.pack("<q", epoch)
         hit = tail.find(needle, epoch_at)
-        while hit != -1:
+        while hit != -1 and (best is None or hit - epoch_at < best):
             candidate = hit - epoch_at
             header = decode_header(tail[candidate : candidate + HEADER_SIZE])
             end = candidate + header.frame_length
             if header.base_offset >= expected and header.count >= 1 and end <= len(tail):
                 body = tail[candidate + HEADER_SIZE : end]
                 if crc_matches(tail[candidate : candidate + HEADER_SIZE], body):
-                    return start + candidate
+                    best = candidate
+                    break
             hit = tail.find(needle, hit + 1)
-    return None
+    return None if best is None else start + best
 
 
 def _check_frame(
     f: BinaryIO, path: Path, size: int, position: int, expected: int, *, last_file: bool
 ) -> IndexEntry | tuple[bool, str]:
     """The frame at `position` as an index entry, or (torn?, what is wrong)."""
+    found = frame_at(f, path, size, position)
+    if isinstance(found, IndexEntry):
+        if found.base_offset != expected:
+            return False, f"frame holds offset {found.base_offset}, expected {expected}"
+        return found
+    torn, reason = found
+    if reason == _CRC_MISMATCH:
+        # Only the final frame of the last file can be a write the crash cut short.
+        end = position + HEADER_SIZE + decode_header(_header(f, position)).body_length
+        return (last_file and end == size), reason
+    return torn, reason
+
+
+_CRC_MISMATCH = "frame checksum mismatch"
+
+
+def _header(f: BinaryIO, position: int) -> bytes:
     f.seek(position)
-    header_bytes = f.read(HEADER_SIZE)
+    return f.read(HEADER_SIZE)
+
+
+def frame_at(f: BinaryIO, path: Path, size: int, position: int) -> IndexEntry | tuple[bool, str]:
+    """The frame at `position` of `path` (`size` bytes) as an index entry when it checks
+    out (whole, its CRC, at least one message), else (torn?, what is wrong): torn when
+    the file ends inside it."""
+    header_bytes = _header(f, position)
     if len(header_bytes) < HEADER_SIZE:
         return True, f"incomplete frame header ({len(header_bytes)} of {HEADER_SIZE} bytes)"
     header = decode_header(header_bytes)
-    end = position + header.frame_length
-    if end > size:
+    if position + header.frame_length > size:
         return True, f"incomplete frame ({size - position} of {header.frame_length} bytes)"
     body = f.read(header.body_length)
     if not crc_matches(header_bytes, body):
-        # Only the final frame of the last file can be a write the crash cut short.
-        return (last_file and end == size), "frame checksum mismatch"
-    if header.base_offset != expected:
-        return False, f"frame holds offset {header.base_offset}, expected {expected}"
+        return False, _CRC_MISMATCH
     if header.count < 1 or header.body_length == 0:
         return False, f"frame holds {header.count} messages in {header.body_length} bytes"
     return IndexEntry(

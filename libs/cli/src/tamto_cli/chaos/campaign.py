@@ -1,4 +1,4 @@
-"""A randomized fault campaign against a whole local system (issue 19).
+"""A randomized fault campaign against a whole local system.
 
 `run_campaign` starts a supervised local system (`tamto_local.LocalCluster`,
 which restarts any process that exits, etcd and nats-server included) on free

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-#: Issue 19's bound: no client stalls longer than this beyond the downtime it waited out.
+#: The bound: no client stalls longer than this beyond the downtime it waited out.
 STALL_BOUND_S = 1.0
 #: Stalls shorter than this are not attributed to faults (`fault_stalls`): clients
 #: progress every few tens of milliseconds, and those gaps say nothing about a fault.

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from tamto_cli.chaos.campaign import KINDS, TARGETS, ChaosOptions, run_campaign
 from tamto_cli.chaos.checker import render
+from tamto_cli.options import LeaseTtl
 from tamto_common.durable import write_atomic
 
 console = Console(highlight=False)
@@ -54,6 +55,7 @@ def chaos(
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the report as JSON here.")
     ] = None,
+    lease_ttl_s: LeaseTtl = 5,
 ) -> None:
     """Run a local system and hit random processes with faults while clients publish and
     consume; report lost, duplicated, stalls beyond downtime and recovery per fault.
@@ -70,6 +72,7 @@ def chaos(
             rate=rate,
             seed=seed,
             nodes=nodes,
+            lease_ttl_s=lease_ttl_s,
         )
     except ValueError as exc:
         err.print(f"tamto chaos: {exc}")

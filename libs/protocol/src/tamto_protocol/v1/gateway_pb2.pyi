@@ -143,16 +143,26 @@ class WhoAmIResponse(_message.Message):
     def __init__(self, subject: _Optional[str] = ..., expires_at_unix: _Optional[int] = ..., roles: _Optional[_Iterable[str]] = ..., grants: _Optional[_Iterable[_Union[_auth_pb2.Grant, _Mapping]]] = ...) -> None: ...
 
 class PublishEphemeralRequest(_message.Message):
-    __slots__ = ("stream", "topic", "batch", "call_id")
+    __slots__ = ("stream", "topic", "batch", "more_runs", "call_id")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    MORE_RUNS_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     stream: str
     topic: str
     batch: _messages_pb2.RecordBatch
+    more_runs: _containers.RepeatedCompositeFieldContainer[EphemeralRun]
     call_id: int
-    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., call_id: _Optional[int] = ...) -> None: ...
+    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., more_runs: _Optional[_Iterable[_Union[EphemeralRun, _Mapping]]] = ..., call_id: _Optional[int] = ...) -> None: ...
+
+class EphemeralRun(_message.Message):
+    __slots__ = ("topic", "batch")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    batch: _messages_pb2.RecordBatch
+    def __init__(self, topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ...) -> None: ...
 
 class PublishEphemeralResponse(_message.Message):
     __slots__ = ("count", "matched_entities")
@@ -219,62 +229,88 @@ class EphemeralEvent(_message.Message):
     def __init__(self, delivery: _Optional[_Union[EphemeralDelivery, _Mapping]] = ..., subscribed: _Optional[_Union[EphemeralSubscribed, _Mapping]] = ..., more_deliveries: _Optional[_Iterable[_Union[EphemeralDelivery, _Mapping]]] = ...) -> None: ...
 
 class RequestRequest(_message.Message):
-    __slots__ = ("stream", "topic", "batch", "response_stream", "timeout_ms", "call_id")
+    __slots__ = ("stream", "topic", "batch", "response_stream", "timeout_ms", "wait_for_responder", "gather", "max_replies", "call_id", "more_calls")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_FOR_RESPONDER_FIELD_NUMBER: _ClassVar[int]
+    GATHER_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPLIES_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    MORE_CALLS_FIELD_NUMBER: _ClassVar[int]
     stream: str
     topic: str
     batch: _messages_pb2.RecordBatch
     response_stream: str
     timeout_ms: int
+    wait_for_responder: bool
+    gather: bool
+    max_replies: int
     call_id: int
-    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., response_stream: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., call_id: _Optional[int] = ...) -> None: ...
+    more_calls: _containers.RepeatedCompositeFieldContainer[RequestRequest]
+    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., response_stream: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., wait_for_responder: _Optional[bool] = ..., gather: _Optional[bool] = ..., max_replies: _Optional[int] = ..., call_id: _Optional[int] = ..., more_calls: _Optional[_Iterable[_Union[RequestRequest, _Mapping]]] = ...) -> None: ...
 
 class RequestResponse(_message.Message):
-    __slots__ = ("response_stream", "batch")
+    __slots__ = ("response_stream", "batch", "replies")
     RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    REPLIES_FIELD_NUMBER: _ClassVar[int]
     response_stream: str
     batch: _messages_pb2.RecordBatch
-    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ...) -> None: ...
+    replies: _containers.RepeatedCompositeFieldContainer[GatheredReply]
+    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., replies: _Optional[_Iterable[_Union[GatheredReply, _Mapping]]] = ...) -> None: ...
+
+class GatheredReply(_message.Message):
+    __slots__ = ("batch", "error")
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    batch: _messages_pb2.RecordBatch
+    error: _messages_pb2.CallStatus
+    def __init__(self, batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., error: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ...) -> None: ...
 
 class RequestStreamResponse(_message.Message):
-    __slots__ = ("call_id", "status", "response")
+    __slots__ = ("call_id", "status", "response", "more_answers")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    MORE_ANSWERS_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     status: _messages_pb2.CallStatus
     response: RequestResponse
-    def __init__(self, call_id: _Optional[int] = ..., status: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., response: _Optional[_Union[RequestResponse, _Mapping]] = ...) -> None: ...
+    more_answers: _containers.RepeatedCompositeFieldContainer[RequestStreamResponse]
+    def __init__(self, call_id: _Optional[int] = ..., status: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., response: _Optional[_Union[RequestResponse, _Mapping]] = ..., more_answers: _Optional[_Iterable[_Union[RequestStreamResponse, _Mapping]]] = ...) -> None: ...
 
 class ReplyRequest(_message.Message):
-    __slots__ = ("response_stream", "batch", "call_id")
+    __slots__ = ("response_stream", "batch", "error", "call_id", "more_calls")
     RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
+    MORE_CALLS_FIELD_NUMBER: _ClassVar[int]
     response_stream: str
     batch: _messages_pb2.RecordBatch
+    error: _messages_pb2.CallStatus
     call_id: int
-    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., call_id: _Optional[int] = ...) -> None: ...
+    more_calls: _containers.RepeatedCompositeFieldContainer[ReplyRequest]
+    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., error: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., call_id: _Optional[int] = ..., more_calls: _Optional[_Iterable[_Union[ReplyRequest, _Mapping]]] = ...) -> None: ...
 
 class ReplyResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ReplyStreamResponse(_message.Message):
-    __slots__ = ("call_id", "status", "response")
+    __slots__ = ("call_id", "status", "response", "more_answers")
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    MORE_ANSWERS_FIELD_NUMBER: _ClassVar[int]
     call_id: int
     status: _messages_pb2.CallStatus
     response: ReplyResponse
-    def __init__(self, call_id: _Optional[int] = ..., status: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., response: _Optional[_Union[ReplyResponse, _Mapping]] = ...) -> None: ...
+    more_answers: _containers.RepeatedCompositeFieldContainer[ReplyStreamResponse]
+    def __init__(self, call_id: _Optional[int] = ..., status: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., response: _Optional[_Union[ReplyResponse, _Mapping]] = ..., more_answers: _Optional[_Iterable[_Union[ReplyStreamResponse, _Mapping]]] = ...) -> None: ...
 
 class ListSubscriptionsRequest(_message.Message):
     __slots__ = ("stream",)

@@ -13,6 +13,7 @@ dropped at once.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections import OrderedDict
@@ -57,6 +58,7 @@ class Credentials:
     def __init__(self, servicer: GatewayServicer) -> None:
         self._servicer = servicer
         self._tokens: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
+        self._logins: dict[bytes, asyncio.Future[str]] = {}
 
     async def call(self, headers: Mapping[str, str], peer: str) -> HttpCall:
         """The call for a request with these headers; no credential at all is left to
@@ -76,6 +78,16 @@ class Credentials:
         if cached is not None and cached[1] - TOKEN_MARGIN_S > time.time():
             self._tokens.move_to_end(digest)
             return cached[0]
+        # One login per key at a time: a crowd of clients with one key (devices
+        # reconnecting together) waits for it, instead of each calling auth.
+        login = self._logins.get(digest)
+        if login is None:
+            login = asyncio.ensure_future(self._login(digest, api_key, peer))
+            self._logins[digest] = login
+            login.add_done_callback(lambda _: self._logins.pop(digest, None))
+        return await asyncio.shield(login)
+
+    async def _login(self, digest: bytes, api_key: str, peer: str) -> str:
         response = await self._servicer.Authenticate(
             gateway_pb2.AuthenticateRequest(api_key=api_key), HttpCall((), peer)
         )

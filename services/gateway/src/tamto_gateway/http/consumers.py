@@ -138,10 +138,14 @@ class HttpConsumer:
         count = len(self._inbox) if max_messages is None else min(max_messages, len(self._inbox))
         return [self._inbox.popleft() for _ in range(count)]
 
-    async def close(self) -> None:
-        """Leave cleanly: acks sent are committed, unacked messages go back at once."""
+    async def close(self, clean: bool = True) -> None:
+        """Leave cleanly: acks sent are committed, unacked messages go back at once.
+        Not `clean`: as a client that vanished, whose unacked deliveries count (the
+        next one of each says so: MQTT's DUP)."""
         if not self.ended:
-            self._requests.put_nowait(messages_pb2.ConsumeRequest(close=messages_pb2.Close()))
+            if clean:
+                close = messages_pb2.ConsumeRequest(close=messages_pb2.Close())
+                self._requests.put_nowait(close)
             self._requests.put_nowait(None)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_WAIT_S):

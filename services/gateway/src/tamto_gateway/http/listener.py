@@ -116,6 +116,12 @@ class _Acceptor:
 
 async def _starts_tls(conn: socket.socket) -> bool:
     """Whether the connection's first byte opens a TLS handshake (it is left unread)."""
+    return await first_byte(conn) == TLS_HANDSHAKE
+
+
+async def first_byte(conn: socket.socket) -> int | None:
+    """The connection's first byte, left unread (None: it closed before sending one);
+    TimeoutError after `FIRST_BYTE_S` of silence. The MQTT broker sniffs with it too."""
     loop = asyncio.get_running_loop()
     readable: asyncio.Future[None] = loop.create_future()
 
@@ -130,7 +136,7 @@ async def _starts_tls(conn: socket.socket) -> bool:
     finally:
         loop.remove_reader(conn.fileno())
     first = conn.recv(1, socket.MSG_PEEK)
-    return bool(first) and first[0] == TLS_HANDSHAKE
+    return first[0] if first else None
 
 
 class EdgeServer(uvicorn.Server):
@@ -185,10 +191,13 @@ class EdgeServer(uvicorn.Server):
             await self._runner
 
 
-def tls_context(cert: str, key: str, ca: str, require_client_cert: bool) -> ssl.SSLContext:
-    """The HTTP port's TLS: the gateway's certificate, its CA for client certificates."""
+def tls_context(
+    cert: str, key: str, ca: str, require_client_cert: bool, alpn: str = "http/1.1"
+) -> ssl.SSLContext:
+    """An edge port's TLS (HTTP's, MQTT's with `alpn="mqtt"`): the gateway's
+    certificate, its CA for client certificates."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=ca)
     context.load_cert_chain(cert, key)
     context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
-    context.set_alpn_protocols(["http/1.1"])
+    context.set_alpn_protocols([alpn])
     return context

@@ -18,6 +18,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from tamto_router.acks import normalized
 from tamto_router.runs import without
 
 if TYPE_CHECKING:
@@ -100,8 +101,9 @@ class Strategy(ABC):
         """Delivered offsets [first, last] come back to be delivered again."""
         return None
 
-    def settled(self, first: int, last: int) -> None:
-        """Offsets [first, last] are done (acked or dead-lettered)."""
+    def settled(self, ranges: list[tuple[int, int]]) -> None:
+        """Offsets in the sorted, disjoint inclusive `ranges` are done (acked or
+        dead-lettered)."""
         return None
 
 
@@ -132,5 +134,5 @@ def own_only(
     say) cannot settle messages another consumer has not processed: that one
     acks them, or they come back when it leaves.
     """
-    held = sorted((r.first, r.last) for r in in_flight if r.consumer != slot_id)
+    held = normalized((r.first, r.last) for r in in_flight if r.consumer != slot_id)
     return without(ranges, held)

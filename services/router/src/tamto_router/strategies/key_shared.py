@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from tamto_common.loop_slices import LoopSlices
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.key_holds import KeyHolds
 from tamto_router.model import Batch, SubscriptionType
@@ -36,8 +37,8 @@ class KeyShared(Strategy):
     def given_back(self, first: int, last: int) -> None:
         self.keys.give_back(first, last)
 
-    def settled(self, first: int, last: int) -> None:
-        self.keys.settle(first, last)
+    def settled(self, ranges: list[tuple[int, int]]) -> None:
+        self.keys.settle_ranges(ranges)
 
     async def dispatch(self, host: Host, now: float) -> bool:
         """One round of key-shared delivery; True when anything moved.
@@ -53,8 +54,8 @@ class KeyShared(Strategy):
         self.keys.keep_waiting_only((r.first, r.last) for r in host.pending)
         # Older (pending) messages first, then fresh ones: per key, offsets ascend.
         due = sorted((r for r in host.pending if r.due <= now), key=lambda r: r.first)
-        for run in due:
-            host.pending.remove(run)
+        if due:  # one pass, not a search of the list per run taken
+            host.pending[:] = [r for r in host.pending if r.due > now]
         sources = [(r.first, r.last, r.count, False) for r in due]
         fresh_end = host.fresh_end()
         if host.position < fresh_end:
@@ -65,7 +66,9 @@ class KeyShared(Strategy):
             return False
         blocked: set[Key] = set()
         progress = False
+        slices = LoopSlices()
         for first, last, count, fresh in sources:
+            await slices.pause()
             read = await host.read(first, last - first + 1)
             if read is None:  # below the partition's start: skipped to it
                 if not fresh and last >= host.log.start_offset:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tamto_common.errors import ConfigError
-from tamto_gateway.oidc import DEFAULT_ALGORITHMS, load_issuers
+from tamto_common.oidc import DEFAULT_ALGORITHMS, load_issuers
 
 
 def write(tmp_path: Path, content: Any) -> Path:

@@ -1,6 +1,8 @@
-"""External OIDC issuers the gateway trusts, by configuration.
+"""External OIDC issuers the gateways and routers trust, by configuration.
 
-`--oidc-issuers-file` names a JSON file:
+Both verify client tokens (a router for the direct path, docs/cluster.md section 5),
+so both read the same setting, `--oidc-issuers-file` (`oidc_issuers_file_setting`;
+`TAMTO_OIDC_ISSUERS_FILE` sets it for every service), which names a JSON file:
 
     [{"name": "corp",                          subjects become "corp:<sub>"
       "issuer": "https://login.example.com",   the `iss` claim to expect
@@ -30,9 +32,10 @@ from typing import Any
 import jwt
 import structlog
 
+from tamto_common.config import setting
 from tamto_common.errors import ConfigError, TamtoError, Unauthenticated, Unavailable
 from tamto_common.policy import check_identity_name
-from tamto_common.tokens import REQUIRED_CLAIMS, Principal, decode_errors
+from tamto_common.tokens import REQUIRED_CLAIMS, IssuerVerifier, Principal, decode_errors
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +44,11 @@ DEFAULT_ALGORITHMS = ("RS256", "ES256", "EdDSA")
 ALLOWED_ALGORITHMS = frozenset(
     {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 )
+
+
+def oidc_issuers_file_setting() -> Any:
+    """The `oidc_issuers_file` field of a service's config (gateway and router)."""
+    return setting("", "JSON file listing trusted external OIDC issuers (empty: none)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,3 +218,15 @@ class ExternalVerifier:
         if previous and text != previous:  # a different document: forget what it verified
             for listener in self._keys_changed:
                 listener()
+
+
+def external_verifiers(issuers_file: str) -> dict[str, IssuerVerifier]:
+    """A verifier per issuer of `issuers_file` (`--oidc-issuers-file`), by its `iss`, for
+    `tamto_common.tokens.Authenticator`; none when the setting is empty. `ConfigError`
+    naming the problem (the service stops with one line)."""
+    if not issuers_file:
+        return {}
+    issuers = load_issuers(Path(issuers_file).expanduser())
+    if issuers:
+        log.info("oidc issuers trusted", issuers=[i.name for i in issuers])
+    return {i.issuer: ExternalVerifier(i) for i in issuers}

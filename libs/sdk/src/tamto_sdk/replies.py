@@ -1,0 +1,341 @@
+"""Request/reply in the SDK (docs/ephemeral.md, "Request/reply").
+
+- `request` (`client.request`): publish one message naming a response stream the
+  server makes, and return the one reply message. The server times the request
+  out (the client sets no deadline of its own): no reply in time raises
+  `Timeout`; nobody in the cluster consuming the topic raises `NoResponders` at
+  once unless `wait_for_responder`; a replier's error status raises its error.
+- `gather` (`client.gather`): scatter-gather, every reply that came within the
+  timeout (or the first `max_replies`), a replier's error as a `TamtoError` in place.
+- `reply` (`client.reply`) answers a response stream; `ReplyHandler`
+  (`client.reply_handler`) answers every request a subscription receives with
+  what its handler returns (bytes, a `Reply` or a message), or with an error
+  status when the handler raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import math
+import warnings
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from tamto_protocol.batch import decode_batch
+from tamto_protocol.v1 import gateway_pb2, messages_pb2
+from tamto_sdk._calls import Calls
+from tamto_sdk.ephemeral import EphemeralBatch, EphemeralMessage, Subscription, encode_messages
+from tamto_sdk.errors import (
+    InvalidArgument,
+    NotFound,
+    TamtoError,
+    Unauthenticated,
+    from_rpc_error,
+    from_status,
+)
+
+__all__ = ["Reply", "ReplyHandler"]
+
+#: The longest a request may wait (the server refuses more with InvalidArgument).
+MAX_REQUEST_TIMEOUT_S = 600.0
+#: The longest message of a reply's error status the server takes, in bytes.
+MAX_ERROR_MESSAGE_BYTES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What a reply handler may return: a reply message with a key and headers."""
+
+    payload: bytes
+    key: bytes | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _ReplyMessage(EphemeralMessage):
+    """The reply `request` returns: one message. Iterating it, as code written when
+    `request` returned a batch does, yields that message (deprecated)."""
+
+    def __iter__(self) -> Iterator[EphemeralMessage]:
+        _deprecated()
+        return iter((self,))
+
+    def __len__(self) -> int:
+        _deprecated()
+        return 1
+
+
+def _deprecated() -> None:
+    warnings.warn(
+        "request() returns one message: iterating it (as a batch) is deprecated",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+
+
+ReplyValue = bytes | Reply | EphemeralMessage
+Handler = Callable[[EphemeralMessage], ReplyValue | Awaitable[ReplyValue]]
+
+
+def timeout_ms(timeout_s: float | None) -> int:
+    """A request's timeout on the wire (0: the stream's default); `InvalidArgument`
+    for a value that is not a positive number of seconds."""
+    if timeout_s is None:
+        return 0
+    if (
+        not isinstance(timeout_s, int | float)
+        or isinstance(timeout_s, bool)
+        or math.isnan(timeout_s)
+        or timeout_s <= 0
+    ):
+        raise InvalidArgument(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
+    return max(1, math.ceil(timeout_s * 1000))
+
+
+async def _call(calls: Calls, message: gateway_pb2.RequestRequest) -> Any:
+    """Send a Request (pipelined), renewing the token once if refused."""
+    encode = functools.partial(_with_call_id, message)
+    for attempt in (1, 2):
+        metadata = await calls.auth.metadata()
+        try:
+            # No deadline of our own: the server answers DEADLINE_EXCEEDED in time.
+            return await calls.request_raw(encode, metadata=metadata, timeout=None)
+        except grpc.aio.AioRpcError as exc:
+            error = from_rpc_error(exc)
+            if isinstance(error, Unauthenticated) and attempt == 1:
+                await calls.auth.renew_after_rejection(metadata)
+                continue
+            raise error from None
+    raise AssertionError("unreachable")
+
+
+def _reply_message(batch: messages_pb2.RecordBatch, response_stream: str) -> EphemeralMessage:
+    """The first message of a reply's batch (a replier sends one)."""
+    decoded = EphemeralBatch(
+        stream=response_stream,
+        topic="",
+        record_batch=decode_batch(batch.arrow_ipc),
+        response_stream=response_stream,
+    )
+    first = next(iter(decoded), None)
+    if first is None:
+        return _ReplyMessage(response_stream, "", b"", response_stream=response_stream)
+    return _ReplyMessage(first.stream, "", first.payload, first.key, first.headers, response_stream)
+
+
+async def request(
+    calls: Calls,
+    stream: str,
+    payload: bytes,
+    *,
+    topic: str = "",
+    timeout_s: float | None = None,
+    response_stream: str = "",
+    key: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    wait_for_responder: bool = False,
+) -> EphemeralMessage:
+    """Publish a request and return its reply (see `Client.request`)."""
+    message = gateway_pb2.RequestRequest(
+        stream=stream,
+        topic=topic,
+        batch=encode_messages([payload], [key], [headers]),
+        response_stream=response_stream,
+        timeout_ms=timeout_ms(timeout_s),
+        wait_for_responder=wait_for_responder,
+    )
+    response = await _call(calls, message)
+    return _reply_message(response.batch, response.response_stream)
+
+
+async def gather(
+    calls: Calls,
+    stream: str,
+    payload: bytes,
+    *,
+    topic: str = "",
+    timeout_s: float | None = None,
+    max_replies: int = 0,
+    key: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    wait_for_responder: bool = False,
+) -> list[EphemeralMessage | TamtoError]:
+    """Publish a request and return the replies that came in time (see `Client.gather`)."""
+    if not isinstance(max_replies, int) or max_replies < 0:
+        raise InvalidArgument(f"max_replies must be 0 (no limit) or more, got {max_replies!r}")
+    message = gateway_pb2.RequestRequest(
+        stream=stream,
+        topic=topic,
+        batch=encode_messages([payload], [key], [headers]),
+        timeout_ms=timeout_ms(timeout_s),
+        wait_for_responder=wait_for_responder,
+        gather=True,
+        max_replies=max_replies,
+    )
+    response = await _call(calls, message)
+    name = response.response_stream
+    replies: list[EphemeralMessage | TamtoError] = []
+    for gathered in response.replies:
+        if gathered.error.code:
+            replies.append(from_status(_status_code(gathered.error.code), gathered.error.message))
+        else:
+            replies.append(_reply_message(gathered.batch, name))
+    return replies
+
+
+def _status_code(number: int) -> grpc.StatusCode:
+    return next((c for c in grpc.StatusCode if c.value[0] == number), grpc.StatusCode.UNKNOWN)
+
+
+async def reply(
+    calls: Calls,
+    response_stream: str,
+    payload: bytes,
+    *,
+    key: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer a request (see `Client.reply`)."""
+    message = gateway_pb2.ReplyRequest(
+        response_stream=response_stream, batch=encode_messages([payload], [key], [headers])
+    )
+    await _send_reply(calls, message)
+
+
+async def reply_error(calls: Calls, response_stream: str, error: BaseException) -> None:
+    """Answer a request with an error status (see `Client.reply_error`)."""
+    message = gateway_pb2.ReplyRequest(response_stream=response_stream)
+    code, text = error_status(error)
+    message.error.code = code
+    message.error.message = text
+    await _send_reply(calls, message)
+
+
+def error_status(error: BaseException) -> tuple[int, str]:
+    """The status code and message a reply carries for `error`: a `TamtoError`'s own
+    code (UNKNOWN for one without a valid code), UNKNOWN with the exception's type
+    for any other; the message cut to what the server takes."""
+    code = grpc.StatusCode.UNKNOWN
+    if isinstance(error, TamtoError):
+        code = getattr(grpc.StatusCode, error.code, grpc.StatusCode.UNKNOWN)
+        text = error.message
+    else:
+        text = f"{type(error).__name__}: {error}"
+    if code is grpc.StatusCode.OK:
+        code = grpc.StatusCode.UNKNOWN
+    cut = text.encode()[:MAX_ERROR_MESSAGE_BYTES].decode(errors="ignore")
+    return int(code.value[0]), cut
+
+
+async def _send_reply(calls: Calls, message: gateway_pb2.ReplyRequest) -> None:
+    await calls.unary(calls.reply_raw, functools.partial(_with_call_id, message), retry=False)
+
+
+def _with_call_id(message: Any, call_id: int) -> bytes:
+    """`message` encoded as the request of pipelined call `call_id` (Request and
+    Reply go pipelined on a stream each, `tamto_protocol.pipelined`)."""
+    message.call_id = call_id
+    return bytes(message.SerializeToString())
+
+
+def _reply_request(response_stream: str, value: object) -> gateway_pb2.ReplyRequest:
+    """The reply for what a handler returned: bytes, a `Reply` or a message."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        batch = encode_messages([bytes(value)])
+    elif isinstance(value, Reply | EphemeralMessage):
+        batch = encode_messages([value.payload], [value.key], [dict(value.headers)])
+    else:
+        raise TypeError(
+            f"a reply handler returns bytes, a Reply or a message, not {type(value).__name__}"
+        )
+    return gateway_pb2.ReplyRequest(response_stream=response_stream, batch=batch)
+
+
+class ReplyHandler:
+    """Answers the requests an ephemeral stream receives with `handler(message)`
+    (sync or async); use it as an async context manager, or `start` and `close` it.
+
+    The handler returns the reply: bytes (the payload), a `Reply` (payload, key,
+    headers) or a message. A handler that raises answers with an error status
+    instead, which the requester raises: a `TamtoError`'s own (raise
+    `InvalidArgument` to refuse a request), UNKNOWN naming any other exception.
+
+    Messages without a response stream are passed over. Up to `concurrency`
+    requests are handled at once. Replies sent are counted in `answered`, a reply
+    to a request that has meanwhile expired in `expired`, a handler that raised
+    (or a reply that could not be sent) in `failed`.
+    """
+
+    def __init__(
+        self, calls: Calls, subscription: Subscription, handler: Handler, concurrency: int = 16
+    ) -> None:
+        if concurrency < 1:
+            raise InvalidArgument(f"concurrency must be at least 1, got {concurrency}")
+        self._calls = calls
+        self._subscription = subscription
+        self._handler = handler
+        self._slots = asyncio.Semaphore(concurrency)
+        self._running: set[asyncio.Task[None]] = set()
+        self._task: asyncio.Task[None] | None = None
+        self.answered = 0
+        self.expired = 0
+        self.failed = 0
+
+    async def start(self) -> ReplyHandler:
+        await self._subscription.start()
+        self._task = asyncio.create_task(self._run(), name="tamto-reply-handler")
+        return self
+
+    async def _run(self) -> None:
+        async for message in self._subscription:
+            if not message.response_stream:
+                continue
+            await self._slots.acquire()
+            task = asyncio.create_task(self._answer(message))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _answer(self, message: EphemeralMessage) -> None:
+        try:
+            try:
+                result = self._handler(message)
+                if inspect.isawaitable(result):
+                    result = await result
+                answer = _reply_request(message.response_stream, result)
+            except Exception as exc:
+                self.failed += 1
+                await reply_error(self._calls, message.response_stream, exc)
+            else:
+                await _send_reply(self._calls, answer)
+                self.answered += 1
+        except NotFound:
+            self.expired += 1
+        except Exception:
+            self.failed += 1
+        finally:
+            self._slots.release()
+
+    async def close(self) -> None:
+        await self._subscription.close()
+        for task in [t for t in (self._task, *self._running) if t is not None]:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, TamtoError):
+                await task
+
+    async def __aenter__(self) -> ReplyHandler:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

@@ -1,0 +1,77 @@
+"""MQTT topics onto Tamto streams (the rule) and MQTT's filter matching."""
+
+from __future__ import annotations
+
+import pytest
+
+from tamto_common.errors import InvalidArgument
+from tamto_gateway.mqtt.topics import TopicRule, check_filter, matches
+
+
+def test_the_first_level_names_the_stream() -> None:
+    address = TopicRule().topic("orders/eu/created")
+    assert (address.stream, address.key, address.ephemeral_topic) == (
+        "orders",
+        b"eu/created",
+        "eu.created",
+    )
+    bare = TopicRule().topic("orders")
+    assert (bare.key, bare.ephemeral_topic) == (None, "")
+
+
+def test_more_stream_levels() -> None:
+    address = TopicRule(2).topic("plant/line1/temp")
+    assert (address.prefix, address.stream, address.rest) == (
+        "plant/line1",
+        "plant.line1",
+        ("temp",),
+    )
+    with pytest.raises(InvalidArgument, match="first 2 level"):
+        TopicRule(2).topic("plant")
+
+
+@pytest.mark.parametrize("topic_filter", ["+/a", "#", "a+/b", "a/#/b", "a/b#", ""])
+def test_bad_or_stream_spanning_filters(topic_filter: str) -> None:
+    with pytest.raises(InvalidArgument):
+        TopicRule().filter(topic_filter)
+
+
+def test_filters_as_ephemeral_patterns() -> None:
+    assert TopicRule().filter("q/+/b/#").ephemeral_pattern.text == "*.b.#"
+    assert TopicRule().filter("q").ephemeral_pattern.text == ""
+
+
+def test_a_level_an_ephemeral_topic_cannot_carry_is_refused() -> None:
+    with pytest.raises(InvalidArgument):
+        _ = TopicRule().topic("q/a b").ephemeral_topic
+
+
+@pytest.mark.parametrize(
+    ("topic_filter", "topic", "expected"),
+    [
+        ("#", "", True),
+        ("#", "a/b", True),
+        ("a/#", "a", True),
+        ("a/#", "a/b/c", True),
+        ("+", "a", True),
+        ("+", "", False),  # "" here: no level after the stream's
+        ("+", "a/b", False),
+        ("a/+/c", "a/b/c", True),
+        ("a/+/c", "a//c", True),
+        ("a/+", "a", False),
+        ("a/b", "a/b", True),
+        ("a/b", "a/b/c", False),
+    ],
+)
+def test_matching(topic_filter: str, topic: str, expected: bool) -> None:
+    check_filter(topic_filter)
+    filter_levels = tuple(topic_filter.split("/"))
+    topic_levels = tuple(topic.split("/")) if topic else ()
+    assert matches(filter_levels, topic_levels) is expected
+
+
+def test_delivered_topics() -> None:
+    rule = TopicRule()
+    assert rule.delivered_topic("orders", "eu/created", "/") == "orders/eu/created"
+    assert rule.delivered_topic("orders", "eu.created", ".") == "orders/eu/created"
+    assert rule.delivered_topic("orders", None, "/") == "orders"

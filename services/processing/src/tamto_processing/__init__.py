@@ -1,0 +1,1 @@
+"""Tamto processing: functions that consume streams and publish results."""

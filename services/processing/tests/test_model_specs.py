@@ -1,0 +1,82 @@
+"""Function specs: validation names the bad field; JSON round-trips; code loads or is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from tamto_processing.model import PythonCode, State
+from tamto_processing.placement import assigned
+from tamto_processing.python_code import load
+from tamto_processing.specs import from_json, to_json
+
+from tamto_common.errors import InvalidArgument
+
+SPEC = {
+    "name": "enrich",
+    "inputs": [{"stream": "orders", "subscription": "key_shared"}],
+    "output": "enriched",
+    "code": {"steps": [{"filter": "true"}]},
+    "identity": "fn-enrich",
+    "parallelism": 3,
+}
+
+
+def spec_json(**changes: object) -> str:
+    return json.dumps({**SPEC, **changes})
+
+
+def test_a_spec_round_trips_through_its_json() -> None:
+    spec = from_json(spec_json())
+    assert from_json(to_json(spec)) == spec
+    assert spec.instances() == ["enrich#0", "enrich#1", "enrich#2"]
+    assert spec.subscription == "fn-enrich"
+    assert spec.dead_letters == "enrich.dlq"
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [
+        ({"name": "Bad Name"}, "name:"),
+        ({"inputs": []}, "inputs:"),
+        ({"output": "orders"}, "output:"),
+        ({"parallelism": 0}, "parallelism:"),
+        ({"identity": ""}, "identity:"),
+        ({"code": {"python": {"entry": "no_colon"}}}, "code.entry:"),
+        ({"code": {}}, "code:"),
+    ],
+)
+def test_a_bad_spec_is_refused_naming_the_field(changes: dict[str, object], named: str) -> None:
+    with pytest.raises(InvalidArgument, match=named):
+        from_json(spec_json(**changes))
+
+
+def test_a_paused_function_has_no_instances() -> None:
+    assert from_json(spec_json(state=State.PAUSED.value)).instances() == []
+
+
+def test_uploaded_code_runs_and_an_unknown_import_is_refused() -> None:
+    source = "def upper(payload):\n    return payload.upper()\n"
+    function = load(PythonCode("mod:upper", source, per_message=True))
+    batch = pa.record_batch(
+        {"offset": pa.array([4, 5], pa.int64()), "payload": pa.array([b"a", b"b"], pa.binary())}
+    )
+    result = function(batch)
+    assert result.column("payload").to_pylist() == [b"A", b"B"]
+    assert result.column("offset").to_pylist() == [4, 5]
+    with pytest.raises(InvalidArgument, match="cannot import 'no_such_module_here'"):
+        load(PythonCode("no_such_module_here:f"))
+    with pytest.raises(InvalidArgument, match="has no 'missing'"):
+        load(PythonCode("json:missing"))
+
+
+def test_every_instance_runs_on_exactly_one_node_and_few_move_when_one_leaves() -> None:
+    specs = [from_json(spec_json(name=f"f{i}", parallelism=4)) for i in range(10)]
+    nodes = ["p-1", "p-2", "p-3"]
+    before = {n: set(assigned(specs, nodes, n)) for n in nodes}
+    every = [i for spec in specs for i in spec.instances()]
+    assert sorted(i for share in before.values() for i in share) == sorted(every)
+    after = {n: set(assigned(specs, nodes[:2], n)) for n in nodes[:2]}
+    moved = sum(len(after[n] - before[n]) for n in after)
+    assert moved == len(before["p-3"])

@@ -1,0 +1,50 @@
+"""The replicas an owner heals, and why, on its metrics page (`tamto status` reads them):
+a lagging replica that is registered is healing, one that is not is down."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, generate_latest
+
+from tamto_router.healing_metric import HEALING, HEALING_METRIC
+from tamto_router.model import LogBounds
+from tamto_router.partition_log import PartitionLog
+from tamto_router.storage_client import StorageClient
+
+ENSEMBLE = ("storage-a", "storage-b", "storage-c")
+
+
+async def test_a_registered_lagging_replica_is_healing_and_says_why() -> None:
+    a, b, c = (StorageClient.__new__(StorageClient) for _ in ENSEMBLE)  # never called here
+    registered: dict[str, StorageClient] = {"storage-a": a, "storage-b": b}
+    log = PartitionLog(
+        "orders",
+        3,
+        1,
+        a,
+        LogBounds(0, 0),
+        replicas={"storage-a": a, "storage-b": b},
+        quorum=2,
+        ensemble=ENSEMBLE,
+        client_for=registered.get,
+    )
+    try:
+        assert log.lagging() == ["storage-c"]
+        assert log.healing() == {}, "not registered: down, not healing"
+        registered["storage-c"] = c
+        assert log.healing() == {"storage-c": "catching up"}
+        log.catch_up_errors["storage-c"] = "offsets below 5 are sealed"
+        reason = "catching up (last try: offsets below 5 are sealed)"
+        assert log.healing() == {"storage-c": reason}
+
+        HEALING.source = lambda: {("orders", 3): log.healing()}
+        page = generate_latest(REGISTRY).decode()
+        series = (
+            f'{HEALING_METRIC}{{partition="3",reason="{reason}",replica="storage-c",'
+            'stream="orders"} 1.0'
+        )
+        assert series in page
+        HEALING.source = dict
+        assert f"{HEALING_METRIC}{{" not in generate_latest(REGISTRY).decode()
+    finally:
+        HEALING.source = dict
+        await log.close()
