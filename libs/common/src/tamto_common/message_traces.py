@@ -10,8 +10,8 @@ producer's publish span, as does the consumer's processing span (SDK,
 `tamto_sdk.tracing`). Messages without trace context get no span.
 
 With tracing off (no exporter: `tamto_common.telemetry.tracing_enabled`),
-`message_span` yields at once and nothing is decoded: the data path pays one
-function call per batch.
+`message_span` returns a shared no-op and nothing is decoded: the data path pays
+a fraction of a microsecond per batch and hop.
 """
 
 from __future__ import annotations
@@ -54,16 +54,25 @@ def message_contexts(arrow_ipc: bytes | memoryview) -> list[SpanContext]:
     return list(found.values())
 
 
-@contextlib.contextmanager
+#: What `message_span` gives with tracing off: one shared, reusable no-op.
+_OFF: contextlib.nullcontext[None] = contextlib.nullcontext()
+
+
 def message_span(
     tracer: str, name: str, batches: Iterable[bytes | memoryview], stream: str, partition: int
-) -> Iterator[Span | None]:
+) -> contextlib.AbstractContextManager[Span | None]:
     """A span for handling `batches` (Arrow IPC) of a partition, child of the first
     traced message's context and linked to the other ones; None (no span) when
     tracing is off or no message is traced."""
     if not tracing_enabled():
-        yield None
-        return
+        return _OFF
+    return _message_span(tracer, name, batches, stream, partition)
+
+
+@contextlib.contextmanager
+def _message_span(
+    tracer: str, name: str, batches: Iterable[bytes | memoryview], stream: str, partition: int
+) -> Iterator[Span | None]:
     contexts: list[SpanContext] = []
     for arrow_ipc in batches:
         contexts.extend(c for c in message_contexts(arrow_ipc) if c not in contexts)
