@@ -31,6 +31,7 @@ from tamto_cli.connect import connect_client, exit_code
 from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
+from tamto_cli.function_cmds import function_app
 from tamto_cli.options import ApiKey, AsJson, DataDir, Format, LeaseTtl, Url
 from tamto_cli.output import PayloadFormat, message_line, parse_headers, report
 from tamto_cli.storage_cmds import storage_app
@@ -256,6 +257,7 @@ app.add_typer(context_app, name="context")
 app.add_typer(subscription_app, name="subscription")
 app.add_typer(partition_app, name="partition")
 app.add_typer(node_app, name="node")
+app.add_typer(function_app, name="function")
 add_server_command(
     app,
     "bench",

@@ -19,18 +19,17 @@ from typing import Any
 
 import aetcd
 import structlog
+from tamto_functions.model import FunctionSpec
+from tamto_functions.specs import STATE_PREFIX, SpecStore
 
 import tamto_sdk
 from tamto_common.membership import list_members
 from tamto_processing.config import ProcessingConfig
-from tamto_processing.model import FunctionSpec
 from tamto_processing.placement import assigned
 from tamto_processing.runner import Instance
-from tamto_processing.specs import SpecStore
 
 log = structlog.get_logger("tamto.processing")
 
-STATE_PREFIX = "/tamto/function-state/"
 #: The longest wait before restarting a failing instance.
 MAX_BACKOFF_S = 30.0
 

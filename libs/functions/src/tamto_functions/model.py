@@ -1,6 +1,6 @@
 """A processing function's spec: what it reads, what it runs, where it writes, as whom.
 
-Specs are stored in etcd as JSON (`tamto_processing.specs`) and are the only thing
+Specs are stored in etcd as JSON (`tamto_functions.specs`) and are the only thing
 the gateway, the CLI and the processing nodes share about a function. Every field
 is validated here, once, and a bad one raises `InvalidArgument` naming it, so a
 spec that reaches a processing node is well formed.
@@ -64,7 +64,7 @@ class PythonCode:
 
 @dataclass(frozen=True, slots=True)
 class Declarative:
-    """Steps compiled to Arrow kernels (`tamto_processing.declarative`), as given."""
+    """Steps compiled to Arrow kernels (`tamto_functions.declarative`), as given."""
 
     steps: tuple[Mapping[str, Any], ...]
 
