@@ -194,6 +194,43 @@ def status(
         render_ledgers(ledgers, storage, console, owners, healing)
 
 
+@app.command()
+def top(
+    etcd: Annotated[str, typer.Option(help="etcd endpoint", envvar="TAMTO_ETCD_ENDPOINTS")] = (
+        settings.DEFAULT_ETCD
+    ),
+    interval: Annotated[
+        float, typer.Option(help="seconds between refreshes (rates are over this long)")
+    ] = 2.0,
+    once: Annotated[bool, typer.Option("--once", help="show one view and exit")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """A live view of throughput per stream, backlog per subscription, publish latency
+    and each member's health, read from the members' metrics and refreshed in place
+    until Ctrl-C (--once: one view, two samples --interval apart; with --json)."""
+    from tamto_cli.top import as_json as view_json
+    from tamto_cli.top import once as one_view
+    from tamto_cli.top import render, run_top
+    from tamto_common.errors import TamtoError
+
+    if interval <= 0:
+        err.print(f"tamto top: --interval must be positive, got {interval}")
+        raise typer.Exit(2)
+    try:
+        if once or as_json:
+            view = asyncio.run(one_view(etcd, interval))
+            if as_json:
+                print(json.dumps(view_json(view)))
+            else:
+                console.print(render(view))
+        else:
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(run_top(etcd, interval, console))
+    except TamtoError as exc:
+        err.print(f"tamto top: {exc}")
+        raise typer.Exit(1) from None
+
+
 @app.command("scrape-targets")
 def scrape_targets(
     out: Annotated[Path, typer.Argument(help="the file_sd JSON file to write")],

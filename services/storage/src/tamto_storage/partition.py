@@ -40,6 +40,7 @@ from tamto_common.errors import (
     OutOfRange,
     Unavailable,
 )
+from tamto_common.message_traces import child_span, message_span
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.segment import SegmentEntry
 from tamto_storage import metrics
@@ -70,6 +71,8 @@ CURSORS_DIR = "_cursors"
 _OLD_NAMES = {"wal": WAL_DIR, "cursors": CURSORS_DIR, "epoch": EPOCH_FILE}
 #: Attempts at a read whose file sealing or retention removed meanwhile.
 _READ_ATTEMPTS = 3
+#: The tracer of storage's data-path spans.
+TRACER = "tamto.storage"
 
 
 def _migrate_layout(directory: Path) -> None:
@@ -337,8 +340,13 @@ class Partition:
                 f"base offset {batches[0].base_offset} does not match "
                 f"the partition's next offset {next_offset}"
             )
-        done = self._wal.append(batches, epoch)
-        await asyncio.shield(done)
+        ipcs = (b.arrow_ipc for b in batches)
+        with message_span(
+            TRACER, "tamto.storage.append", ipcs, self.id.stream, self.id.partition
+        ) as span:
+            done = self._wal.append(batches, epoch)
+            with child_span(TRACER, "tamto.storage.fsync", span):  # the group commit's
+                await asyncio.shield(done)
         self._unsealed_bytes += sum(len(b.arrow_ipc) for b in batches)
         if self._unsealed_since is None:
             self._unsealed_since = time.monotonic()
