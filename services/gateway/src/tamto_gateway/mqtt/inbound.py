@@ -8,8 +8,14 @@ partition, an ephemeral stream's topic) into one batch, publishes the groups one
 after another through the gateway's own Publish and PublishEphemeral (its
 authorization, checks and durability), then acknowledges them in the order
 received (MQTT-4.6.0-2): PUBACK for QoS 1, PUBREC for QoS 2. A persistent
-stream's PUBACK therefore means durable. A retained message is kept in etcd once
-its publish succeeded.
+stream's PUBACK therefore means durable.
+
+QoS 2 is stored once per packet id until its PUBREL: a PUBLISH of a packet id
+already queued, or stored and PUBREC'd, is only answered (PUBREC) again. The packet
+ids awaiting PUBREL are part of the session's state (`received`), saved in the
+cluster for a persistent session before each PUBREC and PUBCOMP, so a resend after
+reconnecting, to any gateway, is not stored again. A retained message is kept in
+etcd once its publish succeeded.
 
 A publish the gateway refuses (no permission, no such stream, too large) ends
 the connection: MQTT 3.1.1 has no negative PUBACK, and dropping it silently
@@ -20,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from tamto_common.policy import Permission
@@ -48,20 +54,41 @@ class Item:
 class Inbound:
     """Carries one connection's publishes (module docstring)."""
 
-    def __init__(self, shared: Shared, identity: Identity, send: Callable[[bytes], None]) -> None:
+    def __init__(
+        self,
+        shared: Shared,
+        identity: Identity,
+        send: Callable[[bytes], None],
+        persist: Callable[[], Awaitable[None]],
+        awaiting_release: list[int],
+    ) -> None:
         self._shared = shared
         self._identity = identity
         self._send = send
+        self._persist = persist
         self._queue: asyncio.Queue[Item] = asyncio.Queue(shared.limits.max_inflight)
         self._turns = itertools.count()
         #: QoS 2 packet ids stored and answered with PUBREC, awaiting their PUBREL.
-        self.awaiting_release: set[int] = set()
+        self.awaiting_release: set[int] = set(awaiting_release)
+        #: QoS 2 packet ids queued to be stored.
+        self._queued: set[int] = set()
 
     async def put(self, packet: codec.Publish) -> None:
         """Queue a client's PUBLISH (waits while the connection's inflight is full)."""
         address = self._shared.rule.topic(packet.topic)
-        stored = packet.qos == 2 and packet.packet_id in self.awaiting_release
+        stored = False
+        if packet.qos == 2 and packet.packet_id is not None:
+            known = self.awaiting_release | self._queued
+            stored = packet.packet_id in known
+            self._queued.add(packet.packet_id)
         await self._queue.put(Item(packet, address, stored))
+
+    async def released(self, packet_id: int) -> None:
+        """The client's PUBREL: the packet id is a new message's from now on."""
+        if packet_id in self.awaiting_release:
+            self.awaiting_release.discard(packet_id)
+            await self._persist()
+        self._send(codec.ack(codec.PUBCOMP, packet_id))
 
     async def publish_now(self, packet: codec.Publish) -> None:
         """Publish one message at once, unacknowledged (a will)."""
@@ -75,7 +102,7 @@ class Inbound:
                 items.append(self._queue.get_nowait())
             for partition, group in self._groups(items):
                 await self._store(group, partition)
-                self._acknowledge(group)
+                await self._acknowledge(group)
             for _ in items:
                 self._queue.task_done()
 
@@ -137,16 +164,22 @@ class Inbound:
                     item.packet.topic, item.packet.payload, item.packet.qos
                 )
 
-    def _acknowledge(self, group: list[Item]) -> None:
+    async def _acknowledge(self, group: list[Item]) -> None:
+        fresh = {
+            i.packet.packet_id
+            for i in group
+            if i.packet.qos == 2 and not i.stored and i.packet.packet_id is not None
+        }
+        if fresh:
+            self.awaiting_release |= fresh
+            self._queued -= fresh
+            await self._persist()
         for item in group:
             packet_id = item.packet.packet_id
             if packet_id is None:
                 continue
-            if item.packet.qos == 1:
-                self._send(codec.ack(codec.PUBACK, packet_id))
-            else:
-                self.awaiting_release.add(packet_id)
-                self._send(codec.ack(codec.PUBREC, packet_id))
+            kind = codec.PUBACK if item.packet.qos == 1 else codec.PUBREC
+            self._send(codec.ack(kind, packet_id))
 
 
 def _batch(packets: list[codec.Publish], keys: list[bytes | None]) -> messages_pb2.RecordBatch:
@@ -154,7 +187,7 @@ def _batch(packets: list[codec.Publish], keys: list[bytes | None]) -> messages_p
         BatchColumns(
             payloads=[p.payload for p in packets],
             keys=keys,
-            headers=[{QOS_HEADER: str(min(p.qos, 1))} for p in packets],
+            headers=[{QOS_HEADER: str(p.qos)} for p in packets],
             ids=[None] * len(packets),
             event_times_us=[None] * len(packets),
         )

@@ -2,15 +2,15 @@
 one per filter on an ephemeral stream.
 
 - A persistent stream's filters share one consume session of a Tamto subscription
-  (failover: while a client's old connection is still leaving, its new one waits
-  on standby rather than being refused). A new subscription starts at the time of
-  the SUBSCRIBE. The filters are applied at the gateway to each message's MQTT
-  topic (its key): a message no filter matches is acked at once; one that matches
-  goes out at the highest QoS of the filters matching it, never above the QoS it
-  was published with (`mqtt-qos` header; 1 for messages not published over
-  MQTT). A QoS 0 delivery is acked when written, a QoS 1 one on the client's
-  PUBACK; each ack grants the routers one more message, so a session never holds
-  more than the inflight limit.
+  (failover: while a client's old connection is still leaving, its new one waits on
+  standby rather than being refused). A new subscription starts at the time of the
+  SUBSCRIBE. The filters are applied at the gateway to each message's MQTT topic
+  (its key): a message no filter matches is acked at once; one that matches goes out
+  at the highest QoS of the filters matching it, never above the QoS it was
+  published with (`mqtt-qos` header; 1 for messages not published over MQTT). A QoS
+  0 delivery is acked when written, a QoS 1 one on the client's PUBACK, a QoS 2 one
+  on its PUBREC; each ack grants the routers one more message, so a session never
+  holds more than the inflight limit.
 - An ephemeral stream's filter is an ephemeral pattern subscription (`+` is `*`,
   `#` is `#`), delivered at QoS 0 (at most once is what ephemeral streams give).
 """
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from tamto_gateway.http.consumers import HttpConsumer
 from tamto_gateway.http.model import Position, ReceivedMessage
 from tamto_gateway.mqtt.inbound import QOS_HEADER
-from tamto_gateway.mqtt.topics import Address, matches
+from tamto_gateway.mqtt.topics import Address
 from tamto_protocol.batch import decode_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 
@@ -86,8 +86,9 @@ class PersistentSource:
 
     async def _deliver(self, consumer: HttpConsumer, message: ReceivedMessage) -> None:
         key = None if message.key is None else message.key.decode(errors="replace")
-        levels = tuple(key.split("/")) if key else ()
-        granted = [q for f, q in self.filters.items() if matches(f, levels)]
+        rule = self._shared.rule
+        levels = rule.topic_levels(key)
+        granted = [q for f, q in self.filters.items() if rule.matches(f, levels)]
         position = Position(message.partition, message.offset)
 
         def done() -> None:
@@ -105,7 +106,7 @@ class PersistentSource:
             done()
         else:
             await self._outbound.deliver(
-                topic, message.payload, 1, dup=message.delivery_count > 1, on_ack=done
+                topic, message.payload, qos, dup=message.delivery_count > 1, on_ack=done
             )
 
     async def close(self) -> None:
@@ -121,7 +122,7 @@ class PersistentSource:
 
 def _published_qos(message: ReceivedMessage) -> int:
     text = message.headers.get(QOS_HEADER, "1")
-    return 0 if text == "0" else 1
+    return {"0": 0, "2": 2}.get(text, 1)
 
 
 class EphemeralSource:

@@ -2,7 +2,7 @@
 delivering them (`sources`), and the session's record in etcd.
 
 A filter is granted when its stream levels name a stream the identity may consume
-from (`consume` permission): QoS up to 1 on a persistent stream, 0 on an ephemeral
+from (`consume` permission): QoS up to 2 on a persistent stream, 0 on an ephemeral
 one. Anything else (no such stream, no permission, a filter whose wildcards span
 streams, an ephemeral pattern the stream's rules refuse) is SUBACK's failure 0x80
 for that filter alone; a refusal for want of permission is audited as for gRPC.
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: QoS granted at most (QoS 2 subscriptions are granted 1).
-MAX_QOS = 1
+#: QoS granted at most on a persistent stream.
+MAX_QOS = 2
 #: How long deleting a subscription waits for consumers still attached to leave (an
 #: older connection of the client, on another gateway, closing), and how often it tries.
 DELETE_WAIT_S = 10.0
@@ -147,7 +147,7 @@ class Subscriptions:
 
     async def _send_retained(self, granted: list[tuple[Address, int]]) -> None:
         for address, qos in granted:
-            for message in await self._shared.state.retained(address.prefix, address.rest):
+            for message in await self._shared.state.retained(self._shared.rule, address):
                 await self._outbound.deliver(
                     message.topic, message.payload, min(qos, message.qos), retain=True
                 )
