@@ -23,7 +23,7 @@ from tamto_local.ports import free_port
 from tamto_sdk import Grant, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
-from tests.e2e.mqtt_clients import RawClient, connect_packet, mqtt_env, unique
+from tests.e2e.mqtt_clients import RawClient, connect_packet, mqtt_env, publish_packet, unique
 
 pytestmark = pytest.mark.e2e
 
@@ -292,3 +292,83 @@ async def test_subscribe_failure(broker: Broker) -> None:
     client.connect()
     assert client.subscribe(("test/nosubscribe", 2)) == [0x80]
     client.disconnect()
+
+
+def qos2_publish(topic: str, payload: bytes, packet_id: int, dup: bool = False) -> bytes:
+    packet = publish_packet(topic, payload, packet_id)
+    return bytes([0x3C if dup else 0x34]) + packet[1:]
+
+
+async def test_qos2_resend_while_the_first_is_queued_is_stored_once(broker: Broker) -> None:
+    subscriber = Client(broker, unique("q2-sub"))
+    await asyncio.to_thread(subscriber.connect)
+    await asyncio.to_thread(subscriber.subscribe, ("q2/once", 2))
+    raw = await RawClient.open(broker.port)
+    await raw.send(connect_packet(unique("q2"), broker.credential))
+    assert await raw.read(4) == b"\x20\x02\x00\x00"
+    first, again = qos2_publish("q2/once", b"once", 9), qos2_publish("q2/once", b"once", 9, True)
+    await raw.send(first + again)  # the resend arrives before the first is stored
+    assert await raw.read(8) == b"\x50\x02\x00\x09" * 2  # PUBREC for each
+    await raw.send(b"\x62\x02\x00\x09")  # PUBREL
+    assert await raw.read(4) == b"\x70\x02\x00\x09"  # PUBCOMP
+    raw.close()
+    (message,) = await asyncio.to_thread(subscriber.receive, 1)
+    assert message.payload == b"once"
+    await asyncio.to_thread(subscriber.nothing_more, "q2/once")
+    subscriber.disconnect()
+
+
+async def test_qos2_publish_is_exactly_once_across_a_reconnect(broker: Broker) -> None:
+    subscriber = Client(broker, unique("q2-sub"))
+    await asyncio.to_thread(subscriber.connect)
+    await asyncio.to_thread(subscriber.subscribe, ("q2/reconnect", 2))
+    client_id = unique("q2-persistent")
+    raw = await RawClient.open(broker.port)
+    await raw.send(connect_packet(client_id, broker.credential, clean=False))
+    assert await raw.read(4) == b"\x20\x02\x00\x00"
+    await raw.send(qos2_publish("q2/reconnect", b"exactly once", 4))
+    assert await raw.read(4) == b"\x50\x02\x00\x04"  # PUBREC, then the connection drops
+    raw.close()
+    raw = await RawClient.open(broker.port)
+    await raw.send(connect_packet(client_id, broker.credential, clean=False))
+    assert await raw.read(4) == b"\x20\x02\x01\x00"  # session present
+    await raw.send(qos2_publish("q2/reconnect", b"exactly once", 4, dup=True))
+    assert await raw.read(4) == b"\x50\x02\x00\x04"  # known: answered, not stored
+    await raw.send(b"\x62\x02\x00\x04")
+    assert await raw.read(4) == b"\x70\x02\x00\x04"
+    raw.close()
+    (message,) = await asyncio.to_thread(subscriber.receive, 1)
+    assert message.payload == b"exactly once"
+    await asyncio.to_thread(subscriber.nothing_more, "q2/reconnect")
+    subscriber.disconnect()
+    await asyncio.to_thread(forget, broker, client_id)
+
+
+async def test_qos2_delivery_resends_pubrel_not_the_message_after_a_reconnect(
+    broker: Broker,
+) -> None:
+    client_id = unique("q2-receiver")
+    raw = await RawClient.open(broker.port)
+    await raw.send(connect_packet(client_id, broker.credential, clean=False))
+    assert await raw.read(4) == b"\x20\x02\x00\x00"
+    assert (await raw.subscribe("q2/out", 2))[-1] == 2
+    publisher = Client(broker, unique("pub"))
+    await asyncio.to_thread(publisher.connect)
+    await asyncio.to_thread(publisher.publish, "q2/out", b"delivered once", 2)
+    first, packet_id, payload = await raw.next_publish()
+    assert (first & 0x06, payload) == (0x04, b"delivered once")
+    pid = packet_id.to_bytes(2, "big")
+    await raw.send(b"\x50\x02" + pid)  # PUBREC
+    assert await raw.read(4) == b"\x62\x02" + pid  # PUBREL, then the connection drops
+    raw.close()
+    raw = await RawClient.open(broker.port)
+    await raw.send(connect_packet(client_id, broker.credential, clean=False))
+    assert await raw.read(4) == b"\x20\x02\x01\x00"
+    assert await raw.read(4) == b"\x62\x02" + pid  # PUBREL again, no PUBLISH
+    await raw.send(b"\x70\x02" + pid)  # PUBCOMP
+    await asyncio.to_thread(publisher.publish, "q2/out", b"next", 1)
+    first, _, payload = await raw.next_publish()
+    assert payload == b"next"  # the QoS 2 message was not sent again
+    raw.close()
+    publisher.disconnect()
+    await asyncio.to_thread(forget, broker, client_id)
