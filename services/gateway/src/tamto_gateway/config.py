@@ -119,7 +119,7 @@ class GatewayConfig(ServiceConfig):
     )
     mqtt_max_inflight: int = setting(
         64,
-        "QoS 1 messages an MQTT connection may have unacknowledged each way; more wait "
+        "QoS 1 and 2 messages an MQTT connection may have unacknowledged each way; more wait "
         "(that connection alone)",
         positive,
     )
