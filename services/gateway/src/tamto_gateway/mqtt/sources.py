@@ -11,8 +11,11 @@ one per filter on an ephemeral stream.
   0 delivery is acked when written, a QoS 1 one on the client's PUBACK, a QoS 2 one
   on its PUBREC; each ack grants the routers one more message, so a session never
   holds more than the inflight limit.
-- An ephemeral stream's filter is an ephemeral pattern subscription (`+` is `*`,
-  `#` is `#`), delivered at QoS 0 (at most once is what ephemeral streams give).
+- An ephemeral stream's filters share one ephemeral subscription: a single
+  filter's own pattern (`+` is `*`, `#` is `#`), or with several `#` and the
+  filters matched at the gateway, so that a message matching two filters is
+  delivered once. Delivered at QoS 0 (at most once is what ephemeral streams
+  give).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from tamto_gateway.http.consumers import HttpConsumer
 from tamto_gateway.http.model import Position, ReceivedMessage
 from tamto_gateway.mqtt.inbound import QOS_HEADER
-from tamto_gateway.mqtt.topics import Address
+from tamto_gateway.mqtt.topics import Address, matches
 from tamto_protocol.batch import decode_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 
@@ -126,23 +129,37 @@ def _published_qos(message: ReceivedMessage) -> int:
 
 
 class EphemeralSource:
-    """One filter of a connection on an ephemeral stream (module docstring)."""
+    """The filters of one connection on an ephemeral stream (module docstring)."""
 
     def __init__(
-        self, shared: Shared, identity: Identity, outbound: Outbound, address: Address
+        self,
+        shared: Shared,
+        identity: Identity,
+        outbound: Outbound,
+        address: Address,
+        filters: set[tuple[str, ...]],
     ) -> None:
         self._shared = shared
         self._identity = identity
         self._outbound = outbound
         self._address = address
+        #: The filters' levels after the stream's (fixed: a change makes a new source).
+        self.filters = frozenset(filters)
         self._events: AsyncIterator[bytes] | None = None
         self.task: asyncio.Task[None] | None = None
+
+    @property
+    def _pattern(self) -> str:
+        if len(self.filters) == 1:
+            (levels,) = self.filters
+            return ".".join("*" if w == "+" else w for w in levels)
+        return "#"
 
     async def start(self, client_id: str) -> None:
         """Subscribe, returning once the gateway matches messages for it."""
         request = gateway_pb2.SubscribeEphemeralRequest(
             stream=self._address.stream,
-            match=self._address.ephemeral_pattern.text,
+            match=self._pattern,
             consumer_name=f"mqtt:{client_id}"[:128],
             max_deliveries_per_event=EPHEMERAL_BATCHING,
         )
@@ -157,6 +174,9 @@ class EphemeralSource:
         async for raw in self._events:
             event = gateway_pb2.EphemeralEvent.FromString(raw)
             for delivery in (event.delivery, *event.more_deliveries):
+                levels = tuple(delivery.topic.split(".")) if delivery.topic else ()
+                if not any(matches(f, levels) for f in self.filters):
+                    continue
                 topic = self._shared.rule.delivered_topic(self._address.prefix, delivery.topic, ".")
                 payloads = decode_batch(delivery.batch.arrow_ipc).column("payload").to_pylist()
                 for payload in payloads:
