@@ -8,6 +8,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tamto_common.errors import FailedPrecondition
 from tamto_common.streams import StreamDef
 from tamto_gateway.http.auth import Credentials, HttpCall
 
@@ -60,7 +61,11 @@ class SingleStream:
                 replication_factor=0,  # 0: chosen for the cluster, as EnsureStream does
                 ack_quorum=0,
             )
-            await self._streams.ensure(wanted, overwrite=False)
+            ensured = await self._streams.ensure(wanted, overwrite=False)
+            if ensured.stream.ephemeral:
+                raise FailedPrecondition(
+                    f"--mqtt-stream {self.name!r} is an ephemeral stream: it must be persistent"
+                )
             self._ready = True
 
 
