@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow.dataset as ds
 import pytest
 
 from tamto_common.cluster_credential import CREDENTIAL_KEY
 from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd, list_members
 from tamto_local.ports import free_port
+from tamto_local.s3 import S3Spec
 from tamto_testing.processes import wait_for
 from tamto_testing.waiting import long_tests_enabled
 
@@ -248,3 +250,30 @@ def test_up_refuses_a_discovery_setting_that_is_not_an_srv_record(tmp_path: Path
     assert result.returncode == 2
     assert "tamto up: invalid --discovery: expected srv:<record name>" in result.stderr
     assert not (tmp_path / "data").exists(), "nothing was started"
+
+
+def test_up_with_an_s3_segment_store_runs_seaweedfs_and_seals_into_it(tmp_path: Path) -> None:
+    """`--segment-store s3`: SeaweedFS starts under the data directory, and the demo's
+    messages reach its bucket as segments (and the Iceberg catalog) once sealed."""
+    launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
+    launcher.start("--segment-store", "s3", "--demo")
+    try:
+        assert (launcher.data_dir / "seaweedfs" / "s3.json").is_file()
+        endpoint = launcher.output().split("endpoint_override=", 1)[1].split("&", 1)[0]
+
+        def rows_in_store() -> int:
+            s3 = S3Spec(launcher.data_dir, ports={"s3.port": int(endpoint.split(":")[1])})
+            dataset = ds.dataset(
+                "tamto/segments/streams/demo", filesystem=s3.filesystem(), partitioning="hive"
+            )
+            return int(dataset.count_rows())
+
+        # The demo's 1000 messages are sealed 5 s after their ack (the default).
+        wait_for(
+            lambda: rows_in_store() == 1000,
+            60,
+            f"the demo in the store:\n{launcher.output()[-3000:]}",
+        )
+        assert (launcher.data_dir / "iceberg.db").is_file()
+    finally:
+        assert launcher.stop() == 0

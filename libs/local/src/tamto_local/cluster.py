@@ -47,6 +47,7 @@ from tamto_local.infra import (
 )
 from tamto_local.ports import free_port
 from tamto_local.process import LineSink, ManagedProcess
+from tamto_local.s3 import S3Spec, create_bucket, weed_argv
 from tamto_local.tls import cert_paths, ensure_dev_pki
 
 SERVICES = ("auth", "storage", "router", "gateway")
@@ -84,6 +85,9 @@ class ClusterConfig:
     tls: bool = False
     #: Storage nodes and routers to run (`tamto up --nodes`); more than one adds a gateway.
     nodes: int = 1
+    #: The storage nodes' segment store (`tamto up --segment-store`): "" for each node's
+    #: data directory, "s3" for a SeaweedFS started here (`tamto_local.s3`), or a URI.
+    segment_store: str = ""
 
     @property
     def tls_dir(self) -> Path:
@@ -283,6 +287,8 @@ class LocalCluster:
         self._infra: dict[str, tuple[list[str], int]] = {}  # name -> (argv, port)
         self._started_at: dict[str, float] = {}
         self._quick_exits: dict[str, int] = dict.fromkeys((*INFRA, *self.names), 0)
+        #: What storage nodes are told about the segment store (`_start_segment_store`).
+        self._store_env: dict[str, str] = {}
 
     def gateway_urls(self) -> list[str]:
         """Every gateway's URL (two with several nodes), once started."""
@@ -329,7 +335,7 @@ class LocalCluster:
                 self.cluster_secret,
             ),
             self.ports[name],
-            c.extra_env,
+            {**c.extra_env, **self._store_env} if name.startswith("storage") else c.extra_env,
             process=name,
             nodes=c.nodes,
             http_port=self.http_ports.get(name, 0),
@@ -359,6 +365,7 @@ class LocalCluster:
         etcd = EtcdSpec(c.data_dir / "etcd", c.etcd_port, c.etcd_peer_port, c.host)
         await self._start_infra("etcd", etcd_argv(etcd), c.etcd_port)
         await self._start_infra("nats", nats_argv(NatsSpec(c.nats_port, c.host)), c.nats_port)
+        await self._start_segment_store()
         # A service's start is mostly Python's imports: side by side they take a
         # one-node system about as long as one service alone on two cores. Each
         # registers in etcd before it reports SERVING, and finds the others there
@@ -367,6 +374,24 @@ class LocalCluster:
         await self._start_services(backends)
         await self._start_services([n for n in self.names if n not in backends])
         self._supervisor = asyncio.create_task(self._supervise(), name="supervisor")
+
+    async def _start_segment_store(self) -> None:
+        """Start SeaweedFS for ``--segment-store s3`` (its data under the data directory),
+        or pass a store URI on; every storage node is told where the store is."""
+        c = self.config
+        if not c.segment_store:
+            return
+        # Every stream of the store is an Iceberg table too; one SQLite catalog, here.
+        catalog = {"TAMTO_STORAGE_ICEBERG_CATALOG": f"sqlite:///{c.data_dir / 'iceberg.db'}"}
+        if c.segment_store != "s3":
+            self._store_env = {"TAMTO_STORAGE_SEGMENT_STORE": c.segment_store, **catalog}
+            return
+        spec = S3Spec(c.data_dir / "seaweedfs", host=c.host)
+        self.restarts["seaweedfs"] = self._quick_exits["seaweedfs"] = 0
+        await self._start_infra("seaweedfs", weed_argv(spec), spec.ports["s3.port"])
+        await self._wait("seaweedfs", lambda: asyncio.to_thread(create_bucket, spec))
+        self._store_env = {"TAMTO_STORAGE_SEGMENT_STORE": spec.uri(), **spec.env(), **catalog}
+        self._notify(f"segment store: {spec.uri()}; Iceberg catalog: {catalog}")
 
     async def _start_infra(self, name: str, argv: list[str], port: int) -> None:
         self._infra[name] = (argv, port)
@@ -462,7 +487,7 @@ class LocalCluster:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._supervisor
-        for name in (*reversed(self.names), "nats", "etcd"):
+        for name in (*reversed(self.names), "seaweedfs", "nats", "etcd"):
             proc = self.processes.get(name)
             if proc is not None and proc.running():
                 started = time.monotonic()

@@ -31,6 +31,13 @@ from tamto_sdk.errors import (
     Unavailable,
     UndecodableBatch,
 )
+from tamto_sdk.functions import (
+    FunctionInfo,
+    FunctionInputLag,
+    FunctionInstance,
+    Functions,
+    FunctionStatus,
+)
 from tamto_sdk.messages import (
     Durability,
     EnsureResult,
@@ -120,6 +127,11 @@ __all__ = [
     "EphemeralMessage",
     "EphemeralProducer",
     "FailedPrecondition",
+    "FunctionInfo",
+    "FunctionInputLag",
+    "FunctionInstance",
+    "FunctionStatus",
+    "Functions",
     "Grant",
     "Identity",
     "IdentityKind",

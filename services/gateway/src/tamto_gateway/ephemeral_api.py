@@ -27,10 +27,10 @@ from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.policy import Permission
 from tamto_common.streams import StreamDef
-from tamto_common.topics import TopicPattern, check_topic
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_consumer import subscribed_event
 from tamto_gateway.requests import GENERATED, RequestBroker, RequestOptions, check_reply_error
+from tamto_gateway.topics import TopicPattern, check_topic
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.pipelined import (
     MORE_ANSWERS_METADATA,

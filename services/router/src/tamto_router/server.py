@@ -29,6 +29,7 @@ from tamto_common.service import Runtime
 from tamto_common.streams import StreamDef, read_stream
 from tamto_common.tokens import Authenticator, TokenVerifier, refetch_jwks
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc
+from tamto_router.admin import SubscriptionAdmin
 from tamto_router.balancer import Balancer, LoadMeter
 from tamto_router.batch_cache import BatchCache
 from tamto_router.client_api import ClientPublish, OwnerRule, RouterRing, StreamDefs
@@ -41,6 +42,7 @@ from tamto_router.healing_metric import HEALING
 from tamto_router.ledger_audit import LedgerAudit, audit_interval_s
 from tamto_router.partitions import UNDER_REPLICATED, Partitions
 from tamto_router.storage_client import StorageClient
+from tamto_router.subscription_metrics import SubscriptionCollector, SubscriptionSampler
 
 log = structlog.get_logger(__name__)
 
@@ -273,6 +275,17 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         )
         await balancer.start()
         resources.push_async_callback(balancer.close)
+
+    if config.subscription_metrics_s > 0:
+        sampler = SubscriptionSampler(
+            SubscriptionAdmin(partitions, subscriptions, config.member_id),
+            partitions.open_logs,
+            SubscriptionCollector(),
+            config.subscription_metrics_s,
+            config.subscription_metrics_limit,
+        )
+        sampler.start()
+        resources.push_async_callback(sampler.stop)
 
     hand_back = asyncio.create_task(hand_back_loop(), name="hand-back")
     auditing = asyncio.create_task(

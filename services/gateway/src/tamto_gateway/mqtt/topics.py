@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
-from tamto_common.topics import TopicPattern, check_topic
+from tamto_gateway.topics import TopicPattern, check_topic
 
 
 @dataclass(frozen=True, slots=True)
