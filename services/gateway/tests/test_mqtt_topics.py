@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tamto_common.errors import InvalidArgument
+from tamto_common.config import load_config
+from tamto_common.errors import ConfigError, InvalidArgument
+from tamto_gateway.config import GatewayConfig
 from tamto_gateway.mqtt.topics import TopicRule, check_filter, matches
 
 
@@ -114,3 +116,11 @@ def test_single_stream_matching(topic_filter: str, topic: str, expected: bool) -
 def test_leading_wildcards_match_dollar_levels_below_a_stream() -> None:
     rule = TopicRule()
     assert rule.matches(rule.filter("s/#").rest, rule.topic_levels("$x/y"))
+
+
+def test_the_single_stream_setting_must_name_a_stream() -> None:
+    env = {"TAMTO_GATEWAY_MQTT_STREAM": "mqtt"}
+    assert load_config(GatewayConfig, "gateway", [], environ=env).mqtt_stream == "mqtt"
+    assert load_config(GatewayConfig, "gateway", [], environ={}).mqtt_stream == ""
+    with pytest.raises(ConfigError, match="mqtt-stream"):
+        load_config(GatewayConfig, "gateway", ["--mqtt-stream", "a b"], environ={})
