@@ -1,5 +1,5 @@
-"""A persistent session's record in etcd: its QoS 2 packet ids round-trip, and a
-record written before they were kept still reads."""
+"""A persistent session's record in etcd: its QoS 2 packet ids (and their messages'
+ids) round-trip, and a record written before they were kept still reads."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from tamto_gateway.mqtt.state import StoredSession
 
 
 def test_a_session_keeps_its_qos2_packet_ids() -> None:
-    session = StoredSession("alice", {"TopicA/#": 2}, received=[4, 9], releasing=[1])
+    received = {4: "mqtt-a", 9: "mqtt-b"}
+    session = StoredSession("alice", {"TopicA/#": 2}, received=received, releasing=[1])
     assert StoredSession.decode(session.encode()) == session
 
 

@@ -115,7 +115,7 @@ class Connection:
             identity,
             self._outbound.send,
             lambda: self._persist_qos2(stored, inbound),
-            stored.received if stored is not None else [],
+            stored.received if stored is not None else {},
         )
         if stored is not None:
             self._outbound.persist = lambda: self._persist_qos2(stored, inbound)
@@ -133,7 +133,7 @@ class Connection:
         """Save a persistent session's QoS 2 packet ids (nothing for a clean session)."""
         if stored is None:
             return
-        stored.received = sorted(inbound.awaiting_release)
+        stored.received = dict(inbound.received)
         stored.releasing = sorted(self._outbound.releasing)
         await self._shared.state.save_session(self.client_id, stored)
 

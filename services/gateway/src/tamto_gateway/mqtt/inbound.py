@@ -11,11 +11,14 @@ received (MQTT-4.6.0-2): PUBACK for QoS 1, PUBREC for QoS 2. A persistent
 stream's PUBACK therefore means durable.
 
 QoS 2 is stored once per packet id until its PUBREL: a PUBLISH of a packet id
-already queued, or stored and PUBREC'd, is only answered (PUBREC) again. The packet
-ids awaiting PUBREL are part of the session's state (`received`), saved in the
-cluster for a persistent session before each PUBREC and PUBCOMP, so a resend after
-reconnecting, to any gateway, is not stored again. A retained message is kept in
-etcd once its publish succeeded.
+already queued or stored by this connection is only answered (PUBREC) again. A
+new packet id's message gets a Tamto message id, and the pair is part of the
+session's state (`received`), saved in the cluster for a persistent session
+before the message is stored; a resend after the session resumed, on any
+gateway, is stored again under that id, which the stream's dedup drops if the
+first copy was stored (a keyless one goes to the partition its id picks, so
+that dedup sees both). A retained message is kept in etcd once its publish
+succeeded.
 
 A publish the gateway refuses (no permission, no such stream, too large) ends
 the connection: MQTT 3.1.1 has no negative PUBACK, and dropping it silently
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -49,6 +53,8 @@ class Item:
     address: Address
     #: Already stored (a QoS 2 packet sent again before its PUBREL): only answered.
     stored: bool = False
+    #: A QoS 2 message's Tamto id: the same for every PUBLISH of its packet id.
+    message_id: str | None = None
 
 
 class Inbound:
@@ -60,7 +66,7 @@ class Inbound:
         identity: Identity,
         send: Callable[[bytes], None],
         persist: Callable[[], Awaitable[None]],
-        awaiting_release: list[int],
+        received: dict[int, str],
     ) -> None:
         self._shared = shared
         self._identity = identity
@@ -68,25 +74,36 @@ class Inbound:
         self._persist = persist
         self._queue: asyncio.Queue[Item] = asyncio.Queue(shared.limits.max_inflight)
         self._turns = itertools.count()
-        #: QoS 2 packet ids stored and answered with PUBREC, awaiting their PUBREL.
-        self.awaiting_release: set[int] = set(awaiting_release)
-        #: QoS 2 packet ids queued to be stored.
-        self._queued: set[int] = set()
+        #: QoS 2 packet ids not yet released, with their messages' Tamto ids (the
+        #: session's: a resumed session's come from the cluster state).
+        self.received: dict[int, str] = dict(received)
+        #: QoS 2 packet ids queued or stored by this connection.
+        self._here: set[int] = set()
 
     async def put(self, packet: codec.Publish) -> None:
         """Queue a client's PUBLISH (waits while the connection's inflight is full)."""
         address = self._shared.rule.topic(packet.topic)
-        stored = False
-        if packet.qos == 2 and packet.packet_id is not None:
-            known = self.awaiting_release | self._queued
-            stored = packet.packet_id in known
-            self._queued.add(packet.packet_id)
-        await self._queue.put(Item(packet, address, stored))
+        if packet.qos != 2 or packet.packet_id is None:
+            await self._queue.put(Item(packet, address))
+            return
+        packet_id = packet.packet_id
+        if packet_id in self._here:  # queued or stored already: only answered
+            await self._queue.put(Item(packet, address, stored=True))
+            return
+        message_id = self.received.get(packet_id)
+        if message_id is None:  # a new message: its id is saved before it is stored
+            message_id = f"mqtt-{secrets.token_hex(12)}"
+            self.received[packet_id] = message_id
+            await self._persist()
+        # Else sent before the session resumed: stored again under the same id, which
+        # the stream's dedup drops if it was stored then.
+        self._here.add(packet_id)
+        await self._queue.put(Item(packet, address, message_id=message_id))
 
     async def released(self, packet_id: int) -> None:
         """The client's PUBREL: the packet id is a new message's from now on."""
-        if packet_id in self.awaiting_release:
-            self.awaiting_release.discard(packet_id)
+        self._here.discard(packet_id)
+        if self.received.pop(packet_id, None) is not None:
             await self._persist()
         self._send(codec.ack(codec.PUBCOMP, packet_id))
 
@@ -102,7 +119,7 @@ class Inbound:
                 items.append(self._queue.get_nowait())
             for partition, group in self._groups(items):
                 await self._store(group, partition)
-                await self._acknowledge(group)
+                self._acknowledge(group)
             for _ in items:
                 self._queue.task_done()
 
@@ -119,7 +136,7 @@ class Inbound:
         for item in items:
             key = item.address.key
             place = (item.address.stream, key if key is not None else item.address.rest)
-            if groups and place == last and not item.stored and not groups[-1][1][0].stored:
+            if groups and place == last and _joins(item) and _joins(groups[-1][1][0]):
                 groups[-1][1].append(item)
             else:
                 groups.append((keyless if key is None else None, [item]))
@@ -140,7 +157,7 @@ class Inbound:
             principal, Permission.PUBLISH, address.stream, call.peer(), "Publish"
         )
         stream = await self._shared.streams.describe(address.stream)
-        batch = _batch([i.packet for i in group], [i.address.key for i in group])
+        batch = _batch(group)
         if stream.ephemeral:
             await self._shared.servicer.PublishEphemeral(
                 gateway_pb2.PublishEphemeralRequest(
@@ -150,8 +167,9 @@ class Inbound:
             )
         else:
             key = address.key
-            if key is not None:
-                partition = partition_for_key(key, stream.partitions)
+            pinned = key if key is not None else _encoded(group[0].message_id)
+            if pinned is not None:  # by key; a keyless QoS 2 message by its id
+                partition = partition_for_key(pinned, stream.partitions)
             else:
                 partition = (turn if turn is not None else next(self._turns)) % stream.partitions
             await self._shared.servicer.Publish(
@@ -164,16 +182,7 @@ class Inbound:
                     item.packet.topic, item.packet.payload, item.packet.qos
                 )
 
-    async def _acknowledge(self, group: list[Item]) -> None:
-        fresh = {
-            i.packet.packet_id
-            for i in group
-            if i.packet.qos == 2 and not i.stored and i.packet.packet_id is not None
-        }
-        if fresh:
-            self.awaiting_release |= fresh
-            self._queued -= fresh
-            await self._persist()
+    def _acknowledge(self, group: list[Item]) -> None:
         for item in group:
             packet_id = item.packet.packet_id
             if packet_id is None:
@@ -182,13 +191,24 @@ class Inbound:
             self._send(codec.ack(kind, packet_id))
 
 
-def _batch(packets: list[codec.Publish], keys: list[bytes | None]) -> messages_pb2.RecordBatch:
+def _joins(item: Item) -> bool:
+    """Whether an item may share a batch with its neighbours bound to the same place:
+    not one only answered, nor a keyless QoS 2 message (its id picks its partition)."""
+    return not item.stored and (item.address.key is not None or item.message_id is None)
+
+
+def _encoded(message_id: str | None) -> bytes | None:
+    return None if message_id is None else message_id.encode()
+
+
+def _batch(group: list[Item]) -> messages_pb2.RecordBatch:
+    packets = [i.packet for i in group]
     arrow_ipc = encode_batch(
         BatchColumns(
             payloads=[p.payload for p in packets],
-            keys=keys,
+            keys=[i.address.key for i in group],
             headers=[{QOS_HEADER: str(p.qos)} for p in packets],
-            ids=[None] * len(packets),
+            ids=[i.message_id for i in group],
             event_times_us=[None] * len(packets),
         )
     )

@@ -31,8 +31,9 @@ class StoredSession:
 
     subject: str
     subscriptions: dict[str, int] = field(default_factory=dict)
-    #: QoS 2 packet ids received from the client, stored and PUBREC'd, awaiting PUBREL.
-    received: list[int] = field(default_factory=list)
+    #: QoS 2 packet ids received from the client and not yet released (PUBREL), each
+    #: with the Tamto message id its message is stored under (the stream's dedup).
+    received: dict[int, str] = field(default_factory=dict)
     #: QoS 2 packet ids delivered to the client and PUBREC'd, awaiting PUBCOMP.
     releasing: list[int] = field(default_factory=list)
 
@@ -40,7 +41,7 @@ class StoredSession:
         value = {
             "subject": self.subject,
             "subscriptions": self.subscriptions,
-            "received": self.received,
+            "received": {str(k): v for k, v in self.received.items()},
             "releasing": self.releasing,
         }
         return json.dumps(value).encode()
@@ -51,7 +52,7 @@ class StoredSession:
         return cls(
             str(value["subject"]),
             {str(k): int(v) for k, v in value["subscriptions"].items()},
-            [int(i) for i in value.get("received", [])],
+            {int(k): str(v) for k, v in value.get("received", {}).items()},
             [int(i) for i in value.get("releasing", [])],
         )
 
