@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from tamto_common.decoding import Undecodable
 from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
@@ -80,8 +81,12 @@ def _pipelined(
 
 
 async def _each_call(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """Every call of a stream whose messages may carry further calls (`more_calls`)."""
+    """Every call of a stream whose messages may carry further calls (`more_calls`); a
+    message that did not parse (`Undecodable`) goes on as it is, to be refused alone."""
     async for request in requests:
+        if isinstance(request, Undecodable):
+            yield request
+            continue
         more = list(request.more_calls)
         if more:
             request.ClearField("more_calls")
