@@ -38,20 +38,7 @@ from tamto_sdk.functions import (
     Functions,
     FunctionStatus,
 )
-from tamto_sdk.messages import (
-    Durability,
-    EnsureResult,
-    EphemeralConfig,
-    Message,
-    MessageBatch,
-    Overflow,
-    PublishedBatch,
-    PublishResult,
-    RetentionPolicy,
-    StreamConfig,
-    StreamInfo,
-    StreamKind,
-)
+from tamto_sdk.messages import Message, MessageBatch, PublishedBatch, PublishResult
 from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.security import (
@@ -64,6 +51,16 @@ from tamto_sdk.security import (
     Role,
     Security,
     WhoAmI,
+)
+from tamto_sdk.stream_config import (
+    Durability,
+    EnsureResult,
+    EphemeralConfig,
+    Overflow,
+    RetentionPolicy,
+    StreamConfig,
+    StreamInfo,
+    StreamKind,
 )
 from tamto_sdk.subscriptions import (
     ConsumerInfo,

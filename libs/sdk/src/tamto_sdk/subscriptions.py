@@ -23,15 +23,10 @@ from typing import Any
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk.errors import InvalidArgument, NotFound, Unavailable, UndecodableBatch
-from tamto_sdk.messages import (
-    MessageBatch,
-    StreamInfo,
-    StreamKind,
-    publish_time_of,
-    us_to_datetime,
-)
+from tamto_sdk.messages import MessageBatch, publish_time_of, us_to_datetime
 from tamto_sdk.overview import SubscriptionSummary
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
+from tamto_sdk.stream_config import StreamInfo, StreamKind
 
 __all__ = [
     "ConsumerInfo",
