@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tamto_cli.connect import connect_client
+from tamto_cli.connect import connect_client, fetch
 from tamto_cli.connect import run as run_command
 from tamto_cli.options import ApiKey, AsJson, DataDir, Url
 
@@ -178,11 +178,7 @@ def describe(
 ) -> None:
     """Show a function's stored spec, with its version and state."""
 
-    async def run() -> tamto_sdk.FunctionInfo:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.functions.describe(function)
-
-    info = run_command(run())
+    info = fetch(url, api_key, data_dir, lambda client: client.functions.describe(function))
     if as_json:
         print(json.dumps(_info_json(info)))
     else:
@@ -199,11 +195,7 @@ def status(
 ) -> None:
     """Where each instance runs, its counters, rate and last error; each input's lag."""
 
-    async def run() -> tamto_sdk.FunctionStatus:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.functions.status(function)
-
-    found = run_command(run())
+    found = fetch(url, api_key, data_dir, lambda client: client.functions.status(function))
     if as_json:
         document = dataclasses.asdict(found)
         document["function"] = _info_json(found.function)

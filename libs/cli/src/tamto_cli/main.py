@@ -27,7 +27,7 @@ from rich.table import Table
 from tamto_cli import ephemeral_cmds, settings
 from tamto_cli.auth_cmds import auth_app
 from tamto_cli.cluster_cmds import node_app, partition_app
-from tamto_cli.connect import connect_client, exit_code
+from tamto_cli.connect import connect_client, exit_code, fetch
 from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
@@ -480,17 +480,12 @@ def stream_list(
     as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
 ) -> None:
     """List the streams: one `NAME<TAB>PARTITIONS<TAB>KIND` line each (or JSON)."""
-
-    async def run() -> None:
-        async with await connect_client(url, api_key, data_dir) as client:
-            streams = await client.streams.list()
-        if as_json:
-            print(json.dumps([_info_dict(info) for info in streams]))
-            return
-        for info in streams:
-            typer.echo(f"{info.name}\t{info.partitions}\t{info.kind.value}")
-
-    run_command(run())
+    streams = fetch(url, api_key, data_dir, lambda client: client.streams.list())
+    if as_json:
+        print(json.dumps([_info_dict(info) for info in streams]))
+        return
+    for info in streams:
+        typer.echo(f"{info.name}\t{info.partitions}\t{info.kind.value}")
 
 
 @stream_app.command("delete")
