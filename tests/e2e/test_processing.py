@@ -6,7 +6,9 @@ them (`tamto_functions.specs.SpecStore`), as the processing nodes read them.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -154,3 +156,46 @@ async def test_a_function_whose_identity_may_not_publish_fails_and_publishes_not
     stats = await tamto_client.streams.stats(output)
     assert sum(p.end_offset for p in stats.partitions) == 0
     await specs.delete(name)
+
+
+async def test_a_dead_nodes_instances_start_on_another_node_within_seconds(
+    processing: TestCluster, tamto_client: tamto_sdk.Client, specs: SpecStore
+) -> None:
+    """Two processing nodes share a function's instances by the ring; kill -9 of one
+    moves its instances to the other once its lease lapses, and results keep coming."""
+    source, output, name = unique("in"), unique("out"), unique("fn")
+    await tamto_client.streams.ensure(source, partitions=4)
+    await tamto_client.streams.ensure(output, partitions=1)
+    code = Declarative(({"filter": "true"},))
+    spec = FunctionSpec(name, (Input(source),), output, code, identity="dev", parallelism=8)
+    processing.start("processing-2", extra_env=FAST)
+    try:
+        await specs.put(spec, processing.credential)
+        nodes = {processing.instance_id(n) for n in ("processing", "processing-2")}
+
+        async def on(wanted: set[str]) -> bool:
+            statuses = await specs.statuses(name)
+            return len(statuses) == 8 and {s["node"] for s in statuses.values()} == wanted
+
+        await eventually(lambda: on(nodes), 60, "the 8 instances spread over both nodes")
+        processing.kill9("processing-2")
+        killed = time.monotonic()
+        survivor = {processing.instance_id("processing")}
+
+        async def all_on_survivor() -> bool:
+            statuses = await specs.statuses(name)
+            running = [s for s in statuses.values() if s["node"] in survivor]
+            return len(running) == 8 and all(s["updated_at"] > killed for s in running)
+
+        await eventually(all_on_survivor, 60, "every instance on the surviving node")
+        moved_after_s = time.monotonic() - killed
+        async with tamto_client.producer(source) as producer:
+            await (await producer.send_batch([f"m{i}".encode() for i in range(200)]))
+        results = await read_all(tamto_client, output, 200)
+        assert len(results) == 200
+        print(f"instances moved {moved_after_s:.1f} s after the kill")
+        assert moved_after_s < 30  # the lease TTL (5 s) and a look (0.2 s), on a busy machine
+    finally:
+        await specs.delete(name)
+        with contextlib.suppress(Exception):
+            processing.stop("processing-2")

@@ -178,8 +178,10 @@ class TestCluster:
         return proc
 
     def _spawn(self, name: str, extra_env: dict[str, str] | None) -> TestProcess:
-        """Start process `name` without waiting for it (`_wait_ready` does)."""
+        """Start process `name` without waiting for it (`_wait_ready` does); a further
+        process of a service (`processing-2`) gets a free port the first time."""
         service, _ = split_process(name)
+        self.ports.setdefault(name, free_port())
         if service == "storage":
             extra_env = {**self._storage_env, **(extra_env or {})}
         env = service_env(
