@@ -38,50 +38,11 @@ import tamto_sdk
 from tamto_sdk import EphemeralConfig, SubscriptionType
 from tamto_testing.cluster import TestCluster
 from tamto_testing.waiting import eventually
+from tests.doc_blocks import DOC_URL, SPARK_BLOCKS, Block, code_blocks
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-CODE = {"python", "bash", "sh", "console", "shell"}
-#: The address the docs use for a local system; the cluster's URL replaces it.
-DOC_URL = "tamto://127.0.0.1:7400"
 TAMTO = str(Path(sys.executable).with_name("tamto"))
-
-
-@dataclass(frozen=True)
-class Block:
-    """One fenced code block: its page, first line, language and text."""
-
-    page: str
-    line: int
-    lang: str
-    text: str
-    key: str
-
-
-def blocks() -> list[Block]:
-    """Every fenced block of the README and docs/*.md, keyed by page and first line."""
-    found: list[Block] = []
-    fence = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
-    for path in PAGES:
-        text = path.read_text()
-        page = str(path.relative_to(ROOT))
-        seen: dict[str, int] = {}
-        for match in fence.finditer(text):
-            body = match.group(2)
-            first = next((line.strip() for line in body.splitlines() if line.strip()), "")
-            key = f"{page}: {first}"
-            seen[key] = seen.get(key, 0) + 1
-            if seen[key] > 1:
-                key += f" #{seen[key]}"
-            line = text[: match.start()].count("\n") + 1
-            found.append(Block(page, line, match.group(1), body, key))
-    return found
-
-
-def code_blocks() -> list[Block]:
-    return [b for b in blocks() if b.lang in CODE]
 
 
 #: Blocks another test runs as they are, and which one.
@@ -94,9 +55,15 @@ RUN_ELSEWHERE = {
         "tests/e2e/test_http_api.py::test_the_readme_curl_walkthrough_runs"
     ),
     "docs/spark.md: uv run python pipelines/traffic_report.py --data-dir .tamto/storage "
-    "--stream orders --out out/traffic": "tests/spark/test_pipeline_commands.py runs each "
-    "pipeline as one command and under spark-submit (local master; a remote master's "
-    "spark://host:7077 is not here)",
+    "--stream orders --out out/traffic": "tests/spark/test_spark_write_and_pipelines.py runs "
+    "each pipeline's code on the test run's SparkSession (as its own command each would "
+    "start a JVM, about a minute here) and tests/spark/test_pipeline_commands.py runs "
+    "traffic_report.py under spark-submit with a local master (a remote spark://host:7077 "
+    "is not here)",
+    **{
+        key: "tests/spark/test_spark_doc_blocks.py, on the test run's SparkSession"
+        for key in SPARK_BLOCKS
+    },
 }
 
 #: Blocks no test can run here, and why.
@@ -126,20 +93,6 @@ NOT_RUN = {
     ),
     "docs/testing.md: TAMTO_LONG_TESTS=1 ./dev task pytest -- <test path>": (
         "a template (<test path>) for running a long campaign"
-    ),
-    'docs/segments.md: spark.read.parquet("<data-dir>/streams/orders")  '
-    "# every sealed message, `partition` from the path": (
-        "needs a SparkSession and a data directory; tests/spark/test_spark_read.py reads "
-        "sealed segments with spark.read.parquet"
-    ),
-    'docs/spark.md: df = spark.read.parquet(".tamto/storage/streams/orders")': (
-        "needs a SparkSession; tests/spark/test_spark_read.py reads a stream's directory "
-        "with spark.read.parquet"
-    ),
-    'docs/spark.md: path = ".tamto/storage/streams/orders"': (
-        "needs a SparkSession; tests/spark/test_spark_read.py and "
-        "test_spark_write_and_pipelines.py run the offset and time ranges, the streaming "
-        "read and the write through the gateway"
     ),
 }
 
