@@ -60,6 +60,10 @@ RUN_ELSEWHERE = {
     "start a JVM, about a minute here) and tests/spark/test_pipeline_commands.py runs "
     "traffic_report.py under spark-submit with a local master (a remote spark://host:7077 "
     "is not here)",
+    "README.md: TAMTO_GATEWAY_MQTT_PORT=1883 tamto up      # in another terminal": (
+        "tests/e2e/test_mqtt.py::test_the_readme_mosquitto_walkthrough_runs, on that module's "
+        "MQTT cluster (it stands for the block's `tamto up`)"
+    ),
     **{
         key: "tests/spark/test_spark_doc_blocks.py, on the test run's SparkSession"
         for key in SPARK_BLOCKS
@@ -68,11 +72,6 @@ RUN_ELSEWHERE = {
 
 #: Blocks no test can run here, and why.
 NOT_RUN = {
-    "README.md: TAMTO_GATEWAY_MQTT_PORT=1883 tamto up      # in another terminal": (
-        "starts a foreground `tamto up` on the fixed port 1883 beside mosquitto clients; "
-        "tests/e2e/test_mqtt.py::test_mosquitto_pub_and_sub runs mosquitto_pub and "
-        "mosquitto_sub against a real gateway's broker, test_mqtt.py the retained messages"
-    ),
     "docs/mqtt.md: TAMTO_GATEWAY_MQTT_PORT=1883 tamto up      "
     "# a local system whose gateway serves MQTT on 1883": (
         "a foreground `tamto up` on a fixed port; tests/e2e/test_launcher.py runs `tamto up`"
