@@ -129,6 +129,42 @@ OVERVIEW = (
         "Unary Publish calls, from arrival to acknowledgement (streams are timed whole).",
     ),
     latency(
+        "Publish to ack, at the gateways",
+        "tamto_gateway_publish_ack_seconds",
+        "",
+        "instance",
+        "Each published batch, every API and pipelined streams included: from reaching the "
+        "gateway to durable on the partition's quorum.",
+    ),
+    latency(
+        "Publish to first delivery, at the routers",
+        "tamto_router_publish_to_deliver_seconds",
+        "",
+        "instance",
+        "From a batch's publish time to its first delivery to a consumer: grows with backlog.",
+    ),
+    PanelSpec(
+        "Messages in and out per second, per stream",
+        (
+            Query(
+                rate("tamto_router_stream_messages_total", "stream, direction"),
+                "{{direction}} {{stream}}",
+            ),
+        ),
+        description="At the routers: in = appended (counted once, whatever the replication), "
+        "out = delivered to consumers (redeliveries included).",
+    ),
+    PanelSpec(
+        "Logins and denials per second",
+        (
+            Query(rate("tamto_auth_logins_total", "outcome"), "login {{outcome}}"),
+            Query(rate("tamto_auth_denials_total", "reason"), "denied {{reason}}"),
+        ),
+        unit="reqps",
+        description="API key logins at auth, and calls refused by the gateways and routers "
+        "(unauthenticated, or lacking a permission).",
+    ),
+    latency(
         "Append latency at the routers",
         "tamto_rpc_server_seconds",
         'method="/tamto.v1.Router/Append",code="OK"',
@@ -231,6 +267,89 @@ CONSUMERS = (
     ),
 )
 
+SUBSCRIPTION = 'stream=~"$stream"'
+BY_SUBSCRIPTION = "stream, subscription"
+SUBSCRIPTIONS = (
+    PanelSpec(
+        "Backlog (messages)",
+        (
+            Query(
+                total("tamto_subscription_backlog_messages", BY_SUBSCRIPTION, SUBSCRIPTION),
+                "{{stream}} {{subscription}}",
+            ),
+        ),
+        description="Messages not acked yet, summed over partitions (and the routers owning "
+        "them): what `tamto sub describe` shows. Subscriptions beyond a router's "
+        "--subscription-metrics-limit are summed under _other.",
+    ),
+    PanelSpec(
+        "Backlog (bytes, estimated)",
+        (
+            Query(
+                total("tamto_subscription_backlog_bytes", BY_SUBSCRIPTION, SUBSCRIPTION),
+                "{{stream}} {{subscription}}",
+            ),
+        ),
+        unit="bytes",
+    ),
+    PanelSpec(
+        "Backlog growth per second",
+        (
+            Query(
+                f"sum by ({BY_SUBSCRIPTION}) "
+                f"(deriv(tamto_subscription_backlog_messages{{{SUBSCRIPTION}}}[5m]))",
+                "{{stream}} {{subscription}}",
+            ),
+        ),
+        description="Above 0 for long: consumers do not keep up (the alert "
+        "TamtoSubscriptionBacklogGrowing).",
+    ),
+    PanelSpec(
+        "Oldest unacked message age",
+        (
+            Query(
+                total(
+                    "tamto_subscription_oldest_unacked_age_seconds",
+                    BY_SUBSCRIPTION,
+                    SUBSCRIPTION,
+                    "max",
+                ),
+                "{{stream}} {{subscription}}",
+            ),
+        ),
+        unit="s",
+        description="A stuck message (nacked again and again, or a consumer holding it) "
+        "shows here while the backlog may look small.",
+    ),
+    PanelSpec(
+        "Unacked and consumers",
+        (
+            Query(
+                total("tamto_subscription_unacked", BY_SUBSCRIPTION, SUBSCRIPTION),
+                "unacked {{stream}} {{subscription}}",
+            ),
+            Query(
+                total("tamto_subscription_consumers", BY_SUBSCRIPTION, SUBSCRIPTION),
+                "consumers {{stream}} {{subscription}}",
+            ),
+        ),
+    ),
+    PanelSpec(
+        "Redeliveries and dead letters (totals)",
+        (
+            Query(
+                total("tamto_subscription_redeliveries", BY_SUBSCRIPTION, SUBSCRIPTION),
+                "redelivered {{stream}} {{subscription}}",
+            ),
+            Query(
+                total("tamto_subscription_dead_lettered", BY_SUBSCRIPTION, SUBSCRIPTION),
+                "dead-lettered {{stream}} {{subscription}}",
+            ),
+        ),
+        description="Kept with the cursor: they survive router restarts and changes of owner.",
+    ),
+)
+
 CLUSTER = (
     PanelSpec(
         "Members up",
@@ -290,6 +409,17 @@ CLUSTER = (
         description="Acknowledged but not yet sealed into Parquet.",
     ),
     PanelSpec(
+        "Partition ownership changes (1 h)",
+        (
+            Query(
+                "sum by (instance, change) (increase(tamto_router_ownership_changes_total[1h]))",
+                "{{instance}} {{change}}",
+            ),
+        ),
+        description="claimed: opened by this router; handed_back: another router's by "
+        "placement now; lost: the router's etcd lease lapsed.",
+    ),
+    PanelSpec(
         "etcd leases granted anew (1 h)",
         (
             Query(
@@ -338,9 +468,16 @@ DASHBOARDS = (
     DashboardSpec(
         "tamto-consumers",
         "Tamto / Consumers",
-        "Consumers and their sessions. A subscription's backlog, unacked messages, "
-        "redeliveries and dead letters: `tamto sub describe STREAM SUBSCRIPTION`.",
+        "Consumers and their sessions (per subscription: Tamto / Subscriptions).",
         CONSUMERS,
+    ),
+    DashboardSpec(
+        "tamto-subscriptions",
+        "Tamto / Subscriptions",
+        "Per subscription: backlog, its growth, oldest unacked age, unacked, consumers, "
+        "redeliveries and dead letters (the numbers of `tamto sub describe`).",
+        SUBSCRIPTIONS,
+        per_stream=True,
     ),
     DashboardSpec(
         "tamto-cluster",

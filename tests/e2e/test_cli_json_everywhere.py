@@ -127,6 +127,21 @@ async def test_every_command_prints_json_that_parses(
     assert written["targets"] >= 4
     assert json.loads(targets.read_text())
 
+    function, spec = f"{stream}-fn", tamto_cluster.workdir / f"{stream}-fn.json"
+    output = f"{stream}-out"
+    assert (await run("stream ensure", output))["created"] is True
+    steps = [{"filter": "true"}]
+    body = {"name": function, "inputs": [stream], "output": output, "identity": "dev"}
+    spec.write_text(json.dumps({**body, "code": {"steps": steps}}))
+    assert (await run("function deploy", str(spec)))["version"] == 1
+    assert function in {f["name"] for f in await run("function list")}
+    assert (await run("function describe", function))["name"] == function
+    assert "instances" in await run("function status", function)
+    assert (await run("function pause", function))["state"] == "paused"
+    assert (await run("function resume", function))["state"] == "running"
+    assert (await run("function update", str(spec)))["version"] == 2
+    assert (await run("function delete", function))["deleted"] is True
+
     router = tamto_cluster.instance_id("router")
     assert (await run("partition move", f"{stream}/0", "--to", router))["router"] == router
     assert router not in (await run("node undrain", router))["drained_nodes"]

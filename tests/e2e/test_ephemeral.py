@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 import tamto_sdk
-from tamto_common.topics import TopicPattern, words
+from tamto_gateway.topics import TopicPattern, words
 from tamto_sdk import (
     AlreadyExists,
     EphemeralConfig,

@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 import tamto_sdk
-from tamto_common.topics import TopicPattern
+from tamto_gateway.topics import TopicPattern
 from tamto_sdk import InvalidArgument
 from tamto_testing.waiting import eventually
 from tests.e2e.test_ephemeral import clients, collect, ephemeral, two_gateways

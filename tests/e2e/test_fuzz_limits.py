@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 
 import tamto_sdk
 from tamto_common.streams import MAX_PARTITIONS
-from tamto_common.topics import MAX_PATTERN_BYTES, MAX_TOPIC_BYTES
+from tamto_gateway.topics import MAX_PATTERN_BYTES, MAX_TOPIC_BYTES
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.limits import MAX_GRANTS_PER_ROLE, MAX_RANGES_PER_REQUEST
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, messages_pb2

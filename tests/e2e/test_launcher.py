@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow.dataset as ds
 import pytest
 
 from tamto_common.cluster_credential import CREDENTIAL_KEY
 from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd, list_members
 from tamto_local.ports import free_port
+from tamto_local.s3 import S3Spec
 from tamto_testing.processes import wait_for
 from tamto_testing.waiting import long_tests_enabled
 
@@ -138,12 +140,21 @@ async def credential_recorded(etcd_endpoint: str) -> bool:
 def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Path) -> None:
     with launched(tmp_path, "--quiet") as up:
         members = up.members()
-        assert sorted(m["service"] for m in members) == ["auth", "gateway", "router", "storage"]
+        services = sorted(m["service"] for m in members)
+        assert services == ["auth", "gateway", "processing", "router", "storage"]
         assert all(m["health"] == "SERVING" for m in members)
         # The gateway's HTTP API is on the port the launcher printed.
         http_api = re.search(r"HTTP API: (http://[0-9.:]+)", up.output())
         assert http_api is not None, up.output()
         assert httpx.get(f"{http_api.group(1)}/openapi.json").json()["openapi"] == "3.1.0"
+        # And its MQTT broker: a CONNECT without credentials is answered CONNACK 4/5.
+        mqtt = re.search(r"MQTT: ([0-9.]+):([0-9]+)", up.output())
+        assert mqtt is not None, up.output()
+        with socket.create_connection((mqtt.group(1), int(mqtt.group(2))), timeout=10) as s:
+            s.sendall(bytes([0x10, 12, 0, 4, *b"MQTT", 4, 2, 0, 60, 0, 0]))
+            connack = s.recv(4)
+        assert connack[:2] == bytes([0x20, 2]), connack
+        assert connack[3] in (4, 5), connack  # bad user name or password / not authorized
         # Its cluster secret is private, and a service recorded its hash in
         # etcd: the restart below on the same directory joins with the same secret.
         assert stat.S_IMODE((up.data_dir / "cluster-secret").stat().st_mode) == 0o600
@@ -239,3 +250,30 @@ def test_up_refuses_a_discovery_setting_that_is_not_an_srv_record(tmp_path: Path
     assert result.returncode == 2
     assert "tamto up: invalid --discovery: expected srv:<record name>" in result.stderr
     assert not (tmp_path / "data").exists(), "nothing was started"
+
+
+def test_up_with_an_s3_segment_store_runs_seaweedfs_and_seals_into_it(tmp_path: Path) -> None:
+    """`--segment-store s3`: SeaweedFS starts under the data directory, and the demo's
+    messages reach its bucket as segments (and the Iceberg catalog) once sealed."""
+    launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
+    launcher.start("--segment-store", "s3", "--demo")
+    try:
+        assert (launcher.data_dir / "seaweedfs" / "s3.json").is_file()
+        endpoint = launcher.output().split("endpoint_override=", 1)[1].split("&", 1)[0]
+
+        def rows_in_store() -> int:
+            s3 = S3Spec(launcher.data_dir, ports={"s3.port": int(endpoint.split(":")[1])})
+            dataset = ds.dataset(
+                "tamto/segments/streams/demo", filesystem=s3.filesystem(), partitioning="hive"
+            )
+            return int(dataset.count_rows())
+
+        # The demo's 1000 messages are sealed 5 s after their ack (the default).
+        wait_for(
+            lambda: rows_in_store() == 1000,
+            60,
+            f"the demo in the store:\n{launcher.output()[-3000:]}",
+        )
+        assert (launcher.data_dir / "iceberg.db").is_file()
+    finally:
+        assert launcher.stop() == 0

@@ -32,6 +32,7 @@ def test_up_with_three_nodes_runs_and_registers_every_process(tmp_path: Path) ->
             "storage": 3,
             "router": 3,
             "gateway": 2,
+            "processing": 3,
         }
         assert all(m["health"] == "SERVING" for m in members), members
         assert sorted(m["instance_id"] for m in members if m["service"] == "storage") == [

@@ -170,6 +170,27 @@ async def test_ephemeral_stream_qos0_with_wildcards_across_gateways(mqtt: MqttCl
         assert {(m.topic.value, m.qos) for m in got} == {(f"{stream}/eu/fr/created", 0)}
 
 
+async def test_overlapping_filters_on_an_ephemeral_stream_deliver_once(mqtt: MqttCluster) -> None:
+    stream = await ephemeral_stream(mqtt)
+    async with client(mqtt) as subscriber, client(mqtt) as publisher:
+        granted = await subscriber.subscribe([(f"{stream}/a/#", 0), (f"{stream}/a/+", 0)])
+        assert codes(granted) == [0, 0]
+        await publisher.publish(f"{stream}/a/b", b"one", qos=1)
+        await publisher.publish(f"{stream}/a", b"two", qos=1)  # `a/#` alone
+        await publisher.publish(f"{stream}/z", b"none", qos=1)
+        got = await receive(subscriber, 2)
+        assert [(m.topic.value, m.payload) for m in got] == [
+            (f"{stream}/a/b", b"one"),
+            (f"{stream}/a", b"two"),
+        ]
+        await nothing_more(subscriber)
+        await subscriber.unsubscribe(f"{stream}/a/#")  # `a/+` stays
+        await publisher.publish(f"{stream}/a", b"no longer", qos=1)
+        await publisher.publish(f"{stream}/a/c", b"three", qos=1)
+        (message,) = await receive(subscriber, 1)
+        assert message.payload == b"three"
+
+
 async def test_persistent_stream_across_gateways(mqtt: MqttCluster) -> None:
     stream = await persistent_stream(mqtt)
     async with client(mqtt, "gateway-2") as subscriber, client(mqtt) as publisher:

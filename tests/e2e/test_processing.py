@@ -1,7 +1,7 @@
 """Processing functions end to end: real gateway, router, storage, auth and a processing node.
 
 Functions are deployed by writing their spec and credential where the admin API keeps
-them (`tamto_processing.specs.SpecStore`), as the processing nodes read them.
+them (`tamto_functions.specs.SpecStore`), as the processing nodes read them.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import aetcd
 import pytest
-from tamto_processing.model import Declarative, FunctionSpec, Input, PythonCode
+from tamto_functions.model import Declarative, FunctionSpec, Input, PythonCode
+from tamto_functions.specs import SpecStore
 from tamto_processing.runner import ERROR_HEADER
-from tamto_processing.specs import SpecStore
 
 import tamto_sdk
 from tamto_sdk.security import Grant, IdentityKind, Permission

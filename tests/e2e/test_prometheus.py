@@ -147,7 +147,12 @@ async def test_prometheus_scrapes_tamto_and_every_dashboard_panel_has_data(
     except AssertionError:
         raise AssertionError(f"panels without data: {sorted(pending)}") from None
     alerts = await asyncio.to_thread(alert_names, prometheus)
-    assert {"TamtoStorageFsyncSlow", "TamtoAuthDenialsSpiking", "TamtoProcessDown"} <= alerts
+    assert {
+        "TamtoStorageFsyncSlow",
+        "TamtoAuthDenialsSpiking",
+        "TamtoProcessDown",
+        "TamtoSubscriptionBacklogGrowing",
+    } <= alerts
 
 
 async def test_scrape_targets_keeps_rewriting_the_file_until_interrupted(

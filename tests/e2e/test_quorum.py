@@ -365,27 +365,7 @@ async def test_a_replica_down_too_long_is_replaced_by_a_spare_holding_every_entr
     # storage-c is down (not registered); storage-d is a registered spare.
     reachable = {n: nodes[n].client for n in ("storage-a", "storage-b")}
     reachable["storage-d"] = spare.client
-    recorded: list[tuple[str, str]] = []
-
-    async def record(old: str, new: str) -> None:
-        recorded.append((old, new))
-
-    def spare_for(ensemble: tuple[str, ...]) -> str | None:
-        return None if "storage-d" in ensemble else "storage-d"
-
-    replicas = {n: nodes[n].client for n in ("storage-a", "storage-b")}
-    partition_log = PartitionLog(
-        STREAM,
-        PARTITION,
-        1,
-        replicas["storage-a"],
-        LogBounds(0, 0),
-        replicas=replicas,
-        quorum=2,
-        ensemble=tuple(nodes),
-        client_for=reachable.get,
-        rereplicate=Rereplicate(spare_for, record, after_s=0.5),
-    )
+    partition_log, recorded = replaced_by_spare(nodes, reachable, 1, LogBounds(0, 0))
     try:
         for first in range(0, 12, 3):
             await append(partition_log, first, 3)
@@ -404,3 +384,36 @@ async def test_a_replica_down_too_long_is_replaced_by_a_spare_holding_every_entr
         await spare.channel.close()
     assert next_offset == 14
     assert payloads_on(batches) == [f"m{o}".encode() for o in range(14)]
+
+
+def replaced_by_spare(
+    nodes: dict[str, Node],
+    reachable: dict[str, StorageClient],
+    epoch: int,
+    bounds: LogBounds,
+) -> tuple[PartitionLog, list[tuple[str, str]]]:
+    """A log appending to storage-a and storage-b of the a-b-c ensemble, whose
+    re-replication replaces a replica by the spare storage-d; and the replacements
+    it records, (old, new)."""
+    recorded: list[tuple[str, str]] = []
+
+    async def record(old: str, new: str) -> None:
+        recorded.append((old, new))
+
+    def spare_for(ensemble: tuple[str, ...]) -> str | None:
+        return None if "storage-d" in ensemble else "storage-d"
+
+    replicas = {n: nodes[n].client for n in ("storage-a", "storage-b")}
+    log = PartitionLog(
+        STREAM,
+        PARTITION,
+        epoch,
+        replicas["storage-a"],
+        bounds,
+        replicas=replicas,
+        quorum=2,
+        ensemble=tuple(nodes),
+        client_for=reachable.get,
+        rereplicate=Rereplicate(spare_for, record, after_s=0.5),
+    )
+    return log, recorded

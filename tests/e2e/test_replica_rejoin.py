@@ -16,7 +16,6 @@ from pathlib import Path
 from tamto_router.acks import AckSet
 from tamto_router.cursors import commit_cursor, delete_cursor
 from tamto_router.model import LogBounds
-from tamto_router.partition_log import PartitionLog, Rereplicate
 from tamto_router.storage_client import StorageClient
 from tamto_testing.waiting import eventually
 from tests.e2e.test_quorum import (
@@ -30,6 +29,7 @@ from tests.e2e.test_quorum import (
     open_all,
     reaches,
     read_all,
+    replaced_by_spare,
     replicated_log,
     stored,
 )
@@ -111,27 +111,8 @@ async def test_a_replica_diverged_in_sealed_data_is_replaced_by_a_spare(
     spare = Node(tmp_path / "storage-d")
     await spare.server.start()
     reachable = {**clients(nodes), "storage-d": spare.client}  # c is registered
-    recorded: list[tuple[str, str]] = []
-
-    async def record(old: str, new: str) -> None:
-        recorded.append((old, new))
-
-    def spare_for(ensemble: tuple[str, ...]) -> str | None:
-        return None if "storage-d" in ensemble else "storage-d"
-
+    log, recorded = replaced_by_spare(nodes, reachable, 2, LogBounds(0, 2))
     replicas = {n: nodes[n].client for n in ("storage-a", "storage-b")}
-    log = PartitionLog(
-        STREAM,
-        PARTITION,
-        2,
-        replicas["storage-a"],
-        LogBounds(0, 2),
-        replicas=replicas,
-        quorum=2,
-        ensemble=tuple(nodes),
-        client_for=reachable.get,
-        rereplicate=Rereplicate(spare_for, record, after_s=0.5),
-    )
     try:
         for first in range(2, 8, 2):
             await append(log, first, 2)

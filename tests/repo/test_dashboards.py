@@ -15,7 +15,7 @@ from .infra_queries import DASHBOARDS, ROOT, dashboard_queries, tamto_metrics, u
 STANDARD = ("up", "process_cpu_seconds_total", "process_resident_memory_bytes")
 #: Names in a PromQL expression that are functions, keywords or label names.
 PROMQL = frozenset(
-    {"sum", "max", "by", "rate", "increase", "histogram_quantile", "or", "vector", "le"}
+    {"sum", "max", "by", "rate", "increase", "deriv", "histogram_quantile", "or", "vector", "le"}
 )
 
 
@@ -36,6 +36,7 @@ def test_every_panel_queries_metrics_tamto_exports() -> None:
         "tamto-overview",
         "tamto-streams",
         "tamto-consumers",
+        "tamto-subscriptions",
         "tamto-cluster",
     }
     names = tamto_metrics("\n".join(q.expr for q in queries))

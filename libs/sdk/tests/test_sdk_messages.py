@@ -18,8 +18,9 @@ from tamto_protocol.limits import MAX_RANGES_PER_REQUEST
 from tamto_sdk import ClientOptions, Closed, InvalidArgument, Message, MessageBatch
 from tamto_sdk._calls import Calls
 from tamto_sdk.columns import message_columns
-from tamto_sdk.consumer import Consumer, _OffsetRuns
+from tamto_sdk.consumer import Consumer
 from tamto_sdk.messages import us_to_datetime
+from tamto_sdk.pending_acks import OffsetRuns
 
 PUBLISHED = us_to_datetime(1_700_000_000_000_000)
 EVENT_US = 1_600_000_000_000_000
@@ -115,7 +116,7 @@ def test_message_keeps_its_dataclass_behaviour() -> None:
 
 
 def test_offset_runs_extend_in_place_and_merge_when_taken() -> None:
-    runs = _OffsetRuns(5, 5)
+    runs = OffsetRuns(5, 5)
     for offset in range(6, 100):
         runs.add(offset, offset)
     assert (runs.closed, runs.first, runs.last) == ([], 5, 99)
@@ -133,7 +134,9 @@ def consumer(credits: int = 1000) -> Consumer:
 
 
 def taken_ranges(c: Consumer) -> dict[int, list[tuple[int, int]]]:
-    return {r.ack.partition: [(x.first, x.last) for x in r.ack.ranges] for r in c._take_acks()}
+    return {
+        r.ack.partition: [(x.first, x.last) for x in r.ack.ranges] for r in c._pending.take_acks()
+    }
 
 
 async def test_acking_message_by_message_sends_runs_of_offsets() -> None:
@@ -161,7 +164,7 @@ def test_acks_over_the_servers_limit_go_in_several_requests() -> None:
     n = MAX_RANGES_PER_REQUEST + 5
     for i in range(n):
         c._add_ack(0, 2 * i, 2 * i)  # n disjoint ranges on one partition
-    requests = c._take_acks()
+    requests = c._pending.take_acks()
     assert [len(r.ack.ranges) for r in requests] == [MAX_RANGES_PER_REQUEST, 5]
     sent = [(x.first, x.last) for r in requests for x in r.ack.ranges]
     assert sent == [(2 * i, 2 * i) for i in range(n)]

@@ -17,10 +17,10 @@ from nats.aio.client import Client as NatsClient
 
 from tamto_common.errors import NotFound
 from tamto_common.streams import StreamDef
-from tamto_common.topics import TopicPattern
 from tamto_gateway.ephemeral import COUNT_HEADER, ORIGIN_HEADER, SERVED_HEADER, EphemeralHub
 from tamto_gateway.ephemeral_consumer import EphemeralConsumer, encode_delivery
 from tamto_gateway.requests import RequestBroker, RequestOptions
+from tamto_gateway.topics import TopicPattern
 from tamto_protocol.batch import encode_record_batch, make_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk.columns import binary_array

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tamto_common.errors import InvalidArgument
+from tamto_common.config import load_config
+from tamto_common.errors import ConfigError, InvalidArgument
+from tamto_gateway.config import GatewayConfig
 from tamto_gateway.mqtt.topics import TopicRule, check_filter, matches
 
 
@@ -75,3 +77,50 @@ def test_delivered_topics() -> None:
     assert rule.delivered_topic("orders", "eu/created", "/") == "orders/eu/created"
     assert rule.delivered_topic("orders", "eu.created", ".") == "orders/eu/created"
     assert rule.delivered_topic("orders", None, "/") == "orders"
+
+
+def test_a_single_stream_takes_every_topic_whole_as_its_key() -> None:
+    rule = TopicRule(single_stream="mqtt")
+    for topic in ("TopicA", "/TopicA", "TopicA/B", "a//b", "$x/y"):
+        address = rule.topic(topic)
+        assert (address.stream, address.key) == ("mqtt", topic.encode())
+    for topic_filter in ("#", "+/+", "/#", "+"):
+        assert rule.filter(topic_filter).rest == tuple(topic_filter.split("/"))
+    assert rule.delivered_topic("", "/TopicA", "/") == "/TopicA"
+    assert rule.delivered_topic("", None, "/") == "mqtt"  # keyless, published by other means
+
+
+@pytest.mark.parametrize(
+    ("topic_filter", "topic", "expected"),
+    [
+        ("#", "TopicA/B", True),
+        ("#", "/TopicA", True),
+        ("/#", "/TopicA", True),
+        ("/#", "TopicA", False),
+        ("+/+", "/TopicA", True),  # `+` matches the empty first level
+        ("+/+", "TopicA/B", True),
+        ("+/+", "TopicA", False),
+        ("TopicA/+", "TopicA/B", True),
+        ("TopicA/+", "TopicA", False),
+        ("#", "$SYS/x", False),  # MQTT-4.7.2-1
+        ("+/x", "$SYS/x", False),
+        ("$SYS/#", "$SYS/x", True),
+    ],
+)
+def test_single_stream_matching(topic_filter: str, topic: str, expected: bool) -> None:
+    rule = TopicRule(single_stream="mqtt")
+    levels = rule.topic_levels(topic)
+    assert rule.matches(rule.filter(topic_filter).rest, levels) is expected
+
+
+def test_leading_wildcards_match_dollar_levels_below_a_stream() -> None:
+    rule = TopicRule()
+    assert rule.matches(rule.filter("s/#").rest, rule.topic_levels("$x/y"))
+
+
+def test_the_single_stream_setting_must_name_a_stream() -> None:
+    env = {"TAMTO_GATEWAY_MQTT_STREAM": "mqtt"}
+    assert load_config(GatewayConfig, "gateway", [], environ=env).mqtt_stream == "mqtt"
+    assert load_config(GatewayConfig, "gateway", [], environ={}).mqtt_stream == ""
+    with pytest.raises(ConfigError, match="mqtt-stream"):
+        load_config(GatewayConfig, "gateway", ["--mqtt-stream", "a b"], environ={})

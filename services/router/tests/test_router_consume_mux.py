@@ -42,9 +42,6 @@ class Registry:
             await self.unstick.wait()
         return self.subscription
 
-    def count_redelivered(self, stream: str, partition: int, name: str, messages: int) -> None:
-        pass
-
 
 class Gateway:
     """Sends a mux's requests and reads its responses, as a gateway would."""

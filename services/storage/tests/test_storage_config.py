@@ -36,3 +36,12 @@ def test_flags_and_environment() -> None:
 def test_bad_fsync_mode_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"--fsync .*must be one of group, interval"):
         load_config(StorageConfig, "storage", ["--fsync", "never"], {})
+
+
+def test_a_segment_store_is_a_file_or_s3_uri() -> None:
+    with pytest.raises(ConfigError, match=r"segment.store.*use a file:// or s3:// URI"):
+        load_config(StorageConfig, "storage", ["--segment-store", "gs://bucket/segments"], {})
+    config = load_config(
+        StorageConfig, "storage", [], {"TAMTO_STORAGE_SEGMENT_STORE": "file:///srv/segments"}
+    )
+    assert config.segment_store == "file:///srv/segments"

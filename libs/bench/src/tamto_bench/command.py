@@ -110,9 +110,9 @@ def bench(
     systems: Annotated[
         str,
         typer.Option(
-            help="what to run, of: tamto,jetstream,core,ceiling,ephemeral,http (publishing "
-            "through the gateway's HTTP API), the cluster's tamto-r3,jetstream-r3, and mqtt "
-            "(the gateway's MQTT broker beside Debian's mosquitto; only when named)"
+            help="what to run, of: tamto,jetstream,core,ceiling,ephemeral,functions,http "
+            "(publishing through the gateway's HTTP API), the cluster's tamto-r3,jetstream-r3, "
+            "and mqtt (the gateway's MQTT broker beside Debian's mosquitto; only when named)"
         ),
     ] = ",".join(SYSTEMS),
     nodes: Annotated[

@@ -38,6 +38,9 @@ LATENCY_P99_BIG_MS = 20.0
 #: replication round trip (`replication_round_trip_ms`).
 R3_SHARE_OF_R1 = 0.5
 R3_SHARE_SIZE = 1024
+#: The processing service's target: a declarative filter+project function, stream to
+#: stream, end to end.
+FILTER_PROJECT_TARGET = 200_000.0
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,11 @@ def verdicts(doc: dict[str, Any]) -> list[Verdict]:
         out += _everyday_verdicts(doc, size)
         out += _cluster_verdicts(doc, size, systems)
         out += _ephemeral_verdicts(doc, size, systems)
+        if "functions" in systems:
+            rate = _num(systems["functions"].get("filter_project_msgs_s"))
+            bar = FILTER_PROJECT_TARGET
+            target = "function filter+project ≥ 200,000 msg/s"
+            out.append(Verdict(target, int(size), rate, bar, rate >= bar))
         if "ceiling" in systems and "tamto" in systems:
             share = r["publish_vs_ceiling"]
             out.append(
@@ -450,6 +458,25 @@ def ephemeral_rows(doc: dict[str, Any]) -> list[list[str]]:
 
 
 EPHEMERAL_HEADERS = ["ephemeral", "size B", "Tamto ephemeral", "core NATS", "ratio"]
+FUNCTION_HEADERS = ["processing function", "size B", "value"]
+
+
+def function_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """The processing function rows (`tamto_bench.functions_jobs`): metric, size, value."""
+    out: list[list[str]] = []
+    for size, systems in doc["sizes"].items():
+        found = systems.get("functions")
+        if found is None:
+            continue
+        for label, key in (
+            ("declarative filter+project msg/s", "filter_project_msgs_s"),
+            ("declarative pass-through msg/s", "pass_through_msgs_s"),
+            ("Python batch function msg/s", "python_batch_msgs_s"),
+            ("Python batch overhead ms per 2,000", "python_batch_overhead_ms"),
+        ):
+            out.append([label, size, _fmt(_num(found.get(key)))])
+    return out
+
 
 #: The MQTT phases' metrics (`mqtt_bench`), as labelled in the table.
 MQTT_METRICS = (
@@ -666,6 +693,7 @@ def render(doc: dict[str, Any], console: Console) -> None:
     for title, headers, extra in (
         ("ephemeral streams", EPHEMERAL_HEADERS, ephemeral_rows(doc)),
         ("MQTT beside mosquitto", MQTT_HEADERS, mqtt_rows(doc)),
+        ("processing functions, stream to stream", FUNCTION_HEADERS, function_rows(doc)),
         ("the cluster (R=3) beside one node", CLUSTER_HEADERS, cluster_rows(doc)),
     ):
         if not extra:
@@ -713,6 +741,10 @@ def markdown(doc: dict[str, Any]) -> str:
     if mqtt:
         lines += ["", "| " + " | ".join(MQTT_HEADERS) + " |", "|" + "---|" * 5]
         lines += ["| " + " | ".join(row) + " |" for row in mqtt]
+    functions = function_rows(doc)
+    if functions:
+        lines += ["", "| " + " | ".join(FUNCTION_HEADERS) + " |", "|---|---|---|"]
+        lines += ["| " + " | ".join(row) + " |" for row in functions]
     cluster = cluster_rows(doc)
     if cluster:
         lines += ["", "| " + " | ".join(CLUSTER_HEADERS) + " |", "|" + "---|" * 7]

@@ -52,7 +52,7 @@ from tamto_common.config import MIB
 from tamto_local.ports import free_port
 from tamto_protocol.partitioning import partition_for_key
 
-SYSTEMS = ("tamto", "jetstream", "core", "ceiling", "ephemeral", "http")
+SYSTEMS = ("tamto", "jetstream", "core", "ceiling", "ephemeral", "functions", "http")
 #: Systems run only when named: MQTT (the gateway's broker beside mosquitto, `mqtt_bench`).
 OPTIONAL_SYSTEMS = ("mqtt",)
 #: The bodies the HTTP API's publish phases send (`http_jobs`), each a phase.
@@ -88,6 +88,8 @@ MB = 1_000_000
 #: consuming row.
 SEQUENTIAL_SIZES = (100, 1024)
 PER_MESSAGE_SIZES = (100,)
+#: Sizes the processing function rows run at (`tamto_bench.functions_jobs`).
+FUNCTION_SIZES = (100,)
 #: Publishes all JetStream producers may have unacknowledged together (see `_publish`).
 _JETSTREAM_MAX_QUEUED = 8_000
 
@@ -309,6 +311,8 @@ class Runner:
                 plan.append((f"bare ceiling {size} B", self._bind(self._ceiling, size)))
             if "ephemeral" in o.systems:
                 plan += self._ephemeral_phases(size, first=size == o.sizes[0])
+            if "functions" in o.systems and size in FUNCTION_SIZES:
+                plan.append((f"functions {size} B", self._bind(self._functions, size)))
         return plan
 
     def _durable_phases(self, system: str, size: int) -> list[Phase]:
@@ -582,6 +586,16 @@ class Runner:
             system,
             {"consume_msgs_s": rate, "consume_mb_s": rate * size / MB, "consumed": total},
         )
+
+    async def _functions(self, size: int) -> None:
+        assert self._tamto_admin is not None
+        from tamto_bench.functions_jobs import function_rows
+
+        prefix = f"bench-{self._run_id}-fn"
+        values = await function_rows(
+            self._tamto_admin, prefix, size, self.options.partitions, self.options.quick
+        )
+        self._record(size, "functions", values)
 
     async def _tamto_publish(self, size: int) -> None:
         await self._publish("tamto", size)
@@ -945,7 +959,7 @@ async def run_bench(
             return found
 
         tamto: TamtoTarget | None = None
-        if {"tamto", "ephemeral", "http", "mqtt"} & set(o.systems):
+        if {"tamto", "ephemeral", "functions", "http", "mqtt"} & set(o.systems):
             tamto = await tamto_under_test("tamto", 1)
         mosquitto: mqtt_bench.Broker | None = None
         if "mqtt" in o.systems:

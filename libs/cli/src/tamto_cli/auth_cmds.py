@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tamto_cli.connect import connect_client, err, exit_code, run
+from tamto_cli.connect import connect_client, err, exit_code, fetch, run
 from tamto_cli.options import ApiKey, AsJson, DataDir, Url
 from tamto_cli.output import report
 
@@ -84,19 +84,14 @@ def user_list(
     as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
 ) -> None:
     """List identities: `NAME<TAB>KIND<TAB>enabled|disabled<TAB>ROLES<TAB>KEYS` (or JSON)."""
-
-    async def go() -> None:
-        async with await connect_client(url, api_key, data_dir) as client:
-            identities = await client.security.list_identities()
-        if as_json:
-            print(json.dumps([_identity_dict(i) for i in identities]))
-            return
-        for i in identities:
-            keys = ",".join(f"{k.key_id}{'(disabled)' if k.disabled else ''}" for k in i.keys)
-            state = "disabled" if i.disabled else "enabled"
-            typer.echo(f"{i.name}\t{i.kind.value}\t{state}\t{','.join(i.roles)}\t{keys}")
-
-    run(go())
+    identities = fetch(url, api_key, data_dir, lambda client: client.security.list_identities())
+    if as_json:
+        print(json.dumps([_identity_dict(i) for i in identities]))
+        return
+    for i in identities:
+        keys = ",".join(f"{k.key_id}{'(disabled)' if k.disabled else ''}" for k in i.keys)
+        state = "disabled" if i.disabled else "enabled"
+        typer.echo(f"{i.name}\t{i.kind.value}\t{state}\t{','.join(i.roles)}\t{keys}")
 
 
 def _set_identity(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -91,6 +91,22 @@ EXIT_CODES: dict[str, int] = {
 def exit_code(status: str) -> int:
     """The exit code for a failure with gRPC status `status` (its name)."""
     return EXIT_CODES.get(status, 1)
+
+
+def fetch(
+    url: str | None,
+    api_key: str | None,
+    data_dir: Path | None,
+    use: Callable[[tamto_sdk.Client], Awaitable[T]],
+) -> T:
+    """Connect as the CLI's flags say, `use` the client once and return what it gave;
+    errors are reported as `run` reports them."""
+
+    async def go() -> T:
+        async with await connect_client(url, api_key, data_dir) as client:
+            return await use(client)
+
+    return run(go())
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

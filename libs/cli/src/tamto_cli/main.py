@@ -27,10 +27,11 @@ from rich.table import Table
 from tamto_cli import ephemeral_cmds, settings
 from tamto_cli.auth_cmds import auth_app
 from tamto_cli.cluster_cmds import node_app, partition_app
-from tamto_cli.connect import connect_client, exit_code
+from tamto_cli.connect import connect_client, exit_code, fetch
 from tamto_cli.connect import run as run_command
 from tamto_cli.contexts import context_app
 from tamto_cli.extras import add_server_command, server_extra
+from tamto_cli.function_cmds import function_app
 from tamto_cli.options import ApiKey, AsJson, DataDir, Format, LeaseTtl, Url
 from tamto_cli.output import PayloadFormat, message_line, parse_headers, report
 from tamto_cli.storage_cmds import storage_app
@@ -79,6 +80,14 @@ def up(
         typer.Option("--json", help="logs to stderr; one JSON object on stdout once up"),
     ] = False,
     lease_ttl_s: LeaseTtl = 5,
+    segment_store: Annotated[
+        str,
+        typer.Option(
+            help="where storage nodes seal segments: 's3' (a SeaweedFS started here, data "
+            "under the data directory), a file:// or s3:// URI, or empty for each node's "
+            "data directory"
+        ),
+    ] = "",
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     from tamto_common.config import discovery_check, resolver_check
@@ -104,6 +113,9 @@ def up(
         if problem:
             err.print(f"tamto up: invalid {name}: {problem}")
             raise typer.Exit(2)
+    if segment_store not in ("", "s3") and not segment_store.startswith(("file://", "s3://")):
+        err.print(f"tamto up: invalid --segment-store {segment_store!r}: s3, file:// or s3://")
+        raise typer.Exit(2)
     discovered = {"TAMTO_DISCOVERY": discovery} if discovery else {}
     if discovery_resolver:
         discovered["TAMTO_DISCOVERY_RESOLVER"] = discovery_resolver
@@ -117,6 +129,7 @@ def up(
         tls=tls,
         nodes=nodes,
         lease_ttl_s=lease_ttl_s,
+        segment_store=segment_store,
     )
     shown = err if as_json else console
     code = asyncio.run(run_up(config, shown, demo=demo, once=once, quiet=quiet, as_json=as_json))
@@ -181,6 +194,43 @@ def status(
         render_ledgers(ledgers, storage, console, owners, healing)
 
 
+@app.command()
+def top(
+    etcd: Annotated[str, typer.Option(help="etcd endpoint", envvar="TAMTO_ETCD_ENDPOINTS")] = (
+        settings.DEFAULT_ETCD
+    ),
+    interval: Annotated[
+        float, typer.Option(help="seconds between refreshes (rates are over this long)")
+    ] = 2.0,
+    once: Annotated[bool, typer.Option("--once", help="show one view and exit")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """A live view of throughput per stream, backlog per subscription, publish latency
+    and each member's health, read from the members' metrics and refreshed in place
+    until Ctrl-C (--once: one view, two samples --interval apart; with --json)."""
+    from tamto_cli.top import as_json as view_json
+    from tamto_cli.top import once as one_view
+    from tamto_cli.top import render, run_top
+    from tamto_common.errors import TamtoError
+
+    if interval <= 0:
+        err.print(f"tamto top: --interval must be positive, got {interval}")
+        raise typer.Exit(2)
+    try:
+        if once or as_json:
+            view = asyncio.run(one_view(etcd, interval))
+            if as_json:
+                print(json.dumps(view_json(view)))
+            else:
+                console.print(render(view))
+        else:
+            with contextlib.suppress(KeyboardInterrupt):
+                asyncio.run(run_top(etcd, interval, console))
+    except TamtoError as exc:
+        err.print(f"tamto top: {exc}")
+        raise typer.Exit(1) from None
+
+
 @app.command("scrape-targets")
 def scrape_targets(
     out: Annotated[Path, typer.Argument(help="the file_sd JSON file to write")],
@@ -219,6 +269,7 @@ app.add_typer(context_app, name="context")
 app.add_typer(subscription_app, name="subscription")
 app.add_typer(partition_app, name="partition")
 app.add_typer(node_app, name="node")
+app.add_typer(function_app, name="function")
 add_server_command(
     app,
     "bench",
@@ -429,17 +480,12 @@ def stream_list(
     as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
 ) -> None:
     """List the streams: one `NAME<TAB>PARTITIONS<TAB>KIND` line each (or JSON)."""
-
-    async def run() -> None:
-        async with await connect_client(url, api_key, data_dir) as client:
-            streams = await client.streams.list()
-        if as_json:
-            print(json.dumps([_info_dict(info) for info in streams]))
-            return
-        for info in streams:
-            typer.echo(f"{info.name}\t{info.partitions}\t{info.kind.value}")
-
-    run_command(run())
+    streams = fetch(url, api_key, data_dir, lambda client: client.streams.list())
+    if as_json:
+        print(json.dumps([_info_dict(info) for info in streams]))
+        return
+    for info in streams:
+        typer.echo(f"{info.name}\t{info.partitions}\t{info.kind.value}")
 
 
 @stream_app.command("delete")

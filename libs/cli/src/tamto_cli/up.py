@@ -58,6 +58,7 @@ async def run_up(
                 + ", ".join(cluster.gateway_urls())
             )
         console.print(f"HTTP API: {', '.join(cluster.http_urls())} (docs/http.md)")
+        console.print(f"MQTT: {', '.join(cluster.mqtt_addresses())} (docs/mqtt.md)")
         console.print(f"development API key: [bold]{cluster.credential}[/]")
         console.print(f"data directory: {config.data_dir.resolve()}")
         console.print(
@@ -71,6 +72,8 @@ async def run_up(
             ready = {
                 "gateway": config.gateway_url,
                 "gateways": list(cluster.gateway_urls()),
+                "http": list(cluster.http_urls()),
+                "mqtt": list(cluster.mqtt_addresses()),
                 "api_key": cluster.credential,
                 "data_dir": str(config.data_dir.resolve()),
                 "ca_file": str(config.tls_dir / "ca.pem") if config.tls else None,

@@ -24,6 +24,22 @@ from tamto_common.errors import ConfigError
 from tamto_common.tls import TlsMaterial
 
 T = TypeVar("T")
+
+#: The exporters `--trace-exporter` takes (`otlp` is OTLP over gRPC;
+#: `tamto_common.telemetry` makes them).
+EXPORTERS = ("none", "console", "otlp", "otlp-grpc", "otlp-http")
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceSettings:
+    """Where and how a process exports its spans (`tamto_common.telemetry`)."""
+
+    exporter: str = "none"
+    endpoint: str = "http://127.0.0.1:4317"
+    ca_file: str = ""
+    sample_ratio: float = 1.0
+
+
 Check = Callable[[Any], str | None]
 
 
@@ -89,8 +105,25 @@ class ServiceConfig:
     instance_id: str = setting("", "member id in etcd (default: host-pid-random)")
     lease_ttl_s: int = setting(5, "membership lease TTL in seconds", positive)
     log_level: str = setting("info", "log level", one_of("debug", "info", "warning", "error"))
-    trace_exporter: str = setting("none", "trace exporter", one_of("none", "console", "otlp"))
-    otlp_endpoint: str = setting("http://127.0.0.1:4317", "OTLP collector endpoint")
+    trace_exporter: str = setting(
+        "none",
+        "trace exporter: none, console, otlp-grpc (otlp), otlp-http",
+        one_of(*EXPORTERS),
+    )
+    otlp_endpoint: str = setting(
+        "http://127.0.0.1:4317",
+        "OTLP collector endpoint: http:// plaintext, https:// TLS (otlp-http: the full "
+        "URL, e.g. http://collector:4318/v1/traces)",
+    )
+    otlp_ca_file: str = setting(
+        "", "PEM CA the collector's certificate must chain to (https://; default: system roots)"
+    )
+    trace_sample_ratio: float = setting(
+        1.0,
+        "share of the traces starting here that are sampled (0-1); spans continuing a "
+        "message's or a call's trace follow its decision",
+        lambda v: None if 0 <= v <= 1 else f"must be between 0 and 1, got {v}",
+    )
     shutdown_grace_s: float = setting(5.0, "seconds to drain in-flight calls on SIGTERM", positive)
     tls_cert_file: str = setting("", "PEM certificate chain: serve TLS only, dial peers with it")
     tls_key_file: str = setting("", "PEM private key of --tls-cert-file")
@@ -100,6 +133,12 @@ class ServiceConfig:
         "client certificates on TLS: require (mTLS) or optional",
         one_of("require", "optional"),
     )
+
+    @property
+    def trace_settings(self) -> TraceSettings:
+        return TraceSettings(
+            self.trace_exporter, self.otlp_endpoint, self.otlp_ca_file, self.trace_sample_ratio
+        )
 
     @property
     def dial_host(self) -> str:

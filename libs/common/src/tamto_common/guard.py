@@ -32,6 +32,7 @@ import structlog
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
+from prometheus_client import Counter
 
 from tamto_common.audit import DENIED, AuditLog
 from tamto_common.bus import EVENTS
@@ -55,6 +56,15 @@ from tamto_common.policy import (
 from tamto_common.tokens import Metadata, Principal, Verifier, bearer_token
 
 log = structlog.get_logger(__name__)
+
+DENIALS = Counter(
+    "tamto_auth_denials",
+    "Client calls refused by this service: unauthenticated (no valid token, a disabled "
+    "identity or key) or permission (the token's subject lacks the permission)",
+    ["reason"],
+)
+for _reason in ("unauthenticated", "permission"):  # every series from the start, at 0
+    DENIALS.labels(_reason)
 
 
 async def load_policy(etcd: aetcd.Client) -> Policy:
@@ -200,6 +210,7 @@ class Guard:
             if principal.key_id is not None:
                 await self._check_key(principal.key_id, principal.issued_at)
         except Unauthenticated as exc:
+            DENIALS.labels("unauthenticated").inc()
             await self.audit.record(
                 DENIED,
                 actor="(unauthenticated)",
@@ -250,6 +261,7 @@ class Guard:
     async def _deny(
         self, principal: Principal, error: TamtoError, source: str, action: str
     ) -> None:
+        DENIALS.labels("permission").inc()
         await self.audit.record(
             DENIED,
             actor=principal.subject,

@@ -35,7 +35,13 @@ import structlog
 from tamto_common.config import setting
 from tamto_common.errors import ConfigError, TamtoError, Unauthenticated, Unavailable
 from tamto_common.policy import check_identity_name
-from tamto_common.tokens import REQUIRED_CLAIMS, IssuerVerifier, Principal, decode_errors
+from tamto_common.tokens import (
+    REQUIRED_CLAIMS,
+    IssuerVerifier,
+    Principal,
+    decode_errors,
+    token_header,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -159,16 +165,7 @@ class ExternalVerifier:
 
     async def verify(self, token: str) -> Principal:
         """The principal (`<name>:<sub>`) of a valid token; `Unauthenticated` otherwise."""
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.DecodeError:
-            raise Unauthenticated("malformed token") from None
-        alg = header.get("alg")
-        if alg not in self.issuer.algorithms:
-            raise Unauthenticated("token algorithm not allowed")
-        kid = header.get("kid")
-        if not isinstance(kid, str) or not kid:
-            raise Unauthenticated("token has no key id")
+        alg, kid = token_header(token, self.issuer.algorithms)
         key = await self._key(kid)
         if key.algorithm_name != alg:
             raise Unauthenticated("token algorithm does not match its key")

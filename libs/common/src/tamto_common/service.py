@@ -175,7 +175,11 @@ def main(
         raise SystemExit(2) from None
     configure_logging(service, config.member_id, config.log_level)
     keep_freed_memory()
-    provider = setup_tracing(service, config.trace_exporter, config.otlp_endpoint)
+    try:
+        provider = setup_tracing(service, config.trace_settings)
+    except ConfigError as exc:
+        print(f"tamto-{service}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     try:
         asyncio.run(serve(service, config, setup))
     except ConfigError as exc:

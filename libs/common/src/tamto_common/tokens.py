@@ -25,7 +25,7 @@ import binascii
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -130,15 +130,7 @@ class TokenVerifier:
 
     async def verify(self, token: str) -> Principal:
         """The principal of a valid token; `Unauthenticated` saying why otherwise."""
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.DecodeError:
-            raise Unauthenticated("malformed token") from None
-        if header.get("alg") != ALGORITHM:
-            raise Unauthenticated("token algorithm not allowed")
-        kid = header.get("kid")
-        if not isinstance(kid, str) or not kid:
-            raise Unauthenticated("token has no key id")
+        _, kid = token_header(token, (ALGORITHM,))
         key = await self._key(kid)
         claims = self._decode(token, key)
         subject = claims["sub"]
@@ -246,6 +238,22 @@ class Verifier(Protocol):
     """Anything that turns a token into a principal."""
 
     async def verify(self, token: str) -> Principal: ...
+
+
+def token_header(token: str, algorithms: Collection[str]) -> tuple[str, str]:
+    """A token's (algorithm, key id), checked before any key is looked up:
+    `Unauthenticated` saying what is wrong with it otherwise."""
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.DecodeError:
+        raise Unauthenticated("malformed token") from None
+    algorithm = header.get("alg")
+    if algorithm not in algorithms:
+        raise Unauthenticated("token algorithm not allowed")
+    kid = header.get("kid")
+    if not isinstance(kid, str) or not kid:
+        raise Unauthenticated("token has no key id")
+    return str(algorithm), kid
 
 
 class IssuerVerifier(Verifier, Protocol):

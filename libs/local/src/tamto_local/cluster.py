@@ -47,6 +47,7 @@ from tamto_local.infra import (
 )
 from tamto_local.ports import free_port
 from tamto_local.process import LineSink, ManagedProcess
+from tamto_local.s3 import S3Spec, create_bucket, weed_argv
 from tamto_local.tls import cert_paths, ensure_dev_pki
 
 SERVICES = ("auth", "storage", "router", "gateway")
@@ -84,6 +85,9 @@ class ClusterConfig:
     tls: bool = False
     #: Storage nodes and routers to run (`tamto up --nodes`); more than one adds a gateway.
     nodes: int = 1
+    #: The storage nodes' segment store (`tamto up --segment-store`): "" for each node's
+    #: data directory, "s3" for a SeaweedFS started here (`tamto_local.s3`), or a URI.
+    segment_store: str = ""
 
     @property
     def tls_dir(self) -> Path:
@@ -211,10 +215,11 @@ def service_env(
     process: str | None = None,
     nodes: int = 1,
     http_port: int = 0,
+    mqtt_port: int = 0,
 ) -> dict[str, str]:
     """The environment that configures service `name` (see each service's config);
     `process` names one of several of it (`storage-2`, see `node_processes`); a
-    gateway serves its HTTP API on `http_port` (0: none)."""
+    gateway serves its HTTP API on `http_port` and MQTT on `mqtt_port` (0: none)."""
     process = process or name
     data_dir = process_data_dir(shared.data_dir, process, nodes)
     index = split_process(process)[1]
@@ -238,6 +243,8 @@ def service_env(
         env[f"TAMTO_{name.upper()}_AUDIT_FILE"] = str(data_dir / "audit.jsonl")
     if name == "gateway" and http_port:
         env["TAMTO_GATEWAY_HTTP_PORT"] = str(http_port)
+    if name == "gateway" and mqtt_port:
+        env["TAMTO_GATEWAY_MQTT_PORT"] = str(mqtt_port)
     if shared.tls_dir is not None:
         paths = cert_paths(shared.tls_dir, name)
         env[f"TAMTO_{name.upper()}_TLS_CERT_FILE"] = str(paths.cert)
@@ -269,6 +276,8 @@ class LocalCluster:
         self.ports: dict[str, int] = {}
         #: Each gateway's HTTP API port (`tamto_gateway.http`), by process name.
         self.http_ports: dict[str, int] = {}
+        #: Each gateway's MQTT port (`tamto_gateway.mqtt`), by process name.
+        self.mqtt_ports: dict[str, int] = {}
         self.processes: dict[str, ManagedProcess] = {}
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
@@ -278,6 +287,8 @@ class LocalCluster:
         self._infra: dict[str, tuple[list[str], int]] = {}  # name -> (argv, port)
         self._started_at: dict[str, float] = {}
         self._quick_exits: dict[str, int] = dict.fromkeys((*INFRA, *self.names), 0)
+        #: What storage nodes are told about the segment store (`_start_segment_store`).
+        self._store_env: dict[str, str] = {}
 
     def gateway_urls(self) -> list[str]:
         """Every gateway's URL (two with several nodes), once started."""
@@ -292,6 +303,10 @@ class LocalCluster:
         """Every gateway's HTTP API URL, once started."""
         scheme = "https" if self.config.tls else "http"
         return [f"{scheme}://{self.config.host}:{port}" for port in self.http_ports.values()]
+
+    def mqtt_addresses(self) -> list[str]:
+        """Every gateway's MQTT broker as host:port, once started."""
+        return [f"{self.config.host}:{port}" for port in self.mqtt_ports.values()]
 
     def _check_ports(self) -> None:
         c = self.config
@@ -320,10 +335,11 @@ class LocalCluster:
                 self.cluster_secret,
             ),
             self.ports[name],
-            c.extra_env,
+            {**c.extra_env, **self._store_env} if name.startswith("storage") else c.extra_env,
             process=name,
             nodes=c.nodes,
             http_port=self.http_ports.get(name, 0),
+            mqtt_port=self.mqtt_ports.get(name, 0),
         )
 
     async def start(self) -> None:
@@ -342,13 +358,14 @@ class LocalCluster:
                 ) from None
         self.ports = {name: free_port(c.host) for name in self.names}
         self.ports["gateway"] = c.gateway_port
-        self.http_ports = {
-            name: free_port(c.host) for name in self.names if split_process(name)[0] == "gateway"
-        }
+        gateways = [name for name in self.names if split_process(name)[0] == "gateway"]
+        self.http_ports = {name: free_port(c.host) for name in gateways}
+        self.mqtt_ports = {name: free_port(c.host) for name in gateways}
 
         etcd = EtcdSpec(c.data_dir / "etcd", c.etcd_port, c.etcd_peer_port, c.host)
         await self._start_infra("etcd", etcd_argv(etcd), c.etcd_port)
         await self._start_infra("nats", nats_argv(NatsSpec(c.nats_port, c.host)), c.nats_port)
+        await self._start_segment_store()
         # A service's start is mostly Python's imports: side by side they take a
         # one-node system about as long as one service alone on two cores. Each
         # registers in etcd before it reports SERVING, and finds the others there
@@ -357,6 +374,24 @@ class LocalCluster:
         await self._start_services(backends)
         await self._start_services([n for n in self.names if n not in backends])
         self._supervisor = asyncio.create_task(self._supervise(), name="supervisor")
+
+    async def _start_segment_store(self) -> None:
+        """Start SeaweedFS for ``--segment-store s3`` (its data under the data directory),
+        or pass a store URI on; every storage node is told where the store is."""
+        c = self.config
+        if not c.segment_store:
+            return
+        # Every stream of the store is an Iceberg table too; one SQLite catalog, here.
+        catalog = {"TAMTO_STORAGE_ICEBERG_CATALOG": f"sqlite:///{c.data_dir / 'iceberg.db'}"}
+        if c.segment_store != "s3":
+            self._store_env = {"TAMTO_STORAGE_SEGMENT_STORE": c.segment_store, **catalog}
+            return
+        spec = S3Spec(c.data_dir / "seaweedfs", host=c.host)
+        self.restarts["seaweedfs"] = self._quick_exits["seaweedfs"] = 0
+        await self._start_infra("seaweedfs", weed_argv(spec), spec.ports["s3.port"])
+        await self._wait("seaweedfs", lambda: asyncio.to_thread(create_bucket, spec))
+        self._store_env = {"TAMTO_STORAGE_SEGMENT_STORE": spec.uri(), **spec.env(), **catalog}
+        self._notify(f"segment store: {spec.uri()}; Iceberg catalog: {catalog}")
 
     async def _start_infra(self, name: str, argv: list[str], port: int) -> None:
         self._infra[name] = (argv, port)
@@ -452,7 +487,7 @@ class LocalCluster:
             self._supervisor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._supervisor
-        for name in (*reversed(self.names), "nats", "etcd"):
+        for name in (*reversed(self.names), "seaweedfs", "nats", "etcd"):
             proc = self.processes.get(name)
             if proc is not None and proc.running():
                 started = time.monotonic()

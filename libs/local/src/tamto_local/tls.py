@@ -33,7 +33,7 @@ from tamto_common.durable import read_whole, write_atomic
 CA_FILE = "ca.pem"
 CA_KEY_FILE = "ca-key.pem"
 #: Names the development PKI makes certificates for.
-DEV_NAMES = ("auth", "storage", "router", "gateway", "launcher", "client")
+DEV_NAMES = ("auth", "storage", "router", "gateway", "processing", "launcher", "client")
 _HOSTS = ("localhost", "127.0.0.1", "::1")
 
 

@@ -31,20 +31,14 @@ from tamto_sdk.errors import (
     Unavailable,
     UndecodableBatch,
 )
-from tamto_sdk.messages import (
-    Durability,
-    EnsureResult,
-    EphemeralConfig,
-    Message,
-    MessageBatch,
-    Overflow,
-    PublishedBatch,
-    PublishResult,
-    RetentionPolicy,
-    StreamConfig,
-    StreamInfo,
-    StreamKind,
+from tamto_sdk.functions import (
+    FunctionInfo,
+    FunctionInputLag,
+    FunctionInstance,
+    Functions,
+    FunctionStatus,
 )
+from tamto_sdk.messages import Message, MessageBatch, PublishedBatch, PublishResult
 from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.security import (
@@ -57,6 +51,16 @@ from tamto_sdk.security import (
     Role,
     Security,
     WhoAmI,
+)
+from tamto_sdk.stream_config import (
+    Durability,
+    EnsureResult,
+    EphemeralConfig,
+    Overflow,
+    RetentionPolicy,
+    StreamConfig,
+    StreamInfo,
+    StreamKind,
 )
 from tamto_sdk.subscriptions import (
     ConsumerInfo,
@@ -120,6 +124,11 @@ __all__ = [
     "EphemeralMessage",
     "EphemeralProducer",
     "FailedPrecondition",
+    "FunctionInfo",
+    "FunctionInputLag",
+    "FunctionInstance",
+    "FunctionStatus",
+    "Functions",
     "Grant",
     "Identity",
     "IdentityKind",

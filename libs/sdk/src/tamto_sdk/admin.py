@@ -8,10 +8,10 @@ import builtins
 from tamto_protocol.v1 import gateway_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk.errors import InvalidArgument
-from tamto_sdk.messages import (
+from tamto_sdk.messages import MessageBatch
+from tamto_sdk.stream_config import (
     EnsureResult,
     EphemeralConfig,
-    MessageBatch,
     StreamConfig,
     StreamInfo,
     StreamKind,

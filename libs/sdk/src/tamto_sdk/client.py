@@ -21,6 +21,7 @@ from tamto_sdk.admin import Cluster, Streams
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.direct import DirectPublisher
 from tamto_sdk.errors import Closed, Unavailable
+from tamto_sdk.functions import Functions
 from tamto_sdk.options import ClientOptions
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.security import Security
@@ -156,6 +157,7 @@ class Client:
         self._cluster = Cluster(self._calls)
         self._security = Security(self._calls)
         self._subscriptions = Subscriptions(self._calls)
+        self._functions = Functions(self._calls)
         self._producers: list[Producer] = []
         self._consumers: list[Consumer] = []
         self._ephemeral: list[EphemeralProducer | Subscription | ReplyHandler] = []
@@ -180,6 +182,11 @@ class Client:
     def subscriptions(self) -> Subscriptions:
         """Subscription administration: list, describe, seek, skip, delete."""
         return self._subscriptions
+
+    @property
+    def functions(self) -> Functions:
+        """Processing functions: deploy, update, pause, resume, delete, list, status."""
+        return self._functions
 
     @property
     def security(self) -> Security:

@@ -15,7 +15,6 @@ import grpc
 
 from tamto_protocol.batch import BatchFormatError
 from tamto_protocol.delivery_wire import WireError, parse_consume_error, parse_consume_response
-from tamto_protocol.limits import MAX_RANGES_PER_REQUEST
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk._retry import Backoff
@@ -34,6 +33,7 @@ from tamto_sdk.errors import (
     from_status,
 )
 from tamto_sdk.messages import Message, MessageBatch, _delivered, _Rows
+from tamto_sdk.pending_acks import PendingAcks, merge_ranges, ranges_of, within_limit
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
 from tamto_sdk.subscriptions import Subscriptions
 
@@ -102,17 +102,10 @@ class Consumer:
         self._iter_pos = 0
         self._taken_since_grant = 0
 
-        self._pending_acks: dict[int, _OffsetRuns] = {}
-        # (partition, delay_ms) -> ranges. Unlike acks they are never resent on a
-        # new session: that session redelivers every unacked message anyway.
-        self._pending_nacks: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        # term and in_progress requests, sent without lingering; like nacks, never
-        # resent on a new session (it redelivers the messages they were about).
-        self._pending_verbs: list[Any] = []
+        self._pending = PendingAcks()
         self._low_water: dict[int, int] = {}
         self._acks_flushed = asyncio.Event()
         self._acks_flushed.set()
-        self._writing = False  # the writer holds taken acks/nacks not yet written
         self._flush_now = asyncio.Event()  # cuts the ack linger short
 
         self._call: Any = None
@@ -282,7 +275,7 @@ class Consumer:
             if self._closing or rows.stream != self._stream:
                 self._check_ackable(rows.stream)
             offset = item._offset
-            runs = self._pending_acks.get(rows.partition)
+            runs = self._pending.acks.get(rows.partition)
             if runs is not None and offset == runs.last + 1:
                 # The next offset of the open run (the common case): no allocation and
                 # no wake-up: the writer was woken for this run and has not taken it.
@@ -352,7 +345,7 @@ class Consumer:
         )
         if not ranges:
             return
-        self._pending_nacks.setdefault((item.partition, delay_ms), []).extend(ranges)
+        self._pending.add_nack(item.partition, delay_ms, ranges)
         self._acks_flushed.clear()
         self._flush_now.set()
         self._wake_writer.set()
@@ -371,7 +364,7 @@ class Consumer:
         self._check_ackable(item.stream)
         if len(reason) > _MAX_TERM_REASON:
             raise InvalidArgument(f"reason must be at most {_MAX_TERM_REASON} characters")
-        for ranges in _within_limit(_ranges_of(item)):
+        for ranges in within_limit(ranges_of(item)):
             self._send_soon(
                 messages_pb2.ConsumeRequest(
                     term=messages_pb2.PartitionTerms(
@@ -388,7 +381,7 @@ class Consumer:
         `Closed` after `close`.
         """
         self._check_ackable(item.stream)
-        for ranges in _within_limit(_ranges_of(item)):
+        for ranges in within_limit(ranges_of(item)):
             self._send_soon(
                 messages_pb2.ConsumeRequest(
                     in_progress=messages_pb2.PartitionProgress(
@@ -429,7 +422,7 @@ class Consumer:
         self._iter_pos = 0
 
     def _send_soon(self, request: Any) -> None:
-        self._pending_verbs.append(request)
+        self._pending.verbs.append(request)
         self._acks_flushed.clear()
         self._flush_now.set()
         self._wake_writer.set()
@@ -444,48 +437,12 @@ class Consumer:
         await asyncio.wait_for(self._acks_flushed.wait(), timeout_s)
 
     def _has_pending(self) -> bool:
-        """Whether acks or nacks are not yet written to the stream, counting those the
-        writer took and is writing (a flush, or close, must wait for those too)."""
-        return bool(
-            self._pending_acks or self._pending_nacks or self._pending_verbs or self._writing
-        )
+        return self._pending.has_pending()
 
     def _add_ack(self, partition: int, first: int, last: int) -> None:
-        runs = self._pending_acks.get(partition)
-        if runs is None:
-            self._pending_acks[partition] = _OffsetRuns(first, last)
-        else:
-            runs.add(first, last)
+        self._pending.add_ack(partition, first, last)
         self._acks_flushed.clear()
         self._wake_writer.set()
-
-    def _take_acks(self) -> list[Any]:
-        requests: list[Any] = []
-        for partition, runs in sorted(self._pending_acks.items()):
-            merged = [messages_pb2.OffsetRange(first=f, last=la) for f, la in runs.merged()]
-            requests.extend(
-                messages_pb2.ConsumeRequest(
-                    ack=messages_pb2.PartitionAcks(partition=partition, ranges=ranges)
-                )
-                for ranges in _within_limit(merged)
-            )
-        self._pending_acks.clear()
-        return requests
-
-    def _take_nacks(self) -> list[Any]:
-        requests: list[Any] = []
-        for (partition, delay_ms), ranges in sorted(self._pending_nacks.items()):
-            merged = [messages_pb2.OffsetRange(first=f, last=la) for f, la in _merge_ranges(ranges)]
-            requests.extend(
-                messages_pb2.ConsumeRequest(
-                    nack=messages_pb2.PartitionNacks(
-                        partition=partition, ranges=chunk, delay_ms=delay_ms
-                    )
-                )
-                for chunk in _within_limit(merged)
-            )
-        self._pending_nacks.clear()
-        return requests
 
     # -- background: the stream and its writer -----------------------------
 
@@ -578,8 +535,7 @@ class Consumer:
             # Whatever was buffered will be redelivered by the new session, and so
             # will whatever was nacked and not sent yet.
             self._buffer.clear()
-            self._pending_nacks.clear()
-            self._pending_verbs.clear()
+            self._pending.new_session()
             if not self._has_pending():
                 self._acks_flushed.set()
             self._drop_iteration()
@@ -672,13 +628,11 @@ class Consumer:
                 requests.append(
                     messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=credit))
                 )
-            acks = self._take_acks()
-            nacks = self._take_nacks()
-            requests.extend(acks)
-            requests.extend(nacks)
-            verbs, self._pending_verbs = self._pending_verbs, []
-            requests.extend(verbs)
-            self._writing = bool(acks or nacks or verbs)
+            acks = self._pending.take_acks()
+            nacks = self._pending.take_nacks()
+            verbs = self._pending.take_verbs()
+            requests.extend([*acks, *nacks, *verbs])
+            self._pending.writing = bool(acks or nacks or verbs)
             self._flush_now.clear()
             try:
                 async with self._write_lock:
@@ -687,14 +641,14 @@ class Consumer:
             except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
                 # The session died; acks go out again on the next one (nacks do
                 # not: the next session redelivers every unacked message).
-                self._writing = False
+                self._pending.writing = False
                 for request in acks:
                     for r in request.ack.ranges:
                         self._add_ack(request.ack.partition, r.first, r.last)
                 dead_session = session
                 self._wake_writer.set()
                 continue
-            self._writing = False
+            self._pending.writing = False
             if not self._has_pending():
                 self._acks_flushed.set()
 
@@ -765,61 +719,6 @@ def _undecodable(delivery: Any, reason: str) -> UndecodableBatch:
         reason,
         stream=delivery.stream,
         partition=int(delivery.partition),
-        offset_ranges=_merge_ranges([(o, o) for o in offsets]),
+        offset_ranges=merge_ranges([(o, o) for o in offsets]),
         delivery_count=int(delivery.delivery_count) or 1,
     )
-
-
-class _OffsetRuns:
-    """One partition's pending acks as inclusive offset runs. The newest run stays
-    open as two ints, so acking message after message in order only moves `last`."""
-
-    __slots__ = ("closed", "first", "last")
-
-    def __init__(self, first: int, last: int) -> None:
-        self.closed: list[tuple[int, int]] = []
-        self.first = first
-        self.last = last
-
-    def add(self, first: int, last: int) -> None:
-        """Add the run ``first..last``: it extends the open run when it starts inside
-        or right after it, else the open run is closed and this one opens."""
-        if self.first <= first <= self.last + 1:
-            self.last = max(self.last, last)
-        else:
-            self.closed.append((self.first, self.last))
-            self.first, self.last = first, last
-
-    def merged(self) -> list[tuple[int, int]]:
-        """Every run, sorted, with overlapping or touching runs merged."""
-        if not self.closed:
-            return [(self.first, self.last)]
-        return _merge_ranges([*self.closed, (self.first, self.last)])
-
-
-def _merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sort inclusive ranges and merge those that overlap or touch."""
-    merged: list[tuple[int, int]] = []
-    for first, last in sorted(ranges):
-        if merged and first <= merged[-1][1] + 1:
-            if last > merged[-1][1]:
-                merged[-1] = (merged[-1][0], last)
-        else:
-            merged.append((first, last))
-    return merged
-
-
-def _within_limit(ranges: list[Any]) -> list[list[Any]]:
-    """`ranges` in pieces of at most `MAX_RANGES_PER_REQUEST` (a server refuses a
-    request with more)."""
-    step = MAX_RANGES_PER_REQUEST
-    return [ranges[i : i + step] for i in range(0, len(ranges), step)]
-
-
-def _ranges_of(item: Message | MessageBatch | UndecodableBatch) -> list[Any]:
-    """The offsets of a message or batch as wire `OffsetRange`s."""
-    if isinstance(item, MessageBatch | UndecodableBatch):
-        runs = item.offset_ranges()
-    else:
-        runs = [(item.offset, item.offset)]
-    return [messages_pb2.OffsetRange(first=f, last=la) for f, la in runs]

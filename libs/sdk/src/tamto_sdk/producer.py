@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from tamto_sdk import tracing
 from tamto_sdk._calls import Calls
 from tamto_sdk.accumulator import Accumulator, BatchOutcome
 from tamto_sdk.admin import Streams
@@ -160,6 +161,10 @@ class Producer:
             raise Closed("producer is closed")
         if type(payload) is not bytes:
             payload = _as_bytes(payload, "payload")
+        span = None
+        if tracing.tracing():
+            span = tracing.publish_span(self._stream, 1)
+            headers = tracing.with_context(headers, tracing.carrier(span))
         plain = key is None and headers is None and id is None and event_time is None
         if not plain:
             key = _check_extras(key, headers, id)
@@ -168,7 +173,10 @@ class Producer:
         accumulator = self._accumulator
         if accumulator.pending >= self._max_pending:
             await accumulator.wait_for_space()
-        return accumulator.add(payload, key, headers, id, event_time, plain)
+        future = accumulator.add(payload, key, headers, id, event_time, plain)
+        if span is not None:
+            tracing.end_with(span, future)
+        return future
 
     async def send_batch(
         self,
@@ -197,11 +205,18 @@ class Producer:
         """
         if self._closed:
             raise Closed("producer is closed")
+        span = None
+        if tracing.tracing() and _headers_given_as_lists(messages, headers):
+            count = len(messages)
+            span = tracing.publish_span(self._stream, count)
+            headers = tracing.batch_headers(headers, count, tracing.carrier(span))
         columns = batch_columns(messages, keys, headers, ids, event_times)
         n = len(columns[1])
         if not self._started:
             await self.start()
         future: asyncio.Future[PublishedBatch] = asyncio.get_running_loop().create_future()
+        if span is not None:
+            tracing.end_with(span, future)
         outcome = BatchOutcome(self._stream, n, future)
         if n == 0:
             return future
@@ -247,6 +262,13 @@ class Producer:
 
     def _start_sender(self, partition: int) -> None:
         self._sender.start(partition)
+
+
+def _headers_given_as_lists(messages: Any, headers: Any) -> bool:
+    """Whether trace context can be added to a batch's headers: they are not in a
+    table's column or an Arrow array (those are the caller's, sent as they are)."""
+    table = isinstance(messages, pa.Table | pa.RecordBatch)
+    return not table and (headers is None or isinstance(headers, Sequence))
 
 
 def _as_bytes(value: Any, what: str) -> bytes:

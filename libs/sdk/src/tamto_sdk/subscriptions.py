@@ -22,16 +22,11 @@ from typing import Any
 
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
-from tamto_sdk.errors import InvalidArgument, NotFound, UndecodableBatch
-from tamto_sdk.messages import (
-    MessageBatch,
-    StreamInfo,
-    StreamKind,
-    publish_time_of,
-    us_to_datetime,
-)
+from tamto_sdk.errors import InvalidArgument, NotFound, Unavailable, UndecodableBatch
+from tamto_sdk.messages import MessageBatch, publish_time_of, us_to_datetime
 from tamto_sdk.overview import SubscriptionSummary
 from tamto_sdk.positions import Start, StartPosition, SubscriptionType
+from tamto_sdk.stream_config import StreamInfo, StreamKind
 
 __all__ = [
     "ConsumerInfo",
@@ -396,7 +391,10 @@ class Subscriptions:
     async def overview(self, stream: str | None = None) -> builtins.list[SubscriptionSummary]:
         """One row per subscription of `stream` (None: of every persistent stream the
         caller may see): backlog, unacked, the publish rate into it, consumers, the
-        age of the oldest message not acked and dead letters (`SubscriptionSummary`)."""
+        age of the oldest message not acked and dead letters (`SubscriptionSummary`).
+        Without `stream`, a stream whose partitions cannot be reached now (no quorum,
+        its router restarting) is left out rather than failing the whole overview;
+        `tamto status` names what is unavailable and why."""
         if stream is not None:
             names = [stream]
         else:
@@ -405,8 +403,16 @@ class Subscriptions:
             )
             infos = [StreamInfo._from_proto(s) for s in listed.streams]
             names = [i.name for i in infos if i.kind is StreamKind.PERSISTENT]
-        rows = await asyncio.gather(*(self._overview_of(name) for name in names))
+        if stream is not None:
+            return await self._overview_of(stream)
+        rows = await asyncio.gather(*(self._reachable_overview_of(name) for name in names))
         return [row for stream_rows in rows for row in stream_rows]
+
+    async def _reachable_overview_of(self, stream: str) -> builtins.list[SubscriptionSummary]:
+        try:
+            return await self._overview_of(stream)
+        except (Unavailable, NotFound):  # unreachable now, or deleted since it was listed
+            return []
 
     async def _overview_of(self, stream: str) -> builtins.list[SubscriptionSummary]:
         stats = await stream_stats(self._calls, stream)

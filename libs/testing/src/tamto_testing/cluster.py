@@ -75,11 +75,15 @@ class TestCluster:
         tls: bool = False,
         nodes: int = 1,
         host: str = "127.0.0.1",
+        storage_env: Mapping[str, str] | None = None,
     ) -> None:
+        """`storage_env`: more environment for the storage nodes (say a segment store's
+        ``TAMTO_STORAGE_SEGMENT_STORE`` and credentials)."""
         if nodes < 1:
             raise ValueError(f"nodes must be at least 1, not {nodes}")
         self.workdir = workdir
         self.nodes = nodes
+        self._storage_env = dict(storage_env or {})
         self.host = host
         self.infra = infra
         self.credential = dev_credential(workdir)
@@ -176,6 +180,8 @@ class TestCluster:
     def _spawn(self, name: str, extra_env: dict[str, str] | None) -> TestProcess:
         """Start process `name` without waiting for it (`_wait_ready` does)."""
         service, _ = split_process(name)
+        if service == "storage":
+            extra_env = {**self._storage_env, **(extra_env or {})}
         env = service_env(
             service,
             self.shared,

@@ -3,6 +3,7 @@
 - `tamto_infra` (session): running etcd and NATS.
 - `etcd_endpoint`, `nats_url` (session): their addresses.
 - `etcd_client` (function): an etcd client connected to that etcd.
+- `s3_server` (session): a real S3 server (SeaweedFS) with the bucket of `tamto_local.s3`.
 - `tamto_cluster` (module): auth, storage, router and gateway as processes. Module, not
   session: every cluster of a test run registers in the one etcd, and a cluster left
   running would join the placement of the next module's own clusters.
@@ -38,9 +39,11 @@ import pytest
 import tamto_sdk
 from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd
+from tamto_local.s3 import S3Spec
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra, running_infra
 from tamto_testing.needs import MARK, fail_marked, missing, skip_marked
+from tamto_testing.s3 import s3_server as run_s3_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -88,6 +91,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def tamto_infra(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Infra]:
     with running_infra(tmp_path_factory.mktemp("infra")) as infra:
         yield infra
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Spec]:
+    with run_s3_server(tmp_path_factory.mktemp("s3")) as spec:
+        yield spec
 
 
 @pytest.fixture(scope="session")

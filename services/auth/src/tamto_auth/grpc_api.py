@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import structlog
+from prometheus_client import Counter
 
 from tamto_auth.admin import Caller, IdentityInfo, KeyInfo, SecurityAdmin
 from tamto_auth.identities import ApiKeyStore
@@ -18,6 +19,14 @@ from tamto_protocol.limits import MAX_GRANTS_PER_ROLE
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc
 
 log = structlog.get_logger(__name__)
+
+LOGINS = Counter(
+    "tamto_auth_logins",
+    "API key logins (Authenticate calls) by outcome: ok or refused",
+    ["outcome"],
+)
+for _outcome in ("ok", "refused"):  # every series from the start, at 0
+    LOGINS.labels(_outcome)
 
 #: Metadata the gateway adds when it forwards a call: who asked, and from where.
 ACTOR_HEADER = "x-tamto-actor"
@@ -98,6 +107,7 @@ class AuthServicer(auth_pb2_grpc.AuthServicer):
         return self._admin
 
     async def _login_audit(self, caller: Caller, outcome: str, actor: str, detail: str) -> None:
+        LOGINS.labels(outcome).inc()
         if self._audit is not None:
             await self._audit.record(
                 LOGIN,

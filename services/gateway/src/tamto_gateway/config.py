@@ -14,7 +14,20 @@ from tamto_common.config import (
     positive,
     setting,
 )
+from tamto_common.errors import InvalidArgument
+from tamto_common.names import check_name
 from tamto_common.oidc import oidc_issuers_file_setting
+
+
+def stream_name_check(value: str) -> str | None:
+    """None if `value` is empty or a legal stream name, else why not."""
+    if not value:
+        return None
+    try:
+        check_name("stream", value)
+    except InvalidArgument as exc:
+        return str(exc)
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,9 +110,16 @@ class GatewayConfig(ServiceConfig):
         "the rest is the message's topic within it",
         positive,
     )
+    mqtt_stream: str = setting(
+        "",
+        "one persistent stream every MQTT topic maps to, the whole topic as the message's key, "
+        "created at the first MQTT connection if missing (any topic and filter work; "
+        "'': the first --mqtt-stream-levels levels name the stream)",
+        stream_name_check,
+    )
     mqtt_max_inflight: int = setting(
         64,
-        "QoS 1 messages an MQTT connection may have unacknowledged each way; more wait "
+        "QoS 1 and 2 messages an MQTT connection may have unacknowledged each way; more wait "
         "(that connection alone)",
         positive,
     )

@@ -1,7 +1,7 @@
 """Ephemeral streams at a gateway: topic-routed, at-most-once, never stored.
 
 A published batch (one topic for all its messages) goes on the internal bus
-(NATS) as one message, on the subject `tamto_common.topics.bus_subject` names.
+(NATS) as one message, on the subject `tamto_gateway.topics.bus_subject` names.
 Every gateway subscribes only as narrowly as its consumers' patterns allow
 (`TopicPattern.bus_filter`) and decides exactly, per batch, with the pattern
 itself. What the bus carries is an encoded `EphemeralDelivery`; the gateway
@@ -53,11 +53,11 @@ from prometheus_client import Counter
 
 from tamto_common.errors import InvalidArgument, Unavailable
 from tamto_common.streams import StreamDef
-from tamto_common.topics import TopicPattern, bus_subject, stream_token, topic_of_subject
 from tamto_gateway.ephemeral_consumer import (
     EphemeralConsumer,
     encode_delivery,
 )
+from tamto_gateway.topics import TopicPattern, bus_subject, stream_token, topic_of_subject
 from tamto_protocol.batch import slice_batch
 from tamto_protocol.v1 import gateway_pb2
 

@@ -22,15 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from tamto_common.decoding import Undecodable
 from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.policy import Permission
 from tamto_common.streams import StreamDef
-from tamto_common.topics import TopicPattern, check_topic
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_consumer import subscribed_event
 from tamto_gateway.requests import GENERATED, RequestBroker, RequestOptions, check_reply_error
+from tamto_gateway.topics import TopicPattern, check_topic
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.pipelined import (
     MORE_ANSWERS_METADATA,
@@ -80,8 +81,12 @@ def _pipelined(
 
 
 async def _each_call(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
-    """Every call of a stream whose messages may carry further calls (`more_calls`)."""
+    """Every call of a stream whose messages may carry further calls (`more_calls`); a
+    message that did not parse (`Undecodable`) goes on as it is, to be refused alone."""
     async for request in requests:
+        if isinstance(request, Undecodable):
+            yield request
+            continue
         more = list(request.more_calls)
         if more:
             request.ClearField("more_calls")

@@ -20,7 +20,7 @@ from typing import Final
 
 from prometheus_client import Counter
 
-from tamto_common.topics import TopicPattern
+from tamto_gateway.topics import TopicPattern
 from tamto_protocol.v1 import gateway_pb2
 from tamto_protocol.wire import int_field, len_header
 

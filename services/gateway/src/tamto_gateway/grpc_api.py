@@ -21,6 +21,7 @@ from tamto_gateway.cluster_api import ClusterApi
 from tamto_gateway.consume import END_WAIT_S, FanOut, SetupStep
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_api import EphemeralApi
+from tamto_gateway.functions_api import FunctionsApi
 from tamto_gateway.limits import ConsumersPerConnection
 from tamto_gateway.requests import RequestBroker
 from tamto_gateway.security_api import AuthForwarder, SecurityApi
@@ -41,6 +42,7 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
     ClusterApi,
     EphemeralApi,
     SubscriptionsApi,
+    FunctionsApi,
     gateway_pb2_grpc.GatewayServicer,
 ):
     """Every call but Authenticate is authenticated; stream calls are authorized per stream:
@@ -48,7 +50,7 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
     any permission on the stream; ListStreams shows the streams the caller holds any
     permission on. Security admin RPCs (`SecurityApi`) and placement (`ClusterApi`) need
     `admin` on `*`; subscription administration, stream stats and peek are
-    `SubscriptionsApi`'s."""
+    `SubscriptionsApi`'s; processing functions (`FunctionsApi`) need `admin` on `*`."""
 
     def __init__(
         self,

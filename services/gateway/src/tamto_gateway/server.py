@@ -9,6 +9,7 @@ import contextlib
 import gc
 
 import structlog
+from tamto_functions.specs import SpecStore
 
 from tamto_common.audit import AuditLog
 from tamto_common.channels import ChannelPool
@@ -92,6 +93,7 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     )
     servicer.consumers_per_connection.limit = config.max_consumers_per_connection
     servicer.placement_etcd = runtime.etcd
+    servicer.function_specs = SpecStore(runtime.etcd)
     serve(servicer, runtime.server)
     serve_ephemeral(servicer, runtime.server)
     if config.http_port:

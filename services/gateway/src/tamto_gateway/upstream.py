@@ -4,19 +4,29 @@ builds their protobufs. Failures come back as TamtoError subclasses."""
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any, TypeAlias
 
 import grpc
 import structlog
+from prometheus_client import Histogram
 
 from tamto_common.channels import ChannelPool
 from tamto_common.errors import TamtoError
 from tamto_common.grpc_errors import downstream_error, error_for
+from tamto_common.message_traces import message_span
 from tamto_gateway.consume_mux import Muxes, MuxSession
 from tamto_gateway.routing import Routes
 from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2, router_pb2_grpc
 from tamto_protocol.wire import ROUTER_APPEND, ROUTER_APPEND_STREAM, router_append_request
+
+PUBLISH_ACK_SECONDS = Histogram(
+    "tamto_gateway_publish_ack_seconds",
+    "From a publish reaching the gateway to its ack (durable on the partition's quorum), "
+    "one observation per batch, every API (gRPC, HTTP, MQTT) and pipelined calls included",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+)
 
 log = structlog.get_logger(__name__)
 
@@ -67,6 +77,7 @@ class Upstream:
         self, stream: str, partition: int, arrow_ipc: bytes, count: int
     ) -> tuple[int, list[int]]:
         """Append through the owning router: (base offset, per-message offsets if deduped)."""
+        started = time.perf_counter()
         address = await self.routes.router_for(stream, partition)
         channel = self._channels.get(address)
         known = self._appends.get(address)
@@ -84,10 +95,14 @@ class Upstream:
             return router_append_request(stream, partition, arrow_ipc, count, call_id)
 
         try:
-            response = await known[1](request, timeout=self._timeout)
+            with message_span(
+                "tamto.gateway", "tamto.gateway.publish", [arrow_ipc], stream, partition
+            ):
+                response = await known[1](request, timeout=self._timeout)
         except grpc.aio.AioRpcError as exc:
             log.info("router append failed", router=address, code=exc.code().name)
             raise router_error(exc, stream, partition) from exc
+        PUBLISH_ACK_SECONDS.observe(time.perf_counter() - started)
         return int(response.base_offset), list(response.offsets)
 
     async def close(self) -> None:

@@ -19,18 +19,17 @@ from typing import Any
 
 import aetcd
 import structlog
+from tamto_functions.model import FunctionSpec
+from tamto_functions.specs import STATE_PREFIX, SpecStore
 
 import tamto_sdk
 from tamto_common.membership import list_members
 from tamto_processing.config import ProcessingConfig
-from tamto_processing.model import FunctionSpec
 from tamto_processing.placement import assigned
 from tamto_processing.runner import Instance
-from tamto_processing.specs import SpecStore
 
 log = structlog.get_logger("tamto.processing")
 
-STATE_PREFIX = "/tamto/function-state/"
 #: The longest wait before restarting a failing instance.
 MAX_BACKOFF_S = 30.0
 
@@ -123,12 +122,25 @@ class Supervisor:
         async def save_state(data: bytes) -> None:
             await self._etcd.put(state_key, data)
 
-        async with tamto_sdk.connect(await self._gateway_url(), api_key=api_key) as client:
+        url, options = await self._gateway_url(), self._client_options()
+        async with tamto_sdk.connect(url, api_key=api_key, options=options) as client:
             instance = Instance(
                 spec, instance_id, client, stored.value if stored else None, save_state
             )
             running.instance = instance
             await instance.run()
+
+    def _client_options(self) -> tamto_sdk.ClientOptions:
+        """With TLS on, the node dials the gateway with its own certificate and CA."""
+        tls = self._config.tls()
+        if tls is None:
+            return tamto_sdk.ClientOptions()
+        return tamto_sdk.ClientOptions(
+            tls=True,
+            root_certificates=tls.ca,
+            certificate_chain=tls.cert_chain,
+            private_key=tls.private_key,
+        )
 
     async def _gateway_url(self) -> str:
         if self._config.gateway_url:

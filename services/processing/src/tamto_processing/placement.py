@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tamto_functions.model import FunctionSpec
+
 from tamto_common.ring import HashRing
-from tamto_processing.model import FunctionSpec
 
 
 def assigned(

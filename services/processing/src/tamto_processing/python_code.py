@@ -21,9 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+from tamto_functions.model import PythonCode
 
 from tamto_common.errors import InvalidArgument
-from tamto_processing.model import PythonCode
 
 BatchFunction = Callable[[pa.RecordBatch], Any]
 

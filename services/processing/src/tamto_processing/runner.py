@@ -22,12 +22,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import structlog
+from tamto_functions.declarative import Output, Pipeline, compile_steps
+from tamto_functions.model import Declarative, FunctionSpec, SubscriptionKind
+from tamto_functions.windows import Windows
 
 import tamto_sdk
-from tamto_processing.declarative import Output, Pipeline, compile_steps
-from tamto_processing.model import Declarative, FunctionSpec, SubscriptionKind
 from tamto_processing.python_code import load
-from tamto_processing.windows import Windows
 from tamto_sdk.messages import MessageBatch
 
 log = structlog.get_logger("tamto.processing")

@@ -4,6 +4,9 @@ Every offset below `floor` is acked. Above it, acked offsets are a sorted list
 of disjoint inclusive ranges; an ack that closes the gap at the floor advances
 the floor and drops the ranges it swallowed. State for fully acked data is
 therefore dropped, and one unacked message costs one gap, not a list of offsets.
+
+The subscription's redelivery and dead-letter counts ride along: they are
+committed with the cursor, so they outlive the router that counted them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ class TooManyRanges(Exception):
 class AckSet:
     floor: int
     ranges: list[tuple[int, int]] = field(default_factory=list)
+    #: Messages delivered more than once, and moved to the dead-letter stream.
+    redeliveries: int = 0
+    dead_lettered: int = 0
+
+    def copy(self) -> AckSet:
+        """An independent copy (what a commit sends while acks go on changing this one)."""
+        return AckSet(self.floor, list(self.ranges), self.redeliveries, self.dead_lettered)
 
     def is_acked(self, offset: int) -> bool:
         if offset < self.floor:

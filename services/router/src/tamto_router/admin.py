@@ -31,6 +31,7 @@ from tamto_router.cursors import commit_cursor, delete_cursor, get_cursor, list_
 from tamto_router.model import (
     Batch,
     ConsumerState,
+    DiskUsage,
     PartitionState,
     Seek,
     SubscriptionState,
@@ -99,31 +100,42 @@ class SubscriptionAdmin:
 
     async def describe(self, stream: str, partition: int, name: str) -> SubscriptionState:
         log = await self._partitions.get(stream, partition)
+        return await self._describe(log, name, await _Stored.of(log))
+
+    async def describe_all(self, stream: str, partition: int) -> dict[str, SubscriptionState]:
+        """Every subscription of the partition described, asking storage for the
+        partition's start and size once (the per-subscription metrics' sampling)."""
+        log = await self._partitions.get(stream, partition)
+        names = await list_cursors(log)
+        stored = await _Stored.of(log)
+        described = {name: await self._describe(log, name, stored) for name in names}
+        return {name: state for name, state in described.items() if state.exists}
+
+    async def _describe(self, log: PartitionLog, name: str, stored: _Stored) -> SubscriptionState:
         live = self._live(log, name)
         if live is not None:
             acks = live.acks
         else:
-            stored = await get_cursor(log, name)
-            if stored is None:
-                return SubscriptionState(partition, exists=False)
-            acks = stored
-        # Storage's start now, not the copy the bus keeps current: retention may have moved
-        # it a moment ago, and a read below it would be refused (docs/segments.md).
-        start, end = await log.follow_start(), log.durable_offset
+            cursor = await get_cursor(log, name)
+            if cursor is None:
+                return SubscriptionState(log.partition, exists=False)
+            acks = cursor
+        start, end = stored.start, log.durable_offset
         waiting = backlog(acks, max(acks.floor, start), end)
         state = SubscriptionState(
-            partition,
+            log.partition,
             exists=True,
             start_offset=start,
             ack_floor=acks.floor,
             position=acks.floor if live is None else live.position,
             end_offset=end,
             backlog_messages=waiting,
-            backlog_bytes=await self._backlog_bytes(log, waiting),
-            oldest_unacked_publish_time_us=await self._publish_time(
-                log, acks.next_unacked(max(acks.floor, start))
+            backlog_bytes=await stored.bytes_of(waiting),
+            oldest_unacked_publish_time_us=await stored.publish_time(
+                acks.next_unacked(max(acks.floor, start))
             ),
-            redeliveries=self._registry.redelivered(stream, partition, name),
+            redeliveries=acks.redeliveries,
+            dead_lettered=acks.dead_lettered,
         )
         if live is None:
             return state
@@ -139,31 +151,9 @@ class SubscriptionAdmin:
         return replace(
             state,
             unacked=in_flight(live),
-            dead_lettered=live.dead_lettered,
             type=live.type.value if live.type is not None and consumers else None,
             consumers=consumers,
         )
-
-    async def _backlog_bytes(self, log: PartitionLog, messages: int) -> int:
-        """An estimate: `messages` times the partition's average stored message size."""
-        if messages == 0:
-            return 0
-        usage = await log.storage.disk_usage(log.stream, log.partition)
-        stored = usage.bounds.next_offset - usage.bounds.start_offset
-        if stored <= 0:
-            return 0
-        return (usage.wal_bytes + usage.segment_bytes) * messages // stored
-
-    @staticmethod
-    async def _publish_time(log: PartitionLog, offset: int) -> int:
-        """The publish time of the message at `offset` (0 when it is not stored)."""
-        if offset >= log.durable_offset:
-            return 0
-        batches, _ = await log.read(offset, 1)  # another replica on DATA_LOSS
-        for batch in batches:
-            if batch.base_offset <= offset < batch.end:
-                return batch.publish_time_us
-        return 0
 
     async def seek(
         self, stream: str, partition: int, name: str, seek: Seek, dry_run: bool = False
@@ -329,3 +319,44 @@ class SubscriptionAdmin:
                 if lo < hi:
                     found.append(deliverable(batch, lo, hi - lo))
         return found
+
+
+class _Stored:
+    """What storage holds of a partition, asked once for the subscriptions described
+    together: its start, its average stored message size, publish times by offset."""
+
+    def __init__(self, log: PartitionLog, start: int) -> None:
+        self._log = log
+        self.start = start
+        self._usage: DiskUsage | None = None
+        self._times: dict[int, int] = {}
+
+    @classmethod
+    async def of(cls, log: PartitionLog) -> _Stored:
+        # Storage's start now, not the copy the bus keeps current: retention may have moved
+        # it a moment ago, and a read below it would be refused (docs/segments.md).
+        return cls(log, await log.follow_start())
+
+    async def bytes_of(self, messages: int) -> int:
+        """An estimate: `messages` times the partition's average stored message size."""
+        if messages == 0:
+            return 0
+        if self._usage is None:
+            self._usage = await self._log.storage.disk_usage(self._log.stream, self._log.partition)
+        usage = self._usage
+        stored = usage.bounds.next_offset - usage.bounds.start_offset
+        if stored <= 0:
+            return 0
+        return (usage.wal_bytes + usage.segment_bytes) * messages // stored
+
+    async def publish_time(self, offset: int) -> int:
+        """The publish time of the message at `offset` (0 when it is not stored)."""
+        if offset >= self._log.durable_offset:
+            return 0
+        if offset not in self._times:
+            self._times[offset] = 0
+            batches, _ = await self._log.read(offset, 1)  # another replica on DATA_LOSS
+            for batch in batches:
+                if batch.base_offset <= offset < batch.end:
+                    self._times[offset] = batch.publish_time_us
+        return self._times[offset]

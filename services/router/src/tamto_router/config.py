@@ -9,6 +9,7 @@ from tamto_common.errors import ConfigError
 from tamto_common.oidc import oidc_issuers_file_setting
 from tamto_router.balancer import BalanceSettings
 from tamto_router.partition_log import REREPLICATE_AFTER_S
+from tamto_router.subscription_metrics import DEFAULT_LIMIT
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +84,18 @@ class RouterConfig(ServiceConfig):
         60.0,
         "no balancing move for this long after one, or after becoming the balancer",
         not_negative,
+    )
+    subscription_metrics_s: float = setting(
+        15.0,
+        "seconds between samples of the per-subscription metrics (backlog, unacked, "
+        "redeliveries, ... of the partitions this router owns; 0: not exported)",
+        not_negative,
+    )
+    subscription_metrics_limit: int = setting(
+        DEFAULT_LIMIT,
+        "most subscriptions exported by name, those with the largest backlog; the rest "
+        'are summed into one stream="_other" row (the bound on those series)',
+        positive,
     )
     rereplicate_after_s: float = setting(
         REREPLICATE_AFTER_S,

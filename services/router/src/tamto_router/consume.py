@@ -79,23 +79,12 @@ class SubscriptionRegistry:
         self._publish_dead = publish_dead
         self._cursor_commit_s = cursor_commit_s
         self._locks: dict[tuple[str, int, str], asyncio.Lock] = {}
-        #: Messages delivered again, per (stream, partition, cursor name), since this
-        #: router started (subscription administration shows them).
-        self._redelivered: dict[tuple[str, int, str], int] = {}
         #: The client address of each attached consumer session, by slot id.
         self.addresses: dict[int, str] = {}
 
     def lock(self, stream: str, partition: int, name: str) -> asyncio.Lock:
         """Held while the subscription is loaded; administration holds it to change one."""
         return self._locks.setdefault((stream, partition, name), asyncio.Lock())
-
-    def count_redelivered(self, stream: str, partition: int, name: str, messages: int) -> None:
-        key = (stream, partition, name)
-        self._redelivered[key] = self._redelivered.get(key, 0) + messages
-
-    def redelivered(self, stream: str, partition: int, name: str) -> int:
-        """Messages of the subscription delivered more than once since this router started."""
-        return self._redelivered.get((stream, partition, name), 0)
 
     async def get(self, spec: SubscribeSpec, partition: int) -> Subscription:
         async with self.lock(spec.stream, partition, spec.cursor_name):
@@ -278,8 +267,4 @@ class ConsumeSession:
                 continue
             if isinstance(item, BaseException):
                 raise item
-            if item.delivery_count > 1:
-                self._registry.count_redelivered(
-                    self.spec.stream, item.partition, self.spec.cursor_name, item.batch.count
-                )
             yield item

@@ -82,7 +82,7 @@ class CursorCommits:
         await self._commit_now(target)  # closed meanwhile
 
     async def _commit_now(self, target: int) -> None:
-        await self._commit(AckSet(self._acks.floor, list(self._acks.ranges)))
+        await self._commit(self._acks.copy())
         await self._settle(committed=target)
 
     async def _settle(self, committed: int = 0, error: TamtoError | None = None) -> None:
@@ -101,7 +101,7 @@ class CursorCommits:
                 continue
             covered = self._changed
             try:
-                await self._commit(AckSet(self._acks.floor, list(self._acks.ranges)))
+                await self._commit(self._acks.copy())
             except TamtoError as exc:
                 # Storage is restarting or the partition moved: the acks stay in
                 # memory and go with the next commit (or are redelivered).

@@ -46,7 +46,12 @@ async def get_cursor(log: PartitionLog, name: str) -> AckSet | None:
         lambda client: client.get_cursor(log.stream, log.partition, name),
         _read_quorum(log),
     )
-    return most_advanced(acks for acks in outcome.answers.values() if acks is not None)
+    found = [acks for acks in outcome.answers.values() if acks is not None]
+    best = most_advanced(found)
+    if best is not None:  # the counts only grow: the highest any replica holds
+        best.redeliveries = max(acks.redeliveries for acks in found)
+        best.dead_lettered = max(acks.dead_lettered for acks in found)
+    return best
 
 
 async def commit_cursor(log: PartitionLog, name: str, acks: AckSet, replace: bool = False) -> None:

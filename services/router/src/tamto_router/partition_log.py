@@ -57,9 +57,11 @@ from tamto_common.errors import (
     Unavailable,
     damaged_offsets,
 )
+from tamto_common.message_traces import message_span
 from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.cursor_sync import sync_cursors
 from tamto_router.dedup import DedupWindow, message_offsets
+from tamto_router.metrics import count_in
 from tamto_router.model import Batch, LogBounds
 from tamto_router.quorum import (
     agreed_end,
@@ -197,8 +199,15 @@ class PartitionLog:
         """Sequence a batch and wait until storage holds it durably.
 
         Messages whose id is in the dedup window are not stored again; they are
-        answered with their original offsets once those are durable.
+        answered with their original offsets once those are durable. A batch whose
+        messages carry trace context gets a span (`tamto_common.message_traces`).
         """
+        with message_span(
+            "tamto.router", "tamto.router.append", [arrow_ipc], self.stream, self.partition
+        ):
+            return await self._append(arrow_ipc, count)
+
+    async def _append(self, arrow_ipc: bytes, count: int) -> Appended:
         if self.failure is not None:
             raise self.failure
         now_us = time.time_ns() // 1000
@@ -279,6 +288,11 @@ class PartitionLog:
                 return
             self._storing = []
             self.durable_offset = pending[-1][0].end
+            count_in(
+                self.stream,
+                sum(b.count for b, _ in pending),
+                sum(len(b.arrow_ipc) for b, _ in pending),
+            )
             for batch, future in pending:
                 if not future.done():
                     future.set_result(batch.base_offset)

@@ -37,6 +37,7 @@ from tamto_common.ring import HashRing, partition_key
 from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
 from tamto_protocol.batch import decode_column
 from tamto_router.dedup import DedupWindow
+from tamto_router.metrics import OWNERSHIP_CHANGES
 from tamto_router.model import Batch, LogBounds
 from tamto_router.ownership import (
     Claim,
@@ -159,6 +160,7 @@ class Partitions:
                 )
                 raise
             self._logs[key] = opened
+            OWNERSHIP_CHANGES.labels("claimed").inc()
             return opened
 
     async def _open(
@@ -493,6 +495,10 @@ class Partitions:
         load reports of `tamto_router.balancer`)."""
         return {k: (x.appended_messages, x.appended_bytes) for k, x in self._logs.items()}
 
+    def open_logs(self) -> list[tuple[str, int]]:
+        """The (stream, partition) pairs whose log is open here (subscription metrics)."""
+        return [k for k, x in self._logs.items() if x.failure is None]
+
     def claimed(self) -> list[tuple[str, int]]:
         """The (stream, partition) pairs this router holds a claim on."""
         return list(self._claims)
@@ -510,6 +516,7 @@ class Partitions:
             if opened is not None:
                 await opened.close()
             if claim is not None:
+                OWNERSHIP_CHANGES.labels("handed_back").inc()
                 await release_partition(self._etcd, claim)
                 log.info("partition handed back", stream=stream, partition=partition)
 
@@ -517,6 +524,7 @@ class Partitions:
         """The lease was lost, and with it every claim: reclaim on next use."""
         for partition_log in self._logs.values():
             partition_log.failure = Unavailable("ownership lease lost")
+        OWNERSHIP_CHANGES.labels("lost").inc(len(self._claims))
         self._claims.clear()
         self._unopened.clear()
 

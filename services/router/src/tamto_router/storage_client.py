@@ -211,7 +211,12 @@ class StorageClient:
         )
         if not r.exists:
             return None
-        return AckSet(r.ack_floor, [(x.first, x.last) for x in r.acked_above_floor])
+        return AckSet(
+            r.ack_floor,
+            [(x.first, x.last) for x in r.acked_above_floor],
+            r.redeliveries,
+            r.dead_lettered,
+        )
 
     async def commit_cursor(
         self,
@@ -234,6 +239,8 @@ class StorageClient:
                     messages_pb2.OffsetRange(first=a, last=b) for a, b in acks.ranges
                 ],
                 replace=replace,
+                redeliveries=acks.redeliveries,
+                dead_lettered=acks.dead_lettered,
             ),
             f"commit cursor {stream}/{partition}",
         )

@@ -48,6 +48,7 @@ from tamto_router.consumers import Consumers
 from tamto_router.cursor_commits import CursorCommits
 from tamto_router.cursors import commit_cursor
 from tamto_router.dead_letters import Origin, Policy, Publish, dead_letter_batch
+from tamto_router.metrics import count_out
 from tamto_router.model import Batch, Delivery, SubscriptionType
 from tamto_router.partition_log import PartitionLog, drain_gate
 from tamto_router.runs import (
@@ -116,7 +117,6 @@ class Subscription:
         #: The most messages one read asks storage for.
         self.read_max = read_max
         self._publish_dead = publish_dead
-        self.dead_lettered = 0
         #: The type's decisions; None until a consumer first attaches.
         self.strategy: Strategy | None = None
         self.consumers = Consumers(max_consumers, partition_log.stream)
@@ -135,6 +135,11 @@ class Subscription:
     @property
     def partition(self) -> int:
         return self.log.partition
+
+    @property
+    def dead_lettered(self) -> int:
+        """Messages moved to the dead-letter stream (kept with the cursor)."""
+        return self.acks.dead_lettered
 
     @property
     def type(self) -> SubscriptionType | None:
@@ -568,6 +573,12 @@ class Subscription:
             runs = as_runs(offsets)
         slot.outbox.put_nowait(Delivery(self.partition, piece, count, sparse))
         slot.credit.take(piece.count)
+        count_out(
+            self.log.stream, piece.count, len(piece.arrow_ipc), piece.publish_time_us, count == 1
+        )
+        if count > 1:  # committed with the cursor, so the count outlives this router
+            self.acks.redeliveries += piece.count
+            self._cursor.changed()
         self._served.add(slot.id)
         deadline = now + self.ack_timeout_s
         for first, last in runs:
@@ -661,7 +672,7 @@ class Subscription:
             reason=reason,
             delivery_count=count,
         )
-        self.dead_lettered += sum(b - a + 1 for a, b in moved)
+        self.acks.dead_lettered += sum(b - a + 1 for a, b in moved)
         if moved and settle:
             await self.ack(moved)
         return moved

@@ -6,9 +6,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tamto_common.config import MIB, ServiceConfig, not_negative, one_of, positive, setting
+from tamto_common.errors import InvalidArgument
 from tamto_storage.sealer import SealOptions
+from tamto_storage.segment_store import SegmentStore
 from tamto_storage.segments import DecodedGroups
 from tamto_storage.wal import WalOptions
+
+
+def store_uri(value: str) -> str | None:
+    """Empty, or a URI the segment store opens (`SegmentStore.open`)."""
+    if not value:
+        return None
+    try:
+        SegmentStore.open(value)
+    except InvalidArgument as exc:
+        return str(exc)
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,6 +68,20 @@ class StorageConfig(ServiceConfig):
         "so a consumer a little behind reads batches as stored instead of decoding Parquet "
         "(0: none)",
         not_negative,
+    )
+    segment_store: str = setting(
+        "",
+        "URI of the cluster's segment store that one replica of each partition seals into "
+        "(file:///shared/dir or s3://bucket/prefix?endpoint_override=host:port&scheme=http, "
+        "credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); empty: the node's own "
+        "data directory, as on one node",
+        store_uri,
+    )
+    iceberg_catalog: str = setting(
+        "",
+        "SQLAlchemy URI of the Iceberg SQL catalog (sqlite:////path/catalog.db) in which "
+        "each stream of --segment-store is also a table of the same Parquet files; "
+        "empty: no Iceberg tables",
     )
     retention_grace_ms: int = setting(
         300_000,

@@ -3,10 +3,13 @@
 Each cursor is ``<partition-dir>/_cursors/<subscription>.json``::
 
     {"version": 1, "ack_floor": 120, "acked_above_floor": [[122, 130], [140, 140]],
-     "crc32": "..."}
+     "redeliveries": 7, "dead_lettered": 2, "crc32": "..."}
 
 Every offset below ``ack_floor`` is acked; the ranges (inclusive, sorted,
-disjoint, above the floor) hold the acks beyond it. A commit replaces the file
+disjoint, above the floor) hold the acks beyond it. ``redeliveries`` and
+``dead_lettered`` are the subscription's counts on the partition (absent in files
+written before they existed: 0); they only grow, so every commit keeps the highest
+of what is stored and what is committed, a seek's too. A commit replaces the file
 atomically (temp file, fsync, rename, fsync dir), so a crash leaves either the
 old cursor or the new one; ``crc32`` (`tamto_protocol.checked`) finds a flipped
 bit. Epoch fencing is the partition's job.
@@ -15,6 +18,7 @@ bit. Epoch fencing is the partition's job.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +29,7 @@ from tamto_protocol.checked import dumps_checked, loads_checked
 from tamto_storage.model import Cursor, OffsetRange
 
 _VERSION = 1
-_MEMBERS = frozenset({"version", "ack_floor", "acked_above_floor"})
+_MEMBERS = frozenset({"version", "ack_floor", "acked_above_floor", "redeliveries", "dead_lettered"})
 
 
 def check_cursor(cursor: Cursor) -> None:
@@ -60,7 +64,21 @@ def merge_cursors(a: Cursor, b: Cursor) -> Cursor:
             merged.append((first, last))
     if merged and merged[0][0] <= floor:
         floor = merged.pop(0)[1] + 1
-    return Cursor(floor, tuple(OffsetRange(f, last) for f, last in merged))
+    return Cursor(
+        floor,
+        tuple(OffsetRange(f, last) for f, last in merged),
+        max(a.redeliveries, b.redeliveries),
+        max(a.dead_lettered, b.dead_lettered),
+    )
+
+
+def with_counts_of(stored: Cursor, cursor: Cursor) -> Cursor:
+    """`cursor` with the higher of its and `stored`'s counts (they never go back)."""
+    return replace(
+        cursor,
+        redeliveries=max(stored.redeliveries, cursor.redeliveries),
+        dead_lettered=max(stored.dead_lettered, cursor.dead_lettered),
+    )
 
 
 class CursorStore:
@@ -89,14 +107,18 @@ class CursorStore:
         path = self._path(subscription)
         check_cursor(cursor)
         async with self._lock:
-            raw = None if replace else await asyncio.to_thread(_read, path)
+            raw = await asyncio.to_thread(_read, path)
             if raw is not None:
-                cursor = merge_cursors(_decode(path, raw), cursor)
+                stored = _decode(path, raw)
+                merged = with_counts_of if replace else merge_cursors
+                cursor = merged(stored, cursor)
             data = dumps_checked(
                 {
                     "version": _VERSION,
                     "ack_floor": cursor.ack_floor,
                     "acked_above_floor": [[r.first, r.last] for r in cursor.acked_above_floor],
+                    "redeliveries": cursor.redeliveries,
+                    "dead_lettered": cursor.dead_lettered,
                 }
             )
             await asyncio.to_thread(_write, path, data)
@@ -180,7 +202,12 @@ def _decode(path: Path, raw: bytes) -> Cursor:
         if doc["version"] != _VERSION:
             raise ValueError(f"unknown version {doc['version']!r}")
         ranges = tuple(OffsetRange(int(f), int(last)) for f, last in doc["acked_above_floor"])
-        return Cursor(int(doc["ack_floor"]), ranges)
+        return Cursor(
+            int(doc["ack_floor"]),
+            ranges,
+            int(doc.get("redeliveries", 0)),
+            int(doc.get("dead_lettered", 0)),
+        )
     except (ValueError, KeyError, TypeError) as exc:
         raise DataLoss(f"cursor file {path} is unreadable: {exc}") from None
 

@@ -157,7 +157,12 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
     ) -> storage_pb2.CommitCursorResponse:
         check_count("acked_above_floor", len(request.acked_above_floor), MAX_CURSOR_RANGES)
         partition = await self._partition(request)
-        cursor = Cursor(request.ack_floor, _ranges(request.acked_above_floor))
+        cursor = Cursor(
+            request.ack_floor,
+            _ranges(request.acked_above_floor),
+            request.redeliveries,
+            request.dead_lettered,
+        )
         with refusing_when_full():
             await partition.commit_cursor(
                 request.epoch, request.subscription, cursor, request.replace
@@ -204,6 +209,8 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
                 messages_pb2.OffsetRange(first=r.first, last=r.last)
                 for r in cursor.acked_above_floor
             ],
+            redeliveries=cursor.redeliveries,
+            dead_lettered=cursor.dead_lettered,
         )
 
 

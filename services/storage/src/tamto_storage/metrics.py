@@ -67,3 +67,11 @@ REPAIRED_RANGES = Counter(
     "replica's entries (tamto_storage.replica_repair), per stream and kind (segment or wal)",
     ["stream", "kind"],
 )
+STORE_SEGMENTS = Counter(
+    "tamto_storage_store_segments_published",
+    "Segments this node committed to the cluster's segment store (--segment-store)",
+)
+STORE_ERRORS = Counter(
+    "tamto_storage_store_errors",
+    "Failed attempts to reach the segment store (the WAL is kept and sealing retries)",
+)

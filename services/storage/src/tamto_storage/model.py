@@ -65,3 +65,7 @@ class Cursor:
 
     ack_floor: int
     acked_above_floor: tuple[OffsetRange, ...] = ()
+    #: Messages delivered again and moved to the dead-letter stream, as the owning
+    #: router counted them (they only grow; kept so they outlive the router).
+    redeliveries: int = 0
+    dead_lettered: int = 0

@@ -40,6 +40,7 @@ from tamto_common.errors import (
     OutOfRange,
     Unavailable,
 )
+from tamto_common.message_traces import child_span, message_span
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.segment import SegmentEntry
 from tamto_storage import metrics
@@ -70,6 +71,8 @@ CURSORS_DIR = "_cursors"
 _OLD_NAMES = {"wal": WAL_DIR, "cursors": CURSORS_DIR, "epoch": EPOCH_FILE}
 #: Attempts at a read whose file sealing or retention removed meanwhile.
 _READ_ATTEMPTS = 3
+#: The tracer of storage's data-path spans.
+TRACER = "tamto.storage"
 
 
 def _migrate_layout(directory: Path) -> None:
@@ -102,6 +105,9 @@ class Partition:
         # The empty WAL file the last roll created durably: while appends go to it,
         # a later trim may drop the file before it (kept then as read tail).
         self._rolled_to: Path | None = None
+        #: WAL files holding offsets at or after this one stay, whatever is sealed here:
+        #: the cluster's segment store has not committed them yet (None: no store).
+        self.wal_keep_from: int | None = None
         #: Segment files found at load below the retention floor, or superseded by a
         #: carried-forward rewrite, still to be deleted.
         self.expired_files: list[Path] = []
@@ -334,8 +340,13 @@ class Partition:
                 f"base offset {batches[0].base_offset} does not match "
                 f"the partition's next offset {next_offset}"
             )
-        done = self._wal.append(batches, epoch)
-        await asyncio.shield(done)
+        ipcs = (b.arrow_ipc for b in batches)
+        with message_span(
+            TRACER, "tamto.storage.append", ipcs, self.id.stream, self.id.partition
+        ) as span:
+            done = self._wal.append(batches, epoch)
+            with child_span(TRACER, "tamto.storage.fsync", span):  # the group commit's
+                await asyncio.shield(done)
         self._unsealed_bytes += sum(len(b.arrow_ipc) for b in batches)
         if self._unsealed_since is None:
             self._unsealed_since = time.monotonic()
@@ -505,7 +516,8 @@ class Partition:
         them that fit in `keep_bytes` (the read tail); returns how many went.
 
         Files wholly below the partition's floor (expired by retention) go
-        whatever the budget. When every stored batch is sealed, appends move to
+        whatever the budget. Files from `wal_keep_from` on stay (the segment
+        store has not committed them). When every stored batch is sealed, appends move to
         a fresh (empty) file first, so the last file can go too: with no tail,
         sealed data then takes no WAL space, and the empty file's name still
         records the log's next offset.
@@ -518,6 +530,8 @@ class Partition:
         else:
             successor = self._rolled_to
         cut = max(self._wal.sealed_tail_start(end, keep_bytes), self._segments.floor)
+        if self.wal_keep_from is not None:
+            cut = min(cut, self.wal_keep_from)
         dropped = self._wal.drop_files_before(min(cut, end), successor=successor)
         if dropped:
             await asyncio.to_thread(remove_files, dropped)

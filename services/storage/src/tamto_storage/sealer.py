@@ -40,6 +40,7 @@ from tamto_protocol.segment import ExpiredFile, Manifest
 from tamto_storage import space
 from tamto_storage.interest import ReclaimLimits
 from tamto_storage.partition import Partition, remove_files
+from tamto_storage.publisher import Publisher
 from tamto_storage.reclaim import Reclaimer
 from tamto_storage.segments import Segment
 
@@ -136,8 +137,12 @@ class Sealer:
         options: SealOptions,
         retention_for: RetentionFor | None = None,
         clock: Callable[[], float] = time.time,
+        publisher: Publisher | None = None,
     ) -> None:
+        """`publisher`: commits sealed segments to the cluster's segment store (None:
+        the node's data directory is the store, as with one node)."""
         self._store = store
+        self._publisher = publisher
         self._options = options
         self._retention_for = retention_for
         self._clock = clock  # wall clock (seconds) for retention and grace deadlines
@@ -200,11 +205,25 @@ class Sealer:
                         space.refused(exc.filename or str(partition.id), exc, "seals")
                     else:
                         log.exception("sealing a partition failed", partition=str(partition.id))
+        await self.publish_all()
         await self.fit_tails()
         if self._retention_for is not None:
             await self.apply_retention()
         await self.promote_carried()
         await self.delete_expired()
+
+    async def publish_all(self) -> None:
+        """Commit what this node sealed (and publishes) to the segment store, if any."""
+        for partition in self._store.loaded():
+            await self._publish(partition)
+
+    async def _publish(self, partition: Partition) -> None:
+        if self._publisher is None:
+            return
+        try:
+            await self._publisher.publish(partition)
+        except Exception:  # the others keep publishing; the WAL keeps this one's data
+            log.exception("publishing to the segment store failed", partition=str(partition.id))
 
     async def seal_all(self) -> None:
         """Seal every durable batch of every open partition (shutdown, tests)."""
@@ -219,6 +238,7 @@ class Sealer:
         await self._store.manifest_update(
             pid.stream, lambda m: with_segments(m, pid.partition, written)
         )
+        await self._publish(partition)
         trimmed = await partition.trim_wal(self._options.wal_tail_bytes)
         log.info(
             "sealed",

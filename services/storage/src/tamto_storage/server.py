@@ -11,17 +11,43 @@ from nats.aio.msg import Msg
 
 from tamto_common.audit import AuditLog
 from tamto_common.bus import EVENTS, RANGE_SHRUNK, STREAM_DELETED, publish_event
+from tamto_common.ledgers import read_ledgers
+from tamto_common.membership import list_members
 from tamto_common.service import Runtime
 from tamto_common.streams import read_stream
 from tamto_storage import space
 from tamto_storage.config import StorageConfig
 from tamto_storage.grpc_api import StorageServicer, serve
+from tamto_storage.iceberg import IcebergTables
 from tamto_storage.metrics import UNSEALED_BYTES
+from tamto_storage.publisher import Publisher
 from tamto_storage.sealer import Retention
+from tamto_storage.segment_store import SegmentStore, is_data_dir
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
 
 log = structlog.get_logger(__name__)
+
+
+def publisher(config: StorageConfig, runtime: Runtime) -> Publisher | None:
+    """The publisher into `--segment-store`, or None when that is the data directory."""
+    uri = config.segment_store
+    if not uri or is_data_dir(uri, config.data_dir):
+        return None
+    store = SegmentStore.open(uri)
+
+    async def designated(stream: str, partition: int) -> bool:
+        """Whether this node is the first live member of the partition's current ensemble."""
+        current = (await read_ledgers(runtime.etcd, stream, partition)).current
+        if current is None:  # not replicated through ledgers: every copy is the only one
+            return True
+        live = {m.instance_id for m in await list_members(runtime.etcd, "storage")}
+        first_live = next((node for node in current.ensemble if node in live), None)
+        return first_live == config.member_id
+
+    tables = IcebergTables(config.iceberg_catalog, store) if config.iceberg_catalog else None
+    log.info("sealing into the segment store", store=uri, iceberg=config.iceberg_catalog)
+    return Publisher(store, designated, tables)
 
 
 async def setup(config: StorageConfig, runtime: Runtime) -> None:
@@ -54,6 +80,7 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
         seal_options=config.seal_options(),
         retention_for=retention,
         decoded_groups=config.decoded_groups(),
+        publisher=publisher(config, runtime),
     )
     runtime.resources.push_async_callback(store.close)
 

@@ -28,6 +28,7 @@ from tamto_protocol.segment import ExpiredFile, Manifest
 from tamto_storage.manifest import StreamManifest
 from tamto_storage.model import PartitionId, PartitionOffsets
 from tamto_storage.partition import Partition
+from tamto_storage.publisher import Publisher
 from tamto_storage.sealer import RetentionFor, Sealer, SealOptions, StoreView
 from tamto_storage.segments import DecodedGroups
 from tamto_storage.wal import WalOptions
@@ -73,13 +74,16 @@ class PartitionStore(StoreView):
         retention_for: RetentionFor | None = None,
         clock: Callable[[], float] = time.time,
         decoded_groups: DecodedGroups | None = None,
+        publisher: Publisher | None = None,
     ) -> None:
         """`options` are the defaults; `options_for(stream, defaults)`, when given,
         decides a stream's own (its durability policy) as its partitions open.
         `seal_options` enable sealing; `retention_for(stream)` gives a stream's
         (retention_ms, retention_bytes); `clock` is the wall clock retention uses;
         `decoded_groups`, shared by every partition, keeps decoded segment row
-        groups for reads that continue where the last one stopped."""
+        groups for reads that continue where the last one stopped; `publisher`
+        commits sealed segments to the cluster's segment store (None: there is none
+        besides the data directory)."""
         self._data_dir = data_dir
         self._options = options
         self._options_for = options_for
@@ -89,7 +93,9 @@ class PartitionStore(StoreView):
         self._clock = clock
         self._decoded_groups = decoded_groups
         self._sealer = (
-            Sealer(self, seal_options, retention_for, clock) if seal_options is not None else None
+            Sealer(self, seal_options, retention_for, clock, publisher)
+            if seal_options is not None
+            else None
         )
         self._closed = False
         #: Told (stream, partition, start) after a manifest change removed or rewrote

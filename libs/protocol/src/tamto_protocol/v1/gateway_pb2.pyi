@@ -444,3 +444,89 @@ class DrainNodeResponse(_message.Message):
     drained: bool
     drained_nodes: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, node: _Optional[str] = ..., drained: _Optional[bool] = ..., drained_nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeployFunctionRequest(_message.Message):
+    __slots__ = ("spec_json",)
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    spec_json: str
+    def __init__(self, spec_json: _Optional[str] = ...) -> None: ...
+
+class FunctionRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class FunctionInfo(_message.Message):
+    __slots__ = ("name", "spec_json", "version", "state", "identity", "api_key_id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    spec_json: str
+    version: int
+    state: str
+    identity: str
+    api_key_id: str
+    def __init__(self, name: _Optional[str] = ..., spec_json: _Optional[str] = ..., version: _Optional[int] = ..., state: _Optional[str] = ..., identity: _Optional[str] = ..., api_key_id: _Optional[str] = ...) -> None: ...
+
+class DeleteFunctionResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class ListFunctionsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListFunctionsResponse(_message.Message):
+    __slots__ = ("functions",)
+    FUNCTIONS_FIELD_NUMBER: _ClassVar[int]
+    functions: _containers.RepeatedCompositeFieldContainer[FunctionInfo]
+    def __init__(self, functions: _Optional[_Iterable[_Union[FunctionInfo, _Mapping]]] = ...) -> None: ...
+
+class FunctionInstanceStatus(_message.Message):
+    __slots__ = ("instance", "node", "version", "processed", "published", "errors", "last_error", "restarts", "rate")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PROCESSED_FIELD_NUMBER: _ClassVar[int]
+    PUBLISHED_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    RATE_FIELD_NUMBER: _ClassVar[int]
+    instance: str
+    node: str
+    version: int
+    processed: int
+    published: int
+    errors: int
+    last_error: str
+    restarts: int
+    rate: float
+    def __init__(self, instance: _Optional[str] = ..., node: _Optional[str] = ..., version: _Optional[int] = ..., processed: _Optional[int] = ..., published: _Optional[int] = ..., errors: _Optional[int] = ..., last_error: _Optional[str] = ..., restarts: _Optional[int] = ..., rate: _Optional[float] = ...) -> None: ...
+
+class FunctionInputLag(_message.Message):
+    __slots__ = ("stream", "backlog_messages", "oldest_unacked_publish_time_us")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    BACKLOG_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_UNACKED_PUBLISH_TIME_US_FIELD_NUMBER: _ClassVar[int]
+    stream: str
+    backlog_messages: int
+    oldest_unacked_publish_time_us: int
+    def __init__(self, stream: _Optional[str] = ..., backlog_messages: _Optional[int] = ..., oldest_unacked_publish_time_us: _Optional[int] = ...) -> None: ...
+
+class FunctionStatus(_message.Message):
+    __slots__ = ("function", "instances", "lag")
+    FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    function: FunctionInfo
+    instances: _containers.RepeatedCompositeFieldContainer[FunctionInstanceStatus]
+    lag: _containers.RepeatedCompositeFieldContainer[FunctionInputLag]
+    def __init__(self, function: _Optional[_Union[FunctionInfo, _Mapping]] = ..., instances: _Optional[_Iterable[_Union[FunctionInstanceStatus, _Mapping]]] = ..., lag: _Optional[_Iterable[_Union[FunctionInputLag, _Mapping]]] = ...) -> None: ...

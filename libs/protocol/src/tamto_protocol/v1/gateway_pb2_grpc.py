@@ -226,6 +226,41 @@ class GatewayStub:
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.DrainNodeRequest.SerializeToString,
                 response_deserializer=tamto_dot_v1_dot_gateway__pb2.DrainNodeResponse.FromString,
                 _registered_method=True)
+        self.DeployFunction = channel.unary_unary(
+                '/tamto.v1.Gateway/DeployFunction',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.DeployFunctionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.FunctionInfo.FromString,
+                _registered_method=True)
+        self.UpdateFunction = channel.unary_unary(
+                '/tamto.v1.Gateway/UpdateFunction',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.DeployFunctionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.FunctionInfo.FromString,
+                _registered_method=True)
+        self.PauseFunction = channel.unary_unary(
+                '/tamto.v1.Gateway/PauseFunction',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.FunctionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.FunctionInfo.FromString,
+                _registered_method=True)
+        self.ResumeFunction = channel.unary_unary(
+                '/tamto.v1.Gateway/ResumeFunction',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.FunctionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.FunctionInfo.FromString,
+                _registered_method=True)
+        self.DeleteFunction = channel.unary_unary(
+                '/tamto.v1.Gateway/DeleteFunction',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.FunctionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.DeleteFunctionResponse.FromString,
+                _registered_method=True)
+        self.ListFunctions = channel.unary_unary(
+                '/tamto.v1.Gateway/ListFunctions',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.ListFunctionsRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.ListFunctionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeFunction = channel.unary_unary(
+                '/tamto.v1.Gateway/DescribeFunction',
+                request_serializer=tamto_dot_v1_dot_gateway__pb2.FunctionRequest.SerializeToString,
+                response_deserializer=tamto_dot_v1_dot_gateway__pb2.FunctionStatus.FromString,
+                _registered_method=True)
         self.WhoAmI = channel.unary_unary(
                 '/tamto.v1.Gateway/WhoAmI',
                 request_serializer=tamto_dot_v1_dot_gateway__pb2.WhoAmIRequest.SerializeToString,
@@ -504,6 +539,55 @@ class GatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeployFunction(self, request, context):
+        """Processing functions (docs/processing.md), admin on `*`. A spec travels as its JSON
+        (the schema is tamto_functions.specs). Deploy validates it (INVALID_ARGUMENT naming
+        the field, step or expression; NOT_FOUND naming a missing input or output stream;
+        ALREADY_EXISTS), creates an API key for its identity and stores both; Update
+        replaces a deployed spec and bumps its version (nodes roll onto it); Pause and
+        Resume set its state; Delete removes spec, key, statuses and window state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateFunction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseFunction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeFunction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteFunction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListFunctions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeFunction(self, request, context):
+        """The spec, each instance's status (node, counters, last error) and each input's lag.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WhoAmI(self, request, context):
         """Who the caller's token speaks for, and what it may do (no permission needed).
         """
@@ -703,6 +787,41 @@ def add_GatewayServicer_to_server(servicer, server):
                     servicer.DrainNode,
                     request_deserializer=tamto_dot_v1_dot_gateway__pb2.DrainNodeRequest.FromString,
                     response_serializer=tamto_dot_v1_dot_gateway__pb2.DrainNodeResponse.SerializeToString,
+            ),
+            'DeployFunction': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeployFunction,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.DeployFunctionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.FunctionInfo.SerializeToString,
+            ),
+            'UpdateFunction': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateFunction,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.DeployFunctionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.FunctionInfo.SerializeToString,
+            ),
+            'PauseFunction': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseFunction,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.FunctionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.FunctionInfo.SerializeToString,
+            ),
+            'ResumeFunction': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeFunction,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.FunctionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.FunctionInfo.SerializeToString,
+            ),
+            'DeleteFunction': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteFunction,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.FunctionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.DeleteFunctionResponse.SerializeToString,
+            ),
+            'ListFunctions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListFunctions,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.ListFunctionsRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.ListFunctionsResponse.SerializeToString,
+            ),
+            'DescribeFunction': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeFunction,
+                    request_deserializer=tamto_dot_v1_dot_gateway__pb2.FunctionRequest.FromString,
+                    response_serializer=tamto_dot_v1_dot_gateway__pb2.FunctionStatus.SerializeToString,
             ),
             'WhoAmI': grpc.unary_unary_rpc_method_handler(
                     servicer.WhoAmI,
@@ -1736,6 +1855,195 @@ class Gateway:
             '/tamto.v1.Gateway/DrainNode',
             tamto_dot_v1_dot_gateway__pb2.DrainNodeRequest.SerializeToString,
             tamto_dot_v1_dot_gateway__pb2.DrainNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeployFunction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/DeployFunction',
+            tamto_dot_v1_dot_gateway__pb2.DeployFunctionRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.FunctionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateFunction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/UpdateFunction',
+            tamto_dot_v1_dot_gateway__pb2.DeployFunctionRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.FunctionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseFunction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/PauseFunction',
+            tamto_dot_v1_dot_gateway__pb2.FunctionRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.FunctionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeFunction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/ResumeFunction',
+            tamto_dot_v1_dot_gateway__pb2.FunctionRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.FunctionInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteFunction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/DeleteFunction',
+            tamto_dot_v1_dot_gateway__pb2.FunctionRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.DeleteFunctionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListFunctions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/ListFunctions',
+            tamto_dot_v1_dot_gateway__pb2.ListFunctionsRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.ListFunctionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeFunction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tamto.v1.Gateway/DescribeFunction',
+            tamto_dot_v1_dot_gateway__pb2.FunctionRequest.SerializeToString,
+            tamto_dot_v1_dot_gateway__pb2.FunctionStatus.FromString,
             options,
             channel_credentials,
             insecure,

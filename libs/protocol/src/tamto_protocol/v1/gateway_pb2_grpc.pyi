@@ -126,6 +126,21 @@ class GatewayStub:
     """Drains a router (it gets no partitions until undrained) or undrains it; NOT_FOUND
     for an unknown router, FAILED_PRECONDITION for draining the last one.
     """
+    DeployFunction: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.DeployFunctionRequest, _gateway_pb2.FunctionInfo]
+    """Processing functions (docs/processing.md), admin on `*`. A spec travels as its JSON
+    (the schema is tamto_functions.specs). Deploy validates it (INVALID_ARGUMENT naming
+    the field, step or expression; NOT_FOUND naming a missing input or output stream;
+    ALREADY_EXISTS), creates an API key for its identity and stores both; Update
+    replaces a deployed spec and bumps its version (nodes roll onto it); Pause and
+    Resume set its state; Delete removes spec, key, statuses and window state.
+    """
+    UpdateFunction: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.DeployFunctionRequest, _gateway_pb2.FunctionInfo]
+    PauseFunction: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.FunctionRequest, _gateway_pb2.FunctionInfo]
+    ResumeFunction: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.FunctionRequest, _gateway_pb2.FunctionInfo]
+    DeleteFunction: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.FunctionRequest, _gateway_pb2.DeleteFunctionResponse]
+    ListFunctions: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.ListFunctionsRequest, _gateway_pb2.ListFunctionsResponse]
+    DescribeFunction: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.FunctionRequest, _gateway_pb2.FunctionStatus]
+    """The spec, each instance's status (node, counters, last error) and each input's lag."""
     WhoAmI: _grpc.UnaryUnaryMultiCallable[_gateway_pb2.WhoAmIRequest, _gateway_pb2.WhoAmIResponse]
     """Who the caller's token speaks for, and what it may do (no permission needed)."""
 
@@ -223,6 +238,21 @@ class GatewayAsyncStub(GatewayStub):
     """Drains a router (it gets no partitions until undrained) or undrains it; NOT_FOUND
     for an unknown router, FAILED_PRECONDITION for draining the last one.
     """
+    DeployFunction: _aio.UnaryUnaryMultiCallable[_gateway_pb2.DeployFunctionRequest, _gateway_pb2.FunctionInfo]  # type: ignore[assignment]
+    """Processing functions (docs/processing.md), admin on `*`. A spec travels as its JSON
+    (the schema is tamto_functions.specs). Deploy validates it (INVALID_ARGUMENT naming
+    the field, step or expression; NOT_FOUND naming a missing input or output stream;
+    ALREADY_EXISTS), creates an API key for its identity and stores both; Update
+    replaces a deployed spec and bumps its version (nodes roll onto it); Pause and
+    Resume set its state; Delete removes spec, key, statuses and window state.
+    """
+    UpdateFunction: _aio.UnaryUnaryMultiCallable[_gateway_pb2.DeployFunctionRequest, _gateway_pb2.FunctionInfo]  # type: ignore[assignment]
+    PauseFunction: _aio.UnaryUnaryMultiCallable[_gateway_pb2.FunctionRequest, _gateway_pb2.FunctionInfo]  # type: ignore[assignment]
+    ResumeFunction: _aio.UnaryUnaryMultiCallable[_gateway_pb2.FunctionRequest, _gateway_pb2.FunctionInfo]  # type: ignore[assignment]
+    DeleteFunction: _aio.UnaryUnaryMultiCallable[_gateway_pb2.FunctionRequest, _gateway_pb2.DeleteFunctionResponse]  # type: ignore[assignment]
+    ListFunctions: _aio.UnaryUnaryMultiCallable[_gateway_pb2.ListFunctionsRequest, _gateway_pb2.ListFunctionsResponse]  # type: ignore[assignment]
+    DescribeFunction: _aio.UnaryUnaryMultiCallable[_gateway_pb2.FunctionRequest, _gateway_pb2.FunctionStatus]  # type: ignore[assignment]
+    """The spec, each instance's status (node, counters, last error) and each input's lag."""
     WhoAmI: _aio.UnaryUnaryMultiCallable[_gateway_pb2.WhoAmIRequest, _gateway_pb2.WhoAmIResponse]  # type: ignore[assignment]
     """Who the caller's token speaks for, and what it may do (no permission needed)."""
 
@@ -545,6 +575,63 @@ class GatewayServicer(metaclass=_abc_1.ABCMeta):
         """Drains a router (it gets no partitions until undrained) or undrains it; NOT_FOUND
         for an unknown router, FAILED_PRECONDITION for draining the last one.
         """
+
+    @_abc_1.abstractmethod
+    def DeployFunction(
+        self,
+        request: _gateway_pb2.DeployFunctionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.FunctionInfo, _abc.Awaitable[_gateway_pb2.FunctionInfo]]:
+        """Processing functions (docs/processing.md), admin on `*`. A spec travels as its JSON
+        (the schema is tamto_functions.specs). Deploy validates it (INVALID_ARGUMENT naming
+        the field, step or expression; NOT_FOUND naming a missing input or output stream;
+        ALREADY_EXISTS), creates an API key for its identity and stores both; Update
+        replaces a deployed spec and bumps its version (nodes roll onto it); Pause and
+        Resume set its state; Delete removes spec, key, statuses and window state.
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateFunction(
+        self,
+        request: _gateway_pb2.DeployFunctionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.FunctionInfo, _abc.Awaitable[_gateway_pb2.FunctionInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def PauseFunction(
+        self,
+        request: _gateway_pb2.FunctionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.FunctionInfo, _abc.Awaitable[_gateway_pb2.FunctionInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def ResumeFunction(
+        self,
+        request: _gateway_pb2.FunctionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.FunctionInfo, _abc.Awaitable[_gateway_pb2.FunctionInfo]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteFunction(
+        self,
+        request: _gateway_pb2.FunctionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.DeleteFunctionResponse, _abc.Awaitable[_gateway_pb2.DeleteFunctionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListFunctions(
+        self,
+        request: _gateway_pb2.ListFunctionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.ListFunctionsResponse, _abc.Awaitable[_gateway_pb2.ListFunctionsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DescribeFunction(
+        self,
+        request: _gateway_pb2.FunctionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_gateway_pb2.FunctionStatus, _abc.Awaitable[_gateway_pb2.FunctionStatus]]:
+        """The spec, each instance's status (node, counters, last error) and each input's lag."""
 
     @_abc_1.abstractmethod
     def WhoAmI(

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tamto_protocol.v1 import messages_pb2 as tamto_dot_v1_dot_messages__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tamto/v1/storage.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\"1\n\x0cPartitionRef\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\"b\n\x14OpenPartitionRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x10\n\x08start_at\x18\x03 \x01(\x03\"B\n\x15OpenPartitionResponse\x12\x13\n\x0bnext_offset\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"N\n\x12\x46\x65nceLedgerRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"*\n\x13\x46\x65nceLedgerResponse\x12\x13\n\x0blast_offset\x18\x01 \x01(\x03\"i\n\x18TruncatePartitionRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x03 \x01(\x03\"0\n\x19TruncatePartitionResponse\x12\x13\n\x0bnext_offset\x18\x01 \x01(\x03\"\x89\x01\n\x14StorageAppendRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12&\n\x07\x62\x61tches\x18\x03 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\x12\x0f\n\x07\x63\x61ll_id\x18\x0f \x01(\x04\",\n\x15StorageAppendResponse\x12\x13\n\x0bnext_offset\x18\x01 \x01(\x03\"\x87\x01\n\x1bStorageAppendStreamResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12$\n\x06status\x18\x02 \x01(\x0b\x32\x14.tamto.v1.CallStatus\x12\x31\n\x08response\x18\x03 \x01(\x0b\x32\x1f.tamto.v1.StorageAppendResponse\"c\n\x0bReadRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x13\n\x0b\x66rom_offset\x18\x02 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x03 \x01(\r\"K\n\x0cReadResponse\x12&\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\"\xbb\x01\n\x13\x43ommitCursorRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x11\n\tack_floor\x18\x04 \x01(\x03\x12\x30\n\x11\x61\x63ked_above_floor\x18\x05 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\x12\x0f\n\x07replace\x18\x06 \x01(\x08\"\x16\n\x14\x43ommitCursorResponse\"S\n\x10GetCursorRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x14\n\x0csubscription\x18\x02 \x01(\t\"h\n\x11GetCursorResponse\x12\x0e\n\x06\x65xists\x18\x01 \x01(\x08\x12\x11\n\tack_floor\x18\x02 \x01(\x03\x12\x30\n\x11\x61\x63ked_above_floor\x18\x03 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\"R\n\x14OffsetForTimeRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x0f\n\x07time_us\x18\x02 \x01(\x03\"\'\n\x15OffsetForTimeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"?\n\x12ListCursorsRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\",\n\x13ListCursorsResponse\x12\x15\n\rsubscriptions\x18\x01 \x03(\t\"e\n\x13\x44\x65leteCursorRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"\'\n\x14\x44\x65leteCursorResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"B\n\x15PartitionStatsRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\"m\n\x16PartitionStatsResponse\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\x12\x11\n\twal_bytes\x18\x03 \x01(\x04\x12\x15\n\rsegment_bytes\x18\x04 \x01(\x04\"\x8c\x01\n\x12RepairRangeRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x03\x12&\n\x07\x62\x61tches\x18\x04 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\"@\n\x13RepairRangeResponse\x12\x14\n\x0c\x64\x61maged_file\x18\x01 \x01(\t\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\x32\x85\x08\n\x07Storage\x12P\n\rOpenPartition\x12\x1e.tamto.v1.OpenPartitionRequest\x1a\x1f.tamto.v1.OpenPartitionResponse\x12J\n\x0b\x46\x65nceLedger\x12\x1c.tamto.v1.FenceLedgerRequest\x1a\x1d.tamto.v1.FenceLedgerResponse\x12\\\n\x11TruncatePartition\x12\".tamto.v1.TruncatePartitionRequest\x1a#.tamto.v1.TruncatePartitionResponse\x12I\n\x06\x41ppend\x12\x1e.tamto.v1.StorageAppendRequest\x1a\x1f.tamto.v1.StorageAppendResponse\x12Y\n\x0c\x41ppendStream\x12\x1e.tamto.v1.StorageAppendRequest\x1a%.tamto.v1.StorageAppendStreamResponse(\x01\x30\x01\x12\x35\n\x04Read\x12\x15.tamto.v1.ReadRequest\x1a\x16.tamto.v1.ReadResponse\x12P\n\rOffsetForTime\x12\x1e.tamto.v1.OffsetForTimeRequest\x1a\x1f.tamto.v1.OffsetForTimeResponse\x12M\n\x0c\x43ommitCursor\x12\x1d.tamto.v1.CommitCursorRequest\x1a\x1e.tamto.v1.CommitCursorResponse\x12\x44\n\tGetCursor\x12\x1a.tamto.v1.GetCursorRequest\x1a\x1b.tamto.v1.GetCursorResponse\x12J\n\x0bListCursors\x12\x1c.tamto.v1.ListCursorsRequest\x1a\x1d.tamto.v1.ListCursorsResponse\x12M\n\x0c\x44\x65leteCursor\x12\x1d.tamto.v1.DeleteCursorRequest\x1a\x1e.tamto.v1.DeleteCursorResponse\x12S\n\x0ePartitionStats\x12\x1f.tamto.v1.PartitionStatsRequest\x1a .tamto.v1.PartitionStatsResponse\x12J\n\x0bRepairRange\x12\x1c.tamto.v1.RepairRangeRequest\x1a\x1d.tamto.v1.RepairRangeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tamto/v1/storage.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\"1\n\x0cPartitionRef\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\"b\n\x14OpenPartitionRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x10\n\x08start_at\x18\x03 \x01(\x03\"B\n\x15OpenPartitionResponse\x12\x13\n\x0bnext_offset\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"N\n\x12\x46\x65nceLedgerRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"*\n\x13\x46\x65nceLedgerResponse\x12\x13\n\x0blast_offset\x18\x01 \x01(\x03\"i\n\x18TruncatePartitionRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x03 \x01(\x03\"0\n\x19TruncatePartitionResponse\x12\x13\n\x0bnext_offset\x18\x01 \x01(\x03\"\x89\x01\n\x14StorageAppendRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12&\n\x07\x62\x61tches\x18\x03 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\x12\x0f\n\x07\x63\x61ll_id\x18\x0f \x01(\x04\",\n\x15StorageAppendResponse\x12\x13\n\x0bnext_offset\x18\x01 \x01(\x03\"\x87\x01\n\x1bStorageAppendStreamResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12$\n\x06status\x18\x02 \x01(\x0b\x32\x14.tamto.v1.CallStatus\x12\x31\n\x08response\x18\x03 \x01(\x0b\x32\x1f.tamto.v1.StorageAppendResponse\"c\n\x0bReadRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x13\n\x0b\x66rom_offset\x18\x02 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x03 \x01(\r\"K\n\x0cReadResponse\x12&\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\"\xe8\x01\n\x13\x43ommitCursorRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x11\n\tack_floor\x18\x04 \x01(\x03\x12\x30\n\x11\x61\x63ked_above_floor\x18\x05 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\x12\x0f\n\x07replace\x18\x06 \x01(\x08\x12\x14\n\x0credeliveries\x18\x07 \x01(\x04\x12\x15\n\rdead_lettered\x18\x08 \x01(\x04\"\x16\n\x14\x43ommitCursorResponse\"S\n\x10GetCursorRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x14\n\x0csubscription\x18\x02 \x01(\t\"\x95\x01\n\x11GetCursorResponse\x12\x0e\n\x06\x65xists\x18\x01 \x01(\x08\x12\x11\n\tack_floor\x18\x02 \x01(\x03\x12\x30\n\x11\x61\x63ked_above_floor\x18\x03 \x03(\x0b\x32\x15.tamto.v1.OffsetRange\x12\x14\n\x0credeliveries\x18\x04 \x01(\x04\x12\x15\n\rdead_lettered\x18\x05 \x01(\x04\"R\n\x14OffsetForTimeRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x0f\n\x07time_us\x18\x02 \x01(\x03\"\'\n\x15OffsetForTimeResponse\x12\x0e\n\x06offset\x18\x01 \x01(\x03\"?\n\x12ListCursorsRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\",\n\x13ListCursorsResponse\x12\x15\n\rsubscriptions\x18\x01 \x03(\t\"e\n\x13\x44\x65leteCursorRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\x14\n\x0csubscription\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\"\'\n\x14\x44\x65leteCursorResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"B\n\x15PartitionStatsRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\"m\n\x16PartitionStatsResponse\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\x12\x11\n\twal_bytes\x18\x03 \x01(\x04\x12\x15\n\rsegment_bytes\x18\x04 \x01(\x04\"\x8c\x01\n\x12RepairRangeRequest\x12)\n\tpartition\x18\x01 \x01(\x0b\x32\x16.tamto.v1.PartitionRef\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x03 \x01(\x03\x12&\n\x07\x62\x61tches\x18\x04 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\"@\n\x13RepairRangeResponse\x12\x14\n\x0c\x64\x61maged_file\x18\x01 \x01(\t\x12\x13\n\x0bnext_offset\x18\x02 \x01(\x03\x32\x85\x08\n\x07Storage\x12P\n\rOpenPartition\x12\x1e.tamto.v1.OpenPartitionRequest\x1a\x1f.tamto.v1.OpenPartitionResponse\x12J\n\x0b\x46\x65nceLedger\x12\x1c.tamto.v1.FenceLedgerRequest\x1a\x1d.tamto.v1.FenceLedgerResponse\x12\\\n\x11TruncatePartition\x12\".tamto.v1.TruncatePartitionRequest\x1a#.tamto.v1.TruncatePartitionResponse\x12I\n\x06\x41ppend\x12\x1e.tamto.v1.StorageAppendRequest\x1a\x1f.tamto.v1.StorageAppendResponse\x12Y\n\x0c\x41ppendStream\x12\x1e.tamto.v1.StorageAppendRequest\x1a%.tamto.v1.StorageAppendStreamResponse(\x01\x30\x01\x12\x35\n\x04Read\x12\x15.tamto.v1.ReadRequest\x1a\x16.tamto.v1.ReadResponse\x12P\n\rOffsetForTime\x12\x1e.tamto.v1.OffsetForTimeRequest\x1a\x1f.tamto.v1.OffsetForTimeResponse\x12M\n\x0c\x43ommitCursor\x12\x1d.tamto.v1.CommitCursorRequest\x1a\x1e.tamto.v1.CommitCursorResponse\x12\x44\n\tGetCursor\x12\x1a.tamto.v1.GetCursorRequest\x1a\x1b.tamto.v1.GetCursorResponse\x12J\n\x0bListCursors\x12\x1c.tamto.v1.ListCursorsRequest\x1a\x1d.tamto.v1.ListCursorsResponse\x12M\n\x0c\x44\x65leteCursor\x12\x1d.tamto.v1.DeleteCursorRequest\x1a\x1e.tamto.v1.DeleteCursorResponse\x12S\n\x0ePartitionStats\x12\x1f.tamto.v1.PartitionStatsRequest\x1a .tamto.v1.PartitionStatsResponse\x12J\n\x0bRepairRange\x12\x1c.tamto.v1.RepairRangeRequest\x1a\x1d.tamto.v1.RepairRangeResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -57,33 +57,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_READRESPONSE']._serialized_start=986
   _globals['_READRESPONSE']._serialized_end=1061
   _globals['_COMMITCURSORREQUEST']._serialized_start=1064
-  _globals['_COMMITCURSORREQUEST']._serialized_end=1251
-  _globals['_COMMITCURSORRESPONSE']._serialized_start=1253
-  _globals['_COMMITCURSORRESPONSE']._serialized_end=1275
-  _globals['_GETCURSORREQUEST']._serialized_start=1277
-  _globals['_GETCURSORREQUEST']._serialized_end=1360
-  _globals['_GETCURSORRESPONSE']._serialized_start=1362
-  _globals['_GETCURSORRESPONSE']._serialized_end=1466
-  _globals['_OFFSETFORTIMEREQUEST']._serialized_start=1468
-  _globals['_OFFSETFORTIMEREQUEST']._serialized_end=1550
-  _globals['_OFFSETFORTIMERESPONSE']._serialized_start=1552
-  _globals['_OFFSETFORTIMERESPONSE']._serialized_end=1591
-  _globals['_LISTCURSORSREQUEST']._serialized_start=1593
-  _globals['_LISTCURSORSREQUEST']._serialized_end=1656
-  _globals['_LISTCURSORSRESPONSE']._serialized_start=1658
-  _globals['_LISTCURSORSRESPONSE']._serialized_end=1702
-  _globals['_DELETECURSORREQUEST']._serialized_start=1704
-  _globals['_DELETECURSORREQUEST']._serialized_end=1805
-  _globals['_DELETECURSORRESPONSE']._serialized_start=1807
-  _globals['_DELETECURSORRESPONSE']._serialized_end=1846
-  _globals['_PARTITIONSTATSREQUEST']._serialized_start=1848
-  _globals['_PARTITIONSTATSREQUEST']._serialized_end=1914
-  _globals['_PARTITIONSTATSRESPONSE']._serialized_start=1916
-  _globals['_PARTITIONSTATSRESPONSE']._serialized_end=2025
-  _globals['_REPAIRRANGEREQUEST']._serialized_start=2028
-  _globals['_REPAIRRANGEREQUEST']._serialized_end=2168
-  _globals['_REPAIRRANGERESPONSE']._serialized_start=2170
-  _globals['_REPAIRRANGERESPONSE']._serialized_end=2234
-  _globals['_STORAGE']._serialized_start=2237
-  _globals['_STORAGE']._serialized_end=3266
+  _globals['_COMMITCURSORREQUEST']._serialized_end=1296
+  _globals['_COMMITCURSORRESPONSE']._serialized_start=1298
+  _globals['_COMMITCURSORRESPONSE']._serialized_end=1320
+  _globals['_GETCURSORREQUEST']._serialized_start=1322
+  _globals['_GETCURSORREQUEST']._serialized_end=1405
+  _globals['_GETCURSORRESPONSE']._serialized_start=1408
+  _globals['_GETCURSORRESPONSE']._serialized_end=1557
+  _globals['_OFFSETFORTIMEREQUEST']._serialized_start=1559
+  _globals['_OFFSETFORTIMEREQUEST']._serialized_end=1641
+  _globals['_OFFSETFORTIMERESPONSE']._serialized_start=1643
+  _globals['_OFFSETFORTIMERESPONSE']._serialized_end=1682
+  _globals['_LISTCURSORSREQUEST']._serialized_start=1684
+  _globals['_LISTCURSORSREQUEST']._serialized_end=1747
+  _globals['_LISTCURSORSRESPONSE']._serialized_start=1749
+  _globals['_LISTCURSORSRESPONSE']._serialized_end=1793
+  _globals['_DELETECURSORREQUEST']._serialized_start=1795
+  _globals['_DELETECURSORREQUEST']._serialized_end=1896
+  _globals['_DELETECURSORRESPONSE']._serialized_start=1898
+  _globals['_DELETECURSORRESPONSE']._serialized_end=1937
+  _globals['_PARTITIONSTATSREQUEST']._serialized_start=1939
+  _globals['_PARTITIONSTATSREQUEST']._serialized_end=2005
+  _globals['_PARTITIONSTATSRESPONSE']._serialized_start=2007
+  _globals['_PARTITIONSTATSRESPONSE']._serialized_end=2116
+  _globals['_REPAIRRANGEREQUEST']._serialized_start=2119
+  _globals['_REPAIRRANGEREQUEST']._serialized_end=2259
+  _globals['_REPAIRRANGERESPONSE']._serialized_start=2261
+  _globals['_REPAIRRANGERESPONSE']._serialized_end=2325
+  _globals['_STORAGE']._serialized_start=2328
+  _globals['_STORAGE']._serialized_end=3357
 # @@protoc_insertion_point(module_scope)

@@ -110,20 +110,24 @@ class ReadResponse(_message.Message):
     def __init__(self, batches: _Optional[_Iterable[_Union[_messages_pb2.StoredBatch, _Mapping]]] = ..., next_offset: _Optional[int] = ...) -> None: ...
 
 class CommitCursorRequest(_message.Message):
-    __slots__ = ("partition", "subscription", "epoch", "ack_floor", "acked_above_floor", "replace")
+    __slots__ = ("partition", "subscription", "epoch", "ack_floor", "acked_above_floor", "replace", "redeliveries", "dead_lettered")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     ACK_FLOOR_FIELD_NUMBER: _ClassVar[int]
     ACKED_ABOVE_FLOOR_FIELD_NUMBER: _ClassVar[int]
     REPLACE_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
     partition: PartitionRef
     subscription: str
     epoch: int
     ack_floor: int
     acked_above_floor: _containers.RepeatedCompositeFieldContainer[_messages_pb2.OffsetRange]
     replace: bool
-    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., subscription: _Optional[str] = ..., epoch: _Optional[int] = ..., ack_floor: _Optional[int] = ..., acked_above_floor: _Optional[_Iterable[_Union[_messages_pb2.OffsetRange, _Mapping]]] = ..., replace: _Optional[bool] = ...) -> None: ...
+    redeliveries: int
+    dead_lettered: int
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., subscription: _Optional[str] = ..., epoch: _Optional[int] = ..., ack_floor: _Optional[int] = ..., acked_above_floor: _Optional[_Iterable[_Union[_messages_pb2.OffsetRange, _Mapping]]] = ..., replace: _Optional[bool] = ..., redeliveries: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
 
 class CommitCursorResponse(_message.Message):
     __slots__ = ()
@@ -138,14 +142,18 @@ class GetCursorRequest(_message.Message):
     def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., subscription: _Optional[str] = ...) -> None: ...
 
 class GetCursorResponse(_message.Message):
-    __slots__ = ("exists", "ack_floor", "acked_above_floor")
+    __slots__ = ("exists", "ack_floor", "acked_above_floor", "redeliveries", "dead_lettered")
     EXISTS_FIELD_NUMBER: _ClassVar[int]
     ACK_FLOOR_FIELD_NUMBER: _ClassVar[int]
     ACKED_ABOVE_FLOOR_FIELD_NUMBER: _ClassVar[int]
+    REDELIVERIES_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_FIELD_NUMBER: _ClassVar[int]
     exists: bool
     ack_floor: int
     acked_above_floor: _containers.RepeatedCompositeFieldContainer[_messages_pb2.OffsetRange]
-    def __init__(self, exists: _Optional[bool] = ..., ack_floor: _Optional[int] = ..., acked_above_floor: _Optional[_Iterable[_Union[_messages_pb2.OffsetRange, _Mapping]]] = ...) -> None: ...
+    redeliveries: int
+    dead_lettered: int
+    def __init__(self, exists: _Optional[bool] = ..., ack_floor: _Optional[int] = ..., acked_above_floor: _Optional[_Iterable[_Union[_messages_pb2.OffsetRange, _Mapping]]] = ..., redeliveries: _Optional[int] = ..., dead_lettered: _Optional[int] = ...) -> None: ...
 
 class OffsetForTimeRequest(_message.Message):
     __slots__ = ("partition", "time_us")

@@ -33,7 +33,7 @@ from tamto_gateway.http.auth import Credentials
 from tamto_gateway.http.listener import ACCEPT_BACKOFF_S, TLS_HANDSHAKE, first_byte, tls_context
 from tamto_gateway.mqtt import codec
 from tamto_gateway.mqtt.connection import Connection, Ended
-from tamto_gateway.mqtt.context import Limits, Shared
+from tamto_gateway.mqtt.context import Limits, Shared, SingleStream
 from tamto_gateway.mqtt.state import MqttState
 from tamto_gateway.mqtt.topics import TopicRule
 
@@ -200,7 +200,7 @@ def mqtt_broker(
         guard=guard,
         upstream=upstream,
         state=MqttState(runtime.etcd),
-        rule=TopicRule(config.mqtt_stream_levels),
+        rule=TopicRule(config.mqtt_stream_levels, config.mqtt_stream),
         credentials=Credentials(servicer),
         limits=Limits(
             max_inflight=config.mqtt_max_inflight,
@@ -208,6 +208,7 @@ def mqtt_broker(
             max_packet_bytes=config.max_message_bytes + 64 * 1024,
             write_buffer_bytes=config.mqtt_write_buffer_bytes,
         ),
+        single_stream=SingleStream(streams, config.mqtt_stream),
     )
     tls = None
     if config.tls() is not None:

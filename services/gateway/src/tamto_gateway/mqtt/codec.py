@@ -292,8 +292,8 @@ def publish(packet: Publish) -> bytes:
 
 
 def ack(kind: int, packet_id: int) -> bytes:
-    """PUBACK, PUBREC, PUBCOMP or UNSUBACK for `packet_id`."""
-    return _frame(kind << 4, packet_id.to_bytes(2, "big"))
+    """PUBACK, PUBREC, PUBREL, PUBCOMP or UNSUBACK for `packet_id`."""
+    return _frame((kind << 4) | _FIXED_FLAGS.get(kind, 0), packet_id.to_bytes(2, "big"))
 
 
 def suback(packet_id: int, codes: list[int]) -> bytes:

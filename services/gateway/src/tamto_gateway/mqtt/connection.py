@@ -110,7 +110,16 @@ class Connection:
         subscriptions = Subscriptions(
             self._shared, identity, self._outbound, self.client_id, stored, self.end
         )
-        inbound = Inbound(self._shared, identity, self._outbound.send)
+        inbound = Inbound(
+            self._shared,
+            identity,
+            self._outbound.send,
+            lambda: self._persist_qos2(stored, inbound),
+            stored.received if stored is not None else {},
+        )
+        if stored is not None:
+            self._outbound.persist = lambda: self._persist_qos2(stored, inbound)
+            self._outbound.resume(stored.releasing)
         clean_end = False
         try:
             await subscriptions.restore()
@@ -119,6 +128,14 @@ class Connection:
             await subscriptions.close()
             if connect.will is not None and not clean_end:
                 await self._publish_will(inbound, connect.will)
+
+    async def _persist_qos2(self, stored: StoredSession | None, inbound: Inbound) -> None:
+        """Save a persistent session's QoS 2 packet ids (nothing for a clean session)."""
+        if stored is None:
+            return
+        stored.received = dict(inbound.received)
+        stored.releasing = sorted(self._outbound.releasing)
+        await self._shared.state.save_session(self.client_id, stored)
 
     async def _accept(self, connect: codec.Connect) -> tuple[Identity, StoredSession | None]:
         """Check the CONNECT's credential and client id (`ConnectRefused`)."""
@@ -137,6 +154,10 @@ class Connection:
             await identity.authenticate()
         except (Unauthenticated, InvalidArgument) as exc:
             raise codec.ConnectRefused(codec.BAD_CREDENTIALS, str(exc)) from None
+        except TamtoError as exc:
+            raise codec.ConnectRefused(codec.SERVER_UNAVAILABLE, str(exc)) from None
+        try:
+            await self._shared.single_stream.ready()
         except TamtoError as exc:
             raise codec.ConnectRefused(codec.SERVER_UNAVAILABLE, str(exc)) from None
         stored = await self._shared.state.session(self.client_id)
@@ -198,7 +219,7 @@ class Connection:
             if isinstance(packet, codec.Publish):
                 await inbound.put(packet)
             elif isinstance(packet, codec.Ack):
-                self._ack(packet, inbound)
+                await self._ack(packet, inbound)
             elif isinstance(packet, codec.Subscribe):
                 codes = await subs.subscribe(packet.filters)
                 self._outbound.send(codec.suback(packet.packet_id, codes))
@@ -212,14 +233,15 @@ class Connection:
             else:
                 raise codec.MalformedPacket("a second CONNECT")
 
-    def _ack(self, packet: codec.Ack, inbound: Inbound) -> None:
+    async def _ack(self, packet: codec.Ack, inbound: Inbound) -> None:
         if packet.kind == codec.PUBACK:
             self._outbound.acked(packet.packet_id)
         elif packet.kind == codec.PUBREL:
-            inbound.awaiting_release.discard(packet.packet_id)
-            self._outbound.send(codec.ack(codec.PUBCOMP, packet.packet_id))
-        else:  # PUBREC, PUBCOMP: only for QoS 2 deliveries, which are never sent
-            raise codec.MalformedPacket(f"packet type {packet.kind} for no QoS 2 delivery")
+            await inbound.released(packet.packet_id)
+        elif packet.kind == codec.PUBREC:
+            await self._outbound.received(packet.packet_id)
+        else:
+            await self._outbound.completed(packet.packet_id)
 
     async def _publish_will(self, inbound: Inbound, will: codec.Will) -> None:
         packet = codec.Publish(will.topic, will.payload, will.qos, will.retain)

@@ -4,9 +4,12 @@ credentials that turn into gateway calls."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tamto_common.errors import FailedPrecondition
+from tamto_common.streams import StreamDef
 from tamto_gateway.http.auth import Credentials, HttpCall
 
 if TYPE_CHECKING:
@@ -29,6 +32,43 @@ class Limits:
     write_buffer_bytes: int
 
 
+#: Partitions of the single stream when the gateway creates it (ordered per topic: by key).
+SINGLE_STREAM_PARTITIONS = 4
+
+
+class SingleStream:
+    """The stream of `--mqtt-stream`, created with the gateway's own rights (as the
+    admin API's EnsureStream does, without a caller's permission) when the first
+    client connects: not at start, when the storage nodes a new stream's replication
+    is chosen from may not have joined yet. Nothing to do without one."""
+
+    def __init__(self, streams: StreamRegistry, name: str) -> None:
+        self._streams = streams
+        self.name = name
+        self._ready = not name
+        self._lock = asyncio.Lock()
+
+    async def ready(self) -> None:
+        """Create the stream if missing (a `TamtoError` if that fails)."""
+        if self._ready:
+            return
+        async with self._lock:
+            if self._ready:
+                return
+            wanted = StreamDef(
+                name=self.name,
+                partitions=SINGLE_STREAM_PARTITIONS,
+                replication_factor=0,  # 0: chosen for the cluster, as EnsureStream does
+                ack_quorum=0,
+            )
+            ensured = await self._streams.ensure(wanted, overwrite=False)
+            if ensured.stream.ephemeral:
+                raise FailedPrecondition(
+                    f"--mqtt-stream {self.name!r} is an ephemeral stream: it must be persistent"
+                )
+            self._ready = True
+
+
 @dataclass(frozen=True)
 class Shared:
     servicer: GatewayServicer
@@ -39,6 +79,7 @@ class Shared:
     rule: TopicRule
     credentials: Credentials
     limits: Limits
+    single_stream: SingleStream
 
 
 def looks_like_token(secret: str) -> bool:

@@ -2,17 +2,20 @@
 one per filter on an ephemeral stream.
 
 - A persistent stream's filters share one consume session of a Tamto subscription
-  (failover: while a client's old connection is still leaving, its new one waits
-  on standby rather than being refused). A new subscription starts at the time of
-  the SUBSCRIBE. The filters are applied at the gateway to each message's MQTT
-  topic (its key): a message no filter matches is acked at once; one that matches
-  goes out at the highest QoS of the filters matching it, never above the QoS it
-  was published with (`mqtt-qos` header; 1 for messages not published over
-  MQTT). A QoS 0 delivery is acked when written, a QoS 1 one on the client's
-  PUBACK; each ack grants the routers one more message, so a session never holds
-  more than the inflight limit.
-- An ephemeral stream's filter is an ephemeral pattern subscription (`+` is `*`,
-  `#` is `#`), delivered at QoS 0 (at most once is what ephemeral streams give).
+  (failover: while a client's old connection is still leaving, its new one waits on
+  standby rather than being refused). A new subscription starts at the time of the
+  SUBSCRIBE. The filters are applied at the gateway to each message's MQTT topic
+  (its key): a message no filter matches is acked at once; one that matches goes out
+  at the highest QoS of the filters matching it, never above the QoS it was
+  published with (`mqtt-qos` header; 1 for messages not published over MQTT). A QoS
+  0 delivery is acked when written, a QoS 1 one on the client's PUBACK, a QoS 2 one
+  on its PUBREC; each ack grants the routers one more message, so a session never
+  holds more than the inflight limit.
+- An ephemeral stream's filters share one ephemeral subscription: a single
+  filter's own pattern (`+` is `*`, `#` is `#`), or with several `#` and the
+  filters matched at the gateway, so that a message matching two filters is
+  delivered once. Delivered at QoS 0 (at most once is what ephemeral streams
+  give).
 """
 
 from __future__ import annotations
@@ -86,8 +89,9 @@ class PersistentSource:
 
     async def _deliver(self, consumer: HttpConsumer, message: ReceivedMessage) -> None:
         key = None if message.key is None else message.key.decode(errors="replace")
-        levels = tuple(key.split("/")) if key else ()
-        granted = [q for f, q in self.filters.items() if matches(f, levels)]
+        rule = self._shared.rule
+        levels = rule.topic_levels(key)
+        granted = [q for f, q in self.filters.items() if rule.matches(f, levels)]
         position = Position(message.partition, message.offset)
 
         def done() -> None:
@@ -105,7 +109,7 @@ class PersistentSource:
             done()
         else:
             await self._outbound.deliver(
-                topic, message.payload, 1, dup=message.delivery_count > 1, on_ack=done
+                topic, message.payload, qos, dup=message.delivery_count > 1, on_ack=done
             )
 
     async def close(self) -> None:
@@ -121,27 +125,41 @@ class PersistentSource:
 
 def _published_qos(message: ReceivedMessage) -> int:
     text = message.headers.get(QOS_HEADER, "1")
-    return 0 if text == "0" else 1
+    return {"0": 0, "2": 2}.get(text, 1)
 
 
 class EphemeralSource:
-    """One filter of a connection on an ephemeral stream (module docstring)."""
+    """The filters of one connection on an ephemeral stream (module docstring)."""
 
     def __init__(
-        self, shared: Shared, identity: Identity, outbound: Outbound, address: Address
+        self,
+        shared: Shared,
+        identity: Identity,
+        outbound: Outbound,
+        address: Address,
+        filters: set[tuple[str, ...]],
     ) -> None:
         self._shared = shared
         self._identity = identity
         self._outbound = outbound
         self._address = address
+        #: The filters' levels after the stream's (fixed: a change makes a new source).
+        self.filters = frozenset(filters)
         self._events: AsyncIterator[bytes] | None = None
         self.task: asyncio.Task[None] | None = None
+
+    @property
+    def _pattern(self) -> str:
+        if len(self.filters) == 1:
+            (levels,) = self.filters
+            return ".".join("*" if w == "+" else w for w in levels)
+        return "#"
 
     async def start(self, client_id: str) -> None:
         """Subscribe, returning once the gateway matches messages for it."""
         request = gateway_pb2.SubscribeEphemeralRequest(
             stream=self._address.stream,
-            match=self._address.ephemeral_pattern.text,
+            match=self._pattern,
             consumer_name=f"mqtt:{client_id}"[:128],
             max_deliveries_per_event=EPHEMERAL_BATCHING,
         )
@@ -156,6 +174,9 @@ class EphemeralSource:
         async for raw in self._events:
             event = gateway_pb2.EphemeralEvent.FromString(raw)
             for delivery in (event.delivery, *event.more_deliveries):
+                levels = tuple(delivery.topic.split(".")) if delivery.topic else ()
+                if not any(matches(f, levels) for f in self.filters):
+                    continue
                 topic = self._shared.rule.delivered_topic(self._address.prefix, delivery.topic, ".")
                 payloads = decode_batch(delivery.batch.arrow_ipc).column("payload").to_pylist()
                 for payload in payloads:

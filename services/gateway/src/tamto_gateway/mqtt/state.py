@@ -16,10 +16,10 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tamto_gateway.mqtt.topics import matches
-
 if TYPE_CHECKING:
     import aetcd
+
+    from tamto_gateway.mqtt.topics import Address, TopicRule
 
 SESSIONS_PREFIX = "/tamto/mqtt/sessions/"
 RETAINED_PREFIX = "/tamto/mqtt/retained/"
@@ -31,15 +31,29 @@ class StoredSession:
 
     subject: str
     subscriptions: dict[str, int] = field(default_factory=dict)
+    #: QoS 2 packet ids received from the client and not yet released (PUBREL), each
+    #: with the Tamto message id its message is stored under (the stream's dedup).
+    received: dict[int, str] = field(default_factory=dict)
+    #: QoS 2 packet ids delivered to the client and PUBREC'd, awaiting PUBCOMP.
+    releasing: list[int] = field(default_factory=list)
 
     def encode(self) -> bytes:
-        return json.dumps({"subject": self.subject, "subscriptions": self.subscriptions}).encode()
+        value = {
+            "subject": self.subject,
+            "subscriptions": self.subscriptions,
+            "received": {str(k): v for k, v in self.received.items()},
+            "releasing": self.releasing,
+        }
+        return json.dumps(value).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> StoredSession:
         value = json.loads(raw)
         return cls(
-            str(value["subject"]), {str(k): int(v) for k, v in value["subscriptions"].items()}
+            str(value["subject"]),
+            {str(k): int(v) for k, v in value["subscriptions"].items()},
+            {int(k): str(v) for k, v in value.get("received", {}).items()},
+            [int(i) for i in value.get("releasing", [])],
         )
 
 
@@ -80,17 +94,23 @@ class MqttState:
         value = {"qos": qos, "payload": base64.b64encode(payload).decode()}
         await self._etcd.put(key, json.dumps(value).encode())
 
-    async def retained(self, prefix: str, filter_levels: tuple[str, ...]) -> list[Retained]:
-        """The retained messages of stream levels `prefix` whose topic matches a filter
-        with these levels after the stream's."""
+    async def retained(self, rule: TopicRule, address: Address) -> list[Retained]:
+        """The retained messages of a filter's stream levels whose topic matches the
+        filter's levels after them (by `rule`: all levels with a single stream)."""
+        prefix = address.prefix
         start = len(RETAINED_PREFIX)
         out = []
         for kv in await self._etcd.get_prefix(f"{RETAINED_PREFIX}{prefix}".encode()):
             topic = kv.key.decode()[start:]
-            if topic != prefix and not topic.startswith(f"{prefix}/"):
+            if not prefix:
+                rest = tuple(topic.split("/"))
+            elif topic == prefix:
+                rest = ()
+            elif topic.startswith(f"{prefix}/"):
+                rest = tuple(topic[len(prefix) + 1 :].split("/"))
+            else:
                 continue
-            rest = tuple(topic[len(prefix) + 1 :].split("/")) if topic != prefix else ()
-            if matches(filter_levels, rest):
+            if rule.matches(address.rest, rest):
                 value = json.loads(kv.value)
                 out.append(Retained(topic, base64.b64decode(value["payload"]), int(value["qos"])))
         return out

@@ -2,7 +2,7 @@
 delivering them (`sources`), and the session's record in etcd.
 
 A filter is granted when its stream levels name a stream the identity may consume
-from (`consume` permission): QoS up to 1 on a persistent stream, 0 on an ephemeral
+from (`consume` permission): QoS up to 2 on a persistent stream, 0 on an ephemeral
 one. Anything else (no such stream, no permission, a filter whose wildcards span
 streams, an ephemeral pattern the stream's rules refuse) is SUBACK's failure 0x80
 for that filter alone; a refusal for want of permission is audited as for gRPC.
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-#: QoS granted at most (QoS 2 subscriptions are granted 1).
-MAX_QOS = 1
+#: QoS granted at most on a persistent stream.
+MAX_QOS = 2
 #: How long deleting a subscription waits for consumers still attached to leave (an
 #: older connection of the client, on another gateway, closing), and how often it tries.
 DELETE_WAIT_S = 10.0
@@ -66,7 +66,7 @@ class Subscriptions:
         )
         self._on_failure = on_failure
         self._persistent: dict[str, PersistentSource] = {}
-        self._ephemeral: dict[str, EphemeralSource] = {}
+        self._ephemeral: dict[str, EphemeralSource] = {}  # by stream
         self._lock = asyncio.Lock()
 
     async def restore(self) -> None:
@@ -115,12 +115,24 @@ class Subscriptions:
         return granted
 
     async def _ephemeral_filter(self, topic_filter: str, address: Address) -> int:
-        if topic_filter not in self._ephemeral:
-            source = EphemeralSource(self._shared, self._identity, self._outbound, address)
+        _ = address.ephemeral_pattern  # `InvalidArgument` for a level no topic can have
+        source = self._ephemeral.get(address.stream)
+        filters = set() if source is None else set(source.filters)
+        if address.rest not in filters:
+            await self._ephemeral_filters(address, filters | {address.rest})
+        return 0
+
+    async def _ephemeral_filters(self, address: Address, filters: set[tuple[str, ...]]) -> None:
+        """Replace the stream's ephemeral source by one for `filters` (none: closed).
+        The old one is closed first: at most once, as ephemeral streams are."""
+        old = self._ephemeral.pop(address.stream, None)
+        if old is not None:
+            await old.close()
+        if filters:
+            source = EphemeralSource(self._shared, self._identity, self._outbound, address, filters)
             await source.start(self._client_id)
             self._watch(source.task)
-            self._ephemeral[topic_filter] = source
-        return 0
+            self._ephemeral[address.stream] = source
 
     async def _persistent_filter(self, address: Address, qos: int) -> int:
         source = self._persistent.get(address.stream)
@@ -147,7 +159,7 @@ class Subscriptions:
 
     async def _send_retained(self, granted: list[tuple[Address, int]]) -> None:
         for address, qos in granted:
-            for message in await self._shared.state.retained(address.prefix, address.rest):
+            for message in await self._shared.state.retained(self._shared.rule, address):
                 await self._outbound.deliver(
                     message.topic, message.payload, min(qos, message.qos), retain=True
                 )
@@ -161,13 +173,14 @@ class Subscriptions:
     async def _unsubscribe_one(self, topic_filter: str) -> None:
         if self._session is not None:
             self._session.subscriptions.pop(topic_filter, None)
-        ephemeral = self._ephemeral.pop(topic_filter, None)
-        if ephemeral is not None:
-            await ephemeral.close()
-            return
         try:
             address = self._shared.rule.filter(topic_filter)
         except TamtoError:
+            return
+        ephemeral = self._ephemeral.get(address.stream)
+        if ephemeral is not None:
+            if address.rest in ephemeral.filters:
+                await self._ephemeral_filters(address, set(ephemeral.filters) - {address.rest})
             return
         source = self._persistent.get(address.stream)
         if source is None or source.filters.pop(address.rest, None) is None:

@@ -10,6 +10,13 @@ partition); on an ephemeral stream it is the ephemeral topic, levels joined with
 A topic of exactly N levels is a message without key (persistent) or of the empty
 topic (ephemeral). A filter's stream levels must be literal: a subscription
 cannot span streams.
+
+The single-stream rule (`--mqtt-stream NAME`) maps every MQTT topic, whatever its
+levels (`/a`, `$x/y`, `a//b`), to one persistent stream, the whole topic being the
+message's key: any filter works (`#`, `+/+`, `/#`), matched by MQTT's rules over
+the whole topic, so a filter starting with a wildcard does not match a topic
+starting with `$` (MQTT-4.7.2-1). A message published without a key by other
+means is delivered under the stream's name.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from dataclasses import dataclass
 
 from tamto_common.errors import InvalidArgument
 from tamto_common.names import check_name
-from tamto_common.topics import TopicPattern, check_topic
+from tamto_gateway.topics import TopicPattern, check_topic
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +60,8 @@ class TopicRule:
     """The first `stream_levels` levels name the stream (module docstring)."""
 
     stream_levels: int = 1
+    #: The single stream every topic maps to ("": the levels rule).
+    single_stream: str = ""
 
     def topic(self, name: str) -> Address:
         """The address of a PUBLISH's topic name."""
@@ -66,6 +75,8 @@ class TopicRule:
 
     def _address(self, text: str, what: str) -> Address:
         levels = text.split("/")
+        if self.single_stream:
+            return Address("", self.single_stream, tuple(levels))
         head = levels[: self.stream_levels]
         if len(levels) < self.stream_levels or {"+", "#"} & set(head):
             raise InvalidArgument(
@@ -78,9 +89,30 @@ class TopicRule:
     def delivered_topic(self, prefix: str, key_or_topic: str | None, separator: str) -> str:
         """The MQTT topic of a message delivered from stream levels `prefix` with this
         key (persistent, `/`) or ephemeral topic (`.`)."""
+        if self.single_stream:
+            return key_or_topic or self.single_stream
         if not key_or_topic:
             return prefix
         return f"{prefix}/{key_or_topic.replace(separator, '/')}"
+
+    def topic_levels(self, key: str | None) -> tuple[str, ...]:
+        """The levels filters are matched against for a persistent stream's message
+        with this key (the rest of its MQTT topic; all of it with a single stream)."""
+        if self.single_stream:
+            return tuple((key or self.single_stream).split("/"))
+        return tuple(key.split("/")) if key else ()
+
+    def matches(self, filter_levels: tuple[str, ...], topic_levels: tuple[str, ...]) -> bool:
+        """Whether a filter's levels after the stream's match a topic's (with a single
+        stream they are whole, and a leading wildcard skips `$` topics)."""
+        if (
+            self.single_stream
+            and topic_levels
+            and topic_levels[0].startswith("$")
+            and filter_levels[:1] in (("+",), ("#",))
+        ):
+            return False
+        return matches(filter_levels, topic_levels)
 
 
 def check_filter(topic_filter: str) -> None:

@@ -1,4 +1,4 @@
-"""Function specs: validation names the bad field; JSON round-trips; code loads or is refused."""
+"""Code loading (uploaded or imported) and the placement of instances over processing nodes."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pyarrow as pa
 import pytest
-from tamto_processing.model import PythonCode, State
+from tamto_functions.model import PythonCode
+from tamto_functions.specs import from_json
 from tamto_processing.placement import assigned
 from tamto_processing.python_code import load
-from tamto_processing.specs import from_json, to_json
 
 from tamto_common.errors import InvalidArgument
 
@@ -19,41 +19,11 @@ SPEC = {
     "output": "enriched",
     "code": {"steps": [{"filter": "true"}]},
     "identity": "fn-enrich",
-    "parallelism": 3,
 }
 
 
 def spec_json(**changes: object) -> str:
     return json.dumps({**SPEC, **changes})
-
-
-def test_a_spec_round_trips_through_its_json() -> None:
-    spec = from_json(spec_json())
-    assert from_json(to_json(spec)) == spec
-    assert spec.instances() == ["enrich#0", "enrich#1", "enrich#2"]
-    assert spec.subscription == "fn-enrich"
-    assert spec.dead_letters == "enrich.dlq"
-
-
-@pytest.mark.parametrize(
-    ("changes", "named"),
-    [
-        ({"name": "Bad Name"}, "name:"),
-        ({"inputs": []}, "inputs:"),
-        ({"output": "orders"}, "output:"),
-        ({"parallelism": 0}, "parallelism:"),
-        ({"identity": ""}, "identity:"),
-        ({"code": {"python": {"entry": "no_colon"}}}, "code.entry:"),
-        ({"code": {}}, "code:"),
-    ],
-)
-def test_a_bad_spec_is_refused_naming_the_field(changes: dict[str, object], named: str) -> None:
-    with pytest.raises(InvalidArgument, match=named):
-        from_json(spec_json(**changes))
-
-
-def test_a_paused_function_has_no_instances() -> None:
-    assert from_json(spec_json(state=State.PAUSED.value)).instances() == []
 
 
 def test_uploaded_code_runs_and_an_unknown_import_is_refused() -> None:

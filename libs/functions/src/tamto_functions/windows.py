@@ -23,7 +23,7 @@ import polars as pl
 import pyarrow as pa
 
 from tamto_common.errors import InvalidArgument
-from tamto_processing.expressions import expression
+from tamto_functions.expressions import expression
 
 OPERATIONS = ("count", "sum", "min", "max")
 #: Open (window, key) entries an instance keeps, at most: beyond it, late keys are refused.

@@ -2,9 +2,10 @@
 
 `/tamto/functions/<name>` holds the spec (no secret in it), `/tamto/function-keys/<name>`
 the API key of the identity it runs as (written at deploy, read only by processing
-nodes), and `/tamto/function-status/<name>/<instance>` each running instance's status
-under its node's lease. The gateway's admin API, the CLI and the processing nodes all
-go through this module, so the JSON has one schema.
+nodes), `/tamto/function-status/<name>/<instance>` each running instance's status
+and `/tamto/function-state/<name>/<instance>` a window function's open windows. The
+gateway's admin API and the processing nodes both go through this module, so the JSON
+has one schema.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import aetcd
 
 from tamto_common.errors import InvalidArgument
-from tamto_processing.model import (
+from tamto_functions.model import (
     Code,
     Declarative,
     FunctionSpec,
@@ -30,6 +31,7 @@ from tamto_processing.model import (
 SPECS_PREFIX = "/tamto/functions/"
 KEYS_PREFIX = "/tamto/function-keys/"
 STATUS_PREFIX = "/tamto/function-status/"
+STATE_PREFIX = "/tamto/function-state/"
 
 
 def to_json(spec: FunctionSpec) -> bytes:
@@ -130,6 +132,7 @@ class SpecStore:
         deleted = await self._etcd.delete(f"{SPECS_PREFIX}{name}".encode())
         await self._etcd.delete(f"{KEYS_PREFIX}{name}".encode())
         await self._etcd.delete_prefix(f"{STATUS_PREFIX}{name}/".encode())
+        await self._etcd.delete_prefix(f"{STATE_PREFIX}{name}/".encode())
         return bool(deleted)
 
     async def put_status(self, name: str, instance: str, status: Mapping[str, Any]) -> None:

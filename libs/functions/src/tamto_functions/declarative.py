@@ -10,7 +10,7 @@ A declarative function is a list of steps, each a one-key mapping:
 - ``{"set_key": "customer"}``, ``{"set_headers": {"region": "region"}}``: from expressions;
 - ``{"route": {"by": "region", "outputs": {"eu": "orders-eu"}, "default": "orders-other"}}``:
   rows go to the stream their value names (``default`` absent: unmatched rows are dropped);
-- ``{"window": ...}``: tumbling-window aggregates, `tamto_processing.windows`.
+- ``{"window": ...}``: tumbling-window aggregates, `tamto_functions.windows`.
 
 Expressions are SQL (Polars' SQL expression parser, a maintained one) over the columns:
 parsed fields, ``key`` (text), ``offset``, ``partition``, ``publish_time``,
@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tamto_common.errors import InvalidArgument
-from tamto_processing.expressions import expression
-from tamto_processing.windows import Windows, WindowSpec
-from tamto_processing.windows import parse as parse_window
+from tamto_functions.expressions import expression
+from tamto_functions.windows import Windows, WindowSpec
+from tamto_functions.windows import parse as parse_window
 
 #: JSON field types a `parse_json` step accepts, and their Polars types.
 FIELD_TYPES: Mapping[str, pl.DataType] = {

@@ -8,8 +8,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from tamto_processing.declarative import compile_steps
-from tamto_processing.windows import Windows
+from tamto_functions.declarative import compile_steps
+from tamto_functions.windows import Windows
 
 from tamto_common.errors import InvalidArgument
 

@@ -1,6 +1,6 @@
 """A processing function's spec: what it reads, what it runs, where it writes, as whom.
 
-Specs are stored in etcd as JSON (`tamto_processing.specs`) and are the only thing
+Specs are stored in etcd as JSON (`tamto_functions.specs`) and are the only thing
 the gateway, the CLI and the processing nodes share about a function. Every field
 is validated here, once, and a bad one raises `InvalidArgument` naming it, so a
 spec that reaches a processing node is well formed.
@@ -64,7 +64,7 @@ class PythonCode:
 
 @dataclass(frozen=True, slots=True)
 class Declarative:
-    """Steps compiled to Arrow kernels (`tamto_processing.declarative`), as given."""
+    """Steps compiled to Arrow kernels (`tamto_functions.declarative`), as given."""
 
     steps: tuple[Mapping[str, Any], ...]
 
@@ -126,7 +126,28 @@ def validate(spec: FunctionSpec) -> FunctionSpec:
         _check_python(spec.code)
     elif not spec.code.steps:
         raise InvalidArgument("code.steps: a declarative function has at least one step")
+    else:
+        _check_window_placement(spec, spec.code)
     return spec
+
+
+def _check_window_placement(spec: FunctionSpec, code: Declarative) -> None:
+    """Several instances of a window function each keep the windows of the keys they get:
+    only with key-shared inputs and the window keyed by the message key does every
+    (window, key) live in one instance, so that its one result is the whole window's."""
+    window = next(
+        (s["window"] for s in code.steps if isinstance(s, Mapping) and "window" in s), None
+    )
+    if window is None or spec.parallelism == 1:
+        return
+    keyed = isinstance(window, Mapping) and str(window.get("key", "key")).strip() == "key"
+    key_shared = all(i.subscription is SubscriptionKind.KEY_SHARED for i in spec.inputs)
+    if not (keyed and key_shared):
+        raise InvalidArgument(
+            "parallelism: a window function with more than one instance needs key_shared"
+            ' inputs and its window keyed by the message key (key: "key"), so that each'
+            " key's windows are kept by one instance; else use parallelism 1"
+        )
 
 
 def _check_python(code: PythonCode) -> None:

@@ -1,0 +1,1 @@
+"""Processing functions' schema: shared by the gateway (deploy, validate) and nodes (run)."""

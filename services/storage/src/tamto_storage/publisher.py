@@ -1,0 +1,206 @@
+"""Publishing sealed segments into the cluster's segment store, one replica per partition.
+
+Every replica of a partition seals its WAL into local segments as before (they
+serve its reads and are its copy until the store has them). One replica, the
+*publisher*, also commits them to the cluster's `SegmentStore`: the first
+member of the partition's current ledger ensemble that is registered (alive)
+in etcd. Every node reads the same ledger list and membership, so they agree
+without talking to each other; when the publisher dies its registration
+expires and the next member of the ensemble takes over where the store ends.
+
+Exactly one segment per offset range: the publisher always continues at the
+store's committed end (`SegmentStore.committed_end`, read from the store, not
+remembered), so the store's segments of a partition are contiguous and never
+overlap. Where that end is a local segment's first offset, the local file is
+committed as it is (same name, same bytes: a retry, or a second node sealing
+the same batches, writes the same object); where it falls inside one (the
+publisher changed and the nodes sealed at different points), the rest of that
+segment is written as a new segment from the same rows, `build_table` and
+`write_parquet` being deterministic.
+
+The WAL stays until the store has the offsets: every replica, publisher or
+not, keeps its WAL files from the store's committed end on
+(`Partition.wal_keep_from`), so nothing acknowledged depends on a store
+upload that has not happened. A store that cannot be reached (S3 down) is
+logged (once, and once when it is back) and counted
+(``tamto_storage_store_errors_total``); it is tried again a second later, for
+one partition at a time until it answers: the WAL grows meanwhile, consumers
+read from the replicas as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import BinaryIO
+
+import structlog
+
+from tamto_common.errors import DataLoss
+from tamto_protocol.segment import segment_file_name
+from tamto_storage import segments as seg
+from tamto_storage.iceberg import IcebergTables
+from tamto_storage.integrity import VerifiedFiles
+from tamto_storage.metrics import STORE_ERRORS, STORE_SEGMENTS
+from tamto_storage.model import PartitionId
+from tamto_storage.partition import Partition
+from tamto_storage.segment_store import SegmentStore, overlapped
+from tamto_storage.segments import Segment
+
+log = structlog.get_logger(__name__)
+
+#: Whether this node publishes (stream, partition) to the store.
+Designated = Callable[[str, int], Awaitable[bool]]
+
+#: Read-back limit for rewriting the rest of a segment (segments are bounded anyway).
+_ALL_BYTES = 1 << 62
+
+
+class Publisher:
+    """Commits a node's sealed segments to the store when it is a partition's publisher."""
+
+    def __init__(
+        self, store: SegmentStore, designated: Designated, tables: IcebergTables | None = None
+    ) -> None:
+        """`tables`: the streams' Iceberg tables each committed segment is added to."""
+        self._store = store
+        self._designated = designated
+        self._tables = tables
+        #: Where each partition's segments in its Iceberg table end, as far as this
+        #: node has to care (a partition it does not publish: the store's end).
+        self._table_ends: dict[PartitionId, int] = {}
+        self._verified = VerifiedFiles()
+        #: Per partition, the offset it could not publish from (logged once).
+        self._stuck: dict[PartitionId, int] = {}
+        #: The store's committed end per partition, as last read or written.
+        self._ends: dict[PartitionId, int] = {}
+        self._unreachable = False
+        #: While unreachable, the monotonic time of the next try (one try per round at
+        #: most: each can take seconds of the client's own retries).
+        self._retry_at = 0.0
+        self.retry_interval_s = 1.0
+
+    @property
+    def store(self) -> SegmentStore:
+        return self._store
+
+    def committed_end(self, pid: PartitionId) -> int | None:
+        """The store's committed end of `pid` as this node last saw it."""
+        return self._ends.get(pid)
+
+    async def publish(self, partition: Partition) -> None:
+        """Bring the store up to this node's sealed end of `partition` (if it is the
+        publisher), and keep the WAL from the store's committed end on."""
+        pid = partition.id
+        local_end = partition.segment_log.end_offset
+        known = self._ends.get(pid)
+        due = known is None or known < local_end or self._table_behind(pid)
+        if due and time.monotonic() >= self._retry_at:
+            try:
+                end = await asyncio.to_thread(self._store.committed_end, pid.stream, pid.partition)
+                if await self._designated(pid.stream, pid.partition):
+                    end = await self._catch_up(partition, end)
+                    await self._add_to_table(pid, end)
+                elif end is not None:
+                    self._table_ends[pid] = end  # the publisher's to add
+            except OSError as exc:  # the store is unreachable: the WAL keeps it all
+                self._failed(pid, exc)
+            else:
+                if self._unreachable:
+                    log.info("segment store reachable again", store=self._store.uri)
+                    self._unreachable = False
+                if end is not None:
+                    self._ends[pid] = end
+        floor = partition.segment_log.start_offset
+        keep = self._ends.get(pid, floor if floor is not None else local_end)
+        partition.wal_keep_from = keep
+
+    def _table_behind(self, pid: PartitionId) -> bool:
+        known = self._ends.get(pid)
+        return (
+            self._tables is not None
+            and known is not None
+            and (self._table_ends.get(pid, -1) < known)
+        )
+
+    async def _add_to_table(self, pid: PartitionId, end: int | None) -> None:
+        """Add the store's segments of `pid` that its Iceberg table lacks (if there is one).
+        A catalog that fails is logged and tried again next round: the store is the truth."""
+        if self._tables is None or end is None or self._table_ends.get(pid, -1) >= end:
+            return
+        committed = await asyncio.to_thread(self._store.committed, pid.stream, pid.partition)
+        try:
+            await asyncio.to_thread(self._tables.append, pid.stream, pid.partition, committed)
+        except Exception as exc:  # the catalog (SQL, or its files in the store) failed
+            log.warning("Iceberg table not updated", partition=str(pid), error=str(exc))
+            return
+        self._table_ends[pid] = end
+
+    def _failed(self, pid: PartitionId, exc: OSError) -> None:
+        STORE_ERRORS.inc()
+        self._retry_at = time.monotonic() + self.retry_interval_s
+        if not self._unreachable:
+            log.warning(
+                "segment store unreachable; the WAL is kept until it returns",
+                store=self._store.uri,
+                partition=str(pid),
+                error=str(exc),
+            )
+        self._unreachable = True
+
+    async def _catch_up(self, partition: Partition, end: int | None) -> int | None:
+        """Commit local segments from the store's `end` on; returns the new end."""
+        local = partition.segment_log
+        start = end if end is not None else local.start_offset
+        while start is not None and start < local.end_offset:
+            segment = local.covering(start)
+            if segment is None or segment.damage or segment.generation:
+                # Below this node's log, damaged, or rewritten by interest retention:
+                # another replica (or a repair) has to provide the range. Said once.
+                if self._stuck.get(partition.id) != start:
+                    self._stuck[partition.id] = start
+                    log.warning(
+                        "segment not published",
+                        partition=str(partition.id),
+                        offset=start,
+                        why="damaged" if segment and segment.damage else "not held as sealed",
+                    )
+                return end
+            name = await asyncio.to_thread(self._commit, partition.id, segment, start)
+            STORE_SEGMENTS.inc()
+            log.info("segment published", partition=str(partition.id), segment=name)
+            if await asyncio.to_thread(self._resolve_overlaps, partition.id, name):
+                return None  # it lost to another publisher's: the next round reads the end
+            start = end = segment.end_offset
+        return end
+
+    def _resolve_overlaps(self, pid: PartitionId, mine: str) -> bool:
+        """Delete the segments that overlap another (two nodes published at once, each
+        believing it was the publisher); True when `mine` was one of them (blocking)."""
+        losers = overlapped(self._store.committed(pid.stream, pid.partition))
+        for loser in losers:
+            name = segment_file_name(loser.first_offset, loser.last_offset)
+            log.warning(
+                "overlapping segment removed from the store", partition=str(pid), segment=name
+            )
+            self._store.delete(pid.stream, pid.partition, name)
+        return any(segment_file_name(s.first_offset, s.last_offset) == mine for s in losers)
+
+    def _commit(self, pid: PartitionId, segment: Segment, start: int) -> str:
+        """Commit `segment` from offset `start` to the store; returns its name (blocking)."""
+        problem = self._verified.check(segment.path, segment.entry.digest)
+        if problem is not None:
+            raise DataLoss(problem)
+        if start == segment.first_offset:
+            self._store.put_file(pid.stream, pid.partition, segment.path.name, segment.path)
+            return segment.path.name
+        rows = seg.read_rows(segment.path, start, 0, _ALL_BYTES)
+        table = seg.build_table(seg.to_stored_batches(rows)).combine_chunks()
+        name = segment_file_name(start, segment.last_offset)
+
+        def write(out: BinaryIO) -> None:
+            seg.write_parquet(table, out)
+
+        self._store.put(pid.stream, pid.partition, name, write)
+        return name

@@ -1,0 +1,139 @@
+"""Acceptance of the S3 segment store, on a real S3 server (SeaweedFS): a 3-node cluster with
+R = 3 publishes, sealing commits one segment per range to the store, the storage node that
+publishes is killed, the next replica takes over where the store ends, and a reader of the
+store, and PyIceberg reading the stream's Iceberg table of the same files, get every
+acknowledged message exactly once."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import NoSuchTableError
+
+import tamto_sdk
+from tamto_local.s3 import ACCESS_KEY, SECRET_KEY, S3Spec
+from tamto_protocol.segment import parse_segment_name
+from tamto_sdk import StreamConfig
+from tamto_testing.cluster import TestCluster
+from tamto_testing.infra import Infra
+from tamto_testing.waiting import eventually
+
+pytestmark = pytest.mark.e2e
+
+FAST_SEALING = {"TAMTO_STORAGE_SEAL_AGE_MS": "200", "TAMTO_STORAGE_SEAL_CHECK_MS": "100"}
+PREFIX = "acceptance"
+
+
+@pytest.fixture
+def s3_cluster(tamto_infra: Infra, tmp_path: Path, s3_server: S3Spec) -> Iterator[TestCluster]:
+    env = {
+        **FAST_SEALING,
+        **s3_server.env(),
+        "TAMTO_STORAGE_SEGMENT_STORE": s3_server.uri(f"{PREFIX}-{tmp_path.name}"),
+        "TAMTO_STORAGE_ICEBERG_CATALOG": catalog_uri(tmp_path),
+    }
+    cluster = TestCluster(tmp_path / "cluster", tamto_infra, nodes=3, storage_env=env)
+    with cluster.running() as running:
+        yield running
+
+
+def catalog_uri(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'iceberg.db'}"
+
+
+def in_table(s3: S3Spec, tmp_path: Path, stream: str) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, payload) of every row PyIceberg reads from the stream's table."""
+    catalog = SqlCatalog(
+        "tamto",
+        uri=catalog_uri(tmp_path),
+        **{"s3.endpoint": f"http://{s3.endpoint}", "s3.region": "us-east-1"},
+        **{"s3.access-key-id": ACCESS_KEY, "s3.secret-access-key": SECRET_KEY},
+    )
+    try:
+        table = catalog.load_table(("tamto", stream)).scan().to_arrow()
+    except NoSuchTableError:
+        return []
+    columns = (table.column(c).to_pylist() for c in ("partition", "offset", "payload"))
+    return sorted(zip(*columns, strict=True))
+
+
+def stored(s3: S3Spec, prefix: str, stream: str) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, payload) of every row in the store's segments of `stream`."""
+    filesystem = s3.filesystem()
+    path = f"tamto/{prefix}/streams/{stream}"
+    if filesystem.get_file_info(path).type == pafs.FileType.NotFound:
+        return []
+    table = ds.dataset(path, filesystem=filesystem, partitioning="hive").to_table()
+    columns = (table.column(c).to_pylist() for c in ("partition", "offset", "payload"))
+    return sorted(zip(*columns, strict=True))
+
+
+def publisher_of(cluster: TestCluster, stream: str, after: int = -1) -> str | None:
+    """The storage node that logged publishing a segment of `stream` ending past `after`."""
+    for node in cluster.storages():
+        for line in (cluster.workdir / "logs" / f"{node}.log").read_text().splitlines():
+            if '"segment published"' not in line:
+                continue
+            record = json.loads(line)
+            last = parse_segment_name(record["segment"])
+            if record["partition"] == f"{stream}/0" and last is not None and last[1] > after:
+                return node
+    return None
+
+
+async def publish(
+    client: tamto_sdk.Client, stream: str, first: int, count: int
+) -> list[tuple[int, int, bytes]]:
+    acked = []
+    async with client.producer(stream) as producer:
+        futures = [await producer.send(f"m-{i}".encode()) for i in range(first, first + count)]
+        for i, future in zip(range(first, first + count), futures, strict=True):
+            result = await future
+            acked.append((result.partition, result.offset, f"m-{i}".encode()))
+    return acked
+
+
+async def test_every_acked_message_is_in_the_s3_store_once_after_its_publisher_dies(
+    s3_cluster: TestCluster, s3_server: S3Spec, tmp_path: Path
+) -> None:
+    prefix = f"{PREFIX}-{tmp_path.name}"
+    stream = "orders"
+    async with await tamto_sdk.connect(s3_cluster.url, api_key=s3_cluster.credential) as client:
+        await client.streams.ensure(
+            stream, partitions=1, config=StreamConfig(replication_factor=3, ack_quorum=2)
+        )
+        acked = await publish(client, stream, 0, 60)
+        await eventually(
+            lambda: stored(s3_server, prefix, stream) == sorted(acked),
+            60,
+            "the first 60 messages in the store",
+            interval_s=0.5,
+        )
+
+        victim = publisher_of(s3_cluster, stream)
+        assert victim is not None
+        s3_cluster.kill9(victim)
+        acked += await publish(client, stream, 60, 60)
+        # Its registration expires (lease TTL), and the next replica of the ensemble
+        # publishes from where the store ends, whatever points the nodes sealed at.
+        await eventually(
+            lambda: stored(s3_server, prefix, stream) == sorted(acked),
+            90,
+            "every acked message in the store, once",
+            interval_s=0.5,
+        )
+        successor = publisher_of(s3_cluster, stream, after=59)
+        assert successor not in (None, victim)
+        # The same files, as an Iceberg table: every acked message once too.
+        await eventually(
+            lambda: in_table(s3_server, tmp_path, stream) == sorted(acked),
+            30,
+            "every acked message in the Iceberg table, once",
+            interval_s=0.5,
+        )

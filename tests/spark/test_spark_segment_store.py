@@ -1,0 +1,95 @@
+"""One directory segment store for a 3-node cluster with R = 3: Spark's plain Parquet read of
+`<store>/streams/<stream>` returns every acked message exactly once (each node's own data
+directory holds a copy of each), and so do DuckDB and Polars reading the same files."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pyarrow.dataset as ds
+import pytest
+from pyspark.sql import SparkSession
+
+import tamto_sdk
+from tamto_common.polling import poll_blocking
+from tamto_sdk import StreamConfig
+from tamto_testing.cluster import TestCluster
+from tamto_testing.infra import Infra
+
+from .conftest import FAST_SEALING, SEAL_DEADLINE_S, Acked, publish, unique
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("segment-store")
+
+
+@pytest.fixture(scope="module")
+def store_cluster(
+    tamto_infra: Infra, tmp_path_factory: pytest.TempPathFactory, store_dir: Path
+) -> Iterator[TestCluster]:
+    env = {**FAST_SEALING, "TAMTO_STORAGE_SEGMENT_STORE": store_dir.as_uri()}
+    cluster = TestCluster(tmp_path_factory.mktemp("cluster"), tamto_infra, nodes=3, storage_env=env)
+    with cluster.running() as running:
+        yield running
+
+
+@pytest.fixture
+async def store_client(store_cluster: TestCluster) -> AsyncIterator[tamto_sdk.Client]:
+    async with await tamto_sdk.connect(store_cluster.url, api_key=store_cluster.credential) as c:
+        yield c
+
+
+def wait_in_store(directory: Path, count: int) -> None:
+    """Wait until the store's segments of the stream hold `count` rows."""
+
+    def rows() -> int:
+        return (
+            int(ds.dataset(directory, partitioning="hive").count_rows())
+            if directory.exists()
+            else 0
+        )
+
+    poll_blocking(lambda: rows() >= count, SEAL_DEADLINE_S, f"{count} rows in {directory}")
+
+
+def keyed(acked: list[Acked]) -> list[tuple[int, int, bytes]]:
+    return sorted((a.partition, a.offset, a.payload) for a in acked)
+
+
+async def test_spark_duckdb_and_polars_read_every_acked_message_once_from_the_store(
+    spark: SparkSession,
+    store_client: tamto_sdk.Client,
+    store_cluster: TestCluster,
+    store_dir: Path,
+) -> None:
+    stream = unique("stored")
+    await store_client.streams.ensure(
+        stream, partitions=3, config=StreamConfig(replication_factor=3, ack_quorum=2)
+    )
+    acked = await publish(store_client, stream, 90, keys=12)
+    directory = store_dir / "streams" / stream
+    wait_in_store(directory, len(acked))
+    for node in store_cluster.storages():  # every replica sealed its own copy as before
+        assert (store_cluster.data_dir(node) / "streams" / stream).is_dir()
+
+    rows = spark.read.parquet(str(directory)).select("partition", "offset", "payload").collect()
+    assert sorted((r.partition, r.offset, bytes(r.payload)) for r in rows) == keyed(acked)
+    assert len({r.partition for r in rows}) == 3
+
+    pattern = f"{directory}/**/*.parquet"
+    relation = duckdb.sql(
+        f"SELECT partition, \"offset\", payload FROM read_parquet('{pattern}', "
+        "hive_partitioning = true)"
+    )
+    assert relation is not None
+    found = relation.fetchall()
+    assert sorted((int(p), o, bytes(b)) for p, o, b in found) == keyed(acked)
+    frame = pl.read_parquet(pattern, hive_partitioning=True)
+    got = zip(frame["partition"], frame["offset"], frame["payload"], strict=True)
+    assert sorted((int(p), o, bytes(b)) for p, o, b in got) == keyed(acked)
