@@ -1,20 +1,22 @@
 """Every code block of README.md and docs/*.md runs against a real system.
 
 A fenced `python`, `bash`, `sh`, `console` or `shell` block is either run here, run by
-another test named in `RUN_ELSEWHERE`, or listed in `NOT_RUN` with the reason it cannot run
-on a test machine; a new block that is none of these fails `test_every_block_is_accounted_for`.
+another test named in `RUN_ELSEWHERE`, or listed in `NOT_RUN` with the reason it cannot
+run on a test machine; `test_every_block_is_accounted_for` fails on a shell block that is
+none of these.
 
 - Python blocks run in an async main on the module's cluster: a block that opens its own
-  client (`connect(...)`) gets the cluster's URL for the placeholder one and `KEY` for the
-  key; any other block gets `client`, an open client. `handle` and `record` stand for the
-  application's code. A block that consumes forever runs until `SNIPPETS` says it did its
-  work, then is cancelled.
-- Shell blocks run one command at a time as the venv's `tamto` (`./dev` is `tamto` there),
-  with `TAMTO_URL`, `TAMTO_API_KEY` and `TAMTO_ETCD_ENDPOINTS` in the environment; a command that runs until
-  stopped (`tamto sub` without `--count`) is fed messages until its output shows them, then
-  stopped (`STREAMING`). A responder answers requests to topic `svc.echo` of the
-  ephemeral stream `rpc` while a block runs. Only `tamto` commands run: a block with any other command must be
-  listed.
+  client (`connect(...)`) gets the cluster's URL for the placeholder one and `KEY` for
+  the key; any other block gets `client`, an open client (and `consumer`, one of a
+  prepared stream, where `SNIPPETS` says so). `handle` and `record` stand for the
+  application's code. A block that consumes forever runs until `SNIPPETS` says it did
+  its work, then is cancelled.
+- Shell blocks run one command at a time as the venv's `tamto` (`./dev` is `tamto`
+  there), with `TAMTO_URL`, `TAMTO_API_KEY` and `TAMTO_ETCD_ENDPOINTS` in the
+  environment; a command that runs until stopped (`tamto sub` without `--count`) is fed
+  messages until its output shows them, then stopped (`STREAMING`). A responder answers
+  requests to topic `svc.echo` of the ephemeral stream `rpc` while a block runs. Only
+  `tamto` commands run: a block with any other command must be listed.
 
 Blocks of other languages (json, layouts of files) are not code.
 """
@@ -22,12 +24,13 @@ Blocks of other languages (json, layouts of files) are not code.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,7 +63,7 @@ RUN_ELSEWHERE = {
     "start a JVM, about a minute here) and tests/spark/test_pipeline_commands.py runs "
     "traffic_report.py under spark-submit with a local master (a remote spark://host:7077 "
     "is not here)",
-    "README.md: TAMTO_GATEWAY_MQTT_PORT=1883 tamto up      # in another terminal": (
+    "README.md: tamto up      # in another terminal; it prints each gateway's MQTT address": (
         "tests/e2e/test_mqtt.py::test_the_readme_mosquitto_walkthrough_runs, on that module's "
         "MQTT cluster (it stands for the block's `tamto up`)"
     ),
@@ -72,6 +75,16 @@ RUN_ELSEWHERE = {
 
 #: Blocks no test can run here, and why.
 NOT_RUN = {
+    "docs/mqtt.md: TAMTO_GATEWAY_MQTT_PORT=1883 TAMTO_GATEWAY_MQTT_STREAM=mqtt tamto up": (
+        "a foreground `tamto up` on a fixed port; tests/e2e/test_mqtt_interop.py runs a "
+        "gateway with one stream for every topic"
+    ),
+    'docs/segments.md: spark.read.parquet("/shared/segments/streams/orders")            '
+    "# a directory store": (
+        "reads of a shared directory and an S3 store (placeholders: PORT, credentials); "
+        "tests/spark/test_spark_segment_store.py reads the store with Spark, DuckDB, "
+        "Polars and pyarrow"
+    ),
     "docs/mqtt.md: TAMTO_GATEWAY_MQTT_PORT=1883 tamto up      "
     "# a local system whose gateway serves MQTT on 1883": (
         "a foreground `tamto up` on a fixed port; tests/e2e/test_launcher.py runs `tamto up`"
@@ -121,6 +134,8 @@ class Snippet:
     must have done before it is cancelled, and what the test feeds it meanwhile."""
 
     replace: tuple[tuple[str, str], ...] = ()
+    #: A block that takes `consumer` gets one of the prepared `orders` stream.
+    consumer: bool = False
     done: Callable[[Harness], bool] | None = None
     feed: Callable[[tamto_sdk.Client], Awaitable[None]] | None = None
 
@@ -133,6 +148,9 @@ async def publish_quote(client: tamto_sdk.Client) -> None:
 SNIPPETS = {
     "README.md: import tamto_sdk": Snippet(done=lambda h: bool(h.handled)),
     "docs/sdk.md: import tamto_sdk": Snippet(done=lambda h: bool(h.handled)),
+    "docs/sdk.md: from tamto_sdk.tracing import processing": Snippet(
+        consumer=True, done=lambda h: bool(h.handled)
+    ),
     'docs/ephemeral.md: async with client.subscribe("quotes", match="orders.#", '
     'group="billing") as sub:': Snippet(
         replace=(("        ...", "        record(message)"),),
@@ -156,7 +174,23 @@ async def run_python(block: Block, cluster: TestCluster, client: tamto_sdk.Clien
     names = harness.names(cluster)
     exec(compile(as_main(block, cluster.url), f"{block.page}:{block.line}", "exec"), names)
     snippet = SNIPPETS.get(block.key, Snippet())
-    task = asyncio.create_task(names["main"](client))
+    async with contextlib.AsyncExitStack() as stack:
+        if snippet.consumer:
+            names["consumer"] = await stack.enter_async_context(
+                client.consumer("orders", "doc-blocks", type=SubscriptionType.SHARED)
+            )
+        await run_main(block, names["main"](client), snippet, harness, client)
+
+
+async def run_main(
+    block: Block,
+    main: Coroutine[Any, Any, None],
+    snippet: Snippet,
+    harness: Harness,
+    client: tamto_sdk.Client,
+) -> None:
+    """Run the block's main to its end, or until it did its work (then cancel it)."""
+    task = asyncio.create_task(main)
     if snippet.done is None:
         await asyncio.wait_for(task, 60)
         return

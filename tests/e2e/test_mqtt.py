@@ -585,7 +585,9 @@ async def test_a_persistent_session_is_its_identitys_alone(mqtt: MqttCluster) ->
 
 
 #: The README's mosquitto walkthrough (tests/doc_blocks.py finds it).
-README_MQTT = "README.md: TAMTO_GATEWAY_MQTT_PORT=1883 tamto up      # in another terminal"
+README_MQTT = (
+    "README.md: tamto up      # in another terminal; it prints each gateway's MQTT address"
+)
 
 
 def readme_mosquitto_lines(mqtt: MqttCluster) -> tuple[list[list[str]], list[str]]:
@@ -600,7 +602,7 @@ def readme_mosquitto_lines(mqtt: MqttCluster) -> tuple[list[list[str]], list[str
             shown.append(line[2:])
             continue
         line = re.split(r"\s+# ", line)[0].strip().removesuffix("&").strip()
-        line = line.replace("-p 1883", f"-p {mqtt.ports['gateway']}")
+        line = line.replace("<its MQTT port>", str(mqtt.ports["gateway"]))
         line = line.replace("<the development API key>", mqtt.credential)
         if line.startswith("A=("):
             common = shlex.split(line[3:-1])
