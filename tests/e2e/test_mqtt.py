@@ -7,13 +7,18 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import queue
+import re
+import shlex
 import shutil
 import ssl
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiomqtt
 import paho.mqtt.client as paho
@@ -26,6 +31,7 @@ from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.needs import needs
 from tamto_testing.waiting import eventually
+from tests.doc_blocks import code_blocks
 from tests.e2e.mqtt_clients import (
     MqttCluster,
     RawClient,
@@ -576,3 +582,66 @@ async def test_a_persistent_session_is_its_identitys_alone(mqtt: MqttCluster) ->
     await raw.send(connect_packet(client_id, key, clean=False))
     assert await raw.read(4) == b"\x20\x02\x00\x05"  # not authorized
     assert await raw.closed()
+
+
+#: The README's mosquitto walkthrough (tests/doc_blocks.py finds it).
+README_MQTT = (
+    "README.md: tamto up      # in another terminal; it prints each gateway's MQTT address"
+)
+
+
+def readme_mosquitto_lines(mqtt: MqttCluster) -> tuple[list[list[str]], list[str]]:
+    """The walkthrough's commands as argv lists (its `tamto up` is the module's cluster,
+    `${A[@]}` expanded with the cluster's port and key), and the output lines it shows."""
+    block = next(b for b in code_blocks() if b.key == README_MQTT)
+    commands: list[list[str]] = []
+    shown: list[str] = []
+    common: list[str] = []
+    for line in block.text.splitlines()[1:]:
+        if line.startswith("# "):
+            shown.append(line[2:])
+            continue
+        line = re.split(r"\s+# ", line)[0].strip().removesuffix("&").strip()
+        line = line.replace("<its MQTT port>", str(mqtt.ports["gateway"]))
+        line = line.replace("<the development API key>", mqtt.credential)
+        if line.startswith("A=("):
+            common = shlex.split(line[3:-1])
+            continue
+        argv = shlex.split(line)
+        commands.append([w for word in argv for w in (common if word == "${A[@]}" else [word])])
+    return commands, shown
+
+
+@needs(
+    None
+    if shutil.which("mosquitto_pub")
+    else "mosquitto_pub missing (Debian package mosquitto-clients; .ci/run installs it)"
+)
+async def test_the_readme_mosquitto_walkthrough_runs(mqtt: MqttCluster) -> None:
+    (ensure, sub, pub, retain), shown = readme_mosquitto_lines(mqtt)
+    env = {**os.environ, "TAMTO_URL": mqtt.url, "TAMTO_API_KEY": mqtt.credential}
+    ensure[0] = str(Path(sys.executable).with_name("tamto"))
+    await asyncio.to_thread(subprocess.run, ensure, check=True, timeout=60, env=env)
+    # The README's subscriber runs in the background until stopped: here until its first
+    # message, published again until it came (a publish before it subscribed is not kept).
+    got = subprocess.Popen(  # noqa: ASYNC220 (it runs beside the test, read at the end)
+        [*sub, "-C", "1", "-W", "30"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+
+        def published() -> bool:
+            subprocess.run(pub, check=True, timeout=30)
+            return got.poll() is not None
+
+        await eventually(lambda: asyncio.to_thread(published), 30, "mosquitto_sub's message")
+        out, _ = got.communicate(timeout=30)
+    finally:
+        got.kill()
+    assert out.splitlines() == shown
+    await asyncio.to_thread(subprocess.run, retain, check=True, timeout=30)
+    topic = retain[retain.index("-t") + 1]
+    later = [*sub[: sub.index("-t")], "-t", topic, "-v", "-C", "1", "-W", "30"]
+    late = await asyncio.to_thread(
+        subprocess.run, later, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert late.stdout.splitlines() == ["sensors/k1/state on"], "retained for a later subscriber"

@@ -123,7 +123,7 @@ class RouterServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ConsumeMux(self, request_iterator, context):
-        """Many consume sessions of one gateway on one stream (issue 17), each named by
+        """Many consume sessions of one gateway on one stream, each named by
         the gateway's session id; each message carries what is queued, for any
         sessions, in order. A session is opened by its first request (the
         subscribe); a request for a session id at or below the highest seen that is

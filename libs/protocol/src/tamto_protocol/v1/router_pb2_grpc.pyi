@@ -40,7 +40,7 @@ class RouterStub:
     Consume: _grpc.StreamStreamMultiCallable[_messages_pb2.ConsumeRequest, _messages_pb2.ConsumeResponse]
     """A consume session for the given partitions of one stream."""
     ConsumeMux: _grpc.StreamStreamMultiCallable[_router_pb2.ConsumeMuxRequests, _router_pb2.ConsumeMuxResponses]
-    """Many consume sessions of one gateway on one stream (issue 17), each named by
+    """Many consume sessions of one gateway on one stream, each named by
     the gateway's session id; each message carries what is queued, for any
     sessions, in order. A session is opened by its first request (the
     subscribe); a request for a session id at or below the highest seen that is
@@ -78,7 +78,7 @@ class RouterAsyncStub(RouterStub):
     Consume: _aio.StreamStreamMultiCallable[_messages_pb2.ConsumeRequest, _messages_pb2.ConsumeResponse]  # type: ignore[assignment]
     """A consume session for the given partitions of one stream."""
     ConsumeMux: _aio.StreamStreamMultiCallable[_router_pb2.ConsumeMuxRequests, _router_pb2.ConsumeMuxResponses]  # type: ignore[assignment]
-    """Many consume sessions of one gateway on one stream (issue 17), each named by
+    """Many consume sessions of one gateway on one stream, each named by
     the gateway's session id; each message carries what is queued, for any
     sessions, in order. A session is opened by its first request (the
     subscribe); a request for a session id at or below the highest seen that is
@@ -137,7 +137,7 @@ class RouterServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_router_pb2.ConsumeMuxRequests],
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_router_pb2.ConsumeMuxResponses], _abc.AsyncIterator[_router_pb2.ConsumeMuxResponses]]:
-        """Many consume sessions of one gateway on one stream (issue 17), each named by
+        """Many consume sessions of one gateway on one stream, each named by
         the gateway's session id; each message carries what is queued, for any
         sessions, in order. A session is opened by its first request (the
         subscribe); a request for a session id at or below the highest seen that is
