@@ -131,6 +131,17 @@ async def test_each_entity_gets_each_batch_once_with_a_second_gateway(
         )
         for i in range(count // 2, count):
             await one.publish(stream, "t", one_message(b"%d" % i), 1)
+
+        # Each entity has every batch: waited for (a batch the bus hands gateway two may
+        # still be on its way when both connections' PINGs came back), then checked
+        # once more after the bus settled, so a batch delivered twice is seen too.
+        def all_have_every_batch() -> bool:
+            counts = [alone_one, alone_two, solo]
+            return all(c.buffered >= count for c in counts) and (
+                sum(m.buffered for m in spread) >= count
+            )
+
+        await eventually(all_have_every_batch, 10, "every entity's 40 batches")
         await settled(hubs)
         assert alone_one.buffered == count
         assert alone_two.buffered == count
