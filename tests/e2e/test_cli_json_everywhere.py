@@ -127,6 +127,10 @@ async def test_every_command_prints_json_that_parses(
     assert written["targets"] >= 4
     assert json.loads(targets.read_text())
 
+    etcd = tamto_cluster.infra.etcd_endpoint
+    view = await run("top", "--once", "--interval", "0.5", "--etcd", etcd)
+    assert isinstance(view, dict)
+
     function, spec = f"{stream}-fn", tamto_cluster.workdir / f"{stream}-fn.json"
     output = f"{stream}-out"
     assert (await run("stream ensure", output))["created"] is True
