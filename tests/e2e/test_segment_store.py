@@ -116,6 +116,11 @@ async def test_every_acked_message_is_in_the_s3_store_once_after_its_publisher_d
             interval_s=0.5,
         )
 
+        # The publisher logs its segment once the store has it: the log line can come
+        # a moment after the objects are readable.
+        await eventually(
+            lambda: publisher_of(s3_cluster, stream) is not None, 30, "the publisher's log"
+        )
         victim = publisher_of(s3_cluster, stream)
         assert victim is not None
         s3_cluster.kill9(victim)
@@ -127,6 +132,11 @@ async def test_every_acked_message_is_in_the_s3_store_once_after_its_publisher_d
             90,
             "every acked message in the store, once",
             interval_s=0.5,
+        )
+        await eventually(
+            lambda: publisher_of(s3_cluster, stream, after=59) is not None,
+            30,
+            "the successor's log",
         )
         successor = publisher_of(s3_cluster, stream, after=59)
         assert successor not in (None, victim)
