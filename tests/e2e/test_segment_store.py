@@ -7,6 +7,7 @@ acknowledged message exactly once."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,7 +104,7 @@ async def test_every_acked_message_is_in_the_s3_store_once_after_its_publisher_d
     s3_cluster: TestCluster, s3_server: S3Spec, tmp_path: Path
 ) -> None:
     prefix = f"{PREFIX}-{tmp_path.name}"
-    stream = "orders"
+    stream = f"store{uuid.uuid4().hex[:8]}"  # the session's etcd is shared: a name of its own
     async with await tamto_sdk.connect(s3_cluster.url, api_key=s3_cluster.credential) as client:
         await client.streams.ensure(
             stream, partitions=1, config=StreamConfig(replication_factor=3, ack_quorum=2)
