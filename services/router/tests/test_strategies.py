@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,20 @@ class FakeHost:
     def fresh_end(self) -> int:
         return int(self.log.durable_offset)
 
+    def waiting(self) -> Iterator[tuple[int, int]]:
+        return ((r.first, r.last) for r in self.pending)
+
+    def take_due(self, now: float) -> list[Run]:
+        due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
+        self.pending = [r for r in self.pending if r.due > now]
+        return due
+
+    def wait(self, run: Run) -> None:
+        self.pending.append(run)
+
+    def advance(self, to: int) -> None:
+        self.position = max(self.position, to)
+
     async def serve(self, slot: ConsumerSlot, now: float) -> bool:
         self.served.append(slot)
         return self.serve_result
@@ -89,6 +104,8 @@ def test_every_type_has_its_own_strategy_with_its_own_state(kind: SubscriptionTy
     assert made.type is kind
     assert made is not for_type(kind)
     assert made.keyed is (kind is SubscriptionType.KEY_SHARED)
+    # Every type that keeps an order waits for the earlier ledgers' acks; shared has none.
+    assert made.drain_gated is (kind is not SubscriptionType.SHARED)
 
 
 @pytest.mark.parametrize(

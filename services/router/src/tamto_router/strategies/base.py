@@ -10,7 +10,12 @@ subscription) only the questions whose answer depends on the type:
 - `dispatch`: one round of delivery: which consumer gets which messages;
 - `budget`: how many messages one hand-out may give a consumer;
 - `ackable`: which part of a consumer's ack applies;
-- `given_back` / `settled`: delivered offsets came back for redelivery, or are done.
+- `given_back` / `settled`: delivered offsets came back for redelivery, or are done;
+- `drain_gated`: do fresh messages wait for the earlier ledgers to be acked?
+
+A strategy never changes its subscription's state itself: it asks (`Host`) for
+the due runs (`take_due`), to keep a run waiting (`wait`), to move the position
+past what it read (`advance`), and to deliver (`serve`, `hand`).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from tamto_router.acks import normalized
 from tamto_router.runs import without
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from tamto_router.acks import AckSet
     from tamto_router.consumers import Consumers
     from tamto_router.model import Batch, SubscriptionType
@@ -33,16 +40,43 @@ if TYPE_CHECKING:
 class Host(Protocol):
     """The part of a subscription a strategy uses (`Subscription` is the one host)."""
 
-    name: str
-    log: PartitionLog
-    acks: AckSet
-    consumers: Consumers
-    in_flight: list[Run]
-    pending: list[Run]
-    #: The next offset never delivered.
-    position: int
-    #: The most messages one read asks storage for.
-    read_max: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def log(self) -> PartitionLog: ...
+
+    @property
+    def acks(self) -> AckSet: ...
+
+    @property
+    def consumers(self) -> Consumers: ...
+
+    @property
+    def position(self) -> int:
+        """The next offset never delivered."""
+        ...
+
+    @property
+    def read_max(self) -> int:
+        """The most messages one read asks storage for."""
+        ...
+
+    def waiting(self) -> Iterator[tuple[int, int]]:
+        """The offset runs waiting to be delivered again (due or not), as (first, last)."""
+        ...
+
+    def take_due(self, now: float) -> list[Run]:
+        """Take the waiting runs due by `now` out of the waiting ones, by first offset."""
+        ...
+
+    def wait(self, run: Run) -> None:
+        """Keep `run` waiting to be delivered (again) from `run.due` on."""
+        ...
+
+    def advance(self, to: int) -> None:
+        """Fresh messages below `to` were handed out (or held back as waiting runs)."""
+        ...
 
     async def read(self, first: int, want: int) -> list[Batch] | None:
         """Stored batches from `first`; None when retention moved the start past it."""
@@ -74,6 +108,10 @@ class Strategy(ABC):
     type: ClassVar[SubscriptionType]
     #: Whether consumers are placed on a consistent-hash ring of keys (`Consumers.owner`).
     keyed: ClassVar[bool] = False
+    #: Whether a new owner's fresh messages wait until every message of the earlier
+    #: ledgers was acked (`partition_log.drain_gate`), so that a key's order holds
+    #: across a move. Every type but shared (which promises no order) keeps order.
+    drain_gated: ClassVar[bool] = True
 
     def admit(self, host: Host) -> None:
         """Raise FailedPrecondition if one more consumer may not join those attached.
@@ -110,9 +148,9 @@ class Strategy(ABC):
 class OneAtATime(Strategy):
     """A type that hands each run to one consumer it picks per round (all but key-shared)."""
 
+    @abstractmethod
     def pick(self, consumers: Consumers) -> ConsumerSlot | None:
-        """The consumer to serve now, or None: by default the active one, if it has credit."""
-        return first_with_credit(consumers)
+        """The consumer to serve now, or None (none may receive now)."""
 
     async def dispatch(self, host: Host, now: float) -> bool:
         slot = self.pick(host.consumers)

@@ -51,11 +51,9 @@ class KeyShared(Strategy):
         """
         if not host.consumers.any_credit():
             return False
-        self.keys.keep_waiting_only((r.first, r.last) for r in host.pending)
-        # Older (pending) messages first, then fresh ones: per key, offsets ascend.
-        due = sorted((r for r in host.pending if r.due <= now), key=lambda r: r.first)
-        if due:  # one pass, not a search of the list per run taken
-            host.pending[:] = [r for r in host.pending if r.due > now]
+        self.keys.keep_waiting_only(host.waiting())
+        # Older (waiting) messages first, then fresh ones: per key, offsets ascend.
+        due = host.take_due(now)
         sources = [(r.first, r.last, r.count, False) for r in due]
         fresh_end = host.fresh_end()
         if host.position < fresh_end:
@@ -72,7 +70,7 @@ class KeyShared(Strategy):
             read = await host.read(first, last - first + 1)
             if read is None:  # below the partition's start: skipped to it
                 if not fresh and last >= host.log.start_offset:
-                    host.pending.append(Run(host.log.start_offset, last, count, now))
+                    host.wait(Run(host.log.start_offset, last, count, now))
                 progress = True
                 continue
             batches = read
@@ -90,11 +88,11 @@ class KeyShared(Strategy):
                 progress |= self._hand_out(host, batch, first, last, count, blocked, now)
                 end = max(end, min(batch.end, last + 1))
             if fresh and end > host.position:
-                host.position = end
+                host.advance(end)
                 progress = True
             elif not fresh and first < end <= last:
                 # A read returns a bounded number of bytes: the rest of the run waits.
-                host.pending.append(Run(end, last, count, now))
+                host.wait(Run(end, last, count, now))
         return progress
 
     def _hand_out(
@@ -112,7 +110,7 @@ class KeyShared(Strategy):
             return False
         if not host.consumers:  # they all left while we read: keep it for the next ones
             for first, length in runs:
-                host.pending.append(Run(first, first + length - 1, previous_count, now))
+                host.wait(Run(first, first + length - 1, previous_count, now))
             return False
         decoded = decode_batch(batch.arrow_ipc)
         keys = decoded.column("key").to_pylist()
@@ -137,7 +135,7 @@ class KeyShared(Strategy):
                 chosen.setdefault(target, []).append(offset)
                 self.keys.deliver(offset, key, target)
         for first, last in as_runs(waiting):
-            host.pending.append(Run(first, last, previous_count, now))
+            host.wait(Run(first, last, previous_count, now))
         for target, offsets in chosen.items():
             rows = [o - batch.base_offset for o in offsets]
             data = encode_record_batch(decoded.take(rows))

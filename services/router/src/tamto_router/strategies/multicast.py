@@ -9,10 +9,13 @@ from __future__ import annotations
 
 from tamto_common.errors import FailedPrecondition
 from tamto_router.model import SubscriptionType
-from tamto_router.strategies.base import Host, OneAtATime
+from tamto_router.strategies.base import Host
+from tamto_router.strategies.exclusive import Exclusive
 
 
-class Multicast(OneAtATime):
+class Multicast(Exclusive):
+    """One consumer name's own subscription: exclusive to that name."""
+
     type = SubscriptionType.MULTICAST
 
     def admit(self, host: Host) -> None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 class Shared(OneAtATime):
     type = SubscriptionType.SHARED
+    drain_gated = False  # no order to keep: fresh messages flow at once after a move
 
     def pick(self, consumers: Consumers) -> ConsumerSlot | None:
         return consumers.next_with_credit()  # round-robin, O(1) amortized
