@@ -45,7 +45,7 @@ from tests.e2e.publish_probe import PUBLISH_BOUND_S, PublishProbe
 from tests.e2e.test_fuzz_gateway import PRECISE, SERVICE
 from tests.fuzz import LONG, fuzz_settings
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(7200 if LONG else 300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.solo, pytest.mark.timeout(7200 if LONG else 300)]
 
 Code = grpc.StatusCode
 #: The longest one request at its limits may take to be answered, deliveries and

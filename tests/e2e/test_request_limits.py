@@ -26,7 +26,7 @@ from tamto_testing.hostile_requests import ack_of, disjoint_ranges, huge_schema_
 from tests.e2e.members import resident_bytes
 from tests.e2e.publish_probe import PUBLISH_BOUND_S, PublishProbe
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.solo]
 
 Code = grpc.StatusCode
 #: What one consume stream's acks at the limit may add to a process's memory
