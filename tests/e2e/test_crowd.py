@@ -70,7 +70,11 @@ from tests.e2e.members import (
 
 #: The acceptance size attaches slower than CI's (a bounded number at a time, see
 #: the gateway's consume_setups) and may take over 5 minutes on a loaded machine.
-pytestmark = [pytest.mark.e2e, pytest.mark.solo, pytest.mark.timeout(1200 if long_tests_enabled() else 300)]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.solo,
+    pytest.mark.timeout(1200 if long_tests_enabled() else 300),
+]
 
 CONSUMERS = int(
     os.environ.get("TAMTO_CROWD_CONSUMERS") or (10_000 if long_tests_enabled() else 300)
