@@ -166,9 +166,9 @@ async def test_delete(client: Client, gateway: FakeGateway) -> None:
         (1, StreamConfig(max_deliveries=2**32), "max_deliveries must be between 0 and 4294967295"),
         (
             1,
-            StreamConfig(durability="interval"),
+            StreamConfig(durability="interval"),  # type: ignore[arg-type]
             "durability must be a tamto_sdk.stream_config.Durability",
-        ),  # type: ignore[arg-type]
+        ),
     ],
 )
 async def test_values_the_wire_cannot_carry_are_refused_locally(
