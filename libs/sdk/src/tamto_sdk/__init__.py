@@ -19,7 +19,7 @@ their modules, and pyarrow, on first use (`__getattr__`): administration alone
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tamto_sdk import errors
+from tamto_sdk import admin, errors, functions, security, stream_config, subscriptions
 from tamto_sdk._deprecated import renamed
 from tamto_sdk.client import Client, connect
 from tamto_sdk.errors import TamtoError
@@ -48,93 +48,6 @@ _LAZY = {
 }
 
 
-def _moved(module: str, *names: str) -> dict[str, str]:
-    return dict.fromkeys(names, module)
-
-
-#: Names this package exported before they went to a submodule (deprecated here).
-_MOVED = {
-    **_moved(
-        "tamto_sdk.errors",
-        "AlreadyExists",
-        "Closed",
-        "DataLoss",
-        "FailedPrecondition",
-        "Internal",
-        "InvalidArgument",
-        "NoResponders",
-        "NotFound",
-        "OutOfRange",
-        "PermissionDenied",
-        "ResourceExhausted",
-        "Timeout",
-        "Unauthenticated",
-        "Unavailable",
-        "UndecodableBatch",
-    ),
-    **_moved("tamto_sdk.admin", "Cluster", "Streams"),
-    **_moved(
-        "tamto_sdk.functions",
-        "FunctionInfo",
-        "FunctionInputLag",
-        "FunctionInstance",
-        "FunctionStatus",
-        "Functions",
-    ),
-    **_moved(
-        "tamto_sdk.security",
-        "ApiKeyInfo",
-        "Grant",
-        "Identity",
-        "IdentityKind",
-        "NewApiKey",
-        "Permission",
-        "Role",
-        "Security",
-        "WhoAmI",
-    ),
-    **_moved(
-        "tamto_sdk.stream_config",
-        "Durability",
-        "EnsureResult",
-        "Overflow",
-        "RetentionPolicy",
-        "StreamInfo",
-        "StreamKind",
-    ),
-    **_moved(
-        "tamto_sdk.subscriptions",
-        "ConsumerInfo",
-        "PartitionStats",
-        "StreamStats",
-        "SubscriptionInfo",
-        "SubscriptionPartitionInfo",
-        "SubscriptionSummary",
-        "Subscriptions",
-    ),
-    **_moved("tamto_sdk.replies", "ReplyHandler"),
-}
-
-#: Names this package exported under another name (deprecated).
-_RENAMED = {"Subscription": "EphemeralSubscription"}
-
-
-def __getattr__(name: str) -> Any:
-    """The lazily imported names, and the deprecated ones (with a warning)."""
-    if name in _RENAMED:
-        renamed(f"tamto_sdk.{name}", f"tamto_sdk.{_RENAMED[name]}")
-        return __getattr__(_RENAMED[name])
-    if name in _MOVED:
-        renamed(f"tamto_sdk.{name}", f"{_MOVED[name]}.{name}")
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tamto_sdk' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
 __all__ = [
     "Client",
     "ClientOptions",
@@ -158,3 +71,35 @@ __all__ = [
     "connect",
     "errors",
 ]
+
+#: Names this package exported before they went to a submodule (deprecated here): the
+#: public classes of these submodules that are not in `__all__`, and `ReplyHandler`
+#: (by name: `tamto_sdk.replies` loads pyarrow).
+_MOVED = {
+    **{
+        name: module.__name__
+        for module in (errors, admin, functions, security, stream_config, subscriptions)
+        for name in module.__all__
+        if name[0].isupper() and name not in __all__
+    },
+    "ReplyHandler": "tamto_sdk.replies",
+}
+
+#: Names this package exported under another name (deprecated).
+_RENAMED = {"Subscription": "EphemeralSubscription"}
+
+
+def __getattr__(name: str) -> Any:
+    """The lazily imported names, and the deprecated ones (with a warning)."""
+    if name in _RENAMED:
+        renamed(f"tamto_sdk.{name}", f"tamto_sdk.{_RENAMED[name]}")
+        return __getattr__(_RENAMED[name])
+    if name in _MOVED:
+        renamed(f"tamto_sdk.{name}", f"{_MOVED[name]}.{name}")
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tamto_sdk' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

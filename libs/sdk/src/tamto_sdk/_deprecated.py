@@ -6,12 +6,15 @@ in docs/sdk.md ("Names"). Aliases call this module so every warning reads alike.
 
 from __future__ import annotations
 
+import functools
 import warnings
-from typing import TypeVar
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
-__all__ = ["renamed", "renamed_argument"]
+__all__ = ["renamed", "renamed_argument", "renamed_method"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
@@ -21,6 +24,22 @@ def renamed(old: str, new: str, *, stacklevel: int = 3) -> None:
         DeprecationWarning,
         stacklevel=stacklevel,
     )
+
+
+def renamed_method(method: Callable[P, T], old: str) -> Callable[P, T]:
+    """`method` under its old name `old` (``"Class.name"``), warning on each call.
+
+    In a class body: ``publish = renamed_method(send, "EphemeralProducer.publish")``.
+    """
+    new = f"{old.rpartition('.')[0]}.{method.__name__}"
+
+    @functools.wraps(method)
+    def alias(*args: P.args, **kwargs: P.kwargs) -> T:
+        renamed(old, new)
+        return method(*args, **kwargs)
+
+    alias.__doc__ = f"Deprecated name of `{method.__name__}`."
+    return alias
 
 
 def renamed_argument(

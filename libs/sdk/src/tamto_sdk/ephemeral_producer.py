@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from tamto_protocol.wire import publish_ephemeral_request
 from tamto_sdk._calls import Calls
-from tamto_sdk._deprecated import renamed
+from tamto_sdk._deprecated import renamed_method
 from tamto_sdk._lifecycle import AsyncClosing
 from tamto_sdk.ephemeral_messages import encode_arrow
 from tamto_sdk.errors import Closed, InvalidArgument, TamtoError
@@ -170,22 +170,8 @@ class EphemeralProducer(AsyncClosing):
         finally:
             self._closed = True
 
-    async def publish(
-        self,
-        payload: bytes,
-        *,
-        topic: str = "",
-        key: bytes | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        """Deprecated name of `send`."""
-        renamed("EphemeralProducer.publish", "EphemeralProducer.send")
-        await self.send(payload, topic=topic, key=key, headers=headers)
-
-    async def publish_batch(self, payloads: Sequence[bytes], *, topic: str = "") -> int:
-        """Deprecated name of `send_batch`."""
-        renamed("EphemeralProducer.publish_batch", "EphemeralProducer.send_batch")
-        return await self.send_batch(payloads, topic=topic)
+    publish = renamed_method(send, "EphemeralProducer.publish")
+    publish_batch = renamed_method(send_batch, "EphemeralProducer.publish_batch")
 
 
 def _runs(messages: list[_Queued]) -> list[list[_Queued]]:

@@ -17,7 +17,7 @@ import grpc
 
 from tamto_protocol.v1 import gateway_pb2
 from tamto_sdk._calls import Calls
-from tamto_sdk._deprecated import renamed
+from tamto_sdk._deprecated import renamed_method
 from tamto_sdk._lifecycle import AsyncClosing
 from tamto_sdk._retry import Backoff
 from tamto_sdk.ephemeral_messages import EphemeralBatch, EphemeralMessage
@@ -178,7 +178,4 @@ class EphemeralSubscription(AsyncClosing):
     async def _open(self) -> None:
         await self.start()
 
-    async def next_batch(self) -> EphemeralBatch | None:
-        """Deprecated name of `receive_batch`."""
-        renamed("EphemeralSubscription.next_batch", "EphemeralSubscription.receive_batch")
-        return await self.receive_batch()
+    next_batch = renamed_method(receive_batch, "EphemeralSubscription.next_batch")

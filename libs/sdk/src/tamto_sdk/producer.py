@@ -23,13 +23,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
 
 from tamto_sdk import tracing
 from tamto_sdk._calls import Calls
+from tamto_sdk._lifecycle import AsyncClosing
 from tamto_sdk.accumulator import Accumulator, BatchOutcome
 from tamto_sdk.admin import Streams
 from tamto_sdk.columns import batch_columns
@@ -43,7 +43,7 @@ __all__ = ["MAX_BATCH_BYTES", "Producer"]
 MAX_BATCH_BYTES = 32 << 20
 
 
-class Producer:
+class Producer(AsyncClosing):
     """Publishes messages to one stream in batches.
 
     Use as an async context manager (``async with client.producer("s") as p``);
@@ -130,17 +130,8 @@ class Producer:
             self._accumulator.start(partitions, asyncio.get_running_loop())
             self._started = True
 
-    async def __aenter__(self) -> Producer:
+    async def _open(self) -> None:
         await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def send(
         self,
