@@ -151,20 +151,7 @@ class ConsumeStream:
         reauthenticated = False
         first = True
         while not self._closing:
-            metadata: Metadata = ()
-            error: TamtoError
-            self._received_in_session = False
-            self._session_started = 0.0
-            try:
-                metadata = await self._calls.auth.metadata()
-                await self._session(metadata, first)
-                error = Unavailable("the server ended the consume stream")
-            except grpc.aio.AioRpcError as exc:
-                error = from_rpc_error(exc)
-            except TamtoError as exc:
-                error = exc
-            except BatchFormatError as exc:
-                error = DataLoss(f"undecodable batch from the server: {exc}")
+            error, metadata = await self._session_ended(first)
             first = False
             if self._closing:
                 return
@@ -200,6 +187,22 @@ class ConsumeStream:
                 self._fail(error)
                 return
             await asyncio.sleep(delay)
+
+    async def _session_ended(self, first: bool) -> tuple[TamtoError, Metadata]:
+        """Run one session to its end: the error that ended it, and the credentials it used."""
+        metadata: Metadata = ()
+        self._received_in_session = False
+        self._session_started = 0.0
+        try:
+            metadata = await self._calls.auth.metadata()
+            await self._session(metadata, first)
+            return Unavailable("the server ended the consume stream"), metadata
+        except grpc.aio.AioRpcError as exc:
+            return from_rpc_error(exc), metadata
+        except TamtoError as exc:
+            return exc, metadata
+        except BatchFormatError as exc:
+            return DataLoss(f"undecodable batch from the server: {exc}"), metadata
 
     def _healthy_session(self) -> bool:
         """Whether the session that just ended worked (so retrying starts over)."""
