@@ -48,7 +48,7 @@ async def main() -> None:
                             for message in await dead.receive_batch(max_messages=10, timeout_s=10):
                                 reasons[message.payload] = message.headers["tamto.dlq.reason"]
                                 dead.ack(message)
-                except tamto_sdk.NotFound:
+                except tamto_sdk.errors.NotFound:
                     await asyncio.sleep(0.2)
         for payload, reason in sorted(reasons.items()):
             print(f"dead letter {payload.decode()}: {reason}")

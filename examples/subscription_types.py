@@ -36,7 +36,9 @@ async def main() -> None:
         for kind in SubscriptionType:
             names = ["a"] if kind is SubscriptionType.EXCLUSIVE else ["a", "b"]
             consumers = [
-                client.consumer(stream, f"sub-{kind.value}", type=kind, consumer_name=name)
+                client.consumer(
+                    stream, f"sub-{kind.value}", subscription_type=kind, consumer_name=name
+                )
                 for name in names
             ]
             for consumer in consumers:

@@ -90,7 +90,7 @@ async def wait_for(what: str, check: Callable[[], Awaitable[bool]]) -> None:
 async def messages(client: tamto_sdk.Client, stream: str) -> int:
     try:
         stats = await client.streams.stats(stream)
-    except tamto_sdk.NotFound:
+    except tamto_sdk.errors.NotFound:
         return 0
     return sum(p.messages for p in stats.partitions)
 

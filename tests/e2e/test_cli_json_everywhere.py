@@ -21,6 +21,7 @@ import pytest
 import typer
 
 import tamto_sdk
+import tamto_sdk.stream_config
 from tamto_cli.main import app
 from tamto_common.dev_credential import load_dev_credential
 from tamto_testing.cluster import TestCluster
@@ -151,7 +152,7 @@ async def test_every_command_prints_json_that_parses(
     assert router not in (await run("node undrain", router))["drained_nodes"]
 
     topics = f"{stream}-topics"
-    await tamto_client.streams.ensure(topics, kind=tamto_sdk.StreamKind.EPHEMERAL)
+    await tamto_client.streams.ensure(topics, kind=tamto_sdk.stream_config.StreamKind.EPHEMERAL)
     sent = await run("pub", topics, "--topic", "a.b", "x")
     assert sent == {"stream": topics, "topic": "a.b", "published": 1}
     async with tamto_client.reply_handler(topics, lambda m: m.payload.upper(), match="ask"):

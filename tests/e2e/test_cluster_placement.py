@@ -21,7 +21,8 @@ import tamto_sdk
 from tamto_common.ledgers import read_ledgers
 from tamto_common.membership import list_members
 from tamto_router.ownership import OWNERS
-from tamto_sdk import ClientOptions, StreamConfig, Unavailable
+from tamto_sdk import ClientOptions, StreamConfig
+from tamto_sdk.errors import Unavailable
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually

@@ -99,7 +99,7 @@ async def test_term_refuses_an_overlong_reason_before_sending(
         await producer.send_and_wait(b"x")
     async with tamto_client.consumer(stream, "s") as consumer:
         (message,) = await consumer.receive_batch(max_messages=1, timeout_s=10)
-        with pytest.raises(tamto_sdk.InvalidArgument, match="at most 1024"):
+        with pytest.raises(tamto_sdk.errors.InvalidArgument, match="at most 1024"):
             consumer.term(message, "r" * 1025)
         with pytest.raises(ValueError, match="at most 1024"):  # InvalidArgument is one
             consumer.term(message, "r" * 1025)

@@ -101,7 +101,7 @@ async def test_a_damaged_segment_is_data_loss_for_its_offsets_and_repair_restore
             after = await producer.send_and_wait(b"after")  # the claim did not fail
         assert after.offset == 30
         assert await receive(client, "late", Start.offset(20), 11) == [*payloads[20:], b"after"]
-        with pytest.raises(tamto_sdk.DataLoss) as info:
+        with pytest.raises(tamto_sdk.errors.DataLoss) as info:
             await receive(client, "early", Start.earliest(), 31)
         assert str(damaged) in str(info.value)
         assert "offsets 10-19" in str(info.value)

@@ -79,12 +79,12 @@ async def test_wal_damage_keeps_the_offsets_below_readable_and_repair_restores_s
 
     async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         assert await receive(client, "below", Start.earliest(), 10) == payloads[:10]
-        with pytest.raises(tamto_sdk.DataLoss) as read_error:
+        with pytest.raises(tamto_sdk.errors.DataLoss) as read_error:
             await receive(client, "across", Start.earliest(), 30)
         assert str(middle.file) in str(read_error.value)
         assert "offsets 10-" in str(read_error.value)
         async with client.producer(STREAM) as producer:
-            with pytest.raises(tamto_sdk.DataLoss, match="offsets 10-"):
+            with pytest.raises(tamto_sdk.errors.DataLoss, match="offsets 10-"):
                 await asyncio.wait_for(producer.send_and_wait(b"refused"), 30)
 
     cluster.stop("router")
@@ -129,7 +129,7 @@ async def test_a_missing_wal_file_loses_its_offsets_only_and_repair_keeps_the_fi
         async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             assert await receive(client, "below", Start.earliest(), 10) == payloads[:10]
             async with client.producer(STREAM) as producer:
-                with pytest.raises(tamto_sdk.DataLoss, match="offsets 10-"):
+                with pytest.raises(tamto_sdk.errors.DataLoss, match="offsets 10-"):
                     await asyncio.wait_for(producer.send_and_wait(b"refused"), 30)
 
         cluster.stop("router")

@@ -155,9 +155,11 @@ async def test_the_sdk_refuses_a_cumulative_ack_on_shared_subscriptions(
     stream = unique("cumul-sdk")
     await tamto_client.streams.ensure(stream, partitions=1)
     await publish(tamto_client, stream, 3)
-    async with tamto_client.consumer(stream, "work", type=kind) as consumer:
+    async with tamto_client.consumer(stream, "work", subscription_type=kind) as consumer:
         [first, *_] = await take(consumer, 3)
-        with pytest.raises(tamto_sdk.FailedPrecondition, match="ack_cumulative is not allowed"):
+        with pytest.raises(
+            tamto_sdk.errors.FailedPrecondition, match="ack_cumulative is not allowed"
+        ):
             consumer.ack_cumulative(first)
 
 
@@ -184,7 +186,9 @@ async def test_a_range_ack_never_settles_what_another_shared_consumer_holds(
         assert await a.end() == grpc.StatusCode.OK
         b.half_close()  # B leaves without acking what it holds
         assert await b.end() == grpc.StatusCode.OK
-    async with tamto_client.consumer(stream, "work", type=SubscriptionType.SHARED) as c:
+    async with tamto_client.consumer(
+        stream, "work", subscription_type=SubscriptionType.SHARED
+    ) as c:
         again = sorted(m.offset for m in await take(c, 7))
     assert again == [2, 3, 4, 6, 7, 8, 9]
 
@@ -246,7 +250,9 @@ async def test_a_rejected_ack_reaches_the_application_as_invalid_argument(
             with pytest.raises(tamto_sdk.TamtoError) as raised:
                 await consume_until_it_fails(consumer)
             error = raised.value
-            assert isinstance(error, tamto_sdk.InvalidArgument), f"attempt {attempt}: {error!r}"
+            assert isinstance(error, tamto_sdk.errors.InvalidArgument), (
+                f"attempt {attempt}: {error!r}"
+            )
             assert "cannot ack offsets 1000000-1000000" in str(error)
             assert consumer.reconnects == 0
 
@@ -276,7 +282,7 @@ HOLDER = textwrap.dedent(
     async def main(url: str, key: str, stream: str, kind: str) -> None:
         async with tamto_sdk.connect(url, api_key=key) as client:
             consumer = client.consumer(
-                stream, "work", type=tamto_sdk.SubscriptionType(kind), credits=5
+                stream, "work", subscription_type=tamto_sdk.SubscriptionType(kind), credits=5
             )
             async with consumer:
                 held = []
@@ -318,7 +324,7 @@ async def test_a_consumer_killed_with_sigkill_always_uses_up_a_delivery(
         finally:
             process.send_signal(signal.SIGKILL)
             await process.wait()
-        async with tamto_client.consumer(stream, "work", type=kind) as successor:
+        async with tamto_client.consumer(stream, "work", subscription_type=kind) as successor:
             again = await take(successor, 5, within_s=30)
             counts = [m.delivery_count for m in again]
             assert counts == [2] * 5, f"attempt {attempt}: delivery counts {counts}"

@@ -14,8 +14,9 @@ import pytest
 import tamto_sdk
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
-from tamto_sdk import ClientOptions, Grant, Permission
+from tamto_sdk import ClientOptions
 from tamto_sdk.direct import DirectPublisher
+from tamto_sdk.security import Grant, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import running_infra
 from tamto_testing.waiting import eventually, long_tests_enabled
@@ -123,7 +124,7 @@ async def test_a_router_checks_the_token_and_the_publish_permission(
         tamto_cluster.url, api_key=key.api_key, options=ClientOptions(direct=True)
     ) as reader:
         async with reader.producer(stream) as producer:
-            with pytest.raises(tamto_sdk.PermissionDenied):
+            with pytest.raises(tamto_sdk.errors.PermissionDenied):
                 await producer.send_and_wait(b"x")
 
 

@@ -38,7 +38,7 @@ async def test_a_full_disk_refuses_publishes_and_publishing_resumes_by_itself(
             await client.streams.ensure(STREAM, partitions=1)
             acked: list[int] = []
             async with client.producer(STREAM) as producer:
-                with pytest.raises(tamto_sdk.ResourceExhausted) as refused:  # noqa: PT012
+                with pytest.raises(tamto_sdk.errors.ResourceExhausted) as refused:  # noqa: PT012
                     for i in range(2_000):
                         await producer.send_and_wait(payload(i), id=f"m{i}")
                         acked.append(i)
@@ -54,7 +54,7 @@ async def test_a_full_disk_refuses_publishes_and_publishing_resumes_by_itself(
                 try:
                     async with client.producer(STREAM) as producer:
                         await producer.send_and_wait(payload(following), id=f"m{following}")
-                except (tamto_sdk.ResourceExhausted, tamto_sdk.Unavailable):
+                except (tamto_sdk.errors.ResourceExhausted, tamto_sdk.errors.Unavailable):
                     return False
                 return True
 

@@ -142,7 +142,7 @@ class Snippet:
 
 async def publish_quote(client: tamto_sdk.Client) -> None:
     async with client.ephemeral_producer("quotes") as producer:
-        await producer.publish(b"fed", topic="orders.eu")
+        await producer.send(b"fed", topic="orders.eu")
 
 
 SNIPPETS = {
@@ -177,7 +177,7 @@ async def run_python(block: Block, cluster: TestCluster, client: tamto_sdk.Clien
     async with contextlib.AsyncExitStack() as stack:
         if snippet.consumer:
             names["consumer"] = await stack.enter_async_context(
-                client.consumer("orders", "doc-blocks", type=SubscriptionType.SHARED)
+                client.consumer("orders", "doc-blocks", subscription_type=SubscriptionType.SHARED)
             )
         await run_main(block, names["main"](client), snippet, harness, client)
 
@@ -361,7 +361,9 @@ async def prepare(cluster: TestCluster) -> None:
         async with client.producer("orders") as producer:
             for i in range(600):
                 await producer.send(b"order %d" % i, key=b"customer-%d" % i)
-        async with client.consumer("orders", "billing", type=SubscriptionType.SHARED) as c:
+        async with client.consumer(
+            "orders", "billing", subscription_type=SubscriptionType.SHARED
+        ) as c:
             await anext(aiter(c))
 
 

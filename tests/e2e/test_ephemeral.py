@@ -22,18 +22,16 @@ import pytest
 
 import tamto_sdk
 from tamto_gateway.topics import TopicPattern, words
-from tamto_sdk import (
+from tamto_sdk import EphemeralConfig, EphemeralSubscription
+from tamto_sdk.errors import (
     AlreadyExists,
-    EphemeralConfig,
     FailedPrecondition,
     InvalidArgument,
     NoResponders,
     NotFound,
-    Overflow,
-    StreamKind,
-    Subscription,
     Timeout,
 )
+from tamto_sdk.stream_config import Overflow, StreamKind
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually
@@ -73,7 +71,7 @@ async def ephemeral(client: tamto_sdk.Client, **config: int | Overflow) -> str:
     return name
 
 
-async def collect(sub: Subscription, into: list[bytes]) -> None:
+async def collect(sub: EphemeralSubscription, into: list[bytes]) -> None:
     async for message in sub:
         into.append(message.payload)
 
@@ -148,11 +146,9 @@ async def test_topic_matching_conformance_table_across_gateways(
     try:
         async with one.ephemeral_producer(stream) as producer:
             for topic in EXPECTED:
-                await producer.publish_batch([f"topic:{topic}".encode()], topic=topic)
+                await producer.send_batch([f"topic:{topic}".encode()], topic=topic)
             for name, pattern in BINDINGS.items():
-                await producer.publish_batch(
-                    [f"marker:{name}".encode()], topic=marker_topic(pattern)
-                )
+                await producer.send_batch([f"marker:{name}".encode()], topic=marker_topic(pattern))
         for name in BINDINGS:
             marker = f"marker:{name}".encode()
             await eventually(
@@ -193,7 +189,7 @@ async def test_bad_topics_are_invalid_argument(
     stream = await ephemeral(one)
     async with one.ephemeral_producer(stream) as producer:
         with pytest.raises(InvalidArgument, match=rf"topic .*{re.escape(problem)}"):
-            await producer.publish_batch([b"x"], topic=topic)
+            await producer.send_batch([b"x"], topic=topic)
 
 
 async def test_pipelined_publishes_fail_one_by_one(
@@ -211,7 +207,7 @@ async def test_pipelined_publishes_fail_one_by_one(
             async with one.ephemeral_producer(stream) as producer:
                 results = await asyncio.gather(
                     *(
-                        producer.publish_batch([b"%d" % i], topic="bad#" if i == 5 else "ok.x")
+                        producer.send_batch([b"%d" % i], topic="bad#" if i == 5 else "ok.x")
                         for i in range(10)
                     ),
                     return_exceptions=True,
@@ -270,9 +266,9 @@ async def test_groups_share_and_every_entity_gets_each_message_once(
             for i in range(count):
                 # (How many entities gateway 1 counts depends on whether gateway 2's
                 # announcement of its consumers has reached it yet: not asserted here.)
-                await producer.publish_batch([b"%d" % i], topic="orders.eu")
+                await producer.send_batch([b"%d" % i], topic="orders.eu")
             # Only the audit group, on this gateway, matches: known here at once.
-            assert await producer.publish_batch([b"other"], topic="payments.eu") == 1
+            assert await producer.send_batch([b"other"], topic="payments.eu") == 1
         await eventually(
             lambda: (
                 sum(len(r) for r in received[:3]) >= count
@@ -310,12 +306,12 @@ async def test_unmatched_messages_are_counted_per_stream(
         async with one.ephemeral_producer(stream) as producer:
 
             async def seen_by_gateway_one() -> bool:
-                return await producer.publish_batch([b"probe"], topic="known.x") == 1
+                return await producer.send_batch([b"probe"], topic="known.x") == 1
 
             await eventually(seen_by_gateway_one, 10, "gateway 1 learns of the remote consumer")
             # Probes sent before the announcement arrived were unmatched too: count from here.
             before = await unmatched_at_gateway_one()
-            assert await producer.publish_batch([b"a", b"b", b"c"], topic="unknown.x") == 0
+            assert await producer.send_batch([b"a", b"b", b"c"], topic="unknown.x") == 0
 
     assert await unmatched_at_gateway_one() == before + 3.0
 
@@ -331,7 +327,7 @@ async def test_fan_out_to_100_consumers_on_two_gateways(
     payloads = [b"m%d" % i for i in range(10)]
     try:
         async with one.ephemeral_producer(stream) as producer:
-            await producer.publish_batch(payloads, topic="fan.out")
+            await producer.send_batch(payloads, topic="fan.out")
         await eventually(lambda: all(len(r) >= 10 for r in received), 20, "100 consumers")
     finally:
         for task in tasks:
@@ -363,7 +359,7 @@ async def test_a_member_that_dies_stops_receiving_at_once(
             for i in range(100_000):
                 if ten_in_a_row():
                     return
-                await producer.publish_batch([b"%d" % i])
+                await producer.send_batch([b"%d" % i])
 
     writer = asyncio.create_task(publish_until_done())
     try:
@@ -398,7 +394,7 @@ async def test_a_slow_consumer_loses_messages_beyond_its_buffer_not_others(
     try:
         async with one.ephemeral_producer(stream) as producer:
             for i in range(count):
-                await producer.publish_batch([b"%03d" % i + big])
+                await producer.send_batch([b"%03d" % i + big])
         # The reader may itself fall behind on a loaded machine: what it lost is counted.
         await eventually(
             lambda: len(fast_got) + fast.dropped >= count, 60, "the reader got or lost all"
@@ -409,7 +405,7 @@ async def test_a_slow_consumer_loses_messages_beyond_its_buffer_not_others(
     slow_got: list[int] = []
     try:
         while len(slow_got) + slow.dropped < count:
-            batch = await asyncio.wait_for(slow.next_batch(), 30)
+            batch = await asyncio.wait_for(slow.receive_batch(), 30)
             assert batch is not None
             slow_got.extend(int(m.payload[:3]) for m in batch)
     finally:
@@ -514,7 +510,7 @@ async def test_a_taken_response_stream_name_is_already_exists(
     name = unique("answers")
     listener = await two.subscribe(stream).start()  # live before the request goes out
     waiting = asyncio.create_task(one.request(stream, b"first", timeout_s=20, response_stream=name))
-    first = await asyncio.wait_for(listener.next_batch(), 10)  # the first is in flight
+    first = await asyncio.wait_for(listener.receive_batch(), 10)  # the first is in flight
     assert first is not None
     assert first.response_stream == name
     with pytest.raises(AlreadyExists, match=f"response stream '{name}' is already in use"):
@@ -538,7 +534,7 @@ async def test_replies_to_expired_or_unknown_response_streams_are_refused(
     listener = await two.subscribe(stream).start()
     with pytest.raises(Timeout):
         await one.request(stream, b"late", timeout_s=0.2)
-    request = await asyncio.wait_for(listener.next_batch(), 10)
+    request = await asyncio.wait_for(listener.receive_batch(), 10)
     assert request is not None
     assert request.response_stream
     with pytest.raises(NotFound, match="does not exist or has expired"):
@@ -556,7 +552,7 @@ async def test_only_the_first_reply_counts(
     stream = await ephemeral(one)
     listener = await two.subscribe(stream).start()
     waiting = asyncio.create_task(one.request(stream, b"q", timeout_s=20))
-    request = await asyncio.wait_for(listener.next_batch(), 10)
+    request = await asyncio.wait_for(listener.receive_batch(), 10)
     assert request is not None
     await two.reply(request.response_stream, b"first")
     with pytest.raises(NotFound):
@@ -613,8 +609,8 @@ async def test_cli_pub_topic_sub_match_group_and_request(
     async with one.ephemeral_producer(stream) as producer:
 
         async def published_until_it_exits() -> bool:
-            await producer.publish_batch([b"skip"], topic="y")
-            await producer.publish_batch([b"take"], topic="x.b")
+            await producer.send_batch([b"skip"], topic="y")
+            await producer.send_batch([b"take"], topic="x.b")
             return sub_process.done()
 
         await eventually(published_until_it_exits, 60, "tamto sub got two messages")
@@ -636,7 +632,9 @@ async def test_cli_pub_topic_sub_match_group_and_request(
     assert "no responders" in err
 
 
-async def _take(sub: Subscription, count: int) -> AsyncIterator[tamto_sdk.EphemeralMessage]:
+async def _take(
+    sub: EphemeralSubscription, count: int
+) -> AsyncIterator[tamto_sdk.EphemeralMessage]:
     for _ in range(count):
         yield await asyncio.wait_for(anext(sub), 10)
 
@@ -651,8 +649,8 @@ async def test_batches_larger_than_a_bus_message_travel_in_slices(
     payloads = [bytes([i]) * 600_000 for i in range(3)]
     async with two.subscribe(stream) as sub:
         async with one.ephemeral_producer(stream) as producer:
-            await producer.publish_batch(payloads)
+            await producer.send_batch(payloads)
             got = [m.payload async for m in _take(sub, 3)]
             assert got == payloads
             with pytest.raises(InvalidArgument, match="exceeds what the bus carries"):
-                await producer.publish_batch([bytes(1_046_000)])
+                await producer.send_batch([bytes(1_046_000)])

@@ -17,7 +17,8 @@ import uuid
 import pytest
 
 import tamto_sdk
-from tamto_sdk import ClientOptions, EphemeralConfig, Subscription, Unavailable
+from tamto_sdk import ClientOptions, EphemeralConfig, EphemeralSubscription
+from tamto_sdk.errors import Unavailable
 from tamto_testing.cluster import TestCluster
 from tamto_testing.waiting import long_tests_enabled
 
@@ -39,7 +40,7 @@ async def test_subscriptions_resume_within_a_second_of_their_gateway_serving_aga
     stop = asyncio.Event()
     arrivals: dict[str, list[tuple[float, int]]] = {"alone": [], "group": []}
 
-    async def read(sub: Subscription, into: list[tuple[float, int]]) -> None:
+    async def read(sub: EphemeralSubscription, into: list[tuple[float, int]]) -> None:
         async for message in sub:
             into.append((time.monotonic(), int(message.payload)))
 
@@ -48,7 +49,7 @@ async def test_subscriptions_resume_within_a_second_of_their_gateway_serving_aga
             seq = 0
             while not stop.is_set():
                 seq += 1
-                await producer.publish_batch([str(seq).encode()], topic="tick.n")
+                await producer.send_batch([str(seq).encode()], topic="tick.n")
                 await asyncio.sleep(0.01)
 
     url, key = fresh_cluster.url, fresh_cluster.credential
@@ -91,7 +92,7 @@ async def test_subscriptions_resume_within_a_second_of_their_gateway_serving_aga
                 stranded = await brief.subscribe(stream).start()
                 await asyncio.to_thread(fresh_cluster.kill9, "gateway")
                 with pytest.raises(Unavailable):
-                    await asyncio.wait_for(stranded.next_batch(), 30)
+                    await asyncio.wait_for(stranded.receive_batch(), 30)
 
     for who, got in arrivals.items():
         first = min((t for t, _ in got if t > serving), default=float("inf"))

@@ -17,15 +17,8 @@ import pytest
 
 import tamto_sdk
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
-from tamto_sdk import (
-    EphemeralMessage,
-    Internal,
-    InvalidArgument,
-    NoResponders,
-    PermissionDenied,
-    Reply,
-    Timeout,
-)
+from tamto_sdk import EphemeralMessage, Reply
+from tamto_sdk.errors import Internal, InvalidArgument, NoResponders, PermissionDenied, Timeout
 from tamto_sdk.replies import Handler
 from tamto_testing.waiting import eventually
 from tests.e2e.test_ephemeral import clients, ephemeral, two_gateways

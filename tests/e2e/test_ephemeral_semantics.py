@@ -13,7 +13,7 @@ import pytest
 
 import tamto_sdk
 from tamto_gateway.topics import TopicPattern
-from tamto_sdk import InvalidArgument
+from tamto_sdk.errors import InvalidArgument
 from tamto_testing.waiting import eventually
 from tests.e2e.test_ephemeral import clients, collect, ephemeral, two_gateways
 from tests.topic_cases import WORDS
@@ -44,7 +44,7 @@ async def test_one_producers_messages_keep_their_order_whatever_their_topics(
     try:
         async with one.ephemeral_producer(stream) as producer:
             for topic, payload in sent:
-                await producer.publish(payload, topic=topic)
+                await producer.send(payload, topic=topic)
                 if payload.endswith(b"7"):
                     await asyncio.sleep(0)  # let batches go out mid-stream, as a live producer does
         orders = [p for t, p in sent if t.startswith("orders.")]
@@ -74,7 +74,7 @@ async def test_a_group_with_several_bindings_gets_each_message_once(
     members = [await c.subscribe(stream, match=p, group="g").start() for p, c in bindings.items()]
     got: list[list[tuple[str, bytes]]] = [[] for _ in members]
 
-    async def read(sub: tamto_sdk.Subscription, into: list[tuple[str, bytes]]) -> None:
+    async def read(sub: tamto_sdk.EphemeralSubscription, into: list[tuple[str, bytes]]) -> None:
         async for message in sub:
             into.append((message.topic, message.payload))
 
@@ -88,14 +88,14 @@ async def test_a_group_with_several_bindings_gets_each_message_once(
     try:
         async with one.ephemeral_producer(stream) as producer:
             for topic, payload in sent:
-                await producer.publish(payload, topic=topic)
+                await producer.send(payload, topic=topic)
         await eventually(
             lambda: sum(map(len, got)) >= len(matching), 30, "the group got every match"
         )
         # Messages no binding matches ("audit") reach nobody: publish one that every
         # binding matches last, and nothing else may arrive before it.
         async with one.ephemeral_producer(stream) as producer:
-            await producer.publish(b"last", topic="orders.eu.refunds")
+            await producer.send(b"last", topic="orders.eu.refunds")
         await eventually(lambda: sum(map(len, got)) > len(matching), 30, "the last one")
     finally:
         for reader in readers:
@@ -118,7 +118,7 @@ async def test_topic_words_of_any_utf8_travel_across_gateways(
     subs = [await two.subscribe(stream, match=f"w.{w}.#").start() for w in legal]
     got: list[list[tuple[str, bytes]]] = [[] for _ in subs]
 
-    async def read(sub: tamto_sdk.Subscription, into: list[tuple[str, bytes]]) -> None:
+    async def read(sub: tamto_sdk.EphemeralSubscription, into: list[tuple[str, bytes]]) -> None:
         async for message in sub:
             into.append((message.topic, message.payload))
 
@@ -126,13 +126,13 @@ async def test_topic_words_of_any_utf8_travel_across_gateways(
     try:
         async with one.ephemeral_producer(stream) as producer:
             for i, word in enumerate(legal):
-                await producer.publish(b"%d" % i, topic=f"w.{word}.end")
+                await producer.send(b"%d" % i, topic=f"w.{word}.end")
         await eventually(lambda: all(got), 30, "every word's subscriber got its message")
         async with one.ephemeral_producer(stream) as producer:
             for word, ok in WORDS:
                 if not ok:
                     with pytest.raises(InvalidArgument, match="word 2"):
-                        await producer.publish_batch([b"x"], topic=f"w.{word}")
+                        await producer.send_batch([b"x"], topic=f"w.{word}")
     finally:
         for reader in readers:
             reader.cancel()

@@ -116,7 +116,7 @@ async def test_kill9_while_producing_and_consuming_delivers_every_acknowledged_m
         await client.streams.ensure("load", partitions=2)
 
         async def produce() -> None:
-            async with client.producer("load", linger_ms=2, max_batch_messages=20) as producer:
+            async with client.producer("load", linger_s=0.002, max_batch_messages=20) as producer:
                 for i in range(total):
                     payload = f"p{i}".encode()
                     future = await producer.send(payload)

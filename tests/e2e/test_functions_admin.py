@@ -132,11 +132,11 @@ async def test_deploy_update_pause_resume_delete_and_status_through_the_sdk(
 
     assert await functions.delete(name) is True
     assert name not in [f.name for f in await functions.list()]
-    with pytest.raises(tamto_sdk.NotFound, match=name):
+    with pytest.raises(tamto_sdk.errors.NotFound, match=name):
         await functions.status(name)
     store = SpecStore(etcd_client)
     assert (await store.api_key(name), await store.statuses(name)) == (None, {})
-    with pytest.raises(tamto_sdk.NotFound):  # the function's API key went with it
+    with pytest.raises(tamto_sdk.errors.NotFound):  # the function's API key went with it
         await tamto_client.security.delete_api_key(deployed.api_key_id)
     assert await functions.delete(name) is False
 
@@ -149,20 +149,22 @@ async def test_a_bad_spec_is_refused_at_deploy_naming_the_problem(
     await tamto_client.streams.ensure(source)
     await tamto_client.streams.ensure(output)
     spec = filter_spec(unique("fn"), source, output, "amount >")
-    with pytest.raises(tamto_sdk.InvalidArgument, match=r"code.steps\[1\].*'amount >'"):
+    with pytest.raises(tamto_sdk.errors.InvalidArgument, match=r"code.steps\[1\].*'amount >'"):
         await functions.deploy(spec)
     missing = unique("nowhere")
-    with pytest.raises(tamto_sdk.NotFound, match=f"output: stream '{missing}' does not exist"):
+    with pytest.raises(
+        tamto_sdk.errors.NotFound, match=f"output: stream '{missing}' does not exist"
+    ):
         await functions.deploy(filter_spec(unique("fn"), source, missing, "true"))
-    with pytest.raises(tamto_sdk.NotFound, match=f"inputs: stream '{missing}'"):
+    with pytest.raises(tamto_sdk.errors.NotFound, match=f"inputs: stream '{missing}'"):
         await functions.deploy(filter_spec(unique("fn"), missing, output, "true"))
     uploaded = {"python": {"entry": "mod:run", "source": "def other(p):\n    return p\n"}}
-    with pytest.raises(tamto_sdk.InvalidArgument, match=r"code.entry: .* defines no 'run'"):
+    with pytest.raises(tamto_sdk.errors.InvalidArgument, match=r"code.entry: .* defines no 'run'"):
         await functions.deploy({**spec, "code": uploaded})
     broken = {"python": {"entry": "mod:run", "source": "def run(p)\n    return p\n"}}
-    with pytest.raises(tamto_sdk.InvalidArgument, match=r"code\.source: line 1"):
+    with pytest.raises(tamto_sdk.errors.InvalidArgument, match=r"code\.source: line 1"):
         await functions.deploy({**spec, "code": broken})
-    with pytest.raises(tamto_sdk.InvalidArgument, match="parallelism"):
+    with pytest.raises(tamto_sdk.errors.InvalidArgument, match="parallelism"):
         await functions.deploy(
             {**filter_spec(unique("fn"), source, output, "true"), "parallelism": 0}
         )
@@ -199,9 +201,9 @@ async def test_only_an_admin_deploys(
     await security.bind(who, who)
     key = (await security.create_api_key(who)).api_key
     async with await tamto_sdk.connect(processing.url, api_key=key) as reader:
-        with pytest.raises(tamto_sdk.PermissionDenied):
+        with pytest.raises(tamto_sdk.errors.PermissionDenied):
             await reader.functions.deploy(filter_spec(unique("fn"), source, source + "x", "true"))
-        with pytest.raises(tamto_sdk.PermissionDenied):
+        with pytest.raises(tamto_sdk.errors.PermissionDenied):
             await reader.functions.list()
 
 

@@ -18,7 +18,7 @@ import websockets
 
 import tamto_sdk
 from tamto_protocol.batch import BatchColumns, encode_batch
-from tamto_sdk import Grant, Permission
+from tamto_sdk.security import Grant, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually

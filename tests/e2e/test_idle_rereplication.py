@@ -22,7 +22,8 @@ import pytest
 import tamto_sdk
 from tamto_common.ledgers import read_ledgers
 from tamto_protocol.segment import read_manifest
-from tamto_sdk import RetentionPolicy, StreamConfig
+from tamto_sdk import StreamConfig
+from tamto_sdk.stream_config import RetentionPolicy
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually

@@ -41,8 +41,12 @@ async def test_key_shared_keeps_each_key_on_one_consumer_in_order(
 
     ks = SubscriptionType.KEY_SHARED
     async with (
-        tamto_client.consumer(stream, "orders", type=ks, consumer_name="a", credits=50) as a,
-        tamto_client.consumer(stream, "orders", type=ks, consumer_name="b", credits=50) as b,
+        tamto_client.consumer(
+            stream, "orders", subscription_type=ks, consumer_name="a", credits=50
+        ) as a,
+        tamto_client.consumer(
+            stream, "orders", subscription_type=ks, consumer_name="b", credits=50
+        ) as b,
     ):
         await asyncio.wait_for(asyncio.gather(consume("a", a), consume("b", b)), 60)
 
@@ -73,7 +77,9 @@ async def test_multicast_gives_every_consumer_every_message_with_its_own_acks(
 
     async def read(name: str, n: int, ack: bool) -> list[bytes]:
         got: list[bytes] = []
-        async with tamto_client.consumer(stream, "audit", type=mc, consumer_name=name) as c:
+        async with tamto_client.consumer(
+            stream, "audit", subscription_type=mc, consumer_name=name
+        ) as c:
             while len(got) < n:
                 batch = await c.receive_batch(max_messages=n, timeout_s=10)
                 assert len(batch) > 0, f"{name} got only {len(got)}"
@@ -86,9 +92,11 @@ async def test_multicast_gives_every_consumer_every_message_with_its_own_acks(
     assert await read("alpha", 30, ack=True) == expected
     assert await read("beta", 30, ack=False) == expected, "alpha's acks are not beta's"
     assert await read("beta", 30, ack=True) == expected, "beta never acked: all come again"
-    async with tamto_client.consumer(stream, "audit", type=mc, consumer_name="alpha") as c:
+    async with tamto_client.consumer(
+        stream, "audit", subscription_type=mc, consumer_name="alpha"
+    ) as c:
         assert len(await c.receive_batch(max_messages=1, timeout_s=1)) == 0
 
-    with pytest.raises(tamto_sdk.InvalidArgument, match="needs a consumer_name"):
-        async with tamto_client.consumer(stream, "audit", type=mc) as nameless:
+    with pytest.raises(tamto_sdk.errors.InvalidArgument, match="needs a consumer_name"):
+        async with tamto_client.consumer(stream, "audit", subscription_type=mc) as nameless:
             await nameless.receive_batch(max_messages=1, timeout_s=10)

@@ -26,7 +26,8 @@ import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
 import tamto_sdk
-from tamto_sdk import EphemeralConfig, Grant, Permission
+from tamto_sdk import EphemeralConfig
+from tamto_sdk.security import Grant, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.needs import needs

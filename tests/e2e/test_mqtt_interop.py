@@ -20,7 +20,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 
 import tamto_sdk
 from tamto_local.ports import free_port
-from tamto_sdk import Grant, Permission
+from tamto_sdk.security import Grant, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tests.e2e.mqtt_clients import RawClient, connect_packet, mqtt_env, publish_packet, unique

@@ -36,14 +36,8 @@ from tamto_common.membership import connect_etcd
 from tamto_common.placement import Placement
 from tamto_local.cluster import node_processes
 from tamto_router.ownership import OWNERS
-from tamto_sdk import (
-    FailedPrecondition,
-    InvalidArgument,
-    MessageBatch,
-    NotFound,
-    StreamConfig,
-    SubscriptionType,
-)
+from tamto_sdk import MessageBatch, StreamConfig, SubscriptionType
+from tamto_sdk.errors import FailedPrecondition, InvalidArgument, NotFound
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import running_infra
 from tamto_testing.waiting import eventually, long_tests_enabled
@@ -152,7 +146,8 @@ async def test_join_and_drain_keep_each_keys_order_for_key_shared(
                     i += 1
 
         consumers = [
-            client.consumer(stream, "keyed", type=SubscriptionType.KEY_SHARED) for _ in range(2)
+            client.consumer(stream, "keyed", subscription_type=SubscriptionType.KEY_SHARED)
+            for _ in range(2)
         ]
         for consumer in consumers:
             await consumer.__aenter__()

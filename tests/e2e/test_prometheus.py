@@ -112,9 +112,9 @@ async def traffic(cluster: TestCluster) -> None:
                 await producer.send_and_wait(f"message {i}".encode())
         await client.streams.ensure("observed-ephemeral", config=EphemeralConfig())
         async with client.ephemeral_producer("observed-ephemeral") as ephemeral:
-            await ephemeral.publish_batch([b"nobody listens"])
+            await ephemeral.send_batch([b"nobody listens"])
     assert len(await consume_all(cluster, "observed", "watchers", 20)) == 20
-    with pytest.raises(tamto_sdk.Unauthenticated):
+    with pytest.raises(tamto_sdk.errors.Unauthenticated):
         await tamto_sdk.connect(cluster.url, api_key=str(new_api_key()))
 
 

@@ -79,7 +79,7 @@ async def test_an_exclusive_subscription_refuses_a_second_consumer(
     async with tamto_client.consumer(stream, "only") as first:
         batch = await first.receive_batch(max_messages=1, timeout_s=10)
         assert len(batch) == 1
-        with pytest.raises(tamto_sdk.FailedPrecondition, match="already has a consumer"):
+        with pytest.raises(tamto_sdk.errors.FailedPrecondition, match="already has a consumer"):
             async with tamto_client.consumer(stream, "only") as second:
                 await second.receive_batch(max_messages=1, timeout_s=10)
 
@@ -92,13 +92,13 @@ async def _send_one(client: tamto_sdk.Client, stream: str) -> None:
 async def test_bad_names_and_unknown_streams_get_precise_errors(
     tamto_client: tamto_sdk.Client,
 ) -> None:
-    with pytest.raises(tamto_sdk.InvalidArgument, match="illegal stream name"):
+    with pytest.raises(tamto_sdk.errors.InvalidArgument, match="illegal stream name"):
         await tamto_client.streams.ensure("../etc", partitions=1)
-    with pytest.raises(tamto_sdk.InvalidArgument, match="must not be empty"):
+    with pytest.raises(tamto_sdk.errors.InvalidArgument, match="must not be empty"):
         await tamto_client.streams.ensure("", partitions=1)
-    with pytest.raises(tamto_sdk.InvalidArgument, match="partitions must be between"):
+    with pytest.raises(tamto_sdk.errors.InvalidArgument, match="partitions must be between"):
         await tamto_client.streams.ensure(unique("p"), partitions=5000)
-    with pytest.raises(tamto_sdk.NotFound, match="does not exist"):
+    with pytest.raises(tamto_sdk.errors.NotFound, match="does not exist"):
         await tamto_client.streams.describe(unique("missing"))
 
 
@@ -113,7 +113,7 @@ async def test_gateway_refuses_calls_without_a_valid_token(tamto_cluster: TestCl
                 gateway_pb2.ListStreamsRequest(), metadata=[("authorization", "Bearer a.b.c")]
             )
         assert forged.value.code() == grpc.StatusCode.UNAUTHENTICATED
-    with pytest.raises(tamto_sdk.Unauthenticated):
+    with pytest.raises(tamto_sdk.errors.Unauthenticated):
         await tamto_sdk.connect(tamto_cluster.url, api_key="tamto_000000000000_wrongwrongwrong")
 
 

@@ -36,7 +36,7 @@ from tamto_sdk import SubscriptionType
 async def main():
     client = await tamto_sdk.connect(sys.argv[1], api_key=sys.argv[2])
     consumer = client.consumer(
-        "walk", "ks", type=SubscriptionType.KEY_SHARED, consumer_name=sys.argv[3], credits=50
+        "walk", "ks", subscription_type=SubscriptionType.KEY_SHARED, consumer_name=sys.argv[3], credits=50
     )
     await consumer.start()
     batch = await consumer.receive_batch(max_messages=50, timeout_s=2.0)
@@ -103,7 +103,7 @@ async def join(world: World) -> None:
     client = await connect(world.cluster)
     name = f"c{world.serial}-{len(world.sessions)}"
     consumer = client.consumer(
-        "walk", "ks", type=SubscriptionType.KEY_SHARED, consumer_name=name, credits=50
+        "walk", "ks", subscription_type=SubscriptionType.KEY_SHARED, consumer_name=name, credits=50
     )
     await consumer.start()
     world.sessions.append(Session(name, client, consumer))
@@ -190,7 +190,7 @@ async def test_random_walk_keeps_every_delivery_guarantee(fresh_cluster: TestClu
     # The router creates it with the first dead letter; a walk may have none.
     await admin.streams.ensure("walk.dlq", partitions=1)
     kills = crashes = 0
-    async with admin.producer("walk", linger_ms=1) as producer:
+    async with admin.producer("walk", linger_s=0.001) as producer:
         await join(world)
         for _ in range(STEPS):
             action = world.rng.random()

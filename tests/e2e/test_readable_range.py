@@ -24,6 +24,7 @@ import pytest
 from nats.aio.msg import Msg
 
 import tamto_sdk
+import tamto_sdk.stream_config
 from tamto_protocol.segment import read_manifest
 from tamto_sdk import Start
 from tamto_testing.cluster import TestCluster
@@ -80,7 +81,9 @@ async def new_subscriptions_start_at(
             got = [m.offset for m in await take(early, len(stored))] if stored else []
             assert len(await early.receive_batch(10, timeout_s=0.3)) == 0
             assert got == stored
-        with pytest.raises(tamto_sdk.InvalidArgument, match=rf"below .* start offset {start}\b"):
+        with pytest.raises(
+            tamto_sdk.errors.InvalidArgument, match=rf"below .* start offset {start}\b"
+        ):
             async with client.consumer(stream, f"s{attempt}", start=Start.offset(below)) as c:
                 await c.receive_batch(10, timeout_s=5)
 
@@ -185,7 +188,9 @@ async def test_interest_retention_moves_the_readable_range(
     stream = unique("interest")
     stream_dir = cluster.workdir / "storage" / "streams" / stream
     async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-        config = tamto_sdk.StreamConfig(retention_policy=tamto_sdk.RetentionPolicy.INTEREST)
+        config = tamto_sdk.StreamConfig(
+            retention_policy=tamto_sdk.stream_config.RetentionPolicy.INTEREST
+        )
         await client.streams.ensure(stream, partitions=1, config=config)
         async with client.consumer(stream, "everyone", start=Start.earliest()):
             pass  # its cursor now exists, at 0: it is interested in everything
@@ -217,7 +222,9 @@ async def test_interest_retention_removes_acked_messages_inside_the_range(
         await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client,
         range_events(nats_url, stream) as events,
     ):
-        config = tamto_sdk.StreamConfig(retention_policy=tamto_sdk.RetentionPolicy.INTEREST)
+        config = tamto_sdk.StreamConfig(
+            retention_policy=tamto_sdk.stream_config.RetentionPolicy.INTEREST
+        )
         await client.streams.ensure(stream, partitions=1, config=config)
         async with client.consumer(stream, "everyone", start=Start.earliest()):
             pass  # its cursor now exists, at 0

@@ -42,7 +42,7 @@ async def test_clients_resume_within_a_second_of_a_killed_service_serving_again(
         await client.streams.ensure("live", partitions=1)
 
         async def produce() -> None:
-            async with client.producer("live", linger_ms=0) as producer:
+            async with client.producer("live", linger_s=0) as producer:
                 seq = 0
                 while not stop.is_set():
                     seq += 1

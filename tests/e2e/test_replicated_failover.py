@@ -251,7 +251,7 @@ async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_f
             cluster.url, api_key=cluster.credential, options=short
         ) as client:
             async with client.producer(stream) as producer:
-                with pytest.raises(tamto_sdk.Unavailable) as refused:
+                with pytest.raises(tamto_sdk.errors.Unavailable) as refused:
                     await (await producer.send(b"unreplicated", key=traffic.keys[0], id="x-0"))
         assert "no quorum" in str(refused.value), refused.value
     print(

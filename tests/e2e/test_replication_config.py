@@ -46,8 +46,8 @@ async def test_replication_defaults_and_bounds_on_three_storage_nodes(
                 ),
             ]:
                 bad = f"bad-{secrets.token_hex(3)}"
-                with pytest.raises(tamto_sdk.InvalidArgument) as info:
+                with pytest.raises(tamto_sdk.errors.InvalidArgument) as info:
                     await client.streams.ensure(bad, config=config)
                 assert message in info.value.message
-                with pytest.raises(tamto_sdk.NotFound):
+                with pytest.raises(tamto_sdk.errors.NotFound):
                     await client.streams.describe(bad)

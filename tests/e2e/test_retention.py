@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import tamto_sdk
+import tamto_sdk.stream_config
 from tamto_protocol.segment import read_manifest
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
@@ -118,7 +119,7 @@ async def test_one_unacked_message_among_a_million_retains_only_itself(
     stream_dir = cluster.workdir / "storage" / "streams" / stream
     partition_dir = stream_dir / "partition=0"
     config = tamto_sdk.StreamConfig(
-        retention_policy=tamto_sdk.RetentionPolicy.INTEREST,
+        retention_policy=tamto_sdk.stream_config.RetentionPolicy.INTEREST,
         ack_timeout_ms=600_000,  # the unacked message is not redelivered during the test
     )
     async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:

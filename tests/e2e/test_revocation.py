@@ -32,7 +32,7 @@ from tamto_common.guard import PolicyCache
 from tamto_common.membership import connect_etcd
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
-from tamto_sdk import Grant, Permission
+from tamto_sdk.security import Grant, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually, long_tests_enabled

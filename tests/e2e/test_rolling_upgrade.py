@@ -35,7 +35,7 @@ class Traffic:
         self.stop = asyncio.Event()
 
     async def produce(self, client: tamto_sdk.Client) -> None:
-        async with client.producer(STREAM, linger_ms=0) as producer:
+        async with client.producer(STREAM, linger_s=0) as producer:
             seq = 0
             while not self.stop.is_set():
                 seq += 1

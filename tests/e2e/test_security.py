@@ -29,7 +29,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_pb2
-from tamto_sdk import Grant, IdentityKind, Permission
+from tamto_sdk.security import Grant, IdentityKind, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.waiting import eventually, long_tests_enabled
 
@@ -294,7 +294,7 @@ async def test_policy_change_applies_within_a_second(
         error = await attempt(stub, token, "publish", stream)
         assert error is not None
         assert error.details() == f"identity {identity!r} is disabled"
-        with pytest.raises(tamto_sdk.Unauthenticated, match="is disabled"):
+        with pytest.raises(tamto_sdk.errors.Unauthenticated, match="is disabled"):
             await tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key)
 
 
@@ -310,7 +310,7 @@ async def test_api_key_lifecycle(tamto_cluster: TestCluster) -> None:
         assert all(not k.disabled for k in listed.keys)
 
         await admin.security.set_api_key_disabled(first.info.key_id)
-        with pytest.raises(tamto_sdk.Unauthenticated, match="invalid API key"):
+        with pytest.raises(tamto_sdk.errors.Unauthenticated, match="invalid API key"):
             await tamto_sdk.connect(tamto_cluster.url, api_key=first.api_key)
         await admin.security.set_api_key_disabled(first.info.key_id, False)
         async with tamto_sdk.connect(tamto_cluster.url, api_key=first.api_key) as client:
@@ -318,18 +318,18 @@ async def test_api_key_lifecycle(tamto_cluster: TestCluster) -> None:
 
         rotated = await admin.security.rotate_api_key(second.info.key_id)
         assert rotated.info.identity == identity
-        with pytest.raises(tamto_sdk.Unauthenticated, match="invalid API key"):
+        with pytest.raises(tamto_sdk.errors.Unauthenticated, match="invalid API key"):
             await tamto_sdk.connect(tamto_cluster.url, api_key=second.api_key)
         async with tamto_sdk.connect(tamto_cluster.url, api_key=rotated.api_key) as client:
             assert (await client.security.whoami()).subject == identity
 
-        with pytest.raises(tamto_sdk.AlreadyExists):
+        with pytest.raises(tamto_sdk.errors.AlreadyExists):
             await admin.security.create_identity(identity)
-        with pytest.raises(tamto_sdk.NotFound):
+        with pytest.raises(tamto_sdk.errors.NotFound):
             await admin.security.create_api_key(unique("ghost"))
-        with pytest.raises(tamto_sdk.InvalidArgument, match="illegal name"):
+        with pytest.raises(tamto_sdk.errors.InvalidArgument, match="illegal name"):
             await admin.security.create_identity("Has Spaces")
-        with pytest.raises(tamto_sdk.NotFound):
+        with pytest.raises(tamto_sdk.errors.NotFound):
             await admin.security.bind(identity, unique("no-such-role"))
 
 
@@ -442,7 +442,7 @@ async def test_api_keys_never_in_logs_audit_or_etcd(
         rotated = await admin.security.rotate_api_key(key.info.key_id)
     async with tamto_sdk.connect(tamto_cluster.url, api_key=rotated.api_key):
         pass
-    with pytest.raises(tamto_sdk.Unauthenticated):
+    with pytest.raises(tamto_sdk.errors.Unauthenticated):
         await tamto_sdk.connect(tamto_cluster.url, api_key=key.api_key)
     secrets = [
         k.rsplit("_", 1)[1] for k in (key.api_key, rotated.api_key, tamto_cluster.credential)
@@ -604,14 +604,14 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
         await refused_within_2s(tokens[2], deleted)
         assert time.monotonic() - began < REVOKED_WITHIN_S
         assert (gone.key_id, gone.identity) == (deleted, identity)
-        with pytest.raises(tamto_sdk.Unauthenticated, match="invalid API key"):
+        with pytest.raises(tamto_sdk.errors.Unauthenticated, match="invalid API key"):
             await tamto_sdk.connect(tamto_cluster.url, api_key=keys[2].api_key)
         listed = {i.name: i for i in await admin.security.list_identities()}[identity]
         assert deleted not in {k.key_id for k in listed.keys}
-        with pytest.raises(tamto_sdk.NotFound, match=f"no API key with id {deleted}"):
+        with pytest.raises(tamto_sdk.errors.NotFound, match=f"no API key with id {deleted}"):
             await admin.security.delete_api_key(deleted)
         async with tamto_sdk.connect(tamto_cluster.url, api_key=new.api_key) as client:
-            with pytest.raises(tamto_sdk.PermissionDenied):
+            with pytest.raises(tamto_sdk.errors.PermissionDenied):
                 await client.security.delete_api_key(new.info.key_id)
 
         await admin.security.set_api_key_disabled(disabled, False)

@@ -27,7 +27,8 @@ from tamto_local.cluster import SERVICES
 from tamto_local.ports import free_port
 from tamto_local.tls import ensure_dev_pki
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc
-from tamto_sdk import ClientOptions, Grant, Permission
+from tamto_sdk import ClientOptions
+from tamto_sdk.security import Grant, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.processes import wait_for
@@ -319,7 +320,7 @@ async def test_plaintext_client_on_a_tls_gateway_gets_a_clear_error(
 ) -> None:
     plain = f"tamto://{tls_cluster.gateway_address}"
     options = ClientOptions(retry_deadline_s=0)
-    with pytest.raises(tamto_sdk.Unavailable) as info:
+    with pytest.raises(tamto_sdk.errors.Unavailable) as info:
         await tamto_sdk.connect(plain, api_key=tls_cluster.credential, options=options)
     assert str(info.value) == (
         f"the server at {tls_cluster.gateway_address} requires TLS, but this client connected "
@@ -339,7 +340,7 @@ async def test_tls_client_on_a_plaintext_gateway_gets_a_clear_error(
     tamto_cluster: TestCluster,
 ) -> None:
     tls = f"tamtos://{tamto_cluster.gateway_address}"
-    with pytest.raises(tamto_sdk.Unavailable) as info:
+    with pytest.raises(tamto_sdk.errors.Unavailable) as info:
         await tamto_sdk.connect(
             tls, api_key=tamto_cluster.credential, options=ClientOptions(retry_deadline_s=0)
         )

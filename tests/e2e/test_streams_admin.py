@@ -16,7 +16,8 @@ import pytest
 import tamto_sdk
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
-from tamto_sdk import Durability, RetentionPolicy, StreamConfig, StreamInfo, StreamKind
+from tamto_sdk import StreamConfig
+from tamto_sdk.stream_config import Durability, RetentionPolicy, StreamInfo, StreamKind
 from tamto_testing.cluster import TestCluster
 
 pytestmark = pytest.mark.e2e
@@ -114,7 +115,7 @@ async def test_the_partition_count_never_changes(tamto_client: tamto_sdk.Client)
     await tamto_client.streams.ensure(name, partitions=3)
     reported = await tamto_client.streams.ensure(name, partitions=5)
     assert reported.differences == ["partitions: stored 3, requested 5"]
-    with pytest.raises(tamto_sdk.FailedPrecondition) as info:
+    with pytest.raises(tamto_sdk.errors.FailedPrecondition) as info:
         await tamto_client.streams.ensure(
             name, partitions=5, config=replace(StreamConfig(), ack_timeout_ms=1_000), overwrite=True
         )
@@ -167,10 +168,10 @@ async def test_invalid_values_are_refused_with_a_precise_message(
     tamto_client: tamto_sdk.Client, partitions: int, config: StreamConfig, message: str
 ) -> None:
     name = unique("bad")
-    with pytest.raises(tamto_sdk.InvalidArgument) as info:
+    with pytest.raises(tamto_sdk.errors.InvalidArgument) as info:
         await tamto_client.streams.ensure(name, partitions=partitions, config=config)
     assert message in info.value.message
-    with pytest.raises(tamto_sdk.NotFound):
+    with pytest.raises(tamto_sdk.errors.NotFound):
         await tamto_client.streams.describe(name)
 
 
@@ -178,13 +179,15 @@ async def test_dead_letter_stream_must_differ_from_the_stream(
     tamto_client: tamto_sdk.Client,
 ) -> None:
     name = unique("self")
-    with pytest.raises(tamto_sdk.InvalidArgument, match="must differ from the stream itself"):
+    with pytest.raises(
+        tamto_sdk.errors.InvalidArgument, match="must differ from the stream itself"
+    ):
         await tamto_client.streams.ensure(name, config=StreamConfig(dead_letter_stream=name))
 
 
 @pytest.mark.parametrize("name", ["", "with space", "_under", "a/b", "x" * 129])
 async def test_illegal_stream_names_are_refused(tamto_client: tamto_sdk.Client, name: str) -> None:
-    with pytest.raises(tamto_sdk.InvalidArgument, match="stream name"):
+    with pytest.raises(tamto_sdk.errors.InvalidArgument, match="stream name"):
         await tamto_client.streams.ensure(name)
 
 
@@ -258,7 +261,7 @@ async def test_delete(tamto_client: tamto_sdk.Client, nats_url: str) -> None:
         assert json.loads(msg.data) == {"stream": name, "partitions": 2}
     finally:
         await bus.close()
-    with pytest.raises(tamto_sdk.NotFound) as info:
+    with pytest.raises(tamto_sdk.errors.NotFound) as info:
         await tamto_client.streams.describe(name)
     assert info.value.code == "NOT_FOUND"
     assert name not in [s.name for s in await tamto_client.streams.list()]

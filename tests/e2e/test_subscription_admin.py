@@ -9,7 +9,8 @@ import uuid
 import pytest
 
 import tamto_sdk
-from tamto_sdk import Grant, Permission, Start
+from tamto_sdk import Start
+from tamto_sdk.security import Grant, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.waiting import eventually
 
@@ -93,7 +94,7 @@ async def test_describe_shows_lag_that_matches_what_was_published_and_acked(
         assert [m.payload for m in again] == [b"m7", b"m8", b"m9"]
 
     assert await tamto_client.subscriptions.delete(stream, "billing") is True
-    with pytest.raises(tamto_sdk.NotFound, match="'billing'"):
+    with pytest.raises(tamto_sdk.errors.NotFound, match="'billing'"):
         await tamto_client.subscriptions.describe(stream, "billing")
     assert await tamto_client.subscriptions.list(stream) == []
 
@@ -150,7 +151,7 @@ async def test_stream_stats_and_peek(tamto_client: tamto_sdk.Client) -> None:
     messages = [m for batch in batches for m in batch]
     assert [m.offset for m in messages] == [1, 2]
     assert all(m.partition == busy.partition for m in messages)
-    with pytest.raises(tamto_sdk.InvalidArgument, match=rf"\[0, {busy.end_offset - 1}\]"):
+    with pytest.raises(tamto_sdk.errors.InvalidArgument, match=rf"\[0, {busy.end_offset - 1}\]"):
         await tamto_client.streams.get(stream, busy.partition, busy.end_offset + 5)
 
 
@@ -160,22 +161,24 @@ async def test_bad_input_gets_a_precise_status(
     stream = unique("bad")
     await tamto_client.streams.ensure(stream, partitions=1)
     await publish(tamto_client, stream, [b"a", b"b", b"c"])
-    with pytest.raises(tamto_sdk.NotFound, match=f"'{stream}-nope'"):
+    with pytest.raises(tamto_sdk.errors.NotFound, match=f"'{stream}-nope'"):
         await tamto_client.subscriptions.list(f"{stream}-nope")
-    with pytest.raises(tamto_sdk.NotFound, match="'ghost'"):
+    with pytest.raises(tamto_sdk.errors.NotFound, match="'ghost'"):
         await tamto_client.subscriptions.describe(stream, "ghost")
-    with pytest.raises(tamto_sdk.NotFound, match="'ghost'"):
+    with pytest.raises(tamto_sdk.errors.NotFound, match="'ghost'"):
         await tamto_client.subscriptions.seek(stream, "ghost", Start.earliest())
 
     async with tamto_client.consumer(
-        stream, "pool", type=tamto_sdk.SubscriptionType.SHARED
+        stream, "pool", subscription_type=tamto_sdk.SubscriptionType.SHARED
     ) as shared:
         await receive(shared, 3)
-        with pytest.raises(tamto_sdk.InvalidArgument, match=r"valid range \[0, 3\]"):
+        with pytest.raises(tamto_sdk.errors.InvalidArgument, match=r"valid range \[0, 3\]"):
             await tamto_client.subscriptions.seek(stream, "pool", {0: 99})
-        with pytest.raises(tamto_sdk.FailedPrecondition, match="shared consumer cannot seek"):
+        with pytest.raises(
+            tamto_sdk.errors.FailedPrecondition, match="shared consumer cannot seek"
+        ):
             await shared.seek(Start.earliest())
-        with pytest.raises(tamto_sdk.FailedPrecondition, match="consumers attached"):
+        with pytest.raises(tamto_sdk.errors.FailedPrecondition, match="consumers attached"):
             await tamto_client.subscriptions.delete(stream, "pool")
 
     # A caller with only `publish` on the stream: consume for describe, admin for delete.
@@ -189,14 +192,14 @@ async def test_bad_input_gets_a_precise_status(
         async def may_publish() -> bool:
             try:
                 await publish(publisher, stream, [b"d"])
-            except tamto_sdk.PermissionDenied:
+            except tamto_sdk.errors.PermissionDenied:
                 return False
             return True
 
         await eventually(may_publish, 30, "the publish-only binding to take effect")
-        with pytest.raises(tamto_sdk.PermissionDenied, match="lacks permission consume"):
+        with pytest.raises(tamto_sdk.errors.PermissionDenied, match="lacks permission consume"):
             await publisher.subscriptions.describe(stream, "pool")
-        with pytest.raises(tamto_sdk.PermissionDenied, match="lacks permission admin"):
+        with pytest.raises(tamto_sdk.errors.PermissionDenied, match="lacks permission admin"):
             await publisher.subscriptions.delete(stream, "pool")
 
 
@@ -208,8 +211,12 @@ async def test_a_multicast_consumer_seeks_only_its_own_cursor(
     await publish(tamto_client, stream, [b"a", b"b", b"c"])
     multicast = tamto_sdk.SubscriptionType.MULTICAST
     async with (
-        tamto_client.consumer(stream, "fan", type=multicast, consumer_name="one") as one,
-        tamto_client.consumer(stream, "fan", type=multicast, consumer_name="two") as two,
+        tamto_client.consumer(
+            stream, "fan", subscription_type=multicast, consumer_name="one"
+        ) as one,
+        tamto_client.consumer(
+            stream, "fan", subscription_type=multicast, consumer_name="two"
+        ) as two,
     ):
         for consumer in (one, two):
             for message in await receive(consumer, 3):

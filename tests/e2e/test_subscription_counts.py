@@ -64,7 +64,7 @@ async def test_redeliveries_and_dead_letters_survive_a_router_restart(
         async def described() -> bool:
             try:
                 after.append(await counts(client, stream))
-            except tamto_sdk.Unavailable:
+            except tamto_sdk.errors.Unavailable:
                 return False
             return True
 

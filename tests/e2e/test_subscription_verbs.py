@@ -92,7 +92,7 @@ async def test_a_refused_seek_moves_no_partition(
     await acked_to(tamto_client, stream, "ops", {0: 1, 1: 1, 2: 1})
 
     # Offset 8 is partition 2's end but beyond partitions 0 and 1's: nothing moves.
-    with pytest.raises(tamto_sdk.OutOfRange, match=r"valid range \[0, [35]\]"):
+    with pytest.raises(tamto_sdk.errors.OutOfRange, match=r"valid range \[0, [35]\]"):
         await tamto_client.subscriptions.seek(stream, "ops", Start.offset(8))
     assert await floors(tamto_client, stream, "ops") == {0: 1, 1: 1, 2: 1}
     refused = await cli(
@@ -289,20 +289,22 @@ async def test_errors_have_an_exit_code_each_no_router_address_and_name_the_cons
 
     async with tamto_client.consumer(stream, "held", consumer_name="worker-7") as consumer:
         await receive(consumer, 3)
-        with pytest.raises(tamto_sdk.FailedPrecondition, match="'worker-7'"):
+        with pytest.raises(tamto_sdk.errors.FailedPrecondition, match="'worker-7'"):
             await tamto_client.subscriptions.delete(stream, "held")
         blocked = await cli(tamto_cluster, "sub", "delete", stream, "held")
         assert blocked.returncode == 8, blocked.stderr  # FAILED_PRECONDITION
         assert "'worker-7'" in blocked.stderr
         # A router's refusal on a consume stream reaches the client in its own words.
         shared = tamto_sdk.SubscriptionType.SHARED
-        with pytest.raises(tamto_sdk.FailedPrecondition, match="is exclusive") as refused_type:
-            async with tamto_client.consumer(stream, "held", type=shared) as second:
+        with pytest.raises(
+            tamto_sdk.errors.FailedPrecondition, match="is exclusive"
+        ) as refused_type:
+            async with tamto_client.consumer(stream, "held", subscription_type=shared) as second:
                 await second.receive_batch(max_messages=1, timeout_s=10)
         assert "router" not in str(refused_type.value)
         assert not any(address in str(refused_type.value) for address in routers)
 
-    with pytest.raises(tamto_sdk.OutOfRange) as beyond:
+    with pytest.raises(tamto_sdk.errors.OutOfRange) as beyond:
         await tamto_client.subscriptions.seek(stream, "held", {0: 99})
     assert "[0, 3]" in str(beyond.value)
     assert not any(address in str(beyond.value) for address in routers)

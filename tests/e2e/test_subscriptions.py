@@ -58,8 +58,12 @@ async def test_shared_consumers_split_the_messages_and_see_each_once(
 
     shared = SubscriptionType.SHARED
     async with (
-        tamto_client.consumer(stream, "work", type=shared, credits=10, consumer_name="a") as a,
-        tamto_client.consumer(stream, "work", type=shared, credits=10, consumer_name="b") as b,
+        tamto_client.consumer(
+            stream, "work", subscription_type=shared, credits=10, consumer_name="a"
+        ) as a,
+        tamto_client.consumer(
+            stream, "work", subscription_type=shared, credits=10, consumer_name="b"
+        ) as b,
     ):
         await asyncio.wait_for(asyncio.gather(consume("a", a), consume("b", b)), 30)
     assert seen["a"], "both consumers get work"
@@ -75,8 +79,10 @@ async def test_failover_delivers_to_one_consumer_and_moves_unacked_work_on_leave
     await tamto_client.streams.ensure(stream, partitions=1)
     await publish(tamto_client, stream, [f"m{i}".encode() for i in range(20)])
     fo = SubscriptionType.FAILOVER
-    standby = tamto_client.consumer(stream, "ha", type=fo, consumer_name="b")
-    async with tamto_client.consumer(stream, "ha", type=fo, consumer_name="a") as active:
+    standby = tamto_client.consumer(stream, "ha", subscription_type=fo, consumer_name="b")
+    async with tamto_client.consumer(
+        stream, "ha", subscription_type=fo, consumer_name="a"
+    ) as active:
         first = await take(active, 20)
         async with standby:
             assert await silent(standby, 0.5), "the standby gets nothing while the active lives"
@@ -96,8 +102,10 @@ async def test_exclusive_refuses_a_different_type(tamto_client: tamto_sdk.Client
     await publish(tamto_client, stream, [b"x"])
     async with tamto_client.consumer(stream, "one") as first:
         await take(first, 1)
-        with pytest.raises(tamto_sdk.FailedPrecondition, match="is exclusive, not shared"):
-            async with tamto_client.consumer(stream, "one", type=SubscriptionType.SHARED) as c:
+        with pytest.raises(tamto_sdk.errors.FailedPrecondition, match="is exclusive, not shared"):
+            async with tamto_client.consumer(
+                stream, "one", subscription_type=SubscriptionType.SHARED
+            ) as c:
                 await c.receive_batch(max_messages=1, timeout_s=10)
 
 
@@ -180,5 +188,5 @@ async def test_start_positions_earliest_latest_offset_and_time(
     assert await payloads("latest", Start.latest(), 2) == [b"new0", b"new1"]
     assert await payloads("from-2", Start.offset(2), 3) == [b"old2", b"new0", b"new1"]
     assert await payloads("since", Start.time(boundary), 2) == [b"new0", b"new1"]
-    with pytest.raises(tamto_sdk.InvalidArgument, match="outside"):
+    with pytest.raises(tamto_sdk.errors.InvalidArgument, match="outside"):
         await payloads("too-far", Start.offset(99), 1)

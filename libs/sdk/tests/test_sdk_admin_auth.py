@@ -7,19 +7,9 @@ import pytest
 from sdk_fake_gateway import API_KEY, FAST, FakeGateway
 
 from tamto_protocol.v1 import messages_pb2
-from tamto_sdk import (
-    Client,
-    Durability,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    StreamConfig,
-    StreamInfo,
-    StreamKind,
-    TamtoError,
-    Unauthenticated,
-    connect,
-)
+from tamto_sdk import Client, StreamConfig, TamtoError, connect
+from tamto_sdk.errors import FailedPrecondition, InvalidArgument, NotFound, Unauthenticated
+from tamto_sdk.stream_config import Durability, StreamInfo, StreamKind
 
 
 async def test_connect_authenticates_and_sends_bearer_token(gateway: FakeGateway) -> None:
@@ -174,7 +164,11 @@ async def test_delete(client: Client, gateway: FakeGateway) -> None:
         (-3, StreamConfig(), "partitions must be between 1 and 4294967295, got -3"),
         (1, StreamConfig(retention_ms=-1), "retention_ms must be between 0 and"),
         (1, StreamConfig(max_deliveries=2**32), "max_deliveries must be between 0 and 4294967295"),
-        (1, StreamConfig(durability="interval"), "durability must be a tamto_sdk.Durability"),  # type: ignore[arg-type]
+        (
+            1,
+            StreamConfig(durability="interval"),  # type: ignore[arg-type]
+            "durability must be a tamto_sdk.stream_config.Durability",
+        ),
     ],
 )
 async def test_values_the_wire_cannot_carry_are_refused_locally(

@@ -11,21 +11,12 @@ import pytest
 from sdk_fake_gateway import API_KEY, FAST, FakeGateway
 
 from tamto_protocol.v1 import messages_pb2
-from tamto_sdk import (
-    Client,
-    Closed,
-    InvalidArgument,
-    Message,
-    MessageBatch,
-    NotFound,
-    Start,
-    SubscriptionType,
-    connect,
-)
+from tamto_sdk import Client, Message, MessageBatch, Start, SubscriptionType, connect
+from tamto_sdk.errors import Closed, InvalidArgument, NotFound
 
 
 async def _publish(client: Client, stream: str, count: int, **kwargs: object) -> None:
-    async with client.producer(stream, linger_ms=1000, **kwargs) as producer:  # type: ignore[arg-type]
+    async with client.producer(stream, linger_s=1.0, **kwargs) as producer:  # type: ignore[arg-type]
         for i in range(count):
             await producer.send(
                 f"m{i}".encode(), key=f"k{i}".encode(), headers={"n": str(i)}, id=f"id-{i}"
@@ -147,12 +138,12 @@ async def test_subscription_type_and_consumer_name_reach_the_server(
         assert consumer.consumer_name is None
         await gateway.wait_for(lambda: len(gateway.sessions) == 1)
     async with client.consumer(
-        "s", "shared", type=SubscriptionType.SHARED, consumer_name="worker-1"
+        "s", "shared", subscription_type=SubscriptionType.SHARED, consumer_name="worker-1"
     ) as consumer:
         assert consumer.subscription_type is SubscriptionType.SHARED
         assert consumer.consumer_name == "worker-1"
         await gateway.wait_for(lambda: len(gateway.sessions) == 2)
-    async with client.consumer("s", "failover", type=SubscriptionType.FAILOVER):
+    async with client.consumer("s", "failover", subscription_type=SubscriptionType.FAILOVER):
         await gateway.wait_for(lambda: len(gateway.sessions) == 3)
     sent = [(s.subscription, s.type, s.consumer_name) for s in gateway.sessions]
     assert sent == [
@@ -164,7 +155,7 @@ async def test_subscription_type_and_consumer_name_reach_the_server(
 
 async def test_subscription_type_must_be_the_enum(client: Client) -> None:
     with pytest.raises(TypeError, match="SubscriptionType"):
-        client.consumer("s", "sub", type="shared")  # type: ignore[arg-type]
+        client.consumer("s", "sub", subscription_type="shared")  # type: ignore[arg-type]
 
 
 async def test_start_time_sends_microseconds_and_starts_there(

@@ -11,7 +11,7 @@ import grpc
 from tamto_protocol.batch import encode_record_batch, make_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk.columns import binary_array
-from tamto_sdk.ephemeral import DELIVERIES_PER_EVENT, Subscription
+from tamto_sdk.ephemeral_subscription import DELIVERIES_PER_EVENT, EphemeralSubscription
 
 
 def delivery(topic: str, *payloads: bytes, dropped: int = 0) -> gateway_pb2.EphemeralDelivery:
@@ -39,14 +39,14 @@ class Events:
         self._events.clear()
 
 
-def subscription(call: Events) -> Subscription:
-    sub = Subscription(None, "s", match="#", group="", consumer_name="")  # type: ignore[arg-type]
+def subscription(call: Events) -> EphemeralSubscription:
+    sub = EphemeralSubscription(None, "s", match="#", group="", consumer_name="")  # type: ignore[arg-type]
     sub._call = call
     return sub
 
 
 def test_a_subscription_asks_for_several_deliveries_per_event() -> None:
-    sub = Subscription(None, "s", match=None, group="g", consumer_name="")  # type: ignore[arg-type]
+    sub = EphemeralSubscription(None, "s", match=None, group="g", consumer_name="")  # type: ignore[arg-type]
     assert sub._request.max_deliveries_per_event == DELIVERIES_PER_EVENT > 1
 
 
@@ -58,7 +58,7 @@ async def test_the_deliveries_of_one_event_come_out_in_order_from_one_read() -> 
         )
     )
     sub = subscription(call)
-    batches = [await sub.next_batch() for _ in range(3)]
+    batches = [await sub.receive_batch() for _ in range(3)]
     assert call.reads == 1
     assert [b.topic for b in batches if b is not None] == ["a", "b", "c"]
     assert [len(b) for b in batches if b is not None] == [1, 2, 1]
@@ -81,11 +81,11 @@ async def test_closing_drops_what_was_left_of_an_event() -> None:
             )
         )
     )
-    assert (await sub.next_batch()) is not None
+    assert (await sub.receive_batch()) is not None
     await sub.close()
-    assert await sub.next_batch() is None
+    assert await sub.receive_batch() is None
 
 
-async def _take(sub: Subscription, count: int) -> Any:
+async def _take(sub: EphemeralSubscription, count: int) -> Any:
     for _ in range(count):
         yield await sub.__anext__()

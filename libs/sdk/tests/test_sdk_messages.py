@@ -15,10 +15,11 @@ from sdk_iteration_bench import make_batch
 
 from tamto_protocol.batch import BATCH_SCHEMA
 from tamto_protocol.limits import MAX_RANGES_PER_REQUEST
-from tamto_sdk import ClientOptions, Closed, InvalidArgument, Message, MessageBatch
+from tamto_sdk import ClientOptions, Message, MessageBatch
 from tamto_sdk._calls import Calls
 from tamto_sdk.columns import message_columns
 from tamto_sdk.consumer import Consumer
+from tamto_sdk.errors import Closed, InvalidArgument
 from tamto_sdk.messages import us_to_datetime
 from tamto_sdk.pending_acks import OffsetRuns
 

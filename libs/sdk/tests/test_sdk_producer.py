@@ -11,23 +11,15 @@ from sdk_fake_gateway import API_KEY, FAST, FakeGateway
 
 from tamto_protocol.batch import decode_batch
 from tamto_protocol.partitioning import partition_for_key
-from tamto_sdk import (
-    Client,
-    ClientOptions,
-    Closed,
-    InvalidArgument,
-    PublishedBatch,
-    PublishResult,
-    Unavailable,
-    connect,
-)
+from tamto_sdk import Client, ClientOptions, PublishedBatch, PublishResult, connect
+from tamto_sdk.errors import Closed, InvalidArgument, Unavailable
 
 
 async def test_sends_are_batched_into_few_publish_rpcs(
     client: Client, gateway: FakeGateway
 ) -> None:
     gateway.add_stream("s", 1)
-    async with client.producer("s", linger_ms=50, max_batch_messages=100) as producer:
+    async with client.producer("s", linger_s=0.05, max_batch_messages=100) as producer:
         futures = [await producer.send(f"m{i}".encode()) for i in range(1000)]
         results = await asyncio.gather(*futures)
     assert [r.offset for r in results] == list(range(1000))
@@ -60,7 +52,7 @@ async def test_keyed_messages_go_to_partition_for_key_in_order(
 ) -> None:
     gateway.add_stream("s", 4)
     keys = [f"key-{i}".encode() for i in range(12)]
-    async with client.producer("s", linger_ms=20, max_batch_messages=7) as producer:
+    async with client.producer("s", linger_s=0.02, max_batch_messages=7) as producer:
         futures = []
         for seq in range(20):
             for key in keys:
@@ -89,7 +81,7 @@ async def test_keyless_messages_stick_per_batch_and_rotate(
     client: Client, gateway: FakeGateway
 ) -> None:
     gateway.add_stream("s", 4)
-    async with client.producer("s", linger_ms=1000, max_batch_messages=10) as producer:
+    async with client.producer("s", linger_s=1.0, max_batch_messages=10) as producer:
         futures = [await producer.send(b"x") for _ in range(40)]
         await producer.flush()
     partitions = [f.result().partition for f in futures]
@@ -103,7 +95,7 @@ async def test_keyless_messages_stick_per_batch_and_rotate(
 
 async def test_linger_flushes_a_partial_batch(client: Client, gateway: FakeGateway) -> None:
     gateway.add_stream("s", 1)
-    producer = client.producer("s", linger_ms=30, max_batch_messages=1000)
+    producer = client.producer("s", linger_s=0.03, max_batch_messages=1000)
     first = await producer.send(b"a")
     second = await producer.send(b"b")
     third = await producer.send(b"c")
@@ -119,7 +111,7 @@ async def test_send_blocks_when_max_pending_is_reached(
 ) -> None:
     gateway.add_stream("s", 1)
     gateway.publish_gate = asyncio.Event()
-    async with client.producer("s", linger_ms=0, max_pending_messages=5) as producer:
+    async with client.producer("s", linger_s=0, max_pending_messages=5) as producer:
         futures = [await producer.send(b"x") for _ in range(5)]
         assert producer.pending == 5
         await gateway.wait_for(lambda: len(gateway.publish_requests) == 1)
@@ -171,7 +163,7 @@ async def test_non_retriable_error_fails_the_batch_futures(
 ) -> None:
     gateway.add_stream("s", 1)
     gateway.publish_failures.append(grpc.StatusCode.INVALID_ARGUMENT)
-    async with client.producer("s", linger_ms=1000) as producer:
+    async with client.producer("s", linger_s=1.0) as producer:
         futures = [await producer.send(b"x") for _ in range(3)]
         await producer.flush()
         for future in futures:
@@ -188,7 +180,7 @@ async def test_non_retriable_error_fails_the_batch_futures(
 
 async def test_close_flushes_and_rejects_new_sends(client: Client, gateway: FakeGateway) -> None:
     gateway.add_stream("s", 2)
-    producer = client.producer("s", linger_ms=10_000)
+    producer = client.producer("s", linger_s=10.0)
     futures = [await producer.send(b"x", key=str(i).encode()) for i in range(10)]
     await producer.close()
     assert all(f.done() and f.exception() is None for f in futures)
@@ -199,7 +191,7 @@ async def test_close_flushes_and_rejects_new_sends(client: Client, gateway: Fake
 async def test_client_close_flushes_its_producers(gateway: FakeGateway) -> None:
     gateway.add_stream("s", 1)
     client = await connect(gateway.url, api_key=API_KEY, options=FAST)
-    producer = client.producer("s", linger_ms=10_000)
+    producer = client.producer("s", linger_s=10.0)
     future = await producer.send(b"x")
     await client.close()
     assert future.result().offset == 0
@@ -209,7 +201,7 @@ async def test_idempotent_ids_are_one_sequence_per_producer(
     client: Client, gateway: FakeGateway
 ) -> None:
     gateway.add_stream("s", 2)
-    async with client.producer("s", linger_ms=1000, max_batch_messages=10) as producer:
+    async with client.producer("s", linger_s=1.0, max_batch_messages=10) as producer:
         for i in range(25):
             await producer.send(b"x", key=b"k" if i % 2 else None, id="mine" if i == 7 else None)
     ids = [row["id"] for p in range(2) for row in gateway.rows("s", p)]
@@ -229,7 +221,7 @@ async def test_idempotent_ids_are_one_sequence_per_producer(
 
 async def test_batches_are_capped_by_bytes(client: Client, gateway: FakeGateway) -> None:
     gateway.add_stream("s", 1)
-    async with client.producer("s", linger_ms=1000, max_batch_bytes=10_000) as producer:
+    async with client.producer("s", linger_s=1.0, max_batch_bytes=10_000) as producer:
         futures = [await producer.send(bytes(1000)) for _ in range(30)]
         await producer.flush()
     assert [f.result().offset for f in futures] == list(range(30))
@@ -268,7 +260,7 @@ async def test_send_batch_of_payloads_is_one_rpc_with_every_offset(
     client: Client, gateway: FakeGateway
 ) -> None:
     gateway.add_stream("s", 3)
-    async with client.producer("s", linger_ms=1000) as producer:
+    async with client.producer("s", linger_s=1.0) as producer:
         first = await producer.send(b"single")
         future = await producer.send_batch([f"m{i}".encode() for i in range(500)])
         published = await asyncio.wait_for(future, 5)
@@ -288,7 +280,7 @@ async def test_send_batch_splits_at_the_caps_and_spreads_keyless_rows(
     client: Client, gateway: FakeGateway
 ) -> None:
     gateway.add_stream("s", 4)
-    async with client.producer("s", linger_ms=1000, max_batch_messages=100) as producer:
+    async with client.producer("s", linger_s=1.0, max_batch_messages=100) as producer:
         published = await (await producer.send_batch([bytes([i % 256]) for i in range(1000)]))
     assert len(gateway.publish_requests) == 10
     assert all(r.batch.count == 100 for r in gateway.publish_requests)
@@ -303,7 +295,7 @@ async def test_send_batch_routes_keys_and_keeps_order_with_sends(
 ) -> None:
     gateway.add_stream("s", 4)
     keys = [f"k{i % 7}".encode() for i in range(200)]
-    async with client.producer("s", linger_ms=20, max_batch_messages=30) as producer:
+    async with client.producer("s", linger_s=0.02, max_batch_messages=30) as producer:
         before = [await producer.send(b"-1", key=k) for k in keys[:7]]
         published = await (
             await producer.send_batch(
@@ -409,7 +401,7 @@ async def test_send_batch_counts_header_bytes_against_the_byte_cap(
 ) -> None:
     gateway.add_stream("s", 1)
     headers = [{"h": "x" * 1000} if i % 2 == 0 else None for i in range(20)]
-    async with client.producer("s", linger_ms=1000, max_batch_bytes=5000) as producer:
+    async with client.producer("s", linger_s=1.0, max_batch_bytes=5000) as producer:
         published = await (await producer.send_batch([b"p"] * 20, headers=headers))
     assert published.offsets.to_pylist() == list(range(20))
     # Ten rows carry ~1 KB of headers: about four of those fit under 5,000 bytes.

@@ -8,7 +8,8 @@ import pytest
 from sdk_fake_gateway import FakeGateway, StoredBatch
 
 from tamto_protocol.v1 import messages_pb2
-from tamto_sdk import Client, DataLoss, UndecodableBatch
+from tamto_sdk import Client
+from tamto_sdk.errors import DataLoss, UndecodableBatch
 from tamto_sdk.messages import us_to_datetime
 from tamto_sdk.subscriptions import _stored_batch
 from tamto_testing.crafted_batches import CRAFTED, ROWS, valid_batch, valid_columns

@@ -52,7 +52,7 @@ async def eph_publish(spec: JobSpec, gate: Gate) -> JobResult:
             result.started = time.time()
 
             async def send(payload: bytes) -> None:
-                await producer.publish(payload, topic="bench.load")
+                await producer.send(payload, topic="bench.load")
 
             if spec.rate > 0:
                 result.total = await paced(spec.rate, start, end, send, spec.size)
@@ -60,7 +60,7 @@ async def eph_publish(spec: JobSpec, gate: Gate) -> JobResult:
                 payload = os.urandom(spec.size)
                 while time.monotonic() < end:
                     for _ in range(_YIELD_EVERY):
-                        await producer.publish(payload, topic="bench.load")
+                        await producer.send(payload, topic="bench.load")
                     result.total += _YIELD_EVERY
                     await asyncio.sleep(0)
             result.in_window = result.total
@@ -82,7 +82,7 @@ async def eph_subscribe(spec: JobSpec, gate: Gate) -> JobResult:
         warm_ns = warmup_end_ns(start_wall, spec.duration_s)
         start = await wait_for_start(start_wall)
 
-        async def read(sub: tamto_sdk.Subscription) -> None:
+        async def read(sub: tamto_sdk.EphemeralSubscription) -> None:
             async for batch in sub.batches():
                 result.record(
                     len(batch),
@@ -202,8 +202,8 @@ async def eph_ping(spec: JobSpec, gate: Gate) -> JobResult:
             async with client.ephemeral_producer(spec.stream) as producer:
 
                 async def ask(payload: bytes) -> None:
-                    await producer.publish(payload, topic="bench.ping")
-                    await asyncio.wait_for(sub.next_batch(), _REQUEST_TIMEOUT_S)
+                    await producer.send(payload, topic="bench.ping")
+                    await asyncio.wait_for(sub.receive_batch(), _REQUEST_TIMEOUT_S)
 
                 await request_loops(spec, gate, result, ask)
     return result

@@ -28,6 +28,7 @@ import nats
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 
 import tamto_sdk
+import tamto_sdk.stream_config
 from tamto_bench import mqtt_bench
 from tamto_bench.ceiling import BATCH_MESSAGES
 from tamto_bench.harness import (
@@ -468,7 +469,9 @@ class Runner:
             await self._warm_up(self._tamto_r3_admin, stream)
         elif system == "ephemeral":
             assert self._tamto_admin is not None
-            await self._tamto_admin.streams.ensure(stream, kind=tamto_sdk.StreamKind.EPHEMERAL)
+            await self._tamto_admin.streams.ensure(
+                stream, kind=tamto_sdk.stream_config.StreamKind.EPHEMERAL
+            )
         elif system in ("jetstream", "jetstream-r3"):
             r3 = system == "jetstream-r3"
             js = (self._nats_r3_admin if r3 else self._nats_admin).jetstream()
@@ -499,7 +502,7 @@ class Runner:
             key = f"warm-{i}".encode()
             keys.setdefault(partition_for_key(key, n), key)
             i += 1
-        async with admin.producer(stream, linger_ms=0) as producer:
+        async with admin.producer(stream, linger_s=0) as producer:
             futures = [await producer.send(bytes(8), key=key) for key in keys.values()]
             await asyncio.gather(*futures)
 

@@ -47,7 +47,7 @@ async def publish(spec: JobSpec, gate: Gate) -> JobResult:
     async with client:
         producer = client.producer(
             spec.stream,
-            linger_ms=spec.linger_ms,
+            linger_s=spec.linger_ms / 1000,
             max_batch_messages=1000,
             max_pending_messages=spec.window,
         )
@@ -105,7 +105,7 @@ async def consume(spec: JobSpec, gate: Gate) -> JobResult:
         consumer = client.consumer(
             spec.stream,
             "bench",
-            type=SubscriptionType.SHARED,
+            subscription_type=SubscriptionType.SHARED,
             start=Start.earliest(),
             credits=spec.credits,
         )
@@ -126,7 +126,7 @@ async def publish_sequential(spec: JobSpec, gate: Gate) -> JobResult:
     """`await producer.send_and_wait(payload)` one after another, each one timed."""
     result = JobResult()
     async with tamto_sdk.connect(spec.target, api_key=spec.api_key) as client:
-        async with client.producer(spec.stream, linger_ms=0) as producer:
+        async with client.producer(spec.stream, linger_s=0) as producer:
 
             async def publish_one(payload: bytes) -> None:
                 await producer.send_and_wait(payload)
@@ -146,7 +146,7 @@ async def consume_per_message(spec: JobSpec, gate: Gate) -> JobResult:
         consumer = client.consumer(
             spec.stream,
             spec.group,
-            type=SubscriptionType.SHARED,
+            subscription_type=SubscriptionType.SHARED,
             start=Start.earliest(),
             credits=spec.credits,
         )

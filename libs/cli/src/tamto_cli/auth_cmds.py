@@ -14,6 +14,7 @@ from tamto_cli.output import report
 
 if TYPE_CHECKING:
     import tamto_sdk
+    import tamto_sdk.security
 
 auth_app = typer.Typer(help="Identities, API keys, roles, bindings and tokens.")
 user_app = typer.Typer(help="Users and service accounts, and their API keys.")
@@ -22,7 +23,7 @@ auth_app.add_typer(user_app, name="user")
 auth_app.add_typer(role_app, name="role")
 
 
-def _key_dict(key: tamto_sdk.ApiKeyInfo) -> dict[str, object]:
+def _key_dict(key: tamto_sdk.security.ApiKeyInfo) -> dict[str, object]:
     return {
         "key_id": key.key_id,
         "identity": key.identity,
@@ -31,7 +32,7 @@ def _key_dict(key: tamto_sdk.ApiKeyInfo) -> dict[str, object]:
     }
 
 
-def _identity_dict(identity: tamto_sdk.Identity) -> dict[str, object]:
+def _identity_dict(identity: tamto_sdk.security.Identity) -> dict[str, object]:
     return {
         "name": identity.name,
         "kind": identity.kind.value,
@@ -42,7 +43,7 @@ def _identity_dict(identity: tamto_sdk.Identity) -> dict[str, object]:
     }
 
 
-def _print_new_key(new: tamto_sdk.NewApiKey, as_json: bool) -> None:
+def _print_new_key(new: tamto_sdk.security.NewApiKey, as_json: bool) -> None:
     if as_json:
         print(json.dumps({**_key_dict(new.info), "api_key": new.api_key}))
         return
@@ -63,7 +64,9 @@ def user_create(
     """Create a user (or --service account) and, unless --no-key, its first API key."""
     import tamto_sdk
 
-    kind = tamto_sdk.IdentityKind.SERVICE if service else tamto_sdk.IdentityKind.USER
+    kind = (
+        tamto_sdk.security.IdentityKind.SERVICE if service else tamto_sdk.security.IdentityKind.USER
+    )
 
     async def go() -> None:
         async with await connect_client(url, api_key, data_dir) as client:
@@ -140,7 +143,7 @@ def user_add_key(
 ) -> None:
     """Create another API key for an identity (printed once)."""
 
-    async def go() -> tamto_sdk.NewApiKey:
+    async def go() -> tamto_sdk.security.NewApiKey:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.security.create_api_key(name)
 
@@ -157,7 +160,7 @@ def user_rotate_key(
 ) -> None:
     """Replace an API key: prints the new key; the old one is disabled at once."""
 
-    async def go() -> tamto_sdk.NewApiKey:
+    async def go() -> tamto_sdk.security.NewApiKey:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.security.rotate_api_key(key_id)
 
@@ -219,12 +222,12 @@ def role_put(
     import tamto_sdk
 
     try:
-        grants = [tamto_sdk.Grant.parse(g) for g in grant or []]
+        grants = [tamto_sdk.security.Grant.parse(g) for g in grant or []]
     except ValueError as exc:
         err.print(f"tamto auth role put: --grant: {exc} (permissions: publish, consume, admin)")
         raise typer.Exit(2) from None
 
-    async def go() -> tamto_sdk.Role:
+    async def go() -> tamto_sdk.security.Role:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.security.put_role(name, grants)
 
@@ -240,7 +243,7 @@ def role_list(
 ) -> None:
     """List roles: `NAME<TAB>GRANTS` (or JSON)."""
 
-    async def go() -> list[tamto_sdk.Role]:
+    async def go() -> list[tamto_sdk.security.Role]:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.security.list_roles()
 
@@ -340,7 +343,7 @@ def whoami(
 ) -> None:
     """Show who the API key authenticates as, its roles and grants."""
 
-    async def go() -> tamto_sdk.WhoAmI:
+    async def go() -> tamto_sdk.security.WhoAmI:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.security.whoami()
 

@@ -48,7 +48,7 @@ async def publish(
     """Publish `payloads` under `topic` (at most once); prints one summary line."""
     async with client.ephemeral_producer(stream) as producer:
         for payload in payloads:
-            await producer.publish(payload.encode(), topic=topic, key=key)
+            await producer.send(payload.encode(), topic=topic, key=key)
     text = f"{stream}: {len(payloads)} published to topic {topic!r}"
     report(as_json, text, {"stream": stream, "topic": topic, "published": len(payloads)})
 

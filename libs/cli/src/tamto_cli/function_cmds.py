@@ -24,6 +24,7 @@ from tamto_cli.options import ApiKey, AsJson, DataDir, Url
 
 if TYPE_CHECKING:
     import tamto_sdk
+    import tamto_sdk.functions
 
 err = Console(stderr=True, highlight=False)
 
@@ -60,11 +61,11 @@ def read_spec(path: Path) -> dict[str, Any]:
     return spec
 
 
-def _info_json(info: tamto_sdk.FunctionInfo) -> dict[str, Any]:
+def _info_json(info: tamto_sdk.functions.FunctionInfo) -> dict[str, Any]:
     return {**dataclasses.asdict(info), "spec": dict(info.spec)}
 
 
-def _print_info(info: tamto_sdk.FunctionInfo, verb: str, as_json: bool) -> None:
+def _print_info(info: tamto_sdk.functions.FunctionInfo, verb: str, as_json: bool) -> None:
     if as_json:
         print(json.dumps(_info_json(info)))
     else:
@@ -83,7 +84,7 @@ def _spec_command(name: str, done: str, doc: str) -> None:
     ) -> None:
         spec = read_spec(file)
 
-        async def run() -> tamto_sdk.FunctionInfo:
+        async def run() -> tamto_sdk.functions.FunctionInfo:
             async with await connect_client(url, api_key, data_dir) as client:
                 verb = client.functions.deploy if name == "deploy" else client.functions.update
                 return await verb(spec)
@@ -104,7 +105,7 @@ def _state_command(name: str, done: str, doc: str) -> None:
         data_dir: DataDir = None,
         as_json: AsJson = False,
     ) -> None:
-        async def run() -> tamto_sdk.FunctionInfo:
+        async def run() -> tamto_sdk.functions.FunctionInfo:
             async with await connect_client(url, api_key, data_dir) as client:
                 verb = client.functions.pause if name == "pause" else client.functions.resume
                 return await verb(function)
@@ -151,7 +152,7 @@ def list_functions(
 ) -> None:
     """List deployed functions: name, version, state, identity."""
 
-    async def run() -> list[tamto_sdk.FunctionInfo]:
+    async def run() -> list[tamto_sdk.functions.FunctionInfo]:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.functions.list()
 

@@ -41,6 +41,7 @@ from tamto_common.streams import DEFAULT_ACK_TIMEOUT_MS, DEFAULT_DEDUP_WINDOW_MS
 
 if TYPE_CHECKING:
     import tamto_sdk
+    import tamto_sdk.stream_config
 
 app = typer.Typer(
     cls=VerbRouting, help="Tamto: durable streams, subscriptions and Parquet, in one system."
@@ -300,7 +301,7 @@ _ZERO_MEANS = {
 }
 
 
-def _info_dict(info: tamto_sdk.StreamInfo) -> dict[str, object]:
+def _info_dict(info: tamto_sdk.stream_config.StreamInfo) -> dict[str, object]:
     settings_ = info.ephemeral if info.ephemeral is not None else info.config
     config = {
         name: value.value if isinstance(value, enum.Enum) else value
@@ -377,12 +378,12 @@ def stream_ensure(
     import tamto_sdk
 
     try:
-        mode = tamto_sdk.Durability(durability)
+        mode = tamto_sdk.stream_config.Durability(durability)
     except ValueError:
         err.print(f"tamto: --durability must be 'group' or 'interval', got {durability!r}")
         raise typer.Exit(2) from None
     try:
-        policy = tamto_sdk.RetentionPolicy(retention_policy)
+        policy = tamto_sdk.stream_config.RetentionPolicy(retention_policy)
     except ValueError:
         err.print(
             f"tamto: --retention-policy must be 'limits' or 'interest', got {retention_policy!r}"
@@ -392,7 +393,7 @@ def stream_ensure(
         err.print(f"tamto: --kind must be 'persistent' or 'ephemeral', got {kind!r}")
         raise typer.Exit(2)
     try:
-        dropping = tamto_sdk.Overflow(overflow)
+        dropping = tamto_sdk.stream_config.Overflow(overflow)
     except ValueError:
         err.print(f"tamto: --overflow must be 'drop_oldest' or 'drop_newest', got {overflow!r}")
         raise typer.Exit(2) from None
@@ -616,7 +617,11 @@ def sub(
                 await ephemeral_cmds.subscribe(client, stream, match, group, count, as_json)
                 return
             async with client.consumer(
-                stream, subscription, type=kind, start=position, consumer_name=consumer_name
+                stream,
+                subscription,
+                subscription_type=kind,
+                start=position,
+                consumer_name=consumer_name,
             ) as consumer:
                 seen = 0
                 async for message in consumer:

@@ -28,6 +28,7 @@ from tamto_cli.subscription_views import overview_json, print_info, print_overvi
 
 if TYPE_CHECKING:
     import tamto_sdk
+    import tamto_sdk.subscriptions
 
 err = Console(stderr=True, highlight=False)
 
@@ -111,7 +112,7 @@ def sub_describe(
     """Per partition: cursor, position, end, backlog (messages, ~bytes), unacked, age of
     the oldest unacked message, redeliveries, dead letters and consumers."""
 
-    async def run() -> tamto_sdk.SubscriptionInfo:
+    async def run() -> tamto_sdk.subscriptions.SubscriptionInfo:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.subscriptions.describe(stream, subscription)
 
@@ -163,7 +164,7 @@ def sub_seek(
         raise typer.Exit(2)
     target = _seek_target(to, offsets, since)
 
-    async def run() -> tamto_sdk.SubscriptionInfo:
+    async def run() -> tamto_sdk.subscriptions.SubscriptionInfo:
         async with await connect_client(url, api_key, data_dir) as client:
             if shift_by is not None:
                 return await client.subscriptions.shift(
@@ -237,7 +238,7 @@ def sub_skip(
         err.print("tamto sub skip: give --count N or --all (one of them)")
         raise typer.Exit(2)
 
-    async def run() -> tamto_sdk.SubscriptionInfo:
+    async def run() -> tamto_sdk.subscriptions.SubscriptionInfo:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.subscriptions.skip(
                 stream, subscription, count, partitions=partitions or None, dry_run=dry_run
@@ -306,7 +307,7 @@ def sub_overview(
     backlog, unacked, publish rate into it, age of the oldest unacked message, dead
     letters and consumers."""
 
-    async def run() -> list[tamto_sdk.SubscriptionSummary]:
+    async def run() -> list[tamto_sdk.subscriptions.SubscriptionSummary]:
         async with await connect_client(url, api_key, data_dir) as client:
             return await client.subscriptions.overview(stream)
 

@@ -15,6 +15,7 @@ from rich.table import Table
 
 if TYPE_CHECKING:
     import tamto_sdk
+    import tamto_sdk.subscriptions
 
 #: Piped, a table keeps its full width (names are never cut short); a terminal's
 #: width applies on a terminal.
@@ -35,7 +36,7 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def info_json(info: tamto_sdk.SubscriptionInfo) -> dict[str, Any]:
+def info_json(info: tamto_sdk.subscriptions.SubscriptionInfo) -> dict[str, Any]:
     """A described subscription as JSON, with its totals."""
     fields: dict[str, Any] = _jsonable(asdict(info))
     fields["type"] = info.type.value if info.type is not None else None
@@ -56,7 +57,9 @@ def _age(seconds: float | None) -> str:
     return f"{seconds / 3600:.1f}h"
 
 
-def print_info(info: tamto_sdk.SubscriptionInfo, as_json: bool, dry_run: bool = False) -> None:
+def print_info(
+    info: tamto_sdk.subscriptions.SubscriptionInfo, as_json: bool, dry_run: bool = False
+) -> None:
     if as_json:
         print(json.dumps({**info_json(info), "dry_run": dry_run} if dry_run else info_json(info)))
         return
@@ -103,11 +106,11 @@ def print_info(info: tamto_sdk.SubscriptionInfo, as_json: bool, dry_run: bool = 
     console.print(table)
 
 
-def stats_json(stats: tamto_sdk.StreamStats) -> list[dict[str, Any]]:
+def stats_json(stats: tamto_sdk.subscriptions.StreamStats) -> list[dict[str, Any]]:
     return [{**asdict(p), "bytes_on_disk": p.bytes_on_disk} for p in stats.partitions]
 
 
-def print_stats(stats: tamto_sdk.StreamStats) -> None:
+def print_stats(stats: tamto_sdk.subscriptions.StreamStats) -> None:
     table = Table(
         title=f"{stats.messages} messages, {stats.bytes_on_disk} bytes on disk, "
         f"{stats.publish_rate:.1f} msg/s over the last minute",
@@ -131,7 +134,7 @@ def print_stats(stats: tamto_sdk.StreamStats) -> None:
     console.print(table)
 
 
-def print_plan(info: tamto_sdk.SubscriptionInfo) -> None:
+def print_plan(info: tamto_sdk.subscriptions.SubscriptionInfo) -> None:
     """A seek's dry run: each partition's cursor now and where it would move."""
     table = Table(
         title=f"dry run: subscription {info.subscription} on {info.stream} (nothing moved)",
@@ -152,13 +155,13 @@ def print_plan(info: tamto_sdk.SubscriptionInfo) -> None:
     console.print(table)
 
 
-def overview_json(rows: list[tamto_sdk.SubscriptionSummary]) -> list[dict[str, Any]]:
+def overview_json(rows: list[tamto_sdk.subscriptions.SubscriptionSummary]) -> list[dict[str, Any]]:
     return [
         {**_jsonable(asdict(r)), "type": r.type.value if r.type is not None else None} for r in rows
     ]
 
 
-def print_overview(rows: list[tamto_sdk.SubscriptionSummary]) -> None:
+def print_overview(rows: list[tamto_sdk.subscriptions.SubscriptionSummary]) -> None:
     """One row per subscription (`tamto sub overview`)."""
     table = Table(header_style="bold")
     for column in ("stream", "subscription", "type"):

@@ -431,7 +431,7 @@ class Accumulator:
     async def ready(self, partition: int) -> ProducerBatch:
         """Wait for `partition`'s next batch to be due and take it from the queue.
 
-        A closed batch is due at once; the open one `linger_ms` after its first
+        A closed batch is due at once; the open one `linger_s` after its first
         message, or at once while flushing or closing (it is closed then).
         """
         queue = self._queues[partition]

@@ -8,6 +8,8 @@ client that only administers (`tamto sub describe`) starts without them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
 from collections.abc import Coroutine, Generator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -17,6 +19,8 @@ import grpc
 from tamto_protocol.reconnect import RECONNECT_OPTIONS
 from tamto_protocol.v1 import gateway_pb2_grpc
 from tamto_sdk._calls import Calls
+from tamto_sdk._deprecated import renamed_argument
+from tamto_sdk._lifecycle import AsyncClosing
 from tamto_sdk.admin import Cluster, Streams
 from tamto_sdk.auth import TokenAuth
 from tamto_sdk.direct import DirectPublisher
@@ -30,11 +34,9 @@ from tamto_sdk.url import parse_url, tls_mismatch
 
 if TYPE_CHECKING:
     from tamto_sdk.consumer import Consumer
-    from tamto_sdk.ephemeral import (
-        EphemeralMessage,
-        EphemeralProducer,
-        Subscription,
-    )
+    from tamto_sdk.ephemeral_messages import EphemeralMessage
+    from tamto_sdk.ephemeral_producer import EphemeralProducer
+    from tamto_sdk.ephemeral_subscription import EphemeralSubscription
     from tamto_sdk.errors import TamtoError
     from tamto_sdk.producer import Producer
     from tamto_sdk.replies import Handler, ReplyHandler
@@ -42,6 +44,10 @@ if TYPE_CHECKING:
 __all__ = ["Client", "Connecting", "connect"]
 
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+#: The environment variable `connect` reads when `ClientOptions.direct` is None
+#: ("1": on, else off). The SDK reads no other.
+DIRECT_ENV = "TAMTO_DIRECT"
 
 
 def connect(url: str, *, api_key: str, options: ClientOptions | None = None) -> Connecting:
@@ -51,7 +57,8 @@ def connect(url: str, *, api_key: str, options: ClientOptions | None = None) -> 
     Use it as ``async with connect(...) as client:`` (closed on leaving the block), or
     ``client = await connect(...)`` and close the client yourself. Raises
     `Unauthenticated` if the key is refused, `Unavailable` if the gateway cannot be
-    reached within `ClientOptions.retry_deadline_s`.
+    reached within `ClientOptions.retry_deadline_s`. The environment is read here and
+    nowhere else: ``TAMTO_DIRECT`` when `ClientOptions.direct` is None.
     """
     return Connecting(url, api_key, options)
 
@@ -95,7 +102,7 @@ class Connecting(Coroutine[Any, Any, "Client"]):
 
 async def _connect(url: str, api_key: str, options: ClientOptions | None) -> Client:
     """Open the channel and authenticate (`connect`)."""
-    options = options if options is not None else ClientOptions()
+    options = _from_environment(options if options is not None else ClientOptions())
     endpoint = parse_url(url)
     # Batches of up to 32 MiB (`MAX_BATCH_BYTES`) travel both ways; the servers allow
     # 64 MiB per message. A gateway serving again is dialled within 0.3 s
@@ -140,7 +147,14 @@ async def _connect(url: str, api_key: str, options: ClientOptions | None) -> Cli
     return client
 
 
-class Client:
+def _from_environment(options: ClientOptions) -> ClientOptions:
+    """`options` with what they leave to the environment filled in (`DIRECT_ENV`)."""
+    if options.direct is None:
+        options = dataclasses.replace(options, direct=os.environ.get(DIRECT_ENV) == "1")
+    return options
+
+
+class Client(AsyncClosing):
     """A connection to Tamto; create it with `connect`.
 
     Use as an async context manager; `close` closes every producer (flushing
@@ -160,7 +174,7 @@ class Client:
         self._functions = Functions(self._calls)
         self._producers: list[Producer] = []
         self._consumers: list[Consumer] = []
-        self._ephemeral: list[EphemeralProducer | Subscription | ReplyHandler] = []
+        self._ephemeral: list[EphemeralProducer | EphemeralSubscription | ReplyHandler] = []
         self._closed = False
 
     @property
@@ -197,21 +211,30 @@ class Client:
         self,
         stream: str,
         *,
-        linger_ms: float = 0,
+        linger_s: float = 0,
         max_batch_messages: int = 1000,
         max_batch_bytes: int = 4 << 20,
         max_pending_messages: int = 100_000,
         idempotent: bool = True,
+        linger_ms: float | None = None,
     ) -> Producer:
-        """A producer for `stream`; use it as an async context manager."""
+        """A producer for `stream`; use it as an async context manager.
+
+        A batch goes `linger_s` seconds after its first message at the latest
+        (0: as soon as its partition has none in flight). `linger_ms` is the
+        deprecated name of `linger_s`, in milliseconds.
+        """
         from tamto_sdk.producer import Producer
 
         self._check_open()
+        if linger_ms is not None:
+            linger_ms /= 1000  # the old argument counted milliseconds
+        linger_s = renamed_argument("producer", "linger_ms", linger_ms, "linger_s", linger_s, 0)
         producer = Producer(
             self._calls,
             self._streams,
             stream,
-            linger_ms=linger_ms,
+            linger_s=linger_s,
             max_batch_messages=max_batch_messages,
             max_batch_bytes=max_batch_bytes,
             max_pending_messages=max_pending_messages,
@@ -226,29 +249,38 @@ class Client:
         stream: str,
         subscription: str,
         *,
-        type: SubscriptionType = SubscriptionType.EXCLUSIVE,
+        subscription_type: SubscriptionType = SubscriptionType.EXCLUSIVE,
         start: StartPosition | None = None,
         credits: int = 1000,
         consumer_name: str | None = None,
+        type: SubscriptionType | None = None,
     ) -> Consumer:
         """A consumer of `subscription` on `stream`; use it as an async context manager.
 
-        `type` says how the subscription's consumers share its messages
+        `subscription_type` says how the subscription's consumers share its messages
         (exclusive, failover, shared, key-shared or multicast; see
         `SubscriptionType`). `start` (default `Start.earliest()`) applies when the
         subscription is created. At most `credits` messages are buffered or in
         flight per router that owns some of the stream's partitions (each gets the
         whole grant, `Consumer`). `consumer_name` shows in server logs and orders
-        failover consumers.
+        failover consumers. `type` is the deprecated name of `subscription_type`.
         """
         from tamto_sdk.consumer import Consumer
 
         self._check_open()
+        subscription_type = renamed_argument(
+            "consumer",
+            "type",
+            type,
+            "subscription_type",
+            subscription_type,
+            SubscriptionType.EXCLUSIVE,
+        )
         consumer = Consumer(
             self._calls,
             stream,
             subscription,
-            type=type,
+            subscription_type=subscription_type,
             start=start if start is not None else Start.earliest(),
             credits=credits,
             consumer_name=consumer_name,
@@ -259,9 +291,9 @@ class Client:
     def ephemeral_producer(
         self, stream: str, *, max_batch_messages: int = 1000, max_pending: int = 100_000
     ) -> EphemeralProducer:
-        """A producer for ephemeral stream `stream`: `await producer.publish(payload,
+        """A producer for ephemeral stream `stream`: `await producer.send(payload,
         topic="a.b")`; use it as an async context manager (docs/ephemeral.md)."""
-        from tamto_sdk.ephemeral import EphemeralProducer
+        from tamto_sdk.ephemeral_producer import EphemeralProducer
 
         self._check_open()
         producer = EphemeralProducer(
@@ -277,7 +309,7 @@ class Client:
         match: str | None = None,
         group: str = "",
         consumer_name: str = "",
-    ) -> Subscription:
+    ) -> EphemeralSubscription:
         """Receive what ephemeral stream `stream` gets from now on, at most once.
 
         `match` is a RabbitMQ topic pattern (`*` one word, `#` zero or more; None:
@@ -287,10 +319,10 @@ class Client:
         match. Without, this consumer gets every match. Use it as an async context
         manager and async iterator.
         """
-        from tamto_sdk.ephemeral import Subscription
+        from tamto_sdk.ephemeral_subscription import EphemeralSubscription
 
         self._check_open()
-        subscription = Subscription(
+        subscription = EphemeralSubscription(
             self._calls, stream, match=match, group=group, consumer_name=consumer_name
         )
         self._ephemeral.append(subscription)
@@ -432,14 +464,3 @@ class Client:
         self._consumers.clear()
         await self._calls.close()
         await self._channel.close()
-
-    async def __aenter__(self) -> Client:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["ClientOptions"]
-
-#: The environment variable giving `ClientOptions.direct`'s default ("1": on).
-DIRECT_ENV = "TAMTO_DIRECT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +34,14 @@ class ClientOptions:
             with the gateway's ``Lookup`` (docs/cluster.md section 5), following it when
             it moves; through the gateway when routers advertise no client address or
             cannot be reached. Only batches whose every message has an id go directly
-            (an idempotent producer's do). Default: the environment variable
-            ``TAMTO_DIRECT`` (``1`` on, else off), so a deployment or ``tamto bench``
-            picks the path without code changes. Off unless set: why, and what it
-            gains, in docs/benchmarks.md, "Where one `send_and_wait` goes".
+            (an idempotent producer's do). None (the default): `connect` reads the
+            environment variable ``TAMTO_DIRECT`` (``1`` on, else off), so a
+            deployment or ``tamto bench`` picks the path without code changes; the
+            client's `options` then say which it took. Off unless set: why, and what
+            it gains, in docs/benchmarks.md, "Where one `send_and_wait` goes".
+
+    The options read no environment themselves: `connect` is the one place the SDK
+    does (docs/sdk.md, "Names").
     """
 
     retry_deadline_s: float = 30.0
@@ -56,7 +56,7 @@ class ClientOptions:
     private_key: bytes | None = field(default=None, repr=False)
     channel_options: Sequence[tuple[str, Any]] = field(default_factory=tuple)
     producer_name: str | None = None
-    direct: bool = field(default_factory=lambda: os.environ.get(DIRECT_ENV) == "1")
+    direct: bool | None = None
 
     def __post_init__(self) -> None:
         if self.retry_deadline_s < 0:

@@ -4,7 +4,7 @@
 `nats consumer report` each answer "which subscription is behind, and who is on
 it" in one table. `client.subscriptions.overview()` does for a stream (or every
 persistent stream): a `SubscriptionSummary` per subscription, from its describe
-and the stream's stats (`tamto_sdk.subscriptions.summarize`).
+and the stream's stats (`tamto_sdk.subscription_info.summarize`).
 """
 
 from __future__ import annotations

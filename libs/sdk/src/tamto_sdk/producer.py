@@ -23,13 +23,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
 
 from tamto_sdk import tracing
 from tamto_sdk._calls import Calls
+from tamto_sdk._lifecycle import AsyncClosing
 from tamto_sdk.accumulator import Accumulator, BatchOutcome
 from tamto_sdk.admin import Streams
 from tamto_sdk.columns import batch_columns
@@ -43,7 +43,7 @@ __all__ = ["MAX_BATCH_BYTES", "Producer"]
 MAX_BATCH_BYTES = 32 << 20
 
 
-class Producer:
+class Producer(AsyncClosing):
     """Publishes messages to one stream in batches.
 
     Use as an async context manager (``async with client.producer("s") as p``);
@@ -57,8 +57,8 @@ class Producer:
     Each partition has at most one batch in flight, so order per partition holds.
 
     A batch is published when it holds `max_batch_messages` or `max_batch_bytes`
-    (at most `MAX_BATCH_BYTES`), or `linger_ms` after its first message. With
-    `linger_ms=0` (the default) it goes as soon as its partition has no batch in
+    (at most `MAX_BATCH_BYTES`), or `linger_s` after its first message. With
+    `linger_s=0` (the default) it goes as soon as its partition has no batch in
     flight: batches are clocked by the round trip, one message alone when the
     stream is quiet, as many as arrived meanwhile under load; keyless messages
     then stay on one partition until a full batch's worth went there, so that
@@ -77,15 +77,15 @@ class Producer:
         streams: Streams,
         stream: str,
         *,
-        linger_ms: float = 0,
+        linger_s: float = 0,
         max_batch_messages: int = 1000,
         max_batch_bytes: int = 4 << 20,
         max_pending_messages: int = 100_000,
         producer_name: str | None = None,
         idempotent: bool = True,
     ) -> None:
-        if linger_ms < 0:
-            raise ValueError("linger_ms must not be negative")
+        if linger_s < 0:
+            raise ValueError("linger_s must not be negative")
         if max_batch_messages <= 0 or max_batch_bytes <= 0 or max_pending_messages <= 0:
             raise ValueError("batch and pending limits must be positive")
         if max_batch_bytes > MAX_BATCH_BYTES:
@@ -95,7 +95,7 @@ class Producer:
         self._max_pending = max_pending_messages
         self._accumulator = Accumulator(
             stream,
-            linger_s=linger_ms / 1000,
+            linger_s=linger_s,
             max_batch_messages=max_batch_messages,
             max_batch_bytes=max_batch_bytes,
             max_pending_messages=max_pending_messages,
@@ -130,17 +130,8 @@ class Producer:
             self._accumulator.start(partitions, asyncio.get_running_loop())
             self._started = True
 
-    async def __aenter__(self) -> Producer:
+    async def _open(self) -> None:
         await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def send(
         self,

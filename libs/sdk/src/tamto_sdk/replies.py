@@ -23,7 +23,6 @@ import math
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 import grpc
@@ -31,7 +30,9 @@ import grpc
 from tamto_protocol.batch import decode_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
-from tamto_sdk.ephemeral import EphemeralBatch, EphemeralMessage, Subscription, encode_messages
+from tamto_sdk._lifecycle import AsyncClosing
+from tamto_sdk.ephemeral_messages import EphemeralBatch, EphemeralMessage, encode_messages
+from tamto_sdk.ephemeral_subscription import EphemeralSubscription
 from tamto_sdk.errors import (
     InvalidArgument,
     NotFound,
@@ -258,7 +259,7 @@ def _reply_request(response_stream: str, value: object) -> gateway_pb2.ReplyRequ
     return gateway_pb2.ReplyRequest(response_stream=response_stream, batch=batch)
 
 
-class ReplyHandler:
+class ReplyHandler(AsyncClosing):
     """Answers the requests an ephemeral stream receives with `handler(message)`
     (sync or async); use it as an async context manager, or `start` and `close` it.
 
@@ -274,7 +275,11 @@ class ReplyHandler:
     """
 
     def __init__(
-        self, calls: Calls, subscription: Subscription, handler: Handler, concurrency: int = 16
+        self,
+        calls: Calls,
+        subscription: EphemeralSubscription,
+        handler: Handler,
+        concurrency: int = 16,
     ) -> None:
         if concurrency < 1:
             raise InvalidArgument(f"concurrency must be at least 1, got {concurrency}")
@@ -329,13 +334,5 @@ class ReplyHandler:
             with contextlib.suppress(asyncio.CancelledError, TamtoError):
                 await task
 
-    async def __aenter__(self) -> ReplyHandler:
-        return await self.start()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
+    async def _open(self) -> None:
+        await self.start()

@@ -159,11 +159,11 @@ class StreamConfig:
                 raise InvalidArgument(f"{name} must be between {low} and {high}, got {value}")
         if not isinstance(self.durability, Durability):
             raise InvalidArgument(
-                f"durability must be a tamto_sdk.Durability, got {self.durability!r}"
+                f"durability must be a tamto_sdk.stream_config.Durability, got {self.durability!r}"
             )
         if not isinstance(self.retention_policy, RetentionPolicy):
             raise InvalidArgument(
-                f"retention_policy must be a tamto_sdk.RetentionPolicy, "
+                f"retention_policy must be a tamto_sdk.stream_config.RetentionPolicy, "
                 f"got {self.retention_policy!r}"
             )
         return messages_pb2.StreamConfig(
@@ -238,7 +238,9 @@ class EphemeralConfig:
                     f"{name} must be an integer between 0 and {high}, got {value!r}"
                 )
         if not isinstance(self.overflow, Overflow):
-            raise InvalidArgument(f"overflow must be a tamto_sdk.Overflow, got {self.overflow!r}")
+            raise InvalidArgument(
+                f"overflow must be a tamto_sdk.stream_config.Overflow, got {self.overflow!r}"
+            )
         return messages_pb2.StreamConfig(
             kind=messages_pb2.STREAM_KIND_EPHEMERAL,
             buffer_messages=self.buffer_messages,

@@ -123,7 +123,7 @@ class Instance:
         async with self._client.consumer(
             stream,
             self.spec.subscription,
-            type=sdk_type,
+            subscription_type=sdk_type,
             consumer_name=self.instance_id,
             credits=BATCH_MESSAGES * 2,
         ) as consumer:

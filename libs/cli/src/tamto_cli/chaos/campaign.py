@@ -400,7 +400,7 @@ async def _produce(
     """Publish ids `<name>-<n>` in awaited chunks at `options.rate`; record every ack."""
     interval = options.chunk / options.rate
     seq = 0
-    async with client.producer(STREAM, linger_ms=2) as producer:
+    async with client.producer(STREAM, linger_s=0.002) as producer:
         next_at = time.monotonic()
         while not stop.is_set():
             ids = [f"{name}-{seq + k}" for k in range(options.chunk)]
