@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import tracing_dashboard  # beside this file: the Tempo one, written with these
 from grafana_foundation_sdk.builders import common as gc
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import prometheus, stat, timeseries
@@ -35,8 +36,6 @@ from grafana_foundation_sdk.models.common import (
     TooltipDisplayMode,
 )
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
-
-import tracing_dashboard  # beside this file: the Tempo one, written with these
 
 OUT = Path(__file__).resolve().parent / "dashboards"
 #: The Prometheus data source every panel queries: the dashboard's `datasource` variable.

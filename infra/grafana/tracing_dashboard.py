@@ -62,14 +62,12 @@ SEARCHES = (
     ),
     Search(
         "Slow router appends",
-        '{ name = "tamto.router.append" && span.tamto.stream =~ "$stream" '
-        "&& duration > $slow }",
+        '{ name = "tamto.router.append" && span.tamto.stream =~ "$stream" && duration > $slow }',
         "Appends the partition's owner took longer than $slow over (replication included).",
     ),
     Search(
         "Slow storage appends",
-        '{ name = "tamto.storage.append" && span.tamto.stream =~ "$stream" '
-        "&& duration > $slow }",
+        '{ name = "tamto.storage.append" && span.tamto.stream =~ "$stream" && duration > $slow }',
         "A storage node's appends slower than $slow.",
     ),
     Search(
@@ -81,13 +79,7 @@ SEARCHES = (
 
 
 def _panel(search: Search) -> table.Panel:
-    query = (
-        tempo.TempoQuery()
-        .query_type("traceql")
-        .query(search.traceql)
-        .limit(LIMIT)
-        .ref_id("A")
-    )
+    query = tempo.TempoQuery().query_type("traceql").query(search.traceql).limit(LIMIT).ref_id("A")
     return (
         table.Panel()
         .title(search.title)

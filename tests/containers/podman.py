@@ -118,12 +118,15 @@ class ContainerCluster:
     def crash(self, name: str) -> None:
         """kill -9 of the container's process from outside podman, as a crash would."""
         pid = self.state(name)["Pid"]
-        assert isinstance(pid, int) and pid > 0, f"{name} is not running"
+        assert isinstance(pid, int), pid
+        assert pid > 0, f"{name} is not running"
         os.kill(pid, signal.SIGKILL)
 
     def published(self, name: str, port: int) -> tuple[str, int]:
         """The host address of the container's published `port`."""
-        host, _, mapped = podman("port", f"{self.prefix}-{name}", f"{port}/tcp").strip().rpartition(":")
+        host, _, mapped = (
+            podman("port", f"{self.prefix}-{name}", f"{port}/tcp").strip().rpartition(":")
+        )
         return host, int(mapped)
 
     def logs(self, name: str) -> str:

@@ -134,8 +134,10 @@ async def test_a_cluster_of_containers_serves_the_sdk_and_survives_kills(
         restarts = containers.inspect("storage")["RestartCount"]
         containers.crash("storage")
         wait_for(
-            lambda: containers.inspect("storage")["RestartCount"] != restarts
-            and containers.healthy("storage"),
+            lambda: (
+                containers.inspect("storage")["RestartCount"] != restarts
+                and containers.healthy("storage")
+            ),
             READY_S,
             "storage restarted by podman and healthy",
         )
