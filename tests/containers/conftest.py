@@ -18,7 +18,7 @@ from .podman import unavailable
 ROOT = Path(__file__).resolve().parents[2]
 
 #: A cold build (mmdebstrap, then five images) on a loaded 2-core machine.
-BUILD_TIMEOUT_S = 1500
+BUILD_TIMEOUT_S = 1200
 
 
 @pytest.fixture(scope="session")

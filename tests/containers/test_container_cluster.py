@@ -25,7 +25,10 @@ from tamto_testing.waiting import eventually
 
 from .podman import SERVICE_PORT, ContainerCluster, binary_image, container_cluster, unavailable
 
-pytestmark = [pytest.mark.container, needs(unavailable())]
+#: A cold run builds the Debian base (about 3.5 minutes here) before the images; a
+#: warm one (its tarball cached, podman's layers too) takes about 4 minutes in all at
+#: load 27 on 2 cores.
+pytestmark = [pytest.mark.container, needs(unavailable()), pytest.mark.timeout(1800)]
 
 #: Short leases: a dead router's partitions move within seconds.
 LEASE_TTL_S = 3
