@@ -148,13 +148,24 @@ def install(target: Path, requirements: Sequence[str]) -> None:
 def build_context(services: Sequence[str], context: Path) -> Path:
     """`context` made the images' build context: `packages/`, every third-party package
     the services need (the large layer all their images share), and `app/`, Tamto's own
-    packages, installed from wheels built from this checkout."""
-    shutil.rmtree(context, ignore_errors=True)
-    context.mkdir(parents=True)
+    packages, installed from wheels built from this checkout.
+
+    `packages/` is kept while the pins are the same: podman's layer cache takes a
+    rewritten file for a changed one, so the large layer is built again only when
+    uv.lock changes."""
+    context.mkdir(parents=True, exist_ok=True)
     pinned, members = requirements(services)
-    requirements_file = context / "requirements.txt"
-    requirements_file.write_text("\n".join(pinned) + "\n")
-    install(context / "packages", ["-r", str(requirements_file)])
+    text = "\n".join(pinned) + "\n"
+    key = hashlib.sha256(f"{PYTHON} {platform.machine()} {MANYLINUX}\n{text}".encode()).hexdigest()
+    stamp = context / "packages.sha256"
+    if not stamp.exists() or stamp.read_text() != key:
+        stamp.unlink(missing_ok=True)
+        shutil.rmtree(context / "packages", ignore_errors=True)
+        requirements_file = context.parent / "requirements.txt"
+        requirements_file.write_text(text)
+        install(context / "packages", ["-r", str(requirements_file)])
+        stamp.write_text(key)
+    shutil.rmtree(context / "app", ignore_errors=True)
     wheels = context.parent / "wheels"
     shutil.rmtree(wheels, ignore_errors=True)
     install(context / "app", [str(build_wheel(member, wheels)) for member in members])
