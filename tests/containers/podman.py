@@ -105,6 +105,10 @@ class ContainerCluster:
         assert isinstance(state, dict)
         return state
 
+    def exec(self, name: str, *command: str) -> str:
+        """`command`'s output, run in the container as its image's user."""
+        return podman("exec", f"{self.prefix}-{name}", *command)
+
     def healthy(self, name: str) -> bool:
         """Whether the image's health check passes now (run once, here)."""
         done = subprocess.run(

@@ -121,6 +121,8 @@ async def test_a_cluster_of_containers_serves_the_sdk_and_survives_kills(
     cluster: tuple[ContainerCluster, str, str],
 ) -> None:
     containers, url, api_key = cluster
+    for name in SERVICES:
+        assert containers.exec(name, "id", "-u").strip() == "10001", f"{name} runs as root"
     async with tamto_sdk.connect(url, api_key=api_key) as client:
         await client.streams.ensure(STREAM, partitions=PARTITIONS)
         await publish(client, 0, 100)
