@@ -5,22 +5,8 @@
 # Needs root for apt-get (CI and the development machines run as root).
 
 _tamto_podman_setup() {
-  if ! command -v podman >/dev/null 2>&1; then
-    command -v apt-get >/dev/null 2>&1 || return 1
-    apt-get update -qq >/dev/null && \
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc >/dev/null || return 1
-  fi
-  if [ ! -f /etc/containers/containers.conf ]; then
-    # crun fails on this sandbox's cgroups, and the default ulimits exceed what it allows.
-    mkdir -p /etc/containers
-    cat > /etc/containers/containers.conf <<'CONF'
-[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=1000:1000"]
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-CONF
-  fi
+  # shellcheck source=/dev/null
+  source "$(dirname "${BASH_SOURCE[0]}")/podman-setup.sh" || return 1
   local sock=/tmp/tamto-podman.sock
   if ! [ -S "$sock" ] || ! curl -s --unix-socket "$sock" http://d/_ping >/dev/null 2>&1; then
     rm -f "$sock"

@@ -12,7 +12,8 @@ checks they are current and name only exported metrics; tests/e2e/test_prometheu
 every panel's expression against a real Prometheus scraping a running Tamto.
 
 The expressions use Grafana's `$__rate_interval` and the dashboards' `$datasource` and
-`$stream` variables; nothing else.
+`$stream` variables; nothing else. The tracing dashboard (TraceQL searches on a Tempo
+data source) is built in tracing_dashboard.py and written here with the others.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import tracing_dashboard  # beside this file: the Tempo one, written with these
 from grafana_foundation_sdk.builders import common as gc
 from grafana_foundation_sdk.builders import dashboard as gd
 from grafana_foundation_sdk.builders import prometheus, stat, timeseries
@@ -545,9 +547,9 @@ def build(spec: DashboardSpec) -> gd.Dashboard:
     return board
 
 
-def render(spec: DashboardSpec) -> str:
+def render(board: gd.Dashboard) -> str:
     """The dashboard's JSON as Grafana imports it."""
-    return json.dumps(build(spec).build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+    return json.dumps(board.build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -555,9 +557,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if a JSON file is stale")
     args = parser.parse_args(argv)
     stale = []
-    for spec in DASHBOARDS:
-        path = OUT / f"{spec.uid}.json"
-        text = render(spec)
+    boards = {spec.uid: build(spec) for spec in DASHBOARDS}
+    boards[tracing_dashboard.UID] = tracing_dashboard.build()
+    for uid, board in boards.items():
+        path = OUT / f"{uid}.json"
+        text = render(board)
         if args.check:
             if not path.exists() or path.read_text() != text:
                 stale.append(path.name)

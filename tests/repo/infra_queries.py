@@ -26,11 +26,14 @@ class PanelQuery:
 
 
 def dashboard_queries() -> list[PanelQuery]:
-    """Every panel expression of the generated dashboards (infra/grafana/dashboards.py)."""
+    """Every PromQL panel expression of the generated dashboards
+    (infra/grafana/dashboards.py; the tracing dashboard's are TraceQL, not these)."""
     queries = []
     for path in sorted(DASHBOARDS.glob("*.json")):
         board = json.loads(path.read_text())
         for panel in board["panels"]:
+            if panel["datasource"]["type"] != "prometheus":
+                continue
             for target in panel.get("targets", []):
                 queries.append(PanelQuery(path.stem, panel["title"], target["expr"]))
     return queries

@@ -54,10 +54,19 @@ def test_every_panel_queries_metrics_tamto_exports() -> None:
 def test_every_panel_queries_the_chosen_data_source_and_is_complete() -> None:
     for path in sorted(DASHBOARDS.glob("*.json")):
         board = json.loads(path.read_text())
-        assert board["templating"]["list"][0]["name"] == "datasource"
+        variable, kind = (
+            ("tempo", "tempo")
+            if path.stem == "tamto-tracing"
+            else (
+                "datasource",
+                "prometheus",
+            )
+        )
+        assert board["templating"]["list"][0]["name"] == variable
+        assert board["templating"]["list"][0]["query"] == kind
         for panel in board["panels"]:
             where = f"{path.stem} / {panel['title']}"
-            assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, where
+            assert panel["datasource"] == {"type": kind, "uid": f"${{{variable}}}"}, where
             assert panel["options"], f"{where}: no options (Grafana draws it with none)"
             assert panel["targets"], f"{where}: no query"
             assert len({t["refId"] for t in panel["targets"]}) == len(panel["targets"]), where

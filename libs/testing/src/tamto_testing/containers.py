@@ -20,24 +20,40 @@ from tamto_local.binaries import binary
 from tamto_testing.processes import tcp_open, wait_for
 
 
-def ensure_image(name: str) -> str:
-    """The tag of a local image running the `name` binary, imported on first use."""
+def image_tag(name: str) -> str:
+    """The tag of the local image running the `name` binary."""
     # podman's Docker API tags an imported image `latest` whatever tag is asked for.
-    tag = f"localhost/tamto-{name}:latest"
+    return f"localhost/tamto-{name}:latest"
+
+
+def image_layer(name: str) -> bytes:
+    """The one layer of that image: the binary at /usr/local/bin, as a tar archive."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", dereference=True) as tar:
+        tar.add(str(binary(name)), arcname=f"usr/local/bin/{name}")
+    return buffer.getvalue()
+
+
+def image_entrypoint(name: str) -> str:
+    """The image's entry point, as an image change (`podman import --change`)."""
+    return f'ENTRYPOINT ["/usr/local/bin/{name}"]'
+
+
+def ensure_image(name: str) -> str:
+    """The tag of a local image running the `name` binary, imported through the Docker
+    API on first use (`tests/containers` imports the same with the podman CLI)."""
+    tag = image_tag(name)
     client = docker.from_env()
     try:
         client.images.get(tag)
         return tag
     except docker.errors.ImageNotFound:
         pass
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", dereference=True) as tar:
-        tar.add(str(binary(name)), arcname=f"usr/local/bin/{name}")
     client.api.import_image_from_data(
-        buffer.getvalue(),
+        image_layer(name),
         repository=f"localhost/tamto-{name}",
         tag="latest",
-        changes=[f'ENTRYPOINT ["/usr/local/bin/{name}"]'],
+        changes=[image_entrypoint(name)],
     )
     return tag
 
