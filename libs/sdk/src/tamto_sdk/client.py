@@ -202,6 +202,7 @@ class Client:
         max_batch_bytes: int = 4 << 20,
         max_pending_messages: int = 100_000,
         idempotent: bool = True,
+        max_in_flight: int = 5,
     ) -> Producer:
         """A producer for `stream`; use it as an async context manager."""
         from tamto_sdk.producer import Producer
@@ -217,6 +218,7 @@ class Client:
             max_pending_messages=max_pending_messages,
             producer_name=self._options.producer_name,
             idempotent=idempotent,
+            max_in_flight=max_in_flight,
         )
         self._producers.append(producer)
         return producer

@@ -62,7 +62,8 @@ from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.cursor_sync import sync_cursors
 from tamto_router.dedup import DedupWindow, message_offsets
 from tamto_router.metrics import count_in
-from tamto_router.model import Batch, LogBounds
+from tamto_router.model import Batch, LogBounds, ProducerOrder
+from tamto_router.producer_turns import ProducerTurns
 from tamto_router.quorum import (
     agreed_end,
     copy_entries,
@@ -186,6 +187,8 @@ class PartitionLog:
         self._grown = asyncio.Event()
         #: Called whenever durable data grows or the log fails (subscriptions wake up).
         self.listeners: set[Callable[[], None]] = set()
+        #: Producers' batches in flight together, kept in the order they were sent.
+        self.turns = ProducerTurns()
         #: Subscriptions on this partition, by name; they die with this log.
         self.subscriptions: dict[str, Any] = {}
         self._sender = asyncio.create_task(self._send_loop(), name=f"append-{stream}/{partition}")
@@ -195,21 +198,29 @@ class PartitionLog:
                 self._repair_loop(), name=f"repair-{stream}/{partition}"
             )
 
-    async def append(self, arrow_ipc: bytes, count: int) -> Appended:
+    async def append(
+        self, arrow_ipc: bytes, count: int, order: ProducerOrder | None = None
+    ) -> Appended:
         """Sequence a batch and wait until storage holds it durably.
 
         Messages whose id is in the dedup window are not stored again; they are
-        answered with their original offsets once those are durable. A batch whose
-        messages carry trace context gets a span (`tamto_common.message_traces`).
+        answered with their original offsets once those are durable. A batch of a
+        producer with several in flight (`order`) is sequenced only after the one
+        it names (`tamto_router.producer_turns`). A batch whose messages carry
+        trace context gets a span (`tamto_common.message_traces`).
         """
         with message_span(
             "tamto.router", "tamto.router.append", [arrow_ipc], self.stream, self.partition
         ):
-            return await self._append(arrow_ipc, count)
+            if order is not None and not self.turns.ready(order):
+                await self.turns.wait(order, lambda: self.failure)
+            return await self._append(arrow_ipc, count, order)
 
-    async def _append(self, arrow_ipc: bytes, count: int) -> Appended:
+    async def _append(self, arrow_ipc: bytes, count: int, order: ProducerOrder | None) -> Appended:
         if self.failure is not None:
             raise self.failure
+        if order is not None:  # nothing below waits before this batch is queued
+            self.turns.sequenced(order)
         now_us = time.time_ns() // 1000
         offsets: list[int] | None = None
         if self.dedup is not None:
@@ -687,6 +698,7 @@ class PartitionLog:
                 future.set_exception(exc)
         self._queue = []
         self._grown.set()
+        self.turns.wake()
         self._notify()
 
     def _notify(self) -> None:
