@@ -389,7 +389,8 @@ async def test_several_batches_of_a_partition_are_in_flight_each_naming_the_one_
         futures = []
         for i in range(8):
             futures.append(await producer.send(f"m{i}".encode()))
-            await gateway.wait_for(lambda: len(gateway.publish_requests) == min(i + 1, 5))
+            sent = min(i + 1, 5)
+            await gateway.wait_for(lambda: len(gateway.publish_requests) == sent)  # noqa: B023
         # Five batches of one are in flight; the other messages wait in the sixth.
         for _ in range(20):
             await asyncio.sleep(0)

@@ -133,6 +133,12 @@ class Producer:
         """Messages enqueued or in flight whose futures have not resolved yet."""
         return self._accumulator.pending
 
+    @property
+    def in_flight_batches(self) -> int:
+        """Batches sent to the broker and not answered yet (at most `max_in_flight` per
+        partition)."""
+        return self._sender.in_flight
+
     async def start(self) -> None:
         """Look up the stream's partition count; `send` calls it when needed."""
         if self._started:

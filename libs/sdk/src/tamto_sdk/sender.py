@@ -115,6 +115,12 @@ class Sender:
         self.producer_id = f"{producer_name or 'p'}-{uuid.uuid4().hex[:12]}"
         self._sequence = 0
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._lanes: dict[int, _Lane] = {}
+
+    @property
+    def in_flight(self) -> int:
+        """Batches sent and not answered yet, over every partition."""
+        return sum(len(lane.batches) for lane in self._lanes.values())
 
     def start(self, partition: int) -> None:
         """Start `partition`'s sender task (the accumulator has a queue for it)."""
@@ -135,7 +141,7 @@ class Sender:
     async def _run(self, partition: int) -> None:
         """Take the partition's next due batch when there is room, publish it, repeat."""
         accumulator = self._accumulator
-        lane = _Lane()
+        lane = self._lanes[partition] = _Lane()
         batch: ProducerBatch | None = None
         limit = self._max_in_flight
         try:
