@@ -46,8 +46,9 @@ from tamto_router.ownership import (
     release_partition,
     still_held,
 )
-from tamto_router.partition_log import REREPLICATE_AFTER_S, PartitionLog, Rereplicate
+from tamto_router.partition_log import PartitionLog
 from tamto_router.quorum import no_quorum, recover_ledger_end
+from tamto_router.replica_catch_up import REREPLICATE_AFTER_S, Rereplicate
 from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
