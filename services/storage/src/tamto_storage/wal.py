@@ -69,7 +69,7 @@ class Wal(GroupCommit):
 
     def __init__(self, directory: Path, options: WalOptions, label: str) -> None:
         self._dir = directory
-        self._options = options
+        self._options: WalOptions = options
         self._label = label
         self._entries: list[IndexEntry] = []
         # Per file, in offset order, kept as entries come and go: the sealer asks

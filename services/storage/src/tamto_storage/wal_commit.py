@@ -30,7 +30,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
@@ -38,9 +38,6 @@ from tamto_common.durable import fsync_dir
 from tamto_common.errors import TamtoError, Unavailable
 from tamto_storage import metrics, space
 from tamto_storage.wal_index import Corruption, IndexEntry, WalFileSummary
-
-if TYPE_CHECKING:
-    from tamto_storage.wal import WalOptions
 
 log = structlog.get_logger(__name__)
 
@@ -64,10 +61,20 @@ class PendingFrame:
     done: asyncio.Future[None] | None  # set on the last batch of each append call
 
 
+class CommitPolicy(Protocol):
+    """What the writer reads of `tamto_storage.wal.WalOptions`."""
+
+    @property
+    def group_commit(self) -> bool: ...
+
+    @property
+    def fsync_interval_s(self) -> float: ...
+
+
 class GroupCommit:
     """Writes and fsyncs queued frames, a group per round (a mixin of `Wal`)."""
 
-    _options: WalOptions
+    _options: CommitPolicy
     _label: str
     _entries: list[IndexEntry]
     _files: dict[Path, WalFileSummary]
