@@ -42,11 +42,11 @@ async def drain(client: tamto_sdk.Client, stream: str, total: int) -> list[bytes
 def assert_each_key_in_order_once(got: list[bytes], per_key: int) -> None:
     by_key: dict[int, list[int]] = collections.defaultdict(list)
     for p in got:
-        key, n = p.decode()[1:].split(":")
-        by_key[int(key)].append(int(n))
-    for key in range(KEYS):
-        assert by_key[key] == list(range(per_key)), (
-            f"key {key}: stored out of order, twice or not at all: {by_key[key][:40]}..."
+        name, n = p.decode()[1:].split(":")
+        by_key[int(name)].append(int(n))
+    for k in range(KEYS):
+        assert by_key[k] == list(range(per_key)), (
+            f"key {k}: stored out of order, twice or not at all: {by_key[k][:40]}..."
         )
 
 
