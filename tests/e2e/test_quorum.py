@@ -17,8 +17,9 @@ from tamto_common.errors import FailedPrecondition, Unavailable
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
 from tamto_protocol.batch import BatchColumns, decode_batch, encode_batch
 from tamto_router.model import Batch, LogBounds
-from tamto_router.partition_log import PartitionLog, Rereplicate
+from tamto_router.partition_log import PartitionLog
 from tamto_router.quorum import append_quorum, fence_quorum, recover_ledger_end
+from tamto_router.replica_catch_up import Rereplicate
 from tamto_router.storage_client import StorageClient
 from tamto_storage.grpc_api import StorageServicer, serve
 from tamto_storage.store import PartitionStore

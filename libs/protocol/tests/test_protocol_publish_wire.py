@@ -18,7 +18,12 @@ from tamto_protocol.batch import (
     string_scalar,
 )
 from tamto_protocol.v1 import gateway_pb2, messages_pb2, router_pb2, storage_pb2
-from tamto_protocol.wire import publish_request, router_append_request, storage_append_request
+from tamto_protocol.wire import (
+    order_of,
+    publish_request,
+    router_append_request,
+    storage_append_request,
+)
 
 ARROW = encode_record_batch(make_batch(pa.array([b"a", b"bc"], pa.binary())))
 
@@ -129,3 +134,16 @@ def test_a_batch_encodes_to_the_same_stream_small_or_large(rows: int) -> None:
     encoded = encode_record_batch(batch)
     assert encoded == sink.getvalue().to_pybytes()
     assert decode_batch(encoded).equals(batch)
+
+
+@pytest.mark.parametrize("after", [None, 0, 41])
+def test_a_producer_order_goes_on_the_wire_and_back_as_it_was(after: int | None) -> None:
+    order = ("p-1a2b", 57, after)
+    sent = gateway_pb2.PublishRequest.FromString(publish_request("s", 1, b"ipc", 3, 9, order))
+    assert order_of(sent) == order
+    assert sent.order.HasField("after_sequence") is (after is not None)  # 0 is not "none"
+    passed = router_pb2.RouterAppendRequest.FromString(
+        router_append_request("s", 1, b"ipc", 3, 9, order_of(sent))
+    )
+    assert order_of(passed) == order
+    assert order_of(gateway_pb2.PublishRequest.FromString(publish_request("s", 1, b"i", 1))) is None

@@ -372,12 +372,38 @@ async def test_send_batch_failure_fails_its_future(client: Client, gateway: Fake
         assert producer.pending == 0
 
 
-async def test_without_linger_batches_are_clocked_by_the_one_in_flight(
+async def test_several_batches_of_a_partition_are_in_flight_each_naming_the_one_ahead(
+    client: Client, gateway: FakeGateway
+) -> None:
+    gateway.add_stream("s", 1)
+    gateway.publish_gate = asyncio.Event()
+    async with client.producer("s") as producer:
+        futures = []
+        for i in range(8):
+            futures.append(await producer.send(f"m{i}".encode()))
+            sent = min(i + 1, 5)
+            await gateway.wait_for(lambda: len(gateway.publish_requests) == sent)  # noqa: B023
+        # Five batches of one are in flight; the other messages wait in the sixth.
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert len(gateway.publish_requests) == 5
+        gateway.publish_gate.set()
+        results = await asyncio.wait_for(asyncio.gather(*futures), 5)
+    assert [r.offset for r in results] == list(range(8))
+    orders = [r.order for r in gateway.publish_requests]
+    assert [r.batch.count for r in gateway.publish_requests] == [1, 1, 1, 1, 1, 3]
+    assert {o.producer for o in orders} == {producer._sender.producer_id}
+    assert [o.last_sequence for o in orders] == [0, 1, 2, 3, 4, 7]
+    assert not orders[0].HasField("after_sequence")
+    assert [o.after_sequence for o in orders[1:5]] == [0, 1, 2, 3]
+
+
+async def test_without_linger_batches_are_clocked_by_the_ones_in_flight(
     client: Client, gateway: FakeGateway
 ) -> None:
     gateway.add_stream("s", 4)
     gateway.publish_gate = asyncio.Event()
-    async with client.producer("s", max_batch_messages=10) as producer:
+    async with client.producer("s", max_batch_messages=10, max_in_flight=1) as producer:
         first = await producer.send(b"first")
         # Nothing lingers: the first message goes alone at once.
         await gateway.wait_for(lambda: len(gateway.publish_requests) == 1)

@@ -14,7 +14,7 @@ from tamto_common.errors import ConfigError
 from tamto_common.ledgers import open_ledger
 from tamto_router.config import RouterConfig
 from tamto_router.ledger_audit import AUDIT_INTERVAL_S, LedgerAudit, audit_interval_s
-from tamto_router.partition_log import REREPLICATE_AFTER_S
+from tamto_router.replica_catch_up import REREPLICATE_AFTER_S
 
 
 async def test_owned_idle_partitions_with_a_replica_down_are_opened_a_few_per_round(

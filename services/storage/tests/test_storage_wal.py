@@ -22,7 +22,7 @@ from storage_testkit import (
 )
 
 from tamto_common.errors import DataLoss, InvalidArgument
-from tamto_storage import wal as wal_module
+from tamto_storage import wal_commit as wal_module
 from tamto_storage.frame import HEADER_SIZE, crc_matches, decode_header, encode_header
 from tamto_storage.model import StoredBatch
 from tamto_storage.partition import Partition

@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 from storage_testkit import OpenPartition, check_batch, make_batch, offsets_of, wal_files
 
 from tamto_common.errors import ResourceExhausted
-from tamto_storage import wal as wal_module
+from tamto_storage import wal_commit as wal_module
 
 
 async def test_a_commit_cut_short_by_a_full_disk_leaves_no_trace(

@@ -80,18 +80,47 @@ def _message_field(number: int, pieces: Sequence[Buffer]) -> list[Buffer]:
     return [len_header(number, size), *pieces]
 
 
+#: A `tamto.v1.ProducerOrder`: (producer, last_sequence, after_sequence or None).
+Order = tuple[str, int, int | None]
+
+
 def publish_request(
-    stream: str, partition: int, arrow_ipc: Buffer, count: int, call_id: int = 0
+    stream: str,
+    partition: int,
+    arrow_ipc: Buffer,
+    count: int,
+    call_id: int = 0,
+    order: Order | None = None,
 ) -> bytes:
-    """`tamto.v1.PublishRequest` {stream = 1, partition = 2, batch = 3, call_id = 15}."""
+    """`tamto.v1.PublishRequest` {stream = 1, partition = 2, batch = 3, order = 4,
+    call_id = 15}; `order` is (producer, last sequence, after sequence or None)."""
     return b"".join(
         [
             _text_field(1, stream),
             int_field(2, partition),
             *_message_field(3, _record_batch(arrow_ipc, count)),
+            *(_message_field(4, _producer_order(*order)) if order is not None else ()),
             int_field(_CALL_ID, call_id),
         ]
     )
+
+
+def order_of(request: Any) -> Order | None:
+    """The `Order` a parsed `PublishRequest` or `RouterAppendRequest` carries, if any."""
+    if not request.HasField("order"):
+        return None
+    order = request.order
+    after = order.after_sequence if order.HasField("after_sequence") else None
+    return (order.producer, order.last_sequence, after)
+
+
+def _producer_order(producer: str, last: int, after: int | None) -> list[Buffer]:
+    """`ProducerOrder` {producer = 1, last_sequence = 2, after_sequence = 3 (optional:
+    written when set, even as 0)} as pieces to join."""
+    pieces: list[Buffer] = [_text_field(1, producer), int_field(2, last)]
+    if after is not None:
+        pieces.append(varint(3 << 3) + varint(after))
+    return pieces
 
 
 def publish_ephemeral_request(
@@ -123,10 +152,16 @@ def publish_ephemeral_request(
 
 
 def router_append_request(
-    stream: str, partition: int, arrow_ipc: Buffer, count: int, call_id: int = 0
+    stream: str,
+    partition: int,
+    arrow_ipc: Buffer,
+    count: int,
+    call_id: int = 0,
+    order: Order | None = None,
 ) -> bytes:
-    """`tamto.v1.RouterAppendRequest` {stream = 1, partition = 2, batch = 3, call_id = 15}."""
-    return publish_request(stream, partition, arrow_ipc, count, call_id)  # the same fields
+    """`tamto.v1.RouterAppendRequest` {stream = 1, partition = 2, batch = 3, order = 4,
+    call_id = 15}."""
+    return publish_request(stream, partition, arrow_ipc, count, call_id, order)  # the same
 
 
 def stored_batch_field(

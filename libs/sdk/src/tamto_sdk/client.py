@@ -216,12 +216,14 @@ class Client(AsyncClosing):
         max_batch_bytes: int = 4 << 20,
         max_pending_messages: int = 100_000,
         idempotent: bool = True,
+        max_in_flight: int = 5,
         linger_ms: float | None = None,
     ) -> Producer:
         """A producer for `stream`; use it as an async context manager.
 
         A batch goes `linger_s` seconds after its first message at the latest
-        (0: as soon as its partition has none in flight). `linger_ms` is the
+        (0: as soon as its partition has room for another of its `max_in_flight`
+        batches in flight). `linger_ms` is the
         deprecated name of `linger_s`, in milliseconds.
         """
         from tamto_sdk.producer import Producer
@@ -240,6 +242,7 @@ class Client(AsyncClosing):
             max_pending_messages=max_pending_messages,
             producer_name=self._options.producer_name,
             idempotent=idempotent,
+            max_in_flight=max_in_flight,
         )
         self._producers.append(producer)
         return producer

@@ -8,8 +8,9 @@ aiokafka splits its producer into ``message_accumulator`` and ``sender``:
   (routing, size and linger limits, backpressure, flush);
 - `tamto_sdk.columns`: a batch's messages as Arrow columns and Arrow IPC, built
   vectorised, never per message;
-- `tamto_sdk.sender`: one task per partition publishing its due batches, with
-  idempotence ids, retries and reconnects.
+- `tamto_sdk.sender`: one task per partition publishing its due batches, up to
+  `max_in_flight` at once, with idempotence ids, their order, retries and
+  reconnects.
 
 The hot path is `send`: it appends the message to its partition's open batch
 (two list appends for a plain payload) and returns a future; nothing else runs
@@ -35,7 +36,7 @@ from tamto_sdk.admin import Streams
 from tamto_sdk.columns import batch_columns
 from tamto_sdk.errors import Closed
 from tamto_sdk.messages import PublishedBatch, PublishResult
-from tamto_sdk.sender import Sender
+from tamto_sdk.sender import MAX_IN_FLIGHT, Sender
 
 __all__ = ["MAX_BATCH_BYTES", "Producer"]
 
@@ -54,12 +55,17 @@ class Producer(AsyncClosing):
 
     Keyed messages go to ``partition_for_key(key, partitions)``; keyless messages
     fill one partition's batch and rotate to the next partition between batches.
-    Each partition has at most one batch in flight, so order per partition holds.
+    Each partition has up to `max_in_flight` batches in flight (5, as Kafka's
+    idempotent producer); the router stores them in the order they were sent even
+    when one is retried, so order per partition holds. A batch without generated
+    ids (`idempotent=False`, or every message with an id of the application's)
+    goes alone: nothing else of its partition is in flight with it.
 
     A batch is published when it holds `max_batch_messages` or `max_batch_bytes`
     (at most `MAX_BATCH_BYTES`), or `linger_s` after its first message. With
-    `linger_s=0` (the default) it goes as soon as its partition has no batch in
-    flight: batches are clocked by the round trip, one message alone when the
+    `linger_s=0` (the default) it goes as soon as its partition has room for
+    another batch in flight: once `max_in_flight` are, batches are clocked by the
+    round trip, one message alone when the
     stream is quiet, as many as arrived meanwhile under load; keyless messages
     then stay on one partition until a full batch's worth went there, so that
     partition's batches grow with the rate instead of every partition getting
@@ -83,11 +89,14 @@ class Producer(AsyncClosing):
         max_pending_messages: int = 100_000,
         producer_name: str | None = None,
         idempotent: bool = True,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         if linger_s < 0:
             raise ValueError("linger_s must not be negative")
         if max_batch_messages <= 0 or max_batch_bytes <= 0 or max_pending_messages <= 0:
             raise ValueError("batch and pending limits must be positive")
+        if max_in_flight <= 0:
+            raise ValueError("max_in_flight must be positive")
         if max_batch_bytes > MAX_BATCH_BYTES:
             raise ValueError(f"max_batch_bytes must be at most {MAX_BATCH_BYTES} (32 MiB)")
         self._streams = streams
@@ -102,7 +111,12 @@ class Producer(AsyncClosing):
             on_partition=self._start_sender,
         )
         self._sender = Sender(
-            calls, self._accumulator, stream, producer_name=producer_name, idempotent=idempotent
+            calls,
+            self._accumulator,
+            stream,
+            producer_name=producer_name,
+            idempotent=idempotent,
+            max_in_flight=max_in_flight,
         )
         self._started = False
         self._start_lock = asyncio.Lock()
@@ -118,6 +132,12 @@ class Producer(AsyncClosing):
     def pending(self) -> int:
         """Messages enqueued or in flight whose futures have not resolved yet."""
         return self._accumulator.pending
+
+    @property
+    def in_flight_batches(self) -> int:
+        """Batches sent to the broker and not answered yet (at most `max_in_flight` per
+        partition)."""
+        return self._sender.in_flight
 
     async def start(self) -> None:
         """Look up the stream's partition count; `send` calls it when needed."""

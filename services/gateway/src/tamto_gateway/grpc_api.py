@@ -31,7 +31,7 @@ from tamto_gateway.subscriptions_api import SubscriptionsApi
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.delivery_wire import consume_error, raw_responses
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_pb2
-from tamto_protocol.wire import PUBLISH
+from tamto_protocol.wire import PUBLISH, order_of
 
 #: Longest a consume stream waits for its client's subscribe within its setup turn.
 SUBSCRIBE_IN_TURN_S = 0.2
@@ -238,7 +238,11 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
             stream, request.partition, arrow_ipc, request.batch.count, self._max_message_bytes
         )
         base, offsets = await self._upstream.append(
-            stream.name, request.partition, arrow_ipc, request.batch.count
+            stream.name,
+            request.partition,
+            arrow_ipc,
+            request.batch.count,
+            order_of(request),  # passed on as it came (`tamto_router.producer_turns`)
         )
         return gateway_pb2.PublishResponse(
             partition=request.partition,

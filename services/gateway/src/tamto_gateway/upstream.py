@@ -19,7 +19,12 @@ from tamto_gateway.consume_mux import Muxes, MuxSession
 from tamto_gateway.routing import Routes
 from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, messages_pb2, router_pb2, router_pb2_grpc
-from tamto_protocol.wire import ROUTER_APPEND, ROUTER_APPEND_STREAM, router_append_request
+from tamto_protocol.wire import (
+    ROUTER_APPEND,
+    ROUTER_APPEND_STREAM,
+    Order,
+    router_append_request,
+)
 
 PUBLISH_ACK_SECONDS = Histogram(
     "tamto_gateway_publish_ack_seconds",
@@ -74,7 +79,7 @@ class Upstream:
         self.muxes = Muxes(timeout_s)
 
     async def append(
-        self, stream: str, partition: int, arrow_ipc: bytes, count: int
+        self, stream: str, partition: int, arrow_ipc: bytes, count: int, order: Order | None = None
     ) -> tuple[int, list[int]]:
         """Append through the owning router: (base offset, per-message offsets if deduped)."""
         started = time.perf_counter()
@@ -92,7 +97,7 @@ class Upstream:
 
         def request(call_id: int) -> bytes:
             # In wire form: the batch's bytes are copied once, not twice.
-            return router_append_request(stream, partition, arrow_ipc, count, call_id)
+            return router_append_request(stream, partition, arrow_ipc, count, call_id, order)
 
         try:
             with message_span(

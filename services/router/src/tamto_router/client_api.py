@@ -34,6 +34,7 @@ from tamto_common.publishing import check_publish
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.streams import StreamDef, read_stream
 from tamto_common.tokens import Metadata
+from tamto_router.model import ProducerOrder
 from tamto_router.partition_log import Appended
 from tamto_router.partitions import Partitions
 
@@ -132,6 +133,7 @@ class ClientPublish:
         partition: int,
         arrow_ipc: bytes,
         count: int,
+        order: ProducerOrder | None = None,
     ) -> Appended:
         """Append for a client whose call carried `metadata`, from `source` (its peer)."""
         check_name("stream", stream)
@@ -147,4 +149,4 @@ class ClientPublish:
         definition = await self._streams.get(stream)
         check_publish(definition, partition, arrow_ipc, count, self._max_message_bytes)
         log = await self._partitions.get(stream, partition)
-        return await log.append(arrow_ipc, count)
+        return await log.append(arrow_ipc, count, order)

@@ -8,7 +8,7 @@ from tamto_common.config import ServiceConfig, not_negative, positive, setting
 from tamto_common.errors import ConfigError
 from tamto_common.oidc import oidc_issuers_file_setting
 from tamto_router.balancer import BalanceSettings
-from tamto_router.partition_log import REREPLICATE_AFTER_S
+from tamto_router.replica_catch_up import REREPLICATE_AFTER_S
 from tamto_router.subscription_metrics import DEFAULT_LIMIT
 
 

@@ -27,12 +27,13 @@ from tamto_protocol.delivery_wire import (
     raw_responses,
 )
 from tamto_protocol.v1 import gateway_pb2, messages_pb2, router_pb2, router_pb2_grpc
-from tamto_protocol.wire import ROUTER_APPEND, ROUTER_PUBLISH
+from tamto_protocol.wire import ROUTER_APPEND, ROUTER_PUBLISH, order_of
 from tamto_router.admin import SubscriptionAdmin
 from tamto_router.admin_api import AdminApi
 from tamto_router.client_api import ClientPublish
 from tamto_router.consume import ConsumeSession, Start, SubscribeSpec, SubscriptionRegistry
 from tamto_router.consume_mux import ConsumeMux
+from tamto_router.model import ProducerOrder
 from tamto_router.partitions import Partitions
 from tamto_router.subscription import SubscriptionType
 
@@ -153,6 +154,7 @@ class RouterServicer(AdminApi, router_pb2_grpc.RouterServicer):
             request.partition,
             request.batch.arrow_ipc,  # each access copies the bytes: once
             request.batch.count,
+            _producer_order(request),
         )
         return gateway_pb2.PublishResponse(
             partition=request.partition,
@@ -188,7 +190,7 @@ class RouterServicer(AdminApi, router_pb2_grpc.RouterServicer):
         if request.batch.count == 0 or not arrow_ipc:
             raise InvalidArgument("append needs a non-empty batch")
         log = await self._partitions.get(request.stream, request.partition)
-        appended = await log.append(arrow_ipc, request.batch.count)
+        appended = await log.append(arrow_ipc, request.batch.count, _producer_order(request))
         return router_pb2.RouterAppendResponse(
             base_offset=appended.base_offset,
             count=appended.count,
@@ -367,3 +369,11 @@ def _ranges(kind: str, ranges: Sequence[messages_pb2.OffsetRange]) -> list[tuple
     """A request's ranges as (first, last), once their number is within the limit."""
     check_range_count(f"{kind}.ranges", len(ranges))
     return [(r.first, r.last) for r in ranges]
+
+
+def _producer_order(
+    request: gateway_pb2.PublishRequest | router_pb2.RouterAppendRequest,
+) -> ProducerOrder | None:
+    """The batch's place among its producer's batches in flight, if it has one."""
+    order = order_of(request)
+    return ProducerOrder(*order) if order is not None else None

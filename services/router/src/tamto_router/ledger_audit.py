@@ -28,7 +28,7 @@ import aetcd
 import structlog
 
 from tamto_common.ledgers import LedgerList, list_ledgers
-from tamto_router.partition_log import REREPLICATE_AFTER_S
+from tamto_router.replica_catch_up import REREPLICATE_AFTER_S
 
 log = structlog.get_logger(__name__)
 

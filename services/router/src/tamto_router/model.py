@@ -26,6 +26,18 @@ class Batch:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerOrder:
+    """Where an idempotent producer's batch stands among its batches to one partition
+    (`tamto_router.producer_turns`): the producer (the prefix of its generated ids),
+    the highest sequence number generated for the batch, and, when the producer's
+    previous batch was unanswered as this one was sent, that batch's highest."""
+
+    producer: str
+    last_sequence: int
+    after_sequence: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class LogBounds:
     """A partition's readable range as storage reported it: [start_offset, next_offset)."""
 

@@ -19,12 +19,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aetcd
-import numpy as np
-import pyarrow as pa
 import structlog
 from prometheus_client import Gauge
 
-from tamto_common.errors import DataLoss, Unavailable, damaged_offsets
+from tamto_common.errors import Unavailable
 from tamto_common.ledgers import (
     Ledger,
     LedgerConflict,
@@ -35,10 +33,10 @@ from tamto_common.ledgers import (
 )
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
-from tamto_protocol.batch import decode_column
 from tamto_router.dedup import DedupWindow
+from tamto_router.dedup_restore import restore_window
 from tamto_router.metrics import OWNERSHIP_CHANGES
-from tamto_router.model import Batch, LogBounds
+from tamto_router.model import LogBounds
 from tamto_router.ownership import (
     Claim,
     Held,
@@ -46,8 +44,9 @@ from tamto_router.ownership import (
     release_partition,
     still_held,
 )
-from tamto_router.partition_log import REREPLICATE_AFTER_S, PartitionLog, Rereplicate
+from tamto_router.partition_log import PartitionLog
 from tamto_router.quorum import no_quorum, recover_ledger_end
+from tamto_router.replica_catch_up import REREPLICATE_AFTER_S, Rereplicate
 from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
@@ -433,45 +432,13 @@ class Partitions:
         bounds: LogBounds,
         kept: DedupWindow | None = None,
     ) -> DedupWindow | None:
-        """The partition's dedup window: `kept` (this router's own window of the
-        previous epoch, when nobody else owned the partition since) cut back to the
-        log's end, else rebuilt from what the log stored within the window."""
+        """The partition's dedup window (`tamto_router.dedup_restore`), None when the
+        stream keeps none."""
         definition = await self._stream_def(stream) if self._stream_def else None
         window_ms = definition.dedup_window_ms if definition else DEFAULT_DEDUP_WINDOW_MS
         if window_ms <= 0:
             return None
-        if kept is not None:
-            kept.window_us = window_ms * 1000
-            dropped = kept.truncate(bounds.next_offset)
-            if dropped:
-                log.info(
-                    "dedup window kept without ids never stored",
-                    stream=stream,
-                    partition=partition,
-                    dropped=dropped,
-                    next_offset=bounds.next_offset,
-                )
-            return kept
-        window = DedupWindow(window_ms * 1000)
-        since = time.time_ns() // 1000 - window.window_us
-        try:
-            offset = await storage.offset_for_time(stream, partition, since)
-        except DataLoss as exc:  # a damaged segment: rebuild from past its range
-            offset = _past_damage(stream, partition, exc, bounds.next_offset)
-        while offset < bounds.next_offset:
-            try:
-                batches, _ = await storage.read(stream, partition, offset, 10_000)
-            except DataLoss as exc:
-                # Damaged stored data must not stop the claim (publishing would fail
-                # for as long as it is there): its ids are lost to the window, the
-                # rest of the log is not. Consumers reading the range get DATA_LOSS.
-                offset = _past_damage(stream, partition, exc, bounds.next_offset)
-                continue
-            if not batches:
-                break
-            _record_stored(window, batches)
-            offset = batches[-1].end
-        return window
+        return await restore_window(stream, partition, storage, bounds, window_ms * 1000, kept)
 
     def range_shrunk(self, stream: str, partition: int, start: int) -> None:
         """Storage removed or rewrote segments of a partition (a bus event): if this
@@ -542,35 +509,3 @@ class Partitions:
         self._logs.clear()
         self._claims.clear()
         self._unopened.clear()
-
-
-def _record_stored(window: DedupWindow, batches: list[Batch]) -> None:
-    """Remember the ids of stored `batches` (ascending) in `window`: each stretch of
-    contiguous batches at once (`DedupWindow.record_log`), reading only their id column."""
-    start = 0
-    for i in range(1, len(batches) + 1):
-        if i < len(batches) and batches[i].base_offset == batches[i - 1].end:
-            continue
-        stretch = batches[start:i]
-        ids = pa.concat_arrays([decode_column(b.arrow_ipc, "id") for b in stretch])
-        times = np.repeat(
-            np.array([b.publish_time_us for b in stretch], np.int64),
-            [b.count for b in stretch],
-        )
-        window.record_log(ids, stretch[0].base_offset, times)
-        start = i
-
-
-def _past_damage(stream: str, partition: int, exc: DataLoss, end: int) -> int:
-    """Where the dedup rebuild goes on after `exc`: past the damaged range it names, or
-    at the log's end when its end is not known (WAL damage ends the readable log)."""
-    damaged = damaged_offsets(str(exc))
-    resume = end if damaged is None or damaged[1] is None else damaged[1] + 1
-    log.error(
-        "dedup window rebuilt without a damaged range",
-        stream=stream,
-        partition=partition,
-        error=str(exc),
-        resume_at=resume,
-    )
-    return resume

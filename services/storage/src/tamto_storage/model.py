@@ -21,7 +21,7 @@ class StoredBatch:
     """A sequenced batch: the producer's Arrow IPC bytes plus what the router assigned.
 
     A batch read from the WAL holds a view of the file's mapping, not bytes of
-    its own (see `wal._read_frames`): use it and drop it, do not keep it.
+    its own (see `wal_frames.read_frames`): use it and drop it, do not keep it.
     """
 
     base_offset: int

@@ -59,7 +59,8 @@ from tamto_storage.segments import (
     scan_segments,
     write_segment,
 )
-from tamto_storage.wal import SealedFrameDamaged, Wal, WalFileSummary, WalOptions, create_wal_file
+from tamto_storage.wal import SealedFrameDamaged, Wal, WalOptions, create_wal_file
+from tamto_storage.wal_index import WalFileSummary
 from tamto_storage.wal_recovery import list_wal_files, wal_file_name
 
 log = structlog.get_logger(__name__)

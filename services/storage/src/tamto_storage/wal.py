@@ -12,36 +12,23 @@ Once everything stored is sealed, `roll` moves appends to a new, empty file so
 the old ones can all be deleted; that file's name keeps the next offset.
 
 Group commit: `append` places the frame (file, position) synchronously and
-queues it. One writer task — started by `Wal.open`, stopped by `Wal.close` —
-takes everything queued, writes it, runs one fsync, then adds the batches to
-the in-memory index and resolves every waiting append. An append is
-acknowledged only after the fsync that covers its bytes; readers only see
-acknowledged batches. In interval mode the writer fsyncs at most once per
-`fsync_interval_s`, letting more appends join each commit.
-
-The write and fsync run in a worker thread, except for a small group
-(`INLINE_GROUP_BYTES`) while this WAL's recent fsyncs were fast
-(`INLINE_FSYNC_S`): that one runs on the event loop, blocking it for about a
-fast fsync. Handing a commit to a thread and back costs two thread wake-ups,
-~0.5 ms on the build machine, more than such a fsync (~0.45 ms); inline, the
-p99 publish-to-deliver latency at 5,000 msg/s was 5-22% lower in A/B runs
-(`docs/benchmarks.md`). A slow disk, or a large group, keeps the commit off
-the loop, and so off the other partitions' way.
+queues it; the writer (`tamto_storage.wal_commit`, started by `Wal.open`,
+stopped by `Wal.close`) writes and fsyncs everything queued in one go and then
+makes it readable. An append is acknowledged only after the fsync that covers its
+bytes; readers only see acknowledged batches.
 
 The in-memory index holds one entry per batch (not per message); reads find the
 batches covering an offset by bisection, map the file read-only and re-verify
 each frame's CRC; a batch read is a view of the mapping, not a copy.
+ (`tamto_storage.wal_frames`)
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import itertools
-import mmap
 import os
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,38 +37,14 @@ import structlog
 
 from tamto_common.durable import fsync_dir, make_dirs
 from tamto_common.errors import FailedPrecondition, TamtoError, Unavailable
-from tamto_storage import metrics, space
-from tamto_storage.frame import HEADER_SIZE, crc_matches, decode_header, encode_header
+from tamto_storage.frame import HEADER_SIZE, encode_header
 from tamto_storage.model import StoredBatch
-from tamto_storage.wal_index import Corruption, IndexEntry
+from tamto_storage.wal_commit import INLINE_FSYNC_S, GroupCommit, PendingFrame
+from tamto_storage.wal_frames import read_frames
+from tamto_storage.wal_index import Corruption, IndexEntry, WalFileSummary
 from tamto_storage.wal_recovery import list_wal_files, recover, wal_file_name
 
 log = structlog.get_logger(__name__)
-
-_IOV_MAX = 512  # buffers per pwritev call, well under the kernel's IOV_MAX
-
-#: A group of at most this many body bytes may be committed on the event loop...
-INLINE_GROUP_BYTES = 256 * 1024
-#: ...while the moving average of this WAL's fsyncs is below this.
-INLINE_FSYNC_S = 0.001
-#: Weight of the newest fsync in that average.
-_FSYNC_AVERAGE_WEIGHT = 0.2
-
-
-@dataclass(slots=True)
-class WalFileSummary:
-    """A WAL file's durable batches: where they start and end, their bytes (frames), and
-    the newest one's publish time. `Wal.sealed_files` lists the files wholly sealed."""
-
-    first_offset: int
-    end_offset: int
-    size: int
-    newest_publish_us: int
-
-    def add(self, entry: IndexEntry) -> None:
-        self.end_offset = entry.end_offset
-        self.size += entry.frame_length
-        self.newest_publish_us = max(self.newest_publish_us, entry.publish_time_us)
 
 
 class SealedFrameDamaged(Exception):
@@ -101,20 +64,12 @@ class WalOptions:
     fsync_interval_s: float = 0.05
 
 
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    entry: IndexEntry
-    header: bytes
-    body: bytes | memoryview
-    done: asyncio.Future[None] | None  # set on the last batch of each append call
-
-
-class Wal:
+class Wal(GroupCommit):
     """The write-ahead log of one partition. Create with `Wal.open`, stop with `close`."""
 
     def __init__(self, directory: Path, options: WalOptions, label: str) -> None:
         self._dir = directory
-        self._options = options
+        self._options: WalOptions = options
         self._label = label
         self._entries: list[IndexEntry] = []
         # Per file, in offset order, kept as entries come and go: the sealer asks
@@ -129,7 +84,7 @@ class Wal:
         self._failure: TamtoError | None = None
         self._tail: Path | None = None  # file the next frame goes to
         self._tail_size = 0  # bytes placed in it, written or queued
-        self._pending: list[_Pending] = []
+        self._pending: list[PendingFrame] = []
         self._last_queued: asyncio.Future[None] | None = None  # the newest append's outcome
         self._wake = asyncio.Event()
         self._closing = False
@@ -231,7 +186,9 @@ class Wal:
         for i, batch in enumerate(batches):
             entry, header = self._place(batch, epoch)
             last = i == len(batches) - 1
-            self._pending.append(_Pending(entry, header, batch.arrow_ipc, done if last else None))
+            self._pending.append(
+                PendingFrame(entry, header, batch.arrow_ipc, done if last else None)
+            )
         self._last_queued = done
         self._wake.set()
         return done
@@ -289,7 +246,7 @@ class Wal:
         chosen = self._select(from_offset, max_messages, max_bytes)
         if not chosen:
             return []
-        batches, corruption = await asyncio.to_thread(_read_frames, chosen)
+        batches, corruption = await asyncio.to_thread(read_frames, chosen)
         if corruption is not None:
             if corruption.offset < sealed_end:
                 if not batches:
@@ -533,139 +490,6 @@ class Wal:
             os.close(self._writer_fd)
             self._writer_fd = None
 
-    async def _run(self) -> None:
-        """The writer: one group commit per round until closed and drained."""
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self._pending:
-                if self._closing:
-                    return
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            if not self._options.group_commit and not self._closing:
-                # Interval mode: let appends pile up until the next fsync is due.
-                delay = self._last_sync + self._options.fsync_interval_s - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-            group, self._pending = self._pending, []
-            await self._commit(group)
-            self._last_sync = loop.time()
-
-    def commits_inline(self, group_bytes: int) -> bool:
-        """Whether a group of `group_bytes` is committed on the event loop (module docstring)."""
-        return self._fsync_average_s < INLINE_FSYNC_S and group_bytes <= INLINE_GROUP_BYTES
-
-    async def _commit(self, group: list[_Pending]) -> None:
-        try:
-            if self.commits_inline(sum(len(item.body) for item in group)):
-                fsync_seconds = self._write_group(group)
-            else:
-                fsync_seconds = await asyncio.to_thread(self._write_group, group)
-        except Exception as exc:  # the writer must survive to fail later appends, not hang them
-            if space.is_disk_full(exc):
-                self._refuse_for_space(group, exc)
-            else:
-                self._fail(group, exc)
-            return
-        space.written()
-        self._fsyncs += 1
-        for seconds in fsync_seconds:
-            metrics.FSYNC_SECONDS.observe(seconds)
-            self._fsync_average_s += _FSYNC_AVERAGE_WEIGHT * (seconds - self._fsync_average_s)
-        metrics.GROUP_COMMIT_BATCHES.observe(len(group))
-        for item in group:
-            self._entries.append(item.entry)
-            self._count_in_file(item.entry)
-            self._bases.append(item.entry.base_offset)
-            self._durable_end = item.entry.end_offset
-            if item.done is not None and not item.done.done():
-                item.done.set_result(None)  # a cancelled waiter's batches are stored all the same
-
-    def _fail(self, group: list[_Pending], exc: Exception) -> None:
-        # The log now has a hole at the first failed offset: refuse everything
-        # until a reopen recovers what reached the disk.
-        log.error("wal write failed", partition=self._label, error=str(exc))
-        self._failure = Unavailable(f"partition {self._label} write failed: {exc}")
-        for item in [*group, *self._pending]:
-            if item.done is not None and not item.done.done():
-                item.done.set_exception(self._failure)
-        self._pending = []
-
-    def _refuse_for_space(self, group: list[_Pending], exc: OSError) -> None:
-        """The disk is full (`tamto_storage.space`): nothing of `group`, or of what queued
-        behind it, is acknowledged, and the log forgets where they were placed. Whatever
-        part of them reached a file is cut off, so the next append starts again at the
-        durable end, in their place: no hole, and appends resume once space returns."""
-        first = group[0].entry
-        error = space.refused(first.file, exc)
-        failed, self._pending = [*group, *self._pending], []
-        try:
-            self._discard_from(first.file, first.position, {item.entry.file for item in failed})
-        except OSError as cleanup:
-            self._fail(failed, cleanup)
-            return
-        self._reserved_end = self._durable_end
-        self._tail, self._tail_size = first.file, first.position
-        for item in failed:
-            if item.done is not None and not item.done.done():
-                item.done.set_exception(error)
-
-    def _discard_from(self, file: Path, position: int, files: set[Path]) -> None:
-        """Cut `file` back to `position` and delete the later `files` (blocking, brief)."""
-        if self._writer_fd is not None and self._writer_path != file:
-            os.close(self._writer_fd)
-            self._writer_fd = self._writer_path = None
-        for later in files - {file}:
-            with contextlib.suppress(FileNotFoundError):
-                later.unlink()
-        if self._writer_fd is not None:
-            os.ftruncate(self._writer_fd, position)
-            return
-        with contextlib.suppress(FileNotFoundError):
-            fd = os.open(file, os.O_WRONLY)
-            try:
-                os.ftruncate(fd, position)
-            finally:
-                os.close(fd)
-
-    def _write_group(self, group: Sequence[_Pending]) -> list[float]:
-        """Write and fsync a group (worker thread, or the loop: `commits_inline`).
-        Returns each fsync's seconds."""
-        fsync_seconds: list[float] = []
-        run: list[_Pending] = []
-        for item in group:
-            if run and item.entry.file != run[0].entry.file:
-                self._write_run(run, fsync_seconds)
-                run = []
-            run.append(item)
-        if run:
-            self._write_run(run, fsync_seconds)
-        assert self._writer_fd is not None
-        fsync_seconds.append(_timed_fsync(self._writer_fd))
-        return fsync_seconds
-
-    def _write_run(self, run: Sequence[_Pending], fsync_seconds: list[float]) -> None:
-        """Write frames that go to one file, contiguously, from the first's position."""
-        path = run[0].entry.file
-        fd = self._writer_fd
-        if fd is None or path != self._writer_path:
-            if fd is not None:
-                # Roll: the old file must be durable before the new one gets data,
-                # so only the last file can end torn.
-                fsync_seconds.append(_timed_fsync(fd))
-                os.close(fd)
-                self._writer_fd = None
-            fd = self._writer_fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-            self._writer_path = path
-            fsync_dir(path.parent)
-        buffers: list[bytes | memoryview] = []
-        for item in run:
-            buffers += (item.header, item.body)
-        position = run[0].entry.position
-        for i in range(0, len(buffers), _IOV_MAX):
-            position += _pwrite_all(fd, buffers[i : i + _IOV_MAX], position)
-
 
 def create_wal_file(path: Path) -> None:
     """Create an (empty) WAL file durably without truncating it (blocking)."""
@@ -680,72 +504,3 @@ def _fsync_file(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _timed_fsync(fd: int) -> float:
-    started = time.perf_counter()
-    os.fsync(fd)
-    return time.perf_counter() - started
-
-
-def _pwrite_all(fd: int, buffers: Sequence[bytes | memoryview], position: int) -> int:
-    total = sum(len(b) for b in buffers)
-    written = os.pwritev(fd, buffers, position)
-    if written < total:  # rare short write: finish the rest plainly
-        rest = memoryview(b"".join(buffers))[written:]
-        while rest:
-            n = os.pwrite(fd, rest, position + written)
-            written += n
-            rest = rest[n:]
-    return total
-
-
-def _read_frames(entries: Sequence[IndexEntry]) -> tuple[list[StoredBatch], Corruption | None]:
-    """Read and CRC-check frames (worker thread); stops at the first bad one.
-
-    Each file is mapped read-only, and each batch's body is a view of the
-    mapping: the bytes go from the page cache to where they are used (a read's
-    response, the Parquet encoder) without a copy into a buffer of their own.
-    Copying them with `os.pread` took ~13% of a core while sealing at 1 KiB
-    publish rates (this machine copies page cache at ~1.2 GB/s). A mapping lives
-    as long as a view of it, so read results must not be kept: they are encoded
-    or sealed, then dropped. It is safe because a WAL file never shrinks while
-    the WAL is open (recovery truncates a torn tail before anything reads) and
-    only durable frames are read; a disk error under a mapping is a SIGBUS,
-    where `pread` would have raised EIO: storage stops, and its log is whole.
-
-    The CRC runs on every read: a frame may rot on disk long after it was
-    written or last read.
-    """
-    batches: list[StoredBatch] = []
-    for file, run in itertools.groupby(entries, key=lambda e: e.file):
-        view = _map(file)
-        for entry in run:
-            body_start = entry.position + HEADER_SIZE
-            header_bytes = view[entry.position : body_start]
-            body = view[body_start : body_start + entry.body_length]
-            problem = _frame_problem(entry, header_bytes, body)
-            if problem is not None:
-                return batches, Corruption(entry.base_offset, file, entry.position, problem)
-            batches.append(StoredBatch(entry.base_offset, entry.count, entry.publish_time_us, body))
-    return batches, None
-
-
-def _map(file: Path) -> memoryview:
-    """The whole file, mapped read-only (empty if it is)."""
-    with open(file, "rb") as f:
-        try:
-            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-        except ValueError:  # an empty file cannot be mapped
-            return memoryview(b"")
-
-
-def _frame_problem(entry: IndexEntry, header_bytes: memoryview, body: memoryview) -> str | None:
-    if len(body) != entry.body_length or len(header_bytes) != HEADER_SIZE:
-        return "frame is shorter than indexed"
-    if not crc_matches(header_bytes, body):
-        return "frame checksum mismatch"
-    header = decode_header(header_bytes)
-    if (header.base_offset, header.count) != (entry.base_offset, entry.count):
-        return f"frame holds offset {header.base_offset}, expected {entry.base_offset}"
-    return None

@@ -52,3 +52,19 @@ class Corruption:
             f"{self.reason} at byte {self.position}; "
             f"the partition's log is readable below offset {self.offset}",
         )
+
+
+@dataclass(slots=True)
+class WalFileSummary:
+    """A WAL file's durable batches: where they start and end, their bytes (frames), and
+    the newest one's publish time. `Wal.sealed_files` lists the files wholly sealed."""
+
+    first_offset: int
+    end_offset: int
+    size: int
+    newest_publish_us: int
+
+    def add(self, entry: IndexEntry) -> None:
+        self.end_offset = entry.end_offset
+        self.size += entry.frame_length
+        self.newest_publish_us = max(self.newest_publish_us, entry.publish_time_us)

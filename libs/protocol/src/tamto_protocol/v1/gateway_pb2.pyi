@@ -71,16 +71,18 @@ class ListStreamsResponse(_message.Message):
     def __init__(self, streams: _Optional[_Iterable[_Union[_messages_pb2.StreamInfo, _Mapping]]] = ...) -> None: ...
 
 class PublishRequest(_message.Message):
-    __slots__ = ("stream", "partition", "batch", "call_id")
+    __slots__ = ("stream", "partition", "batch", "order", "call_id")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     stream: str
     partition: int
     batch: _messages_pb2.RecordBatch
+    order: _messages_pb2.ProducerOrder
     call_id: int
-    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., call_id: _Optional[int] = ...) -> None: ...
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., order: _Optional[_Union[_messages_pb2.ProducerOrder, _Mapping]] = ..., call_id: _Optional[int] = ...) -> None: ...
 
 class LookupRequest(_message.Message):
     __slots__ = ("stream",)

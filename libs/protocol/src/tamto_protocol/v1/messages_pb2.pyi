@@ -66,6 +66,16 @@ class RecordBatch(_message.Message):
     count: int
     def __init__(self, arrow_ipc: _Optional[bytes] = ..., count: _Optional[int] = ...) -> None: ...
 
+class ProducerOrder(_message.Message):
+    __slots__ = ("producer", "last_sequence", "after_sequence")
+    PRODUCER_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    producer: str
+    last_sequence: int
+    after_sequence: int
+    def __init__(self, producer: _Optional[str] = ..., last_sequence: _Optional[int] = ..., after_sequence: _Optional[int] = ...) -> None: ...
+
 class CallStatus(_message.Message):
     __slots__ = ("code", "message", "trailing_metadata")
     class TrailingMetadataEntry(_message.Message):

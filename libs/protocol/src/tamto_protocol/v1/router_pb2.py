@@ -26,41 +26,41 @@ from tamto_protocol.v1 import messages_pb2 as tamto_dot_v1_dot_messages__pb2
 from tamto_protocol.v1 import gateway_pb2 as tamto_dot_v1_dot_gateway__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tamto/v1/router.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\x1a\x16tamto/v1/gateway.proto\"o\n\x13RouterAppendRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12$\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x15.tamto.v1.RecordBatch\x12\x0f\n\x07\x63\x61ll_id\x18\x0f \x01(\x04\"\x85\x01\n\x1aRouterAppendStreamResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12$\n\x06status\x18\x02 \x01(\x0b\x32\x14.tamto.v1.CallStatus\x12\x30\n\x08response\x18\x03 \x01(\x0b\x32\x1e.tamto.v1.RouterAppendResponse\"K\n\x14RouterAppendResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x0f\n\x07offsets\x18\x03 \x03(\x03\";\n\x16RouterPartitionRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\"8\n\x1fRouterListSubscriptionsResponse\x12\x15\n\rsubscriptions\x18\x01 \x03(\t\"T\n\x19RouterSubscriptionRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x14\n\x0csubscription\x18\x03 \x01(\t\"\x83\x01\n\x11RouterSeekRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x14\n\x0csubscription\x18\x03 \x01(\t\x12$\n\x06target\x18\x04 \x01(\x0b\x32\x14.tamto.v1.SeekTarget\x12\x0f\n\x07\x64ry_run\x18\x05 \x01(\x08\"3\n RouterDeleteSubscriptionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"w\n\x11RouterReadRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x13\n\x0b\x66rom_offset\x18\x03 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x04 \x01(\r\x12\x14\n\x0csubscription\x18\x05 \x01(\t\"<\n\x12RouterReadResponse\x12&\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\"C\n\x12\x43onsumeMuxRequests\x12-\n\x08requests\x18\x01 \x03(\x0b\x32\x1b.tamto.v1.ConsumeMuxRequest\"F\n\x13\x43onsumeMuxResponses\x12/\n\tresponses\x18\x01 \x03(\x0b\x32\x1c.tamto.v1.ConsumeMuxResponse\"}\n\x11\x43onsumeMuxRequest\x12\x0f\n\x07session\x18\x01 \x01(\x04\x12+\n\x07\x63onsume\x18\x02 \x01(\x0b\x32\x18.tamto.v1.ConsumeRequestH\x00\x12\r\n\x03\x65nd\x18\x03 \x01(\x08H\x00\x12\x10\n\x06\x63\x61ncel\x18\x04 \x01(\x08H\x00\x42\t\n\x07request\"i\n\x12\x43onsumeMuxResponse\x12\x0f\n\x07session\x18\x01 \x01(\x04\x12\x11\n\x07\x63onsume\x18\x02 \x01(\x0cH\x00\x12#\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x14.tamto.v1.CallStatusH\x00\x42\n\n\x08response2\xda\x07\n\x06Router\x12G\n\x06\x41ppend\x12\x1d.tamto.v1.RouterAppendRequest\x1a\x1e.tamto.v1.RouterAppendResponse\x12W\n\x0c\x41ppendStream\x12\x1d.tamto.v1.RouterAppendRequest\x1a$.tamto.v1.RouterAppendStreamResponse(\x01\x30\x01\x12\x42\n\x07\x43onsume\x12\x18.tamto.v1.ConsumeRequest\x1a\x19.tamto.v1.ConsumeResponse(\x01\x30\x01\x12M\n\nConsumeMux\x12\x1c.tamto.v1.ConsumeMuxRequests\x1a\x1d.tamto.v1.ConsumeMuxResponses(\x01\x30\x01\x12>\n\x07Publish\x12\x18.tamto.v1.PublishRequest\x1a\x19.tamto.v1.PublishResponse\x12N\n\rPublishStream\x12\x18.tamto.v1.PublishRequest\x1a\x1f.tamto.v1.PublishStreamResponse(\x01\x30\x01\x12`\n\x11ListSubscriptions\x12 .tamto.v1.RouterPartitionRequest\x1a).tamto.v1.RouterListSubscriptionsResponse\x12\\\n\x14\x44\x65scribeSubscription\x12#.tamto.v1.RouterSubscriptionRequest\x1a\x1f.tamto.v1.SubscriptionPartition\x12P\n\x10SeekSubscription\x12\x1b.tamto.v1.RouterSeekRequest\x1a\x1f.tamto.v1.SubscriptionPartition\x12\x65\n\x12\x44\x65leteSubscription\x12#.tamto.v1.RouterSubscriptionRequest\x1a*.tamto.v1.RouterDeleteSubscriptionResponse\x12O\n\x11GetPartitionStats\x12 .tamto.v1.RouterPartitionRequest\x1a\x18.tamto.v1.PartitionStats\x12\x41\n\x04Read\x12\x1b.tamto.v1.RouterReadRequest\x1a\x1c.tamto.v1.RouterReadResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tamto/v1/router.proto\x12\x08tamto.v1\x1a\x17tamto/v1/messages.proto\x1a\x16tamto/v1/gateway.proto\"\x97\x01\n\x13RouterAppendRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12$\n\x05\x62\x61tch\x18\x03 \x01(\x0b\x32\x15.tamto.v1.RecordBatch\x12&\n\x05order\x18\x04 \x01(\x0b\x32\x17.tamto.v1.ProducerOrder\x12\x0f\n\x07\x63\x61ll_id\x18\x0f \x01(\x04\"\x85\x01\n\x1aRouterAppendStreamResponse\x12\x0f\n\x07\x63\x61ll_id\x18\x01 \x01(\x04\x12$\n\x06status\x18\x02 \x01(\x0b\x32\x14.tamto.v1.CallStatus\x12\x30\n\x08response\x18\x03 \x01(\x0b\x32\x1e.tamto.v1.RouterAppendResponse\"K\n\x14RouterAppendResponse\x12\x13\n\x0b\x62\x61se_offset\x18\x01 \x01(\x03\x12\r\n\x05\x63ount\x18\x02 \x01(\r\x12\x0f\n\x07offsets\x18\x03 \x03(\x03\";\n\x16RouterPartitionRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\"8\n\x1fRouterListSubscriptionsResponse\x12\x15\n\rsubscriptions\x18\x01 \x03(\t\"T\n\x19RouterSubscriptionRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x14\n\x0csubscription\x18\x03 \x01(\t\"\x83\x01\n\x11RouterSeekRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x14\n\x0csubscription\x18\x03 \x01(\t\x12$\n\x06target\x18\x04 \x01(\x0b\x32\x14.tamto.v1.SeekTarget\x12\x0f\n\x07\x64ry_run\x18\x05 \x01(\x08\"3\n RouterDeleteSubscriptionResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"w\n\x11RouterReadRequest\x12\x0e\n\x06stream\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\r\x12\x13\n\x0b\x66rom_offset\x18\x03 \x01(\x03\x12\x14\n\x0cmax_messages\x18\x04 \x01(\r\x12\x14\n\x0csubscription\x18\x05 \x01(\t\"<\n\x12RouterReadResponse\x12&\n\x07\x62\x61tches\x18\x01 \x03(\x0b\x32\x15.tamto.v1.StoredBatch\"C\n\x12\x43onsumeMuxRequests\x12-\n\x08requests\x18\x01 \x03(\x0b\x32\x1b.tamto.v1.ConsumeMuxRequest\"F\n\x13\x43onsumeMuxResponses\x12/\n\tresponses\x18\x01 \x03(\x0b\x32\x1c.tamto.v1.ConsumeMuxResponse\"}\n\x11\x43onsumeMuxRequest\x12\x0f\n\x07session\x18\x01 \x01(\x04\x12+\n\x07\x63onsume\x18\x02 \x01(\x0b\x32\x18.tamto.v1.ConsumeRequestH\x00\x12\r\n\x03\x65nd\x18\x03 \x01(\x08H\x00\x12\x10\n\x06\x63\x61ncel\x18\x04 \x01(\x08H\x00\x42\t\n\x07request\"i\n\x12\x43onsumeMuxResponse\x12\x0f\n\x07session\x18\x01 \x01(\x04\x12\x11\n\x07\x63onsume\x18\x02 \x01(\x0cH\x00\x12#\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x14.tamto.v1.CallStatusH\x00\x42\n\n\x08response2\xda\x07\n\x06Router\x12G\n\x06\x41ppend\x12\x1d.tamto.v1.RouterAppendRequest\x1a\x1e.tamto.v1.RouterAppendResponse\x12W\n\x0c\x41ppendStream\x12\x1d.tamto.v1.RouterAppendRequest\x1a$.tamto.v1.RouterAppendStreamResponse(\x01\x30\x01\x12\x42\n\x07\x43onsume\x12\x18.tamto.v1.ConsumeRequest\x1a\x19.tamto.v1.ConsumeResponse(\x01\x30\x01\x12M\n\nConsumeMux\x12\x1c.tamto.v1.ConsumeMuxRequests\x1a\x1d.tamto.v1.ConsumeMuxResponses(\x01\x30\x01\x12>\n\x07Publish\x12\x18.tamto.v1.PublishRequest\x1a\x19.tamto.v1.PublishResponse\x12N\n\rPublishStream\x12\x18.tamto.v1.PublishRequest\x1a\x1f.tamto.v1.PublishStreamResponse(\x01\x30\x01\x12`\n\x11ListSubscriptions\x12 .tamto.v1.RouterPartitionRequest\x1a).tamto.v1.RouterListSubscriptionsResponse\x12\\\n\x14\x44\x65scribeSubscription\x12#.tamto.v1.RouterSubscriptionRequest\x1a\x1f.tamto.v1.SubscriptionPartition\x12P\n\x10SeekSubscription\x12\x1b.tamto.v1.RouterSeekRequest\x1a\x1f.tamto.v1.SubscriptionPartition\x12\x65\n\x12\x44\x65leteSubscription\x12#.tamto.v1.RouterSubscriptionRequest\x1a*.tamto.v1.RouterDeleteSubscriptionResponse\x12O\n\x11GetPartitionStats\x12 .tamto.v1.RouterPartitionRequest\x1a\x18.tamto.v1.PartitionStats\x12\x41\n\x04Read\x12\x1b.tamto.v1.RouterReadRequest\x1a\x1c.tamto.v1.RouterReadResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tamto.v1.router_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ROUTERAPPENDREQUEST']._serialized_start=84
-  _globals['_ROUTERAPPENDREQUEST']._serialized_end=195
-  _globals['_ROUTERAPPENDSTREAMRESPONSE']._serialized_start=198
-  _globals['_ROUTERAPPENDSTREAMRESPONSE']._serialized_end=331
-  _globals['_ROUTERAPPENDRESPONSE']._serialized_start=333
-  _globals['_ROUTERAPPENDRESPONSE']._serialized_end=408
-  _globals['_ROUTERPARTITIONREQUEST']._serialized_start=410
-  _globals['_ROUTERPARTITIONREQUEST']._serialized_end=469
-  _globals['_ROUTERLISTSUBSCRIPTIONSRESPONSE']._serialized_start=471
-  _globals['_ROUTERLISTSUBSCRIPTIONSRESPONSE']._serialized_end=527
-  _globals['_ROUTERSUBSCRIPTIONREQUEST']._serialized_start=529
-  _globals['_ROUTERSUBSCRIPTIONREQUEST']._serialized_end=613
-  _globals['_ROUTERSEEKREQUEST']._serialized_start=616
-  _globals['_ROUTERSEEKREQUEST']._serialized_end=747
-  _globals['_ROUTERDELETESUBSCRIPTIONRESPONSE']._serialized_start=749
-  _globals['_ROUTERDELETESUBSCRIPTIONRESPONSE']._serialized_end=800
-  _globals['_ROUTERREADREQUEST']._serialized_start=802
-  _globals['_ROUTERREADREQUEST']._serialized_end=921
-  _globals['_ROUTERREADRESPONSE']._serialized_start=923
-  _globals['_ROUTERREADRESPONSE']._serialized_end=983
-  _globals['_CONSUMEMUXREQUESTS']._serialized_start=985
-  _globals['_CONSUMEMUXREQUESTS']._serialized_end=1052
-  _globals['_CONSUMEMUXRESPONSES']._serialized_start=1054
-  _globals['_CONSUMEMUXRESPONSES']._serialized_end=1124
-  _globals['_CONSUMEMUXREQUEST']._serialized_start=1126
-  _globals['_CONSUMEMUXREQUEST']._serialized_end=1251
-  _globals['_CONSUMEMUXRESPONSE']._serialized_start=1253
-  _globals['_CONSUMEMUXRESPONSE']._serialized_end=1358
-  _globals['_ROUTER']._serialized_start=1361
-  _globals['_ROUTER']._serialized_end=2347
+  _globals['_ROUTERAPPENDREQUEST']._serialized_start=85
+  _globals['_ROUTERAPPENDREQUEST']._serialized_end=236
+  _globals['_ROUTERAPPENDSTREAMRESPONSE']._serialized_start=239
+  _globals['_ROUTERAPPENDSTREAMRESPONSE']._serialized_end=372
+  _globals['_ROUTERAPPENDRESPONSE']._serialized_start=374
+  _globals['_ROUTERAPPENDRESPONSE']._serialized_end=449
+  _globals['_ROUTERPARTITIONREQUEST']._serialized_start=451
+  _globals['_ROUTERPARTITIONREQUEST']._serialized_end=510
+  _globals['_ROUTERLISTSUBSCRIPTIONSRESPONSE']._serialized_start=512
+  _globals['_ROUTERLISTSUBSCRIPTIONSRESPONSE']._serialized_end=568
+  _globals['_ROUTERSUBSCRIPTIONREQUEST']._serialized_start=570
+  _globals['_ROUTERSUBSCRIPTIONREQUEST']._serialized_end=654
+  _globals['_ROUTERSEEKREQUEST']._serialized_start=657
+  _globals['_ROUTERSEEKREQUEST']._serialized_end=788
+  _globals['_ROUTERDELETESUBSCRIPTIONRESPONSE']._serialized_start=790
+  _globals['_ROUTERDELETESUBSCRIPTIONRESPONSE']._serialized_end=841
+  _globals['_ROUTERREADREQUEST']._serialized_start=843
+  _globals['_ROUTERREADREQUEST']._serialized_end=962
+  _globals['_ROUTERREADRESPONSE']._serialized_start=964
+  _globals['_ROUTERREADRESPONSE']._serialized_end=1024
+  _globals['_CONSUMEMUXREQUESTS']._serialized_start=1026
+  _globals['_CONSUMEMUXREQUESTS']._serialized_end=1093
+  _globals['_CONSUMEMUXRESPONSES']._serialized_start=1095
+  _globals['_CONSUMEMUXRESPONSES']._serialized_end=1165
+  _globals['_CONSUMEMUXREQUEST']._serialized_start=1167
+  _globals['_CONSUMEMUXREQUEST']._serialized_end=1292
+  _globals['_CONSUMEMUXRESPONSE']._serialized_start=1294
+  _globals['_CONSUMEMUXRESPONSE']._serialized_end=1399
+  _globals['_ROUTER']._serialized_start=1402
+  _globals['_ROUTER']._serialized_end=2388
 # @@protoc_insertion_point(module_scope)

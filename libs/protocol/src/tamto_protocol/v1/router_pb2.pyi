@@ -9,16 +9,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RouterAppendRequest(_message.Message):
-    __slots__ = ("stream", "partition", "batch", "call_id")
+    __slots__ = ("stream", "partition", "batch", "order", "call_id")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     stream: str
     partition: int
     batch: _messages_pb2.RecordBatch
+    order: _messages_pb2.ProducerOrder
     call_id: int
-    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., call_id: _Optional[int] = ...) -> None: ...
+    def __init__(self, stream: _Optional[str] = ..., partition: _Optional[int] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., order: _Optional[_Union[_messages_pb2.ProducerOrder, _Mapping]] = ..., call_id: _Optional[int] = ...) -> None: ...
 
 class RouterAppendStreamResponse(_message.Message):
     __slots__ = ("call_id", "status", "response")
