@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from tamto_cli import cluster_cmds
+from tamto_cli import connect as connect_module
 from tamto_cli.cluster_cmds import parse_partition
 from tamto_cli.main import app
 from tamto_cli.status import fetch_notes
@@ -62,7 +62,7 @@ def test_drain_and_undrain_print_the_drained_routers(monkeypatch: pytest.MonkeyP
     async def connect(*args: object) -> Client:
         return Client()
 
-    monkeypatch.setattr(cluster_cmds, "connect_client", connect)
+    monkeypatch.setattr(connect_module, "connect_client", connect)
 
     def node(*args: str) -> str:
         result = CliRunner().invoke(app, ["node", *args])

@@ -83,79 +83,87 @@ def _clean(value: Any) -> Any:
     return value
 
 
+#: --systems's default: every one-node system.
+_ALL_SYSTEMS = ",".join(SYSTEMS)
+
+#: `tamto bench`'s options, one alias each (the command's signature stays readable).
+Local = Annotated[
+    bool, typer.Option(help="start a whole Tamto in a temporary directory for the run")
+]
+Quick = Annotated[bool, typer.Option(help="short windows and one latency rate (a CI-sized check)")]
+Sizes = Annotated[str, typer.Option(help="message sizes in bytes")]
+Duration = Annotated[
+    float | None, typer.Option(help="seconds per measurement window (5; 1 with --quick)")
+]
+Producers = Annotated[int, typer.Option(help="producer processes")]
+Consumers = Annotated[int, typer.Option(help="consumer processes")]
+Partitions = Annotated[int, typer.Option(help="partitions of each Tamto stream")]
+Rates = Annotated[
+    str | None,
+    typer.Option(help="fixed rates (msg/s) for latency (1000,5000; 5000 with --quick)"),
+]
+LingerMs = Annotated[
+    float, typer.Option(help="Tamto producer linger (0: batches clocked by the round trip)")
+]
+Window = Annotated[int, typer.Option(help="unacknowledged publishes per producer (both systems)")]
+Systems = Annotated[
+    str,
+    typer.Option(
+        help="what to run, of: tamto,jetstream,core,ceiling,ephemeral,functions,http "
+        "(publishing through the gateway's HTTP API), the cluster's tamto-r3,jetstream-r3, "
+        "and mqtt (the gateway's MQTT broker beside Debian's mosquitto; only when named)"
+    ),
+]
+Nodes = Annotated[
+    int | None,
+    typer.Option(
+        help="storage nodes and routers of the tamto-r3 cluster (3); more than 1 also "
+        "adds tamto-r3,jetstream-r3 to --systems"
+    ),
+]
+JetstreamSync = Annotated[
+    str, typer.Option(help="JetStream sync_interval (always: fsync before every ack)")
+]
+JsonPath = Annotated[
+    Path | None, typer.Option("--json", help="write the results as JSON to this file")
+]
+MarkdownPath = Annotated[
+    Path | None, typer.Option("--markdown", help="write the tables as Markdown to this file")
+]
+Url = Annotated[str | None, typer.Option(help="gateway URL (env TAMTO_URL)")]
+ApiKey = Annotated[str | None, typer.Option(help="API key (env TAMTO_API_KEY)")]
+Etcd = Annotated[
+    str, typer.Option(help="etcd endpoint (service memory)", envvar="TAMTO_ETCD_ENDPOINTS")
+]
+DataDir = Annotated[
+    Path | None, typer.Option("--data-dir", help="where the running system's state lives")
+]
+
+
 def bench(
-    local: Annotated[
-        bool, typer.Option(help="start a whole Tamto in a temporary directory for the run")
-    ] = False,
-    quick: Annotated[
-        bool, typer.Option(help="short windows and one latency rate (a CI-sized check)")
-    ] = False,
-    sizes: Annotated[str, typer.Option(help="message sizes in bytes")] = "100,1024,10240",
-    duration: Annotated[
-        float | None, typer.Option(help="seconds per measurement window (5; 1 with --quick)")
-    ] = None,
-    producers: Annotated[int, typer.Option(help="producer processes")] = 2,
-    consumers: Annotated[int, typer.Option(help="consumer processes")] = 2,
-    partitions: Annotated[int, typer.Option(help="partitions of each Tamto stream")] = 4,
-    rates: Annotated[
-        str | None,
-        typer.Option(help="fixed rates (msg/s) for latency (1000,5000; 5000 with --quick)"),
-    ] = None,
-    linger_ms: Annotated[
-        float, typer.Option(help="Tamto producer linger (0: batches clocked by the round trip)")
-    ] = 0.0,
-    window: Annotated[
-        int, typer.Option(help="unacknowledged publishes per producer (both systems)")
-    ] = 10_000,
-    systems: Annotated[
-        str,
-        typer.Option(
-            help="what to run, of: tamto,jetstream,core,ceiling,ephemeral,functions,http "
-            "(publishing through the gateway's HTTP API), the cluster's tamto-r3,jetstream-r3, "
-            "and mqtt (the gateway's MQTT broker beside Debian's mosquitto; only when named)"
-        ),
-    ] = ",".join(SYSTEMS),
-    nodes: Annotated[
-        int | None,
-        typer.Option(
-            help="storage nodes and routers of the tamto-r3 cluster (3); more than 1 also "
-            "adds tamto-r3,jetstream-r3 to --systems"
-        ),
-    ] = None,
-    jetstream_sync: Annotated[
-        str, typer.Option(help="JetStream sync_interval (always: fsync before every ack)")
-    ] = "always",
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="write the results as JSON to this file")
-    ] = None,
-    markdown_path: Annotated[
-        Path | None, typer.Option("--markdown", help="write the tables as Markdown to this file")
-    ] = None,
-    url: Annotated[str | None, typer.Option(help="gateway URL (env TAMTO_URL)")] = None,
-    api_key: Annotated[str | None, typer.Option(help="API key (env TAMTO_API_KEY)")] = None,
-    etcd: Annotated[
-        str, typer.Option(help="etcd endpoint (service memory)", envvar="TAMTO_ETCD_ENDPOINTS")
-    ] = settings.DEFAULT_ETCD,
-    data_dir: Annotated[
-        Path | None, typer.Option("--data-dir", help="where the running system's state lives")
-    ] = None,
+    local: Local = False,
+    quick: Quick = False,
+    sizes: Sizes = "100,1024,10240",
+    duration: Duration = None,
+    producers: Producers = 2,
+    consumers: Consumers = 2,
+    partitions: Partitions = 4,
+    rates: Rates = None,
+    linger_ms: LingerMs = 0.0,
+    window: Window = 10_000,
+    systems: Systems = _ALL_SYSTEMS,
+    nodes: Nodes = None,
+    jetstream_sync: JetstreamSync = "always",
+    json_path: JsonPath = None,
+    markdown_path: MarkdownPath = None,
+    url: Url = None,
+    api_key: ApiKey = None,
+    etcd: Etcd = settings.DEFAULT_ETCD,
+    data_dir: DataDir = None,
 ) -> None:
     """Measure throughput, latency and memory of Tamto beside NATS JetStream, and its
     ephemeral streams beside core NATS (loopback only)."""
-    chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
-    known = (*SYSTEMS, *CLUSTER_SYSTEMS, *OPTIONAL_SYSTEMS)
-    unknown = [s for s in chosen if s not in known]
-    if unknown or not chosen:
-        err.print(f"tamto bench: --systems takes {','.join(known)}, not {systems!r}")
-        raise typer.Exit(2)
-    if nodes is not None and nodes > 1:
-        chosen += tuple(s for s in CLUSTER_SYSTEMS if s not in chosen)
-    if "tamto-r3" in chosen and (nodes or CLUSTER_REPLICAS) < CLUSTER_REPLICAS:
-        err.print(f"tamto bench: tamto-r3 needs --nodes {CLUSTER_REPLICAS} or more, not {nodes}")
-        raise typer.Exit(2)
-    if "tamto-r3" in chosen and not local:
-        err.print("tamto bench: tamto-r3 starts its own cluster: add --local")
-        raise typer.Exit(2)
+    chosen = _chosen_systems(systems, nodes, local)
     if min(producers, consumers, partitions, window) <= 0:
         err.print("tamto bench: --producers, --consumers, --partitions and --window must be > 0")
         raise typer.Exit(2)
@@ -176,12 +184,7 @@ def bench(
         nodes=nodes or CLUSTER_REPLICAS,
         mqtt_idle=1_000 if quick else 10_000,
     )
-    if "mqtt" in chosen and not local:
-        err.print("tamto bench: mqtt starts its own Tamto and mosquitto: add --local")
-        raise typer.Exit(2)
-    if options.duration_s <= 0 or min(options.sizes) < 8:
-        err.print("tamto bench: --duration must be > 0 and every size at least 8 bytes")
-        raise typer.Exit(2)
+    _check_options(options, local)
     target = None
     if not local and ("tamto" in chosen or "ephemeral" in chosen):
         data = settings.data_dir(data_dir)
@@ -195,7 +198,41 @@ def bench(
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    doc = _clean(finish(doc))
+    _show(_clean(finish(doc)), json_path, markdown_path)
+
+
+def _chosen_systems(systems: str, nodes: int | None, local: bool) -> tuple[str, ...]:
+    """The systems --systems (and --nodes) choose; bad usage (exit 2) if unknown, or if
+    the cluster cannot run as asked."""
+    chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
+    known = (*SYSTEMS, *CLUSTER_SYSTEMS, *OPTIONAL_SYSTEMS)
+    unknown = [s for s in chosen if s not in known]
+    if unknown or not chosen:
+        err.print(f"tamto bench: --systems takes {','.join(known)}, not {systems!r}")
+        raise typer.Exit(2)
+    if nodes is not None and nodes > 1:
+        chosen += tuple(s for s in CLUSTER_SYSTEMS if s not in chosen)
+    if "tamto-r3" in chosen and (nodes or CLUSTER_REPLICAS) < CLUSTER_REPLICAS:
+        err.print(f"tamto bench: tamto-r3 needs --nodes {CLUSTER_REPLICAS} or more, not {nodes}")
+        raise typer.Exit(2)
+    if "tamto-r3" in chosen and not local:
+        err.print("tamto bench: tamto-r3 starts its own cluster: add --local")
+        raise typer.Exit(2)
+    return chosen
+
+
+def _check_options(options: BenchOptions, local: bool) -> None:
+    """Bad usage (exit 2) for what the options allow only together."""
+    if "mqtt" in options.systems and not local:
+        err.print("tamto bench: mqtt starts its own Tamto and mosquitto: add --local")
+        raise typer.Exit(2)
+    if options.duration_s <= 0 or min(options.sizes) < 8:
+        err.print("tamto bench: --duration must be > 0 and every size at least 8 bytes")
+        raise typer.Exit(2)
+
+
+def _show(doc: dict[str, Any], json_path: Path | None, markdown_path: Path | None) -> None:
+    """Print the tables; write the JSON and Markdown files asked for."""
     render(doc, console)
     if json_path is not None:
         write_atomic(json_path, (json.dumps(doc, indent=2) + "\n").encode())

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tamto_common.config import parse_endpoints
 from tamto_common.durable import make_dirs, write_atomic
 from tamto_common.membership import Member, connect_etcd, list_members
+from tamto_common.tasks import cancel_and_wait
 from tamto_local.binaries import binary
 from tamto_local.cluster import ClusterConfig, LaunchError, LocalCluster
 from tamto_local.infra import tcp_open, wait_until
@@ -380,8 +381,5 @@ class RssSampler:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         self._sample()

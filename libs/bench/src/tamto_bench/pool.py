@@ -105,18 +105,34 @@ def _worker_main(conn: Connection) -> None:
     _warm_up()
     freeze_startup_objects()
     conn.send(("up", None))
-    while True:
-        try:
-            spec = conn.recv()
-        except EOFError:
-            return
-        if spec is None:
-            return
-        try:
-            result: JobResult = asyncio.run(_job(spec)(spec, Gate(conn)))
-            conn.send(("done", result))
-        except BaseException:
-            conn.send(("error", traceback.format_exc()))
+    # One event loop for the worker's life, not one per job: gRPC's aio poller binds
+    # to every loop a channel or server was made on and keeps posting to it, so a job
+    # per `asyncio.run` left it posting to closed loops ("Event loop is closed").
+    with asyncio.Runner() as runner:
+        while True:
+            try:
+                spec = conn.recv()
+            except EOFError:
+                return
+            if spec is None:
+                return
+            try:
+                result: JobResult = runner.run(_job(spec)(spec, Gate(conn)))
+                conn.send(("done", result))
+            except BaseException:
+                conn.send(("error", traceback.format_exc()))
+            finally:
+                runner.run(_cancel_leftovers())
+
+
+async def _cancel_leftovers() -> None:
+    """Cancel and await what a job left running, as `asyncio.run` does at its end, so
+    nothing of one job runs in the next one's window."""
+    current = asyncio.current_task()
+    leftovers = [task for task in asyncio.all_tasks() if task is not current]
+    for task in leftovers:
+        task.cancel()
+    await asyncio.gather(*leftovers, return_exceptions=True)
 
 
 class WorkerPool:

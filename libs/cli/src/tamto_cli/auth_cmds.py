@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tamto_cli.connect import connect_client, err, exit_code, fetch, run
+from tamto_cli.connect import err, fetch, require_found
 from tamto_cli.options import ApiKey, AsJson, DataDir, Url
 from tamto_cli.output import report
 
 if TYPE_CHECKING:
     import tamto_sdk
-    import tamto_sdk.security
 
 auth_app = typer.Typer(help="Identities, API keys, roles, bindings and tokens.")
 user_app = typer.Typer(help="Users and service accounts, and their API keys.")
@@ -68,18 +68,15 @@ def user_create(
         tamto_sdk.security.IdentityKind.SERVICE if service else tamto_sdk.security.IdentityKind.USER
     )
 
-    async def go() -> None:
-        async with await connect_client(url, api_key, data_dir) as client:
-            await client.security.create_identity(name, kind)
-            new = await client.security.create_api_key(name) if key else None
-        if new is not None:
-            _print_new_key(new, as_json)
-        elif as_json:
-            print(json.dumps({"name": name, "kind": kind.value}))
-        else:
-            typer.echo(f"{name}: created ({kind.value})")
+    async def create(client: tamto_sdk.Client) -> tamto_sdk.security.NewApiKey | None:
+        await client.security.create_identity(name, kind)
+        return await client.security.create_api_key(name) if key else None
 
-    run(go())
+    new = fetch(url, api_key, data_dir, create)
+    if new is not None:
+        _print_new_key(new, as_json)
+    else:
+        report(as_json, f"{name}: created ({kind.value})", {"name": name, "kind": kind.value})
 
 
 @user_app.command("list")
@@ -100,13 +97,9 @@ def user_list(
 def _set_identity(
     name: str, disabled: bool, as_json: bool, url: str | None, key: str | None, d: Path | None
 ) -> None:
-    async def go() -> None:
-        async with await connect_client(url, key, d) as client:
-            await client.security.set_identity_disabled(name, disabled)
-        state = "disabled" if disabled else "enabled"
-        report(as_json, f"{name}: {state}", {"name": name, "disabled": disabled})
-
-    run(go())
+    fetch(url, key, d, lambda client: client.security.set_identity_disabled(name, disabled))
+    state = "disabled" if disabled else "enabled"
+    report(as_json, f"{name}: {state}", {"name": name, "disabled": disabled})
 
 
 @user_app.command("disable")
@@ -143,11 +136,9 @@ def user_add_key(
 ) -> None:
     """Create another API key for an identity (printed once)."""
 
-    async def go() -> tamto_sdk.security.NewApiKey:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.security.create_api_key(name)
-
-    _print_new_key(run(go()), as_json)
+    _print_new_key(
+        fetch(url, api_key, data_dir, lambda client: client.security.create_api_key(name)), as_json
+    )
 
 
 @user_app.command("rotate-key")
@@ -160,11 +151,10 @@ def user_rotate_key(
 ) -> None:
     """Replace an API key: prints the new key; the old one is disabled at once."""
 
-    async def go() -> tamto_sdk.security.NewApiKey:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.security.rotate_api_key(key_id)
-
-    _print_new_key(run(go()), as_json)
+    _print_new_key(
+        fetch(url, api_key, data_dir, lambda client: client.security.rotate_api_key(key_id)),
+        as_json,
+    )
 
 
 @user_app.command("disable-key")
@@ -178,13 +168,9 @@ def user_disable_key(
 ) -> None:
     """Disable (or --enable) one API key by its id."""
 
-    async def go() -> None:
-        async with await connect_client(url, api_key, data_dir) as client:
-            await client.security.set_api_key_disabled(key_id, not enable)
-        state = "enabled" if enable else "disabled"
-        report(as_json, f"key {key_id}: {state}", {"key_id": key_id, "disabled": not enable})
-
-    run(go())
+    fetch(url, api_key, data_dir, lambda c: c.security.set_api_key_disabled(key_id, not enable))
+    state = "enabled" if enable else "disabled"
+    report(as_json, f"key {key_id}: {state}", {"key_id": key_id, "disabled": not enable})
 
 
 @user_app.command("delete-key")
@@ -197,13 +183,9 @@ def user_delete_key(
 ) -> None:
     """Delete one API key by its id: it stops authenticating and its tokens are refused."""
 
-    async def go() -> None:
-        async with await connect_client(url, api_key, data_dir) as client:
-            info = await client.security.delete_api_key(key_id)
-        text = f"key {key_id} of {info.identity}: deleted"
-        report(as_json, text, {"key_id": key_id, "identity": info.identity, "deleted": True})
-
-    run(go())
+    info = fetch(url, api_key, data_dir, lambda client: client.security.delete_api_key(key_id))
+    text = f"key {key_id} of {info.identity}: deleted"
+    report(as_json, text, {"key_id": key_id, "identity": info.identity, "deleted": True})
 
 
 @role_app.command("put")
@@ -227,11 +209,7 @@ def role_put(
         err.print(f"tamto auth role put: --grant: {exc} (permissions: publish, consume, admin)")
         raise typer.Exit(2) from None
 
-    async def go() -> tamto_sdk.security.Role:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.security.put_role(name, grants)
-
-    role = run(go())
+    role = fetch(url, api_key, data_dir, lambda client: client.security.put_role(name, grants))
     grants_text = [str(g) for g in role.grants]
     text = f"{role.name}: {' '.join(grants_text) or '(no grants)'}"
     report(as_json, text, {"name": role.name, "grants": grants_text})
@@ -243,11 +221,7 @@ def role_list(
 ) -> None:
     """List roles: `NAME<TAB>GRANTS` (or JSON)."""
 
-    async def go() -> list[tamto_sdk.security.Role]:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.security.list_roles()
-
-    roles = run(go())
+    roles = fetch(url, api_key, data_dir, lambda client: client.security.list_roles())
     if as_json:
         print(json.dumps([{"name": r.name, "grants": [str(g) for g in r.grants]} for r in roles]))
         return
@@ -265,13 +239,10 @@ def role_delete(
 ) -> None:
     """Delete a role and its bindings; exits 4 (NOT_FOUND) if there was no such role."""
 
-    async def go() -> bool:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.security.delete_role(name)
-
-    if not run(go()):
-        err.print(f"tamto: role {name!r} does not exist")
-        raise typer.Exit(exit_code("NOT_FOUND"))
+    require_found(
+        fetch(url, api_key, data_dir, lambda client: client.security.delete_role(name)),
+        f"role {name!r}",
+    )
     report(as_json, f"{name}: deleted", {"name": name, "deleted": True})
 
 
@@ -287,13 +258,11 @@ def bind(
 ) -> None:
     """Bind ROLE to SUBJECT (an identity, or ISSUER-NAME:SUB for OIDC); --remove unbinds."""
 
-    async def go() -> bool:
-        async with await connect_client(url, api_key, data_dir) as client:
-            if remove:
-                return await client.security.unbind(subject, role)
-            return await client.security.bind(subject, role)
+    def change(client: tamto_sdk.Client) -> Awaitable[bool]:
+        verb = client.security.unbind if remove else client.security.bind
+        return verb(subject, role)
 
-    changed = run(go())
+    changed = fetch(url, api_key, data_dir, change)
     verb = "unbound from" if remove else "bound to"
     text = f"{role} {verb} {subject}" + ("" if changed else " (no change)")
     report(
@@ -307,11 +276,7 @@ def bindings(
 ) -> None:
     """List bindings: `SUBJECT<TAB>ROLES` (or JSON)."""
 
-    async def go() -> dict[str, tuple[str, ...]]:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.security.list_bindings()
-
-    found = run(go())
+    found = fetch(url, api_key, data_dir, lambda client: client.security.list_bindings())
     if as_json:
         print(json.dumps({s: list(r) for s, r in found.items()}))
         return
@@ -325,14 +290,9 @@ def token(
 ) -> None:
     """Print a bearer token for the API key (for grpcurl and other raw clients)."""
 
-    async def go() -> tuple[str, str]:
-        async with await connect_client(url, api_key, data_dir) as client:
-            value, expires = await client.security.token()
-        return value, expires.isoformat()
-
-    value, expires = run(go())
+    value, expires = fetch(url, api_key, data_dir, lambda client: client.security.token())
     if as_json:
-        print(json.dumps({"token": value, "expires_at": expires}))
+        print(json.dumps({"token": value, "expires_at": expires.isoformat()}))
     else:
         typer.echo(value)
 
@@ -343,11 +303,7 @@ def whoami(
 ) -> None:
     """Show who the API key authenticates as, its roles and grants."""
 
-    async def go() -> tamto_sdk.security.WhoAmI:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.security.whoami()
-
-    me = run(go())
+    me = fetch(url, api_key, data_dir, lambda client: client.security.whoami())
     grants = [str(g) for g in me.grants]
     if as_json:
         print(
@@ -370,9 +326,5 @@ def rotate_signing_key(
 ) -> None:
     """Make a new token signing key current (older ones verify until their tokens expire)."""
 
-    async def go() -> str:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.security.rotate_signing_key()
-
-    key_id = run(go())
+    key_id = fetch(url, api_key, data_dir, lambda client: client.security.rotate_signing_key())
     report(as_json, f"signing key {key_id} is current", {"key_id": key_id})

@@ -10,14 +10,17 @@ is undrained. Each prints one line, or one JSON object with ``--json``.
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from tamto_cli.connect import connect_client
-from tamto_cli.connect import run as run_command
+from tamto_cli.connect import fetch
 from tamto_cli.options import ApiKey, AsJson, DataDir, Url
+
+if TYPE_CHECKING:
+    import tamto_sdk
 
 err = Console(stderr=True, highlight=False)
 
@@ -54,11 +57,9 @@ def partition_move(
     stream, number = parse_partition(partition)
     target = None if to == RING else to
 
-    async def run() -> str:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.cluster.move_partition(stream, number, target)
-
-    owner = run_command(run())
+    owner = fetch(
+        url, api_key, data_dir, lambda client: client.cluster.move_partition(stream, number, target)
+    )
     if as_json:
         print(json.dumps({"stream": stream, "partition": number, "router": owner}))
     else:
@@ -76,12 +77,10 @@ def _node_command(name: str, drain: bool, doc: str) -> None:
         data_dir: DataDir = None,
         as_json: AsJson = False,
     ) -> None:
-        async def run() -> list[str]:
-            async with await connect_client(url, api_key, data_dir) as client:
-                change = client.cluster.drain if drain else client.cluster.undrain
-                return await change(node)
+        def change(client: tamto_sdk.Client) -> Awaitable[list[str]]:
+            return (client.cluster.drain if drain else client.cluster.undrain)(node)
 
-        drained = run_command(run())
+        drained = fetch(url, api_key, data_dir, change)
         if as_json:
             print(json.dumps({"node": node, "drained": drain, "drained_nodes": drained}))
         else:

@@ -121,3 +121,10 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         raise typer.Exit(exit_code(exc.code)) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+
+
+def require_found(found: bool, what: str) -> None:
+    """Exit 4 (NOT_FOUND) saying `what` does not exist, unless it was `found`."""
+    if not found:
+        err.print(f"tamto: {what} does not exist")
+        raise typer.Exit(exit_code("NOT_FOUND"))

@@ -8,12 +8,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tamto_cli.connect import connect_client
-from tamto_cli.connect import run as run_command
+from tamto_cli.connect import fetch
 from tamto_cli.options import ApiKey, AsJson, DataDir, Url
 from tamto_cli.output import report
 
@@ -95,19 +95,18 @@ def request(
     object); exits 12 on a timeout (the server's: DEADLINE_EXCEEDED) and 11 at once when
     nobody consumes the topic (no responders: UNAVAILABLE), unless --wait-for-responder."""
 
-    async def run() -> None:
-        async with await connect_client(url, api_key, data_dir) as client:
-            reply = await client.request(
-                stream,
-                payload.encode(),
-                topic=topic,
-                timeout_s=timeout_s,
-                response_stream=response_stream,
-                wait_for_responder=wait_for_responder,
-            )
-        if as_json:
-            print(message_line(reply, True), flush=True)
-        else:
-            typer.echo(reply.payload.decode(errors="replace"))
+    def ask(client: tamto_sdk.Client) -> Awaitable[tamto_sdk.EphemeralMessage]:
+        return client.request(
+            stream,
+            payload.encode(),
+            topic=topic,
+            timeout_s=timeout_s,
+            response_stream=response_stream,
+            wait_for_responder=wait_for_responder,
+        )
 
-    run_command(run())
+    reply = fetch(url, api_key, data_dir, ask)
+    if as_json:
+        print(message_line(reply, True), flush=True)
+    else:
+        typer.echo(reply.payload.decode(errors="replace"))

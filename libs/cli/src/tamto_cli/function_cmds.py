@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -18,13 +19,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tamto_cli.connect import connect_client, fetch
-from tamto_cli.connect import run as run_command
+from tamto_cli.connect import fetch
 from tamto_cli.options import ApiKey, AsJson, DataDir, Url
 
 if TYPE_CHECKING:
     import tamto_sdk
-    import tamto_sdk.functions
 
 err = Console(stderr=True, highlight=False)
 
@@ -84,12 +83,11 @@ def _spec_command(name: str, done: str, doc: str) -> None:
     ) -> None:
         spec = read_spec(file)
 
-        async def run() -> tamto_sdk.functions.FunctionInfo:
-            async with await connect_client(url, api_key, data_dir) as client:
-                verb = client.functions.deploy if name == "deploy" else client.functions.update
-                return await verb(spec)
+        def call(client: tamto_sdk.Client) -> Awaitable[tamto_sdk.functions.FunctionInfo]:
+            verb = client.functions.deploy if name == "deploy" else client.functions.update
+            return verb(spec)
 
-        _print_info(run_command(run()), done, as_json)
+        _print_info(fetch(url, api_key, data_dir, call), done, as_json)
 
     command.__doc__ = doc
     function_app.command(name)(command)
@@ -105,12 +103,11 @@ def _state_command(name: str, done: str, doc: str) -> None:
         data_dir: DataDir = None,
         as_json: AsJson = False,
     ) -> None:
-        async def run() -> tamto_sdk.functions.FunctionInfo:
-            async with await connect_client(url, api_key, data_dir) as client:
-                verb = client.functions.pause if name == "pause" else client.functions.resume
-                return await verb(function)
+        def call(client: tamto_sdk.Client) -> Awaitable[tamto_sdk.functions.FunctionInfo]:
+            verb = client.functions.pause if name == "pause" else client.functions.resume
+            return verb(function)
 
-        _print_info(run_command(run()), done, as_json)
+        _print_info(fetch(url, api_key, data_dir, call), done, as_json)
 
     command.__doc__ = doc
     function_app.command(name)(command)
@@ -132,11 +129,7 @@ def delete(
 ) -> None:
     """Delete a function: its spec, API key, statuses and window state."""
 
-    async def run() -> bool:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.functions.delete(function)
-
-    deleted = run_command(run())
+    deleted = fetch(url, api_key, data_dir, lambda client: client.functions.delete(function))
     if as_json:
         print(json.dumps({"name": function, "deleted": deleted}))
     else:
@@ -152,11 +145,7 @@ def list_functions(
 ) -> None:
     """List deployed functions: name, version, state, identity."""
 
-    async def run() -> list[tamto_sdk.functions.FunctionInfo]:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.functions.list()
-
-    infos = run_command(run())
+    infos = fetch(url, api_key, data_dir, lambda client: client.functions.list())
     if as_json:
         print(json.dumps([_info_json(i) for i in infos]))
         return

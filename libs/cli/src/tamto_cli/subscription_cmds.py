@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-from tamto_cli.connect import connect_client
-from tamto_cli.connect import run as run_command
+from tamto_cli.connect import fetch
 from tamto_cli.extras import DeferringGroup
 from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
 from tamto_cli.output import PayloadFormat, message_line, report
@@ -28,7 +28,6 @@ from tamto_cli.subscription_views import overview_json, print_info, print_overvi
 
 if TYPE_CHECKING:
     import tamto_sdk
-    import tamto_sdk.subscriptions
 
 err = Console(stderr=True, highlight=False)
 
@@ -88,11 +87,7 @@ def sub_list(
     """The stream's subscriptions, one a line (a multicast consumer's own cursor is
     SUBSCRIPTION~CONSUMER)."""
 
-    async def run() -> list[str]:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.subscriptions.list(stream)
-
-    names = run_command(run())
+    names = fetch(url, api_key, data_dir, lambda client: client.subscriptions.list(stream))
     if as_json:
         print(json.dumps(names))
         return
@@ -112,11 +107,15 @@ def sub_describe(
     """Per partition: cursor, position, end, backlog (messages, ~bytes), unacked, age of
     the oldest unacked message, redeliveries, dead letters and consumers."""
 
-    async def run() -> tamto_sdk.subscriptions.SubscriptionInfo:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.subscriptions.describe(stream, subscription)
-
-    print_info(run_command(run()), as_json)
+    print_info(
+        fetch(
+            url,
+            api_key,
+            data_dir,
+            lambda client: client.subscriptions.describe(stream, subscription),
+        ),
+        as_json,
+    )
 
 
 DryRun = Annotated[
@@ -164,18 +163,18 @@ def sub_seek(
         raise typer.Exit(2)
     target = _seek_target(to, offsets, since)
 
-    async def run() -> tamto_sdk.subscriptions.SubscriptionInfo:
-        async with await connect_client(url, api_key, data_dir) as client:
-            if shift_by is not None:
-                return await client.subscriptions.shift(
-                    stream, subscription, shift_by, partitions=partitions, dry_run=dry_run
-                )
-            assert target is not None
-            return await client.subscriptions.seek(
-                stream, subscription, target, partitions=partitions or None, dry_run=dry_run
+    def move(client: tamto_sdk.Client) -> Awaitable[tamto_sdk.subscriptions.SubscriptionInfo]:
+        subscriptions = client.subscriptions
+        if shift_by is not None:
+            return subscriptions.shift(
+                stream, subscription, shift_by, partitions=partitions, dry_run=dry_run
             )
+        assert target is not None
+        return subscriptions.seek(
+            stream, subscription, target, partitions=partitions or None, dry_run=dry_run
+        )
 
-    print_info(run_command(run()), as_json, dry_run=dry_run)
+    print_info(fetch(url, api_key, data_dir, move), as_json, dry_run=dry_run)
 
 
 def _seek_target(
@@ -238,13 +237,18 @@ def sub_skip(
         err.print("tamto sub skip: give --count N or --all (one of them)")
         raise typer.Exit(2)
 
-    async def run() -> tamto_sdk.subscriptions.SubscriptionInfo:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.subscriptions.skip(
+    print_info(
+        fetch(
+            url,
+            api_key,
+            data_dir,
+            lambda client: client.subscriptions.skip(
                 stream, subscription, count, partitions=partitions or None, dry_run=dry_run
-            )
-
-    print_info(run_command(run()), as_json, dry_run=dry_run)
+            ),
+        ),
+        as_json,
+        dry_run=dry_run,
+    )
 
 
 @subscription_app.command("delete")
@@ -259,11 +263,9 @@ def sub_delete(
     """Delete the subscription (its cursors); refused while consumers are attached
     (exit 8, FAILED_PRECONDITION, naming them)."""
 
-    async def run() -> bool:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.subscriptions.delete(stream, subscription)
-
-    deleted = run_command(run())
+    deleted = fetch(
+        url, api_key, data_dir, lambda client: client.subscriptions.delete(stream, subscription)
+    )
     fields = {"stream": stream, "subscription": subscription, "deleted": deleted}
     report(as_json, f"{stream}/{subscription}: deleted", fields)
 
@@ -284,13 +286,14 @@ def sub_peek(
     acked, from its cursor; in flight ones too), printed as `tamto sub` prints them.
     Nothing is delivered or acked."""
 
-    async def run() -> list[tamto_sdk.MessageBatch]:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.subscriptions.peek(
-                stream, subscription, count, partitions=partitions or None
-            )
-
-    for batch in run_command(run()):
+    for batch in fetch(
+        url,
+        api_key,
+        data_dir,
+        lambda client: client.subscriptions.peek(
+            stream, subscription, count, partitions=partitions or None
+        ),
+    ):
         for message in batch:
             print(message_line(message, payload_format, as_json), flush=True)
 
@@ -307,11 +310,7 @@ def sub_overview(
     backlog, unacked, publish rate into it, age of the oldest unacked message, dead
     letters and consumers."""
 
-    async def run() -> list[tamto_sdk.subscriptions.SubscriptionSummary]:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.subscriptions.overview(stream)
-
-    rows = run_command(run())
+    rows = fetch(url, api_key, data_dir, lambda client: client.subscriptions.overview(stream))
     if as_json:
         print(json.dumps(overview_json(rows)))
     else:
@@ -333,10 +332,8 @@ def stream_get(
     `STREAM/PARTITION@OFFSET<TAB>KEY<TAB>PAYLOAD` line each, or with --json one JSON
     object a line, as `tamto sub` prints them."""
 
-    async def run() -> list[tamto_sdk.MessageBatch]:
-        async with await connect_client(url, api_key, data_dir) as client:
-            return await client.streams.get(stream, partition, offset, count)
-
-    for batch in run_command(run()):
+    for batch in fetch(
+        url, api_key, data_dir, lambda client: client.streams.get(stream, partition, offset, count)
+    ):
         for message in batch:
             print(message_line(message, payload_format, as_json), flush=True)

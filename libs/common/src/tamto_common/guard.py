@@ -53,6 +53,7 @@ from tamto_common.policy import (
     key_disabled,
     parse_binding,
 )
+from tamto_common.tasks import cancel_and_wait
 from tamto_common.tokens import Metadata, Principal, Verifier, bearer_token
 
 log = structlog.get_logger(__name__)
@@ -173,10 +174,7 @@ class PolicyCache:
         if self._subscription is not None:
             with contextlib.suppress(Exception):
                 await self._subscription.unsubscribe()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
 
 class Guard:

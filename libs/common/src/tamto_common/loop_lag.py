@@ -26,6 +26,8 @@ from typing import Any
 import structlog
 from prometheus_client import Gauge
 
+from tamto_common.tasks import cancel_and_wait
+
 log = structlog.get_logger(__name__)
 
 #: Second-generation collections between two full ones in services that hold
@@ -79,10 +81,7 @@ class LoopLagMonitor:
     async def __aexit__(self, *exc_info: object) -> None:
         with contextlib.suppress(ValueError):
             gc.callbacks.remove(self._on_gc)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _run(self) -> None:
         while True:

@@ -27,6 +27,7 @@ from prometheus_client import Counter
 from tamto_common.errors import Unavailable
 from tamto_common.refreshed_view import RefreshedView
 from tamto_common.startup import until_reachable
+from tamto_common.tasks import cancel_and_wait
 from tamto_protocol.reconnect import RECONNECT_OPTIONS
 
 MEMBERS_PREFIX = "/tamto/members/"
@@ -153,10 +154,7 @@ class KeptLease:
         if self._thread is not None:
             self._thread_stop.set()
             await asyncio.to_thread(self._thread.join)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         with contextlib.suppress(Exception):
             await self.lease.revoke()
 

@@ -11,10 +11,11 @@ fresh event) whenever a refresh finds something different.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Self
 
 import structlog
+
+from tamto_common.tasks import cancel_and_wait
 
 log = structlog.get_logger(__name__)
 
@@ -54,10 +55,7 @@ class RefreshedView:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
 
     async def _loop(self) -> None:
         while True:

@@ -34,7 +34,6 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterable
-from types import TracebackType
 
 from tamto_testing.delay_proxy import MARK
 
@@ -147,12 +146,7 @@ class Netns:
             raise
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self._delete()
 
     async def cut(self, root_ports: Iterable[int] | None = None) -> None:

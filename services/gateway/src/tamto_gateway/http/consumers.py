@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from tamto_common.errors import NotFound, ResourceExhausted, Unavailable
 from tamto_common.grpc_errors import error_for
+from tamto_common.tasks import cancel_and_wait
 from tamto_gateway.http.auth import HttpCall
 from tamto_gateway.http.message_json import delivered
 from tamto_gateway.http.model import Position, ReceivedMessage
@@ -150,9 +151,7 @@ class HttpConsumer:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_WAIT_S):
                     await asyncio.shield(self._task)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancel_and_wait(self._task)
 
 
 def _ranges(positions: Iterable[Position]) -> dict[int, list[messages_pb2.OffsetRange]]:

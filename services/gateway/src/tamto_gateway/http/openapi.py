@@ -26,8 +26,18 @@ def _ref(name: str) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+#: A count, partition or offset.
+_INTEGER = {"type": "integer", "minimum": 0}
+
+
 def _payload_schemas() -> dict[str, Schema]:
-    integer = {"type": "integer", "minimum": 0}
+    """The schemas of the data plane's bodies: messages, then positions and credit."""
+    return {**_message_schemas(), **_position_schemas()}
+
+
+def _message_schemas() -> dict[str, Schema]:
+    """A problem, and a message going out or coming in."""
+    integer = dict(_INTEGER)
     payload = {
         "value": {"description": "the payload, a JSON document"},
         "text": {"type": "string", "description": "the payload, UTF-8 text"},
@@ -37,11 +47,6 @@ def _payload_schemas() -> dict[str, Schema]:
         "headers": {"type": "object", "additionalProperties": {"type": "string"}},
         "id": {"type": "string"},
         "event_time_us": {"type": "integer"},
-    }
-    position = {
-        "type": "object",
-        "required": ["partition", "offset"],
-        "properties": {"partition": integer, "offset": integer},
     }
     return {
         "Problem": {
@@ -78,6 +83,18 @@ def _payload_schemas() -> dict[str, Schema]:
             "required": ["messages"],
             "properties": {"messages": {"type": "array", "items": _ref("Message")}},
         },
+    }
+
+
+def _position_schemas() -> dict[str, Schema]:
+    """Where messages are (acks, nacks, what was published), credit, a consumer."""
+    integer = dict(_INTEGER)
+    position = {
+        "type": "object",
+        "required": ["partition", "offset"],
+        "properties": {"partition": integer, "offset": integer},
+    }
+    return {
         "Position": position,
         "Positions": {
             "type": "object",
