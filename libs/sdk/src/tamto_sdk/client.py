@@ -228,7 +228,7 @@ class Client:
         *,
         type: SubscriptionType = SubscriptionType.EXCLUSIVE,
         start: StartPosition | None = None,
-        credits: int = 1000,
+        credits: int | None = None,
         consumer_name: str | None = None,
     ) -> Consumer:
         """A consumer of `subscription` on `stream`; use it as an async context manager.
@@ -238,7 +238,9 @@ class Client:
         `SubscriptionType`). `start` (default `Start.earliest()`) applies when the
         subscription is created. At most `credits` messages are buffered or in
         flight per router that owns some of the stream's partitions (each gets the
-        whole grant, `Consumer`). `consumer_name` shows in server logs and orders
+        whole grant, `Consumer`); without it the window starts at 1,000 and grows
+        while the application waits on credit (`tamto_sdk.credit_window`).
+        `consumer_name` shows in server logs and orders
         failover consumers.
         """
         from tamto_sdk.consumer import Consumer

@@ -19,6 +19,7 @@ from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk._retry import Backoff
 from tamto_sdk.auth import Metadata
+from tamto_sdk.credit_window import CreditWindow
 from tamto_sdk.errors import (
     Closed,
     DataLoss,
@@ -54,11 +55,13 @@ class Consumer:
     Iterate (``async for message in c``) for `Message` objects, or call
     `receive_batch` for vectorised `MessageBatch` objects backed by pyarrow.
 
-    Flow control: the consumer grants `credits` messages up front and grants more
+    Flow control: the consumer grants its window of messages up front and grants more
     as the application takes messages (whenever half the window was taken), so at
-    most `credits` messages are buffered or in flight at any time from each router
+    most a window of messages is buffered or in flight at any time from each router
     that owns some of the stream's partitions (the gateway gives every one of them
-    the whole grant: a share stranded on an idle router could stop the stream). Acks are
+    the whole grant: a share stranded on an idle router could stop the stream). The
+    window is `credits`, or without it one that grows while the application waits on
+    credit (`tamto_sdk.credit_window`). Acks are
     coalesced into offset ranges and sent in the background shortly after `ack`
     (and on close). If the stream fails with a
     retriable error the consumer reconnects with backoff and subscribes again; the
@@ -76,11 +79,9 @@ class Consumer:
         *,
         type: SubscriptionType = SubscriptionType.EXCLUSIVE,
         start: StartPosition | None = None,
-        credits: int = 1000,
+        credits: int | None = None,
         consumer_name: str | None = None,
     ) -> None:
-        if credits <= 0:
-            raise ValueError("credits must be positive")
         if not isinstance(type, SubscriptionType):
             raise TypeError(f"type must be a SubscriptionType, not {type!r}")
         self._calls = calls
@@ -89,8 +90,8 @@ class Consumer:
         self._type = type
         self._consumer_name = consumer_name
         self._start = start if start is not None else Start.earliest()
-        self._credits = credits
-        self._refill_at = max(1, credits // 2)
+        self._window = CreditWindow(credits)
+        self._refill_at = self._window.refill_at
         self._options = calls.options
 
         self._buffer: deque[MessageBatch | UndecodableBatch] = deque()
@@ -233,6 +234,7 @@ class Consumer:
                 raise self._error
             if self._closing:
                 return None
+            self._grow_window()
             self._data.clear()
             if deadline is None:
                 await self._data.wait()
@@ -252,6 +254,15 @@ class Consumer:
             self._took(item.count)
             raise item
         return item
+
+    def _grow_window(self) -> None:
+        """Nothing buffered: an automatic window may grow (`CreditWindow.grow`), and
+        the extra credit goes at once."""
+        extra = self._window.grow()
+        if extra:
+            self._refill_at = self._window.refill_at
+            self._taken_since_grant += extra
+            self._took(0)
 
     def _took(self, count: int) -> None:
         self._taken_since_grant += count
@@ -542,7 +553,7 @@ class Consumer:
             self._taken_since_grant = 0
             await _write_or_raise(
                 call,
-                messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=self._credits)),
+                messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=self._window.size)),
             )
             if not first:
                 self._reconnects += 1
@@ -565,7 +576,7 @@ class Consumer:
                     raise DataLoss(f"undecodable response from the server: {exc}") from None
                 if delivery is not None:
                     self._received_in_session = True
-                    self._on_delivery(delivery)
+                    self._on_delivery(delivery, len(response))
         finally:
             async with self._state:
                 self._call = None
@@ -588,7 +599,7 @@ class Consumer:
         status = next((s for s in grpc.StatusCode if s.value[0] == code), grpc.StatusCode.UNKNOWN)
         return from_status(status, message)
 
-    def _on_delivery(self, delivery: Any) -> None:
+    def _on_delivery(self, delivery: Any, nbytes: int) -> None:
         try:
             batch = MessageBatch._from_delivery(delivery)
         except BatchFormatError as exc:
@@ -598,6 +609,7 @@ class Consumer:
             return
         if len(batch) == 0:
             return
+        self._window.delivered(nbytes, len(batch))
         low = self._low_water.get(batch.partition)
         if low is None or batch.first_offset < low:
             self._low_water[batch.partition] = batch.first_offset

@@ -9,8 +9,13 @@ from typing import Any
 
 __all__ = ["ClientOptions"]
 
-#: The environment variable giving `ClientOptions.direct`'s default ("1": on).
+#: The environment variable giving `ClientOptions.direct`'s default ("0": off).
 DIRECT_ENV = "TAMTO_DIRECT"
+
+
+def _direct_default() -> bool:
+    """On unless ``TAMTO_DIRECT`` is ``0`` (or ``false``/``no``/``off``)."""
+    return os.environ.get(DIRECT_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +43,9 @@ class ClientOptions:
             with the gateway's ``Lookup`` (docs/cluster.md section 5), following it when
             it moves; through the gateway when routers advertise no client address or
             cannot be reached. Only batches whose every message has an id go directly
-            (an idempotent producer's do). Default: the environment variable
-            ``TAMTO_DIRECT`` (``1`` on, else off), so a deployment or ``tamto bench``
-            picks the path without code changes. Off unless set: why, and what it
-            gains, in docs/benchmarks.md, "Where one `send_and_wait` goes".
+            (an idempotent producer's do). On by default; the environment variable
+            ``TAMTO_DIRECT=0`` turns it off without code changes (a client that cannot
+            reach routers, or to compare the paths: docs/benchmarks.md).
     """
 
     retry_deadline_s: float = 30.0
@@ -56,7 +60,7 @@ class ClientOptions:
     private_key: bytes | None = field(default=None, repr=False)
     channel_options: Sequence[tuple[str, Any]] = field(default_factory=tuple)
     producer_name: str | None = None
-    direct: bool = field(default_factory=lambda: os.environ.get(DIRECT_ENV) == "1")
+    direct: bool = field(default_factory=_direct_default)
 
     def __post_init__(self) -> None:
         if self.retry_deadline_s < 0:
