@@ -61,8 +61,17 @@ async def router_publish(
     return None
 
 
-async def lookup(cluster: TestCluster, token: str, stream: str) -> dict[int, str]:
-    async with grpc.aio.insecure_channel(cluster.address("gateway")) as channel:
+async def lookup(
+    cluster: TestCluster, token: str, stream: str, root_certificates: bytes | None = None
+) -> dict[int, str]:
+    """Each partition's owner's client address, as `Gateway.Lookup` answers."""
+    address = cluster.address("gateway")
+    channel = (
+        grpc.aio.insecure_channel(address)
+        if root_certificates is None
+        else grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(root_certificates))
+    )
+    async with channel:
         answer = await gateway_pb2_grpc.GatewayStub(channel).Lookup(
             gateway_pb2.LookupRequest(stream=stream),
             metadata=(("authorization", f"Bearer {token}"),),
