@@ -462,25 +462,27 @@ async def test_a_default_window_grows_while_it_is_the_limit(
 async def test_a_trickle_or_a_set_window_keeps_its_size(
     client: Client, gateway: FakeGateway
 ) -> None:
-    """A consumer that keeps up with a trickle (a few messages between two waits) keeps
-    the default window, so an idle consumer of a shared subscription does not take a
-    later burst from the others; a window set with `credits` never grows."""
+    """A consumer that keeps up with traffic that pauses before a window's worth came
+    keeps the default window, so an idle consumer of a shared subscription does not take
+    a later burst from the others; a window set with `credits` never grows."""
     gateway.add_stream("s", 1)
     async with (
         client.producer("s") as producer,
         client.consumer("s", "trickle") as trickle,
         client.consumer("s", "set", credits=200) as fixed,
     ):
-        for round_ in range(250):
-            batch = [f"t{round_}-{i}".encode() for i in range(5)]
+        for round_ in range(25):
+            batch = [f"t{round_}-{i}".encode() for i in range(50)]
             await (await producer.send_batch(batch))
             for consumer in (trickle, fixed):
                 taken = 0
-                while taken < 5:
-                    got = await consumer.receive_batch(5 - taken, timeout_s=5)
-                    assert len(got) > 0, f"round {round_}: only {taken} of 5 came"
+                while taken < 50:
+                    got = await consumer.receive_batch(50 - taken, timeout_s=5)
+                    assert len(got) > 0, f"round {round_}: only {taken} of 50 came"
                     consumer.ack(got)
                     taken += len(got)
+            # The traffic pauses (what is tested, not a wait for something).
+            await asyncio.sleep(2 * credit_window.PAUSE_S)
         sessions = {s.subscription: s for s in gateway.sessions}
         assert sessions["trickle"].max_outstanding <= credit_window.START
         assert sessions["set"].max_outstanding <= 200
