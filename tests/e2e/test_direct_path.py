@@ -5,6 +5,7 @@ writing while its router dies follows the new owner without loss or duplicates."
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -62,8 +63,17 @@ async def router_publish(
     return None
 
 
-async def lookup(cluster: TestCluster, token: str, stream: str) -> dict[int, str]:
-    async with grpc.aio.insecure_channel(cluster.address("gateway")) as channel:
+async def lookup(
+    cluster: TestCluster, token: str, stream: str, root_certificates: bytes | None = None
+) -> dict[int, str]:
+    """Each partition's owner's client address, as `Gateway.Lookup` answers."""
+    address = cluster.address("gateway")
+    channel = (
+        grpc.aio.insecure_channel(address)
+        if root_certificates is None
+        else grpc.aio.secure_channel(address, grpc.ssl_channel_credentials(root_certificates))
+    )
+    async with channel:
         answer = await gateway_pb2_grpc.GatewayStub(channel).Lookup(
             gateway_pb2.LookupRequest(stream=stream),
             metadata=(("authorization", f"Bearer {token}"),),
@@ -131,10 +141,11 @@ async def test_a_router_checks_the_token_and_the_publish_permission(
 async def test_a_client_follows_its_partitions_when_they_move_and_their_router_dies(
     tmp_path: Path,
 ) -> None:
-    """Two routers, a direct producer writing one message at a time: its cached owners
-    go stale (it follows the routers' redirects), partition 0 is moved to the other
-    router (a planned move), then that router is killed -9 (the client falls back to the
-    gateway and returns to the survivor). Every acked message is stored once, nothing more.
+    """Two routers, a direct producer writing one message at a time while a consumer
+    reads: its cached owners go stale (it follows the routers' redirects), partition 0
+    is moved to the other router (a planned move), then that router is killed -9 (the
+    client falls back to the gateway and returns to the survivor). The reader gets every
+    acked message while it goes on; every acked message is stored once, nothing more.
 
     On an etcd and NATS of its own: on the session's, the router of this module's
     `tamto_cluster` (still running) is a third live router, and the ring gives it
@@ -163,7 +174,19 @@ async def test_a_client_follows_its_partitions_when_they_move_and_their_router_d
 
             direct = direct_of(client)
             acked: dict[tuple[int, int], bytes] = {}
-            async with client.producer(stream) as producer:
+            read: dict[tuple[int, int], bytes] = {}
+
+            async def reader(consumer: tamto_sdk.Consumer) -> None:
+                async for m in consumer:  # a redelivery after the kill comes again, alike
+                    assert read.setdefault((m.partition, m.offset), m.payload) == m.payload
+                    consumer.ack(m)
+
+            async with (
+                client.producer(stream) as producer,
+                client.consumer(stream, "live") as live,
+                asyncio.TaskGroup() as readers,
+            ):
+                reading = readers.create_task(reader(live))
 
                 async def write(count: int) -> None:
                     for _ in range(count):
@@ -196,10 +219,16 @@ async def test_a_client_follows_its_partitions_when_they_move_and_their_router_d
                 # The new owner dies: the gateway's path until the client looks up again.
                 cluster.kill9(routers[other])
                 await write(total // 4)
+                assert direct.proxied_batches > 0, "the batches for the dead owner went round"
                 await eventually(
                     lambda: writes_directly_to(owners[0]), 60, "direct writes to the survivor"
                 )
                 await write(max(0, total - len(acked)))
+                await eventually(
+                    lambda: all(k in read for k in acked), 120, "the reader to get every ack"
+                )
+                reading.cancel()
+            assert {k: read[k] for k in acked} == acked
 
             got: dict[tuple[int, int], bytes] = {}
             async with client.consumer(stream, "check") as consumer:

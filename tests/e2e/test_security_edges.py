@@ -28,6 +28,7 @@ from tamto_local.ports import free_port
 from tamto_local.tls import ensure_dev_pki
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc
 from tamto_sdk import ClientOptions
+from tamto_sdk.direct import DirectPublisher
 from tamto_sdk.security import Grant, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
@@ -270,6 +271,47 @@ async def test_tls_cluster_publishes_and_consumes_over_mtls(tls_cluster: TestClu
     assert sorted(got) == sorted(f"m{i}".encode() for i in range(10))
     log = (tls_cluster.workdir / "logs" / "router.log").read_text()
     assert '"tls": "require"' in log
+
+
+async def test_a_tls_client_publishes_directly_to_the_owning_router(
+    tls_cluster: TestCluster,
+) -> None:
+    """The direct path under TLS: the router serves clients on a listener of its own
+    (TLS, no client certificate, the cluster's CA), advertised by `Lookup`, and the
+    SDK, verifying it with the CA it verifies the gateway with, publishes there."""
+    ca = tls_cluster.ca_file.read_bytes()
+    stream = unique("tls-direct")
+    async with tamto_sdk.connect(
+        tls_cluster.url,
+        api_key=tls_cluster.credential,
+        options=ClientOptions(root_certificates=ca),
+    ) as client:
+        await client.streams.ensure(stream, partitions=2)
+        token = (await client.security.token())[0]
+        async with client.producer(stream) as producer:
+            acked = [await producer.send_and_wait(f"m{i}".encode()) for i in range(20)]
+        direct = client._calls.direct
+        assert isinstance(direct, DirectPublisher), "the direct path is the default"
+        assert (direct.direct_batches, direct.proxied_batches) == (20, 0)
+        got: dict[tuple[int, int], bytes] = {}
+        async with client.consumer(stream, "reader") as consumer:
+            while len(got) < 20:
+                batch = await consumer.receive_batch(max_messages=20, timeout_s=30)
+                assert batch, f"only {len(got)} of 20 arrived"
+                got.update({(m.partition, m.offset): m.payload for m in batch})
+                consumer.ack(batch)
+    assert got == {(r.partition, r.offset): f"m{i}".encode() for i, r in enumerate(acked)}
+    owners = await lookup(tls_cluster, token, stream, root_certificates=ca)
+    client_address = owners[0]
+    assert client_address != tls_cluster.address("router"), "clients get a port of their own"
+    # It serves only what clients call: no health, no service RPC, even with a token.
+    with pytest.raises(grpc.RpcError) as info:
+        health(client_address, grpc.ssl_channel_credentials(root_certificates=ca))
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    # And only over TLS.
+    refused = await router_publish(client_address, token, stream, 0)
+    assert refused is not None
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE
 
 
 def health(address: str, credentials: grpc.ChannelCredentials | None) -> int:

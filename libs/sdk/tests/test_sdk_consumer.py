@@ -11,7 +11,7 @@ import pytest
 from sdk_fake_gateway import API_KEY, FAST, FakeGateway
 
 from tamto_protocol.v1 import messages_pb2
-from tamto_sdk import Client, Message, MessageBatch, Start, SubscriptionType, connect
+from tamto_sdk import Client, Message, MessageBatch, Start, SubscriptionType, connect, credit_window
 from tamto_sdk.errors import Closed, InvalidArgument, NotFound
 
 
@@ -427,3 +427,53 @@ async def test_reconnect_reauthenticates_when_the_token_was_revoked(
         batch = await consumer.receive_batch(10, timeout_s=5)
         assert (batch.first_offset, len(batch)) == (0, 3)
     assert gateway.auth_calls == 2
+
+
+async def test_a_default_window_grows_while_it_is_the_limit(
+    client: Client, gateway: FakeGateway
+) -> None:
+    """Without `credits`, draining a backlog message by message: the application keeps
+    finding its buffer empty after a whole window came, so the window (1,000 to start)
+    grows within its limit; every message comes once, in order."""
+    gateway.add_stream("s", 1)
+    await _publish(client, "s", 20_000, max_batch_messages=1000)
+    seen: list[int] = []
+    async with client.consumer("s", "sub") as consumer:
+        async for message in consumer:
+            seen.append(message.offset)
+            consumer.ack(message)
+            if len(seen) == 20_000:
+                break
+        session = gateway.sessions[0]
+        assert credit_window.START < session.max_outstanding <= credit_window.MOST
+    assert seen == list(range(20_000))
+
+
+async def test_a_trickle_or_a_set_window_keeps_its_size(
+    client: Client, gateway: FakeGateway
+) -> None:
+    """A consumer that keeps up with traffic that pauses before a window's worth came
+    keeps the default window, so an idle consumer of a shared subscription does not take
+    a later burst from the others; a window set with `credits` never grows."""
+    gateway.add_stream("s", 1)
+    async with (
+        client.producer("s") as producer,
+        client.consumer("s", "trickle") as trickle,
+        client.consumer("s", "set", credits=200) as fixed,
+    ):
+        for round_ in range(25):
+            batch = [f"t{round_}-{i}".encode() for i in range(50)]
+            await (await producer.send_batch(batch))
+            for consumer in (trickle, fixed):
+                taken = 0
+                while taken < 50:
+                    got = await consumer.receive_batch(50 - taken, timeout_s=5)
+                    assert len(got) > 0, f"round {round_}: only {taken} of 50 came"
+                    consumer.ack(got)
+                    taken += len(got)
+            # The traffic pauses (what is tested, not a wait for something).
+            await asyncio.sleep(2 * credit_window.PAUSE_S)
+        sessions = {s.subscription: s for s in gateway.sessions}
+        assert sessions["trickle"].max_outstanding <= credit_window.START
+        assert sessions["set"].max_outstanding <= 200
+        assert sessions["trickle"].granted > credit_window.START  # credit kept coming

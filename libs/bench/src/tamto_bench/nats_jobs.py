@@ -118,7 +118,7 @@ async def _js_pull(spec: JobSpec, gate: Gate, durable: str, fetch: int) -> JobRe
             config=ConsumerConfig(
                 ack_policy=AckPolicy.EXPLICIT,
                 deliver_policy=DeliverPolicy.ALL,
-                max_ack_pending=max(spec.credits * 4, 20_000),
+                max_ack_pending=max((spec.credits or 0) * 4, 20_000),
                 max_waiting=512,
             ),
         )

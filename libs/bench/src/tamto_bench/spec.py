@@ -36,7 +36,8 @@ class JobSpec:
     latency: bool = False
     linger_ms: float = 0.0
     window: int = 10_000
-    credits: int = 5_000
+    #: Tamto consumers' credit window (None: the SDK's default, as a newcomer's).
+    credits: int | None = None
     #: Tamto publishers: messages per `send_batch` call (0: one `send` per message).
     batch_api: int = 0
     idle_s: float = 1.0

@@ -32,7 +32,8 @@ Series = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 STREAM_MESSAGES = "tamto_router_stream_messages_total"
 STREAM_BYTES = "tamto_router_stream_bytes_total"
-PUBLISH_ACK = "tamto_gateway_publish_ack_seconds"
+#: Publish to ack through a gateway, and on the direct path at the owning router.
+PUBLISH_ACK = ("tamto_gateway_publish_ack_seconds", "tamto_router_publish_ack_seconds")
 PUBLISH_DELIVER = "tamto_router_publish_to_deliver_seconds"
 SUBSCRIPTION = "tamto_subscription_"
 LOOP_LAG = "tamto_event_loop_lag_max_seconds"
@@ -155,13 +156,15 @@ def quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float | None:
     return None
 
 
-def _latency(before: Sample, after: Sample, histogram: str) -> dict[str, float | None]:
-    """p50 and p99 of what `histogram` observed between the samples, over members."""
-    old = _summed(before, f"{histogram}_bucket")
-    buckets = [
-        (float(dict(labels)["le"]), max(0.0, value - old.get(labels, 0.0)))
-        for labels, value in _summed(after, f"{histogram}_bucket").items()
-    ]
+def _latency(before: Sample, after: Sample, *histograms: str) -> dict[str, float | None]:
+    """p50 and p99 of what `histograms` (of the same buckets) observed between the
+    samples, over members."""
+    counts: dict[float, float] = defaultdict(float)
+    for histogram in histograms:
+        old = _summed(before, f"{histogram}_bucket")
+        for labels, value in _summed(after, f"{histogram}_bucket").items():
+            counts[float(dict(labels)["le"])] += max(0.0, value - old.get(labels, 0.0))
+    buckets = list(counts.items())
     return {"p50": quantile(0.5, buckets), "p99": quantile(0.99, buckets)}
 
 
@@ -213,7 +216,7 @@ def build_view(before: Sample, after: Sample) -> TopView:
         streams=sorted(streams.values(), key=lambda r: (-r.messages_in_per_s, r.stream)),
         subscriptions=_subscriptions(after),
         latency_s={
-            "publish_to_ack": _latency(before, after, PUBLISH_ACK),
+            "publish_to_ack": _latency(before, after, *PUBLISH_ACK),
             "publish_to_first_delivery": _latency(before, after, PUBLISH_DELIVER),
         },
         nodes=_nodes(after),

@@ -19,7 +19,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import TypeVar
 
@@ -64,12 +64,18 @@ class Runtime:
     etcd: aetcd.Client
     bus: NatsClient
     resources: contextlib.AsyncExitStack
+    #: What setup learned to advertise in the membership record: "client_address"
+    #: (a listener of its own for clients, bound on a free port) overrides
+    #: `ServiceConfig.client_address_for`.
+    advertise: dict[str, str] = field(default_factory=dict)
 
 
 Setup = Callable[[C, Runtime], Awaitable[None]]
 
 
-def _bind(server: grpc.aio.Server, host: str, port: int, tls: TlsMaterial | None = None) -> int:
+def bind(server: grpc.aio.Server, host: str, port: int, tls: TlsMaterial | None = None) -> int:
+    """Listen on host:port (0: a free port), TLS with `tls`: the bound port, or
+    `ConfigError` when it is taken."""
     try:
         if tls is None:
             bound = server.add_insecure_port(f"{host}:{port}")
@@ -82,6 +88,14 @@ def _bind(server: grpc.aio.Server, host: str, port: int, tls: TlsMaterial | None
     return int(bound)
 
 
+def new_server() -> grpc.aio.Server:
+    """A gRPC server with every service's interceptors (traces, metrics, error translation)."""
+    return grpc.aio.server(
+        interceptors=[*server_interceptors(), TranslateErrorsInterceptor()],
+        options=[*SERVER_OPTIONS, ("grpc.so_reuseport", 0)],
+    )
+
+
 async def serve(service: str, config: C, setup: Setup[C]) -> None:
     """Run one service until SIGTERM/SIGINT, then shut it down in order."""
     stop = asyncio.Event()
@@ -90,13 +104,10 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
         loop.add_signal_handler(sig, stop.set)
     log_task_stacks_on_sigusr1(loop)  # an operator's view of where the service waits
 
-    server = grpc.aio.server(
-        interceptors=[*server_interceptors(), TranslateErrorsInterceptor()],
-        options=[*SERVER_OPTIONS, ("grpc.so_reuseport", 0)],
-    )
+    server = new_server()
     tls = config.tls()
     use_tls_for_peers(tls.channel_credentials() if tls is not None else None)
-    port = _bind(server, config.host, config.port, tls)
+    port = bind(server, config.host, config.port, tls)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     # NOT_SERVING until registered (gRPC's health service starts with the server's ""
@@ -114,20 +125,23 @@ async def serve(service: str, config: C, setup: Setup[C]) -> None:
     await until_reachable("etcd", lambda: admit(etcd, config.cluster_secret))
     bus = await connect_bus(config.nats_url, name=f"tamto-{service}-{config.member_id}")
     address = f"{config.dial_host}:{port}"
-    member = Member(
-        service=service,
-        instance_id=config.member_id,
-        address=address,
-        metrics_address=f"{config.dial_host}:{metrics_port}",
-        version=package_version(),
-        pid=os.getpid(),
-        started_at=time.time(),
-        client_address=config.client_address_for(address),
-    )
     async with contextlib.AsyncExitStack() as resources:
         resources.push_async_callback(etcd.close)
         resources.push_async_callback(bus.close)
-        await setup(config, Runtime(service, server, etcd, bus, resources))
+        runtime = Runtime(service, server, etcd, bus, resources)
+        await setup(config, runtime)
+        member = Member(
+            service=service,
+            instance_id=config.member_id,
+            address=address,
+            metrics_address=f"{config.dial_host}:{metrics_port}",
+            version=package_version(),
+            pid=os.getpid(),
+            started_at=time.time(),
+            client_address=runtime.advertise.get(
+                "client_address", config.client_address_for(address)
+            ),
+        )
         await server.start()
         freeze_startup_objects()
         # Refreshed on a thread of its own: a saturated loop must not deregister us.

@@ -46,8 +46,9 @@ __all__ = ["Client", "Connecting", "connect"]
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 #: The environment variable `connect` reads when `ClientOptions.direct` is None
-#: ("1": on, else off). The SDK reads no other.
+#: (on unless "0", "false", "no" or "off"). The SDK reads no other.
 DIRECT_ENV = "TAMTO_DIRECT"
+_OFF = ("0", "false", "no", "off")
 
 
 def connect(url: str, *, api_key: str, options: ClientOptions | None = None) -> Connecting:
@@ -150,7 +151,8 @@ async def _connect(url: str, api_key: str, options: ClientOptions | None) -> Cli
 def _from_environment(options: ClientOptions) -> ClientOptions:
     """`options` with what they leave to the environment filled in (`DIRECT_ENV`)."""
     if options.direct is None:
-        options = dataclasses.replace(options, direct=os.environ.get(DIRECT_ENV) == "1")
+        direct = os.environ.get(DIRECT_ENV, "1").strip().lower() not in _OFF
+        options = dataclasses.replace(options, direct=direct)
     return options
 
 
@@ -254,7 +256,7 @@ class Client(AsyncClosing):
         *,
         subscription_type: SubscriptionType = SubscriptionType.EXCLUSIVE,
         start: StartPosition | None = None,
-        credits: int = 1000,
+        credits: int | None = None,
         consumer_name: str | None = None,
         type: SubscriptionType | None = None,
     ) -> Consumer:
@@ -265,8 +267,10 @@ class Client(AsyncClosing):
         `SubscriptionType`). `start` (default `Start.earliest()`) applies when the
         subscription is created. At most `credits` messages are buffered or in
         flight per router that owns some of the stream's partitions (each gets the
-        whole grant, `Consumer`). `consumer_name` shows in server logs and orders
-        failover consumers. `type` is the deprecated name of `subscription_type`.
+        whole grant, `Consumer`); without it the window starts at 1,000 and grows
+        while the application waits on credit (`tamto_sdk.credit_window`).
+        `consumer_name` shows in server logs and orders failover consumers. `type`
+        is the deprecated name of `subscription_type`.
         """
         from tamto_sdk.consumer import Consumer
 

@@ -23,6 +23,7 @@ from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk._retry import Backoff
 from tamto_sdk.auth import Metadata
+from tamto_sdk.credit_window import CreditWindow
 from tamto_sdk.errors import (
     DataLoss,
     Internal,
@@ -55,11 +56,9 @@ class ConsumeStream:
         *,
         subscription_type: SubscriptionType = SubscriptionType.EXCLUSIVE,
         start: StartPosition | None = None,
-        credits: int = 1000,
+        credits: int | None = None,
         consumer_name: str | None = None,
     ) -> None:
-        if credits <= 0:
-            raise ValueError("credits must be positive")
         if not isinstance(subscription_type, SubscriptionType):
             raise TypeError(
                 f"subscription_type must be a SubscriptionType, not {subscription_type!r}"
@@ -70,8 +69,8 @@ class ConsumeStream:
         self._type = subscription_type
         self._consumer_name = consumer_name
         self._start = start if start is not None else Start.earliest()
-        self._credits = credits
-        self._refill_at = max(1, credits // 2)
+        self._window = CreditWindow(credits)
+        self._refill_at = self._window.refill_at
         self._options = calls.options
 
         self._buffer: deque[MessageBatch | UndecodableBatch] = deque()
@@ -233,7 +232,7 @@ class ConsumeStream:
             self._taken_since_grant = 0
             await _write_or_raise(
                 call,
-                messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=self._credits)),
+                messages_pb2.ConsumeRequest(credit=messages_pb2.Credit(messages=self._window.size)),
             )
             if not first:
                 self._reconnects += 1
@@ -256,7 +255,7 @@ class ConsumeStream:
                     raise DataLoss(f"undecodable response from the server: {exc}") from None
                 if delivery is not None:
                     self._received_in_session = True
-                    self._on_delivery(delivery)
+                    self._on_delivery(delivery, len(response))
         finally:
             async with self._state:
                 self._call = None
@@ -279,7 +278,7 @@ class ConsumeStream:
         status = next((s for s in grpc.StatusCode if s.value[0] == code), grpc.StatusCode.UNKNOWN)
         return from_status(status, message)
 
-    def _on_delivery(self, delivery: Any) -> None:
+    def _on_delivery(self, delivery: Any, nbytes: int) -> None:
         try:
             batch = MessageBatch._from_delivery(delivery)
         except BatchFormatError as exc:
@@ -289,6 +288,7 @@ class ConsumeStream:
             return
         if len(batch) == 0:
             return
+        self._window.delivered(nbytes, len(batch))
         low = self._low_water.get(batch.partition)
         if low is None or batch.first_offset < low:
             self._low_water[batch.partition] = batch.first_offset

@@ -39,11 +39,13 @@ class Consumer(ConsumeStream, AsyncClosing):
     Iterate (``async for message in c``) for `Message` objects, or call
     `receive_batch` for vectorised `MessageBatch` objects backed by pyarrow.
 
-    Flow control: the consumer grants `credits` messages up front and grants more
+    Flow control: the consumer grants its window of messages up front and grants more
     as the application takes messages (whenever half the window was taken), so at
-    most `credits` messages are buffered or in flight at any time from each router
+    most a window of messages is buffered or in flight at any time from each router
     that owns some of the stream's partitions (the gateway gives every one of them
-    the whole grant: a share stranded on an idle router could stop the stream). Acks are
+    the whole grant: a share stranded on an idle router could stop the stream). The
+    window is `credits`, or without it one that grows while the application waits on
+    credit (`tamto_sdk.credit_window`). Acks are
     coalesced into offset ranges and sent in the background shortly after `ack`
     (and on close). If the stream fails with a
     retriable error the consumer reconnects with backoff and subscribes again; the
@@ -149,6 +151,7 @@ class Consumer(ConsumeStream, AsyncClosing):
                 raise self._error
             if self._closing:
                 return None
+            self._grow_window()
             self._data.clear()
             if deadline is None:
                 await self._data.wait()
@@ -168,6 +171,15 @@ class Consumer(ConsumeStream, AsyncClosing):
             self._took(item.count)
             raise item
         return item
+
+    def _grow_window(self) -> None:
+        """Nothing buffered: an automatic window may grow (`CreditWindow.grow`), and
+        the extra credit goes at once."""
+        extra = self._window.grow()
+        if extra:
+            self._refill_at = self._window.refill_at
+            self._taken_since_grant += extra
+            self._took(0)
 
     def _took(self, count: int) -> None:
         self._taken_since_grant += count

@@ -1,10 +1,13 @@
 """The direct path: a producer publishes straight to the router that owns the partition.
 
 Through the gateway a publish crosses two Python gRPC hops before storage; with
-`ClientOptions(direct=True)` the producer looks each stream's partitions up once
+`ClientOptions(direct=True)` (the default; `TAMTO_DIRECT=0` turns it off) the
+producer looks each stream's partitions up once
 (`Gateway.Lookup`: the owner router's client address per partition) and sends
 each batch to its owner on a pipelined stream of its own (one channel per
-owner), as Kafka and Pulsar clients do (docs/cluster.md section 5). The gateway
+owner), as Kafka and Pulsar clients do (docs/cluster.md section 5), over TLS when
+the gateway is (a TLS router serves clients on a listener of its own, verified
+with the client's CA). The gateway
 stays the edge for everything else, and the fallback:
 
 - a router that does not own the partition (it moved) answers

@@ -35,10 +35,11 @@ class ClientOptions:
             it moves; through the gateway when routers advertise no client address or
             cannot be reached. Only batches whose every message has an id go directly
             (an idempotent producer's do). None (the default): `connect` reads the
-            environment variable ``TAMTO_DIRECT`` (``1`` on, else off), so a
+            environment variable ``TAMTO_DIRECT`` (on unless ``0``, ``false``, ``no``
+            or ``off``), so a
             deployment or ``tamto bench`` picks the path without code changes; the
-            client's `options` then say which it took. Off unless set: why, and what
-            it gains, in docs/benchmarks.md, "Where one `send_and_wait` goes".
+            client's `options` then say which it took. On by default: a client that cannot
+            reach routers, or one comparing the paths, sets it off (docs/benchmarks.md).
 
     The options read no environment themselves: `connect` is the one place the SDK
     does (docs/sdk.md, "Names").

@@ -34,6 +34,7 @@ from tamto_common.publishing import check_publish
 from tamto_common.ring import HashRing, partition_key
 from tamto_common.streams import StreamDef, read_stream
 from tamto_common.tokens import Metadata
+from tamto_router.metrics import PUBLISH_ACK_SECONDS
 from tamto_router.model import ProducerOrder
 from tamto_router.partition_log import Appended
 from tamto_router.partitions import Partitions
@@ -135,7 +136,9 @@ class ClientPublish:
         count: int,
         order: ProducerOrder | None = None,
     ) -> Appended:
-        """Append for a client whose call carried `metadata`, from `source` (its peer)."""
+        """Append for a client whose call carried `metadata`, from `source` (its peer);
+        the time to the ack is observed as the gateway's is (`PUBLISH_ACK_SECONDS`)."""
+        started = time.perf_counter()
         check_name("stream", stream)
         principal = await self._guard.principal(metadata, source, "Publish")
         await self._guard.require(principal, Permission.PUBLISH, stream, source, "Publish")
@@ -149,4 +152,6 @@ class ClientPublish:
         definition = await self._streams.get(stream)
         check_publish(definition, partition, arrow_ipc, count, self._max_message_bytes)
         log = await self._partitions.get(stream, partition)
-        return await log.append(arrow_ipc, count, order)
+        appended = await log.append(arrow_ipc, count, order)
+        PUBLISH_ACK_SECONDS.observe(time.perf_counter() - started)
+        return appended

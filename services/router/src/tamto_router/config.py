@@ -50,6 +50,13 @@ class RouterConfig(ServiceConfig):
         "record (docs/cluster.md section 5): auto = the address peers dial; none = clients "
         "go through a gateway",
     )
+    client_port: int = setting(
+        0,
+        "with TLS: the port clients' direct calls are served on, over TLS that asks for no "
+        "client certificate (--port requires one: mTLS between services); 0: a free port. "
+        "Without TLS clients are served on --port",
+        not_negative,
+    )
     max_message_bytes: int = setting(
         1024 * 1024,
         "largest message (payload, key, headers and id) a client may publish directly, "

@@ -107,6 +107,27 @@ def serve(servicer: RouterServicer, server: grpc.aio.Server) -> None:
     )
 
 
+def serve_clients(servicer: RouterServicer, server: grpc.aio.Server) -> None:
+    """Register only what clients call directly (`Publish`, `PublishStream`): the
+    listener of `server` asks for no client certificate, so no service RPC is on it."""
+    request = gateway_pb2.PublishRequest.FromString
+    handlers = {
+        "Publish": grpc.unary_unary_rpc_method_handler(
+            servicer.Publish,
+            request_deserializer=request,
+            response_serializer=gateway_pb2.PublishResponse.SerializeToString,
+        ),
+        "PublishStream": grpc.stream_stream_rpc_method_handler(
+            servicer.PublishStream,
+            request_deserializer=request,
+            response_serializer=gateway_pb2.PublishStreamResponse.SerializeToString,
+        ),
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("tamto.v1.Router", handlers),)
+    )
+
+
 class RouterServicer(AdminApi, router_pb2_grpc.RouterServicer):
     def __init__(
         self,

@@ -31,6 +31,13 @@ PUBLISH_TO_DELIVER_SECONDS = Histogram(
     "delivery to a consumer",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60, 600),
 )
+PUBLISH_ACK_SECONDS = Histogram(
+    "tamto_router_publish_ack_seconds",
+    "From a client's direct publish reaching the router to its ack (durable on the "
+    "partition's quorum), one observation per batch, pipelined calls included; the "
+    "gateway's path is tamto_gateway_publish_ack_seconds (the same buckets)",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10),
+)
 OWNERSHIP_CHANGES = Counter(
     "tamto_router_ownership_changes",
     "Partition ownership changes on this router: claimed (opened here), handed_back "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import gc
 import json
@@ -25,7 +26,7 @@ from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
 from tamto_common.membership import KeptLease, MemberDirectory
 from tamto_common.oidc import external_verifiers
 from tamto_common.placement import GoneTargets, PlacementView
-from tamto_common.service import Runtime
+from tamto_common.service import Runtime, bind, new_server
 from tamto_common.streams import StreamDef, read_stream
 from tamto_common.tokens import Authenticator, TokenVerifier, refetch_jwks
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc
@@ -37,7 +38,7 @@ from tamto_router.config import RouterConfig
 from tamto_router.consume import SubscriptionRegistry
 from tamto_router.dead_letter_sink import DeadLetterSink
 from tamto_router.dead_letters import Policy
-from tamto_router.grpc_api import RouterServicer, serve
+from tamto_router.grpc_api import RouterServicer, serve, serve_clients
 from tamto_router.healing_metric import HEALING
 from tamto_router.ledger_audit import LedgerAudit, audit_interval_s
 from tamto_router.partitions import UNDER_REPLICATED, Partitions
@@ -110,9 +111,10 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     client_publish = await _client_publish(
         config, runtime, directory, channels, partitions, lambda: placement.current
     )
-    serve(
-        RouterServicer(partitions, subscriptions, config.member_id, client_publish), runtime.server
-    )
+    servicer = RouterServicer(partitions, subscriptions, config.member_id, client_publish)
+    serve(servicer, runtime.server)
+    if client_publish is not None:
+        await _serve_clients(config, runtime, servicer)
 
     await _follow_range_events(runtime, partitions)
     if config.load_report_interval_s > 0:
@@ -214,6 +216,26 @@ async def _start_balancer(
     )
     await balancer.start()
     runtime.resources.push_async_callback(balancer.close)
+
+
+async def _serve_clients(config: RouterConfig, runtime: Runtime, servicer: RouterServicer) -> None:
+    """With TLS requiring client certificates on --port (mTLS between services),
+    clients' direct calls get a listener of their own (--client-port) that asks for
+    none: clients hold API keys or tokens, as at the gateway. It serves only the
+    client RPCs, and is the client address advertised unless --client-address names
+    another. Without TLS, or with --tls-client-auth optional, --port serves clients."""
+    tls = config.tls()
+    if tls is None or not tls.require_client_cert:
+        return
+    server = new_server()
+    serve_clients(servicer, server)
+    client_tls = dataclasses.replace(tls, require_client_cert=False)
+    port = bind(server, config.host, config.client_port, client_tls)
+    await server.start()
+    runtime.resources.push_async_callback(server.stop, config.shutdown_grace_s)
+    if config.client_address == "auto":
+        runtime.advertise["client_address"] = f"{config.dial_host}:{port}"
+    log.info("serving clients", address=f"{config.dial_host}:{port}", tls="no client cert")
 
 
 async def _client_publish(

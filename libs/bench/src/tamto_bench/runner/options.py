@@ -46,7 +46,7 @@ class BenchOptions:
     rates: tuple[float, ...] = (1000.0, 5000.0)
     linger_ms: float = 0.0
     window: int = 10_000
-    credits: int = 5_000
+    credits: int | None = None
     ceiling_inflight: int = 4
     drain_limit_s: float = 30.0
     idle_s: float = 1.0
