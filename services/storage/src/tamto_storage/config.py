@@ -77,6 +77,13 @@ class StorageConfig(ServiceConfig):
         "data directory, as on one node",
         store_uri,
     )
+    store_cache_mb: int = setting(
+        1024,
+        "MiB of segment store objects a node keeps locally for reads of sealed offsets whose "
+        "local copy it reclaimed once the store committed them, least recently used out "
+        "first (0: keep every local copy, read nothing from the store)",
+        not_negative,
+    )
     iceberg_catalog: str = setting(
         "",
         "SQLAlchemy URI of the Iceberg SQL catalog (sqlite:////path/catalog.db) in which "
