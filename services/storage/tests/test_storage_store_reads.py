@@ -12,8 +12,11 @@ from storage_testkit import payload_for
 from test_storage_segment_store import PID, Node
 
 from tamto_common.errors import DataLoss
+from tamto_local.s3 import ACCESS_KEY, SECRET_KEY, S3Spec
 from tamto_protocol.batch import decode_batch
 from tamto_protocol.segment import bytes_digest, segment_file_name
+from tamto_spark.datasource import TamtoBatchReader
+from tamto_spark.segments import Range, SegmentDamaged
 from tamto_storage.partition import Partition
 from tamto_storage.segment_store import SegmentStore
 from tamto_storage.store import partition_dir
@@ -147,3 +150,53 @@ async def test_the_store_manifest_lists_every_object_with_its_size_and_digest(
         assert entry.size_bytes == data.stat().st_size
         assert entry.digest == bytes_digest(data.read_bytes())
         assert entry.rows == entry.last_offset - entry.first_offset + 1
+
+
+def tamto_rows(location: str) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, payload) of every row the `tamto` data source's batch reader
+    reads from `location` (its planning and its executors' reads, without Spark)."""
+    reader = TamtoBatchReader(location, Range({}, {}))
+    rows = []
+    for part in reader.partitions():
+        for batch in reader.read(part):
+            columns = (batch.column(c).to_pylist() for c in ("partition", "offset", "payload"))
+            rows += list(zip(*columns, strict=True))
+    return sorted(rows)
+
+
+@pytest.mark.parametrize("kind", ["directory", "s3"])
+async def test_the_tamto_source_plans_from_the_store_manifest_and_refuses_damaged_objects(
+    tmp_path: Path, kind: str, s3_server: S3Spec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if kind == "s3":
+        for name, value in s3_server.env().items():
+            monkeypatch.setenv(name, value)
+        prefix = f"reads-{tmp_path.name}"
+        store = SegmentStore.open(s3_server.uri(prefix))
+        # Credentials in the URI: a Spark executor need not have them in its environment.
+        location = s3_server.uri(f"{prefix}/streams/orders").replace(
+            "s3://", f"s3://{ACCESS_KEY}:{SECRET_KEY}@"
+        )
+    else:
+        store = SegmentStore.open((tmp_path / "store").as_uri())
+        location = f"{store.uri}/streams/orders"
+    a = Node(tmp_path / "a", store, segment_bytes=1)
+    a.publishes = True
+    try:
+        await a.append(0, END)
+        await a.seal()
+    finally:
+        await a.store.close()
+    assert tamto_rows(location) == [(0, o, payload_for(o)) for o in range(END)]
+
+    name = segment_file_name(3, 5)
+    data = store.read(PID.stream, PID.partition, name)
+    store.put(PID.stream, PID.partition, name, lambda out: out.write(data[:-9]))
+    with pytest.raises(SegmentDamaged, match=f"DATA_LOSS: segment .*{name} is") as caught:
+        tamto_rows(location)
+    assert SECRET_KEY not in str(caught.value)
+    flipped = bytearray(data)
+    flipped[100] ^= 0x01
+    store.put(PID.stream, PID.partition, name, lambda out: out.write(bytes(flipped)))
+    with pytest.raises(SegmentDamaged, match=f"DATA_LOSS: segment .*{name} has digest"):
+        tamto_rows(location)
