@@ -18,8 +18,8 @@ from pyspark.sql import SparkSession
 import tamto_sdk
 from tamto_common.polling import poll_blocking
 from tamto_protocol.segment import segment_file_name
-from tamto_spark.location import read_stream_manifest
 from tamto_sdk import StreamConfig
+from tamto_spark.location import read_stream_manifest
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 
