@@ -68,12 +68,19 @@ class Publisher:
         designated: Designated,
         tables: IcebergTables | None = None,
         cache: StoreCache | None = None,
+        retention_grace_s: float = 0.0,
     ) -> None:
         """`tables`: the streams' Iceberg tables each committed segment is added to;
         `cache`: where reads of reclaimed segments fetch the store's objects (None: local
-        copies are kept)."""
+        copies are kept); `retention_grace_s`: how long an object retention removed from
+        the store's manifest and the table stays in the store."""
         self._store = store
         self._cache = cache
+        self.retention_grace_s = retention_grace_s
+        #: Per partition, the retention floor last applied to the store.
+        self._floors: dict[PartitionId, int] = {}
+        #: Objects retention removed, by (partition, name): when they are deleted.
+        self._doomed: dict[tuple[PartitionId, str], float] = {}
         self._manifests = StoreManifests(store)
         self._designated = designated
         self._tables = tables
@@ -113,6 +120,7 @@ class Publisher:
         local_end = partition.segment_log.end_offset
         known = self._ends.get(pid)
         due = known is None or known < local_end or self._table_behind(pid)
+        due = due or self._retention_due(partition)
         if due and time.monotonic() >= self._retry_at:
             try:
                 committed = await self._round(partition)
@@ -137,17 +145,51 @@ class Publisher:
         pid = partition.id
         committed = await asyncio.to_thread(self._store.committed, pid.stream, pid.partition)
         end = committed[-1].end_offset if committed else None
+        floor = partition.segment_log.floor
         if not await self._designated(pid.stream, pid.partition):
             if end is not None:
                 self._table_ends[pid] = end  # the publisher's to add
+            self._floors[pid] = floor
             return committed
         known: dict[str, SegmentEntry] = {}
         if await self._catch_up(partition, end, known) != end:
             committed = await asyncio.to_thread(self._store.committed, pid.stream, pid.partition)
             end = committed[-1].end_offset if committed else None
-        await asyncio.to_thread(self._manifests.sync, pid, committed, known)
+        live = [s for s in committed if s.end_offset > floor]
+        await asyncio.to_thread(self._manifests.sync, pid, live, known, floor or None)
         await self._add_to_table(pid, end)
+        await self._expire(pid, committed[: len(committed) - len(live)], floor)
         return committed
+
+    def _retention_due(self, partition: Partition) -> bool:
+        """Whether retention moved `partition`'s floor, or an expired object's grace ended."""
+        pid, now = partition.id, time.monotonic()
+        if partition.segment_log.floor > self._floors.get(pid, 0):
+            return True
+        return any(key[0] == pid and at <= now for key, at in self._doomed.items())
+
+    async def _expire(self, pid: PartitionId, expired: list[StoredSegment], floor: int) -> None:
+        """Apply retention to the store: objects below the floor leave the Iceberg table
+        (whole files), and the store once `retention_grace_s` has passed (the manifest
+        no longer lists them: `_round`)."""
+        if expired and self._tables is not None:
+            try:
+                await asyncio.to_thread(self._tables.remove, pid.stream, pid.partition, floor)
+            except Exception as exc:  # the catalog failed: the next round tries again
+                log.warning("Iceberg table not updated", partition=str(pid), error=str(exc))
+                return
+        now = time.monotonic()
+        for segment in expired:
+            name = segment_file_name(segment.first_offset, segment.last_offset)
+            self._doomed.setdefault((pid, name), now + self.retention_grace_s)
+        for key, at in list(self._doomed.items()):
+            if key[0] == pid and at <= now:
+                await asyncio.to_thread(self._store.delete, pid.stream, pid.partition, key[1])
+                del self._doomed[key]
+                log.info(
+                    "expired segment removed from the store", partition=str(pid), segment=key[1]
+                )
+        self._floors[pid] = floor
 
     def _table_behind(self, pid: PartitionId) -> bool:
         known = self._ends.get(pid)

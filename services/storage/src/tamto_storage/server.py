@@ -52,7 +52,8 @@ def publisher(config: StorageConfig, runtime: Runtime) -> Publisher | None:
     if config.store_cache_mb:
         cache = StoreCache(store, config.data_dir / CACHE_DIR, config.store_cache_mb * MIB)
     log.info("sealing into the segment store", store=uri, iceberg=config.iceberg_catalog)
-    return Publisher(store, designated, tables, cache)
+    grace_s = config.retention_grace_ms / 1000
+    return Publisher(store, designated, tables, cache, retention_grace_s=grace_s)
 
 
 async def setup(config: StorageConfig, runtime: Runtime) -> None:
