@@ -8,8 +8,8 @@ from pathlib import Path
 from tamto_common.config import MIB, ServiceConfig, not_negative, one_of, positive, setting
 from tamto_common.errors import InvalidArgument
 from tamto_storage.sealer import SealOptions
+from tamto_storage.segment_reads import DecodedGroups
 from tamto_storage.segment_store import SegmentStore
-from tamto_storage.segments import DecodedGroups
 from tamto_storage.wal import WalOptions
 
 

@@ -45,6 +45,7 @@ from tamto_storage.integrity import DigestingSink, VerifiedFiles
 from tamto_storage.metrics import STORE_ERRORS, STORE_SEGMENTS
 from tamto_storage.model import PartitionId
 from tamto_storage.partition import Partition
+from tamto_storage.segment_reads import read_rows, to_stored_batches
 from tamto_storage.segment_store import SegmentStore, StoredSegment, overlapped
 from tamto_storage.segments import Segment
 from tamto_storage.store_cache import StoreCache, reclaim_committed, reclaimable
@@ -276,8 +277,8 @@ class Publisher:
         if start == segment.first_offset:
             self._store.put_file(pid.stream, pid.partition, segment.path.name, segment.path)
             return segment.path.name, segment.entry
-        rows = seg.read_rows(segment.path, start, 0, _ALL_BYTES)
-        table = seg.build_table(seg.to_stored_batches(rows)).combine_chunks()
+        rows = read_rows(segment.path, start, 0, _ALL_BYTES)
+        table = seg.build_table(to_stored_batches(rows)).combine_chunks()
         name = segment_file_name(start, segment.last_offset)
 
         written: list[tuple[str, int]] = []

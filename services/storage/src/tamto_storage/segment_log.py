@@ -32,11 +32,12 @@ import pyarrow as pa
 import structlog
 
 from tamto_common.errors import DataLoss, damaged_offsets_error
-from tamto_storage import segments as seg
+from tamto_storage import segment_reads
 from tamto_storage.integrity import VerifiedFiles
 from tamto_storage.model import StoredBatch
 from tamto_storage.recorded import FILE_MISSING
-from tamto_storage.segments import DecodedGroups, Segment
+from tamto_storage.segment_reads import DecodedGroups
+from tamto_storage.segments import Segment
 
 log = structlog.get_logger(__name__)
 _T = TypeVar("_T")
@@ -172,7 +173,7 @@ class SegmentLog:
         return None
 
     def _first_at(self, segment: Segment, time_us: int) -> int | None:
-        return seg.first_offset_at_or_after(self.local_path(segment), time_us)
+        return segment_reads.first_offset_at_or_after(self.local_path(segment), time_us)
 
     async def _checked(self, segment: Segment, read: Callable[..., _T], *args: Any) -> _T:
         """`read(*args)` in a worker thread; damage it meets (or met before) is DATA_LOSS
@@ -213,4 +214,6 @@ def _read_batches(
     problem = verified.check(path, segment.entry.digest)
     if problem is not None:
         raise DataLoss(problem)
-    return seg.to_stored_batches(seg.read_rows(path, from_offset, max_messages, max_bytes, cache))
+    return segment_reads.to_stored_batches(
+        segment_reads.read_rows(path, from_offset, max_messages, max_bytes, cache)
+    )

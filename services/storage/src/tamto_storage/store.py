@@ -30,7 +30,7 @@ from tamto_storage.model import PartitionId, PartitionOffsets
 from tamto_storage.partition import Partition
 from tamto_storage.publisher import Publisher
 from tamto_storage.sealer import RetentionFor, Sealer, SealOptions, StoreView
-from tamto_storage.segments import DecodedGroups
+from tamto_storage.segment_reads import DecodedGroups
 from tamto_storage.wal import WalOptions
 
 log = structlog.get_logger(__name__)
