@@ -22,8 +22,7 @@ import tamto_sdk
 from tamto_local.s3 import ACCESS_KEY, SECRET_KEY, S3Spec
 from tamto_protocol.segment import parse_segment_name
 from tamto_sdk import StreamConfig
-from tamto_spark.datasource import TamtoBatchReader
-from tamto_spark.segments import Range
+from tamto_spark.segments import read_table
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually
@@ -75,15 +74,11 @@ def location(s3: S3Spec, prefix: str, stream: str) -> str:
 
 
 def tamto_rows(where: str) -> list[tuple[int, int, bytes]]:
-    """(partition, offset, payload) of every row the `tamto` data source's batch reader
-    reads at `where` (its planning and its executors' reads, without a JVM)."""
-    reader = TamtoBatchReader(where, Range({}, {}))
-    rows = []
-    for part in reader.partitions():
-        for batch in reader.read(part):
-            columns = (batch.column(c).to_pylist() for c in ("partition", "offset", "payload"))
-            rows += list(zip(*columns, strict=True))
-    return sorted(rows)
+    """(partition, offset, payload) of every row the `tamto` data source's planning and
+    executors' reads give at `where` (without a JVM)."""
+    table = read_table(where)
+    columns = (table.column(c).to_pylist() for c in ("partition", "offset", "payload"))
+    return sorted(zip(*columns, strict=True))
 
 
 def stored(s3: S3Spec, prefix: str, stream: str) -> list[tuple[int, int, bytes]]:

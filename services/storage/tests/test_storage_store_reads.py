@@ -15,8 +15,7 @@ from tamto_common.errors import DataLoss
 from tamto_local.s3 import ACCESS_KEY, SECRET_KEY, S3Spec
 from tamto_protocol.batch import decode_batch
 from tamto_protocol.segment import bytes_digest, segment_file_name
-from tamto_spark.datasource import TamtoBatchReader
-from tamto_spark.segments import Range, SegmentDamaged
+from tamto_spark.segments import SegmentDamaged, read_table
 from tamto_storage.partition import Partition
 from tamto_storage.segment_store import SegmentStore
 from tamto_storage.store import partition_dir
@@ -152,16 +151,12 @@ async def test_the_store_manifest_lists_every_object_with_its_size_and_digest(
         assert entry.rows == entry.last_offset - entry.first_offset + 1
 
 
-def tamto_rows(location: str) -> list[tuple[int, int, bytes]]:
-    """(partition, offset, payload) of every row the `tamto` data source's batch reader
-    reads from `location` (its planning and its executors' reads, without Spark)."""
-    reader = TamtoBatchReader(location, Range({}, {}))
-    rows = []
-    for part in reader.partitions():
-        for batch in reader.read(part):
-            columns = (batch.column(c).to_pylist() for c in ("partition", "offset", "payload"))
-            rows += list(zip(*columns, strict=True))
-    return sorted(rows)
+def tamto_rows(where: str) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, payload) of every row the `tamto` data source's planning and
+    executors' reads give at `where` (without a JVM)."""
+    table = read_table(where)
+    columns = (table.column(c).to_pylist() for c in ("partition", "offset", "payload"))
+    return sorted(zip(*columns, strict=True))
 
 
 @pytest.mark.parametrize("kind", ["directory", "s3"])

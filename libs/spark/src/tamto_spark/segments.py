@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tamto_protocol.segment import SEGMENT_SCHEMA, Manifest, bytes_digest
-from tamto_spark.location import child, open_location, shown
+from tamto_spark.location import child, open_location, read_stream_manifest, shown
 
 #: The schema of a Tamto DataFrame: `partition`, then the segment columns (all
 #: nullable, as Spark declares the columns of a DDL schema).
@@ -149,3 +149,13 @@ def checked_bytes(part: SegmentSlice) -> bytes:
             f"{part.digest} (corrupt): not read"
         )
     return data
+
+
+def read_table(location: str, wanted: Range | None = None) -> pa.Table:
+    """The rows at `location` that `wanted` covers (default: all), planned from one
+    manifest snapshot and read as the data source's executors read them, without
+    Spark (tests and small tools)."""
+    manifest = read_stream_manifest(location)
+    parts = plan_slices(location, manifest, wanted or Range({}, {}))
+    batches = [batch for part in parts for batch in read_slice(part)]
+    return pa.Table.from_batches(batches, schema=OUTPUT_SCHEMA)
