@@ -5,8 +5,10 @@ committed object with its size and digest."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from storage_testkit import payload_for
 from test_storage_segment_store import PID, Node
@@ -16,6 +18,8 @@ from tamto_local.s3 import ACCESS_KEY, SECRET_KEY, S3Spec
 from tamto_protocol.batch import decode_batch
 from tamto_protocol.segment import bytes_digest, segment_file_name
 from tamto_spark.segments import SegmentDamaged, read_table
+from tamto_storage.carry import write_carried
+from tamto_storage.interest import Rewrite
 from tamto_storage.partition import Partition
 from tamto_storage.segment_store import SegmentStore
 from tamto_storage.store import partition_dir
@@ -195,3 +199,24 @@ async def test_the_tamto_source_plans_from_the_store_manifest_and_refuses_damage
     store.put(PID.stream, PID.partition, name, lambda out: out.write(bytes(flipped)))
     with pytest.raises(SegmentDamaged, match=f"DATA_LOSS: segment .*{name} has digest"):
         tamto_rows(location)
+
+
+async def test_interest_retention_carries_rows_forward_from_a_reclaimed_segment(
+    tmp_path: Path,
+) -> None:
+    """A segment whose local copy went is still rewritten by interest retention: its
+    rows come from the store (through the cache)."""
+    _, a, b = await sealed_pair(tmp_path, cache_bytes=1 << 20)
+    try:
+        partition = await b.store.get(PID.stream, PID.partition)
+        first = partition.segment_log.segments[0]
+        assert not first.path.exists()
+        rewrite = Rewrite(members=(first,), keep=((1, 3),))
+        carried = await asyncio.to_thread(
+            write_carried, 0, partition.directory, rewrite, partition.segment_log.local_path
+        )
+        rows = pq.read_table(carried.path).column("payload").to_pylist()
+        assert rows == [payload_for(1), payload_for(2)]
+    finally:
+        for node in (a, b):
+            await node.store.close()
