@@ -85,6 +85,15 @@ NOT_RUN = {
         "tests/spark/test_spark_segment_store.py reads the store with Spark, DuckDB, "
         "Polars and pyarrow"
     ),
+    'docs/segments.md: spark.read.format("tamto").load("file:///shared/segments/streams/orders")': (
+        "reads of a shared directory and an S3 store (placeholders: KEY, SECRET, host:port); "
+        "tests/spark/test_spark_segment_store.py and tests/spark/test_spark_s3_store.py read "
+        "both with the tamto source"
+    ),
+    'docs/spark.md: spark.read.format("tamto").load("file:///shared/segments/streams/orders")': (
+        "the same reads as docs/segments.md's block (placeholders: a shared store, KEY, "
+        "SECRET); tests/spark/test_spark_segment_store.py and test_spark_s3_store.py run them"
+    ),
     "docs/mqtt.md: TAMTO_GATEWAY_MQTT_PORT=1883 tamto up      "
     "# a local system whose gateway serves MQTT on 1883": (
         "a foreground `tamto up` on a fixed port; tests/e2e/test_launcher.py runs `tamto up`"

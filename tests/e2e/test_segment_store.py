@@ -1,8 +1,9 @@
 """Acceptance of the S3 segment store, on a real S3 server (SeaweedFS): a 3-node cluster with
 R = 3 publishes, sealing commits one segment per range to the store, the storage node that
 publishes is killed, the next replica takes over where the store ends, and a reader of the
-store, and PyIceberg reading the stream's Iceberg table of the same files, get every
-acknowledged message exactly once."""
+store, the `tamto` data source's reader planning from the store's manifests, and PyIceberg
+reading the stream's Iceberg table of the same files, get every acknowledged message
+exactly once. tests/spark/test_spark_s3_store.py reads the same with Spark itself."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import tamto_sdk
 from tamto_local.s3 import ACCESS_KEY, SECRET_KEY, S3Spec
 from tamto_protocol.segment import parse_segment_name
 from tamto_sdk import StreamConfig
+from tamto_spark.segments import read_table
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually
@@ -64,6 +66,21 @@ def in_table(s3: S3Spec, tmp_path: Path, stream: str) -> list[tuple[int, int, by
     return sorted(zip(*columns, strict=True))
 
 
+def location(s3: S3Spec, prefix: str, stream: str) -> str:
+    """The stream's location in the store as the `tamto` data source takes it, with the
+    credentials in the URI (so a Spark executor needs none in its environment)."""
+    uri = s3.uri(f"{prefix}/streams/{stream}")
+    return uri.replace("s3://", f"s3://{ACCESS_KEY}:{SECRET_KEY}@")
+
+
+def tamto_rows(where: str) -> list[tuple[int, int, bytes]]:
+    """(partition, offset, payload) of every row the `tamto` data source's planning and
+    executors' reads give at `where` (without a JVM)."""
+    table = read_table(where)
+    columns = (table.column(c).to_pylist() for c in ("partition", "offset", "payload"))
+    return sorted(zip(*columns, strict=True))
+
+
 def stored(s3: S3Spec, prefix: str, stream: str) -> list[tuple[int, int, bytes]]:
     """(partition, offset, payload) of every row in the store's segments of `stream`."""
     filesystem = s3.filesystem()
@@ -103,6 +120,23 @@ async def publish(
 async def test_every_acked_message_is_in_the_s3_store_once_after_its_publisher_dies(
     s3_cluster: TestCluster, s3_server: S3Spec, tmp_path: Path
 ) -> None:
+    prefix = f"{PREFIX}-{tmp_path.name}"
+    stream, acked = await publish_and_kill_the_publisher(s3_cluster, s3_server, tmp_path)
+    # The `tamto` data source's reader, from the store's manifests: every acked one once.
+    await eventually(
+        lambda: tamto_rows(location(s3_server, prefix, stream)) == sorted(acked),
+        30,
+        "every acked message read once by the tamto source",
+        interval_s=0.5,
+    )
+
+
+async def publish_and_kill_the_publisher(
+    s3_cluster: TestCluster, s3_server: S3Spec, tmp_path: Path
+) -> tuple[str, list[tuple[int, int, bytes]]]:
+    """Publish, wait for sealing, kill the storage node that publishes to the store,
+    publish more; returns the stream and every acked (partition, offset, payload), once
+    the store and the Iceberg table hold exactly those."""
     prefix = f"{PREFIX}-{tmp_path.name}"
     stream = f"store{uuid.uuid4().hex[:8]}"  # the session's etcd is shared: a name of its own
     async with await tamto_sdk.connect(s3_cluster.url, api_key=s3_cluster.credential) as client:
@@ -148,3 +182,4 @@ async def test_every_acked_message_is_in_the_s3_store_once_after_its_publisher_d
             "every acked message in the Iceberg table, once",
             interval_s=0.5,
         )
+    return stream, acked

@@ -1,6 +1,8 @@
 """One directory segment store for a 3-node cluster with R = 3: Spark's plain Parquet read of
 `<store>/streams/<stream>` returns every acked message exactly once (each node's own data
-directory holds a copy of each), and so do DuckDB and Polars reading the same files."""
+directory holds a copy of each), and so do DuckDB and Polars reading the same files, and
+the `tamto` data source planning from the store's manifest (batch and streaming), which
+refuses a truncated or corrupt object with DATA_LOSS naming it."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ from pyspark.sql import SparkSession
 
 import tamto_sdk
 from tamto_common.polling import poll_blocking
+from tamto_protocol.segment import segment_file_name
 from tamto_sdk import StreamConfig
+from tamto_spark.location import read_stream_manifest
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 
@@ -58,6 +62,19 @@ def wait_in_store(directory: Path, count: int) -> None:
     poll_blocking(lambda: rows() >= count, SEAL_DEADLINE_S, f"{count} rows in {directory}")
 
 
+def wait_listed(location: str, acked: list[Acked]) -> None:
+    """Wait until the store's manifests list every acked offset."""
+    ends: dict[int, int] = {}
+    for a in acked:
+        ends[a.partition] = max(ends.get(a.partition, 0), a.offset + 1)
+
+    def listed() -> bool:
+        have = read_stream_manifest(location).end_offsets()
+        return all(have.get(p, 0) >= end for p, end in ends.items())
+
+    poll_blocking(listed, SEAL_DEADLINE_S, f"the store's manifests list {ends}")
+
+
 def keyed(acked: list[Acked]) -> list[tuple[int, int, bytes]]:
     return sorted((a.partition, a.offset, a.payload) for a in acked)
 
@@ -93,3 +110,54 @@ async def test_spark_duckdb_and_polars_read_every_acked_message_once_from_the_st
     frame = pl.read_parquet(pattern, hive_partitioning=True)
     got = zip(frame["partition"], frame["offset"], frame["payload"], strict=True)
     assert sorted((int(p), o, bytes(b)) for p, o, b in got) == keyed(acked)
+
+
+async def test_the_tamto_source_reads_the_store_once_and_refuses_a_damaged_object(
+    spark: SparkSession,
+    store_client: tamto_sdk.Client,
+    store_dir: Path,
+    tmp_path: Path,
+) -> None:
+    stream = unique("listed")
+    await store_client.streams.ensure(
+        stream, partitions=2, config=StreamConfig(replication_factor=3, ack_quorum=2)
+    )
+    acked = await publish(store_client, stream, 40, keys=6)
+    location = (store_dir / "streams" / stream).as_uri()
+    wait_listed(location, acked)
+
+    rows = spark.read.format("tamto").load(location).collect()
+    assert sorted((r.partition, r.offset, bytes(r.payload)) for r in rows) == keyed(acked)
+    by_options = (
+        spark.read.format("tamto").option("store", store_dir.as_uri()).option("stream", stream)
+    )
+    assert by_options.load().count() == len(acked)
+
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    query = (
+        spark.readStream.format("tamto")
+        .load(location)
+        .select("partition", "offset", "payload")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    streamed = spark.read.parquet(str(out)).collect()
+    assert sorted((r.partition, r.offset, bytes(r.payload)) for r in streamed) == keyed(acked)
+
+    # Truncate one object: the source names it and reads nothing from it as good data.
+    first = min(a.offset for a in acked if a.partition == 0)
+    [victim] = [
+        p
+        for p in (store_dir / "streams" / stream / "partition=0").glob("segment-*.parquet")
+        if p.name.startswith(segment_file_name(first, 0)[:28])
+    ]
+    victim.write_bytes(victim.read_bytes()[:-5])
+    with pytest.raises(Exception, match="DATA_LOSS") as caught:
+        spark.read.format("tamto").load(location).collect()
+    assert victim.name in str(caught.value)

@@ -21,7 +21,8 @@ from tamto_storage.model import Cursor, OffsetRange, StoredBatch
 from tamto_storage.partition import Partition
 from tamto_storage.reclaim import Reclaimer
 from tamto_storage.sealer import Retention, Sealer, SealOptions
-from tamto_storage.segments import build_table, to_stored_batches
+from tamto_storage.segment_reads import to_stored_batches
+from tamto_storage.segments import build_table
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
 

@@ -14,7 +14,8 @@ from tamto_storage.integrity import file_digest
 from tamto_storage.model import PartitionId
 from tamto_storage.partition import Partition
 from tamto_storage.sealer import SealOptions
-from tamto_storage.segments import read_rows, write_segment
+from tamto_storage.segment_reads import read_rows
+from tamto_storage.segments import write_segment
 from tamto_storage.store import PartitionStore, partition_dir
 from tamto_storage.wal import WalOptions
 

@@ -23,15 +23,8 @@ from tamto_storage.config import StorageConfig
 from tamto_storage.grpc_api import read_response
 from tamto_storage.model import StoredBatch
 from tamto_storage.segment_log import SegmentLog
-from tamto_storage.segments import (
-    DecodedGroups,
-    build_table,
-    read_rows,
-    row_group_bounds,
-    to_stored_batches,
-    write_parquet,
-    write_segment,
-)
+from tamto_storage.segment_reads import DecodedGroups, read_rows, to_stored_batches
+from tamto_storage.segments import build_table, row_group_bounds, write_parquet, write_segment
 
 BATCH = 10  # messages per stored batch
 PAD = 90  # payload bytes beyond "message-<offset>"
@@ -306,7 +299,8 @@ from pathlib import Path
 import pyarrow as pa
 from tamto_protocol.batch import encode_record_batch, make_batch
 from tamto_storage.model import StoredBatch
-from tamto_storage.segments import read_rows, to_stored_batches, write_segment
+from tamto_storage.segment_reads import read_rows, to_stored_batches
+from tamto_storage.segments import write_segment
 
 payloads = pa.Array.from_buffers(
     pa.binary(), 2, [None, pa.py_buffer(bytes(12)), pa.py_buffer(b"ab")]

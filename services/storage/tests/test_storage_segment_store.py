@@ -23,6 +23,7 @@ from tamto_storage.publisher import Publisher
 from tamto_storage.sealer import SealOptions
 from tamto_storage.segment_store import SegmentStore, StoredSegment, is_data_dir, overlapped
 from tamto_storage.store import PartitionStore, partition_dir
+from tamto_storage.store_cache import CACHE_DIR, StoreCache
 from tamto_storage.wal import WalOptions
 from tamto_testing.s3 import s3_server as run_s3_server
 
@@ -38,14 +39,18 @@ class Node:
         store: SegmentStore,
         segment_bytes: int,
         tables: IcebergTables | None = None,
+        cache_bytes: int = 0,
     ) -> None:
+        """`cache_bytes`: reclaim local copies the store holds, read them back through a
+        cache of that size (0: keep them)."""
         self.data = data
         self.publishes = False
 
         async def designated(stream: str, partition: int) -> bool:
             return self.publishes
 
-        self.publisher = Publisher(store, designated, tables)
+        self.cache = StoreCache(store, data / CACHE_DIR, cache_bytes) if cache_bytes else None
+        self.publisher = Publisher(store, designated, tables, self.cache)
         self.store = PartitionStore(
             data,
             WalOptions(file_bytes=1),  # a WAL file per batch: trimming is visible

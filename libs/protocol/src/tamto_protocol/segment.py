@@ -24,6 +24,7 @@ manifest format from. Blocking I/O only (`read_manifest`): no event loop here.
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,9 @@ SEGMENT_SUFFIX = ".parquet"
 _SEGMENT_NAME = re.compile(r"^segment-(\d{20})-(\d{20})\.parquet$")
 _CARRIED_NAME = re.compile(r"^segment-(\d{20})-(\d{20})\.g(\d+)\.parquet$")
 _MANIFEST_NAME = re.compile(r"^(\d{20})\.json$")
+_STORE_MANIFEST_NAME = re.compile(r"^partition-(\d+)\.json$")
+#: How a whole file's digest is written (``crc32:<8 hex>``, zlib's CRC-32).
+DIGEST_PREFIX = "crc32:"
 
 
 #: The members of a manifest's JSON object (besides its checksum).
@@ -113,6 +117,23 @@ def parse_carried_name(name: str) -> tuple[int, int, int] | None:
 
 def manifest_file_name(version: int) -> str:
     return f"{version:020d}.json"
+
+
+def store_manifest_name(partition: int) -> str:
+    """The name, under a segment store's ``streams/<stream>/_manifest/``, of the manifest
+    of one partition's committed objects (one writer each: the partition's publisher)."""
+    return f"partition-{partition}.json"
+
+
+def parse_store_manifest_name(name: str) -> int | None:
+    """The partition of a store manifest name, or None for any other name."""
+    match = _STORE_MANIFEST_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+def bytes_digest(data: bytes) -> str:
+    """The digest of a whole file's bytes, as manifest entries record it."""
+    return f"{DIGEST_PREFIX}{zlib.crc32(data) & 0xFFFFFFFF:08x}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,9 @@
 Register once per session (`register(spark)`, done by `tamto_spark.session`), then::
 
     spark.read.format("tamto").load("<data-dir>/streams/orders")              # batch
+    spark.read.format("tamto").load("s3://bucket/prefix/streams/orders?endpoint_override=...")
+    spark.read.format("tamto").option("store", "file:///shared/store")
+         .option("stream", "orders").load()                                   # segment store
     spark.read.format("tamto").option("startingOffsets", '{"0": 100}')
          .option("endingOffsets", '{"0": 200}').load(path)                     # offset range
     spark.read.format("tamto").option("startTime", "2026-01-01T00:00:00Z").load(path)
@@ -11,7 +14,9 @@ Register once per session (`register(spark)`, done by `tamto_spark.session`), th
       .option("apiKey", key).save("orders")                                    # publish rows
 
 Reading uses one manifest snapshot per batch query (or per micro-batch), so a
-query sees whole segments only and never a segment twice. Streaming progress
+query sees whole segments only and never a segment twice: a data directory's
+manifest, or the segment store's (`tamto_spark.location`), whose objects are
+each checked for their size and digest before they are decoded. Streaming progress
 is the manifest's per-partition end offsets, ``{"<partition>": <next-offset>}``,
 which Spark checkpoints: a restarted query continues exactly after the last
 committed micro-batch.
@@ -33,7 +38,6 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -48,7 +52,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from tamto_protocol.segment import Manifest, read_manifest
+from tamto_protocol.segment import Manifest
+from tamto_spark.location import child, exists, read_stream_manifest, shown
 from tamto_spark.segments import SPARK_DDL, Range, SegmentSlice, plan_slices, read_slice
 
 NAME = "tamto"
@@ -86,15 +91,18 @@ class TamtoDataSource(DataSource):
         return TamtoWriter(WriteOptions.parse(self.options, schema))
 
 
-def stream_dir(options: Mapping[str, str]) -> Path:
-    """The stream directory: the `path` option (`load(path)`), or `dataDir` + `stream`."""
+def stream_dir(options: Mapping[str, str]) -> str:
+    """The stream's location (`tamto_spark.location`): the `path` option (`load(path)`),
+    or `dataDir` (a storage data directory) or `store` (the segment store's URI) +
+    `stream`."""
     if options.get("path"):
-        return Path(options["path"])
-    if options.get("dataDir") and options.get("stream"):
-        return Path(options["dataDir"]) / "streams" / options["stream"]
+        return options["path"]
+    root = options.get("dataDir") or options.get("store")
+    if root and options.get("stream"):
+        return child(root, f"streams/{options['stream']}")
     raise OptionError(
-        "say which stream to read: load('<data-dir>/streams/<stream>') "
-        "or options dataDir and stream"
+        "say which stream to read: load('<data-dir or store>/streams/<stream>') "
+        "or option dataDir or store, and stream"
     )
 
 
@@ -141,14 +149,14 @@ def read_range(options: Mapping[str, str]) -> Range:
 class TamtoBatchReader(DataSourceReader):
     """Plans from one manifest snapshot, taken on the driver when the query is planned."""
 
-    def __init__(self, directory: Path, wanted: Range) -> None:
+    def __init__(self, directory: str, wanted: Range) -> None:
         self._dir = directory
         self._range = wanted
 
     def partitions(self) -> Sequence[InputPartition]:
-        if not self._dir.is_dir():
-            raise OptionError(f"no stream data at {self._dir}")
-        manifest = read_manifest(self._dir)
+        if not exists(self._dir):
+            raise OptionError(f"no stream data at {shown(self._dir)}")
+        manifest = read_stream_manifest(self._dir)
         return [InputPartition(s) for s in plan_slices(self._dir, manifest, self._range)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -178,12 +186,12 @@ class TamtoStreamReader(DataSourceStreamReader):
     offsets — applies only when the query has no checkpoint yet.
     """
 
-    def __init__(self, directory: Path, options: Mapping[str, str]) -> None:
+    def __init__(self, directory: str, options: Mapping[str, str]) -> None:
         self._dir = directory
         self._starting = options.get("startingOffsets", "earliest")
 
     def initialOffset(self) -> dict[str, int]:
-        manifest = read_manifest(self._dir)
+        manifest = read_stream_manifest(self._dir)
         if self._starting == "earliest":
             return _start_offsets(manifest)
         if self._starting == "latest":
@@ -194,7 +202,7 @@ class TamtoStreamReader(DataSourceStreamReader):
         self, start: dict[str, int] | None = None, limit: Any = None
     ) -> dict[str, int]:
         """Every committed segment's end (the read limit, if any, is not applied)."""
-        ends = read_manifest(self._dir).end_offsets()
+        ends = read_stream_manifest(self._dir).end_offsets()
         latest = {str(p): o for p, o in sorted(ends.items())}
         if start:  # never move backwards (a partition only ever grows)
             for p, o in start.items():
@@ -202,7 +210,7 @@ class TamtoStreamReader(DataSourceStreamReader):
         return latest
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        manifest = read_manifest(self._dir)
+        manifest = read_stream_manifest(self._dir)
         wanted = Range(
             start={int(p): o for p, o in start.items()},
             end={int(p): o for p, o in end.items()},

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,15 +65,15 @@ def _in_spans(offsets: npt.NDArray[np.int64], spans: Sequence[Span]) -> npt.NDAr
     return inside
 
 
-def needed_rows(segment: Segment, keep: Sequence[Span]) -> pa.Table:
+def needed_rows(segment: Segment, keep: Sequence[Span], path: Path | None = None) -> pa.Table:
     """The rows of `segment` whose offsets are in `keep`, decoding only row groups that
-    can hold them."""
+    can hold them; `path`: where its bytes are (its own file when None)."""
     spans = [(max(s, segment.first_offset), min(e, segment.end_offset)) for s, e in keep]
     spans = [(s, e) for s, e in spans if s < e]
     if not spans:
         return SEGMENT_SCHEMA.empty_table()
     # Page CRCs checked: a damaged page must not be carried forward as if whole.
-    parquet = pq.ParquetFile(segment.path, page_checksum_verification=True)
+    parquet = pq.ParquetFile(path or segment.path, page_checksum_verification=True)
     column = parquet.schema_arrow.get_field_index("offset")
     groups = []
     for i in range(parquet.metadata.num_row_groups):
@@ -88,11 +88,18 @@ def needed_rows(segment: Segment, keep: Sequence[Span]) -> pa.Table:
     return table.take(int64_array(np.flatnonzero(_in_spans(offsets, spans))))
 
 
-def write_carried(partition: int, directory: Path, rewrite: Rewrite) -> Segment:
-    """Write the segment that replaces `rewrite.members`, under ``_carried/``; returns it."""
+def write_carried(
+    partition: int,
+    directory: Path,
+    rewrite: Rewrite,
+    locate: Callable[[Segment], Path] = lambda segment: segment.path,
+) -> Segment:
+    """Write the segment that replaces `rewrite.members`, under ``_carried/``; returns it.
+    `locate` gives a file with a member's bytes (a copy from the segment store when
+    its local file was reclaimed: `SegmentLog.local_path`)."""
     members = rewrite.members
     generation = max(m.generation for m in members) + 1
-    parts = [needed_rows(m, rewrite.keep) for m in members]
+    parts = [needed_rows(m, rewrite.keep, locate(m)) for m in members]
     table = pa.concat_tables([p.replace_schema_metadata(None) for p in parts])
     first, last = rewrite.first_offset, rewrite.last_offset
     if table.num_rows:

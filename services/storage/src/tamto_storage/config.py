@@ -8,8 +8,8 @@ from pathlib import Path
 from tamto_common.config import MIB, ServiceConfig, not_negative, one_of, positive, setting
 from tamto_common.errors import InvalidArgument
 from tamto_storage.sealer import SealOptions
+from tamto_storage.segment_reads import DecodedGroups
 from tamto_storage.segment_store import SegmentStore
-from tamto_storage.segments import DecodedGroups
 from tamto_storage.wal import WalOptions
 
 
@@ -76,6 +76,13 @@ class StorageConfig(ServiceConfig):
         "credentials from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); empty: the node's own "
         "data directory, as on one node",
         store_uri,
+    )
+    store_cache_mb: int = setting(
+        1024,
+        "MiB of segment store objects a node keeps locally for reads of sealed offsets whose "
+        "local copy it reclaimed once the store committed them, least recently used out "
+        "first (0: keep every local copy, read nothing from the store)",
+        not_negative,
     )
     iceberg_catalog: str = setting(
         "",

@@ -40,7 +40,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.typedef import Record
 
-from tamto_protocol.segment import SEGMENT_SCHEMA, segment_file_name
+from tamto_protocol.segment import SEGMENT_SCHEMA, parse_segment_name, segment_file_name
 from tamto_storage.segment_store import SegmentStore, StoredSegment
 
 log = structlog.get_logger(__name__)
@@ -129,6 +129,29 @@ class IcebergTables:
             return len(files)
         raise CommitFailedException(f"{stream}/{partition}: {COMMIT_TRIES} commits lost")
 
+    def remove(self, stream: str, partition: int, below: int) -> int:
+        """Delete from the table, as whole files, the partition's segments that end at or
+        below `below` (retention); returns how many were removed."""
+        for _ in range(COMMIT_TRIES):
+            table = self.table(stream)
+            doomed = [
+                task.file
+                for task in table.scan().plan_files()
+                if task.file.partition[0] == partition and _ends_by(task.file.file_path, below)
+            ]
+            if not doomed:
+                return 0
+            try:
+                with table.transaction() as tx:
+                    with tx.update_snapshot().overwrite() as overwrite:
+                        for data_file in doomed:
+                            overwrite.delete_data_file(data_file)
+            except CommitFailedException:
+                continue  # another partition's publisher committed first: read again
+            log.info("segments removed from the Iceberg table", stream=stream, files=len(doomed))
+            return len(doomed)
+        raise CommitFailedException(f"{stream}/{partition}: {COMMIT_TRIES} commits lost")
+
     def _data_file(
         self, table: Table, stream: str, partition: int, segment: StoredSegment
     ) -> DataFile:
@@ -155,3 +178,9 @@ class IcebergTables:
             key_metadata=None,
             **statistics.to_serialized_dict(),
         )
+
+
+def _ends_by(file_path: str, below: int) -> bool:
+    """Whether the segment at `file_path` ends at or before offset `below`."""
+    parsed = parse_segment_name(file_path.rsplit("/", 1)[-1])
+    return parsed is not None and parsed[1] < below

@@ -27,7 +27,8 @@ from typing import BinaryIO
 
 from isal.isal_zlib import crc32
 
-DIGEST_PREFIX = "crc32:"
+from tamto_protocol.segment import DIGEST_PREFIX
+
 _CHUNK = 1 << 20
 
 

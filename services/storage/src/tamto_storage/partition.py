@@ -52,13 +52,8 @@ from tamto_storage.model import Cursor, PartitionId, PartitionOffsets, ReadResul
 from tamto_storage.quarantine import quarantine, quarantined, runs
 from tamto_storage.recorded import reconcile_found
 from tamto_storage.segment_log import SegmentLog
-from tamto_storage.segments import (
-    DecodedGroups,
-    Segment,
-    choose_live,
-    scan_segments,
-    write_segment,
-)
+from tamto_storage.segment_reads import DecodedGroups
+from tamto_storage.segments import Segment, choose_live, scan_segments, write_segment
 from tamto_storage.wal import SealedFrameDamaged, Wal, WalOptions, create_wal_file
 from tamto_storage.wal_index import WalFileSummary
 from tamto_storage.wal_recovery import list_wal_files, wal_file_name

@@ -38,15 +38,18 @@ from typing import BinaryIO
 import structlog
 
 from tamto_common.errors import DataLoss
-from tamto_protocol.segment import segment_file_name
+from tamto_protocol.segment import SegmentEntry, segment_file_name
 from tamto_storage import segments as seg
 from tamto_storage.iceberg import IcebergTables
-from tamto_storage.integrity import VerifiedFiles
+from tamto_storage.integrity import DigestingSink, VerifiedFiles
 from tamto_storage.metrics import STORE_ERRORS, STORE_SEGMENTS
 from tamto_storage.model import PartitionId
 from tamto_storage.partition import Partition
-from tamto_storage.segment_store import SegmentStore, overlapped
+from tamto_storage.segment_reads import read_rows, to_stored_batches
+from tamto_storage.segment_store import SegmentStore, StoredSegment, overlapped
 from tamto_storage.segments import Segment
+from tamto_storage.store_cache import StoreCache, reclaim_committed, reclaimable
+from tamto_storage.store_manifest import StoreManifests
 
 log = structlog.get_logger(__name__)
 
@@ -61,10 +64,25 @@ class Publisher:
     """Commits a node's sealed segments to the store when it is a partition's publisher."""
 
     def __init__(
-        self, store: SegmentStore, designated: Designated, tables: IcebergTables | None = None
+        self,
+        store: SegmentStore,
+        designated: Designated,
+        tables: IcebergTables | None = None,
+        cache: StoreCache | None = None,
+        retention_grace_s: float = 0.0,
     ) -> None:
-        """`tables`: the streams' Iceberg tables each committed segment is added to."""
+        """`tables`: the streams' Iceberg tables each committed segment is added to;
+        `cache`: where reads of reclaimed segments fetch the store's objects (None: local
+        copies are kept); `retention_grace_s`: how long an object retention removed from
+        the store's manifest and the table stays in the store."""
         self._store = store
+        self._cache = cache
+        self.retention_grace_s = retention_grace_s
+        #: Per partition, the retention floor last applied to the store.
+        self._floors: dict[PartitionId, int] = {}
+        #: Objects retention removed, by (partition, name): when they are deleted.
+        self._doomed: dict[tuple[PartitionId, str], float] = {}
+        self._manifests = StoreManifests(store)
         self._designated = designated
         self._tables = tables
         #: Where each partition's segments in its Iceberg table end, as far as this
@@ -89,32 +107,90 @@ class Publisher:
         """The store's committed end of `pid` as this node last saw it."""
         return self._ends.get(pid)
 
+    def attach(self, partition: Partition) -> None:
+        """Serve `partition`'s segments whose local file was reclaimed from the store."""
+        cache, pid = self._cache, partition.id
+        if cache is not None:
+            partition.segment_log.serve_missing_from(lambda segment: cache.path(pid, segment))
+
     async def publish(self, partition: Partition) -> None:
         """Bring the store up to this node's sealed end of `partition` (if it is the
-        publisher), and keep the WAL from the store's committed end on."""
+        publisher), keep the WAL from the store's committed end on, and reclaim the
+        local copies the store holds (with a cache to read them back through)."""
         pid = partition.id
         local_end = partition.segment_log.end_offset
         known = self._ends.get(pid)
         due = known is None or known < local_end or self._table_behind(pid)
+        due = due or self._retention_due(partition)
         if due and time.monotonic() >= self._retry_at:
             try:
-                end = await asyncio.to_thread(self._store.committed_end, pid.stream, pid.partition)
-                if await self._designated(pid.stream, pid.partition):
-                    end = await self._catch_up(partition, end)
-                    await self._add_to_table(pid, end)
-                elif end is not None:
-                    self._table_ends[pid] = end  # the publisher's to add
+                committed = await self._round(partition)
+                if self._cache is not None:
+                    doomed = reclaimable(partition.segment_log.segments, committed)
+                    await asyncio.to_thread(reclaim_committed, pid, doomed)
             except OSError as exc:  # the store is unreachable: the WAL keeps it all
                 self._failed(pid, exc)
             else:
                 if self._unreachable:
                     log.info("segment store reachable again", store=self._store.uri)
                     self._unreachable = False
-                if end is not None:
-                    self._ends[pid] = end
+                if committed:
+                    self._ends[pid] = committed[-1].end_offset
         floor = partition.segment_log.start_offset
         keep = self._ends.get(pid, floor if floor is not None else local_end)
         partition.wal_keep_from = keep
+
+    async def _round(self, partition: Partition) -> list[StoredSegment]:
+        """One look at the store for `partition`: as the publisher, commit what it lacks,
+        list it in the store's manifest and the Iceberg table; its committed segments."""
+        pid = partition.id
+        committed = await asyncio.to_thread(self._store.committed, pid.stream, pid.partition)
+        end = committed[-1].end_offset if committed else None
+        floor = partition.segment_log.floor
+        if not await self._designated(pid.stream, pid.partition):
+            if end is not None:
+                self._table_ends[pid] = end  # the publisher's to add
+            self._floors[pid] = floor
+            return committed
+        known: dict[str, SegmentEntry] = {}
+        if await self._catch_up(partition, end, known) != end:
+            committed = await asyncio.to_thread(self._store.committed, pid.stream, pid.partition)
+            end = committed[-1].end_offset if committed else None
+        live = [s for s in committed if s.end_offset > floor]
+        await asyncio.to_thread(self._manifests.sync, pid, live, known, floor or None)
+        await self._add_to_table(pid, end)
+        await self._expire(pid, committed[: len(committed) - len(live)], floor)
+        return committed
+
+    def _retention_due(self, partition: Partition) -> bool:
+        """Whether retention moved `partition`'s floor, or an expired object's grace ended."""
+        pid, now = partition.id, time.monotonic()
+        if partition.segment_log.floor > self._floors.get(pid, 0):
+            return True
+        return any(key[0] == pid and at <= now for key, at in self._doomed.items())
+
+    async def _expire(self, pid: PartitionId, expired: list[StoredSegment], floor: int) -> None:
+        """Apply retention to the store: objects below the floor leave the Iceberg table
+        (whole files), and the store once `retention_grace_s` has passed (the manifest
+        no longer lists them: `_round`)."""
+        if expired and self._tables is not None:
+            try:
+                await asyncio.to_thread(self._tables.remove, pid.stream, pid.partition, floor)
+            except Exception as exc:  # the catalog failed: the next round tries again
+                log.warning("Iceberg table not updated", partition=str(pid), error=str(exc))
+                return
+        now = time.monotonic()
+        for segment in expired:
+            name = segment_file_name(segment.first_offset, segment.last_offset)
+            self._doomed.setdefault((pid, name), now + self.retention_grace_s)
+        for key, at in list(self._doomed.items()):
+            if key[0] == pid and at <= now:
+                await asyncio.to_thread(self._store.delete, pid.stream, pid.partition, key[1])
+                del self._doomed[key]
+                log.info(
+                    "expired segment removed from the store", partition=str(pid), segment=key[1]
+                )
+        self._floors[pid] = floor
 
     def _table_behind(self, pid: PartitionId) -> bool:
         known = self._ends.get(pid)
@@ -149,8 +225,12 @@ class Publisher:
             )
         self._unreachable = True
 
-    async def _catch_up(self, partition: Partition, end: int | None) -> int | None:
-        """Commit local segments from the store's `end` on; returns the new end."""
+    async def _catch_up(
+        self, partition: Partition, end: int | None, known: dict[str, SegmentEntry] | None = None
+    ) -> int | None:
+        """Commit local segments from the store's `end` on; returns the new end.
+        `known` gets the manifest entry of each object committed, by name."""
+        known = {} if known is None else known
         local = partition.segment_log
         start = end if end is not None else local.start_offset
         while start is not None and start < local.end_offset:
@@ -167,7 +247,8 @@ class Publisher:
                         why="damaged" if segment and segment.damage else "not held as sealed",
                     )
                 return end
-            name = await asyncio.to_thread(self._commit, partition.id, segment, start)
+            name, entry = await asyncio.to_thread(self._commit, partition.id, segment, start)
+            known[name] = entry
             STORE_SEGMENTS.inc()
             log.info("segment published", partition=str(partition.id), segment=name)
             if await asyncio.to_thread(self._resolve_overlaps, partition.id, name):
@@ -187,20 +268,27 @@ class Publisher:
             self._store.delete(pid.stream, pid.partition, name)
         return any(segment_file_name(s.first_offset, s.last_offset) == mine for s in losers)
 
-    def _commit(self, pid: PartitionId, segment: Segment, start: int) -> str:
-        """Commit `segment` from offset `start` to the store; returns its name (blocking)."""
+    def _commit(self, pid: PartitionId, segment: Segment, start: int) -> tuple[str, SegmentEntry]:
+        """Commit `segment` from offset `start` to the store; returns its name and
+        manifest entry (blocking)."""
         problem = self._verified.check(segment.path, segment.entry.digest)
         if problem is not None:
             raise DataLoss(problem)
         if start == segment.first_offset:
             self._store.put_file(pid.stream, pid.partition, segment.path.name, segment.path)
-            return segment.path.name
-        rows = seg.read_rows(segment.path, start, 0, _ALL_BYTES)
-        table = seg.build_table(seg.to_stored_batches(rows)).combine_chunks()
+            return segment.path.name, segment.entry
+        rows = read_rows(segment.path, start, 0, _ALL_BYTES)
+        table = seg.build_table(to_stored_batches(rows)).combine_chunks()
         name = segment_file_name(start, segment.last_offset)
 
+        written: list[tuple[str, int]] = []
+
         def write(out: BinaryIO) -> None:
-            seg.write_parquet(table, out)
+            sink = DigestingSink(out)
+            seg.write_parquet(table, sink)  # type: ignore[arg-type]  # file-like enough
+            written.append((sink.digest, out.tell()))
 
         self._store.put(pid.stream, pid.partition, name, write)
-        return name
+        digest, size = written[-1]
+        metadata = table.schema.metadata or {}
+        return name, seg.segment_entry(pid.partition, metadata, size, table.num_rows, digest=digest)

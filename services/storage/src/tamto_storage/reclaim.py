@@ -160,7 +160,11 @@ class Reclaimer:
             written: list[Segment] = []
             for rewrite in plan.rewrites:
                 new = await asyncio.to_thread(
-                    carry.write_carried, partition.id.partition, partition.directory, rewrite
+                    carry.write_carried,
+                    partition.id.partition,
+                    partition.directory,
+                    rewrite,
+                    sealed.local_path,
                 )
                 written.append(new)
             old = [*plan.drop, *(m for r in plan.rewrites for m in r.members)]

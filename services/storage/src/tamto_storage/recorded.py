@@ -13,6 +13,10 @@ from tamto_protocol.segment import SegmentEntry
 from tamto_storage.integrity import file_digest
 from tamto_storage.segments import Segment
 
+#: The damage of a recorded segment whose file is gone (served from the segment
+#: store instead when it has one: `SegmentLog.serve_missing_from`).
+FILE_MISSING = "the file is missing"
+
 
 def reconcile_found(
     directory: Path, found: list[Segment], recorded: Sequence[SegmentEntry]
@@ -69,7 +73,7 @@ def _missing(
     (blocking)."""
     held = [(s.first_offset, s.last_offset) for s in found]
     return [
-        Segment(entry, directory.parent / entry.file, damage="the file is missing")
+        Segment(entry, directory.parent / entry.file, damage=FILE_MISSING)
         for entry in recorded
         if not (directory.parent / entry.file).exists()
         and not any(a <= entry.last_offset and entry.first_offset <= b for a, b in held)

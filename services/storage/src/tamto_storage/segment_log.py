@@ -14,6 +14,10 @@ decoded is checked against its CRC. A segment that fails, or whose footer was
 unreadable at load, is recorded in `damaged` and every read of its range
 raises DATA_LOSS naming the file and the range; the other segments are
 unaffected.
+
+With a segment store (`tamto_storage.store_cache`), a segment's local file
+may have been reclaimed once the store committed it: reads of its range then
+go to `fetch`, which gives a local copy of the store's object.
 """
 
 from __future__ import annotations
@@ -28,10 +32,12 @@ import pyarrow as pa
 import structlog
 
 from tamto_common.errors import DataLoss, damaged_offsets_error
-from tamto_storage import segments as seg
+from tamto_storage import segment_reads
 from tamto_storage.integrity import VerifiedFiles
 from tamto_storage.model import StoredBatch
-from tamto_storage.segments import DecodedGroups, Segment
+from tamto_storage.recorded import FILE_MISSING
+from tamto_storage.segment_reads import DecodedGroups
+from tamto_storage.segments import Segment
 
 log = structlog.get_logger(__name__)
 _T = TypeVar("_T")
@@ -51,8 +57,24 @@ class SegmentLog:
         self._segments: list[Segment] = []
         self._firsts: list[int] = []
         self.floor = floor
+        #: Where a segment whose local file is gone is read from (None: nowhere).
+        self._fetch: Callable[[Segment], Path] | None = None
         for segment in found:
             self.add(segment)
+
+    def serve_missing_from(self, fetch: Callable[[Segment], Path]) -> None:
+        """Read segments whose local file is gone (reclaimed) from `fetch`'s copy
+        (blocking, called in a worker thread); those found missing at load too."""
+        self._fetch = fetch
+        for path, damage in list(self.damaged.items()):
+            if damage == FILE_MISSING:
+                del self.damaged[path]
+
+    def local_path(self, segment: Segment) -> Path:
+        """A file with `segment`'s bytes: its own, or a copy from the store (blocking)."""
+        if self._fetch is None or segment.path.exists():
+            return segment.path
+        return self._fetch(segment)
 
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -129,8 +151,8 @@ class SegmentLog:
             batches = await self._checked(
                 segment,
                 _read_batches,
-                segment.path,
-                segment.entry.digest,
+                self.local_path,
+                segment,
                 self._verified,
                 from_offset,
                 max_messages,
@@ -145,12 +167,13 @@ class SegmentLog:
         """The first sealed offset published at or after `time_us`, or None."""
         for segment in self._segments:
             if segment.entry.max_publish_time_us >= time_us:
-                found = await self._checked(
-                    segment, seg.first_offset_at_or_after, segment.path, time_us
-                )
+                found = await self._checked(segment, self._first_at, segment, time_us)
                 if found is not None:  # an emptied carried-forward segment stores none
                     return found
         return None
+
+    def _first_at(self, segment: Segment, time_us: int) -> int | None:
+        return segment_reads.first_offset_at_or_after(self.local_path(segment), time_us)
 
     async def _checked(self, segment: Segment, read: Callable[..., _T], *args: Any) -> _T:
         """`read(*args)` in a worker thread; damage it meets (or met before) is DATA_LOSS
@@ -177,8 +200,8 @@ class SegmentLog:
 
 
 def _read_batches(
-    path: Path,
-    digest: str,
+    locate: Callable[[Segment], Path],
+    segment: Segment,
     verified: VerifiedFiles,
     from_offset: int,
     max_messages: int,
@@ -187,7 +210,10 @@ def _read_batches(
 ) -> list[StoredBatch]:
     """`read_rows` as stored batches, in one trip to a worker thread, after the file's
     digest is checked (the first time this process reads the file)."""
-    problem = verified.check(path, digest)
+    path = locate(segment)
+    problem = verified.check(path, segment.entry.digest)
     if problem is not None:
         raise DataLoss(problem)
-    return seg.to_stored_batches(seg.read_rows(path, from_offset, max_messages, max_bytes, cache))
+    return segment_reads.to_stored_batches(
+        segment_reads.read_rows(path, from_offset, max_messages, max_bytes, cache)
+    )

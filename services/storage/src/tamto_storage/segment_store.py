@@ -35,7 +35,12 @@ import pyarrow.fs as pafs
 
 from tamto_common.durable import make_dirs, write_atomic
 from tamto_common.errors import InvalidArgument
-from tamto_protocol.segment import parse_segment_name
+from tamto_protocol.segment import (
+    MANIFEST_DIR,
+    Manifest,
+    parse_segment_name,
+    store_manifest_name,
+)
 
 _CHUNK = 8 * 1024 * 1024
 
@@ -132,7 +137,34 @@ class SegmentStore:
         self, stream: str, partition: int, name: str, write: Callable[[BinaryIO], object]
     ) -> None:
         """Commit segment `name` as `write` writes it: whole or not at all."""
-        target = f"{self.partition_path(stream, partition)}/{name}"
+        self._put(f"{self.partition_path(stream, partition)}/{name}", write)
+
+    def manifest_path(self, stream: str, partition: int) -> str:
+        """The store path of a partition's manifest (hidden from Parquet listings by ``_``)."""
+        return f"{self.stream_path(stream)}/{MANIFEST_DIR}/{store_manifest_name(partition)}"
+
+    def read_manifest(self, stream: str, partition: int) -> Manifest:
+        """The partition's manifest in the store (empty when it has none yet)."""
+        path = self.manifest_path(stream, partition)
+        try:
+            with self._fs.open_input_file(path) as f:
+                data = bytes(f.read())
+        except FileNotFoundError:
+            return Manifest()
+        return Manifest.from_json(data, self.location(path))
+
+    def put_manifest(self, stream: str, partition: int, manifest: Manifest) -> None:
+        """Replace the partition's manifest, whole (a reader sees the old one or the new)."""
+        data = manifest.to_json()
+        self._put(self.manifest_path(stream, partition), lambda out: out.write(data))
+
+    def delete_stream(self, stream: str) -> None:
+        """Remove every object of `stream` (segments and manifests); none: nothing to do."""
+        path = self.stream_path(stream)
+        if self._fs.get_file_info(path).type != pafs.FileType.NotFound:
+            self._fs.delete_dir(path)
+
+    def _put(self, target: str, write: Callable[[BinaryIO], object]) -> None:
         if self._local:
             make_dirs(Path(target).parent)
             write_atomic(Path(target), write)  # hidden temporary name, fsync, rename
@@ -154,9 +186,13 @@ class SegmentStore:
         self._fs.delete_file(f"{self.partition_path(stream, partition)}/{name}")
 
     def read(self, stream: str, partition: int, name: str) -> bytes:
-        """The bytes of a committed segment."""
+        """The bytes of a committed segment (FileNotFoundError when it is not committed)."""
         with self._fs.open_input_file(f"{self.partition_path(stream, partition)}/{name}") as f:
             return bytes(f.read())
+
+    def object_location(self, stream: str, partition: int, name: str) -> str:
+        """How errors name a segment object (its URI)."""
+        return self.location(f"{self.partition_path(stream, partition)}/{name}")
 
 
 def is_data_dir(uri: str, data_dir: Path) -> bool:

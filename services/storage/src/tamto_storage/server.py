@@ -11,6 +11,7 @@ from nats.aio.msg import Msg
 
 from tamto_common.audit import AuditLog
 from tamto_common.bus import EVENTS, RANGE_SHRUNK, STREAM_DELETED, publish_event
+from tamto_common.config import MIB
 from tamto_common.ledgers import read_ledgers
 from tamto_common.membership import list_members
 from tamto_common.service import Runtime
@@ -24,6 +25,7 @@ from tamto_storage.publisher import Publisher
 from tamto_storage.sealer import Retention
 from tamto_storage.segment_store import SegmentStore, is_data_dir
 from tamto_storage.store import PartitionStore
+from tamto_storage.store_cache import CACHE_DIR, StoreCache
 from tamto_storage.wal import WalOptions
 
 log = structlog.get_logger(__name__)
@@ -46,8 +48,12 @@ def publisher(config: StorageConfig, runtime: Runtime) -> Publisher | None:
         return first_live == config.member_id
 
     tables = IcebergTables(config.iceberg_catalog, store) if config.iceberg_catalog else None
+    cache = None
+    if config.store_cache_mb:
+        cache = StoreCache(store, config.data_dir / CACHE_DIR, config.store_cache_mb * MIB)
     log.info("sealing into the segment store", store=uri, iceberg=config.iceberg_catalog)
-    return Publisher(store, designated, tables)
+    grace_s = config.retention_grace_ms / 1000
+    return Publisher(store, designated, tables, cache, retention_grace_s=grace_s)
 
 
 async def setup(config: StorageConfig, runtime: Runtime) -> None:

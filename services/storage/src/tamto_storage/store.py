@@ -30,7 +30,7 @@ from tamto_storage.model import PartitionId, PartitionOffsets
 from tamto_storage.partition import Partition
 from tamto_storage.publisher import Publisher
 from tamto_storage.sealer import RetentionFor, Sealer, SealOptions, StoreView
-from tamto_storage.segments import DecodedGroups
+from tamto_storage.segment_reads import DecodedGroups
 from tamto_storage.wal import WalOptions
 
 log = structlog.get_logger(__name__)
@@ -92,6 +92,7 @@ class PartitionStore(StoreView):
         self._manifests: dict[str, asyncio.Task[StreamManifest]] = {}
         self._clock = clock
         self._decoded_groups = decoded_groups
+        self._publisher = publisher
         self._sealer = (
             Sealer(self, seal_options, retention_for, clock, publisher)
             if seal_options is not None
@@ -200,6 +201,8 @@ class PartitionStore(StoreView):
             decoded_groups=self._decoded_groups,
             recorded=manifest.current.for_partition(pid.partition),
         )
+        if self._publisher is not None:
+            self._publisher.attach(partition)  # reclaimed segments read from the store
         await manifest.update(lambda m: _reconcile(m, partition, self._grace_deadline_us()))
         return partition
 
