@@ -54,7 +54,7 @@ def test_when_30_percent_are_bad_each_is_found_once_in_about_n_calls(n: int) -> 
 
 def test_one_bad_message_in_2000_takes_a_few_dozen_calls() -> None:
     n, bad = 2000, {1234}
-    calls, run = failing_on(bad)
+    _, run = failing_on(bad)
     found = run_isolating(run, n)
     assert [row for row, _ in found.bad] == [1234]
     assert sum(stop - start for start, stop, _ in found.good) == n - 1
