@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pyarrow as pa
 import pytest
@@ -12,7 +13,7 @@ from tamto_processing.runner import _with_ids
 Rows = list[int]
 
 
-def failing_on(bad: set[int]) -> tuple[list[tuple[int, int]], object]:
+def failing_on(bad: set[int]) -> tuple[list[tuple[int, int]], Callable[[int, int], Rows]]:
     """A function over rows [start, stop) that raises if any of them is bad, and its calls."""
     calls: list[tuple[int, int]] = []
 

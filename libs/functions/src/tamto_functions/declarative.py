@@ -87,9 +87,12 @@ class Pipeline:
     #: The output columns (payload, key, headers) a step writes.
     writes: frozenset[str] = frozenset()
 
-    def run(self, table: pa.Table, windows: Windows | None = None) -> list[Output]:
-        """The rows `table` gives, per output stream (none yet for a window function)."""
-        frame = self._input(table)
+    def run(
+        self, table: pa.Table, windows: Windows | None = None, partition: int = -1
+    ) -> list[Output]:
+        """The rows `table` (of input `partition`) gives, per output stream (none yet for
+        a window function)."""
+        frame = self._input(table, partition)
         for step in self.steps:
             frame = step(frame)
         if windows is not None:
@@ -117,7 +120,7 @@ class Pipeline:
                 routed.append(Output(default, self._table(table, rest)))
         return routed
 
-    def _input(self, table: pa.Table) -> Frame:
+    def _input(self, table: pa.Table, partition: int) -> Frame:
         """The columns the steps read, as a lazy frame with the row index."""
         columns: dict[str, pa.Array | pa.ChunkedArray] = {
             name: table.column(name)
@@ -133,6 +136,8 @@ class Pipeline:
             for name in sorted(self.reads):
                 if name.startswith("headers."):
                     columns[name] = pc.map_lookup(headers, name[len("headers.") :], "first")
+        if "partition" in self.reads:
+            columns["partition"] = pa.repeat(pa.scalar(partition, pa.int32()), table.num_rows)
         columns[ROW] = pa.array(np.arange(table.num_rows, dtype=np.int64))
         frame = pl.from_arrow(pa.table(columns))
         assert isinstance(frame, pl.DataFrame)

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import structlog
-from tamto_functions.declarative import Output, Pipeline, compile_steps
+from tamto_functions.declarative import Output, compile_steps
 from tamto_functions.model import Declarative, FunctionSpec, SubscriptionKind
 from tamto_functions.windows import Windows
 
@@ -50,7 +50,8 @@ IDLE_WAIT_S = 0.5
 #: Header names on a dead-lettered input.
 ERROR_HEADER = "tamto.fn.error"
 
-Transform = Callable[[pa.Table], list[Output]]
+#: The code on a batch's table (or a slice of it) from an input partition.
+Transform = Callable[[pa.Table, int], list[Output]]
 SaveState = Callable[[bytes], Awaitable[None]]
 
 
@@ -93,12 +94,9 @@ class Instance:
                 self._windows = Windows(pipeline.window, spec.name)
                 if state:
                     self._windows.restore(state)
-            return lambda batch: self._declarative(pipeline, batch)
+            return lambda table, partition: pipeline.run(table, self._windows, partition)
         function = load(spec.code)
-        return lambda batch: self._python(function, batch)
-
-    def _declarative(self, pipeline: Pipeline, table: pa.Table) -> list[Output]:
-        return pipeline.run(table, self._windows)
+        return lambda table, _: self._python(function, table)
 
     def _python(self, function: Callable[[pa.RecordBatch], Any], table: pa.Table) -> list[Output]:
         result = function(table.combine_chunks().to_batches()[0] if table.num_rows else table)
@@ -154,7 +152,9 @@ class Instance:
         """Runs the code on `batch` and hands its results and dead letters to producers:
         what to await before the batch may be acked."""
         table = batch.table
-        found = run_isolating(lambda a, b: self._transform(table.slice(a, b - a)), len(batch))
+        found = run_isolating(
+            lambda a, b: self._transform(table.slice(a, b - a), batch.partition), len(batch)
+        )
         waits = await self._publish(batch, [o for _, _, outputs in found.good for o in outputs])
         if found.bad:
             waits.append(await self._dead_letter(batch, table, found.bad))
