@@ -11,6 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aetcd
@@ -104,7 +105,8 @@ async def test_kill9_mid_stream_every_result_appears_exactly_once(
 ) -> None:
     source, output, name = unique("in"), unique("out"), unique("fn")
     await tamto_client.streams.ensure(source, partitions=3)
-    await tamto_client.streams.ensure(output, partitions=1)
+    # Several output partitions: a batch redone after the kill must land where it did.
+    await tamto_client.streams.ensure(output, partitions=3)
     code = PythonCode(
         "upper:run", "def run(payload):\n    return payload.upper()\n", per_message=True
     )
@@ -129,6 +131,44 @@ async def test_kill9_mid_stream_every_result_appears_exactly_once(
     payloads = [m.payload for m in results]
     assert len(payloads) == total, f"{len(payloads) - len(set(payloads))} duplicates"
     assert set(payloads) == {f"M{i}".encode() for i in range(total)}
+    await specs.delete(name)
+
+
+async def test_a_batch_30_percent_bad_dead_letters_each_bad_once_in_bounded_calls(
+    processing: TestCluster, tamto_client: tamto_sdk.Client, specs: SpecStore, tmp_path: Path
+) -> None:
+    """Many bad messages in one batch: each good one published once, each bad one
+    dead-lettered once, and the code ran about once per message, not ~2n times (halving)."""
+    source, output, name = unique("in"), unique("out"), unique("fn")
+    await tamto_client.streams.ensure(source, partitions=1)
+    await tamto_client.streams.ensure(output, partitions=2)
+    calls = tmp_path / "calls"
+    source_code = (
+        "import pyarrow as pa\n\n\ndef run(batch):\n"
+        f"    with open({str(calls)!r}, 'a') as f:\n"
+        "        f.write('.')\n"
+        "    payloads = batch.column('payload').to_pylist()\n"
+        "    if any(p.startswith(b'bad') for p in payloads):\n"
+        "        raise ValueError('a bad order')\n"
+        "    return pa.table({'payload': batch.column('payload'),"
+        " 'offset': batch.column('offset')})\n"
+    )
+    code = PythonCode("checker:run", source_code)
+    await specs.put(
+        FunctionSpec(name, (Input(source),), output, code, identity="dev"), processing.credential
+    )
+    n = 200
+    payloads = [(b"bad" if i % 10 in (2, 5, 8) else b"ok") + str(i).encode() for i in range(n)]
+    async with tamto_client.producer(source) as producer:
+        await (await producer.send_batch(payloads))  # one stored batch, one delivery
+
+    good = await read_all(tamto_client, output, 140)
+    dead = await read_all(tamto_client, name + ".dlq", 60)
+    assert sorted(m.payload for m in good) == sorted(p for p in payloads if p.startswith(b"ok"))
+    assert sorted(m.payload for m in dead) == sorted(p for p in payloads if p.startswith(b"bad"))
+    assert {m.headers[ERROR_HEADER] for m in dead} == {"ValueError: a bad order"}
+    made = len(calls.read_text())
+    assert made <= n + n // 8 + 8, f"{made} calls of the function for {n} messages"
     await specs.delete(name)
 
 

@@ -115,3 +115,11 @@ def test_a_sliced_batch_with_headers_runs() -> None:
     (out,) = pipeline.run(batch(ORDERS, sources).slice(1))
     assert out.table.column("offset").to_pylist() == [102, 103]
     assert out.table.column("headers").to_pylist() == [[("s", "b")], [("s", "c")]]
+
+
+def test_expressions_read_the_input_partition() -> None:
+    pipeline = compile_steps([{"filter": "partition = 3 AND offset > 101"}], "out")
+    (out,) = pipeline.run(batch(ORDERS), partition=3)
+    assert out.table.column("offset").to_pylist() == [102, 103]
+    (none,) = pipeline.run(batch(ORDERS), partition=2)
+    assert none.table.num_rows == 0

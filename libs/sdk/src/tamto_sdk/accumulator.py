@@ -336,14 +336,21 @@ class Accumulator:
                 self._rotate_sticky()
         return future
 
-    def add_rows(self, columns: Columns, outcome: BatchOutcome) -> None:
+    @property
+    def partitions(self) -> int:
+        """The stream's partition count (0 before `start`)."""
+        return self._partitions
+
+    def add_rows(
+        self, columns: Columns, outcome: BatchOutcome, partition: int | None = None
+    ) -> None:
         """Add the rows of one `send_batch` call (``columns``, at least one row),
-        whose results go to `outcome`."""
+        whose results go to `outcome`; all of them to `partition` if given."""
         n = len(columns[1])
         sizes = row_sizes(columns)
         key_column = columns[0]
-        if key_column.null_count == n:
-            self._add_rows(None, columns, range(n), sizes, outcome)
+        if partition is not None or key_column.null_count == n:
+            self._add_rows(partition, columns, range(n), sizes, outcome)
         else:
             groups: dict[int | None, list[int]] = {}
             for row, key in enumerate(key_column.to_pylist()):

@@ -386,7 +386,11 @@ class MessageBatch:
         """The offsets of the messages as an int64 array."""
         import pyarrow as pa
 
-        return pa.array(self.offset_list(), pa.int64())
+        if self.sparse_offsets is not None:
+            return pa.array(self.sparse_offsets, pa.int64())
+        import numpy as np
+
+        return pa.array(np.arange(self.first_offset, self.first_offset + len(self), dtype=np.int64))
 
     @property
     def table(self) -> pa.Table:
@@ -394,7 +398,8 @@ class MessageBatch:
         import pyarrow as pa
 
         n = len(self)
-        publish = pa.array([self.publish_time] * n, pa.timestamp("us", tz="UTC"))
+        moment = pa.scalar(self.publish_time, pa.timestamp("us", tz="UTC"))
+        publish = pa.repeat(moment, n)
         columns = [self.offsets, publish, *self.record_batch.columns]
         names = ["offset", "publish_time", *self.record_batch.schema.names]
         return pa.Table.from_arrays(columns, names=names)

@@ -197,6 +197,7 @@ class Producer(AsyncClosing):
         headers: Sequence[Mapping[str, str] | None] | pa.Array | None = None,
         ids: Sequence[str | None] | pa.Array | None = None,
         event_times: Sequence[datetime | None] | pa.Array | None = None,
+        partition: int | None = None,
     ) -> asyncio.Future[PublishedBatch]:
         """Enqueue many messages at once; the future resolves to a `PublishedBatch`
         (every message's partition and offset, in the order given) once all of
@@ -213,6 +214,10 @@ class Producer(AsyncClosing):
         per partition and backpressure are the same). If any of them cannot be
         published the future fails with that `TamtoError`; messages of other
         batches may have been stored (ids make a resend safe).
+
+        `partition` sends every message to that partition whatever its key (as a
+        Kafka record naming its partition): for a caller whose resends must land
+        where the first attempt did, so that the partition's dedup window drops them.
         """
         if self._closed:
             raise Closed("producer is closed")
@@ -225,6 +230,8 @@ class Producer(AsyncClosing):
         n = len(columns[1])
         if not self._started:
             await self.start()
+        if partition is not None and not 0 <= partition < self._accumulator.partitions:
+            raise ValueError(f"partition {partition} is not one of the stream's")
         future: asyncio.Future[PublishedBatch] = asyncio.get_running_loop().create_future()
         if span is not None:
             tracing.end_with(span, future)
@@ -234,7 +241,7 @@ class Producer(AsyncClosing):
         accumulator = self._accumulator
         if accumulator.pending >= self._max_pending:
             await accumulator.wait_for_space()
-        accumulator.add_rows(columns, outcome)
+        accumulator.add_rows(columns, outcome, partition)
         return future
 
     async def send_and_wait(
