@@ -15,7 +15,7 @@ from tamto_bench.spec import JobResult
 ROUTER_APPEND = "/tamto.v1.Router/Append"
 #: The calls on a durable publish's way to disk, each timed by its service's RPC
 #: histogram; the latency phase reports their mean server times (`hops_ms`). A direct
-#: publish (`TAMTO_DIRECT=1`) is the router's Publish, and no gateway call.
+#: publish (the SDK's default path) is the router's Publish, and no gateway call.
 LATENCY_HOPS = (
     ("gateway", "gateway_publish", "/tamto.v1.Gateway/Publish"),
     ("router", "router_append", ROUTER_APPEND),
