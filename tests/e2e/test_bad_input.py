@@ -35,20 +35,25 @@ async def raw_consume(
             await stub.Authenticate(gateway_pb2.AuthenticateRequest(api_key=cluster.credential))
         ).token
 
+        refused = asyncio.Event()
+
         async def feed() -> AsyncIterator[messages_pb2.ConsumeRequest]:
             for request in requests:
                 yield request
-            await asyncio.sleep(30)  # keep the stream open; the server ends it first
+            # Keep the stream open; half-close once the in-band error came, as the
+            # SDK does (the gateway then ends the stream with its status).
+            await asyncio.wait_for(refused.wait(), 30)
 
         call = stub.Consume(feed(), metadata=[("authorization", f"Bearer {token}")])
         with pytest.raises(grpc.aio.AioRpcError) as error:
-            await asyncio.wait_for(_drain(call), 20)
+            await asyncio.wait_for(_drain(call, refused), 20)
         return error.value
 
 
-async def _drain(call: grpc.aio.StreamStreamCall) -> None:
-    async for _ in call:
-        pass
+async def _drain(call: grpc.aio.StreamStreamCall, refused: asyncio.Event) -> None:
+    async for response in call:
+        if response.WhichOneof("response") == "error":
+            refused.set()
 
 
 def subscribe(stream: str, sub: str = "s") -> messages_pb2.ConsumeRequest:

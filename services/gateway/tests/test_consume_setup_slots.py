@@ -139,6 +139,8 @@ async def test_a_client_that_never_subscribes_gives_its_turn_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(grpc_api, "SUBSCRIBE_IN_TURN_S", 0.05)
+    # The refused stream's client never half-closes: its refusal ends it at once.
+    monkeypatch.setattr(grpc_api, "REFUSED_END_WAIT_S", 0.05)
     guard = AdmittingGuard()
     none = cast(Any, None)
     servicer = GatewayServicer(none, none, cast(Any, guard), none, 1024, none, none, 1)

@@ -55,6 +55,13 @@ _WAKE = Unavailable("consume session stopped")
 #: Longest an erring consume stream waits for its client's half-close.
 END_WAIT_S = 2.0
 
+#: Longest a consume stream refused at setup waits for its client's half-close. Far
+#: longer than `END_WAIT_S`: a client with thousands of streams in one event loop
+#: writes a stream's first credit seconds after the refusal went out, and a write
+#: after the stream ended turns its status into INTERNAL (docs/validation.md,
+#: Refusals a client can read). Such a stream holds nothing but its handler.
+REFUSED_END_WAIT_S = 60.0
+
 #: Longest the gateway waits for a router stream to end once it said it is ending.
 _ROUTER_END_S = 10.0
 

@@ -18,7 +18,7 @@ from tamto_common.publishing import check_publish
 from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
 from tamto_common.tokens import Principal
 from tamto_gateway.cluster_api import ClusterApi
-from tamto_gateway.consume import END_WAIT_S, FanOut, SetupStep
+from tamto_gateway.consume import REFUSED_END_WAIT_S, FanOut, SetupStep
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_api import EphemeralApi
 from tamto_gateway.functions_api import FunctionsApi
@@ -399,9 +399,9 @@ def serve(servicer: GatewayServicer, server: grpc.aio.Server) -> None:
 
 async def _half_closed(requests: AsyncIterator[messages_pb2.ConsumeRequest]) -> None:
     """Read (and drop) the client's requests until it half-closes, for at most
-    `END_WAIT_S`."""
+    `REFUSED_END_WAIT_S`."""
     with contextlib.suppress(TimeoutError, TamtoError, grpc.aio.AioRpcError):
-        async with asyncio.timeout(END_WAIT_S):
+        async with asyncio.timeout(REFUSED_END_WAIT_S):
             async for _ in requests:
                 pass
 
