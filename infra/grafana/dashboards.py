@@ -124,11 +124,12 @@ OVERVIEW = (
         "UNAUTHENTICATED and PERMISSION_DENIED are refused credentials.",
     ),
     latency(
-        "Publish latency at the gateways",
+        "Publish latency at the gateways and routers",
         "tamto_rpc_server_seconds",
-        'method="/tamto.v1.Gateway/Publish",code="OK"',
+        'method=~"/tamto.v1.(Gateway|Router)/Publish",code="OK"',
         "instance",
-        "Unary Publish calls, from arrival to acknowledgement (streams are timed whole).",
+        "Unary Publish calls, from arrival to acknowledgement (streams are timed whole): "
+        "at a gateway, and at a router for a client on the direct path (the SDK's default).",
     ),
     latency(
         "Publish to ack, at the gateways",
@@ -169,9 +170,10 @@ OVERVIEW = (
     latency(
         "Append latency at the routers",
         "tamto_rpc_server_seconds",
-        'method="/tamto.v1.Router/Append",code="OK"',
+        'method=~"/tamto.v1.Router/(Append|Publish)",code="OK"',
         "instance",
-        "A router's durable append: offsets, the replicas' appends and fsyncs, up to the quorum.",
+        "A router's durable append (Append from a gateway, Publish from a direct client): "
+        "offsets, the replicas' appends and fsyncs, up to the quorum.",
     ),
     PanelSpec(
         "Processes up",

@@ -17,15 +17,20 @@ pytestmark = pytest.mark.e2e
 
 
 async def test_every_service_serves_prometheus_metrics(tamto_cluster: TestCluster) -> None:
-    async with tamto_sdk.connect(tamto_cluster.url, api_key=tamto_cluster.credential) as c:
-        await c.streams.ensure("metered", partitions=1)
-        async with c.producer("metered") as producer:
-            await producer.send_and_wait(b"count me")
+    through_gateway = tamto_sdk.ClientOptions(direct=False)
+    for options in (through_gateway, tamto_sdk.ClientOptions()):  # and the direct path
+        async with tamto_sdk.connect(
+            tamto_cluster.url, api_key=tamto_cluster.credential, options=options
+        ) as c:
+            await c.streams.ensure("metered", partitions=1)
+            async with c.producer("metered") as producer:
+                await producer.send_and_wait(b"count me")
     members = await own_members(tamto_cluster)
     assert set(members) == {"auth", "storage", "router", "gateway"}
     texts = {name: await asyncio.to_thread(scrape, m) for name, m in members.items()}
     assert 'code="OK",method="/tamto.v1.Gateway/Publish"' in texts["gateway"]
     assert 'code="OK",method="/tamto.v1.Router/Append"' in texts["router"]
+    assert 'code="OK",method="/tamto.v1.Router/Publish"' in texts["router"]
     assert "tamto_storage_fsync_seconds_count" in texts["storage"]
     assert 'code="OK",method="/tamto.v1.Auth/Authenticate"' in texts["auth"]
 

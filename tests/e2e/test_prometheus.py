@@ -102,13 +102,21 @@ def prometheus(tamto_cluster: TestCluster, tmp_path: Path) -> Iterator[str]:
 
 
 async def traffic(cluster: TestCluster) -> None:
-    """A little of everything the panels show: publishes (unary, so they are timed),
-    a consumer that attaches, acks and leaves, an ephemeral publish nobody hears, and
-    a refused credential."""
+    """A little of everything the panels show: publishes (unary, so they are timed) on
+    the direct path (the SDK's default) and through the gateway (as HTTP, MQTT and
+    clients that cannot reach routers publish), a consumer that attaches, acks and
+    leaves, an ephemeral publish nobody hears, and a refused credential."""
+    through_gateway = tamto_sdk.ClientOptions(direct=False)
+    async with tamto_sdk.connect(
+        cluster.url, api_key=cluster.credential, options=through_gateway
+    ) as gateway_client:
+        await gateway_client.streams.ensure("observed", partitions=1)
+        async with gateway_client.producer("observed") as producer:
+            for i in range(10):
+                await producer.send_and_wait(f"message {i}".encode())
     async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-        await client.streams.ensure("observed", partitions=1)
         async with client.producer("observed") as producer:
-            for i in range(20):
+            for i in range(10, 20):
                 await producer.send_and_wait(f"message {i}".encode())
         await client.streams.ensure("observed-ephemeral", config=EphemeralConfig())
         async with client.ephemeral_producer("observed-ephemeral") as ephemeral:

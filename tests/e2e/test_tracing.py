@@ -121,15 +121,16 @@ async def publish_traced(client: tamto_sdk.Client, payload: bytes) -> str:
         return format(span.get_span_context().trace_id, "032x")
 
 
-def check_tree(tree: dict[str, ReceivedSpan]) -> None:
+def check_tree(tree: dict[str, ReceivedSpan], direct: bool) -> None:
     app = tree["place order"]
     publish = tree[f"publish {STREAM}"]
     assert publish.parent_id == app.span_id
-    for hop, service in (
+    hops = [
         ("tamto.gateway.publish", "tamto-gateway"),
         ("tamto.router.append", "tamto-router"),
         ("tamto.storage.append", "tamto-storage"),
-    ):
+    ]
+    for hop, service in hops[1:] if direct else hops:
         assert tree[hop].parent_id == publish.span_id, hop
         assert tree[hop].service == service
     assert tree["tamto.storage.fsync"].parent_id == tree["tamto.storage.append"].span_id
@@ -145,6 +146,8 @@ NAMES = {
     "tamto.storage.fsync",
     f"process {STREAM}",
 }
+#: The direct path (the SDK's default) publishes to the owning router: no gateway hop.
+DIRECT_NAMES = NAMES - {"tamto.gateway.publish"}
 
 
 async def consume_and_process(client: tamto_sdk.Client, count: int) -> None:
@@ -160,7 +163,9 @@ async def consume_and_process(client: tamto_sdk.Client, count: int) -> None:
         await consumer.flush_acks(timeout_s=10)
 
 
+@pytest.mark.parametrize("direct", [False, True], ids=["through-gateway", "direct"])
 async def test_one_trace_from_producer_to_consumer_across_a_router_restart(
+    direct: bool,
     tamto_infra: Infra,
     tmp_path: Path,
     collector: tuple[Collector, str],
@@ -170,21 +175,25 @@ async def test_one_trace_from_producer_to_consumer_across_a_router_restart(
     env = services_env(endpoint)
     every = {service: env for service in ("gateway", "router", "storage", "auth")}
     with TestCluster(tmp_path / "cluster", tamto_infra).running(every) as cluster:
-        async with await tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        options = tamto_sdk.ClientOptions(direct=direct)
+        async with tamto_sdk.connect(
+            cluster.url, api_key=cluster.credential, options=options
+        ) as client:
             await client.streams.ensure(STREAM, partitions=1)
             before = await publish_traced(client, b"order 1")
             await consume_and_process(client, 1)
 
             def whole(trace_id: str) -> bool:
                 app_tracing.force_flush()
-                return set(received.tree(trace_id)) >= NAMES
+                names = set(received.tree(trace_id))
+                return names >= (DIRECT_NAMES if direct else NAMES)
 
             await eventually(lambda: whole(before), 30, "every span of the first message")
-            check_tree(received.tree(before))
+            check_tree(received.tree(before), direct)
 
             across = await publish_traced(client, b"order 2")
             await asyncio.to_thread(cluster.stop, "router")
             await asyncio.to_thread(cluster.start, "router", extra_env=env)
             await consume_and_process(client, 1)
             await eventually(lambda: whole(across), 30, "every span across the restart")
-            check_tree(received.tree(across))
+            check_tree(received.tree(across), direct)

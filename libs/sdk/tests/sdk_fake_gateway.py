@@ -25,8 +25,11 @@ from tamto_sdk import ClientOptions
 
 API_KEY = "test-key"
 
-#: Client options for tests: short backoffs and deadlines.
+#: Client options for tests: short backoffs and deadlines, and the gateway path (the
+#: fake is a gateway with no routers behind it, and it stores batches in the order they
+#: come: the router's hold of a producer's early batch is tested in the router's tests).
 FAST = ClientOptions(
+    direct=False,
     retry_deadline_s=5.0,
     retry_initial_backoff_s=0.01,
     retry_max_backoff_s=0.05,

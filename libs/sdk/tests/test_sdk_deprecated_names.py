@@ -165,7 +165,14 @@ def test_client_options_read_no_environment(monkeypatch: pytest.MonkeyPatch) -> 
 
 @pytest.mark.parametrize(
     ("env", "given", "taken"),
-    [("1", None, True), ("0", None, False), (None, None, False), ("1", False, False)],
+    [
+        ("1", None, True),
+        ("0", None, False),
+        ("off", None, False),
+        (None, None, True),
+        ("1", False, False),
+        ("0", True, True),
+    ],
 )
 async def test_connect_reads_tamto_direct_when_the_options_leave_it(
     gateway: FakeGateway,

@@ -10,12 +10,21 @@ from tamto_bench.runner.context import Bench
 from tamto_bench.runner.options import MB
 from tamto_bench.runner.stats import (
     ROUTER_APPEND,
+    ROUTER_PUBLISH,
     drain_rate,
     hop_totals,
     latency_summary,
     percentile,
     publish_side,
 )
+
+async def _router_writes(routers: list[str]) -> tuple[float, int]:
+    """Seconds in, and number of, the routers' writes so far: Append (from a gateway)
+    and Publish (the direct path)."""
+    appends = await rpc_totals(routers, ROUTER_APPEND)
+    publishes = await rpc_totals(routers, ROUTER_PUBLISH)
+    return appends[0] + publishes[0], appends[1] + publishes[1]
+
 
 #: Publishes all JetStream producers may have unacknowledged together (see `publish`).
 _JETSTREAM_MAX_QUEUED = 8_000
@@ -99,13 +108,13 @@ async def sequential(bench: Bench, system: str, size: int) -> None:
     stream = bench.stream("seq", size)
     routers = bench.systems.router_metrics.get(system, [])
     async with bench.stream_on(system, stream):
-        before = await rpc_totals(routers, ROUTER_APPEND)
+        before = await _router_writes(routers)
         results = await bench.run(
             f"{system} sequential publish",
             [bench.spec(system, "seq", stream, size, window=1)],
             o.duration_s,
         )
-        after = await rpc_totals(routers, ROUTER_APPEND)
+        after = await _router_writes(routers)
     samples = sorted(results[0].latencies_ns)
     values = {
         "seq_publish_msgs_s": results[0].in_window / o.duration_s,
@@ -116,8 +125,9 @@ async def sequential(bench: Bench, system: str, size: int) -> None:
     }
     calls = after[1] - before[1]
     if calls > 0:
-        # The routers' mean server time per Append during the phase: with R > 1 the
-        # replicated append (Q of R replicas fsynced), with R = 1 one storage append.
+        # The routers' mean server time per write during the phase (Append from a
+        # gateway, Publish on the direct path): with R > 1 the replicated append (Q of R
+        # replicas fsynced), with R = 1 one storage append.
         values["seq_router_append_ms"] = (after[0] - before[0]) / calls * 1e3
     bench.record(size, system, values)
 

@@ -13,13 +13,14 @@ from tamto_bench.spec import JobResult
 
 #: The router's append call, timed by its RPC histogram (the replication round trip).
 ROUTER_APPEND = "/tamto.v1.Router/Append"
+ROUTER_PUBLISH = "/tamto.v1.Router/Publish"
 #: The calls on a durable publish's way to disk, each timed by its service's RPC
 #: histogram; the latency phase reports their mean server times (`hops_ms`). A direct
 #: publish (the SDK's default path) is the router's Publish, and no gateway call.
 LATENCY_HOPS = (
     ("gateway", "gateway_publish", "/tamto.v1.Gateway/Publish"),
     ("router", "router_append", ROUTER_APPEND),
-    ("router", "router_publish", "/tamto.v1.Router/Publish"),
+    ("router", "router_publish", ROUTER_PUBLISH),
     ("storage", "storage_append", "/tamto.v1.Storage/Append"),
 )
 
