@@ -55,6 +55,10 @@ def _target(to: StartPosition) -> messages_pb2.SeekTarget:
     return messages_pb2.SeekTarget(**{which: getattr(start, which)})
 
 
+#: How long the all-streams overview waits for one stream before leaving it out.
+OVERVIEW_STREAM_WAIT_S = 10.0
+
+
 class Subscriptions:
     """Subscription administration; reach it as `client.subscriptions`.
 
@@ -207,7 +211,8 @@ class Subscriptions:
         caller may see): backlog, unacked, the publish rate into it, consumers, the
         age of the oldest message not acked and dead letters (`SubscriptionSummary`).
         Without `stream`, a stream whose partitions cannot be reached now (no quorum,
-        its router restarting) is left out rather than failing the whole overview;
+        its router restarting; still retrying after `OVERVIEW_STREAM_WAIT_S`, not the
+        client's whole retry deadline) is left out rather than failing the whole overview;
         `tamto status` names what is unavailable and why."""
         if stream is not None:
             names = [stream]
@@ -224,8 +229,10 @@ class Subscriptions:
 
     async def _reachable_overview_of(self, stream: str) -> builtins.list[SubscriptionSummary]:
         try:
-            return await self._overview_of(stream)
-        except (Unavailable, NotFound):  # unreachable now, or deleted since it was listed
+            async with asyncio.timeout(OVERVIEW_STREAM_WAIT_S):
+                return await self._overview_of(stream)
+        except (Unavailable, NotFound, TimeoutError):
+            # unreachable now (or still retrying at the wait's end), or deleted since listed
             return []
 
     async def _overview_of(self, stream: str) -> builtins.list[SubscriptionSummary]:
