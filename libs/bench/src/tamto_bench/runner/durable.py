@@ -18,6 +18,7 @@ from tamto_bench.runner.stats import (
     publish_side,
 )
 
+
 async def _router_writes(routers: list[str]) -> tuple[float, int]:
     """Seconds in, and number of, the routers' writes so far: Append (from a gateway)
     and Publish (the direct path)."""
