@@ -78,8 +78,10 @@ class Collector(trace_service_pb2_grpc.TraceServiceServicer):
         return {s.name: s for s in self.spans if s.trace_id == trace_id}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def collector() -> Iterator[tuple[Collector, str]]:
+    """One collector for the module: the application's tracer provider below can be set
+    once per process, so every test of the module exports to the same endpoint."""
     server = grpc.server(ThreadPoolExecutor(max_workers=4))
     received = Collector()
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(received, server)  # type: ignore[no-untyped-call]
@@ -92,7 +94,7 @@ def collector() -> Iterator[tuple[Collector, str]]:
         server.stop(None)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def app_tracing(collector: tuple[Collector, str]) -> Iterator[TracerProvider]:
     """The test process traces as an application would, exporting to the collector."""
     provider = TracerProvider(resource=Resource.create({"service.name": "app"}))
