@@ -57,7 +57,7 @@ async def test_keyed_batches_in_flight_together_keep_their_order_per_key(
     stream = f"inorder-{uuid.uuid4().hex[:8]}"
     await any_path_client.streams.ensure(stream, partitions=2)
     most_in_flight = 0
-    async with any_path_client.producer(stream, max_batch_messages=5) as producer:
+    async with any_path_client.producer(stream, max_batch_messages=5, max_in_flight=5) as producer:
         futures = []
         for n in range(per_key):
             for key in range(KEYS):
@@ -76,7 +76,7 @@ async def test_a_router_killed_with_batches_in_flight_loses_and_doubles_nothing(
     per_key, kill_at = 300, 80
     async with tamto_sdk.connect(fresh_cluster.url, api_key=fresh_cluster.credential) as client:
         await client.streams.ensure("inflight", partitions=2)
-        async with client.producer("inflight", max_batch_messages=4) as producer:
+        async with client.producer("inflight", max_batch_messages=4, max_in_flight=5) as producer:
             futures = []
             killed_with = 0
             for n in range(per_key):

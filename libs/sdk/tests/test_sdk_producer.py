@@ -377,7 +377,7 @@ async def test_several_batches_of_a_partition_are_in_flight_each_naming_the_one_
 ) -> None:
     gateway.add_stream("s", 1)
     gateway.publish_gate = asyncio.Event()
-    async with client.producer("s") as producer:
+    async with client.producer("s", max_in_flight=5) as producer:
         futures = []
         for i in range(8):
             futures.append(await producer.send(f"m{i}".encode()))

@@ -218,7 +218,7 @@ class Client(AsyncClosing):
         max_batch_bytes: int = 4 << 20,
         max_pending_messages: int = 100_000,
         idempotent: bool = True,
-        max_in_flight: int = 5,
+        max_in_flight: int = 1,
         linger_ms: float | None = None,
     ) -> Producer:
         """A producer for `stream`; use it as an async context manager.

@@ -55,9 +55,10 @@ class Producer(AsyncClosing):
 
     Keyed messages go to ``partition_for_key(key, partitions)``; keyless messages
     fill one partition's batch and rotate to the next partition between batches.
-    Each partition has up to `max_in_flight` batches in flight (5, as Kafka's
-    idempotent producer); the router stores them in the order they were sent even
-    when one is retried, so order per partition holds. A batch without generated
+    Each partition has up to `max_in_flight` batches in flight (1 by default; Kafka's
+    idempotent producer allows 5, which here measured slower: docs/benchmarks.md); the
+    router stores them in the order they were sent even when one is retried, so order
+    per partition holds. A batch without generated
     ids (`idempotent=False`, or every message with an id of the application's)
     goes alone: nothing else of its partition is in flight with it.
 

@@ -56,8 +56,10 @@ class Encoded(NamedTuple):
     deduplicated: bool
 
 
-#: Most batches of one partition unanswered at once (Kafka's idempotent producer: 5).
-MAX_IN_FLIGHT = 5
+#: Most batches of one partition unanswered at once, by default. Kafka's idempotent
+#: producer allows 5; here 5 made batches smaller and cost throughput and publish→deliver
+#: latency in `tamto bench` (docs/benchmarks.md), so several in flight is asked for.
+MAX_IN_FLIGHT = 1
 
 
 class _Lane:
