@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 from pathlib import Path
 
-from tamto_local.ports import free_port
+import pytest
+
+from tamto_local.ports import PORT_RANGE_VARIABLE, free_port, worker_port_range
 
 
 def test_free_ports_are_bindable_distinct_and_below_the_ephemeral_range() -> None:
@@ -16,3 +19,20 @@ def test_free_ports_are_bindable_distinct_and_below_the_ephemeral_range() -> Non
     for port in ports[:5]:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.bind(("127.0.0.1", port))
+
+
+def test_workers_get_disjoint_ranges_below_the_ephemeral_range() -> None:
+    ranges = [worker_port_range(i, 3) for i in range(3)]
+    ephemeral_start = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for (low, high), (next_low, _) in itertools.pairwise(ranges):
+        assert low < high < next_low
+    assert ranges[-1][1] < ephemeral_start
+    with pytest.raises(ValueError, match="worker 3 of 3"):
+        worker_port_range(3, 3)
+
+
+def test_the_range_variable_confines_free_ports(monkeypatch: pytest.MonkeyPatch) -> None:
+    low, high = worker_port_range(1, 2)
+    monkeypatch.setenv(PORT_RANGE_VARIABLE, f"{low}-{high}")
+    ports = [free_port() for _ in range(30)]
+    assert all(low <= p <= high for p in ports)

@@ -6,10 +6,16 @@ its local port: on a busy test machine a client's connection could take the
 port between the moment it was found free and the moment the server binds it
 (or when a killed server restarts on it). Below the range only listeners
 compete, and this process never hands out the same port twice.
+
+Several processes that each hand out ports (parallel test workers) could still pick
+the same one between its check and its bind: `TAMTO_PORT_RANGE` ("low-high") narrows
+the ports this process and the processes it starts hand out, and `worker_port_range`
+gives each of N workers a range of its own.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -17,6 +23,7 @@ from pathlib import Path
 _LOWEST = 20_000
 _FALLBACK_EPHEMERAL_START = 32_768
 _handed_out: set[int] = set()
+PORT_RANGE_VARIABLE = "TAMTO_PORT_RANGE"
 
 
 def _ephemeral_start() -> int:
@@ -36,12 +43,32 @@ def _bindable(host: str, port: int) -> bool:
     return True
 
 
+def worker_port_range(index: int, count: int) -> tuple[int, int]:
+    """The ports, [low, high], of worker `index` of `count`: the space below the
+    ephemeral range cut into `count` disjoint slices."""
+    if not 0 <= index < count:
+        raise ValueError(f"worker {index} of {count}")
+    high = _ephemeral_start() - 1
+    width = (high - _LOWEST + 1) // count
+    low = _LOWEST + index * width
+    return low, low + width - 1
+
+
+def _port_range() -> tuple[int, int]:
+    """[low, high]: `TAMTO_PORT_RANGE` when set, else everything below the ephemeral range."""
+    text = os.environ.get(PORT_RANGE_VARIABLE)
+    if text:
+        low, _, high = text.partition("-")
+        return int(low), int(high)
+    return _LOWEST, _ephemeral_start() - 1
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port that is free now, outside the ephemeral range where possible."""
-    high = _ephemeral_start() - 1
-    if high - _LOWEST >= 1_000:
+    low, high = _port_range()
+    if high - low >= 500:
         for _ in range(200):
-            port = random.randint(_LOWEST, high)
+            port = random.randint(low, high)
             if port not in _handed_out and _bindable(host, port):
                 _handed_out.add(port)
                 return port

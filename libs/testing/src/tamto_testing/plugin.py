@@ -14,7 +14,8 @@
   path of docs/cluster.md section 5), for semantics tests that must hold on both.
 - `pytest_configure`: where the environment forbids bytecode files
   (PYTHONDONTWRITEBYTECODE), the processes tests start cache it outside the checkout
-  instead (`cache_child_bytecode`).
+  instead (`cache_child_bytecode`); under pytest-xdist each worker, and every process it
+  starts, hands out ports from a range of its own (`confine_worker_ports`).
 - `spark` (session): one local SparkSession with the `tamto` data source; skipped,
   saying so, where PySpark or tamto-spark is not installed (tamto-testing does not
   require them: only the Spark tests use this fixture), failed under CI=true.
@@ -39,6 +40,7 @@ import pytest
 import tamto_sdk
 from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd
+from tamto_local.ports import PORT_RANGE_VARIABLE, worker_port_range
 from tamto_local.s3 import S3Spec
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra, running_infra
@@ -69,8 +71,23 @@ def cache_child_bytecode(environ: MutableMapping[str, str]) -> Path | None:
     return prefix
 
 
+def confine_worker_ports(environ: MutableMapping[str, str]) -> tuple[int, int] | None:
+    """Under pytest-xdist, set `TAMTO_PORT_RANGE` in `environ` to this worker's slice of
+    the ports (`tamto_local.ports.worker_port_range`) and return it; None elsewhere.
+
+    Without it two workers could pick the same free port, and one's server found it
+    taken when it bound it ("Address already in use")."""
+    worker, count = environ.get("PYTEST_XDIST_WORKER"), environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or not worker.startswith("gw"):
+        return None
+    low, high = worker_port_range(int(worker.removeprefix("gw")), int(count))
+    environ[PORT_RANGE_VARIABLE] = f"{low}-{high}"
+    return low, high
+
+
 def pytest_configure(config: pytest.Config) -> None:
     cache_child_bytecode(os.environ)
+    confine_worker_ports(os.environ)
     config.addinivalue_line(
         "markers",
         f"{MARK}(reason): the test needs a tool this machine lacks when reason is not None "
