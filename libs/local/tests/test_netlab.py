@@ -91,11 +91,13 @@ async def test_cuts_delays_and_heals_between_nodes_and_nothing_is_left() -> None
             await lab.heal(2)
             await lab.delay(1, 200)
             delayed = await round_trip(lab.argv_prefix(2), one, port)
-            assert delayed is not None and delayed >= 0.35, delayed  # 2 x 200 ms
+            assert delayed is not None
+            assert delayed >= 0.35, delayed  # 2 x 200 ms
             await lab.heal(1)
             started = time.monotonic()
             healed = await round_trip(lab.argv_prefix(2), one, port)
-            assert healed is not None and healed < 0.3, (healed, time.monotonic() - started)
+            assert healed is not None
+            assert healed < 0.3, (healed, time.monotonic() - started)
         finally:
             server.kill()
             await server.wait()
@@ -105,8 +107,12 @@ async def test_cuts_delays_and_heals_between_nodes_and_nothing_is_left() -> None
 
 async def test_nothing_is_left_when_the_block_fails() -> None:
     lab = NetworkLab(2)
-    with pytest.raises(RuntimeError, match="boom"):
+
+    async def fails() -> None:
         async with lab:
             await lab.isolate(2)
             raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await fails()
     assert leftovers(lab) == []

@@ -221,7 +221,8 @@ class NetworkLab:
 
 async def _set_delay(node: _Node, ms: int) -> None:
     """Tell node's proxy the new delay and wait until it applies it."""
-    assert node.proxy is not None and node.proxy.stdin is not None
+    assert node.proxy is not None
+    assert node.proxy.stdin is not None
     node.proxy.stdin.write(f"{ms}\n".encode())
     await node.proxy.stdin.drain()
     if await _proxy_line(node) != f"delay {ms}":
@@ -229,7 +230,8 @@ async def _set_delay(node: _Node, ms: int) -> None:
 
 
 async def _proxy_line(node: _Node) -> str:
-    assert node.proxy is not None and node.proxy.stdout is not None
+    assert node.proxy is not None
+    assert node.proxy.stdout is not None
     try:
         line = await asyncio.wait_for(node.proxy.stdout.readline(), PROXY_TIMEOUT_S)
     except TimeoutError:

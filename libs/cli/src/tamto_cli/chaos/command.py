@@ -14,8 +14,10 @@ from rich.console import Console
 
 from tamto_cli.chaos.campaign import KINDS, TARGETS, ChaosOptions, run_campaign
 from tamto_cli.chaos.checker import render
+from tamto_cli.chaos.network import NETWORK_KINDS
 from tamto_cli.options import LeaseTtl
 from tamto_common.durable import write_atomic
+from tamto_local.netlab import unavailable
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
@@ -35,9 +37,13 @@ def chaos(
     targets: Annotated[str, typer.Option(help="Processes to hit, comma-separated.")] = ",".join(
         TARGETS
     ),
-    kinds: Annotated[str, typer.Option(help="kill (-9) and/or stop (SIGSTOP/SIGCONT).")] = ",".join(
-        KINDS
-    ),
+    kinds: Annotated[
+        str | None,
+        typer.Option(
+            help="kill (-9) and/or stop (SIGSTOP/SIGCONT); with --network also isolate, "
+            "split, asymmetric, delay (default: kill,stop; with --network the network ones)."
+        ),
+    ] = None,
     producers: Annotated[int, typer.Option(help="Producers publishing with ids.")] = 2,
     rate: Annotated[int, typer.Option(help="Messages per second per producer.")] = 200,
     seed: Annotated[int | None, typer.Option(help="Seed of the random faults.")] = None,
@@ -48,6 +54,15 @@ def chaos(
             "a fault hits one process of a target."
         ),
     ] = 1,
+    network: Annotated[
+        bool,
+        typer.Option(
+            "--network",
+            help="Run each node's storage node and router in a network namespace and hit "
+            "links: isolate a node, split one from the rest, cut one way, delay (needs root, "
+            "ip, iptables, ss; a cluster of 3 nodes unless --nodes says otherwise).",
+        ),
+    ] = False,
     data_dir: Annotated[
         Path | None,
         typer.Option(help="A fresh directory for the system (default: a temporary one)."),
@@ -61,17 +76,27 @@ def chaos(
     consume; report lost, duplicated, stalls beyond downtime and recovery per fault.
 
     Exits 1 when an acknowledged message was lost, one was stored twice, or a client
-    stalled more than 1 s beyond the downtime of a fault.
+    stalled more than 1 s beyond the downtime of a fault; with --network also when two
+    routers acked one partition at once (their own records), a replica was not whole at
+    the end, or a stall exceeded the lease TTL plus 1 s beyond the fault.
     """
+    if network:
+        reason = unavailable()
+        if reason is not None:
+            err.print(f"tamto chaos --network: {reason}")
+            raise typer.Exit(2)
+    allowed = (*KINDS, *NETWORK_KINDS) if network else KINDS
+    default_kinds = NETWORK_KINDS if network else KINDS
     try:
         options = ChaosOptions(
             duration_s=duration,
             targets=_names(targets, TARGETS, "--targets"),
-            kinds=_names(kinds, KINDS, "--kinds"),
+            kinds=_names(kinds, allowed, "--kinds") if kinds is not None else default_kinds,
             producers=producers,
             rate=rate,
             seed=seed,
-            nodes=nodes,
+            nodes=3 if network and nodes == 1 else nodes,
+            network=network,
             lease_ttl_s=lease_ttl_s,
         )
     except ValueError as exc:
