@@ -64,6 +64,14 @@ def up(
             "data directory"
         ),
     ] = "",
+    netns: Annotated[
+        bool,
+        typer.Option(
+            "--netns",
+            help="run each node's storage node and router in a network namespace of its "
+            "own (root, `ip`, `iptables`), to cut or delay its links by hand",
+        ),
+    ] = False,
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     with server_extra("tamto up"):
@@ -79,6 +87,13 @@ def up(
         discovery_resolver,
         segment_store,
     )
+    if netns:
+        from tamto_local.netlab import unavailable
+
+        reason = unavailable() or ("--netns does not take --tls" if tls else None)
+        if reason is not None:
+            err.print(f"tamto up --netns: {reason}")
+            raise typer.Exit(2)
     discovered = {"TAMTO_DISCOVERY": discovery} if discovery else {}
     if discovery_resolver:
         discovered["TAMTO_DISCOVERY_RESOLVER"] = discovery_resolver
@@ -95,7 +110,9 @@ def up(
         segment_store=segment_store,
     )
     shown = err if as_json else console
-    code = asyncio.run(run_up(config, shown, demo=demo, once=once, quiet=quiet, as_json=as_json))
+    code = asyncio.run(
+        run_up(config, shown, demo=demo, once=once, quiet=quiet, as_json=as_json, netns=netns)
+    )
     raise typer.Exit(code)
 
 

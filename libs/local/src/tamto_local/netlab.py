@@ -43,6 +43,8 @@ PICK_ATTEMPTS = 20
 PROXY_TIMEOUT_S = 60.0
 #: The most nodes a lab holds (addresses .10 up in its /24).
 MAX_LAB_NODES = 200
+#: The services of a cluster node that run in its namespace (`NetworkLab.placement`).
+NODE_SERVICES = ("storage", "router")
 
 
 class NetlabError(RuntimeError):
@@ -115,6 +117,16 @@ class NetworkLab:
     def argv_prefix(self, node: int) -> tuple[str, ...]:
         """Prepend to a command to run it in node `node`'s namespace."""
         return ("ip", "netns", "exec", self._nodes[node - 1].namespace)
+
+    def placement(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Where each node's storage node and router run (`ClusterConfig.placed`): node
+        i's processes (`storage`, `router` for node 1, `storage-i`, `router-i` after, as
+        `tamto_local.cluster.node_processes` names them) in its namespace, on its address."""
+        return {
+            (service if i == 1 else f"{service}-{i}"): (self.address(i), self.argv_prefix(i))
+            for i in range(1, len(self._nodes) + 1)
+            for service in NODE_SERVICES
+        }
 
     @property
     def namespaces(self) -> list[str]:

@@ -47,7 +47,6 @@ from tamto_cli.chaos.network import (
     NETWORK_KINDS,
     inject_network,
     node_names,
-    placement,
     storage_addresses,
 )
 from tamto_cli.chaos.owners import overlaps, read_router_logs, tenures
@@ -215,7 +214,7 @@ async def run_campaign(
             nats_port=free_port(),
             lease_ttl_s=options.lease_ttl_s,
             nodes=options.nodes,
-            placed=placement(lab, options.nodes) if lab is not None else {},
+            placed=lab.placement() if lab is not None else {},
         )
         logs = _Logs(data_dir / "logs")
         record = _Record()

@@ -46,6 +46,7 @@ def chaos(
     ] = None,
     producers: Annotated[int, typer.Option(help="Producers publishing with ids.")] = 2,
     rate: Annotated[int, typer.Option(help="Messages per second per producer.")] = 200,
+    partitions: Annotated[int, typer.Option(help="Partitions of the campaign's stream.")] = 2,
     seed: Annotated[int | None, typer.Option(help="Seed of the random faults.")] = None,
     nodes: Annotated[
         int,
@@ -94,6 +95,7 @@ def chaos(
             kinds=_names(kinds, allowed, "--kinds") if kinds is not None else default_kinds,
             producers=producers,
             rate=rate,
+            partitions=partitions,
             seed=seed,
             nodes=3 if network and nodes == 1 else nodes,
             network=network,

@@ -27,27 +27,11 @@ from tamto_local.cluster import LocalCluster
 from tamto_local.netlab import NetworkLab
 
 NETWORK_KINDS = ("isolate", "split", "asymmetric", "delay")
-#: The services that run in their node's namespace.
-NODE_SERVICES = ("storage", "router")
 
 
 def node_names(nodes: int) -> list[str]:
     """The targets of network faults: `node-1` .. `node-N`."""
     return [f"node-{i}" for i in range(1, nodes + 1)]
-
-
-def process_name(service: str, node: int) -> str:
-    """The launcher's name of node `node`'s process of `service` (`router`, `router-2`)."""
-    return service if node == 1 else f"{service}-{node}"
-
-
-def placement(lab: NetworkLab, nodes: int) -> dict[str, tuple[str, tuple[str, ...]]]:
-    """Where each node's storage node and router run: its namespace and address."""
-    return {
-        process_name(service, i): (lab.address(i), lab.argv_prefix(i))
-        for i in range(1, nodes + 1)
-        for service in NODE_SERVICES
-    }
 
 
 def storage_addresses(cluster: LocalCluster) -> dict[str, str]:
