@@ -32,18 +32,32 @@ def _names(text: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
     return names
 
 
+#: `--kinds`: None is the default of the campaign (kill,stop; with --network the network ones).
+Kinds = Annotated[
+    str | None,
+    typer.Option(
+        help="kill (-9) and/or stop (SIGSTOP/SIGCONT); with --network also isolate, "
+        "split, asymmetric, delay (default: kill,stop; with --network the network ones)."
+    ),
+]
+#: `--network`.
+Network = Annotated[
+    bool,
+    typer.Option(
+        "--network",
+        help="Run each node's storage node and router in a network namespace and hit "
+        "links: isolate a node, split one from the rest, cut one way, delay (needs root, "
+        "ip, iptables, ss; a cluster of 3 nodes unless --nodes says otherwise).",
+    ),
+]
+
+
 def chaos(
     duration: Annotated[float, typer.Option(help="Seconds of faults.")] = 60.0,
     targets: Annotated[str, typer.Option(help="Processes to hit, comma-separated.")] = ",".join(
         TARGETS
     ),
-    kinds: Annotated[
-        str | None,
-        typer.Option(
-            help="kill (-9) and/or stop (SIGSTOP/SIGCONT); with --network also isolate, "
-            "split, asymmetric, delay (default: kill,stop; with --network the network ones)."
-        ),
-    ] = None,
+    kinds: Kinds = None,
     producers: Annotated[int, typer.Option(help="Producers publishing with ids.")] = 2,
     rate: Annotated[int, typer.Option(help="Messages per second per producer.")] = 200,
     partitions: Annotated[int, typer.Option(help="Partitions of the campaign's stream.")] = 2,
@@ -55,15 +69,7 @@ def chaos(
             "a fault hits one process of a target."
         ),
     ] = 1,
-    network: Annotated[
-        bool,
-        typer.Option(
-            "--network",
-            help="Run each node's storage node and router in a network namespace and hit "
-            "links: isolate a node, split one from the rest, cut one way, delay (needs root, "
-            "ip, iptables, ss; a cluster of 3 nodes unless --nodes says otherwise).",
-        ),
-    ] = False,
+    network: Network = False,
     data_dir: Annotated[
         Path | None,
         typer.Option(help="A fresh directory for the system (default: a temporary one)."),
