@@ -280,5 +280,6 @@ def _network_rows(report: ChaosReport) -> list[str]:
         f"| epochs that acked as owner (routers' records) | {report.owner_epochs} |",
         f"| two owners acking one partition at once | {len(report.owner_overlaps)} |",
         f"| replicas compared (node x partition) | {report.replicas_checked} |",
-        f"| replicas not whole at the end | {len(report.replica_problems)} |",
+        f"| replica problems at the end (offsets missing or held with another id) "
+        f"| {len(report.replica_problems)} |",
     ]
