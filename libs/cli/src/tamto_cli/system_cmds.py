@@ -26,6 +26,17 @@ console = Console(highlight=False)
 err = Console(stderr=True, highlight=False)
 
 
+#: `tamto up --netns`.
+Netns = Annotated[
+    bool,
+    typer.Option(
+        "--netns",
+        help="run each node's storage node and router in a network namespace of its "
+        "own (root, `ip`, `iptables`), to cut or delay its links by hand",
+    ),
+]
+
+
 def up(
     data_dir: DataDir = None,
     gateway_port: Annotated[int, typer.Option(help="gateway port")] = 7400,
@@ -64,6 +75,7 @@ def up(
             "data directory"
         ),
     ] = "",
+    netns: Netns = False,
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     with server_extra("tamto up"):
@@ -79,6 +91,7 @@ def up(
         discovery_resolver,
         segment_store,
     )
+    _check_netns(netns, tls)
     discovered = {"TAMTO_DISCOVERY": discovery} if discovery else {}
     if discovery_resolver:
         discovered["TAMTO_DISCOVERY_RESOLVER"] = discovery_resolver
@@ -95,8 +108,23 @@ def up(
         segment_store=segment_store,
     )
     shown = err if as_json else console
-    code = asyncio.run(run_up(config, shown, demo=demo, once=once, quiet=quiet, as_json=as_json))
+    code = asyncio.run(
+        run_up(config, shown, demo=demo, once=once, quiet=quiet, as_json=as_json, netns=netns)
+    )
     raise typer.Exit(code)
+
+
+def _check_netns(netns: bool, tls: bool) -> None:
+    """Exit 2 when `tamto up --netns` cannot run here (not root, a tool missing) or is
+    asked with --tls (the development certificates name loopback addresses)."""
+    if not netns:
+        return
+    from tamto_local.netlab import unavailable
+
+    reason = unavailable() or ("--netns does not take --tls" if tls else None)
+    if reason is not None:
+        err.print(f"tamto up --netns: {reason}")
+        raise typer.Exit(2)
 
 
 def _check_up(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import json
 import signal
 
@@ -28,9 +30,29 @@ async def run_up(
     once: bool,
     quiet: bool,
     as_json: bool = False,
+    netns: bool = False,
 ) -> int:
     """Start the local system, print how to reach it, wait for Ctrl-C. With `as_json`
-    `console` is stderr's, and stdout gets one JSON object once every service is up."""
+    `console` is stderr's, and stdout gets one JSON object once every service is up.
+    With `netns` each node's storage node and router run in a network namespace of
+    their own (`tamto_local.netlab`, deleted on the way out), the rest on its bridge."""
+    async with contextlib.AsyncExitStack() as stack:
+        if netns:
+            from tamto_local.netlab import NetworkLab
+
+            lab = await stack.enter_async_context(NetworkLab(config.nodes))
+            config = dataclasses.replace(config, host=lab.root_address, placed=lab.placement())
+            console.print(
+                "network namespaces (cut links with `ip netns exec <ns> iptables ...`): "
+                + ", ".join(f"{ns} ({lab.address(i + 1)})" for i, ns in enumerate(lab.namespaces))
+            )
+        return await _run(config, console, demo, once, quiet, as_json)
+
+
+async def _run(
+    config: ClusterConfig, console: Console, demo: bool, once: bool, quiet: bool, as_json: bool
+) -> int:
+    """`run_up` once the network (if any) is in place."""
 
     def sink(name: str, line: str) -> None:
         if not quiet:

@@ -88,6 +88,9 @@ class ClusterConfig:
     #: The storage nodes' segment store (`tamto up --segment-store`): "" for each node's
     #: data directory, "s3" for a SeaweedFS started here (`tamto_local.s3`), or a URI.
     segment_store: str = ""
+    #: Service processes run elsewhere: name -> (the host it binds and advertises, a
+    #: prefix of its command), e.g. in a network namespace (`tamto_local.netlab`).
+    placed: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
 
     @property
     def tls_dir(self) -> Path:
@@ -321,7 +324,7 @@ class LocalCluster:
 
     def _service_env(self, name: str) -> dict[str, str]:
         c = self.config
-        return service_env(
+        env = service_env(
             split_process(name)[0],
             ServiceEnv(
                 c.etcd_endpoint,
@@ -341,6 +344,9 @@ class LocalCluster:
             http_port=self.http_ports.get(name, 0),
             mqtt_port=self.mqtt_ports.get(name, 0),
         )
+        if name in c.placed:
+            env["TAMTO_HOST"] = c.placed[name][0]
+        return env
 
     async def start(self) -> None:
         """Start everything and wait until every service reports SERVING."""
@@ -413,12 +419,13 @@ class LocalCluster:
             await asyncio.gather(*starts, return_exceptions=True)
 
     async def _start_service(self, name: str) -> None:
-        argv = service_argv(split_process(name)[0])
+        host, prefix = self.config.placed.get(name, (self.config.host, ()))
+        argv = [*prefix, *service_argv(split_process(name)[0])]
         proc = ManagedProcess(name, argv, env=self._service_env(name), sink=self._sink)
         self.processes[name] = proc
         self._started_at[name] = time.monotonic()
         await proc.start()
-        address = f"{self.config.host}:{self.ports[name]}"
+        address = f"{host}:{self.ports[name]}"
         tls = launcher_tls(self.config.tls_dir if self.config.tls else None)
         await self._wait(name, lambda: grpc_healthy(address, tls=tls))
 

@@ -41,6 +41,7 @@ from tamto_protocol.batch import decode_batch, encode_record_batch
 from tamto_router.dedup import DedupWindow, message_offsets
 from tamto_router.metrics import count_in
 from tamto_router.model import Batch, LogBounds, ProducerOrder
+from tamto_router.owner_acks import OwnerAcks
 from tamto_router.producer_turns import ProducerTurns
 from tamto_router.quorum import (
     first_answers,
@@ -120,6 +121,8 @@ class PartitionLog(ReplicaCatchUp):
         #: Messages and bytes appended since it opened (load reports, `tamto_router.balancer`).
         self.appended_messages = 0
         self.appended_bytes = 0
+        #: When this epoch acknowledged publishes (logged: `tamto_router.owner_acks`).
+        self.owner_acks = OwnerAcks(stream, partition, epoch)
         self._queue: list[tuple[Batch, asyncio.Future[int]]] = []
         #: What the sender took from the queue and is storing now.
         self._storing: list[tuple[Batch, asyncio.Future[int]]] = []
@@ -154,7 +157,9 @@ class PartitionLog(ReplicaCatchUp):
         ):
             if order is not None and not self.turns.ready(order):
                 await self.turns.wait(order, lambda: self.failure)
-            return await self._append(arrow_ipc, count, order)
+            appended = await self._append(arrow_ipc, count, order)
+            self.owner_acks.acked()
+            return appended
 
     async def _append(self, arrow_ipc: bytes, count: int, order: ProducerOrder | None) -> Appended:
         if self.failure is not None:
@@ -352,6 +357,7 @@ class PartitionLog(ReplicaCatchUp):
                     await task
         for subscription in list(self.subscriptions.values()):
             await subscription.close()
+        self.owner_acks.over()
         if self.failure is None:
             # A caller that took this log just before it was closed (a partition
             # handed back) must not queue behind a stopped sender: it gets a retriable

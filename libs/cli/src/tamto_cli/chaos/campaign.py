@@ -17,12 +17,21 @@ With `nodes` N > 1 the system is a cluster (`tamto up --nodes N`: N storage node
 and N routers, two gateways; the stream gets the default replication, R = min(3, N)
 with a majority quorum) and a target names a service: each fault hits one of its
 processes at random (`storage-2`, `router-3`, ...).
+
+With `network` (`tamto chaos --network`) each node's storage node and router run in
+a network namespace of the campaign's, and network faults (cuts of one node, a
+minority/majority split, a one-way cut, delays: `tamto_cli.chaos.network`) join the
+kinds, one at a time. The campaign then also checks what the routers recorded of
+their acknowledgements as owners (`tamto_cli.chaos.owners`: no two at once on one
+partition) and that every storage node holds every entry at the end
+(`tamto_cli.chaos.replicas`), and bounds each stall by the lease TTL plus a second.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import signal
 import time
@@ -33,7 +42,15 @@ from pathlib import Path
 from typing import IO
 
 import tamto_sdk
-from tamto_cli.chaos.checker import ChaosReport, Fault, check
+from tamto_cli.chaos.checker import STALL_BOUND_S, ChaosReport, Fault, check
+from tamto_cli.chaos.network import (
+    NETWORK_KINDS,
+    inject_network,
+    node_names,
+    storage_addresses,
+)
+from tamto_cli.chaos.owners import overlaps, read_router_logs, tenures
+from tamto_cli.chaos.replicas import whole_replicas
 from tamto_common.health import grpc_healthy
 from tamto_common.membership import connect_etcd, list_members
 from tamto_local.cluster import (
@@ -45,12 +62,19 @@ from tamto_local.cluster import (
     split_process,
 )
 from tamto_local.infra import tcp_open
+from tamto_local.netlab import NetworkLab
 from tamto_local.ports import free_port
 
 STREAM = "chaos"
 #: Every kind of process a fault can hit.
 TARGETS = (*INFRA, *SERVICES)
 KINDS = ("kill", "stop")
+#: In the set of what is down while a network fault is in progress (one at a time).
+NETWORK = "network"
+#: How long a process may take to serve at the campaign's start: ten processes started
+#: at once on a shared 2-core machine took over 60 s (a storage node's imports alone
+#: 40 s at load 26).
+START_LIMIT_S = 180.0
 #: How long a fault may take to be over (its process serving, every client moving again).
 RECOVERY_LIMIT_S = 60.0
 #: How often a killed process is asked whether it serves again (each time over a new
@@ -66,6 +90,8 @@ class PlannedFault:
     target: str
     kind: str
     pause_s: float = 2.0
+    #: A delay fault's milliseconds each way.
+    delay_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -95,13 +121,22 @@ class ChaosOptions:
     warmup_s: float = 2.0
     #: Storage nodes and routers (`tamto up --nodes`); a fault hits one process of a target.
     nodes: int = 1
+    #: Each node in a network namespace, and network faults among `kinds` (see the module).
+    network: bool = False
+    #: Range of a network fault's length, seconds (some shorter than a lease, some longer).
+    cut_s: tuple[float, float] = (1.0, 8.0)
+    #: Range of a delay fault's milliseconds each way.
+    delay_ms: tuple[int, int] = (20, 300)
 
     def __post_init__(self) -> None:
         unknown = set(self.targets) - set(TARGETS)
         if unknown or not self.targets:
             raise ValueError(f"targets must be some of {', '.join(TARGETS)}; got {self.targets}")
-        if set(self.kinds) - set(KINDS) or not self.kinds:
-            raise ValueError(f"kinds must be some of {', '.join(KINDS)}; got {self.kinds}")
+        allowed = (*KINDS, *NETWORK_KINDS) if self.network else KINDS
+        if set(self.kinds) - set(allowed) or not self.kinds:
+            raise ValueError(f"kinds must be some of {', '.join(allowed)}; got {self.kinds}")
+        if self.network and self.nodes < 2:
+            raise ValueError("network faults need a cluster: nodes must be 2 or more")
         if self.duration_s <= 0 or self.producers <= 0 or self.rate <= 0 or self.chunk <= 0:
             raise ValueError("duration, producers, rate and chunk must be positive")
         if not 1 <= self.nodes <= MAX_NODES:
@@ -165,34 +200,57 @@ async def run_campaign(
     options: ChaosOptions, data_dir: Path, say: Callable[[str], None] = lambda _: None
 ) -> ChaosReport:
     """Run one campaign in `data_dir` (a fresh directory) and return its report."""
-    config = ClusterConfig(
-        data_dir,
-        gateway_port=free_port(),
-        etcd_port=free_port(),
-        etcd_peer_port=free_port(),
-        nats_port=free_port(),
-        lease_ttl_s=options.lease_ttl_s,
-        nodes=options.nodes,
-    )
-    logs = _Logs(data_dir / "logs")
-    record = _Record()
-    cluster = LocalCluster(config, logs.sink, lambda m: logs.sink("launcher", m))
-    # SIGTERM ends the campaign as Ctrl-C does: the system is stopped, not orphaned.
-    current = asyncio.current_task()
-    assert current is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, current.cancel)
-    try:
-        await cluster.start()
-        say(f"system up on {config.gateway_url}; data in {data_dir}")
-        return await _campaign(cluster, options, record, say)
-    finally:
-        asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
-        await cluster.stop()
-        logs.close()
+    async with contextlib.AsyncExitStack() as stack:
+        lab = None
+        if options.network:
+            lab = await stack.enter_async_context(NetworkLab(options.nodes))
+            say(f"network lab: bridge {lab.bridge}, namespaces {', '.join(lab.namespaces)}")
+        config = ClusterConfig(
+            data_dir,
+            host=lab.root_address if lab is not None else "127.0.0.1",
+            gateway_port=free_port(),
+            etcd_port=free_port(),
+            etcd_peer_port=free_port(),
+            nats_port=free_port(),
+            lease_ttl_s=options.lease_ttl_s,
+            nodes=options.nodes,
+            placed=lab.placement() if lab is not None else {},
+        )
+        logs = _Logs(data_dir / "logs")
+        record = _Record()
+        cluster = LocalCluster(
+            config, logs.sink, lambda m: logs.sink("launcher", m), ready_timeout_s=START_LIMIT_S
+        )
+        # SIGTERM ends the campaign as Ctrl-C does: the system is stopped, not orphaned.
+        current = asyncio.current_task()
+        assert current is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, current.cancel)
+        try:
+            await cluster.start()
+            say(f"system up on {config.gateway_url}; data in {data_dir}")
+            report = await _campaign(cluster, options, record, say, lab)
+        finally:
+            asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+            await cluster.stop()
+            logs.close()
+    if not options.network:
+        return report
+    # The routers log an epoch's last ack as its log closes: read them once stopped.
+    wall = time.time() - time.monotonic()
+    kills: dict[str, list[float]] = {}
+    for fault in record.faults:
+        if fault.kind == "kill":
+            kills.setdefault(fault.target, []).append(fault.at + wall)
+    found = tenures(read_router_logs(data_dir / "logs"), kills, end=time.time())
+    return dataclasses.replace(report, owner_epochs=len(found), owner_overlaps=overlaps(found))
 
 
 async def _campaign(
-    cluster: LocalCluster, options: ChaosOptions, record: _Record, say: Callable[[str], None]
+    cluster: LocalCluster,
+    options: ChaosOptions,
+    record: _Record,
+    say: Callable[[str], None],
+    lab: NetworkLab | None,
 ) -> ChaosReport:
     url, key = cluster.config.gateway_url, cluster.credential
     stop = asyncio.Event()
@@ -211,7 +269,7 @@ async def _campaign(
         started = time.monotonic()
         await _wait_all_moved(record, started, tasks)
         await asyncio.sleep(options.warmup_s)
-        await _hit(cluster, options, record, tasks, say)
+        await _hit(cluster, options, record, tasks, say, lab)
         duration = time.monotonic() - started
         if not await _all_registered(cluster):
             record.notes.append(f"not every service registered in etcd {RECOVERY_LIMIT_S} s on")
@@ -226,7 +284,12 @@ async def _campaign(
         tasks[-1].cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await tasks[-1]
-        read_back = await _read_back(clients[0], len(record.acked))
+        stored = await _read_back(clients[0], len(record.acked))
+        replicas, replica_problems = 0, list[str]()
+        if lab is not None:
+            replicas, replica_problems = await whole_replicas(
+                storage_addresses(cluster), STREAM, stored, options.partitions, RECOVERY_LIMIT_S
+            )
     finally:
         for task in tasks:
             task.cancel()
@@ -240,9 +303,12 @@ async def _campaign(
         progress=record.progress,
         acked=record.acked,
         delivered=record.delivered,
-        read_back=read_back,
+        read_back=Counter(stored.values()),
         send_failures=record.send_failures,
         notes=record.notes,
+        stall_bound_s=options.lease_ttl_s + 1.0 if lab is not None else STALL_BOUND_S,
+        replicas_checked=replicas,
+        replica_problems=replica_problems,
     )
 
 
@@ -265,6 +331,7 @@ async def _hit(
     record: _Record,
     tasks: list[asyncio.Task[None]],
     say: Callable[[str], None],
+    lab: NetworkLab | None = None,
 ) -> None:
     """A fixed plan: one fault at a time, each once every client moved again. Random:
     a fault every `gap_s` on a process that is not down already, so faults overlap
@@ -272,12 +339,19 @@ async def _hit(
     if options.plan is not None:
         end = time.monotonic() + options.duration_s
         for fault in options.plan:
-            hit = await _inject(cluster, fault)
+            hit = await _inject(cluster, fault, lab)
             record.faults.append(hit)
             await _after(record, hit, tasks, say)
         await asyncio.sleep(max(0.0, end - time.monotonic()))
         return
     rng = random.Random(options.seed)
+    # A network campaign draws its gaps apart, so the faults it draws (one network
+    # fault at a time, drawn once the last is over) follow from the seed alone.
+    gaps = (
+        rng
+        if not options.network
+        else random.Random(None if options.seed is None else f"{options.seed}-gaps")
+    )
     end = time.monotonic() + options.duration_s
     # Every process of a target service (one with a single node), in a fixed order.
     processes = [n for n in (*INFRA, *cluster.names) if split_process(n)[0] in options.targets]
@@ -286,28 +360,55 @@ async def _hit(
 
     async def one(fault: PlannedFault) -> None:
         try:
-            hit = await _inject(cluster, fault)
+            hit = await _inject(cluster, fault, lab)
         finally:
             down.discard(fault.target)
+            if fault.kind in NETWORK_KINDS:
+                down.discard(NETWORK)
         record.faults.append(hit)
         say(f"fault {len(record.faults)}: {fault.kind} {fault.target}, down {hit.downtime_s:.2f} s")
 
     while time.monotonic() < end:
-        await asyncio.sleep(rng.uniform(*options.gap_s))
+        await asyncio.sleep(gaps.uniform(*options.gap_s))
         for task in [t for t in running if t.done()]:
             running.discard(task)
             task.result()  # a process that did not come back ends the campaign
-        up = [t for t in processes if t not in down]
-        if not up or time.monotonic() >= end:
+        drawn = _draw(rng, options, processes, down)
+        if drawn is None or time.monotonic() >= end:
             continue
-        fault = PlannedFault(
-            rng.choice(up), rng.choice(options.kinds), rng.uniform(*options.pause_s)
-        )
-        down.add(fault.target)
-        running.add(asyncio.create_task(one(fault)))
+        down.add(drawn.target)
+        if drawn.kind in NETWORK_KINDS:
+            down.add(NETWORK)
+        running.add(asyncio.create_task(one(drawn)))
     await asyncio.gather(*running)
     if record.faults:
         await _after(record, max(record.faults, key=lambda f: f.back), tasks, lambda _: None)
+
+
+def _draw(
+    rng: random.Random, options: ChaosOptions, processes: list[str], down: set[str]
+) -> PlannedFault | None:
+    """The next random fault: on a process (or with `network`, a node) not down already;
+    None when there is none. A network campaign draws the kind first, and runs one
+    network fault at a time (`NETWORK` in `down`: only process kinds are drawn)."""
+    if not options.network:
+        up = [t for t in processes if t not in down]
+        if not up:
+            return None
+        return PlannedFault(
+            rng.choice(up), rng.choice(options.kinds), rng.uniform(*options.pause_s)
+        )
+    kinds = [k for k in options.kinds if NETWORK not in down or k not in NETWORK_KINDS]
+    if not kinds:
+        return None
+    kind = rng.choice(kinds)
+    if kind in NETWORK_KINDS:
+        target = rng.choice(node_names(options.nodes))
+        return PlannedFault(
+            target, kind, rng.uniform(*options.cut_s), rng.randint(*options.delay_ms)
+        )
+    up = [t for t in processes if t not in down]
+    return PlannedFault(rng.choice(up), kind, rng.uniform(*options.pause_s)) if up else None
 
 
 async def _after(
@@ -319,8 +420,15 @@ async def _after(
     say(f"fault {len(record.faults)}: {hit.kind} {hit.target}, down {hit.downtime_s:.2f} s")
 
 
-async def _inject(cluster: LocalCluster, fault: PlannedFault) -> Fault:
-    """Do `fault` and return it with the moment its process was serving again."""
+async def _inject(cluster: LocalCluster, fault: PlannedFault, lab: NetworkLab | None) -> Fault:
+    """Do `fault` and return it with the moment its process was serving again (a
+    network fault: the moment it was healed)."""
+    if fault.kind in NETWORK_KINDS:
+        if lab is None:
+            raise ValueError(f"a {fault.kind} fault needs a network campaign")
+        return await inject_network(
+            lab, cluster, fault.target, fault.kind, fault.pause_s, fault.delay_ms
+        )
     process = cluster.processes[fault.target]
     at = time.monotonic()
     if fault.kind == "stop":
@@ -384,8 +492,9 @@ async def _serving_again(cluster: LocalCluster, name: str, old: object) -> bool:
         return await _etcd_answers(config.host, config.etcd_port)
     if name == "nats":
         return await tcp_open(config.host, config.nats_port)
+    host = config.placed.get(name, (config.host, ()))[0]
     try:
-        return await grpc_healthy(f"{config.host}:{cluster.ports[name]}")
+        return await grpc_healthy(f"{host}:{cluster.ports[name]}")
     except Exception:  # not serving yet
         return False
 
@@ -436,8 +545,8 @@ async def _consume(client: tamto_sdk.Client, record: _Record) -> None:
             record.notes.append(f"the consumer gave up: {exc!r}")
 
 
-async def _read_back(client: tamto_sdk.Client, expected: int) -> Counter[str]:
-    """Every id stored in the stream, counted once per stored message (partition, offset)."""
+async def _read_back(client: tamto_sdk.Client, expected: int) -> dict[tuple[int, int], str]:
+    """The id stored at each (partition, offset) of the stream."""
     stored: dict[tuple[int, int], str] = {}
     sub = f"chaos-check-{random.getrandbits(32):08x}"
     async with client.consumer(STREAM, sub, credits=10_000) as consumer:
@@ -453,4 +562,4 @@ async def _read_back(client: tamto_sdk.Client, expected: int) -> Counter[str]:
                 stored[(batch.partition, offset)] = message_id
             consumer.ack(batch)
             idle_until = time.monotonic() + 10.0
-    return Counter(stored.values())
+    return stored

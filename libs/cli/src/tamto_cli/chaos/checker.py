@@ -75,6 +75,16 @@ class ChaosReport:
     send_failures: int
     #: What went wrong besides the measures above (a campaign with notes fails).
     notes: list[str] = field(default_factory=list)
+    #: The longest stall beyond downtime allowed (a network campaign: lease TTL + 1 s).
+    stall_bound_s: float = STALL_BOUND_S
+    #: Network campaigns: epochs that acked as owners, per the routers' records
+    #: (`tamto_cli.chaos.owners`), and each overlap of two on one partition.
+    owner_epochs: int = 0
+    owner_overlaps: list[str] = field(default_factory=list)
+    #: Network campaigns: replicas (storage node x partition) compared with the final
+    #: read, and what was still wrong (`tamto_cli.chaos.replicas`).
+    replicas_checked: int = 0
+    replica_problems: list[str] = field(default_factory=list)
 
     @property
     def longest_stall_s(self) -> float:
@@ -85,8 +95,10 @@ class ChaosReport:
         return (
             not self.lost
             and not self.stored_twice
-            and self.longest_stall_s <= STALL_BOUND_S
+            and self.longest_stall_s <= self.stall_bound_s
             and not self.notes
+            and not self.owner_overlaps
+            and not self.replica_problems
         )
 
     def faults_by_kind(self) -> Counter[str]:
@@ -176,6 +188,9 @@ def check(
     read_back: Counter[str],
     send_failures: int = 0,
     notes: Sequence[str] = (),
+    stall_bound_s: float = STALL_BOUND_S,
+    replicas_checked: int = 0,
+    replica_problems: Sequence[str] = (),
 ) -> ChaosReport:
     """Judge one campaign (see the module docstring)."""
     ordered = {name: sorted(moments) for name, moments in progress.items()}
@@ -195,6 +210,9 @@ def check(
         stalls={name: stall_beyond_downtime(m, faults) for name, m in ordered.items()},
         send_failures=send_failures,
         notes=list(notes),
+        stall_bound_s=stall_bound_s,
+        replicas_checked=replicas_checked,
+        replica_problems=list(replica_problems),
     )
 
 
@@ -219,10 +237,12 @@ def render(report: ChaosReport) -> str:
         f"| stored twice | {len(report.stored_twice)} |",
         f"| delivered more than once (redeliveries) | {report.delivered_twice} |",
         f"| sends failed after the SDK's retry deadline | {report.send_failures} |",
-        f"| longest stall beyond downtime | {report.longest_stall_s:.2f} s |",
+        f"| longest stall beyond downtime (bound) | {report.longest_stall_s:.2f} s "
+        f"({report.stall_bound_s:.0f} s) |",
         f"| recovery per fault: median / p90 / max | {pct(0.5)} / {pct(0.9)} / "
         f"{recoveries[-1] if recoveries else 0:.2f} s |",
         f"| faults after which a client never progressed | {never} |",
+        *_network_rows(report),
         "",
         "| client | longest stall beyond downtime |",
         "| --- | --- |",
@@ -247,4 +267,19 @@ def render(report: ChaosReport) -> str:
     if report.stored_twice:
         lines += ["", f"stored twice (first 20): {', '.join(report.stored_twice[:20])}"]
     lines += [f"- {note}" for note in report.notes]
+    lines += [f"- two owners at once: {o}" for o in report.owner_overlaps[:20]]
+    lines += [f"- replica not whole: {p}" for p in report.replica_problems[:20]]
     return "\n".join(lines)
+
+
+def _network_rows(report: ChaosReport) -> list[str]:
+    """The network campaign's rows: owners' records and replicas (none otherwise)."""
+    if not report.owner_epochs and not report.replicas_checked:
+        return []
+    return [
+        f"| epochs that acked as owner (routers' records) | {report.owner_epochs} |",
+        f"| two owners acking one partition at once | {len(report.owner_overlaps)} |",
+        f"| replicas compared (node x partition) | {report.replicas_checked} |",
+        f"| replica problems at the end (offsets missing or held with another id) "
+        f"| {len(report.replica_problems)} |",
+    ]
