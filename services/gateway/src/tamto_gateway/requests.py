@@ -58,6 +58,7 @@ from tamto_common.membership import KeptLease
 from tamto_common.names import check_name
 from tamto_common.streams import StreamDef, stream_key
 from tamto_gateway.ephemeral import EphemeralHub
+from tamto_protocol.single_message import as_batch
 from tamto_protocol.v1 import gateway_pb2
 
 RESPONSES_PREFIX: Final = "/tamto/responses/"
@@ -303,8 +304,10 @@ class RequestBroker:
             if waiting is None or not waiting.offer(reply):
                 raise _expired(response_stream)
             return
+        # Between gateways a reply stays a batch: any gateway version reads it.
+        batch = as_batch(reply.message) if reply.HasField("message") else reply.batch
         body = gateway_pb2.ReplyRequest(
-            response_stream=response_stream, batch=reply.batch, error=reply.error
+            response_stream=response_stream, batch=batch, error=reply.error
         )
         try:
             answer = await self._bus.request(
