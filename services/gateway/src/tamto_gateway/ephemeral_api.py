@@ -215,7 +215,9 @@ class EphemeralApi:
         if request.group:
             check_name("group", request.group)
         stream = await self._ephemeral_stream(request.stream)
-        async with self._ephemeral.consumer(stream, pattern, request.group) as (consumer, entity):
+        async with self._ephemeral.consumer(
+            stream, pattern, request.group, request.single_messages
+        ) as (consumer, entity):
             yield subscribed_event(entity)
             most = min(max(1, request.max_deliveries_per_event), MAX_DELIVERIES_PER_EVENT)
             while True:
@@ -228,13 +230,12 @@ class EphemeralApi:
         await self._authorize(context, Permission.PUBLISH, request.stream, "Request")
         check_topic(request.topic)
         stream = await self._ephemeral_stream(request.stream)
-        if request.HasField("message"):  # for the bus and any subscriber: a batch
-            self._checked_single(request.message)
-            batch = as_batch(request.message)
-            arrow_ipc = batch.arrow_ipc
+        single, arrow_ipc = None, b""
+        if request.HasField("message"):
+            single = request.message
+            self._checked_single(single)
         else:
-            batch = request.batch
-            arrow_ipc = self._checked_batch(batch)
+            arrow_ipc = self._checked_batch(request.batch)
         options = RequestOptions(
             request.response_stream,
             request.timeout_ms,
@@ -243,12 +244,12 @@ class EphemeralApi:
             request.max_replies,
         )
         name, replies = await self._requests.request(
-            stream, request.topic, arrow_ipc, batch.count, options
+            stream, request.topic, arrow_ipc, request.batch.count, options, single
         )
-        single = _reads_single(context)
+        reads = _reads_single(context)
         if not request.gather:
-            return gateway_pb2.RequestResponse(response_stream=name, **_reply(replies[0], single))
-        gathered = [gateway_pb2.GatheredReply(error=r.error, **_reply(r, single)) for r in replies]
+            return gateway_pb2.RequestResponse(response_stream=name, **_reply(replies[0], reads))
+        gathered = [gateway_pb2.GatheredReply(error=r.error, **_reply(r, reads)) for r in replies]
         return gateway_pb2.RequestResponse(response_stream=name, replies=gathered)
 
     async def Reply(
