@@ -29,7 +29,10 @@ the next message, the first call's encoding followed by the others' as that
 field, once the peer said it reads them (initial metadata `tamto-more-calls`).
 The stream is opened with metadata `tamto-more-answers`, and answers carried in
 an answer's `more_answers` are taken as they come. A peer that says nothing gets
-one call per message, as before.
+one call per message, as before. What the peer said in its initial metadata is
+`peer_says`: a caller may write its requests in a newer form only a peer that
+says so reads (`tamto_protocol.single_message`), and sends `opening_metadata`
+to say what it reads itself.
 """
 
 from __future__ import annotations
@@ -160,6 +163,7 @@ class PipelinedCalls:
         fallback: tuple[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
         more_calls: int = 0,
+        opening_metadata: Metadata = (),
     ) -> None:
         self._open_stream = channel.stream_stream(
             method, request_serializer=None, response_deserializer=response_type.FromString
@@ -173,8 +177,12 @@ class PipelinedCalls:
         self._next_id = 1
         self._closed = False
         self._more_calls = more_calls
+        self._opening_metadata = tuple(opening_metadata)
         #: Stream messages written (fewer than calls when several go together).
         self.messages_written = 0
+        #: The metadata keys the peer sent when the latest stream opened (what it
+        #: reads besides the plain calls; empty until known, and on the unary path).
+        self.peer_says: frozenset[str] = frozenset()
 
     async def __call__(
         self,
@@ -266,7 +274,10 @@ class PipelinedCalls:
         opening = metadata
         if self._more_calls:
             opening = (*(metadata or ()), (MORE_ANSWERS_METADATA, "1"))
+        if self._opening_metadata:
+            opening = (*(opening or ()), *self._opening_metadata)
         stream = _Stream(self._open_stream(metadata=opening), metadata)
+        self.peer_says = frozenset()  # until this stream's peer says
         stream.reader = asyncio.get_running_loop().create_task(
             self._read(stream), name=f"pipelined-reader {self._method}"
         )
@@ -338,9 +349,10 @@ class PipelinedCalls:
         """Resolve each waiting call with its answer; fail the rest when the stream ends."""
         error = rpc_error(grpc.StatusCode.UNAVAILABLE, f"{self._method}: stream ended")
         try:
-            if self._more_calls:
+            if self._more_calls or self._opening_metadata:
                 metadata = await stream.call.initial_metadata()
-                stream.coalesce = any(k == MORE_CALLS_METADATA for k, _ in metadata or ())
+                self.peer_says = frozenset(k for k, _ in metadata or ())
+                stream.coalesce = bool(self._more_calls) and MORE_CALLS_METADATA in self.peer_says
             async for answer in stream.call:
                 self._answered(stream, answer)
                 for more in answer.more_answers if self._more_calls else ():

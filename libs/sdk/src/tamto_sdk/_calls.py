@@ -8,6 +8,7 @@ from typing import Any, Protocol
 import grpc
 
 from tamto_protocol.pipelined import Encode, PipelinedCalls
+from tamto_protocol.single_message import SINGLE_MESSAGE_METADATA
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_protocol.wire import (
     PUBLISH,
@@ -72,6 +73,7 @@ class Calls:
             gateway_pb2.RequestStreamResponse,
             fallback=(REQUEST, gateway_pb2.RequestResponse),
             more_calls=16,
+            opening_metadata=((SINGLE_MESSAGE_METADATA, "1"),),
         )
         self.reply_raw = PipelinedCalls(
             channel,

@@ -444,9 +444,15 @@ class Client(AsyncClosing):
         `group`) with what `handler(message)` returns (bytes, a `Reply` or a
         message; an error status if it raises), up to `concurrency` at once; use
         it as an async context manager."""
+        from tamto_sdk.ephemeral_subscription import EphemeralSubscription
         from tamto_sdk.replies import ReplyHandler
 
-        subscription = self.subscribe(stream, match=match, group=group)
+        self._check_open()
+        # Its requests come as single messages where sent as such: no Arrow to decode.
+        subscription = EphemeralSubscription(
+            self._calls, stream, match=match, group=group, consumer_name="", single_messages=True
+        )
+        self._ephemeral.append(subscription)
         handler_ = ReplyHandler(self._calls, subscription, handler, concurrency)
         self._ephemeral.append(handler_)
         return handler_

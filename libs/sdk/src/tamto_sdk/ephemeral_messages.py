@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from tamto_protocol.batch import HEADERS_TYPE, KEY_TYPE, decode_batch, ipc_buffer, make_batch
+from tamto_protocol.single_message import as_batch
 from tamto_protocol.v1 import messages_pb2
 from tamto_sdk.columns import binary_array
 from tamto_sdk.errors import InvalidArgument
@@ -77,14 +78,29 @@ class EphemeralBatch:
 
     @classmethod
     def _from_delivery(cls, delivery: Any) -> EphemeralBatch:
+        batch = as_batch(delivery.message) if delivery.HasField("message") else delivery.batch
         return cls(
             stream=delivery.stream,
             topic=delivery.topic,
-            record_batch=decode_batch(delivery.batch.arrow_ipc),
+            record_batch=decode_batch(batch.arrow_ipc),
             response_stream=delivery.response_stream,
             publish_time=us_to_datetime(int(delivery.publish_time_us)),
             dropped=int(delivery.dropped),
         )
+
+
+def single_message(delivery: Any) -> EphemeralMessage:
+    """The message of an `EphemeralDelivery` that carries one as a `SingleMessage`."""
+    single = delivery.message
+    return EphemeralMessage(
+        stream=delivery.stream,
+        topic=delivery.topic,
+        payload=single.payload,
+        key=single.key if single.HasField("key") else None,
+        headers=dict(single.headers),
+        response_stream=delivery.response_stream,
+        publish_time=us_to_datetime(int(delivery.publish_time_us)),
+    )
 
 
 def encode_messages(

@@ -20,7 +20,7 @@ from tamto_sdk._calls import Calls
 from tamto_sdk._deprecated import renamed_method
 from tamto_sdk._lifecycle import AsyncClosing
 from tamto_sdk._retry import Backoff
-from tamto_sdk.ephemeral_messages import EphemeralBatch, EphemeralMessage
+from tamto_sdk.ephemeral_messages import EphemeralBatch, EphemeralMessage, single_message
 from tamto_sdk.errors import Closed, TamtoError, Unauthenticated, Unavailable, from_rpc_error
 
 __all__ = ["DELIVERIES_PER_EVENT", "EphemeralSubscription"]
@@ -46,14 +46,24 @@ class EphemeralSubscription(AsyncClosing):
     """
 
     def __init__(
-        self, calls: Calls, stream: str, *, match: str | None, group: str, consumer_name: str
+        self,
+        calls: Calls,
+        stream: str,
+        *,
+        match: str | None,
+        group: str,
+        consumer_name: str,
+        single_messages: bool = False,
     ) -> None:
         self._calls = calls
+        # `single_messages`: requests sent as one message come as one (iterating
+        # messages skips Arrow; a batch is still made for `receive_batch`).
         self._request = gateway_pb2.SubscribeEphemeralRequest(
             stream=stream,
             group=group,
             consumer_name=consumer_name,
             max_deliveries_per_event=DELIVERIES_PER_EVENT,
+            single_messages=single_messages,
         )
         if match is not None:
             self._request.match = match
@@ -103,8 +113,13 @@ class EphemeralSubscription(AsyncClosing):
 
     async def receive_batch(self) -> EphemeralBatch | None:
         """The next batch delivered, or None once the subscription was closed."""
+        delivery = await self._next_delivery()
+        return None if delivery is None else self._batch(delivery)
+
+    async def _next_delivery(self) -> Any:
+        """The next `EphemeralDelivery`, or None once the subscription was closed."""
         if self._queued:
-            return self._batch(self._queued.popleft())
+            return self._queued.popleft()
         await self.start()
         while True:
             try:
@@ -122,7 +137,7 @@ class EphemeralSubscription(AsyncClosing):
                 continue
             if event.WhichOneof("event") == "delivery":
                 self._queued.extend(event.more_deliveries)
-                return self._batch(event.delivery)
+                return event.delivery
 
     def _batch(self, delivery: Any) -> EphemeralBatch:
         batch = EphemeralBatch._from_delivery(delivery)
@@ -161,10 +176,13 @@ class EphemeralSubscription(AsyncClosing):
 
     async def __anext__(self) -> EphemeralMessage:
         while not self._pending:
-            batch = await self.receive_batch()
-            if batch is None:
+            delivery = await self._next_delivery()
+            if delivery is None:
                 raise StopAsyncIteration
-            self._pending = list(batch)
+            if delivery.HasField("message"):
+                self.dropped += delivery.dropped
+                return single_message(delivery)
+            self._pending = list(self._batch(delivery))
             self._pending.reverse()
         return self._pending.pop()
 

@@ -28,6 +28,8 @@ from typing import Any
 import grpc
 
 from tamto_protocol.batch import decode_batch
+from tamto_protocol.pipelined import Encode, PipelinedCalls
+from tamto_protocol.single_message import SINGLE_MESSAGE_METADATA
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk._lifecycle import AsyncClosing
@@ -100,9 +102,8 @@ def timeout_ms(timeout_s: float | None) -> int:
     return max(1, math.ceil(timeout_s * 1000))
 
 
-async def _call(calls: Calls, message: gateway_pb2.RequestRequest) -> Any:
+async def _call(calls: Calls, encode: Encode) -> Any:
     """Send a Request (pipelined), renewing the token once if refused."""
-    encode = functools.partial(_with_call_id, message)
     for attempt in (1, 2):
         metadata = await calls.auth.metadata()
         try:
@@ -115,6 +116,22 @@ async def _call(calls: Calls, message: gateway_pb2.RequestRequest) -> Any:
                 continue
             raise error from None
     raise AssertionError("unreachable")
+
+
+def _answer_message(answer: Any, response_stream: str) -> EphemeralMessage:
+    """The reply an answer (`RequestResponse` or `GatheredReply`) carries: one
+    message, or the first of a batch."""
+    if not answer.HasField("message"):
+        return _reply_message(answer.batch, response_stream)
+    single = answer.message
+    return _ReplyMessage(
+        response_stream,
+        "",
+        single.payload,
+        single.key if single.HasField("key") else None,
+        dict(single.headers),
+        response_stream,
+    )
 
 
 def _reply_message(batch: messages_pb2.RecordBatch, response_stream: str) -> EphemeralMessage:
@@ -147,13 +164,12 @@ async def request(
     message = gateway_pb2.RequestRequest(
         stream=stream,
         topic=topic,
-        batch=encode_messages([payload], [key], [headers]),
         response_stream=response_stream,
         timeout_ms=timeout_ms(timeout_s),
         wait_for_responder=wait_for_responder,
     )
-    response = await _call(calls, message)
-    return _reply_message(response.batch, response.response_stream)
+    response = await _call(calls, _one_message(calls.request_raw, message, payload, key, headers))
+    return _answer_message(response, response.response_stream)
 
 
 async def gather(
@@ -174,20 +190,19 @@ async def gather(
     message = gateway_pb2.RequestRequest(
         stream=stream,
         topic=topic,
-        batch=encode_messages([payload], [key], [headers]),
         timeout_ms=timeout_ms(timeout_s),
         wait_for_responder=wait_for_responder,
         gather=True,
         max_replies=max_replies,
     )
-    response = await _call(calls, message)
+    response = await _call(calls, _one_message(calls.request_raw, message, payload, key, headers))
     name = response.response_stream
     replies: list[EphemeralMessage | TamtoError] = []
     for gathered in response.replies:
         if gathered.error.code:
             replies.append(from_status(_status_code(gathered.error.code), gathered.error.message))
         else:
-            replies.append(_reply_message(gathered.batch, name))
+            replies.append(_answer_message(gathered, name))
     return replies
 
 
@@ -204,10 +219,8 @@ async def reply(
     headers: Mapping[str, str] | None = None,
 ) -> None:
     """Answer a request (see `Client.reply`)."""
-    message = gateway_pb2.ReplyRequest(
-        response_stream=response_stream, batch=encode_messages([payload], [key], [headers])
-    )
-    await _send_reply(calls, message)
+    message = gateway_pb2.ReplyRequest(response_stream=response_stream)
+    await _send_reply(calls, _one_message(calls.reply_raw, message, payload, key, headers))
 
 
 async def reply_error(calls: Calls, response_stream: str, error: BaseException) -> None:
@@ -216,7 +229,7 @@ async def reply_error(calls: Calls, response_stream: str, error: BaseException) 
     code, text = error_status(error)
     message.error.code = code
     message.error.message = text
-    await _send_reply(calls, message)
+    await _send_reply(calls, functools.partial(_with_call_id, message))
 
 
 def error_status(error: BaseException) -> tuple[int, str]:
@@ -235,8 +248,42 @@ def error_status(error: BaseException) -> tuple[int, str]:
     return int(code.value[0]), cut
 
 
-async def _send_reply(calls: Calls, message: gateway_pb2.ReplyRequest) -> None:
-    await calls.unary(calls.reply_raw, functools.partial(_with_call_id, message), retry=False)
+async def _send_reply(calls: Calls, encode: Encode) -> None:
+    await calls.unary(calls.reply_raw, encode, retry=False)
+
+
+def _one_message(
+    raw: PipelinedCalls,
+    message: Any,
+    payload: bytes,
+    key: bytes | None,
+    headers: Mapping[str, str] | None,
+) -> Encode:
+    """Encodes `message` (a RequestRequest or ReplyRequest) carrying one message, as a
+    `SingleMessage` when the gateway at the other end of `raw` reads one (it said so
+    when the stream opened), else as a one-message batch."""
+    if not isinstance(payload, bytes | bytearray | memoryview):
+        raise InvalidArgument(f"payload must be bytes, got {type(payload).__name__}")
+    if key is not None and not isinstance(key, bytes | bytearray | memoryview):
+        raise InvalidArgument(f"key must be bytes or None, got {type(key).__name__}")
+    if headers and not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+        raise InvalidArgument("headers must map strings to strings")
+
+    def encode(call_id: int) -> bytes:
+        if SINGLE_MESSAGE_METADATA in raw.peer_says:
+            message.ClearField("batch")
+            single = message.message
+            single.payload = bytes(payload)
+            if key is not None:
+                single.key = bytes(key)
+            if headers:
+                single.headers.update(headers)
+        else:
+            message.ClearField("message")
+            message.batch.CopyFrom(encode_messages([payload], [key], [headers]))
+        return _with_call_id(message, call_id)
+
+    return encode
 
 
 def _with_call_id(message: Any, call_id: int) -> bytes:
@@ -246,17 +293,16 @@ def _with_call_id(message: Any, call_id: int) -> bytes:
     return bytes(message.SerializeToString())
 
 
-def _reply_request(response_stream: str, value: object) -> gateway_pb2.ReplyRequest:
+def _reply_request(calls: Calls, response_stream: str, value: object) -> Encode:
     """The reply for what a handler returned: bytes, a `Reply` or a message."""
+    message = gateway_pb2.ReplyRequest(response_stream=response_stream)
     if isinstance(value, bytes | bytearray | memoryview):
-        batch = encode_messages([bytes(value)])
-    elif isinstance(value, Reply | EphemeralMessage):
-        batch = encode_messages([value.payload], [value.key], [dict(value.headers)])
-    else:
-        raise TypeError(
-            f"a reply handler returns bytes, a Reply or a message, not {type(value).__name__}"
-        )
-    return gateway_pb2.ReplyRequest(response_stream=response_stream, batch=batch)
+        return _one_message(calls.reply_raw, message, bytes(value), None, None)
+    if isinstance(value, Reply | EphemeralMessage):
+        return _one_message(calls.reply_raw, message, value.payload, value.key, dict(value.headers))
+    raise TypeError(
+        f"a reply handler returns bytes, a Reply or a message, not {type(value).__name__}"
+    )
 
 
 class ReplyHandler(AsyncClosing):
@@ -313,7 +359,7 @@ class ReplyHandler(AsyncClosing):
                 result = self._handler(message)
                 if inspect.isawaitable(result):
                     result = await result
-                answer = _reply_request(message.response_stream, result)
+                answer = _reply_request(self._calls, message.response_stream, result)
             except Exception as exc:
                 self.failed += 1
                 await reply_error(self._calls, message.response_stream, exc)

@@ -59,6 +59,7 @@ from tamto_gateway.ephemeral_consumer import (
 )
 from tamto_gateway.topics import TopicPattern, bus_subject, stream_token, topic_of_subject
 from tamto_protocol.batch import slice_batch
+from tamto_protocol.single_message import as_batch
 from tamto_protocol.v1 import gateway_pb2
 
 log = structlog.get_logger(__name__)
@@ -75,6 +76,8 @@ _ENVELOPE_BYTES: Final = 4096
 ORIGIN_HEADER: Final = "Tamto-Origin"
 COUNT_HEADER: Final = "Tamto-Count"
 SERVED_HEADER: Final = "Tamto-Served"
+#: A bus message whose delivery holds one message as a `SingleMessage`, not a batch.
+SINGLE_HEADER: Final = "Tamto-Single"
 #: A batch a gateway hands to another for a group (`_forward`) travels on the
 #: receiver's own subject, with headers naming the stream, the topic and the group.
 DIRECT_PREFIX: Final = "tamto.eph-direct"
@@ -185,9 +188,15 @@ class EphemeralHub:
         arrow_ipc: bytes,
         count: int,
         response_stream: str = "",
+        single: gateway_pb2.SingleMessage | None = None,
     ) -> int:
         """Put one batch on the bus; returns how many entities known here match it
         (0: counted as unmatched). `topic` must have been checked.
+
+        `single`: one message as a `SingleMessage` instead of the batch. It travels
+        so (header `SINGLE_HEADER`) unless another gateway announced a consumer of
+        the stream: then as a batch, which every gateway version reads. A consumer
+        that reads no single messages gets it as a batch (`EphemeralConsumer.offer`).
 
         A batch larger than the bus takes in one message (NATS's max_payload, 1 MiB
         by default) travels as several slices; a single message that large is
@@ -195,12 +204,26 @@ class EphemeralHub:
         """
         subject = bus_subject(stream.name, topic)
         publish_time_us = time.time_ns() // 1000
-        for piece, piece_count in self._pieces(arrow_ipc, count):
+        alone = single is not None and not self._announced_elsewhere(stream.name)
+        if single is not None:
+            arrow_ipc, count = b"", 1
+            if not alone:
+                arrow_ipc = as_batch(single).arrow_ipc
+        body = single.SerializeToString() if alone and single is not None else arrow_ipc
+        for piece, piece_count in self._pieces(body, count):
             delivery = encode_delivery(
-                stream.name, topic, piece, piece_count, response_stream, publish_time_us
+                stream.name,
+                topic,
+                b"" if alone else piece,
+                piece_count,
+                response_stream,
+                publish_time_us,
+                piece if alone else b"",
             )
             headers = {ORIGIN_HEADER: self._id, COUNT_HEADER: str(piece_count)}
-            served = self._deliver_here(stream.name, topic, delivery, piece_count)
+            if alone:
+                headers[SINGLE_HEADER] = "1"
+            served = self._deliver_here(stream.name, topic, delivery, piece_count, alone)
             if served:
                 headers[SERVED_HEADER] = ",".join(served)
             await self._bus.publish(subject, delivery, headers=headers)
@@ -226,10 +249,18 @@ class EphemeralHub:
             *self._pieces(slice_batch(arrow_ipc, half, count - half), count - half),
         ]
 
-    def _deliver_here(self, stream: str, topic: str, delivery: bytes, count: int) -> list[str]:
+    def _announced_elsewhere(self, stream: str) -> bool:
+        """Whether another gateway announced a consumer of `stream` (and it holds)."""
+        now = time.monotonic()
+        return any(expires >= now and stream in s for expires, s in self._remote.values())
+
+    def _deliver_here(
+        self, stream: str, topic: str, delivery: bytes, count: int, single: bool
+    ) -> list[str]:
         """Give a batch published at this gateway to its matching entities here: every
-        plain consumer, and each group with no member known on another gateway.
-        Returns the groups served, for the bus message's header."""
+        plain consumer, and each group with no member known on another gateway
+        (`single`: the delivery holds a `SingleMessage`). Returns the groups served,
+        for the bus message's header."""
         served: list[str] = []
         for (entity_stream, group, _), entity in self._entities.items():
             if entity_stream != stream or not entity.members or not entity.matches(topic):
@@ -240,7 +271,7 @@ class EphemeralHub:
                 served.append(group)
             member = entity.pick(topic)
             if member is not None:
-                member.offer(delivery, count)
+                member.offer(delivery, count, single)
         return served
 
     def _remote_has(self, key: tuple[str, str, str]) -> bool:
@@ -285,17 +316,19 @@ class EphemeralHub:
 
     @contextlib.asynccontextmanager
     async def consumer(
-        self, stream: StreamDef, pattern: TopicPattern, group: str
+        self, stream: StreamDef, pattern: TopicPattern, group: str, single_messages: bool = False
     ) -> AsyncIterator[tuple[EphemeralConsumer, str]]:
         """A consumer of `stream` receiving what `pattern` matches, alone or as a member
         of `group` (whose bindings are its members' patterns); yields it and the
-        entity's name, and removes it on exit."""
+        entity's name, and removes it on exit. `single_messages`: it reads a request
+        sent as one message as one (`SubscribeEphemeralRequest.single_messages`)."""
         consumer = EphemeralConsumer(
             stream.name,
             stream.buffer_messages,
             stream.overflow == "drop_newest",
             pattern,
             pattern.bus_filter(stream.name),
+            single_messages,
         )
         key = (stream.name, group, "") if group else (stream.name, "", uuid.uuid4().hex)
         async with self._lock:
@@ -387,6 +420,7 @@ class EphemeralHub:
             data = msg.data
             headers = msg.headers or {}
             mine = headers.get(ORIGIN_HEADER) == self._id
+            single = headers.get(SINGLE_HEADER) == "1"
             served: set[str] | None = None
             count = 0
             for entity in entities:
@@ -405,7 +439,7 @@ class EphemeralHub:
                     continue
                 if not count:
                     count = _batch_count(data, headers)
-                member.offer(data, count)
+                member.offer(data, count, single)
 
         return dispatch  # type: ignore[return-value]
 
@@ -441,7 +475,8 @@ class EphemeralHub:
         topic = headers.get(TOPIC_HEADER, "")
         member = entity.pick(topic) if entity is not None and entity.group else None
         if member is not None:
-            member.offer(msg.data, _batch_count(msg.data, headers))
+            single = headers.get(SINGLE_HEADER) == "1"
+            member.offer(msg.data, _batch_count(msg.data, headers), single)
 
     # -- interest announcements -----------------------------------------------------
 

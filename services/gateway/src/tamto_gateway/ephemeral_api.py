@@ -33,11 +33,13 @@ from tamto_gateway.ephemeral_consumer import subscribed_event
 from tamto_gateway.requests import GENERATED, RequestBroker, RequestOptions, check_reply_error
 from tamto_gateway.topics import TopicPattern, check_topic
 from tamto_protocol.batch import BatchFormatError, validate_batch
+from tamto_protocol.message_size import MessageTooLarge
 from tamto_protocol.pipelined import (
     MORE_ANSWERS_METADATA,
     MORE_CALLS_METADATA,
     MOST_CALLS_PER_MESSAGE,
 )
+from tamto_protocol.single_message import SINGLE_MESSAGE_METADATA, as_batch, check_single_message
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_protocol.wire import PUBLISH_EPHEMERAL, REPLY, REQUEST
 
@@ -68,7 +70,9 @@ def _pipelined(
             async for answer in answer_calls(requests, call, response_type, method):
                 yield answer
             return
-        await context.send_initial_metadata(((MORE_CALLS_METADATA, "1"),))
+        await context.send_initial_metadata(
+            ((MORE_CALLS_METADATA, "1"), (SINGLE_MESSAGE_METADATA, "1"))
+        )
         answers = answer_calls(_each_call(requests), call, response_type, method)
         if not any(key == MORE_ANSWERS_METADATA for key, _ in context.invocation_metadata() or ()):
             async for answer in answers:
@@ -177,6 +181,12 @@ class EphemeralApi:
             raise InvalidArgument(f"malformed batch: {exc}") from None
         return arrow_ipc
 
+    def _checked_single(self, message: gateway_pb2.SingleMessage) -> None:
+        try:
+            check_single_message(message, self._max_message_bytes)
+        except MessageTooLarge as exc:
+            raise InvalidArgument(f"malformed message: {exc}") from None
+
     async def PublishEphemeral(
         self, request: gateway_pb2.PublishEphemeralRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.PublishEphemeralResponse:
@@ -205,7 +215,9 @@ class EphemeralApi:
         if request.group:
             check_name("group", request.group)
         stream = await self._ephemeral_stream(request.stream)
-        async with self._ephemeral.consumer(stream, pattern, request.group) as (consumer, entity):
+        async with self._ephemeral.consumer(
+            stream, pattern, request.group, request.single_messages
+        ) as (consumer, entity):
             yield subscribed_event(entity)
             most = min(max(1, request.max_deliveries_per_event), MAX_DELIVERIES_PER_EVENT)
             while True:
@@ -218,7 +230,12 @@ class EphemeralApi:
         await self._authorize(context, Permission.PUBLISH, request.stream, "Request")
         check_topic(request.topic)
         stream = await self._ephemeral_stream(request.stream)
-        arrow_ipc = self._checked_batch(request.batch)
+        single, arrow_ipc = None, b""
+        if request.HasField("message"):
+            single = request.message
+            self._checked_single(single)
+        else:
+            arrow_ipc = self._checked_batch(request.batch)
         options = RequestOptions(
             request.response_stream,
             request.timeout_ms,
@@ -227,14 +244,13 @@ class EphemeralApi:
             request.max_replies,
         )
         name, replies = await self._requests.request(
-            stream, request.topic, arrow_ipc, request.batch.count, options
+            stream, request.topic, arrow_ipc, request.batch.count, options, single
         )
+        reads = _reads_single(context)
         if not request.gather:
-            return gateway_pb2.RequestResponse(response_stream=name, batch=replies[0].batch)
-        return gateway_pb2.RequestResponse(
-            response_stream=name,
-            replies=[gateway_pb2.GatheredReply(batch=r.batch, error=r.error) for r in replies],
-        )
+            return gateway_pb2.RequestResponse(response_stream=name, **_reply(replies[0], reads))
+        gathered = [gateway_pb2.GatheredReply(error=r.error, **_reply(r, reads)) for r in replies]
+        return gateway_pb2.RequestResponse(response_stream=name, replies=gathered)
 
     async def Reply(
         self, request: gateway_pb2.ReplyRequest, context: grpc.aio.ServicerContext
@@ -243,6 +259,8 @@ class EphemeralApi:
         check_name("response stream", request.response_stream)
         if request.error.code:
             check_reply_error(request.error.code, request.error.message)
+        elif request.HasField("message"):
+            self._checked_single(request.message)
         else:
             self._checked_batch(request.batch)
         await self._requests.reply(request)
@@ -253,6 +271,21 @@ class EphemeralApi:
     )
     RequestStream = _pipelined(Request, gateway_pb2.RequestStreamResponse, REQUEST, True)
     ReplyStream = _pipelined(Reply, gateway_pb2.ReplyStreamResponse, REPLY, True)
+
+
+def _reads_single(context: grpc.aio.ServicerContext) -> bool:
+    """Whether the caller said it reads replies as `SingleMessage`s."""
+    return any(key == SINGLE_MESSAGE_METADATA for key, _ in context.invocation_metadata() or ())
+
+
+def _reply(reply: gateway_pb2.ReplyRequest, single: bool) -> dict[str, Any]:
+    """The fields of an answer carrying `reply`: as the replier sent it, or as a
+    batch to a caller that reads no `SingleMessage`."""
+    if not reply.HasField("message"):
+        return {"batch": reply.batch}
+    if single:
+        return {"message": reply.message}
+    return {"batch": as_batch(reply.message)}
 
 
 def serve_ephemeral(servicer: EphemeralApi, server: grpc.aio.Server) -> None:

@@ -21,6 +21,7 @@ from typing import Final
 from prometheus_client import Counter
 
 from tamto_gateway.topics import TopicPattern
+from tamto_protocol.single_message import as_batch
 from tamto_protocol.v1 import gateway_pb2
 from tamto_protocol.wire import int_field, len_header
 
@@ -58,20 +59,41 @@ def encode_delivery(
     count: int,
     response_stream: str,
     publish_time_us: int,
+    single: bytes = b"",
 ) -> bytes:
     """`EphemeralDelivery` {stream = 1, topic = 2, batch = 3 {arrow_ipc = 1, count = 2},
     response_stream = 4, publish_time_us = 5} in one join: the Arrow bytes are copied
-    once (building the generated message and serialising it copies them three times)."""
-    batch = [len_header(1, len(arrow_ipc)) if arrow_ipc else b"", arrow_ipc, int_field(2, count)]
+    once (building the generated message and serialising it copies them three times).
+    With `single` (an encoded `SingleMessage`): that as `message` = 7, no batch."""
+    if single:
+        body = [len_header(7, len(single)), single]
+    else:
+        batch = [len_header(1, len(arrow_ipc)) if arrow_ipc else b"", arrow_ipc]
+        batch.append(int_field(2, count))
+        body = [len_header(3, sum(len(p) for p in batch)), *batch]
     pieces = [
         _text_field(1, stream),
         _text_field(2, topic),
-        len_header(3, sum(len(p) for p in batch)),
-        *batch,
+        *body,
         _text_field(4, response_stream),
         int_field(5, publish_time_us),
     ]
     return b"".join(pieces)
+
+
+def batch_delivery(delivery: bytes) -> bytes:
+    """An encoded `EphemeralDelivery` holding a `SingleMessage`, as one holding that
+    message as a one-message batch."""
+    parsed = gateway_pb2.EphemeralDelivery.FromString(delivery)
+    batch = as_batch(parsed.message)
+    return encode_delivery(
+        parsed.stream,
+        parsed.topic,
+        batch.arrow_ipc,
+        batch.count,
+        parsed.response_stream,
+        parsed.publish_time_us,
+    )
 
 
 def _text_field(number: int, text: str) -> bytes:
@@ -96,6 +118,8 @@ class EphemeralConsumer:
     #: filter of that pattern.
     pattern: TopicPattern = field(default_factory=lambda: TopicPattern.parse("#"))
     bus_filter: str = ""
+    #: It reads a request sent as one message as one (`SingleMessage`).
+    single_messages: bool = False
     _items: deque[tuple[bytes, int]] = field(default_factory=deque)
     _buffered: int = 0
     _dropped: int = 0
@@ -105,8 +129,12 @@ class EphemeralConsumer:
     def buffered(self) -> int:
         return self._buffered
 
-    def offer(self, delivery: bytes, count: int) -> None:
-        """Buffer a delivery of `count` messages, dropping what the overflow policy says."""
+    def offer(self, delivery: bytes, count: int, single: bool = False) -> None:
+        """Buffer a delivery of `count` messages, dropping what the overflow policy says
+        (`single`: it holds a `SingleMessage`, which a consumer that reads none gets
+        as a one-message batch)."""
+        if single and not self.single_messages:
+            delivery = batch_delivery(delivery)
         if self._buffered + count > self.limit and self._items:
             if self.drop_newest:
                 self._drop(count)

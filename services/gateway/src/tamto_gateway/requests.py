@@ -58,6 +58,7 @@ from tamto_common.membership import KeptLease
 from tamto_common.names import check_name
 from tamto_common.streams import StreamDef, stream_key
 from tamto_gateway.ephemeral import EphemeralHub
+from tamto_protocol.single_message import as_batch
 from tamto_protocol.v1 import gateway_pb2
 
 RESPONSES_PREFIX: Final = "/tamto/responses/"
@@ -204,17 +205,19 @@ class RequestBroker:
         arrow_ipc: bytes,
         count: int,
         options: RequestOptions,
+        single: gateway_pb2.SingleMessage | None = None,
     ) -> tuple[str, list[gateway_pb2.ReplyRequest]]:
         """Publish a request and wait for its reply (or, gathering, its replies until
         the timeout or `max_replies`); returns the response stream's name and the
         replies. Raises `NoResponders` when nobody matches (unless it may wait),
         `RequestTimeout` when no reply came in time (unless gathering), and
-        `ReplierError` when the reply is an error."""
+        `ReplierError` when the reply is an error. `single`: the request as one message
+        instead of `arrow_ipc` (`EphemeralHub.publish`)."""
         timeout_ms = check_timeout_ms(options.timeout_ms) or stream.request_timeout_ms
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiting = _Waiting(options.gather, options.max_replies, done)
         async with self._response_stream(options.response_stream, waiting) as name:
-            matched = await self._hub.publish(stream, topic, arrow_ipc, count, name)
+            matched = await self._hub.publish(stream, topic, arrow_ipc, count, name, single)
             nobody = not (matched or options.wait_for_responder)
             if nobody and not await self._hub.matching_everywhere(stream.name, topic):
                 raise NoResponders(
@@ -303,8 +306,10 @@ class RequestBroker:
             if waiting is None or not waiting.offer(reply):
                 raise _expired(response_stream)
             return
+        # Between gateways a reply stays a batch: any gateway version reads it.
+        batch = as_batch(reply.message) if reply.HasField("message") else reply.batch
         body = gateway_pb2.ReplyRequest(
-            response_stream=response_stream, batch=reply.batch, error=reply.error
+            response_stream=response_stream, batch=batch, error=reply.error
         )
         try:
             answer = await self._bus.request(

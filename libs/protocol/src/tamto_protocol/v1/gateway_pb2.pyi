@@ -185,34 +185,38 @@ class PublishEphemeralStreamResponse(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., status: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., response: _Optional[_Union[PublishEphemeralResponse, _Mapping]] = ...) -> None: ...
 
 class SubscribeEphemeralRequest(_message.Message):
-    __slots__ = ("stream", "match", "group", "consumer_name", "max_deliveries_per_event")
+    __slots__ = ("stream", "match", "group", "consumer_name", "max_deliveries_per_event", "single_messages")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     MATCH_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     MAX_DELIVERIES_PER_EVENT_FIELD_NUMBER: _ClassVar[int]
+    SINGLE_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     stream: str
     match: str
     group: str
     consumer_name: str
     max_deliveries_per_event: int
-    def __init__(self, stream: _Optional[str] = ..., match: _Optional[str] = ..., group: _Optional[str] = ..., consumer_name: _Optional[str] = ..., max_deliveries_per_event: _Optional[int] = ...) -> None: ...
+    single_messages: bool
+    def __init__(self, stream: _Optional[str] = ..., match: _Optional[str] = ..., group: _Optional[str] = ..., consumer_name: _Optional[str] = ..., max_deliveries_per_event: _Optional[int] = ..., single_messages: _Optional[bool] = ...) -> None: ...
 
 class EphemeralDelivery(_message.Message):
-    __slots__ = ("stream", "topic", "batch", "response_stream", "publish_time_us", "dropped")
+    __slots__ = ("stream", "topic", "batch", "response_stream", "publish_time_us", "dropped", "message")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
     PUBLISH_TIME_US_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
     stream: str
     topic: str
     batch: _messages_pb2.RecordBatch
     response_stream: str
     publish_time_us: int
     dropped: int
-    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., response_stream: _Optional[str] = ..., publish_time_us: _Optional[int] = ..., dropped: _Optional[int] = ...) -> None: ...
+    message: SingleMessage
+    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., response_stream: _Optional[str] = ..., publish_time_us: _Optional[int] = ..., dropped: _Optional[int] = ..., message: _Optional[_Union[SingleMessage, _Mapping]] = ...) -> None: ...
 
 class EphemeralSubscribed(_message.Message):
     __slots__ = ("entity",)
@@ -230,11 +234,29 @@ class EphemeralEvent(_message.Message):
     more_deliveries: _containers.RepeatedCompositeFieldContainer[EphemeralDelivery]
     def __init__(self, delivery: _Optional[_Union[EphemeralDelivery, _Mapping]] = ..., subscribed: _Optional[_Union[EphemeralSubscribed, _Mapping]] = ..., more_deliveries: _Optional[_Iterable[_Union[EphemeralDelivery, _Mapping]]] = ...) -> None: ...
 
+class SingleMessage(_message.Message):
+    __slots__ = ("payload", "key", "headers")
+    class HeadersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    payload: bytes
+    key: bytes
+    headers: _containers.ScalarMap[str, str]
+    def __init__(self, payload: _Optional[bytes] = ..., key: _Optional[bytes] = ..., headers: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class RequestRequest(_message.Message):
-    __slots__ = ("stream", "topic", "batch", "response_stream", "timeout_ms", "wait_for_responder", "gather", "max_replies", "call_id", "more_calls")
+    __slots__ = ("stream", "topic", "batch", "message", "response_stream", "timeout_ms", "wait_for_responder", "gather", "max_replies", "call_id", "more_calls")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
     RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     WAIT_FOR_RESPONDER_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +267,7 @@ class RequestRequest(_message.Message):
     stream: str
     topic: str
     batch: _messages_pb2.RecordBatch
+    message: SingleMessage
     response_stream: str
     timeout_ms: int
     wait_for_responder: bool
@@ -252,25 +275,29 @@ class RequestRequest(_message.Message):
     max_replies: int
     call_id: int
     more_calls: _containers.RepeatedCompositeFieldContainer[RequestRequest]
-    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., response_stream: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., wait_for_responder: _Optional[bool] = ..., gather: _Optional[bool] = ..., max_replies: _Optional[int] = ..., call_id: _Optional[int] = ..., more_calls: _Optional[_Iterable[_Union[RequestRequest, _Mapping]]] = ...) -> None: ...
+    def __init__(self, stream: _Optional[str] = ..., topic: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., message: _Optional[_Union[SingleMessage, _Mapping]] = ..., response_stream: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., wait_for_responder: _Optional[bool] = ..., gather: _Optional[bool] = ..., max_replies: _Optional[int] = ..., call_id: _Optional[int] = ..., more_calls: _Optional[_Iterable[_Union[RequestRequest, _Mapping]]] = ...) -> None: ...
 
 class RequestResponse(_message.Message):
-    __slots__ = ("response_stream", "batch", "replies")
+    __slots__ = ("response_stream", "batch", "replies", "message")
     RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     REPLIES_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
     response_stream: str
     batch: _messages_pb2.RecordBatch
     replies: _containers.RepeatedCompositeFieldContainer[GatheredReply]
-    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., replies: _Optional[_Iterable[_Union[GatheredReply, _Mapping]]] = ...) -> None: ...
+    message: SingleMessage
+    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., replies: _Optional[_Iterable[_Union[GatheredReply, _Mapping]]] = ..., message: _Optional[_Union[SingleMessage, _Mapping]] = ...) -> None: ...
 
 class GatheredReply(_message.Message):
-    __slots__ = ("batch", "error")
+    __slots__ = ("batch", "error", "message")
     BATCH_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
     batch: _messages_pb2.RecordBatch
     error: _messages_pb2.CallStatus
-    def __init__(self, batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., error: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ...) -> None: ...
+    message: SingleMessage
+    def __init__(self, batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., error: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., message: _Optional[_Union[SingleMessage, _Mapping]] = ...) -> None: ...
 
 class RequestStreamResponse(_message.Message):
     __slots__ = ("call_id", "status", "response", "more_answers")
@@ -285,18 +312,20 @@ class RequestStreamResponse(_message.Message):
     def __init__(self, call_id: _Optional[int] = ..., status: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., response: _Optional[_Union[RequestResponse, _Mapping]] = ..., more_answers: _Optional[_Iterable[_Union[RequestStreamResponse, _Mapping]]] = ...) -> None: ...
 
 class ReplyRequest(_message.Message):
-    __slots__ = ("response_stream", "batch", "error", "call_id", "more_calls")
+    __slots__ = ("response_stream", "batch", "error", "message", "call_id", "more_calls")
     RESPONSE_STREAM_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
     CALL_ID_FIELD_NUMBER: _ClassVar[int]
     MORE_CALLS_FIELD_NUMBER: _ClassVar[int]
     response_stream: str
     batch: _messages_pb2.RecordBatch
     error: _messages_pb2.CallStatus
+    message: SingleMessage
     call_id: int
     more_calls: _containers.RepeatedCompositeFieldContainer[ReplyRequest]
-    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., error: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., call_id: _Optional[int] = ..., more_calls: _Optional[_Iterable[_Union[ReplyRequest, _Mapping]]] = ...) -> None: ...
+    def __init__(self, response_stream: _Optional[str] = ..., batch: _Optional[_Union[_messages_pb2.RecordBatch, _Mapping]] = ..., error: _Optional[_Union[_messages_pb2.CallStatus, _Mapping]] = ..., message: _Optional[_Union[SingleMessage, _Mapping]] = ..., call_id: _Optional[int] = ..., more_calls: _Optional[_Iterable[_Union[ReplyRequest, _Mapping]]] = ...) -> None: ...
 
 class ReplyResponse(_message.Message):
     __slots__ = ()
