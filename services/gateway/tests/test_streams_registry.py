@@ -360,7 +360,12 @@ async def test_deleting_an_ephemeral_stream_records_nothing(
 ) -> None:
     name = unique()
     ephemeral = StreamDef(
-        name, 1, kind="ephemeral", buffer_messages=10, overflow="drop_oldest", request_timeout_ms=1000
+        name,
+        1,
+        kind="ephemeral",
+        buffer_messages=10,
+        overflow="drop_oldest",
+        request_timeout_ms=1000,
     )
     await registry.ensure(ephemeral, overwrite=False)
     assert await registry.delete(name) is True

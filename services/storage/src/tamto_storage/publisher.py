@@ -103,6 +103,21 @@ class Publisher:
     def store(self) -> SegmentStore:
         return self._store
 
+    @property
+    def tables(self) -> IcebergTables | None:
+        return self._tables
+
+    def forget(self, stream: str) -> None:
+        """Drop what this node remembers of a deleted stream, and its cached objects."""
+        for state in (self._floors, self._table_ends, self._stuck, self._ends):
+            for pid in [p for p in state if p.stream == stream]:
+                del state[pid]
+        for key in [k for k in self._doomed if k[0].stream == stream]:
+            del self._doomed[key]
+        self._manifests.forget(stream)
+        if self._cache is not None:
+            self._cache.forget(stream)
+
     def committed_end(self, pid: PartitionId) -> int | None:
         """The store's committed end of `pid` as this node last saw it."""
         return self._ends.get(pid)

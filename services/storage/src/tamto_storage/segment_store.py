@@ -164,6 +164,14 @@ class SegmentStore:
         if self._fs.get_file_info(path).type != pafs.FileType.NotFound:
             self._fs.delete_dir(path)
 
+    def delete_location(self, location: str) -> None:
+        """Remove everything under `location`, a URI of this store (`location`'s form:
+        an Iceberg table's); none: nothing to do."""
+        parts = urlsplit(location)
+        path = parts.path if self._local else f"{parts.netloc}{parts.path}"
+        if self._fs.get_file_info(path).type != pafs.FileType.NotFound:
+            self._fs.delete_dir(path)
+
     def _put(self, target: str, write: Callable[[BinaryIO], object]) -> None:
         if self._local:
             make_dirs(Path(target).parent)
