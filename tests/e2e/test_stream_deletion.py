@@ -76,7 +76,7 @@ def leftovers(cluster: TestCluster, store_dir: Path, tmp_path: Path, stream: str
         found += [str(p) for p in (cluster.data_dir(node) / "streams" / stream).glob("**/*")]
         found += [str(p) for p in (cluster.data_dir(node) / "_store_cache" / stream).glob("**/*")]
     found += [str(p) for p in (store_dir / "streams" / stream).glob("**/*")]
-    found += [str(p) for p in (store_dir / "_iceberg" / "tamto.db" / stream).glob("**/*")]
+    found += [str(p) for p in (store_dir / "_iceberg" / "tamto" / stream).glob("**/*")]
     if has_table(tmp_path, stream):
         found.append(f"iceberg table tamto.{stream}")
     return found
@@ -123,6 +123,7 @@ async def test_a_deleted_stream_leaves_nothing_and_its_name_starts_again_at_offs
             interval_s=0.3,
         )
         await eventually(lambda: has_table(tmp_path, stream), 30, "the Iceberg table")
+        assert list((store_dir / "_iceberg" / "tamto" / stream).glob("**/*.json")), "its metadata"
         assert await etcd_keys(etcd_client, stream), "ledgers, owners and epochs in etcd"
 
         assert await client.streams.delete(stream) is True

@@ -158,8 +158,8 @@ class IcebergTables:
         False when there was no table. A drop interrupted after the catalog's part
         leaves metadata files, which the next drop of the name removes."""
         identifier = (NAMESPACE, stream)
-        # Where the catalog puts a table it creates (Hive's convention, PyIceberg's default).
-        default = f"{self._properties['warehouse']}/{NAMESPACE}.db/{stream}"
+        # Where the catalog puts a table it creates (PyIceberg: <warehouse>/<namespace>/<table>).
+        default = f"{self._properties['warehouse']}/{NAMESPACE}/{stream}"
         try:
             location = self.catalog.load_table(identifier).metadata.location
         except NoSuchTableError:
