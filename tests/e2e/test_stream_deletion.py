@@ -6,6 +6,7 @@ afterwards starts empty at offset 0 (docs/segments.md, "Deleting a stream")."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from pyiceberg.exceptions import NoSuchTableError
 import tamto_sdk
 from tamto_common.deletions import deletion_key, stream_prefixes
 from tamto_sdk import StreamConfig
+from tamto_sdk.consumer import Consumer
 from tamto_sdk.errors import FailedPrecondition, NotFound
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
@@ -106,6 +108,15 @@ async def receive(client: tamto_sdk.Client, stream: str, sub: str, n: int) -> li
     return got
 
 
+async def drain_until_it_fails(consumer: Consumer, within_s: float) -> None:
+    """Receive (and drop) what `consumer` gets until it raises; AssertionError when it
+    has not within `within_s`."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        await consumer.receive_batch(max_messages=100, timeout_s=1)
+    raise AssertionError(f"the consumer still received after {within_s} s")
+
+
 async def test_a_deleted_stream_leaves_nothing_and_its_name_starts_again_at_offset_0(
     cluster: TestCluster, store_dir: Path, tmp_path: Path, etcd_client: aetcd.Client
 ) -> None:
@@ -126,8 +137,13 @@ async def test_a_deleted_stream_leaves_nothing_and_its_name_starts_again_at_offs
         assert list((store_dir / "_iceberg" / "tamto" / stream).glob("**/*.json")), "its metadata"
         assert await etcd_keys(etcd_client, stream), "ledgers, owners and epochs in etcd"
 
-        assert await client.streams.delete(stream) is True
-        # A reader of the deleted stream gets NOT_FOUND.
+        async with client.consumer(stream, "attached") as attached:
+            assert len(await attached.receive_batch(max_messages=1, timeout_s=10)) == 1
+            assert await client.streams.delete(stream) is True
+            # A reader of the deleted stream gets NOT_FOUND: one attached (once its
+            # session ends and the SDK opens it again) and a new one.
+            with pytest.raises(NotFound):
+                await drain_until_it_fails(attached, 60)
         with pytest.raises(NotFound):
             await receive(client, stream, "s", 1)
         # During the grace period the data stays, and the name cannot be taken again.
