@@ -19,6 +19,7 @@ from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_sdk import StreamConfig
 from tamto_sdk.stream_config import Durability, RetentionPolicy, StreamInfo, StreamKind
 from tamto_testing.cluster import TestCluster
+from tamto_testing.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 
@@ -267,10 +268,20 @@ async def test_delete(tamto_client: tamto_sdk.Client, nats_url: str) -> None:
     assert name not in [s.name for s in await tamto_client.streams.list()]
     assert await tamto_client.streams.delete(name) is False
     assert await tamto_client.streams.delete(unique("never")) is False
-    # The name can be used again, with another partition count.
-    again = await tamto_client.streams.ensure(name, partitions=5)
-    assert again.created
-    assert again.stream.partitions == 5
+    # The name is taken until storage removed the old stream's data (the test clusters'
+    # grace period is 1 s), then it can be used again, with another partition count.
+    with pytest.raises(tamto_sdk.errors.FailedPrecondition, match="being removed"):
+        await tamto_client.streams.ensure(name, partitions=5)
+
+    async def created_again() -> bool:
+        try:
+            again = await tamto_client.streams.ensure(name, partitions=5)
+        except tamto_sdk.errors.FailedPrecondition:
+            return False
+        assert again.created
+        return again.stream.partitions == 5
+
+    await eventually(created_again, 60, "the name free again", interval_s=0.3)
 
 
 # -- the CLI ------------------------------------------------------------------------

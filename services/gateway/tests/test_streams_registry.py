@@ -13,7 +13,9 @@ import pytest
 from nats.aio.client import Client as NatsClient
 
 from tamto_common.config import parse_endpoints
+from tamto_common.deletions import StreamDeletion, deletion_key
 from tamto_common.errors import FailedPrecondition, InvalidArgument, NotFound
+from tamto_common.ledgers import ledgers_key
 from tamto_common.membership import connect_etcd
 from tamto_common.streams import (
     DEFAULT_ACK_TIMEOUT_MS,
@@ -310,26 +312,65 @@ async def test_describe_and_list_carry_the_config(registry: StreamRegistry) -> N
 # -- delete -----------------------------------------------------------------------
 
 
-async def test_delete_removes_only_the_definition(
+async def test_delete_records_the_deletion_and_keeps_the_rest_for_storage(
     registry: StreamRegistry, etcd: aetcd.Client
 ) -> None:
     name = unique()
     await registry.ensure(StreamDef(name, 2), overwrite=False)
     owner = f"/tamto/owners/{name}/0".encode()
     await etcd.put(owner, b'{"owner": "router-1", "epoch": 7}')
+    ensembles = {"ledgers": [{"epoch": 7, "ensemble": ["storage-x", "storage-y"]}]}
+    await etcd.put(ledgers_key(name, 1), json.dumps(ensembles).encode())
     try:
         assert await registry.describe(name) == StreamDef(name, 2)  # cached now
         assert await registry.delete(name) is True
         assert await etcd.get(stream_key(name)) is None
+        # Owners and ledgers are storage's to remove, after the grace period.
         owned = await etcd.get(owner)
         assert owned is not None
         assert owned.value == b'{"owner": "router-1", "epoch": 7}'
+        kv = await etcd.get(deletion_key(name))
+        assert kv is not None
+        record = StreamDeletion.from_json(kv.value)
+        assert (record.stream, record.partitions, record.shared_done) == (name, 2, False)
+        assert {"storage-x", "storage-y"} <= set(record.pending)
         with pytest.raises(NotFound):
             await registry.describe(name)
         assert name not in [s.name for s in await registry.list()]
         assert await registry.delete(name) is False
     finally:
-        await etcd.delete(owner)
+        for key in (owner, ledgers_key(name, 1), deletion_key(name)):
+            await etcd.delete(key)
+
+
+async def test_a_name_being_deleted_cannot_be_created_until_its_record_goes(
+    registry: StreamRegistry, etcd: aetcd.Client
+) -> None:
+    name = unique()
+    await registry.ensure(StreamDef(name, 2), overwrite=False)
+    assert await registry.delete(name) is True
+    with pytest.raises(FailedPrecondition, match="being removed"):
+        await registry.ensure(StreamDef(name, 2), overwrite=False)
+    await etcd.delete(deletion_key(name))  # what storage does once all is removed
+    assert (await registry.ensure(StreamDef(name, 2), overwrite=False)).created
+
+
+async def test_deleting_an_ephemeral_stream_records_nothing(
+    registry: StreamRegistry, etcd: aetcd.Client
+) -> None:
+    name = unique()
+    ephemeral = StreamDef(
+        name,
+        1,
+        kind="ephemeral",
+        buffer_messages=10,
+        overflow="drop_oldest",
+        request_timeout_ms=1000,
+    )
+    await registry.ensure(ephemeral, overwrite=False)
+    assert await registry.delete(name) is True
+    assert await etcd.get(deletion_key(name)) is None
+    assert (await registry.ensure(ephemeral, overwrite=False)).created
 
 
 async def test_delete_of_a_missing_stream_returns_false(registry: StreamRegistry) -> None:
@@ -382,6 +423,7 @@ async def test_a_delete_elsewhere_drops_the_cached_definition(
         assert (await here.describe(name)).partitions == 2  # cached now
         await there.delete(name)
         await eventually(cached_is_gone, 10, "the deleted stream to leave the cache")
+        await etcd.delete(deletion_key(name))  # storage removed the old stream's data
         # Re-created with another partition count: the cache must not keep the old one.
         await there.ensure(StreamDef(name, 5), overwrite=False)
 

@@ -68,3 +68,45 @@ async def test_retention_removes_expired_objects_from_the_manifest_the_table_and
         assert payload_for(6) in result.batches[0].arrow_ipc
     finally:
         await node.store.close()
+
+
+async def test_the_grace_period_is_kept_in_the_store_manifest_across_a_restart(
+    tmp_path: Path,
+) -> None:
+    store = SegmentStore.open((tmp_path / "store").as_uri())
+    node = Node(tmp_path / "a", store, segment_bytes=1)
+    node.publishes = True
+    node.publisher.retention_grace_s = 3600.0
+    sealer = node.store.sealer
+    assert sealer is not None
+    try:
+        await node.append(0, 12)
+        await node.seal()
+        partition = await node.store.get(PID.stream, PID.partition)
+        two = sum(s.entry.size_bytes for s in partition.segment_log.segments[2:])
+        started = time.time()
+        await sealer.expire(partition, int(started * 1e6), 0, two)  # the first two go
+        await sealer.publish_all()
+        listed = store.read_manifest(PID.stream, PID.partition).expired
+        assert [e.file for e in listed] == [segment_file_name(0, 2), segment_file_name(3, 5)]
+        assert all(e.delete_after_us >= (started + 3600) * 1e6 for e in listed)
+    finally:
+        await node.store.close()
+
+    # Restarted with no grace of its own: the deadlines in the store's manifest hold.
+    again = Node(tmp_path / "a", store, segment_bytes=1)
+    again.publishes = True
+    again.publisher.retention_grace_s = 0.0
+    sealer = again.store.sealer
+    assert sealer is not None
+    try:
+        await again.store.get(PID.stream, PID.partition)
+        await sealer.publish_all()
+        assert len(store_names(store)) == 4
+        for key in list(again.publisher._doomed):
+            again.publisher._doomed[key] = 0.0  # the grace period is over
+        await sealer.publish_all()
+        assert store_names(store) == [segment_file_name(6, 8), segment_file_name(9, 11)]
+        assert store.read_manifest(PID.stream, PID.partition).expired == ()
+    finally:
+        await again.store.close()

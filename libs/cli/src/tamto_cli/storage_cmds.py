@@ -24,7 +24,7 @@ from tamto_cli.options import AsJson
 from tamto_cli.output import report
 
 if TYPE_CHECKING:  # the storage package comes with the server extra; imported when run
-    from tamto_storage.scrub import Finding, Repaired
+    from tamto_storage.scrub import Finding, HeldElsewhere, Repaired
 
 storage_app = typer.Typer(help="Check and repair a stopped storage node's files.")
 
@@ -33,7 +33,26 @@ StorageDir = Annotated[
 ]
 Stream = Annotated[str | None, typer.Option(help="only this stream")]
 PartitionOpt = Annotated[int | None, typer.Option(help="only this partition (with --stream)")]
+SegmentStoreOpt = Annotated[
+    str,
+    typer.Option(
+        "--segment-store",
+        envvar="TAMTO_STORAGE_SEGMENT_STORE",
+        help="the cluster's segment store URI (as the node's --segment-store): segments the "
+        "node reclaimed because the store holds them are not missing",
+    ),
+]
 AUDIT_FILE = "audit.jsonl"
+
+
+def _held(segment_store: str) -> HeldElsewhere | None:
+    """What the segment store holds, or None without one."""
+    if not segment_store:
+        return None
+    from tamto_storage.segment_store import SegmentStore
+    from tamto_storage.store_held import StoreHeld
+
+    return StoreHeld(SegmentStore.open(segment_store))
 
 
 def processes_using(directory: Path) -> list[int]:
@@ -61,13 +80,14 @@ def storage_verify(
     data_dir: StorageDir,
     stream: Stream = None,
     partition: PartitionOpt = None,
+    segment_store: SegmentStoreOpt = "",
     as_json: AsJson = False,
 ) -> None:
     """Check every segment, manifest, WAL, cursor and epoch file; exit 1 if any is damaged
     or missing."""
     with server_extra("tamto storage verify"):
         from tamto_storage.scrub import verify
-    findings = verify(data_dir, stream, partition)
+    findings = verify(data_dir, stream, partition, _held(segment_store))
     if as_json:
         print(json.dumps([_finding_dict(f) for f in findings]))
     elif not findings:
@@ -86,6 +106,7 @@ def storage_repair(
         Path | None, typer.Option(help="append audit records here (default <data-dir>/audit.jsonl)")
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+    segment_store: SegmentStoreOpt = "",
     as_json: AsJson = False,
 ) -> None:
     """Return damaged partitions to service: damaged files move to _damaged/, every WAL frame
@@ -108,7 +129,7 @@ def storage_repair(
     if as_json and not yes:
         typer.echo("tamto storage repair: --json needs --yes (it asks nothing)", err=True)
         raise typer.Exit(2)
-    findings = verify(data_dir, stream, partition)
+    findings = verify(data_dir, stream, partition, _held(segment_store))
     repaired: list[dict[str, object]] = []
     if not findings:
         text = f"{data_dir}: no damage found, nothing to repair"
@@ -145,7 +166,7 @@ def storage_repair(
         repair(data_dir, findings, record)
     finally:
         asyncio.run(audit.close())
-    left = verify(data_dir, stream, partition)
+    left = verify(data_dir, stream, partition, _held(segment_store))
     if as_json:
         damaged = [_finding_dict(f) for f in findings]
         still = [_finding_dict(f) for f in left]

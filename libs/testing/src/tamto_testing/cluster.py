@@ -83,7 +83,9 @@ class TestCluster:
             raise ValueError(f"nodes must be at least 1, not {nodes}")
         self.workdir = workdir
         self.nodes = nodes
-        self._storage_env = dict(storage_env or {})
+        # A deleted stream's data goes a second after its deletion (5 min in production):
+        # a test that deletes a stream can use its name again soon after.
+        self._storage_env = {"TAMTO_STORAGE_STREAM_DELETE_GRACE_MS": "1000", **(storage_env or {})}
         self.host = host
         self.infra = infra
         self.credential = dev_credential(workdir)

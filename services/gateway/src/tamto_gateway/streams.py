@@ -5,13 +5,16 @@ reports each difference and changes it only when asked to overwrite. The
 partition count is fixed at creation (keys would move otherwise). Creating,
 changing and deleting a stream publish `tamto.events.stream.changed` /
 `tamto.events.stream.deleted` on the bus; gateways drop cached definitions on
-either, and storage drops a deleted stream's data.
+either. Deleting a persistent stream also records its deletion in etcd
+(`tamto_common.deletions`): storage removes its data once the grace period has
+passed, and until then the name cannot be created again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -22,7 +25,9 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from tamto_common.bus import EVENTS, STREAM_DELETED, publish_event
+from tamto_common.deletions import StreamDeletion, deletion_key, holders
 from tamto_common.errors import FailedPrecondition, NotFound
+from tamto_common.membership import list_members
 from tamto_common.names import check_name
 from tamto_common.streams import MAX_PARTITIONS, STREAMS_PREFIX, StreamDef, stream_key
 
@@ -82,6 +87,7 @@ class StreamRegistry:
         wanted = self._with_defaults(requested)
         wanted.validate(self._max_partitions, None)
         key = stream_key(wanted.name)
+        deleting = deletion_key(wanted.name)
         if await self._etcd.get(key) is None:
             # Only a new (or, below, a changed) stream's R must fit the live storage nodes:
             # ensuring one that exists must not fail while a node is restarting and out of
@@ -90,7 +96,9 @@ class StreamRegistry:
         tx = self._etcd.transactions
         while True:
             created, _ = await self._etcd.transaction(
-                compare=[tx.version(key) == 0], success=[tx.put(key, wanted.to_json())], failure=[]
+                compare=[tx.version(key) == 0, tx.version(deleting) == 0],
+                success=[tx.put(key, wanted.to_json())],
+                failure=[],
             )
             if created:
                 self._cache[wanted.name] = wanted
@@ -98,6 +106,11 @@ class StreamRegistry:
                 return Ensured(wanted, True, [])
             kv = await self._etcd.get(key)
             if kv is None:
+                if await self._etcd.get(deleting) is not None:
+                    raise FailedPrecondition(
+                        f"stream {wanted.name!r} was deleted and its data is being removed "
+                        "(storage's --stream-delete-grace-ms): create it again once that is done"
+                    )
                 continue  # deleted meanwhile: create it
             stored = StreamDef.from_json(kv.value)
             self._cache[wanted.name] = stored
@@ -144,17 +157,37 @@ class StreamRegistry:
     async def delete(self, name: str) -> bool:
         """Delete the definition of `name`; False if there was none.
 
-        Only `/tamto/streams/<name>` goes: partition ownership keys (and their
-        epochs) stay, so a stream created again under the same name fences out
-        writers of the old one. On the bus event storage seals and closes the
-        stream's open partitions; its data stays (`PartitionStore.release_stream`).
+        For a persistent stream the same etcd transaction records the deletion
+        (`tamto_common.deletions`): after the grace period storage removes the
+        stream's segments (local and in the segment store), WAL, cursors, Iceberg
+        table, ledgers, owners and epochs; until then the name cannot be created
+        again. On the bus event storage seals and closes the stream's open
+        partitions at once, and routers hand them back.
         """
         check_name("stream", name)
-        deleted = await self._etcd.delete(stream_key(name), prev_kv=True)
-        self._cache.pop(name, None)
-        if deleted is None:
-            return False
-        stored = StreamDef.from_json(deleted.prev_kv.value)
+        key = stream_key(name)
+        tx = self._etcd.transactions
+        while True:
+            kv = await self._etcd.get(key)
+            self._cache.pop(name, None)
+            if kv is None:
+                return False
+            stored = StreamDef.from_json(kv.value)
+            writes = [tx.delete(key)]
+            if stored.kind != "ephemeral":
+                registered = [m.instance_id for m in await list_members(self._etcd, "storage")]
+                record = StreamDeletion(
+                    name,
+                    stored.partitions,
+                    int(time.time() * 1e6),
+                    await holders(self._etcd, name, registered),
+                )
+                writes.append(tx.put(deletion_key(name), record.to_json()))
+            deleted, _ = await self._etcd.transaction(
+                compare=[tx.mod(key) == kv.mod_revision], success=writes, failure=[]
+            )
+            if deleted:
+                break  # otherwise changed meanwhile: read it again
         await self._publish(STREAM_DELETED, stored)
         return True
 

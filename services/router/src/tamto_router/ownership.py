@@ -3,7 +3,8 @@
 `/tamto/owners/<stream>/<partition>` holds `{"owner": <instance>, "epoch": N}`
 bound to the router's lease, so it vanishes when the router dies.
 `/tamto/epochs/<stream>/<partition>` holds the last epoch ever issued and is
-never deleted, so epochs only grow. A claim is one etcd transaction: it
+never deleted while the stream exists, so epochs only grow (a deleted stream's
+go once its grace period has passed: `tamto_common.deletions`). A claim is one etcd transaction: it
 succeeds only if nobody holds the owner key (or this same instance holds it
 from before a crash) and the epoch counter did not move meanwhile. Storage
 refuses writes from older epochs, which fences a router that lost its claim.
@@ -17,10 +18,11 @@ from typing import Any
 
 import aetcd
 
+from tamto_common.deletions import EPOCHS as EPOCHS_PREFIX
 from tamto_common.placement import OWNERS_PREFIX
 
 OWNERS = OWNERS_PREFIX  # one definition: `tamto_common.placement`
-EPOCHS = "/tamto/epochs/"
+EPOCHS = EPOCHS_PREFIX  # one definition: `tamto_common.deletions`
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import structlog
 from nats.aio.msg import Msg
 
 from tamto_common.audit import AuditLog
-from tamto_common.bus import EVENTS, RANGE_SHRUNK
+from tamto_common.bus import EVENTS, RANGE_SHRUNK, STREAM_DELETED
 from tamto_common.channels import ChannelPool
 from tamto_common.config import MIB
 from tamto_common.errors import Unavailable
@@ -117,6 +117,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
         await _serve_clients(config, runtime, servicer)
 
     await _follow_range_events(runtime, partitions)
+    await _follow_stream_deletions(runtime, partitions)
     if config.load_report_interval_s > 0:
         await _start_balancer(config, runtime, partitions, lease, share)
     if config.subscription_metrics_s > 0:
@@ -194,6 +195,27 @@ async def _follow_range_events(runtime: Runtime, partitions: Partitions) -> None
             log.warning("bad range event", error=str(exc))
 
     subscription = await runtime.bus.subscribe(f"{EVENTS}.{RANGE_SHRUNK}", cb=range_shrunk)
+    runtime.resources.push_async_callback(subscription.unsubscribe)
+
+
+async def _follow_stream_deletions(runtime: Runtime, partitions: Partitions) -> None:
+    """A deleted stream's partitions are handed back at once: their logs close (and
+    their subscriptions with them), and nothing of the old stream stays open here."""
+
+    async def stream_deleted(msg: Msg) -> None:
+        try:
+            stream = json.loads(msg.data)["stream"]
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("bad stream event", error=str(exc))
+            return
+        held = {k for k in [*partitions.claimed(), *partitions.open_logs()] if k[0] == stream}
+        for _, partition in sorted(held):
+            try:
+                await partitions.hand_back(stream, partition)
+            except Exception as exc:  # etcd: the owner key goes with the stream's keys
+                log.warning("deleted stream's partition not handed back", error=str(exc))
+
+    subscription = await runtime.bus.subscribe(f"{EVENTS}.{STREAM_DELETED}", cb=stream_deleted)
     runtime.resources.push_async_callback(subscription.unsubscribe)
 
 

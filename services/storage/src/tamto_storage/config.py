@@ -96,6 +96,14 @@ class StorageConfig(ServiceConfig):
         positive,
     )
 
+    stream_delete_grace_ms: int = setting(
+        300_000,
+        "milliseconds a deleted stream's data (segments in the store and on the nodes, WAL, "
+        "cursors, Iceberg table, ledgers) stays before it is removed; the name cannot be "
+        "created again until then",
+        not_negative,
+    )
+
     def seal_options(self) -> SealOptions:
         """The sealing settings these config values describe."""
         return SealOptions(

@@ -152,6 +152,25 @@ class IcebergTables:
             return len(doomed)
         raise CommitFailedException(f"{stream}/{partition}: {COMMIT_TRIES} commits lost")
 
+    def drop(self, stream: str) -> bool:
+        """Drop the stream's table from the catalog and remove its metadata files from
+        the store (the data files are the store's segments, removed with them);
+        False when there was no table. A drop interrupted after the catalog's part
+        leaves metadata files, which the next drop of the name removes."""
+        identifier = (NAMESPACE, stream)
+        # Where the catalog puts a table it creates (PyIceberg: <warehouse>/<namespace>/<table>).
+        default = f"{self._properties['warehouse']}/{NAMESPACE}/{stream}"
+        try:
+            location = self.catalog.load_table(identifier).metadata.location
+        except NoSuchTableError:
+            self._store.delete_location(default)
+            return False
+        self.catalog.drop_table(identifier)
+        for where in {location, default}:
+            self._store.delete_location(where)
+        log.info("Iceberg table dropped", stream=stream, location=location)
+        return True
+
     def _data_file(
         self, table: Table, stream: str, partition: int, segment: StoredSegment
     ) -> DataFile:

@@ -80,7 +80,8 @@ class Publisher:
         self.retention_grace_s = retention_grace_s
         #: Per partition, the retention floor last applied to the store.
         self._floors: dict[PartitionId, int] = {}
-        #: Objects retention removed, by (partition, name): when they are deleted.
+        #: Objects retention removed, by (partition, name): when they are deleted (wall
+        #: clock, s), as the store's manifest records it.
         self._doomed: dict[tuple[PartitionId, str], float] = {}
         self._manifests = StoreManifests(store)
         self._designated = designated
@@ -102,6 +103,21 @@ class Publisher:
     @property
     def store(self) -> SegmentStore:
         return self._store
+
+    @property
+    def tables(self) -> IcebergTables | None:
+        return self._tables
+
+    def forget(self, stream: str) -> None:
+        """Drop what this node remembers of a deleted stream, and its cached objects."""
+        for state in (self._floors, self._table_ends, self._stuck, self._ends):
+            for pid in [p for p in state if p.stream == stream]:
+                del state[pid]
+        for key in [k for k in self._doomed if k[0].stream == stream]:
+            del self._doomed[key]
+        self._manifests.forget(stream)
+        if self._cache is not None:
+            self._cache.forget(stream)
 
     def committed_end(self, pid: PartitionId) -> int | None:
         """The store's committed end of `pid` as this node last saw it."""
@@ -164,7 +180,7 @@ class Publisher:
 
     def _retention_due(self, partition: Partition) -> bool:
         """Whether retention moved `partition`'s floor, or an expired object's grace ended."""
-        pid, now = partition.id, time.monotonic()
+        pid, now = partition.id, time.time()
         if partition.segment_log.floor > self._floors.get(pid, 0):
             return True
         return any(key[0] == pid and at <= now for key, at in self._doomed.items())
@@ -179,17 +195,26 @@ class Publisher:
             except Exception as exc:  # the catalog failed: the next round tries again
                 log.warning("Iceberg table not updated", partition=str(pid), error=str(exc))
                 return
-        now = time.monotonic()
-        for segment in expired:
-            name = segment_file_name(segment.first_offset, segment.last_offset)
-            self._doomed.setdefault((pid, name), now + self.retention_grace_s)
+        now = time.time()
+        default_us = int((now + self.retention_grace_s) * 1e6)
+        names = {segment_file_name(s.first_offset, s.last_offset): default_us for s in expired}
+        # The deadlines are kept in the store's manifest: a restart, or another publisher,
+        # does not extend them (and the list follows the objects still there).
+        deadlines = await asyncio.to_thread(self._manifests.expiring, pid, names)
+        for name, at_us in deadlines.items():
+            self._doomed.setdefault((pid, name), at_us / 1e6)
+        gone = set()
         for key, at in list(self._doomed.items()):
             if key[0] == pid and at <= now:
                 await asyncio.to_thread(self._store.delete, pid.stream, pid.partition, key[1])
                 del self._doomed[key]
+                gone.add(key[1])
                 log.info(
                     "expired segment removed from the store", partition=str(pid), segment=key[1]
                 )
+        if gone:  # the manifest's list follows
+            left = {name: at for name, at in deadlines.items() if name not in gone}
+            await asyncio.to_thread(self._manifests.expiring, pid, left)
         self._floors[pid] = floor
 
     def _table_behind(self, pid: PartitionId) -> bool:

@@ -123,10 +123,19 @@ def stream_dirs(data_dir: Path) -> list[Path]:
     return sorted(p for p in streams.iterdir() if p.is_dir()) if streams.is_dir() else []
 
 
+#: The offset ranges, (first, last), the segment store holds of a partition
+#: (`tamto_storage.store_held.StoreHeld`): not missing when no local file holds them.
+HeldElsewhere = Callable[[str, int], list[tuple[int, int]]]
+
+
 def verify(
-    data_dir: Path, stream: str | None = None, partition: int | None = None
+    data_dir: Path,
+    stream: str | None = None,
+    partition: int | None = None,
+    held: HeldElsewhere | None = None,
 ) -> list[Finding]:
-    """Every damaged or missing file under `data_dir` (or one stream, or one partition)."""
+    """Every damaged or missing file under `data_dir` (or one stream, or one partition);
+    `held`: what the segment store holds (a reclaimed local copy is not missing)."""
     findings: list[Finding] = []
     for stream_dir in stream_dirs(data_dir):
         if stream is not None and stream_dir.name != stream:
@@ -141,7 +150,8 @@ def verify(
             if pdir is None:
                 findings += _missing_partition(stream_dir, number, manifest)
             else:
-                findings += verify_partition(stream_dir.name, number, pdir, manifest)
+                elsewhere = held(stream_dir.name, number) if held is not None else []
+                findings += verify_partition(stream_dir.name, number, pdir, manifest, elsewhere)
     return findings
 
 
@@ -177,10 +187,16 @@ def _verify_manifest(stream_dir: Path) -> list[Finding]:
     return findings
 
 
-def verify_partition(stream: str, number: int, pdir: Path, manifest: Manifest) -> list[Finding]:
+def verify_partition(
+    stream: str,
+    number: int,
+    pdir: Path,
+    manifest: Manifest,
+    held: list[tuple[int, int]] | None = None,
+) -> list[Finding]:
     """The damaged or missing files of one partition directory, in the order repair
     takes them (the epoch before the WAL, whose frames tell it; segments before the
-    WAL, which continues after them)."""
+    WAL, which continues after them). `held`: the ranges the segment store holds."""
     findings = []
     try:
         load_epoch(pdir)
@@ -195,7 +211,7 @@ def verify_partition(stream: str, number: int, pdir: Path, manifest: Manifest) -
         Finding(
             "segment", stream, number, pdir / segment_file_name(first, last), problem, first, last
         )
-        for first, last, problem in _segment_gaps(number, live, manifest)
+        for first, last, problem in _segment_gaps(number, live, manifest, held or [])
     ]
     sealed_to = max(
         [_floor(manifest, number), *(e.end_offset for e in _recorded(manifest, number))]
@@ -225,16 +241,20 @@ def _live(number: int, pdir: Path, manifest: Manifest) -> list[Segment]:
 
 
 def _segment_gaps(
-    number: int, live: list[Segment], manifest: Manifest
+    number: int, live: list[Segment], manifest: Manifest, held: list[tuple[int, int]]
 ) -> list[tuple[int, int, str]]:
     """The offsets between the floor and the last segment (a live file or one the
-    manifest records) that no segment file holds: (first, last, what is wrong)."""
+    manifest records) that no segment file holds, here or in the segment store
+    (`held`): (first, last, what is wrong)."""
     gaps = []
     position = _floor(manifest, number)
-    for segment in live:
-        if segment.first_offset > position:
-            gaps.append((position, segment.first_offset - 1))
-        position = max(position, segment.end_offset)
+    ranges = sorted(
+        [*((s.first_offset, s.end_offset) for s in live), *((f, t + 1) for f, t in held)]
+    )
+    for first, end in ranges:
+        if first > position:
+            gaps.append((position, first - 1))
+        position = max(position, end)
     recorded_end = max((e.end_offset for e in _recorded(manifest, number)), default=0)
     if recorded_end > position:
         gaps.append((position, recorded_end - 1))

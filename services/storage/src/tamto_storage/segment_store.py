@@ -24,6 +24,7 @@ Every call here blocks: call through a thread.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -160,8 +161,20 @@ class SegmentStore:
 
     def delete_stream(self, stream: str) -> None:
         """Remove every object of `stream` (segments and manifests); none: nothing to do."""
-        path = self.stream_path(stream)
-        if self._fs.get_file_info(path).type != pafs.FileType.NotFound:
+        self._delete_tree(self.stream_path(stream))
+
+    def delete_location(self, location: str) -> None:
+        """Remove everything under `location`, a URI of this store (`location`'s form:
+        an Iceberg table's); none: nothing to do."""
+        parts = urlsplit(location)
+        self._delete_tree(parts.path if self._local else f"{parts.netloc}{parts.path}")
+
+    def _delete_tree(self, path: str) -> None:
+        """Remove every object under `path` (none: nothing to do). SeaweedFS may still
+        report the emptied prefix as a directory, with nothing in it and nothing to delete."""
+        if self._fs.get_file_info(path).type == pafs.FileType.NotFound:
+            return
+        with contextlib.suppress(FileNotFoundError):
             self._fs.delete_dir(path)
 
     def _put(self, target: str, write: Callable[[BinaryIO], object]) -> None:

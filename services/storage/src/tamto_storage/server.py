@@ -12,6 +12,7 @@ from nats.aio.msg import Msg
 from tamto_common.audit import AuditLog
 from tamto_common.bus import EVENTS, RANGE_SHRUNK, STREAM_DELETED, publish_event
 from tamto_common.config import MIB
+from tamto_common.deletions import deletion_key
 from tamto_common.ledgers import read_ledgers
 from tamto_common.membership import list_members
 from tamto_common.service import Runtime
@@ -22,6 +23,7 @@ from tamto_storage.grpc_api import StorageServicer, serve
 from tamto_storage.iceberg import IcebergTables
 from tamto_storage.metrics import UNSEALED_BYTES
 from tamto_storage.publisher import Publisher
+from tamto_storage.reaper import StreamReaper
 from tamto_storage.sealer import Retention
 from tamto_storage.segment_store import SegmentStore, is_data_dir
 from tamto_storage.store import PartitionStore
@@ -39,7 +41,10 @@ def publisher(config: StorageConfig, runtime: Runtime) -> Publisher | None:
     store = SegmentStore.open(uri)
 
     async def designated(stream: str, partition: int) -> bool:
-        """Whether this node is the first live member of the partition's current ensemble."""
+        """Whether this node is the first live member of the partition's current ensemble
+        (nobody publishes a deleted stream: its objects are about to be removed)."""
+        if await runtime.etcd.get(deletion_key(stream)) is not None:
+            return False
         current = (await read_ledgers(runtime.etcd, stream, partition)).current
         if current is None:  # not replicated through ledgers: every copy is the only one
             return True
@@ -79,6 +84,7 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
             interest=definition.retention_policy == "interest",
         )
 
+    into_store = publisher(config, runtime)
     store = PartitionStore(
         config.data_dir,
         config.wal_options(),
@@ -86,9 +92,17 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
         seal_options=config.seal_options(),
         retention_for=retention,
         decoded_groups=config.decoded_groups(),
-        publisher=publisher(config, runtime),
+        publisher=into_store,
     )
     runtime.resources.push_async_callback(store.close)
+    reaper = StreamReaper(
+        runtime.etcd,
+        store,
+        into_store,
+        config.member_id,
+        config.stream_delete_grace_ms / 1000,
+        config.seal_check_ms / 1000,
+    )
 
     async def announce(stream: str, partition: int, start: int) -> None:
         await publish_event(
@@ -114,6 +128,8 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
     runtime.resources.push_async_callback(unsubscribe)
     UNSEALED_BYTES.set_function(store.unsealed_bytes)
     store.start_sealer()
+    reaper.start()
+    runtime.resources.push_async_callback(reaper.stop)
     # Repairs from a healthy replica are audited where `tamto storage repair` writes.
     audit = AuditLog("storage", config.data_dir / "audit.jsonl", runtime.bus)
     runtime.resources.push_async_callback(audit.close)

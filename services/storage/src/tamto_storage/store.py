@@ -236,10 +236,9 @@ class PartitionStore(StoreView):
         gauge counts it any more (it would otherwise wait out the seal age, and
         stay open for good). A sealing round in progress finishes first.
 
-        The data itself stays, as before: a stream created again under the name
-        continues the same partitions (routers keep their partition state and
-        the ledgers in etcd stay); with its files removed here, messages published
-        to the new stream were not delivered. Used again, a partition loads anew.
+        The data itself stays for the grace period: `tamto_storage.reaper`
+        removes it afterwards (the name cannot be created again until then).
+        Used again meanwhile, a partition loads anew.
         """
         check_name("stream", stream)
         async with AsyncExitStack() as stack:
@@ -262,6 +261,11 @@ class PartitionStore(StoreView):
                 if self._partitions.get(pid) is task:
                     del self._partitions[pid]
         log.info("deleted stream's partitions released", stream=stream, partitions=len(tasks))
+
+    def forget_manifest(self, stream: str) -> None:
+        """Drop the loaded manifest of a deleted stream whose files are being removed
+        (`tamto_storage.reaper`): a stream created again under the name starts anew."""
+        self._manifests.pop(stream, None)
 
     async def close(self) -> None:
         """Stop the sealer, flush and close every partition, then seal what is left."""

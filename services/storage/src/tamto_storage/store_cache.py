@@ -77,6 +77,14 @@ class StoreCache:
                     old.unlink()
         return target
 
+    def forget(self, stream: str) -> None:
+        """Remove the local copies of a deleted stream's objects."""
+        doomed = self._dir / stream
+        with self._lock:
+            for path in [p for p in self._files if doomed in p.parents]:
+                self._bytes -= self._files.pop(path)
+        shutil.rmtree(doomed, ignore_errors=True)
+
     def _fetch(self, pid: PartitionId, segment: Segment) -> bytes:
         """The object's bytes, checked against `segment`'s manifest entry."""
         name = segment.path.name

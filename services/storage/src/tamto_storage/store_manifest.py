@@ -21,7 +21,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tamto_common.errors import DataLoss
-from tamto_protocol.segment import Manifest, SegmentEntry, bytes_digest, segment_file_name
+from tamto_protocol.segment import (
+    ExpiredFile,
+    Manifest,
+    SegmentEntry,
+    bytes_digest,
+    segment_file_name,
+)
 from tamto_storage.model import PartitionId
 from tamto_storage.segment_store import SegmentStore, StoredSegment
 from tamto_storage.segments import segment_entry
@@ -82,10 +88,25 @@ class StoreManifests:
         if tuple(entries) == current.segments and starts == current.start_offsets:
             self._current[pid] = current
             return current
-        new = Manifest(current.version + 1, tuple(entries), starts)
+        new = Manifest(current.version + 1, tuple(entries), starts, current.expired)
         self._store.put_manifest(pid.stream, pid.partition, new)
         self._current[pid] = new
         return new
+
+    def expiring(self, pid: PartitionId, deadlines: Mapping[str, int]) -> dict[str, int]:
+        """Make the manifest's ``expired`` list exactly the objects retention removed that
+        are still in the store, each with when it is deleted (object name: wall-clock µs,
+        `deadlines` for one not listed yet): a deadline already listed is kept, so the
+        grace period survives a restart or a new publisher. Returns every deadline."""
+        current = self._current.get(pid) or self._store.read_manifest(pid.stream, pid.partition)
+        known = {e.file: e.delete_after_us for e in current.expired}
+        wanted = {name: known.get(name, at) for name, at in deadlines.items()}
+        expired = tuple(ExpiredFile(name, at) for name, at in sorted(wanted.items()))
+        if expired != current.expired:
+            new = replace(current, version=current.version + 1, expired=expired)
+            self._store.put_manifest(pid.stream, pid.partition, new)
+            self._current[pid] = new
+        return wanted
 
     def forget(self, stream: str) -> None:
         """Drop what this node remembers of `stream` (deleted)."""
