@@ -10,14 +10,19 @@ Two kinds of id are remembered differently, with the same exact semantics:
 - A *sequence id* ``<prefix>:<n>`` (``n`` a canonical decimal below 10^18) is
   remembered in *runs*: one run per batch whose ids share a prefix and have
   strictly increasing numbers, holding the numbers and the offset of the first
-  row. Per prefix, the runs are kept in order and the highest number ever
-  recorded is known. A batch of an idempotent producer is recognised as a run
-  with a few vectorised passes (pyarrow compute), and when all its numbers are
-  above the prefix's highest it is new without looking up any id: no per-id
-  Python on the hot path, in `plan` or in `record`.
-- Any other id (and a sequence id that does not extend its prefix's runs, e.g.
-  an application's out-of-order ``order:17``) goes into a dictionary, one
-  lookup per id, which is what dedup of arbitrary ids is.
+  row. Per prefix, the runs are kept in number order (their spans never
+  overlap) and the highest number ever recorded is known. A batch of an
+  idempotent producer is recognised as a run with a few vectorised passes
+  (pyarrow compute), and it is new without looking up any id when its span
+  overlaps nothing remembered of its prefix: above the prefix's highest (one
+  producer, in order), or in a gap between its runs and outside the span of its
+  ids in the dictionary (a bisection: results of one input reaching the
+  partition out of order from several function instances, each batch a span of
+  input offsets). No per-id Python on the hot path, in `plan` or in `record`.
+- Any other id (and a sequence id whose batch overlaps its prefix's runs, e.g.
+  an application's out-of-order ``order:17``, or two producers' interleaved
+  numbers) goes into a dictionary, one lookup per id, which is what dedup of
+  arbitrary ids is.
 
 A batch that is not a fresh run (a retry, repeats, mixed ids) is planned id by
 id against both. A batch without ids is skipped by one null count. The window
@@ -147,12 +152,49 @@ class _Run:
 class _Prefix:
     """Everything remembered of one prefix's sequence ids."""
 
-    __slots__ = ("highest", "in_dict", "runs")
+    __slots__ = ("dict_high", "dict_low", "highest", "in_dict", "runs")
 
     def __init__(self) -> None:
-        self.runs: deque[_Run] = deque()  # ascending and disjoint numbers, oldest first
+        self.runs: list[_Run] = []  # disjoint spans of numbers, in number order
         self.highest = -1  # the highest number recorded, in runs or in the dictionary
         self.in_dict = 0  # how many of its ids are in the dictionary
+        # Every number of its ids in the dictionary lies within [dict_low, dict_high]
+        # (widened as ids come, reset once none is left).
+        self.dict_low = MAX_SEQUENCE + 1
+        self.dict_high = -1
+
+    def overlaps(self, first: int, last: int) -> bool:
+        """Whether numbers `first` to `last` may meet a remembered number (a run's
+        span or the dictionary's), by one bisection: False means none of them is."""
+        if first > self.highest:
+            return False
+        if self.in_dict and first <= self.dict_high and last >= self.dict_low:
+            return True
+        runs = self.runs
+        i = bisect.bisect_right(runs, last, key=_first)  # runs[:i] start at or below last
+        return i > 0 and runs[i - 1].last >= first  # the spans are disjoint and ordered
+
+    def add(self, run: _Run) -> None:
+        """Keep `run` (overlapping no remembered number) in number order."""
+        runs = self.runs
+        if not runs or run.first > runs[-1].last:
+            runs.append(run)
+        else:
+            runs.insert(bisect.bisect_right(runs, run.first, key=_first), run)
+        self.highest = max(self.highest, run.last)
+
+    def remove(self, run: _Run) -> None:
+        """Forget `run` (expired, or recorded for an append that never became durable)."""
+        runs = self.runs
+        i = bisect.bisect_left(runs, run.first, key=_first)
+        assert runs[i] is run
+        del runs[i]
+
+    def forget_dict_id(self) -> None:
+        """One of its ids left the dictionary."""
+        self.in_dict -= 1
+        if not self.in_dict:
+            self.dict_low, self.dict_high = MAX_SEQUENCE + 1, -1
 
 
 class DedupWindow:
@@ -163,7 +205,7 @@ class DedupWindow:
         # id -> (offset, time, prefix if it is a sequence id)
         self._seen: OrderedDict[str, tuple[int, int, str | None]] = OrderedDict()
         self._prefixes: dict[str, _Prefix] = {}
-        self._runs: deque[tuple[int, str]] = deque()  # (time, prefix) in record order
+        self._runs: deque[tuple[int, str, _Run]] = deque()  # (time, prefix, run) in record order
         self._run_ids = 0
 
     def __len__(self) -> int:
@@ -179,14 +221,14 @@ class DedupWindow:
             seen.popitem(last=False)
             if first[2] is not None:
                 state = self._prefixes[first[2]]
-                state.in_dict -= 1
+                state.forget_dict_id()
                 self._forget_if_empty(first[2], state)
         runs = self._runs
         while runs and runs[0][0] < horizon:
-            _, prefix = runs.popleft()
+            _, prefix, run = runs.popleft()
             state = self._prefixes[prefix]
-            # Runs of a prefix are recorded in time order too: the oldest is first.
-            self._run_ids -= state.runs.popleft().count
+            state.remove(run)
+            self._run_ids -= run.count
             self._forget_if_empty(prefix, state)
 
     def _forget_if_empty(self, prefix: str, state: _Prefix) -> None:
@@ -202,7 +244,7 @@ class DedupWindow:
         sequence = id_sequence(ids)
         if sequence is not None:
             state = self._prefixes.get(sequence.prefix)
-            if state is None or sequence.first > state.highest:
+            if state is None or not state.overlaps(sequence.first, sequence.last):
                 return DedupPlan(None, n, {}, sequence)  # all new: nothing to look up
         duplicates: dict[int, int] = {}
         first_in_batch: dict[str, int] = {}
@@ -258,14 +300,18 @@ class DedupWindow:
             state = self._prefixes.get(sequence.prefix)
             if state is None:
                 state = self._prefixes[sequence.prefix] = _Prefix()
-            if sequence.first > state.highest:  # none of these ids is remembered yet
-                state.runs.append(_Run(sequence, offsets[0], time_us))
-                state.highest = sequence.last
-                self._runs.append((time_us, sequence.prefix))
-                self._run_ids += n
+            if not state.overlaps(sequence.first, sequence.last):  # none is remembered yet
+                self._add_run(sequence, state, offsets[0], time_us)
                 return
         for message_id, offset in zip(ids.to_pylist(), offsets, strict=True):
             self._remember(message_id, offset, time_us)
+
+    def _add_run(self, sequence: IdSequence, state: _Prefix, base: int, time_us: int) -> None:
+        """Remember `sequence` (overlapping nothing remembered), stored from offset `base`."""
+        run = _Run(sequence, base, time_us)
+        state.add(run)
+        self._runs.append((time_us, sequence.prefix, run))
+        self._run_ids += run.count
 
     def _remember(self, message_id: str | None, offset: int, time_us: int) -> None:
         """Record one id in the dictionary, unless it is remembered already."""
@@ -278,6 +324,8 @@ class DedupWindow:
                 state = self._prefixes[split[0]] = _Prefix()
             state.in_dict += 1
             state.highest = max(state.highest, split[1])
+            state.dict_low = min(state.dict_low, split[1])
+            state.dict_high = max(state.dict_high, split[1])
         self._seen[message_id] = (offset, time_us, split[0] if split else None)
 
     def record_log(self, ids: pa.Array, base_offset: int, times_us: npt.NDArray[np.int64]) -> None:
@@ -317,10 +365,7 @@ class DedupWindow:
             time_us = int(times_us[end - 1])
             if first > state.highest:
                 sequence = IdSequence(prefix, first, first + end - start - 1)
-                state.runs.append(_Run(sequence, base_offset + start, time_us))
-                state.highest = sequence.last
-                self._runs.append((time_us, prefix))
-                self._run_ids += end - start
+                self._add_run(sequence, state, base_offset + start, time_us)
             else:
                 self.record(
                     ids.slice(start, end - start),
@@ -354,13 +399,12 @@ class DedupWindow:
             seen.popitem(last=True)
             dropped += 1
             if prefix is not None:
-                self._prefixes[prefix].in_dict -= 1
+                self._prefixes[prefix].forget_dict_id()
                 touched.add(prefix)
         runs = self._runs
         while runs:
-            prefix = runs[-1][1]
+            _, prefix, run = runs[-1]
             state = self._prefixes[prefix]
-            run = state.runs[-1]
             if run.base_offset + run.count <= end:
                 break
             touched.add(prefix)
@@ -368,7 +412,7 @@ class DedupWindow:
             dropped += run.count - kept
             self._run_ids -= run.count - kept
             if kept == 0:
-                state.runs.pop()
+                state.remove(run)
                 runs.pop()
                 continue
             # Part of one batch stored (not done by storage, which appends whole
