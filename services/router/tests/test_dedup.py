@@ -9,11 +9,11 @@ import pyarrow as pa
 
 from tamto_router.dedup import (
     DedupWindow,
-    IdSequence,
     id_sequence,
     message_offsets,
     split_sequence_id,
 )
+from tamto_router.dedup_runs import IdSequence
 
 
 def ids(*values: str | None) -> pa.Array:
@@ -288,32 +288,61 @@ def test_a_run_overlapping_a_remembered_one_is_planned_id_by_id() -> None:
     plan = window.plan(seq("f", 8, 9, 10), now_us=1)  # overlaps the first run's start
     assert plan.keep is not None
     assert message_offsets(plan, 3, base=5) == [5, 6, 0]
-    # A sparse run whose span covers a remembered run without sharing a number.
-    plan = window.plan(seq("f", 13, 19, 22), now_us=1)
+    # A sparse run reaching into a remembered run's span without sharing a number.
+    plan = window.plan(seq("f", 13, 19, 20), now_us=1)
+    assert message_offsets(plan, 3, base=5) == [5, 6, 3]
+    plan = window.plan(seq("f", 13, 19, 23), now_us=1)
     assert plan.keep is None
-    window.record(seq("f", 13, 19, 22), range(5, 8), time_us=1, sequence=plan.sequence)
-    assert len(window._seen) == 3  # kept exact in the dictionary
-    plan = window.plan(seq("f", 12, 13, 14), now_us=2)
-    assert message_offsets(plan, 3, base=8) == [2, 5, 8]
+    assert window.plan(seq("f", 14, 21), now_us=1).kept == 1
+    window.record(seq("f", 4, 22), range(5, 7), time_us=1)  # around both runs: two runs
+    assert len(window._seen) == 0
+    plan = window.plan(seq("f", 12, 13, 22, 4), now_us=2)
+    assert message_offsets(plan, 4, base=7) == [2, 7, 6, 5]
+
+
+def test_a_batch_around_remembered_runs_is_new_and_kept_as_a_run_per_gap() -> None:
+    """An instance's batch made of two deliveries with another instance's results in
+    between: each part fills a gap, so the batch is new at once and exact after."""
+    window = DedupWindow(60_000_000)
+    window.record(seq("f", *range(10, 20), *range(30, 40)), range(0, 20), time_us=0)
+    numbers = [*range(0, 10), *range(20, 30), *range(45, 50, 2)]
+    plan = window.plan(seq("f", *numbers), now_us=1)
+    assert plan.keep is None
+    assert plan.sequence is not None
+    window.record(seq("f", *numbers), range(20, 43), time_us=1, sequence=plan.sequence)
+    assert len(window._seen) == 0
+    spans = [(run.first, run.last, run.base_offset) for run in window._prefixes["f"].runs]
+    assert spans == [(0, 9, 20), (10, 19, 0), (20, 29, 30), (30, 39, 10), (45, 49, 40)]
+    retry = window.plan(ids("f:25", "f:5", "f:35", "f:47", "f:46", "f:19"), now_us=2)
+    assert message_offsets(retry, 6, base=43) == [35, 25, 15, 41, 43, 9]
+    # The first batch's two runs expire together, and truncating drops the second's.
+    assert window.truncate(30) == 13
+    window.plan(ids("x"), now_us=60_000_002)
+    assert window._prefixes == {}
 
 
 def test_interleaved_runs_of_two_producers_are_exact() -> None:
-    window = DedupWindow(60_000_000)
-    evens, odds = list(range(0, 20, 2)), list(range(1, 20, 2))
-    for offset, numbers in ((0, evens), (10, odds)):
-        plan = window.plan(seq("f", *numbers), now_us=0)
-        assert plan.keep is None
-        window.record(seq("f", *numbers), range(offset, offset + 10), 0, plan.sequence)
-    assert len(window) == 20
-    for offset, numbers in ((0, evens), (10, odds)):
-        retry = window.plan(seq("f", *numbers), now_us=1)
-        assert retry.kept == 0
-        assert message_offsets(retry, 10, base=20) == list(range(offset, offset + 10))
-    # The odds went to the dictionary: a run inside its span is checked id by id,
-    # one outside it and the runs' is still new at once.
-    inside = window.plan(seq("f", 5, 6), now_us=1)
-    assert message_offsets(inside, 2, base=20) == [12, 3]
-    assert window.plan(seq("f", 30, 31), now_us=1).sequence == IdSequence("f", 30, 31)
+    """Coarsely interleaved numbers cut the remembered run into pieces; finely
+    interleaved ones (more pieces than `MAX_RUNS_CROSSED`) go to the dictionary."""
+    for step, in_dict in ((10, 0), (1, 100)):
+        window = DedupWindow(60_000_000)
+        evens = [n for n in range(400) if (n // step) % 2 == 0][:100]
+        odds = [n for n in range(400) if (n // step) % 2 == 1][:100]
+        for offset, numbers in ((0, evens), (100, odds)):
+            plan = window.plan(seq("f", *numbers), now_us=0)
+            assert plan.keep is None
+            window.record(seq("f", *numbers), range(offset, offset + 100), 0, plan.sequence)
+        assert len(window) == 200
+        assert len(window._seen) == in_dict
+        for offset, numbers in ((0, evens), (100, odds)):
+            retry = window.plan(seq("f", *numbers), now_us=1)
+            assert retry.kept == 0
+            assert message_offsets(retry, 100, base=200) == list(range(offset, offset + 100))
+        assert window.plan(seq("f", 1000, 1001), now_us=1).sequence == IdSequence("f", 1000, 1001)
+    # The odds are in the dictionary: a run inside its span is checked id by id.
+    inside = window.plan(seq("f", 5, 6, 7), now_us=1)
+    assert message_offsets(inside, 3, base=200) == [102, 3, 103]
+    assert window.plan(seq("f", 500, 501), now_us=1).keep is None
 
 
 def test_repeats_inside_a_batch_in_a_gap_keep_the_first_copy() -> None:
@@ -361,8 +390,11 @@ def test_the_window_answers_what_a_dictionary_of_every_id_would() -> None:
         start = rng.randrange(0, 400) * 10
         if kind < 0.55:  # a span of input offsets, filtered, in any order
             numbers = [n for n in range(start, start + 10) if rng.random() < 0.8]
-        elif kind < 0.65:  # another instance's interleaved rows
+        elif kind < 0.6:  # another instance's interleaved rows
             numbers = list(range(start + rng.randint(0, 1), start + 20, 2))
+        elif kind < 0.65:  # an instance's batch of several deliveries, chunk by chunk
+            chunk = rng.randint(2, 5)
+            numbers = [n for n in range(start, start + 40) if (n // chunk) % 2 == kind < 0.625]
         elif kind < 0.75:  # a repeat inside the batch
             numbers = sorted([start, start + 1, start + 1, start + 3])
         elif kind < 0.95 and sent:
