@@ -431,3 +431,19 @@ def test_the_window_answers_what_a_dictionary_of_every_id_would() -> None:
             reference[message_id] = (new[message_id], now)
         next_offset += len(kept)
         assert len(window) == len(reference)
+
+
+def test_a_batch_cutting_many_runs_is_kept_whole() -> None:
+    """Cutting 20 remembered runs leaves 40 in the batch's span (more than it may
+    cross to be planned at once): it is still recorded as runs, one per gap."""
+    window = DedupWindow(60_000_000)
+    for k in range(20):
+        window.record(seq("f", 10 * k, 10 * k + 2), [2 * k, 2 * k + 1], time_us=0)
+    numbers = [10 * k + 1 for k in range(20)]
+    plan = window.plan(seq("f", *numbers), now_us=1)
+    assert plan.keep is None
+    window.record(seq("f", *numbers), range(40, 60), time_us=1, sequence=plan.sequence)
+    assert len(window._seen) == 0
+    assert len(window._prefixes["f"].runs) == 60
+    retry = window.plan(seq("f", 1, 2, 191, 192), now_us=2)
+    assert message_offsets(retry, 4, base=60) == [40, 1, 59, 39]

@@ -171,15 +171,14 @@ class PrefixRuns:
     def gaps(self, sequence: IdSequence) -> list[int] | None:
         """Where `sequence` is cut so that each piece fills one gap between remembered
         runs (the rows that start the second piece onwards; [] for one piece), or None
-        when a number of it may be remembered (or its span crosses too many runs)."""
+        when a number of it may be remembered. Asked once `fit` said it fits and its
+        cuts are made (so the runs it crosses are bounded: no limit of its own)."""
         first, last = sequence.first, sequence.last
         if first > self.highest:
             return []
         if self.in_dict and first <= self.dict_high and last >= self.dict_low:
             return None
         start, end = self._reached(first, last)
-        if end - start > MAX_RUNS_CROSSED:
-            return None
         cuts: list[int] = []
         count = sequence.count
         for run in self.runs[start:end]:
