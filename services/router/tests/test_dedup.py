@@ -9,11 +9,11 @@ import pyarrow as pa
 
 from tamto_router.dedup import (
     DedupWindow,
-    IdSequence,
     id_sequence,
     message_offsets,
     split_sequence_id,
 )
+from tamto_router.dedup_runs import IdSequence
 
 
 def ids(*values: str | None) -> pa.Array:
@@ -259,3 +259,191 @@ def test_record_log_does_not_import_pandas() -> None:
     )
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert ran.returncode == 0, ran.stderr
+
+
+def test_a_run_below_the_prefix_highest_in_a_gap_is_new_without_lookups() -> None:
+    """Results of one input reaching a partition out of order from two function
+    instances: each batch's span overlaps nothing remembered, so it is a run."""
+    window = DedupWindow(60_000_000)
+    window.record(seq("f", *range(2000, 2004)), range(0, 4), time_us=0)
+    window.record(seq("f", *range(4000, 4004)), range(4, 8), time_us=1)
+    below = window.plan(seq("f", 0, 1, 2, 3), now_us=2)  # below every run
+    assert below.keep is None
+    assert below.sequence == IdSequence("f", 0, 3)
+    window.record(seq("f", 0, 1, 2, 3), range(8, 12), time_us=2, sequence=below.sequence)
+    gap = window.plan(seq("f", 3000, 3002, 3003), now_us=3)  # between two runs, sparse
+    assert gap.keep is None
+    assert gap.sequence is not None
+    window.record(seq("f", 3000, 3002, 3003), range(12, 15), time_us=3, sequence=gap.sequence)
+    assert len(window._seen) == 0
+    assert [run.first for run in window._prefixes["f"].runs] == [0, 2000, 3000, 4000]
+    retry = window.plan(ids("f:3002", "f:1", "f:2003", "f:4000", "f:3001", "f:5"), now_us=4)
+    assert message_offsets(retry, 6, base=15) == [13, 9, 3, 4, 15, 16]
+
+
+def test_a_run_overlapping_a_remembered_one_is_planned_id_by_id() -> None:
+    window = DedupWindow(60_000_000)
+    window.record(seq("f", 10, 11, 12), range(0, 3), time_us=0)
+    window.record(seq("f", 20, 21), range(3, 5), time_us=0)
+    plan = window.plan(seq("f", 8, 9, 10), now_us=1)  # overlaps the first run's start
+    assert plan.keep is not None
+    assert message_offsets(plan, 3, base=5) == [5, 6, 0]
+    # A sparse run reaching into a remembered run's span without sharing a number.
+    plan = window.plan(seq("f", 13, 19, 20), now_us=1)
+    assert message_offsets(plan, 3, base=5) == [5, 6, 3]
+    plan = window.plan(seq("f", 13, 19, 23), now_us=1)
+    assert plan.keep is None
+    assert window.plan(seq("f", 14, 21), now_us=1).kept == 1
+    window.record(seq("f", 4, 22), range(5, 7), time_us=1)  # around both runs: two runs
+    assert len(window._seen) == 0
+    plan = window.plan(seq("f", 12, 13, 22, 4), now_us=2)
+    assert message_offsets(plan, 4, base=7) == [2, 7, 6, 5]
+
+
+def test_a_batch_around_remembered_runs_is_new_and_kept_as_a_run_per_gap() -> None:
+    """An instance's batch made of two deliveries with another instance's results in
+    between: each part fills a gap, so the batch is new at once and exact after."""
+    window = DedupWindow(60_000_000)
+    window.record(seq("f", *range(10, 20), *range(30, 40)), range(0, 20), time_us=0)
+    numbers = [*range(0, 10), *range(20, 30), *range(45, 50, 2)]
+    plan = window.plan(seq("f", *numbers), now_us=1)
+    assert plan.keep is None
+    assert plan.sequence is not None
+    window.record(seq("f", *numbers), range(20, 43), time_us=1, sequence=plan.sequence)
+    assert len(window._seen) == 0
+    spans = [(run.first, run.last, run.base_offset) for run in window._prefixes["f"].runs]
+    assert spans == [(0, 9, 20), (10, 19, 0), (20, 29, 30), (30, 39, 10), (45, 49, 40)]
+    retry = window.plan(ids("f:25", "f:5", "f:35", "f:47", "f:46", "f:19"), now_us=2)
+    assert message_offsets(retry, 6, base=43) == [35, 25, 15, 41, 43, 9]
+    # The first batch's two runs expire together, and truncating drops the second's.
+    assert window.truncate(30) == 13
+    window.plan(ids("x"), now_us=60_000_002)
+    assert window._prefixes == {}
+
+
+def test_interleaved_runs_of_two_producers_are_exact() -> None:
+    """Coarsely interleaved numbers cut the remembered run into pieces; finely
+    interleaved ones (more pieces than `MAX_RUNS_CROSSED`) go to the dictionary."""
+    for step, in_dict in ((10, 0), (1, 100)):
+        window = DedupWindow(60_000_000)
+        evens = [n for n in range(400) if (n // step) % 2 == 0][:100]
+        odds = [n for n in range(400) if (n // step) % 2 == 1][:100]
+        for offset, numbers in ((0, evens), (100, odds)):
+            plan = window.plan(seq("f", *numbers), now_us=0)
+            assert plan.keep is None
+            window.record(seq("f", *numbers), range(offset, offset + 100), 0, plan.sequence)
+        assert len(window) == 200
+        assert len(window._seen) == in_dict
+        for offset, numbers in ((0, evens), (100, odds)):
+            retry = window.plan(seq("f", *numbers), now_us=1)
+            assert retry.kept == 0
+            assert message_offsets(retry, 100, base=200) == list(range(offset, offset + 100))
+        assert window.plan(seq("f", 1000, 1001), now_us=1).sequence == IdSequence("f", 1000, 1001)
+    # The odds are in the dictionary: a run inside its span is checked id by id.
+    inside = window.plan(seq("f", 5, 6, 7), now_us=1)
+    assert message_offsets(inside, 3, base=200) == [102, 3, 103]
+    assert window.plan(seq("f", 500, 501), now_us=1).keep is None
+
+
+def test_repeats_inside_a_batch_in_a_gap_keep_the_first_copy() -> None:
+    window = DedupWindow(60_000_000)
+    window.record(seq("f", 100, 101), range(0, 2), time_us=0)
+    plan = window.plan(seq("f", 5, 6, 6, 7, 100), now_us=1)
+    assert plan.sequence is None
+    assert message_offsets(plan, 5, base=2) == [2, 3, 3, 4, 0]
+
+
+def test_ids_below_the_window_are_new_again_and_out_of_order_runs_expire_by_time() -> None:
+    window = DedupWindow(1_000)
+    window.record(seq("f", 50, 51), range(0, 2), time_us=0)
+    window.record(seq("f", 10, 11), range(2, 4), time_us=600)  # lower numbers, later
+    plan = window.plan(seq("f", 50, 51), now_us=1_200)  # the first run expired
+    assert plan.keep is None
+    assert [run.first for run in window._prefixes["f"].runs] == [10]
+    assert window.plan(seq("f", 10, 11), now_us=1_200).kept == 0
+    assert window.plan(seq("f", 10, 11), now_us=1_700).keep is None
+    assert window._prefixes == {}
+
+
+def test_truncate_drops_the_newest_runs_whatever_their_numbers() -> None:
+    window = DedupWindow(60_000_000)
+    window.record(seq("f", 20, 21), range(0, 2), time_us=0)
+    window.record(seq("f", 5, 6), range(2, 4), time_us=1)  # never stored
+    assert window.truncate(2) == 2
+    assert [run.first for run in window._prefixes["f"].runs] == [20]
+    plan = window.plan(seq("f", 5, 6, 21), now_us=2)
+    assert message_offsets(plan, 3, base=2) == [2, 3, 1]
+
+
+def test_the_window_answers_what_a_dictionary_of_every_id_would() -> None:
+    """Random out-of-order, sparse, retried, interleaved and repeated batches of
+    sequence ids, expiry and truncation: every row gets the offset a plain
+    dictionary of ids (the definition of dedup) gives it."""
+    rng = random.Random(34)
+    window, reference = DedupWindow(2_000), dict[str, tuple[int, int]]()
+    sent: list[list[str]] = []
+    next_offset, now = 0, 0
+    for _ in range(1200):
+        now += rng.randint(0, 40)
+        kind = rng.random()
+        prefix = rng.choice(["f:in:0", "f:in:1"])
+        start = rng.randrange(0, 400) * 10
+        if kind < 0.55:  # a span of input offsets, filtered, in any order
+            numbers = [n for n in range(start, start + 10) if rng.random() < 0.8]
+        elif kind < 0.6:  # another instance's interleaved rows
+            numbers = list(range(start + rng.randint(0, 1), start + 20, 2))
+        elif kind < 0.65:  # an instance's batch of several deliveries, chunk by chunk
+            chunk = rng.randint(2, 5)
+            numbers = [n for n in range(start, start + 40) if (n // chunk) % 2 == kind < 0.625]
+        elif kind < 0.75:  # a repeat inside the batch
+            numbers = sorted([start, start + 1, start + 1, start + 3])
+        elif kind < 0.95 and sent:
+            sent.append(rng.choice(sent))
+            numbers = []
+        else:
+            numbers = [start + 5, start + 2]  # decreasing
+        if numbers:
+            sent.append([f"{prefix}:{n}" for n in numbers])
+        batch = sent[-1]
+        if rng.random() < 0.02 and next_offset:
+            end = rng.randint(max(0, next_offset - 30), next_offset)
+            window.truncate(end)
+            reference = {k: v for k, v in reference.items() if v[0] < end}
+            next_offset = end
+        reference = {k: v for k, v in reference.items() if v[1] >= now - 2_000}
+        plan = window.plan(ids(*batch), now_us=now)
+        expected: list[int] = []
+        new: dict[str, int] = {}
+        for message_id in batch:
+            if message_id in reference:
+                expected.append(reference[message_id][0])
+            elif message_id not in new:
+                new[message_id] = next_offset + len(new)
+                expected.append(new[message_id])
+            else:
+                expected.append(new[message_id])
+        assert message_offsets(plan, len(batch), next_offset) == expected, batch
+        kept = [i for i in batch if i in new and new[i] >= next_offset]
+        kept = list(dict.fromkeys(kept))
+        assert plan.kept == len(kept)
+        window.record(ids(*kept), range(next_offset, next_offset + len(kept)), now, plan.sequence)
+        for message_id in kept:
+            reference[message_id] = (new[message_id], now)
+        next_offset += len(kept)
+        assert len(window) == len(reference)
+
+
+def test_a_batch_cutting_many_runs_is_kept_whole() -> None:
+    """Cutting 20 remembered runs leaves 40 in the batch's span (more than it may
+    cross to be planned at once): it is still recorded as runs, one per gap."""
+    window = DedupWindow(60_000_000)
+    for k in range(20):
+        window.record(seq("f", 10 * k, 10 * k + 2), [2 * k, 2 * k + 1], time_us=0)
+    numbers = [10 * k + 1 for k in range(20)]
+    plan = window.plan(seq("f", *numbers), now_us=1)
+    assert plan.keep is None
+    window.record(seq("f", *numbers), range(40, 60), time_us=1, sequence=plan.sequence)
+    assert len(window._seen) == 0
+    assert len(window._prefixes["f"].runs) == 60
+    retry = window.plan(seq("f", 1, 2, 191, 192), now_us=2)
+    assert message_offsets(retry, 4, base=60) == [40, 1, 59, 39]

@@ -10,14 +10,17 @@ Two kinds of id are remembered differently, with the same exact semantics:
 - A *sequence id* ``<prefix>:<n>`` (``n`` a canonical decimal below 10^18) is
   remembered in *runs*: one run per batch whose ids share a prefix and have
   strictly increasing numbers, holding the numbers and the offset of the first
-  row. Per prefix, the runs are kept in order and the highest number ever
-  recorded is known. A batch of an idempotent producer is recognised as a run
-  with a few vectorised passes (pyarrow compute), and when all its numbers are
-  above the prefix's highest it is new without looking up any id: no per-id
-  Python on the hot path, in `plan` or in `record`.
-- Any other id (and a sequence id that does not extend its prefix's runs, e.g.
-  an application's out-of-order ``order:17``) goes into a dictionary, one
-  lookup per id, which is what dedup of arbitrary ids is.
+  row (`tamto_router.dedup_runs`). A batch of an idempotent producer is
+  recognised as a run with a few vectorised passes (pyarrow compute), and it
+  is new without looking up any id when its numbers all fall in gaps between
+  its prefix's remembered runs (above them all, for one producer in order; a
+  bisection per run its span reaches, for results reaching a partition out of
+  order from several processing instances). No per-id Python on the hot path,
+  in `plan` or in `record`.
+- Any other id (and a sequence id whose batch reaches into a remembered run's
+  span, e.g. an application's out-of-order ``order:17``, or two producers'
+  interleaved numbers) goes into a dictionary, one lookup per id, which is
+  what dedup of arbitrary ids is.
 
 A batch that is not a fresh run (a retry, repeats, mixed ids) is planned id by
 id against both. A batch without ids is skipped by one null count. The window
@@ -29,7 +32,7 @@ owner in between (storage restarted, the ownership lease was granted again).
 from __future__ import annotations
 
 import array
-import bisect
+import itertools
 from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,9 +43,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tamto_protocol.batch import int64_scalar, prefixed_numbers, sequence_ids
+from tamto_router.dedup_runs import MAX_SEQUENCE, IdSequence, PrefixRuns, Run
 
-#: The largest sequence number (18 digits) a sequence id may carry.
-MAX_SEQUENCE = 10**18 - 1
 #: A sequence id, as `split_sequence_id` reads it (RE2: the prefix is up to the last ':').
 _SEQUENCE_ID = r"(?s)^(?P<prefix>.*):(?P<n>0|[1-9][0-9]{0,17})$"
 
@@ -60,21 +62,6 @@ def split_sequence_id(message_id: str) -> tuple[str, int] | None:
     ):
         return None
     return prefix, int(digits)
-
-
-@dataclass(frozen=True, slots=True)
-class IdSequence:
-    """The ids of a batch when they are ``<prefix>:<n>`` with `n` strictly increasing."""
-
-    prefix: str
-    first: int
-    last: int
-    #: Every row's number when they are not consecutive; None: first, first+1, ..., last.
-    numbers: array.array[int] | None = None
-
-    @property
-    def count(self) -> int:
-        return self.last - self.first + 1 if self.numbers is None else len(self.numbers)
 
 
 def id_sequence(ids: pa.Array) -> IdSequence | None:
@@ -117,44 +104,6 @@ class DedupPlan:
     sequence: IdSequence | None = None
 
 
-class _Run:
-    """The ids of one recorded batch with a sequence of ids, and where it was stored."""
-
-    __slots__ = ("base_offset", "first", "last", "numbers", "time_us")
-
-    def __init__(self, sequence: IdSequence, base_offset: int, time_us: int) -> None:
-        self.first = sequence.first
-        self.last = sequence.last
-        self.numbers = sequence.numbers
-        self.base_offset = base_offset
-        self.time_us = time_us
-
-    @property
-    def count(self) -> int:
-        return self.last - self.first + 1 if self.numbers is None else len(self.numbers)
-
-    def offset_of(self, number: int) -> int | None:
-        if number < self.first or number > self.last:
-            return None
-        if self.numbers is None:
-            return self.base_offset + number - self.first
-        i = bisect.bisect_left(self.numbers, number)
-        if i < len(self.numbers) and self.numbers[i] == number:
-            return self.base_offset + i
-        return None
-
-
-class _Prefix:
-    """Everything remembered of one prefix's sequence ids."""
-
-    __slots__ = ("highest", "in_dict", "runs")
-
-    def __init__(self) -> None:
-        self.runs: deque[_Run] = deque()  # ascending and disjoint numbers, oldest first
-        self.highest = -1  # the highest number recorded, in runs or in the dictionary
-        self.in_dict = 0  # how many of its ids are in the dictionary
-
-
 class DedupWindow:
     """Ids and offsets of messages stored within the last `window_us`."""
 
@@ -162,8 +111,9 @@ class DedupWindow:
         self.window_us = window_us
         # id -> (offset, time, prefix if it is a sequence id)
         self._seen: OrderedDict[str, tuple[int, int, str | None]] = OrderedDict()
-        self._prefixes: dict[str, _Prefix] = {}
-        self._runs: deque[tuple[int, str]] = deque()  # (time, prefix) in record order
+        self._prefixes: dict[str, PrefixRuns] = {}
+        # (time, prefix, the runs of one recorded batch) in record order
+        self._runs: deque[tuple[int, str, list[Run]]] = deque()
         self._run_ids = 0
 
     def __len__(self) -> int:
@@ -179,17 +129,18 @@ class DedupWindow:
             seen.popitem(last=False)
             if first[2] is not None:
                 state = self._prefixes[first[2]]
-                state.in_dict -= 1
+                state.forget_dict_id()
                 self._forget_if_empty(first[2], state)
         runs = self._runs
         while runs and runs[0][0] < horizon:
-            _, prefix = runs.popleft()
+            _, prefix, group = runs.popleft()
             state = self._prefixes[prefix]
-            # Runs of a prefix are recorded in time order too: the oldest is first.
-            self._run_ids -= state.runs.popleft().count
+            for run in group:
+                state.remove(run)
+                self._run_ids -= run.count
             self._forget_if_empty(prefix, state)
 
-    def _forget_if_empty(self, prefix: str, state: _Prefix) -> None:
+    def _forget_if_empty(self, prefix: str, state: PrefixRuns) -> None:
         if not state.runs and not state.in_dict:
             del self._prefixes[prefix]
 
@@ -202,7 +153,7 @@ class DedupWindow:
         sequence = id_sequence(ids)
         if sequence is not None:
             state = self._prefixes.get(sequence.prefix)
-            if state is None or sequence.first > state.highest:
+            if state is None or state.fit(sequence) is not None:
                 return DedupPlan(None, n, {}, sequence)  # all new: nothing to look up
         duplicates: dict[int, int] = {}
         first_in_batch: dict[str, int] = {}
@@ -232,11 +183,7 @@ class DedupWindow:
         if split is None:
             return None
         state = self._prefixes.get(split[0])
-        if state is None or split[1] > state.highest or not state.runs:
-            return None
-        runs = state.runs
-        i = bisect.bisect_right(runs, split[1], key=_first) - 1
-        return runs[i].offset_of(split[1]) if i >= 0 else None
+        return state.offset_of(split[1]) if state is not None else None
 
     def record(
         self,
@@ -257,15 +204,31 @@ class DedupWindow:
         if sequence is not None and offsets[n - 1] - offsets[0] == n - 1:
             state = self._prefixes.get(sequence.prefix)
             if state is None:
-                state = self._prefixes[sequence.prefix] = _Prefix()
-            if sequence.first > state.highest:  # none of these ids is remembered yet
-                state.runs.append(_Run(sequence, offsets[0], time_us))
-                state.highest = sequence.last
-                self._runs.append((time_us, sequence.prefix))
-                self._run_ids += n
+                state = self._prefixes[sequence.prefix] = PrefixRuns()
+            fit = state.fit(sequence)
+            if fit is not None:  # none is remembered yet: a run per gap it fills
+                for run, rows in fit:
+                    state.cut(run, rows, sequence.prefix)
+                cuts = state.gaps(sequence)
+                assert cuts is not None
+                self._add_runs(sequence, state, cuts, offsets[0], time_us)
                 return
         for message_id, offset in zip(ids.to_pylist(), offsets, strict=True):
             self._remember(message_id, offset, time_us)
+
+    def _add_runs(
+        self, sequence: IdSequence, state: PrefixRuns, cuts: list[int], base: int, time_us: int
+    ) -> None:
+        """Remember `sequence`, stored from offset `base`, as one run per piece between
+        `cuts` (rows; each piece in a gap between the prefix's runs)."""
+        group: list[Run] = []
+        bounds = [0, *cuts, sequence.count]
+        for start, end in itertools.pairwise(bounds):
+            run = Run(sequence.piece(start, end), base + start, group)
+            group.append(run)
+            state.add(run)
+        self._runs.append((time_us, sequence.prefix, group))
+        self._run_ids += sequence.count
 
     def _remember(self, message_id: str | None, offset: int, time_us: int) -> None:
         """Record one id in the dictionary, unless it is remembered already."""
@@ -275,9 +238,8 @@ class DedupWindow:
         if split is not None:
             state = self._prefixes.get(split[0])
             if state is None:
-                state = self._prefixes[split[0]] = _Prefix()
-            state.in_dict += 1
-            state.highest = max(state.highest, split[1])
+                state = self._prefixes[split[0]] = PrefixRuns()
+            state.remember_dict_number(split[1])
         self._seen[message_id] = (offset, time_us, split[0] if split else None)
 
     def record_log(self, ids: pa.Array, base_offset: int, times_us: npt.NDArray[np.int64]) -> None:
@@ -313,14 +275,11 @@ class DedupWindow:
             first = numbers[start].as_py()
             state = self._prefixes.get(prefix)
             if state is None:
-                state = self._prefixes[prefix] = _Prefix()
+                state = self._prefixes[prefix] = PrefixRuns()
             time_us = int(times_us[end - 1])
             if first > state.highest:
                 sequence = IdSequence(prefix, first, first + end - start - 1)
-                state.runs.append(_Run(sequence, base_offset + start, time_us))
-                state.highest = sequence.last
-                self._runs.append((time_us, prefix))
-                self._run_ids += end - start
+                self._add_runs(sequence, state, [], base_offset + start, time_us)
             else:
                 self.record(
                     ids.slice(start, end - start),
@@ -354,13 +313,13 @@ class DedupWindow:
             seen.popitem(last=True)
             dropped += 1
             if prefix is not None:
-                self._prefixes[prefix].in_dict -= 1
+                self._prefixes[prefix].forget_dict_id()
                 touched.add(prefix)
         runs = self._runs
         while runs:
-            prefix = runs[-1][1]
+            _, prefix, group = runs[-1]
             state = self._prefixes[prefix]
-            run = state.runs[-1]
+            run = group[-1]  # its runs are in offset order
             if run.base_offset + run.count <= end:
                 break
             touched.add(prefix)
@@ -368,8 +327,10 @@ class DedupWindow:
             dropped += run.count - kept
             self._run_ids -= run.count - kept
             if kept == 0:
-                state.runs.pop()
-                runs.pop()
+                state.remove(run)
+                group.pop()
+                if not group:
+                    runs.pop()
                 continue
             # Part of one batch stored (not done by storage, which appends whole
             # batches; kept exact anyway): the run keeps its first `kept` ids.
@@ -414,10 +375,6 @@ def _true_rows(flags: pa.BooleanArray) -> npt.NDArray[np.bool_]:
     if validity is not None:
         rows &= np.unpackbits(np.frombuffer(validity, np.uint8), bitorder="little")[span]
     return rows.astype(np.bool_)
-
-
-def _first(run: _Run) -> int:
-    return run.first
 
 
 def message_offsets(plan: DedupPlan, rows: int, base: int) -> list[int]:
