@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import gc
 import json
 from collections.abc import Callable
 
@@ -22,7 +21,7 @@ from tamto_common.config import MIB
 from tamto_common.errors import Unavailable
 from tamto_common.grpc_errors import downstream_error
 from tamto_common.guard import Guard, PolicyCache
-from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
+from tamto_common.loop_lag import LoopLagMonitor, collect_fully_less_often
 from tamto_common.membership import KeptLease, MemberDirectory
 from tamto_common.oidc import external_verifiers
 from tamto_common.placement import GoneTargets, PlacementView
@@ -94,12 +93,10 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
 
 async def _watch_the_loop(runtime: Runtime) -> None:
     """Measure how long any step holds the loop (gauge tamto_event_loop_lag_max_seconds),
-    and make full garbage collections rare."""
+    and make full garbage collections rare: while a crowd of consumers attaches they
+    took up to 3.1 s and held every thread, the lease keep-alive's too."""
     await runtime.resources.enter_async_context(LoopLagMonitor())
-    # Full garbage collections while a crowd of consumers attaches took up to 3.1 s
-    # and held every thread (the lease keep-alive's too): at most one per 1,000
-    # second-generation collections (Python's default: 10). docs/testing.md, crowds.
-    gc.set_threshold(*gc.get_threshold()[:2], FULL_GC_EVERY)
+    collect_fully_less_often()
 
 
 async def _own_partitions(
