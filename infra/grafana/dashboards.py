@@ -90,20 +90,27 @@ def latency(title: str, histogram: str, selector: str, by: str, description: str
     )
 
 
+def appended(what: str, selector: str, description: str, unit: str = "short") -> PanelSpec:
+    """Messages or bytes (`what`) storage appended per second, per stream."""
+    return PanelSpec(
+        f"{what.capitalize()} appended per second",
+        (Query(rate(f"tamto_storage_appended_{what}_total", "stream", selector), "{{stream}}"),),
+        unit=unit,
+        description=description,
+    )
+
+
 STREAM = 'stream=~"$stream"'
 
 OVERVIEW = (
-    PanelSpec(
-        "Messages appended per second",
-        (Query(rate("tamto_storage_appended_messages_total", "stream"), "{{stream}}"),),
-        description="Acknowledged messages stored, per stream, counted by every replica "
+    appended(
+        "messages",
+        "",
+        "Acknowledged messages stored, per stream, counted by every replica "
         "(a stream of replication factor 3 counts each message three times).",
     ),
-    PanelSpec(
-        "Bytes appended per second",
-        (Query(rate("tamto_storage_appended_bytes_total", "stream"), "{{stream}}"),),
-        unit="Bps",
-        description="Arrow IPC bytes stored, per stream, counted by every replica.",
+    appended(
+        "bytes", "", "Arrow IPC bytes stored, per stream, counted by every replica.", unit="Bps"
     ),
     PanelSpec(
         "Calls per second by service and status",
@@ -194,17 +201,8 @@ OVERVIEW = (
 )
 
 STREAMS = (
-    PanelSpec(
-        "Messages appended per second",
-        (Query(rate("tamto_storage_appended_messages_total", "stream", STREAM), "{{stream}}"),),
-        description="Counted by every replica.",
-    ),
-    PanelSpec(
-        "Bytes appended per second",
-        (Query(rate("tamto_storage_appended_bytes_total", "stream", STREAM), "{{stream}}"),),
-        unit="Bps",
-        description="Counted by every replica.",
-    ),
+    appended("messages", STREAM, "Counted by every replica."),
+    appended("bytes", STREAM, "Counted by every replica.", unit="Bps"),
     PanelSpec(
         "Average message size",
         (

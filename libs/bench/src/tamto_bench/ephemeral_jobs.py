@@ -17,27 +17,25 @@ Run inside a worker process (see `pool`). The two systems do the same things:
 from __future__ import annotations
 
 import asyncio
-import os
+import functools
 import time
 
-import nats
 from nats.aio.msg import Msg
 
 import tamto_sdk
 from tamto_bench.gate import Gate
-from tamto_bench.nats_jobs import subject_of
-from tamto_bench.receiving import request_loops
+from tamto_bench.nats_jobs import connected, subject_of
+from tamto_bench.receiving import PushWindow, request_loops
 from tamto_bench.spec import JobResult, JobSpec
 from tamto_bench.timing import (
     batch_stamps,
+    flat_out,
     in_window,
     paced,
     wait_for_start,
     warmup_end_ns,
 )
 
-#: Publishes between two yields to the event loop.
-_YIELD_EVERY = 256
 _FLUSH_TIMEOUT_S = 30.0
 _REQUEST_TIMEOUT_S = 5.0
 
@@ -57,12 +55,8 @@ async def eph_publish(spec: JobSpec, gate: Gate) -> JobResult:
             if spec.rate > 0:
                 result.total = await paced(spec.rate, start, end, send, spec.size)
             else:
-                payload = os.urandom(spec.size)
-                while time.monotonic() < end:
-                    for _ in range(_YIELD_EVERY):
-                        await producer.send(payload, topic="bench.load")
-                    result.total += _YIELD_EVERY
-                    await asyncio.sleep(0)
+                flat = functools.partial(producer.send, topic="bench.load")
+                result.total = await flat_out(end, flat, spec.size)
             result.in_window = result.total
             await asyncio.wait_for(producer.flush(), _FLUSH_TIMEOUT_S)
             result.last = time.time()
@@ -132,14 +126,13 @@ async def eph_reply(spec: JobSpec, gate: Gate) -> JobResult:
 async def core_fan_out(spec: JobSpec, gate: Gate) -> JobResult:
     """`spec.subscribers` plain core NATS subscriptions, each receiving everything."""
     result = JobResult()
-    nc = await nats.connect(spec.target, max_reconnect_attempts=0)
-    try:
-        window = {"start": 0.0, "end": 0.0}
+    async with connected(spec.target) as nc:
+        window = PushWindow()
 
         async def on_message(msg: Msg) -> None:
             result.total += 1
             result.last = time.time()
-            if window["start"] <= time.monotonic() <= window["end"]:
+            if window.start <= time.monotonic() <= window.end:
                 result.in_window += 1
 
         for _ in range(spec.subscribers):
@@ -150,36 +143,26 @@ async def core_fan_out(spec: JobSpec, gate: Gate) -> JobResult:
                 pending_bytes_limit=1 << 30,
             )
         await nc.flush()
-        start_wall = await gate.ready()
-        result.started = start_wall
-        start = await wait_for_start(start_wall)
-        window["start"], window["end"] = start, start + spec.duration_s
-        await asyncio.sleep(spec.duration_s + spec.idle_s)
-    finally:
-        await nc.close()
+        await window.run(spec, gate, result)
     return result
 
 
 async def core_request(spec: JobSpec, gate: Gate) -> JobResult:
     """Core NATS request/reply (`nc.request`), `spec.window` loops."""
     result = JobResult()
-    nc = await nats.connect(spec.target, max_reconnect_attempts=0)
-    try:
+    async with connected(spec.target) as nc:
 
         async def ask(payload: bytes) -> None:
             await nc.request(subject_of(spec.stream), payload, timeout=_REQUEST_TIMEOUT_S)
 
         await request_loops(spec, gate, result, ask)
-    finally:
-        await nc.close()
     return result
 
 
 async def core_reply(spec: JobSpec, gate: Gate) -> JobResult:
     """A core NATS replier (queue group) echoing each request."""
     result = JobResult()
-    nc = await nats.connect(spec.target, max_reconnect_attempts=0)
-    try:
+    async with connected(spec.target) as nc:
 
         async def on_request(msg: Msg) -> None:
             await msg.respond(msg.data)
@@ -189,8 +172,6 @@ async def core_reply(spec: JobSpec, gate: Gate) -> JobResult:
         await nc.flush()
         start = await wait_for_start(await gate.ready())
         await asyncio.sleep(max(0.0, start + spec.duration_s + spec.idle_s - time.monotonic()))
-    finally:
-        await nc.close()
     return result
 
 
@@ -213,9 +194,7 @@ async def core_ping(spec: JobSpec, gate: Gate) -> JobResult:
     """Publish one message on core NATS, await its delivery (another connection), then
     the next."""
     result = JobResult()
-    publisher = await nats.connect(spec.target, max_reconnect_attempts=0)
-    subscriber = await nats.connect(spec.target, max_reconnect_attempts=0)
-    try:
+    async with connected(spec.target) as publisher, connected(spec.target) as subscriber:
         received: asyncio.Queue[Msg] = asyncio.Queue()
         await subscriber.subscribe(subject_of(spec.stream), cb=received.put)
         await subscriber.flush()
@@ -225,9 +204,6 @@ async def core_ping(spec: JobSpec, gate: Gate) -> JobResult:
             await asyncio.wait_for(received.get(), _REQUEST_TIMEOUT_S)
 
         await request_loops(spec, gate, result, ask)
-    finally:
-        await publisher.close()
-        await subscriber.close()
     return result
 
 

@@ -12,8 +12,10 @@ consumer fetching 100 at a time with an `ack()` per message.
 from __future__ import annotations
 
 import asyncio
-import os
+import contextlib
+import functools
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import nats
@@ -21,11 +23,10 @@ from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from tamto_bench.gate import Gate
-from tamto_bench.receiving import consume_loop, request_loops
+from tamto_bench.receiving import PushWindow, consume_loop, request_loops
 from tamto_bench.spec import JobResult, JobSpec
-from tamto_bench.timing import paced, stamp_of, wait_for_start, warmup_end_ns
+from tamto_bench.timing import flat_out, paced, stamp_of, wait_for_start
 
-_YIELD_EVERY = 256
 _FLUSH_TIMEOUT_S = 30.0
 _FETCH = 1000
 #: Messages per fetch of the per-message consuming row (JetStream's side of it).
@@ -37,15 +38,25 @@ def subject_of(stream: str) -> str:
     return f"bench.{stream}"
 
 
-async def _connect(url: str) -> Any:
-    return await nats.connect(url, max_reconnect_attempts=0, pending_size=64 * 1024 * 1024)
+@contextlib.asynccontextmanager
+async def connected(url: str, **options: Any) -> AsyncIterator[Any]:
+    """A nats-py connection that does not reconnect (`options`: nats.connect's), closed
+    on the way out."""
+    nc = await nats.connect(url, max_reconnect_attempts=0, **options)
+    try:
+        yield nc
+    finally:
+        await nc.close()
+
+
+def _connect(url: str) -> contextlib.AbstractAsyncContextManager[Any]:
+    return connected(url, pending_size=64 * 1024 * 1024)
 
 
 async def js_publish(spec: JobSpec, gate: Gate) -> JobResult:
     """Publish to a JetStream stream with windowed async acks; count the acks."""
     result = JobResult()
-    nc = await _connect(spec.target)
-    try:
+    async with _connect(spec.target) as nc:
         js = nc.jetstream(publish_async_max_pending=spec.window)
         subject = subject_of(spec.stream)
         start = await wait_for_start(await gate.ready())
@@ -60,15 +71,9 @@ async def js_publish(spec: JobSpec, gate: Gate) -> JobResult:
         if spec.rate > 0:
             await paced(spec.rate, start, end, send, spec.size)
         else:
-            payload = os.urandom(spec.size)
-            while time.monotonic() < end:
-                for _ in range(_YIELD_EVERY):
-                    await send(payload)
-                await asyncio.sleep(0)
+            await flat_out(end, send, spec.size)
         await asyncio.wait_for(js.publish_async_completed(), _FLUSH_TIMEOUT_S)
         result.last = time.time()
-    finally:
-        await nc.close()
     return result
 
 
@@ -92,8 +97,7 @@ async def js_consume_per_message(spec: JobSpec, gate: Gate) -> JobResult:
 async def js_publish_sequential(spec: JobSpec, gate: Gate) -> JobResult:
     """`await js.publish(subject, payload)` one after another, each one timed."""
     result = JobResult()
-    nc = await _connect(spec.target)
-    try:
+    async with _connect(spec.target) as nc:
         js = nc.jetstream()
         subject = subject_of(spec.stream)
 
@@ -101,15 +105,12 @@ async def js_publish_sequential(spec: JobSpec, gate: Gate) -> JobResult:
             await js.publish(subject, payload)
 
         await request_loops(spec, gate, result, publish_one)
-    finally:
-        await nc.close()
     return result
 
 
 async def _js_pull(spec: JobSpec, gate: Gate, durable: str, fetch: int) -> JobResult:
     result = JobResult()
-    nc = await _connect(spec.target)
-    try:
+    async with _connect(spec.target) as nc:
         js = nc.jetstream()
         sub = await js.pull_subscribe(
             subject_of(spec.stream),
@@ -136,8 +137,6 @@ async def _js_pull(spec: JobSpec, gate: Gate, durable: str, fetch: int) -> JobRe
 
         await consume_loop(spec, gate, result, receive, ack, _stamps)
         await nc.flush(timeout=_FLUSH_TIMEOUT_S)
-    finally:
-        await nc.close()
     return result
 
 
@@ -159,19 +158,18 @@ def push_consumer_config(stream: str) -> ConsumerConfig:
 
 async def _js_push_latency(spec: JobSpec, gate: Gate) -> JobResult:
     result = JobResult()
-    nc = await _connect(spec.target)
-    try:
+    async with _connect(spec.target) as nc:
         js = nc.jetstream()
-        window = {"start": 0.0, "end": 0.0, "warm_ns": 0.0}
+        window = PushWindow()
 
         async def on_message(msg: Msg) -> None:
             received_ns = time.time_ns()
             result.total += 1
             result.last = time.time()
-            if window["start"] <= time.monotonic() <= window["end"]:
+            if window.start <= time.monotonic() <= window.end:
                 result.in_window += 1
             sent_ns = stamp_of(msg.data)
-            if sent_ns >= window["warm_ns"]:
+            if sent_ns >= window.warm_ns:
                 result.latencies_ns.append(received_ns - sent_ns)
             await msg.ack()
 
@@ -186,22 +184,14 @@ async def _js_push_latency(spec: JobSpec, gate: Gate) -> JobResult:
             manual_ack=True,
             pending_msgs_limit=1_000_000,
         )
-        start_wall = await gate.ready()
-        result.started = start_wall
-        window["warm_ns"] = warmup_end_ns(start_wall, spec.duration_s)
-        start = await wait_for_start(start_wall)
-        window["start"], window["end"] = start, start + spec.duration_s
-        await asyncio.sleep(spec.duration_s + spec.idle_s)
-    finally:
-        await nc.close()
+        await window.run(spec, gate, result)
     return result
 
 
 async def core_publish(spec: JobSpec, gate: Gate) -> JobResult:
     """Publish on core NATS (fire and forget) as fast as possible or at `spec.rate`."""
     result = JobResult()
-    nc = await _connect(spec.target)
-    try:
+    async with _connect(spec.target) as nc:
         subject = subject_of(spec.stream)
         start = await wait_for_start(await gate.ready())
         end = start + spec.duration_s
@@ -213,37 +203,28 @@ async def core_publish(spec: JobSpec, gate: Gate) -> JobResult:
         if spec.rate > 0:
             result.total = await paced(spec.rate, start, end, send, spec.size)
         else:
-            payload = os.urandom(spec.size)
-            while time.monotonic() < end:
-                for _ in range(_YIELD_EVERY):
-                    await nc.publish(subject, payload)
-                result.total += _YIELD_EVERY
-                await asyncio.sleep(0)
+            result.total = await flat_out(end, functools.partial(nc.publish, subject), spec.size)
         result.in_window = result.total
         await nc.flush(timeout=_FLUSH_TIMEOUT_S)
         result.last = time.time()
-    finally:
-        await nc.close()
     return result
 
 
 async def core_subscribe(spec: JobSpec, gate: Gate) -> JobResult:
     """Receive on core NATS in a queue group; count deliveries (and latency if asked)."""
     result = JobResult()
-    nc = await _connect(spec.target)
-    try:
-        window = {"start": 0.0, "end": 0.0}
-        warm_ns = 0
+    async with _connect(spec.target) as nc:
+        window = PushWindow()
 
         async def on_message(msg: Msg) -> None:
             now = time.monotonic()
             result.total += 1
             result.last = time.time()
-            if window["start"] <= now <= window["end"]:
+            if window.start <= now <= window.end:
                 result.in_window += 1
             if spec.latency:
                 sent_ns = stamp_of(msg.data)
-                if sent_ns >= warm_ns:
+                if sent_ns >= window.warm_ns:
                     result.latencies_ns.append(time.time_ns() - sent_ns)
 
         await nc.subscribe(
@@ -254,14 +235,7 @@ async def core_subscribe(spec: JobSpec, gate: Gate) -> JobResult:
             pending_bytes_limit=1 << 30,
         )
         await nc.flush()
-        start_wall = await gate.ready()
-        result.started = start_wall
-        warm_ns = warmup_end_ns(start_wall, spec.duration_s)
-        start = await wait_for_start(start_wall)
-        window["start"], window["end"] = start, start + spec.duration_s
-        await asyncio.sleep(spec.duration_s + spec.idle_s)
-    finally:
-        await nc.close()
+        await window.run(spec, gate, result)
     return result
 
 

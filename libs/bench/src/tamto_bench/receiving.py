@@ -1,5 +1,6 @@
-"""The consumer side of a benchmark job: one receive loop for every system; and the
-one-call-at-a-time loop (request/reply, ping, sequential publish).
+"""The consumer side of a benchmark job: one receive loop for every system; the window
+of a job whose messages arrive in callbacks (`PushWindow`); and the one-call-at-a-time
+loop (request/reply, ping, sequential publish).
 
 Tamto's shared subscription and a JetStream pull consumer are measured alike: wait
 for the common start, receive until the window and the idle time are over (or,
@@ -60,6 +61,30 @@ async def consume_loop(
             warm,
         )
         await ack(batch)
+
+
+class PushWindow:
+    """The measurement window of a job whose messages arrive in callbacks (core NATS,
+    a JetStream push consumer): the callbacks count a message into the window when it
+    arrives between `start` and `end` (monotonic; both 0 until `run` opens it), and
+    sample latencies of payloads sent from `warm_ns` (wall clock) on."""
+
+    __slots__ = ("end", "start", "warm_ns")
+
+    def __init__(self) -> None:
+        self.start = 0.0
+        self.end = 0.0
+        self.warm_ns = 0
+
+    async def run(self, spec: JobSpec, gate: Gate, result: JobResult) -> None:
+        """Wait for the common start, open the window, and return once it and the idle
+        time are over."""
+        start_wall = await gate.ready()
+        result.started = start_wall
+        self.warm_ns = warmup_end_ns(start_wall, spec.duration_s)
+        start = await wait_for_start(start_wall)
+        self.start, self.end = start, start + spec.duration_s
+        await asyncio.sleep(spec.duration_s + spec.idle_s)
 
 
 async def request_loops(

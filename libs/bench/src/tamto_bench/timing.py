@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import struct
 import time
 from collections.abc import Awaitable, Callable
@@ -13,6 +14,8 @@ import pyarrow.compute as pc
 _STAMP = struct.Struct("<q")
 #: How often a paced publisher wakes up to send what is due.
 TICK_S = 0.001
+#: Sends between two yields to the event loop, sending flat out (`flat_out`).
+YIELD_EVERY = 256
 #: Latency samples from the first part of the window are dropped (connections warm up).
 WARMUP_FRACTION = 0.2
 
@@ -66,3 +69,16 @@ async def paced(
 def in_window(start: float, end: float) -> bool:
     """Whether the monotonic clock is now between `start` and `end`."""
     return start <= time.monotonic() <= end
+
+
+async def flat_out(end: float, send: Callable[[bytes], Awaitable[object]], size: int) -> int:
+    """Call `send(payload)` (`size` random bytes) as fast as it goes until the monotonic
+    `end`, yielding to the event loop every `YIELD_EVERY` sends; how many were sent."""
+    payload = os.urandom(size)
+    sent = 0
+    while time.monotonic() < end:
+        for _ in range(YIELD_EVERY):
+            await send(payload)
+        sent += YIELD_EVERY
+        await asyncio.sleep(0)
+    return sent

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tamto_cli.connect import err, fetch, require_found
-from tamto_cli.options import ApiKey, AsJson, DataDir, Url
+from tamto_cli.connect import Gateway, err, reaches_gateway
+from tamto_cli.options import AsJson
 from tamto_cli.output import report
 
 if TYPE_CHECKING:
@@ -52,14 +51,13 @@ def _print_new_key(new: tamto_sdk.security.NewApiKey, as_json: bool) -> None:
 
 
 @user_app.command("create")
+@reaches_gateway
 def user_create(
+    gateway: Gateway,
     name: str,
     service: Annotated[bool, typer.Option(help="a service account, not a person")] = False,
     key: Annotated[bool, typer.Option(help="also create a first API key")] = True,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """Create a user (or --service account) and, unless --no-key, its first API key."""
     import tamto_sdk
@@ -72,7 +70,7 @@ def user_create(
         await client.security.create_identity(name, kind)
         return await client.security.create_api_key(name) if key else None
 
-    new = fetch(url, api_key, data_dir, create)
+    new = gateway.fetch(create)
     if new is not None:
         _print_new_key(new, as_json)
     else:
@@ -80,11 +78,10 @@ def user_create(
 
 
 @user_app.command("list")
-def user_list(
-    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
-) -> None:
+@reaches_gateway
+def user_list(gateway: Gateway, as_json: AsJson = False) -> None:
     """List identities: `NAME<TAB>KIND<TAB>enabled|disabled<TAB>ROLES<TAB>KEYS` (or JSON)."""
-    identities = fetch(url, api_key, data_dir, lambda client: client.security.list_identities())
+    identities = gateway.fetch(lambda client: client.security.list_identities())
     if as_json:
         print(json.dumps([_identity_dict(i) for i in identities]))
         return
@@ -94,111 +91,80 @@ def user_list(
         typer.echo(f"{i.name}\t{i.kind.value}\t{state}\t{','.join(i.roles)}\t{keys}")
 
 
-def _set_identity(
-    name: str, disabled: bool, as_json: bool, url: str | None, key: str | None, d: Path | None
-) -> None:
-    fetch(url, key, d, lambda client: client.security.set_identity_disabled(name, disabled))
+def _set_identity(gateway: Gateway, name: str, disabled: bool, as_json: bool) -> None:
+    gateway.fetch(lambda client: client.security.set_identity_disabled(name, disabled))
     state = "disabled" if disabled else "enabled"
     report(as_json, f"{name}: {state}", {"name": name, "disabled": disabled})
 
 
 @user_app.command("disable")
-def user_disable(
-    name: str,
-    as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-) -> None:
+@reaches_gateway
+def user_disable(gateway: Gateway, name: str, as_json: AsJson = False) -> None:
     """Disable an identity: its keys and its live tokens stop working."""
-    _set_identity(name, True, as_json, url, api_key, data_dir)
+    _set_identity(gateway, name, True, as_json)
 
 
 @user_app.command("enable")
-def user_enable(
-    name: str,
-    as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-) -> None:
+@reaches_gateway
+def user_enable(gateway: Gateway, name: str, as_json: AsJson = False) -> None:
     """Enable a disabled identity again."""
-    _set_identity(name, False, as_json, url, api_key, data_dir)
+    _set_identity(gateway, name, False, as_json)
 
 
 @user_app.command("add-key")
-def user_add_key(
-    name: str,
-    as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-) -> None:
+@reaches_gateway
+def user_add_key(gateway: Gateway, name: str, as_json: AsJson = False) -> None:
     """Create another API key for an identity (printed once)."""
 
-    _print_new_key(
-        fetch(url, api_key, data_dir, lambda client: client.security.create_api_key(name)), as_json
-    )
+    _print_new_key(gateway.fetch(lambda client: client.security.create_api_key(name)), as_json)
 
 
 @user_app.command("rotate-key")
-def user_rotate_key(
-    key_id: str,
-    as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-) -> None:
+@reaches_gateway
+def user_rotate_key(gateway: Gateway, key_id: str, as_json: AsJson = False) -> None:
     """Replace an API key: prints the new key; the old one is disabled at once."""
 
     _print_new_key(
-        fetch(url, api_key, data_dir, lambda client: client.security.rotate_api_key(key_id)),
+        gateway.fetch(lambda client: client.security.rotate_api_key(key_id)),
         as_json,
     )
 
 
 @user_app.command("disable-key")
+@reaches_gateway
 def user_disable_key(
+    gateway: Gateway,
     key_id: str,
     enable: Annotated[bool, typer.Option(help="enable it again instead")] = False,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """Disable (or --enable) one API key by its id."""
 
-    fetch(url, api_key, data_dir, lambda c: c.security.set_api_key_disabled(key_id, not enable))
+    gateway.fetch(lambda c: c.security.set_api_key_disabled(key_id, not enable))
     state = "enabled" if enable else "disabled"
     report(as_json, f"key {key_id}: {state}", {"key_id": key_id, "disabled": not enable})
 
 
 @user_app.command("delete-key")
-def user_delete_key(
-    key_id: str,
-    as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-) -> None:
+@reaches_gateway
+def user_delete_key(gateway: Gateway, key_id: str, as_json: AsJson = False) -> None:
     """Delete one API key by its id: it stops authenticating and its tokens are refused."""
 
-    info = fetch(url, api_key, data_dir, lambda client: client.security.delete_api_key(key_id))
+    info = gateway.fetch(lambda client: client.security.delete_api_key(key_id))
     text = f"key {key_id} of {info.identity}: deleted"
     report(as_json, text, {"key_id": key_id, "identity": info.identity, "deleted": True})
 
 
 @role_app.command("put")
+@reaches_gateway
 def role_put(
+    gateway: Gateway,
     name: str,
     grant: Annotated[
         list[str] | None,
         typer.Option("--grant", "-g", help="PERMISSION:PATTERN, e.g. publish:orders.* (repeat)"),
     ] = None,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """Create or replace a role with its grants (publish, consume, admin on a pattern)."""
     import tamto_sdk
@@ -209,19 +175,18 @@ def role_put(
         err.print(f"tamto auth role put: --grant: {exc} (permissions: publish, consume, admin)")
         raise typer.Exit(2) from None
 
-    role = fetch(url, api_key, data_dir, lambda client: client.security.put_role(name, grants))
+    role = gateway.fetch(lambda client: client.security.put_role(name, grants))
     grants_text = [str(g) for g in role.grants]
     text = f"{role.name}: {' '.join(grants_text) or '(no grants)'}"
     report(as_json, text, {"name": role.name, "grants": grants_text})
 
 
 @role_app.command("list")
-def role_list(
-    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
-) -> None:
+@reaches_gateway
+def role_list(gateway: Gateway, as_json: AsJson = False) -> None:
     """List roles: `NAME<TAB>GRANTS` (or JSON)."""
 
-    roles = fetch(url, api_key, data_dir, lambda client: client.security.list_roles())
+    roles = gateway.fetch(lambda client: client.security.list_roles())
     if as_json:
         print(json.dumps([{"name": r.name, "grants": [str(g) for g in r.grants]} for r in roles]))
         return
@@ -230,31 +195,21 @@ def role_list(
 
 
 @role_app.command("delete")
-def role_delete(
-    name: str,
-    as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-) -> None:
+@reaches_gateway
+def role_delete(gateway: Gateway, name: str, as_json: AsJson = False) -> None:
     """Delete a role and its bindings; exits 4 (NOT_FOUND) if there was no such role."""
 
-    require_found(
-        fetch(url, api_key, data_dir, lambda client: client.security.delete_role(name)),
-        f"role {name!r}",
-    )
-    report(as_json, f"{name}: deleted", {"name": name, "deleted": True})
+    gateway.delete("role", name, lambda client: client.security.delete_role(name), as_json)
 
 
 @auth_app.command("bind")
+@reaches_gateway
 def bind(
+    gateway: Gateway,
     subject: str,
     role: str,
     remove: Annotated[bool, typer.Option(help="remove the binding instead")] = False,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """Bind ROLE to SUBJECT (an identity, or ISSUER-NAME:SUB for OIDC); --remove unbinds."""
 
@@ -262,7 +217,7 @@ def bind(
         verb = client.security.unbind if remove else client.security.bind
         return verb(subject, role)
 
-    changed = fetch(url, api_key, data_dir, change)
+    changed = gateway.fetch(change)
     verb = "unbound from" if remove else "bound to"
     text = f"{role} {verb} {subject}" + ("" if changed else " (no change)")
     report(
@@ -271,12 +226,11 @@ def bind(
 
 
 @auth_app.command("bindings")
-def bindings(
-    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
-) -> None:
+@reaches_gateway
+def bindings(gateway: Gateway, as_json: AsJson = False) -> None:
     """List bindings: `SUBJECT<TAB>ROLES` (or JSON)."""
 
-    found = fetch(url, api_key, data_dir, lambda client: client.security.list_bindings())
+    found = gateway.fetch(lambda client: client.security.list_bindings())
     if as_json:
         print(json.dumps({s: list(r) for s, r in found.items()}))
         return
@@ -285,12 +239,11 @@ def bindings(
 
 
 @auth_app.command("token")
-def token(
-    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
-) -> None:
+@reaches_gateway
+def token(gateway: Gateway, as_json: AsJson = False) -> None:
     """Print a bearer token for the API key (for grpcurl and other raw clients)."""
 
-    value, expires = fetch(url, api_key, data_dir, lambda client: client.security.token())
+    value, expires = gateway.fetch(lambda client: client.security.token())
     if as_json:
         print(json.dumps({"token": value, "expires_at": expires.isoformat()}))
     else:
@@ -298,12 +251,11 @@ def token(
 
 
 @auth_app.command("whoami")
-def whoami(
-    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
-) -> None:
+@reaches_gateway
+def whoami(gateway: Gateway, as_json: AsJson = False) -> None:
     """Show who the API key authenticates as, its roles and grants."""
 
-    me = fetch(url, api_key, data_dir, lambda client: client.security.whoami())
+    me = gateway.fetch(lambda client: client.security.whoami())
     grants = [str(g) for g in me.grants]
     if as_json:
         print(
@@ -321,10 +273,9 @@ def whoami(
 
 
 @auth_app.command("rotate-signing-key")
-def rotate_signing_key(
-    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
-) -> None:
+@reaches_gateway
+def rotate_signing_key(gateway: Gateway, as_json: AsJson = False) -> None:
     """Make a new token signing key current (older ones verify until their tokens expire)."""
 
-    key_id = fetch(url, api_key, data_dir, lambda client: client.security.rotate_signing_key())
+    key_id = gateway.fetch(lambda client: client.security.rotate_signing_key())
     report(as_json, f"signing key {key_id} is current", {"key_id": key_id})

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from tamto_cli.connect import fetch
+from tamto_cli.connect import Gateway, fetch, reaches_gateway
 from tamto_cli.options import ApiKey, AsJson, DataDir, Url
 
 if TYPE_CHECKING:
@@ -41,15 +41,14 @@ def parse_partition(text: str) -> tuple[str, int]:
 
 
 @partition_app.command("move")
+@reaches_gateway
 def partition_move(
+    gateway: Gateway,
     partition: Annotated[str, typer.Argument(metavar="STREAM/P", help="e.g. orders/3")],
     to: Annotated[
         str,
         typer.Option("--to", help="a router's instance id, or 'ring' for the ring's choice"),
     ],
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
     as_json: AsJson = False,
 ) -> None:
     """Move a partition to a live router (kept until moved --to ring or the router
@@ -57,9 +56,7 @@ def partition_move(
     stream, number = parse_partition(partition)
     target = None if to == RING else to
 
-    owner = fetch(
-        url, api_key, data_dir, lambda client: client.cluster.move_partition(stream, number, target)
-    )
+    owner = gateway.fetch(lambda client: client.cluster.move_partition(stream, number, target))
     if as_json:
         print(json.dumps({"stream": stream, "partition": number, "router": owner}))
     else:

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import os
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 
 from tamto_cli import settings
+from tamto_cli.options import ApiKey, DataDir, Url
+from tamto_cli.output import report
 
 if TYPE_CHECKING:
     import tamto_sdk
 
 T = TypeVar("T")
+P = ParamSpec("P")
 err = Console(stderr=True, highlight=False)
 
 
@@ -107,6 +112,58 @@ def fetch(
             return await use(client)
 
     return run(go())
+
+
+@dataclass(frozen=True)
+class Gateway:
+    """The gateway a command reaches, as its --url, --api-key and --data-dir say
+    (`reaches_gateway` gives a command these options)."""
+
+    url: str | None = None
+    api_key: str | None = None
+    data_dir: Path | None = None
+
+    def fetch(self, use: Callable[[tamto_sdk.Client], Awaitable[T]]) -> T:
+        """`fetch` with this gateway."""
+        return fetch(self.url, self.api_key, self.data_dir, use)
+
+    def delete(
+        self,
+        what: str,
+        name: str,
+        delete: Callable[[tamto_sdk.Client], Awaitable[bool]],
+        as_json: bool,
+    ) -> None:
+        """Delete `what` `name` (`delete` says whether it existed) and report it deleted;
+        exit 4 (NOT_FOUND) if there was none."""
+        require_found(self.fetch(delete), f"{what} {name!r}")
+        report(as_json, f"{name}: deleted", {"name": name, "deleted": True})
+
+
+def reaches_gateway(command: Callable[Concatenate[Gateway, P], T]) -> Callable[P, T]:
+    """`command` with the options that say which gateway it reaches (--url, --api-key,
+    --data-dir) after its own, given to it as its first parameter, a `Gateway`.
+
+    Typer reads a command's options from its signature: the one this returns lists
+    the command's own parameters but the first, then these three.
+    """
+    own = list(inspect.signature(command, eval_str=True).parameters.values())[1:]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    shared = [
+        inspect.Parameter("url", keyword, default=None, annotation=Url),
+        inspect.Parameter("api_key", keyword, default=None, annotation=ApiKey),
+        inspect.Parameter("data_dir", keyword, default=None, annotation=DataDir),
+    ]
+
+    @functools.wraps(command)
+    def with_gateway(*args: P.args, **kwargs: P.kwargs) -> T:
+        url = kwargs.pop("url", None)
+        api_key = kwargs.pop("api_key", None)
+        data_dir = kwargs.pop("data_dir", None)
+        return command(Gateway(url, api_key, data_dir), *args, **kwargs)  # type: ignore[arg-type]
+
+    with_gateway.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
+    return with_gateway
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tamto_cli.connect import fetch
-from tamto_cli.options import ApiKey, AsJson, DataDir, Url
+from tamto_cli.connect import Gateway, reaches_gateway
+from tamto_cli.options import AsJson
 from tamto_cli.output import report
 
 if TYPE_CHECKING:
@@ -72,7 +72,9 @@ async def subscribe(
                 return
 
 
+@reaches_gateway
 def request(
+    gateway: Gateway,
     stream: str,
     payload: Annotated[str, typer.Argument(help="the request's payload")],
     topic: Annotated[str, typer.Option(help="the request's topic")] = "",
@@ -87,9 +89,6 @@ def request(
         bool, typer.Option(help="with nobody consuming the topic, wait instead of failing")
     ] = False,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """Send a request to an ephemeral stream and print its reply (--json: one JSON
     object); exits 12 on a timeout (the server's: DEADLINE_EXCEEDED) and 11 at once when
@@ -105,7 +104,7 @@ def request(
             wait_for_responder=wait_for_responder,
         )
 
-    reply = fetch(url, api_key, data_dir, ask)
+    reply = gateway.fetch(ask)
     if as_json:
         print(message_line(reply, True), flush=True)
     else:

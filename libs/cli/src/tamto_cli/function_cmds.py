@@ -19,8 +19,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tamto_cli.connect import fetch
-from tamto_cli.options import ApiKey, AsJson, DataDir, Url
+from tamto_cli.connect import Gateway, reaches_gateway
+from tamto_cli.options import AsJson
 
 if TYPE_CHECKING:
     import tamto_sdk
@@ -74,20 +74,15 @@ def _print_info(info: tamto_sdk.functions.FunctionInfo, verb: str, as_json: bool
 def _spec_command(name: str, done: str, doc: str) -> None:
     """`tamto function deploy` or `update`: one code path, the SDK verb differs."""
 
-    def command(
-        file: SpecFile,
-        url: Url = None,
-        api_key: ApiKey = None,
-        data_dir: DataDir = None,
-        as_json: AsJson = False,
-    ) -> None:
+    @reaches_gateway
+    def command(gateway: Gateway, file: SpecFile, as_json: AsJson = False) -> None:
         spec = read_spec(file)
 
         def call(client: tamto_sdk.Client) -> Awaitable[tamto_sdk.functions.FunctionInfo]:
             verb = client.functions.deploy if name == "deploy" else client.functions.update
             return verb(spec)
 
-        _print_info(fetch(url, api_key, data_dir, call), done, as_json)
+        _print_info(gateway.fetch(call), done, as_json)
 
     command.__doc__ = doc
     function_app.command(name)(command)
@@ -96,18 +91,13 @@ def _spec_command(name: str, done: str, doc: str) -> None:
 def _state_command(name: str, done: str, doc: str) -> None:
     """`tamto function pause` or `resume`."""
 
-    def command(
-        function: Name,
-        url: Url = None,
-        api_key: ApiKey = None,
-        data_dir: DataDir = None,
-        as_json: AsJson = False,
-    ) -> None:
+    @reaches_gateway
+    def command(gateway: Gateway, function: Name, as_json: AsJson = False) -> None:
         def call(client: tamto_sdk.Client) -> Awaitable[tamto_sdk.functions.FunctionInfo]:
             verb = client.functions.pause if name == "pause" else client.functions.resume
             return verb(function)
 
-        _print_info(fetch(url, api_key, data_dir, call), done, as_json)
+        _print_info(gateway.fetch(call), done, as_json)
 
     command.__doc__ = doc
     function_app.command(name)(command)
@@ -120,16 +110,11 @@ _state_command("resume", "resumed", "Start a paused function's instances where t
 
 
 @function_app.command("delete")
-def delete(
-    function: Name,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-    as_json: AsJson = False,
-) -> None:
+@reaches_gateway
+def delete(gateway: Gateway, function: Name, as_json: AsJson = False) -> None:
     """Delete a function: its spec, API key, statuses and window state."""
 
-    deleted = fetch(url, api_key, data_dir, lambda client: client.functions.delete(function))
+    deleted = gateway.fetch(lambda client: client.functions.delete(function))
     if as_json:
         print(json.dumps({"name": function, "deleted": deleted}))
     else:
@@ -137,15 +122,11 @@ def delete(
 
 
 @function_app.command("list")
-def list_functions(
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-    as_json: AsJson = False,
-) -> None:
+@reaches_gateway
+def list_functions(gateway: Gateway, as_json: AsJson = False) -> None:
     """List deployed functions: name, version, state, identity."""
 
-    infos = fetch(url, api_key, data_dir, lambda client: client.functions.list())
+    infos = gateway.fetch(lambda client: client.functions.list())
     if as_json:
         print(json.dumps([_info_json(i) for i in infos]))
         return
@@ -159,16 +140,11 @@ def list_functions(
 
 
 @function_app.command("describe")
-def describe(
-    function: Name,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-    as_json: AsJson = False,
-) -> None:
+@reaches_gateway
+def describe(gateway: Gateway, function: Name, as_json: AsJson = False) -> None:
     """Show a function's stored spec, with its version and state."""
 
-    info = fetch(url, api_key, data_dir, lambda client: client.functions.describe(function))
+    info = gateway.fetch(lambda client: client.functions.describe(function))
     if as_json:
         print(json.dumps(_info_json(info)))
     else:
@@ -176,16 +152,11 @@ def describe(
 
 
 @function_app.command("status")
-def status(
-    function: Name,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-    as_json: AsJson = False,
-) -> None:
+@reaches_gateway
+def status(gateway: Gateway, function: Name, as_json: AsJson = False) -> None:
     """Where each instance runs, its counters, rate and last error; each input's lag."""
 
-    found = fetch(url, api_key, data_dir, lambda client: client.functions.status(function))
+    found = gateway.fetch(lambda client: client.functions.status(function))
     if as_json:
         document = dataclasses.asdict(found)
         document["function"] = _info_json(found.function)

@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 
 from tamto_cli import ephemeral_cmds
-from tamto_cli.connect import fetch
-from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
+from tamto_cli.connect import Gateway, reaches_gateway
+from tamto_cli.options import AsJson, Format
 from tamto_cli.output import PayloadFormat, message_line, parse_headers
 from tamto_cli.subscription_cmds import parse_position
 
@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 err = Console(stderr=True, highlight=False)
 
 
+@reaches_gateway
 def pub(
+    gateway: Gateway,
     stream: str,
     messages: Annotated[
         list[str] | None, typer.Argument(help="payloads (default: stdin lines)")
@@ -36,9 +38,6 @@ def pub(
         typer.Option("--header", "-H", help="a header KEY=VALUE on every message (repeatable)"),
     ] = None,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """Publish messages durably; prints partition and offset of each (--json: one JSON
     object a line). With --topic, to an ephemeral stream (at most once; prints how
@@ -72,10 +71,12 @@ def pub(
                 else:
                     typer.echo(f"{r.stream}/{r.partition}@{r.offset}\t{payload}")
 
-    fetch(url, api_key, data_dir, publish)
+    gateway.fetch(publish)
 
 
+@reaches_gateway
 def sub(
+    gateway: Gateway,
     stream: str,
     subscription: Annotated[
         str | None,
@@ -100,9 +101,6 @@ def sub(
     ] = None,
     payload_format: Format = PayloadFormat.RAW,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """Consume messages through a subscription, acking each one after printing it
     (`STREAM/PARTITION@OFFSET<TAB>KEY<TAB>PAYLOAD`, or with --json one JSON object a
@@ -139,7 +137,7 @@ def sub(
                 if count and seen >= count:
                     return
 
-    fetch(url, api_key, data_dir, consume)
+    gateway.fetch(consume)
 
 
 def _subscription_type(text: str) -> tamto_sdk.SubscriptionType:

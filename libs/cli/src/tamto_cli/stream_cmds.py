@@ -12,9 +12,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from tamto_cli.connect import fetch, require_found
-from tamto_cli.options import ApiKey, AsJson, DataDir, Url
-from tamto_cli.output import report
+from tamto_cli.connect import Gateway, reaches_gateway
+from tamto_cli.options import AsJson
 from tamto_cli.subscription_cmds import stream_get
 from tamto_cli.subscription_views import print_stats, stats_json
 from tamto_common.streams import DEFAULT_ACK_TIMEOUT_MS, DEFAULT_DEDUP_WINDOW_MS
@@ -100,7 +99,9 @@ def _choice(kind: type[E], value: str, flag: str, allowed: str) -> E:
 
 
 @stream_app.command("ensure")
+@reaches_gateway
 def stream_ensure(
+    gateway: Gateway,
     name: str,
     partitions: Partitions = 1,
     retention_ms: RetentionMs = 0,
@@ -121,9 +122,6 @@ def stream_ensure(
     overflow: OverflowOption = "drop_oldest",
     request_timeout_ms: RequestTimeoutMs = 0,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """Create a stream if missing; report how an existing one differs (--overwrite applies it).
 
@@ -163,10 +161,7 @@ def stream_ensure(
     )
     if kind == "ephemeral":
         config = tamto_sdk.EphemeralConfig(buffer_messages, dropping, request_timeout_ms)
-    result = fetch(
-        url,
-        api_key,
-        data_dir,
+    result = gateway.fetch(
         lambda client: client.streams.ensure(
             name, partitions=partitions, config=config, overwrite=overwrite
         ),
@@ -194,13 +189,8 @@ def _print_ensured(
 
 
 @stream_app.command("describe")
-def stream_describe(
-    name: str,
-    as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-) -> None:
+@reaches_gateway
+def stream_describe(gateway: Gateway, name: str, as_json: AsJson = False) -> None:
     """Show a stream's settings and, per partition, its first and end offsets,
     messages, bytes on disk (WAL and segments), publish rate and owning router."""
 
@@ -211,7 +201,7 @@ def stream_describe(
         stats = None if info.ephemeral is not None else await client.streams.stats(name)
         return info, stats
 
-    info, stats = fetch(url, api_key, data_dir, read)
+    info, stats = gateway.fetch(read)
     fields = _info_dict(info)
     if as_json:
         print(json.dumps({**fields, "stats": stats_json(stats) if stats else []}))
@@ -232,11 +222,10 @@ def stream_describe(
 
 
 @stream_app.command("list")
-def stream_list(
-    as_json: AsJson = False, url: Url = None, api_key: ApiKey = None, data_dir: DataDir = None
-) -> None:
+@reaches_gateway
+def stream_list(gateway: Gateway, as_json: AsJson = False) -> None:
     """List the streams: one `NAME<TAB>PARTITIONS<TAB>KIND` line each (or JSON)."""
-    streams = fetch(url, api_key, data_dir, lambda client: client.streams.list())
+    streams = gateway.fetch(lambda client: client.streams.list())
     if as_json:
         print(json.dumps([_info_dict(info) for info in streams]))
         return
@@ -245,16 +234,7 @@ def stream_list(
 
 
 @stream_app.command("delete")
-def stream_delete(
-    name: str,
-    as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-) -> None:
+@reaches_gateway
+def stream_delete(gateway: Gateway, name: str, as_json: AsJson = False) -> None:
     """Delete a stream and its data; exits 4 (NOT_FOUND) if there is no such stream."""
-    require_found(
-        fetch(url, api_key, data_dir, lambda client: client.streams.delete(name)),
-        f"stream {name!r}",
-    )
-    report(as_json, f"{name}: deleted", {"name": name, "deleted": True})
+    gateway.delete("stream", name, lambda client: client.streams.delete(name), as_json)

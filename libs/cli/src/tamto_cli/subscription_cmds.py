@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from tamto_cli.connect import fetch
+from tamto_cli.connect import Gateway, fetch, reaches_gateway
 from tamto_cli.extras import DeferringGroup
 from tamto_cli.options import ApiKey, AsJson, DataDir, Format, Url
 from tamto_cli.output import PayloadFormat, message_line, report
@@ -77,17 +77,12 @@ Partitions = Annotated[
 
 
 @subscription_app.command("list")
-def sub_list(
-    stream: str,
-    as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-) -> None:
+@reaches_gateway
+def sub_list(gateway: Gateway, stream: str, as_json: AsJson = False) -> None:
     """The stream's subscriptions, one a line (a multicast consumer's own cursor is
     SUBSCRIPTION~CONSUMER)."""
 
-    names = fetch(url, api_key, data_dir, lambda client: client.subscriptions.list(stream))
+    names = gateway.fetch(lambda client: client.subscriptions.list(stream))
     if as_json:
         print(json.dumps(names))
         return
@@ -96,22 +91,13 @@ def sub_list(
 
 
 @subscription_app.command("describe")
-def sub_describe(
-    stream: str,
-    subscription: str,
-    as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-) -> None:
+@reaches_gateway
+def sub_describe(gateway: Gateway, stream: str, subscription: str, as_json: AsJson = False) -> None:
     """Per partition: cursor, position, end, backlog (messages, ~bytes), unacked, age of
     the oldest unacked message, redeliveries, dead letters and consumers."""
 
     print_info(
-        fetch(
-            url,
-            api_key,
-            data_dir,
+        gateway.fetch(
             lambda client: client.subscriptions.describe(stream, subscription),
         ),
         as_json,
@@ -124,7 +110,9 @@ DryRun = Annotated[
 
 
 @subscription_app.command("seek")
+@reaches_gateway
 def sub_seek(
+    gateway: Gateway,
     stream: str,
     subscription: str,
     to: Annotated[
@@ -146,9 +134,6 @@ def sub_seek(
     partitions: Partitions = None,
     dry_run: DryRun = False,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """Move the subscription's cursor: all partitions or none (each is validated
     first). Consumers attached are disconnected and read on from the new position
@@ -174,7 +159,7 @@ def sub_seek(
             stream, subscription, target, partitions=partitions or None, dry_run=dry_run
         )
 
-    print_info(fetch(url, api_key, data_dir, move), as_json, dry_run=dry_run)
+    print_info(gateway.fetch(move), as_json, dry_run=dry_run)
 
 
 def _seek_target(
@@ -217,7 +202,9 @@ def parse_duration(text: str) -> timedelta:
 
 
 @subscription_app.command("skip")
+@reaches_gateway
 def sub_skip(
+    gateway: Gateway,
     stream: str,
     subscription: str,
     count: Annotated[int | None, typer.Option(help="acknowledge this many per partition")] = None,
@@ -227,9 +214,6 @@ def sub_skip(
     partitions: Partitions = None,
     dry_run: DryRun = False,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """Acknowledge the next --count messages on each partition, or --all of them.
     Nobody is disconnected. --dry-run acks nothing and shows where each cursor would go."""
@@ -238,10 +222,7 @@ def sub_skip(
         raise typer.Exit(2)
 
     print_info(
-        fetch(
-            url,
-            api_key,
-            data_dir,
+        gateway.fetch(
             lambda client: client.subscriptions.skip(
                 stream, subscription, count, partitions=partitions or None, dry_run=dry_run
             ),
@@ -252,44 +233,32 @@ def sub_skip(
 
 
 @subscription_app.command("delete")
-def sub_delete(
-    stream: str,
-    subscription: str,
-    as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
-) -> None:
+@reaches_gateway
+def sub_delete(gateway: Gateway, stream: str, subscription: str, as_json: AsJson = False) -> None:
     """Delete the subscription (its cursors); refused while consumers are attached
     (exit 8, FAILED_PRECONDITION, naming them)."""
 
-    deleted = fetch(
-        url, api_key, data_dir, lambda client: client.subscriptions.delete(stream, subscription)
-    )
+    deleted = gateway.fetch(lambda client: client.subscriptions.delete(stream, subscription))
     fields = {"stream": stream, "subscription": subscription, "deleted": deleted}
     report(as_json, f"{stream}/{subscription}: deleted", fields)
 
 
 @subscription_app.command("peek")
+@reaches_gateway
 def sub_peek(
+    gateway: Gateway,
     stream: str,
     subscription: str,
     count: Annotated[int, typer.Option(help="messages per partition (at most 1000)")] = 1,
     partitions: Partitions = None,
     payload_format: Format = PayloadFormat.RAW,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """The next --count messages the subscription would get on each partition (not
     acked, from its cursor; in flight ones too), printed as `tamto sub` prints them.
     Nothing is delivered or acked."""
 
-    for batch in fetch(
-        url,
-        api_key,
-        data_dir,
+    for batch in gateway.fetch(
         lambda client: client.subscriptions.peek(
             stream, subscription, count, partitions=partitions or None
         ),
@@ -299,18 +268,17 @@ def sub_peek(
 
 
 @subscription_app.command("overview")
+@reaches_gateway
 def sub_overview(
+    gateway: Gateway,
     stream: Annotated[str | None, typer.Argument(help="one stream (default: every one)")] = None,
     as_json: AsJson = False,
-    url: Url = None,
-    api_key: ApiKey = None,
-    data_dir: DataDir = None,
 ) -> None:
     """One row per subscription of STREAM (or of every stream): type, partitions,
     backlog, unacked, publish rate into it, age of the oldest unacked message, dead
     letters and consumers."""
 
-    rows = fetch(url, api_key, data_dir, lambda client: client.subscriptions.overview(stream))
+    rows = gateway.fetch(lambda client: client.subscriptions.overview(stream))
     if as_json:
         print(json.dumps(overview_json(rows)))
     else:

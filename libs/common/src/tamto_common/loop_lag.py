@@ -36,6 +36,13 @@ log = structlog.get_logger(__name__)
 #: the lease keep-alive thread too; at 1,000 none took over 0.5 s.
 FULL_GC_EVERY = 1_000
 
+
+def collect_fully_less_often() -> None:
+    """At most one full garbage collection per `FULL_GC_EVERY` second-generation ones
+    (the services that hold crowds call it at start-up)."""
+    gc.set_threshold(*gc.get_threshold()[:2], FULL_GC_EVERY)
+
+
 LAG_MAX = Gauge(
     "tamto_event_loop_lag_max_seconds",
     "Longest the event loop was held (a timer woke this much late), since the process started",

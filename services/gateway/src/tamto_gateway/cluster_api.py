@@ -9,34 +9,23 @@ statuses in one place like every other call's.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
 import aetcd
 import grpc
 
 from tamto_common.errors import InvalidArgument, Unavailable
 from tamto_common.placement import move_partition, set_drained
+from tamto_gateway.guarded import Guarded
 from tamto_protocol.v1 import gateway_pb2
 
 #: The router id that means "back to the ring's choice" (`tamto partition move --to ring`).
 RING = "ring"
 
 
-class ClusterApi:
+class ClusterApi(Guarded):
     """Mixed into the Gateway servicer: MovePartition and DrainNode."""
 
-    # The servicer's (GatewayServicer): authenticate and authorize, audit.
-    _guard: Any
-    _audit_admin: Callable[[grpc.aio.ServicerContext, Any, str, str], Awaitable[None]]
     #: Set by the gateway's setup: where placement decisions are stored.
     placement_etcd: aetcd.Client | None = None
-
-    async def _cluster_admin(self, context: grpc.aio.ServicerContext, action: str) -> Any:
-        source = context.peer() or "unknown"
-        principal = await self._guard.principal(context.invocation_metadata(), source, action)
-        await self._guard.require_security_admin(principal, source, action)
-        return principal
 
     def _etcd(self) -> aetcd.Client:
         if self.placement_etcd is None:
@@ -46,7 +35,7 @@ class ClusterApi:
     async def MovePartition(
         self, request: gateway_pb2.MovePartitionRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.MovePartitionResponse:
-        principal = await self._cluster_admin(context, "MovePartition")
+        principal = await self._security_admin(context, "MovePartition")
         if not request.stream:
             raise InvalidArgument("stream is required")
         target = None if request.router in ("", RING) else request.router
@@ -64,7 +53,7 @@ class ClusterApi:
     async def DrainNode(
         self, request: gateway_pb2.DrainNodeRequest, context: grpc.aio.ServicerContext
     ) -> gateway_pb2.DrainNodeResponse:
-        principal = await self._cluster_admin(context, "DrainNode")
+        principal = await self._security_admin(context, "DrainNode")
         if not request.node:
             raise InvalidArgument("node is required")
         drained = await set_drained(self._etcd(), request.node, not request.undrain)

@@ -30,6 +30,7 @@ from tamto_common.policy import Permission
 from tamto_common.streams import StreamDef
 from tamto_gateway.ephemeral import EphemeralHub
 from tamto_gateway.ephemeral_consumer import subscribed_event
+from tamto_gateway.guarded import Guarded
 from tamto_gateway.requests import GENERATED, RequestBroker, RequestOptions, check_reply_error
 from tamto_gateway.topics import TopicPattern, check_topic
 from tamto_protocol.batch import BatchFormatError, validate_batch
@@ -44,7 +45,6 @@ from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_protocol.wire import PUBLISH_EPHEMERAL, REPLY, REQUEST
 
 if TYPE_CHECKING:
-    from tamto_common.tokens import Principal
     from tamto_gateway.streams import StreamRegistry
 
 
@@ -131,25 +131,13 @@ async def _together(answers: AsyncIterator[Any]) -> AsyncIterator[Any]:
             await pumping
 
 
-class EphemeralApi:
+class EphemeralApi(Guarded):
     """PublishEphemeral, SubscribeEphemeral, Request and Reply (see the module docstring)."""
 
     _streams: StreamRegistry
     _max_message_bytes: int
     _ephemeral: EphemeralHub
     _requests: RequestBroker
-
-    if TYPE_CHECKING:
-
-        async def _principal(self, context: grpc.aio.ServicerContext, action: str) -> Principal: ...
-
-        async def _authorize(
-            self,
-            context: grpc.aio.ServicerContext,
-            permission: Permission | None,
-            stream: str,
-            action: str,
-        ) -> Principal: ...
 
     async def _ephemeral_stream(self, name: str) -> StreamDef:
         """The definition of ephemeral stream `name`: NOT_FOUND if missing,

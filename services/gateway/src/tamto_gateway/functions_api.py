@@ -24,42 +24,29 @@ from tamto_functions.specs import SpecStore, from_json, to_json
 from tamto_common.apikeys import parse_api_key
 from tamto_common.errors import AlreadyExists, NotFound, Unavailable
 from tamto_gateway.functions import check_code, instance_status, streams_written
+from tamto_gateway.guarded import Guarded
 from tamto_protocol.v1 import auth_pb2, gateway_pb2
 
 if TYPE_CHECKING:
-    from tamto_common.guard import Guard
     from tamto_common.tokens import Principal
     from tamto_gateway.security_api import AuthForwarder
     from tamto_gateway.streams import StreamRegistry
     from tamto_gateway.upstream import Upstream
 
 
-class FunctionsApi:
+class FunctionsApi(Guarded):
     """Deploy, update, pause, resume, delete, list and describe functions (module docstring)."""
 
-    _guard: Guard
     _auth: AuthForwarder
     _streams: StreamRegistry
     _upstream: Upstream
     #: Set by the gateway's setup: where function specs are stored.
     function_specs: SpecStore | None = None
 
-    if TYPE_CHECKING:
-
-        async def _audit_admin(
-            self,
-            context: grpc.aio.ServicerContext,
-            principal: Principal,
-            action: str,
-            target: str,
-        ) -> None: ...
-
     async def _functions_admin(
         self, context: grpc.aio.ServicerContext, action: str
     ) -> tuple[Principal, SpecStore]:
-        source = context.peer() or "unknown"
-        principal = await self._guard.principal(context.invocation_metadata(), source, action)
-        await self._guard.require_security_admin(principal, source, action)
+        principal = await self._security_admin(context, action)
         if self.function_specs is None:
             raise Unavailable("this gateway does not manage functions")
         return principal, self.function_specs

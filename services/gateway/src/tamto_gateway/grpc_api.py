@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from tamto_common.audit import ADMIN, LOGIN
+from tamto_common.audit import LOGIN
 from tamto_common.errors import FailedPrecondition, InvalidArgument, TamtoError
 from tamto_common.guard import Guard
 from tamto_common.names import check_name
@@ -75,39 +75,6 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
         #: server takes one new call per event-loop round, so the rounds must stay short
         #: while a crowd attaches, or a publish waits behind thousands of setups.
         self._consume_setups = asyncio.Semaphore(consume_setup_slots)
-
-    async def _principal(self, context: grpc.aio.ServicerContext, action: str) -> Principal:
-        return await self._guard.principal(
-            context.invocation_metadata(), context.peer() or "unknown", action
-        )
-
-    async def _authorize(
-        self,
-        context: grpc.aio.ServicerContext,
-        permission: Permission | None,
-        stream: str,
-        action: str,
-    ) -> Principal:
-        """Authenticate the call, then require `permission` (None: any) on `stream`."""
-        principal = await self._principal(context, action)
-        source = context.peer() or "unknown"
-        if permission is None:
-            await self._guard.require_any(principal, stream, source, action)
-        else:
-            await self._guard.require(principal, permission, stream, source, action)
-        return principal
-
-    async def _audit_admin(
-        self, context: grpc.aio.ServicerContext, principal: Principal, action: str, target: str
-    ) -> None:
-        await self._guard.audit.record(
-            ADMIN,
-            actor=principal.subject,
-            action=action,
-            target=target,
-            outcome="ok",
-            source=context.peer() or "unknown",
-        )
 
     async def Authenticate(
         self, request: gateway_pb2.AuthenticateRequest, context: grpc.aio.ServicerContext

@@ -18,9 +18,9 @@ import grpc
 
 from tamto_common.channels import ChannelPool
 from tamto_common.grpc_errors import downstream_error
-from tamto_common.guard import Guard
 from tamto_common.lists import check_count
 from tamto_common.tokens import Principal
+from tamto_gateway.guarded import Guarded
 from tamto_gateway.routing import Routes
 from tamto_protocol.limits import MAX_GRANTS_PER_ROLE
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc, gateway_pb2
@@ -50,18 +50,16 @@ class AuthForwarder:
             raise downstream_error(exc, "auth") from exc
 
 
-class SecurityApi:
+class SecurityApi(Guarded):
     """Mixed into the Gateway servicer: the admin RPCs and WhoAmI."""
 
-    _guard: Guard
     _auth: AuthForwarder
 
     async def _admin_call(
         self, method: str, request: Any, context: grpc.aio.ServicerContext
     ) -> Any:
+        principal = await self._security_admin(context, method)
         source = context.peer() or "unknown"
-        principal = await self._guard.principal(context.invocation_metadata(), source, method)
-        await self._guard.require_security_admin(principal, source, method)
         response = await self._auth.call(method, request, principal.subject, source)
         if not method.startswith("List"):
             await self._guard.catch_up()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 
 import structlog
 from tamto_functions.specs import SpecStore
@@ -14,7 +13,7 @@ from tamto_functions.specs import SpecStore
 from tamto_common.audit import AuditLog
 from tamto_common.channels import ChannelPool
 from tamto_common.guard import Guard, PolicyCache
-from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
+from tamto_common.loop_lag import LoopLagMonitor, collect_fully_less_often
 from tamto_common.membership import MemberDirectory
 from tamto_common.oidc import external_verifiers
 from tamto_common.placement import PlacementView
@@ -40,9 +39,8 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     # Measures how long any step holds the loop (gauge tamto_event_loop_lag_max_seconds).
     await runtime.resources.enter_async_context(LoopLagMonitor())
     # Full garbage collections while a crowd of consumers attaches took up to 3.1 s
-    # and held every thread (the lease keep-alive's too): at most one per 1,000
-    # second-generation collections (Python's default: 10). docs/testing.md, crowds.
-    gc.set_threshold(*gc.get_threshold()[:2], FULL_GC_EVERY)
+    # and held every thread (the lease keep-alive's too).
+    collect_fully_less_often()
     directory = await runtime.resources.enter_async_context(MemberDirectory(runtime.etcd))
     channels = ChannelPool()
     runtime.resources.push_async_callback(channels.close)

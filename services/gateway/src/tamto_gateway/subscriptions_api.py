@@ -21,11 +21,11 @@ from tamto_common.lists import check_count
 from tamto_common.names import check_cursor_name, check_name, consumer_label
 from tamto_common.policy import Permission
 from tamto_common.streams import MAX_PARTITIONS, StreamDef
+from tamto_gateway.guarded import Guarded
 from tamto_protocol.batch import slice_batch
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 
 if TYPE_CHECKING:
-    from tamto_common.tokens import Principal
     from tamto_gateway.streams import StreamRegistry
     from tamto_gateway.upstream import Upstream
 
@@ -33,29 +33,11 @@ if TYPE_CHECKING:
 MAX_GET_MESSAGES = 1000
 
 
-class SubscriptionsApi:
+class SubscriptionsApi(Guarded):
     """Subscription administration, DescribeStreamStats and GetMessages (module docstring)."""
 
     _streams: StreamRegistry
     _upstream: Upstream
-
-    if TYPE_CHECKING:
-
-        async def _authorize(
-            self,
-            context: grpc.aio.ServicerContext,
-            permission: Permission | None,
-            stream: str,
-            action: str,
-        ) -> Principal: ...
-
-        async def _audit_admin(
-            self,
-            context: grpc.aio.ServicerContext,
-            principal: Principal,
-            action: str,
-            target: str,
-        ) -> None: ...
 
     async def _stored_stream(self, name: str) -> StreamDef:
         """The definition of persistent stream `name` (NOT_FOUND, FAILED_PRECONDITION)."""

@@ -169,20 +169,7 @@ class Partitions:
         router's failed log of it, if any (kept when nobody else owned it since)."""
         started = time.monotonic()
         deadline = started + self._claim_timeout
-        definition = await self._stream_def(stream) if self._stream_def else None
-        replicated = (
-            definition is not None
-            and definition.replication_factor > 1
-            and self._replicas_for is not None
-        )
-        # The storage node (a quorum of registered replicas) first: without it,
-        # claiming would only use up an epoch.
-        before = await read_ledgers(self._etcd, stream, partition)
-        if replicated:
-            assert definition is not None
-            self._registered_replicas(before, definition)
-        else:
-            self._storage_for(stream, partition, before)
+        definition = await self._replication(stream, partition)
         result = await self._claim(stream, partition, deadline)
         claimed = time.monotonic()
         # Nobody claimed the partition since this router's last claim of it (a failed
@@ -199,8 +186,7 @@ class Partitions:
         ensemble: tuple[str, ...] = ()
         client_for: Callable[[str], StorageClient | None] | None = None
         rereplicate: Rereplicate | None = None
-        if replicated:
-            assert definition is not None
+        if definition is not None:
             node, replicas, quorum, bounds, ensemble = await self._open_replicated(
                 ledgers, result.epoch, definition
             )
@@ -246,6 +232,27 @@ class Partitions:
         earlier = tuple(x.first_offset for x in ledgers.ledgers)
         opened_log.ledger_starts = (*earlier, bounds.next_offset if earlier else 0)
         return opened_log
+
+    async def _replication(self, stream: str, partition: int) -> StreamDef | None:
+        """The stream's definition when its partitions are replicated (None when each
+        lives on one storage node), once the partition's storage is there to open.
+
+        The storage node (a quorum of registered replicas) first: without it,
+        claiming would only use up an epoch.
+        """
+        definition = await self._stream_def(stream) if self._stream_def else None
+        replicated = (
+            definition is not None
+            and definition.replication_factor > 1
+            and self._replicas_for is not None
+        )
+        before = await read_ledgers(self._etcd, stream, partition)
+        if replicated:
+            assert definition is not None
+            self._registered_replicas(before, definition)
+            return definition
+        self._storage_for(stream, partition, before)
+        return None
 
     async def _claim(self, stream: str, partition: int, deadline: float) -> Claim:
         """Claim the partition (waiting up to `deadline` for another holder's lease),

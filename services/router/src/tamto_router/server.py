@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import gc
 import json
 from collections.abc import Callable
 
@@ -22,7 +21,7 @@ from tamto_common.config import MIB
 from tamto_common.errors import Unavailable
 from tamto_common.grpc_errors import downstream_error
 from tamto_common.guard import Guard, PolicyCache
-from tamto_common.loop_lag import FULL_GC_EVERY, LoopLagMonitor
+from tamto_common.loop_lag import LoopLagMonitor, collect_fully_less_often
 from tamto_common.membership import KeptLease, MemberDirectory
 from tamto_common.oidc import external_verifiers
 from tamto_common.placement import GoneTargets, PlacementView
@@ -50,12 +49,7 @@ log = structlog.get_logger(__name__)
 
 async def setup(config: RouterConfig, runtime: Runtime) -> None:
     resources = runtime.resources
-    # Measures how long any step holds the loop (gauge tamto_event_loop_lag_max_seconds).
-    await resources.enter_async_context(LoopLagMonitor())
-    # Full garbage collections while a crowd of consumers attaches took up to 3.1 s
-    # and held every thread (the lease keep-alive's too): at most one per 1,000
-    # second-generation collections (Python's default: 10). docs/testing.md, crowds.
-    gc.set_threshold(*gc.get_threshold()[:2], FULL_GC_EVERY)
+    await _watch_the_loop(runtime)
     directory = await resources.enter_async_context(
         MemberDirectory(runtime.etcd, wanted=("storage",))
     )
@@ -67,35 +61,7 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     storage = StorageNodes(directory, channels, BatchCache(config.read_cache_mb * MIB))
     resources.push_async_callback(storage.close)
     share = RouterShare(directory, placement, config.member_id, GoneTargets(runtime.etcd))
-
-    partitions: Partitions | None = None
-
-    async def on_new_lease(_lease: object) -> None:
-        if partitions is not None:
-            partitions.forget_claims()
-
-    lease = await resources.enter_async_context(
-        # Refreshed on a thread of its own: a saturated loop must not lose ownership.
-        KeptLease(runtime.etcd, config.lease_ttl_s, on_new_lease, config.etcd_hosts())
-    )
-
-    async def stream_def(stream: str) -> StreamDef | None:
-        return await read_stream(runtime.etcd, stream)
-
-    partitions = Partitions(
-        runtime.etcd,
-        lambda: lease.lease,
-        config.member_id,
-        storage.storage_for,
-        config.claim_timeout,
-        stream_def,
-        lease_valid=lease.valid,
-        replicas_for=storage.replicas_for,
-        storage_clients=storage.clients,
-        placed_on=share.placed_on,
-        rereplicate_after_s=config.rereplicate_after_s,
-    )
-    resources.push_async_callback(partitions.close)
+    partitions, lease = await _own_partitions(config, runtime, storage, share)
 
     sink = DeadLetterSink(
         runtime.etcd, directory, channels, partitions, config.member_id, placement
@@ -121,17 +87,70 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     if config.load_report_interval_s > 0:
         await _start_balancer(config, runtime, partitions, lease, share)
     if config.subscription_metrics_s > 0:
-        sampler = SubscriptionSampler(
-            SubscriptionAdmin(partitions, subscriptions, config.member_id),
-            partitions.open_logs,
-            SubscriptionCollector(),
-            config.subscription_metrics_s,
-            config.subscription_metrics_limit,
-        )
-        sampler.start()
-        resources.push_async_callback(sampler.stop)
+        _start_sampler(config, runtime, partitions, subscriptions)
 
     _start_upkeep(config, runtime, partitions, share, directory)
+
+
+async def _watch_the_loop(runtime: Runtime) -> None:
+    """Measure how long any step holds the loop (gauge tamto_event_loop_lag_max_seconds),
+    and make full garbage collections rare: while a crowd of consumers attaches they
+    took up to 3.1 s and held every thread, the lease keep-alive's too."""
+    await runtime.resources.enter_async_context(LoopLagMonitor())
+    collect_fully_less_often()
+
+
+async def _own_partitions(
+    config: RouterConfig, runtime: Runtime, storage: StorageNodes, share: RouterShare
+) -> tuple[Partitions, KeptLease]:
+    """The partitions this router owns, under the lease that keeps its ownership."""
+    partitions: Partitions | None = None
+
+    async def on_new_lease(_lease: object) -> None:
+        if partitions is not None:
+            partitions.forget_claims()
+
+    lease = await runtime.resources.enter_async_context(
+        # Refreshed on a thread of its own: a saturated loop must not lose ownership.
+        KeptLease(runtime.etcd, config.lease_ttl_s, on_new_lease, config.etcd_hosts())
+    )
+
+    async def stream_def(stream: str) -> StreamDef | None:
+        return await read_stream(runtime.etcd, stream)
+
+    partitions = Partitions(
+        runtime.etcd,
+        lambda: lease.lease,
+        config.member_id,
+        storage.storage_for,
+        config.claim_timeout,
+        stream_def,
+        lease_valid=lease.valid,
+        replicas_for=storage.replicas_for,
+        storage_clients=storage.clients,
+        placed_on=share.placed_on,
+        rereplicate_after_s=config.rereplicate_after_s,
+    )
+    runtime.resources.push_async_callback(partitions.close)
+    return partitions, lease
+
+
+def _start_sampler(
+    config: RouterConfig,
+    runtime: Runtime,
+    partitions: Partitions,
+    subscriptions: SubscriptionRegistry,
+) -> None:
+    """Sample every subscription's backlog into the subscription metrics."""
+    sampler = SubscriptionSampler(
+        SubscriptionAdmin(partitions, subscriptions, config.member_id),
+        partitions.open_logs,
+        SubscriptionCollector(),
+        config.subscription_metrics_s,
+        config.subscription_metrics_limit,
+    )
+    sampler.start()
+    runtime.resources.push_async_callback(sampler.stop)
 
 
 def _start_upkeep(

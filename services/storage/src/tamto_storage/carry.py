@@ -32,17 +32,18 @@ from tamto_common.durable import fsync_dir, make_dirs
 from tamto_protocol.batch import int64_array, int_values
 from tamto_protocol.segment import (
     CARRIED_DIR,
-    FIRST_OFFSET_KEY,
-    GENERATION_KEY,
-    LAST_OFFSET_KEY,
-    MAX_PUBLISH_KEY,
-    MIN_PUBLISH_KEY,
     SEGMENT_SCHEMA,
     carried_file_name,
     segment_file_name,
 )
 from tamto_storage.interest import Rewrite, Span
-from tamto_storage.segments import TMP_SUFFIX, Segment, segment_entry, write_digested
+from tamto_storage.segments import (
+    TMP_SUFFIX,
+    Segment,
+    segment_entry,
+    segment_metadata,
+    write_digested,
+)
 
 
 def offsets_of(segment: Segment) -> npt.NDArray[np.int64]:
@@ -108,14 +109,7 @@ def write_carried(
     else:
         # Nothing left: time retention still sees the newest message the range held.
         low = high = max(m.entry.max_publish_time_us for m in members)
-    metadata = {
-        **(SEGMENT_SCHEMA.metadata or {}),
-        FIRST_OFFSET_KEY: str(first).encode(),
-        LAST_OFFSET_KEY: str(last).encode(),
-        MIN_PUBLISH_KEY: str(low).encode(),
-        MAX_PUBLISH_KEY: str(high).encode(),
-        GENERATION_KEY: str(generation).encode(),
-    }
+    metadata = segment_metadata(first, last, low, high, generation)
     table = table.cast(SEGMENT_SCHEMA).replace_schema_metadata(metadata)
     folder = directory / CARRIED_DIR
     make_dirs(folder)

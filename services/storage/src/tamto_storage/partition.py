@@ -1,12 +1,7 @@
 """A partition: its write-ahead log, its owner epoch (fencing) and its cursors.
 
-Layout under ``<data-dir>/streams/<stream>/partition=<p>/``: sealed Parquet
-segments ``segment-<first>-<last>.parquet`` (see `tamto_storage.segments`), and,
-hidden from Spark's file listing by their leading ``_``, ``_wal/`` (see
-`tamto_storage.wal`), ``_epoch`` (see `tamto_storage.epoch`), ``_cursors/``
-(see `tamto_storage.cursors`) and, when a stored batch could not be sealed,
-``_quarantine/`` (see `tamto_storage.quarantine`). Directories of the old layout (``wal/``,
-``epoch``, ``cursors/``) are renamed on load.
+The files it keeps are laid out as `tamto_storage.partition_files` describes;
+ownership (the epoch fencing), cursors and damage are `tamto_storage.owned_partition`'s.
 
 Reads by offset are served by the WAL from its first batch on and by the
 segments below that; sealing (`seal`) turns durable WAL batches into segments,
@@ -15,24 +10,18 @@ once everything is sealed, start a fresh one so the last can go too). It keeps
 the newest of those files up to a byte budget, the read tail: a consumer a
 little behind then gets the batches as they were stored, with no Parquet to
 decode and no Arrow IPC to encode again.
-
-Fencing: `open(epoch)` claims the partition for an owner epoch; appends and
-cursor commits must carry exactly the current epoch, so a router that lost
-ownership (older epoch) cannot write, and a new owner must open before writing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import structlog
 
-from tamto_common.durable import fsync_dir, make_dirs
+from tamto_common.durable import make_dirs
 from tamto_common.errors import (
     DataLoss,
     FailedPrecondition,
@@ -41,14 +30,18 @@ from tamto_common.errors import (
     Unavailable,
 )
 from tamto_common.message_traces import child_span, message_span
-from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.segment import SegmentEntry
 from tamto_storage import metrics
-from tamto_storage.cursors import CursorStore
-from tamto_storage.epoch import FILE_NAME as EPOCH_FILE
-from tamto_storage.epoch import load_epoch, store_epoch
-from tamto_storage.frame import MAX_BODY_BYTES
-from tamto_storage.model import Cursor, PartitionId, PartitionOffsets, ReadResult, StoredBatch
+from tamto_storage.batch_checks import check_batches
+from tamto_storage.epoch import load_epoch
+from tamto_storage.model import PartitionId, ReadResult, StoredBatch
+from tamto_storage.owned_partition import OwnedPartition
+from tamto_storage.partition_files import (
+    WAL_DIR,
+    migrate_layout,
+    remove_files,
+    remove_sealed_wal_files,
+)
 from tamto_storage.quarantine import quarantine, quarantined, runs
 from tamto_storage.recorded import reconcile_found
 from tamto_storage.segment_log import SegmentLog
@@ -60,62 +53,16 @@ from tamto_storage.wal_recovery import list_wal_files, wal_file_name
 
 log = structlog.get_logger(__name__)
 
-MAX_BATCH_COUNT = 0xFFFFFFFF
-WAL_DIR = "_wal"
-CURSORS_DIR = "_cursors"
-#: Names before segments shared the directory with Spark, renamed on load.
-_OLD_NAMES = {"wal": WAL_DIR, "cursors": CURSORS_DIR, "epoch": EPOCH_FILE}
+__all__ = ["WAL_DIR", "Partition", "remove_files"]
+
 #: Attempts at a read whose file sealing or retention removed meanwhile.
 _READ_ATTEMPTS = 3
 #: The tracer of storage's data-path spans.
 TRACER = "tamto.storage"
 
 
-def _migrate_layout(directory: Path) -> None:
-    """Rename state of the pre-segment layout to the hidden names (blocking)."""
-    moved = False
-    for old, new in _OLD_NAMES.items():
-        if (directory / old).exists() and not (directory / new).exists():
-            os.replace(directory / old, directory / new)
-            moved = True
-    if moved:
-        fsync_dir(directory)
-
-
-class Partition:
+class Partition(OwnedPartition):
     """One partition's durable log. Create with `Partition.load`, stop with `close`."""
-
-    def __init__(
-        self,
-        pid: PartitionId,
-        directory: Path,
-        wal: Wal,
-        epoch: int,
-        segments: SegmentLog | None = None,
-    ) -> None:
-        self.id = pid
-        self._dir = directory
-        self._wal = wal
-        self._segments = segments if segments is not None else SegmentLog([])
-        self._seal_lock = asyncio.Lock()
-        # The empty WAL file the last roll created durably: while appends go to it,
-        # a later trim may drop the file before it (kept then as read tail).
-        self._rolled_to: Path | None = None
-        #: WAL files holding offsets at or after this one stay, whatever is sealed here:
-        #: the cluster's segment store has not committed them yet (None: no store).
-        self.wal_keep_from: int | None = None
-        #: Segment files found at load below the retention floor, or superseded by a
-        #: carried-forward rewrite, still to be deleted.
-        self.expired_files: list[Path] = []
-        self._unsealed_bytes = 0
-        self._unsealed_since: float | None = None  # time.monotonic() of the oldest unsealed ack
-        if wal.durable_offset > self._segments.end_offset:
-            self._unsealed_since = time.monotonic()
-        self._epoch = epoch  # durable: appends with exactly this epoch are accepted
-        self._fence = epoch  # >= _epoch: an open in progress already fences older epochs
-        self._epoch_lock = asyncio.Lock()
-        self._cursors = CursorStore(directory / CURSORS_DIR)
-        self._damage_shown = False  # whether the damaged-files gauge has this partition
 
     @classmethod
     async def load(
@@ -138,7 +85,7 @@ class Partition:
         files found, and a file found damaged keeps its recorded entry.
         """
         await asyncio.to_thread(make_dirs, directory)
-        await asyncio.to_thread(_migrate_layout, directory)
+        await asyncio.to_thread(migrate_layout, directory)
         stored = await asyncio.to_thread(load_epoch, directory)
         found = await asyncio.to_thread(scan_segments, pid.partition, directory)
         found = await asyncio.to_thread(reconcile_found, directory, found, recorded)
@@ -160,166 +107,6 @@ class Partition:
         metrics.QUARANTINED_BATCHES.labels(pid.stream).inc(len(kept_aside))
         partition.count_damage()
         return partition
-
-    @property
-    def directory(self) -> Path:
-        return self._dir
-
-    @property
-    def segment_log(self) -> SegmentLog:
-        """The committed segments."""
-        return self._segments
-
-    @property
-    def epoch(self) -> int:
-        """The current owner epoch."""
-        return self._epoch
-
-    @property
-    def wal(self) -> Wal:
-        """The partition's write-ahead log."""
-        return self._wal
-
-    def offsets(self) -> PartitionOffsets:
-        """Where the log starts (segments included) and where the next append must start.
-
-        With a damaged WAL the end is where the frames that still check out
-        after the damage end (at least one past the first damaged offset):
-        acknowledged messages lie beyond the damage, so a reader (the router's
-        delivery, which reads up to the end) must reach it and get DATA_LOSS,
-        not wait in silence at its start, and the end must not move back below
-        what was acknowledged. Appends are refused there anyway.
-        """
-        end = self._wal.next_offset
-        corruption = self._wal.corruption
-        if corruption is not None:
-            end = max(end, corruption.offset + 1, corruption.known_end or 0)
-        return PartitionOffsets(self._start_offset(), end)
-
-    def _start_offset(self) -> int:
-        wal_start = min(max(self._wal.start_offset, self._segments.floor), self._wal.next_offset)
-        sealed_start = self._segments.start_offset
-        return wal_start if sealed_start is None else min(sealed_start, wal_start)
-
-    async def open(self, epoch: int) -> PartitionOffsets:
-        """Claim the partition for `epoch` (>= the current one); return its offsets.
-
-        A damaged WAL does not stop the claim: the offsets below the damage stay
-        readable (the log's end is where the damage starts), while appends are
-        refused with DATA_LOSS until `tamto storage repair` (see `damage`).
-        """
-        if epoch < 0:
-            raise InvalidArgument(f"epoch must not be negative, got {epoch}")
-        async with self._epoch_lock:
-            if epoch < self._fence:
-                raise FailedPrecondition(f"stale epoch {epoch} < current {self._fence}")
-            if epoch > self._epoch:
-                # Fence first: while the new epoch is being made durable neither
-                # the old owner nor the new one may append.
-                self._fence = epoch
-                await asyncio.to_thread(store_epoch, self._dir, epoch)
-                self._epoch = epoch
-        return self.offsets()
-
-    async def fence(self, epoch: int) -> int:
-        """Fence the partition's ledger for a new owner's recovery; the last offset stored.
-
-        The same fence as `open`: appends of epochs older than `epoch` are refused
-        from now on. It answers once every append accepted before the fence is
-        fsynced or failed, so the offset it gives is on disk here (with a failed
-        WAL write: the durable end; with a damaged WAL: `offsets`' end, see there).
-        """
-        await self.open(epoch)
-        await self._wal.settled()
-        if self._wal.corruption is not None:
-            return self.offsets().next_offset - 1
-        return self._wal.durable_offset - 1
-
-    async def truncate(self, epoch: int, next_offset: int) -> int:
-        """Drop the WAL's batches from `next_offset` on; the log's end afterwards.
-
-        For a replica that kept entries past a recovered ledger's end (docs/cluster.md
-        section 2): only the current owner (`epoch`, the partition's epoch) may, only
-        entries older owners wrote (one written with `epoch` belongs to the current
-        ledger), never sealed offsets, and only at a batch boundary. At or past the
-        end it changes nothing.
-        """
-        self.check_epoch(epoch)
-        if next_offset < 0:
-            raise InvalidArgument(f"next_offset must not be negative, got {next_offset}")
-        async with self._seal_lock:  # no segment is written from what is dropped
-            await self._wal.settled()
-            self.check_epoch(epoch)  # a newer owner may have opened meanwhile
-            end = self._wal.next_offset
-            if next_offset >= end:
-                return end
-            sealed_end = max(self._segments.end_offset, self._wal.start_offset)
-            if next_offset < sealed_end:
-                raise FailedPrecondition(
-                    f"cannot truncate {self.id} to {next_offset}: offsets below {sealed_end} "
-                    "are sealed"
-                )
-            own = [e for e in self._wal.entries_from(next_offset) if e.epoch >= epoch]
-            if own:
-                raise FailedPrecondition(
-                    f"cannot truncate {self.id} to {next_offset}: offset {own[0].base_offset} "
-                    f"was written with the current epoch {epoch}"
-                )
-            dropped = self._wal.truncate(next_offset)
-        self._unsealed_bytes = max(0, self._unsealed_bytes - sum(e.body_length for e in dropped))
-        if self._wal.durable_offset <= self._segments.end_offset:
-            self._unsealed_since = None
-            self._unsealed_bytes = 0
-        log.warning(
-            "truncated the log's tail for its owner",
-            partition=str(self.id),
-            epoch=epoch,
-            next_offset=next_offset,
-            dropped_batches=len(dropped),
-        )
-        return self._wal.next_offset
-
-    async def start_at(
-        self, epoch: int, offset: int, record_floor: Callable[[], Awaitable[None]]
-    ) -> PartitionOffsets:
-        """Make this empty partition start at `offset` instead of 0; its offsets after.
-
-        For a spare replica that receives a copy of a partition whose start
-        retention moved past 0 (re-replication, docs/cluster.md section 2). Only
-        the current owner (`epoch`), only while the partition holds no entry and
-        no segment; starting again at the same offset changes nothing. Durable:
-        `record_floor` records `offset` as the partition's floor in the stream's
-        manifest first (as retention does), then the WAL is made to start there
-        (`Wal.start_at`), so a restart in between leaves an empty log the copy
-        starts again.
-        """
-        self.check_epoch(epoch)
-        if offset < 0:
-            raise InvalidArgument(f"start offset must not be negative, got {offset}")
-        async with self._seal_lock:
-            await self._wal.settled()
-            self.check_epoch(epoch)  # a newer owner may have opened meanwhile
-            if self._wal.next_offset == offset and self._segments.start_offset is None:
-                return self.offsets()
-            if self._wal.next_offset != 0 or self._segments.start_offset is not None:
-                raise FailedPrecondition(
-                    f"partition {self.id} holds offsets up to {self._wal.next_offset}: "
-                    f"only an empty partition can start at offset {offset}"
-                )
-            await record_floor()
-            self._segments.floor = offset
-            self._wal.start_at(offset)
-        log.info("empty partition starts past 0", partition=str(self.id), start_offset=offset)
-        return self.offsets()
-
-    def check_epoch(self, epoch: int) -> None:
-        if epoch < self._fence:
-            raise FailedPrecondition(f"stale epoch {epoch} < current {self._fence}")
-        if epoch > self._epoch:
-            raise FailedPrecondition(
-                f"epoch {epoch} is newer than the partition's epoch {self._epoch}: "
-                "open the partition first"
-            )
 
     async def append(self, epoch: int, batches: Sequence[StoredBatch]) -> int:
         """Append contiguous batches; returns the next offset once all are fsynced.
@@ -424,21 +211,6 @@ class Partition:
             return sealed
         offset = self._wal.offset_for_time(time_us)
         return max(offset, self._start_offset())
-
-    def damage(self) -> list[str]:
-        """What this partition knows to be damaged (WAL and segments), one line each."""
-        found = [f"{path}: {reason}" for path, reason in self._segments.damaged.items()]
-        if self._wal.corruption is not None:
-            found.append(str(self._wal.corruption.error()))
-        return found
-
-    def count_damage(self) -> None:
-        """Show what is known damaged in the `tamto_storage_damaged_files` gauge
-        (`tamto status` reads it)."""
-        damaged = len(self.damage())
-        if damaged or self._damage_shown:  # no series for the (many) partitions never damaged
-            metrics.DAMAGED_FILES.labels(self.id.stream, str(self.id.partition)).set(damaged)
-            self._damage_shown = True
 
     @property
     def unsealed_bytes(self) -> int:
@@ -579,45 +351,6 @@ class Partition:
             size -= oldest.entry.size_bytes
         return expired
 
-    async def commit_cursor(
-        self, epoch: int, subscription: str, cursor: Cursor, replace: bool = False
-    ) -> None:
-        """Durably store a subscription's cursor, if `epoch` is the current owner's
-        (merged with the stored one unless `replace`: see `CursorStore.commit`)."""
-        self.check_epoch(epoch)
-        await self._cursors.commit(subscription, cursor, replace)
-
-    async def delete_cursor(self, epoch: int, subscription: str) -> bool:
-        """Remove a subscription's cursor, if `epoch` is the current owner's."""
-        self.check_epoch(epoch)
-        return await self._cursors.delete(subscription)
-
-    async def cursor_names(self) -> list[str]:
-        """The subscriptions with a cursor on this partition, sorted."""
-        return await self._cursors.names()
-
-    async def disk_bytes(self) -> tuple[int, int]:
-        """Bytes on disk of the WAL files and of the sealed segments."""
-        wal = await asyncio.to_thread(_files_bytes, self._dir / WAL_DIR)
-        return wal, self._segments.size_bytes
-
-    async def get_cursor(self, subscription: str) -> Cursor | None:
-        """The subscription's cursor, or None when none was committed."""
-        return await self._cursors.get(subscription)
-
-    async def cursors(self) -> dict[str, Cursor]:
-        """Every subscription's cursor on this partition (see `CursorStore.all`)."""
-        return await self._cursors.all()
-
-    @property
-    def seal_lock(self) -> asyncio.Lock:
-        """Held while the sealed log changes (sealing, carrying messages forward)."""
-        return self._seal_lock
-
-    async def close(self) -> None:
-        """Flush queued appends and stop the WAL writer."""
-        await self._wal.close()
-
 
 async def _restart_behind(pid: PartitionId, wal: Wal, sealed_end: int) -> Wal:
     """A WAL ending below the sealed log's end lost its newer files (their place in
@@ -639,60 +372,3 @@ async def _restart_behind(pid: PartitionId, wal: Wal, sealed_end: int) -> Wal:
     await asyncio.to_thread(create_wal_file, target)
     await asyncio.to_thread(remove_files, others)
     return await Wal.open(directory, options, label=str(pid))
-
-
-def check_batches(batches: Sequence[StoredBatch]) -> None:
-    """Refuse (InvalidArgument) batches that are not whole, valid and contiguous."""
-    if not batches:
-        raise InvalidArgument("an append needs at least one batch")
-    for i, batch in enumerate(batches):
-        if not 1 <= batch.count <= MAX_BATCH_COUNT:
-            raise InvalidArgument(f"batch {i}: count must be at least 1, got {batch.count}")
-        if not batch.arrow_ipc:
-            raise InvalidArgument(f"batch {i}: arrow_ipc must not be empty")
-        if len(batch.arrow_ipc) > MAX_BODY_BYTES:
-            raise InvalidArgument(f"batch {i}: {len(batch.arrow_ipc)} bytes is too large")
-        if batch.base_offset < 0:
-            raise InvalidArgument(f"batch {i}: base_offset must not be negative")
-        try:
-            # Again, as the gateway did: storage's API may be reached by other services.
-            validate_batch(batch.arrow_ipc, batch.count, 0)
-        except BatchFormatError as exc:
-            raise InvalidArgument(f"batch {i}: malformed batch: {exc}") from None
-        if i and batch.base_offset != batches[i - 1].end_offset:
-            raise InvalidArgument(
-                f"batch {i}: base offset {batch.base_offset} does not follow the previous "
-                f"batch, which ends at {batches[i - 1].end_offset}"
-            )
-
-
-def remove_sealed_wal_files(wal_dir: Path, sealed_end: int) -> None:
-    """Remove the WAL files whose batches all end at or before `sealed_end` (blocking).
-
-    A file's batches end where the next file begins, so the last file always stays
-    (its name keeps the log's next offset).
-    """
-    if not wal_dir.is_dir():
-        return
-    files = list_wal_files(wal_dir)
-    pairs = itertools.pairwise(files)
-    remove_files([path for (_, path), (after, _) in pairs if after <= sealed_end])
-
-
-def _files_bytes(directory: Path) -> int:
-    """The summed size of the regular files in `directory` (0 when it is missing)."""
-    try:
-        return sum(e.stat().st_size for e in os.scandir(directory) if e.is_file())
-    except FileNotFoundError:
-        return 0
-
-
-def remove_files(paths: Sequence[Path]) -> None:
-    """Unlink files (already gone is fine) and fsync their directories (blocking)."""
-    for path in paths:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            continue
-    for directory in {p.parent for p in paths}:
-        fsync_dir(directory)

@@ -33,16 +33,12 @@ import structlog
 from tamto_common.durable import make_dirs, write_atomic
 from tamto_protocol.batch import BatchFormatError, validate_batch
 from tamto_protocol.segment import (
-    FIRST_OFFSET_KEY,
-    LAST_OFFSET_KEY,
-    MAX_PUBLISH_KEY,
-    MIN_PUBLISH_KEY,
     SEGMENT_SCHEMA,
     segment_file_name,
 )
 from tamto_storage import metrics
 from tamto_storage.model import PartitionId, StoredBatch
-from tamto_storage.segments import Segment, segment_entry, write_digested
+from tamto_storage.segments import Segment, segment_entry, segment_metadata, write_digested
 
 log = structlog.get_logger(__name__)
 
@@ -90,13 +86,7 @@ def quarantine(pid: PartitionId, directory: Path, batch: StoredBatch, reason: st
         reason=reason,
         kept=str(kept / f"{first}-{last}.arrow"),
     )
-    metadata = {
-        **(SEGMENT_SCHEMA.metadata or {}),
-        FIRST_OFFSET_KEY: str(first).encode(),
-        LAST_OFFSET_KEY: str(last).encode(),
-        MIN_PUBLISH_KEY: str(batch.publish_time_us).encode(),
-        MAX_PUBLISH_KEY: str(batch.publish_time_us).encode(),
-    }
+    metadata = segment_metadata(first, last, batch.publish_time_us, batch.publish_time_us)
     empty = SEGMENT_SCHEMA.with_metadata(metadata).empty_table()
     path = directory / segment_file_name(first, last)
     digest = write_digested(path, empty)

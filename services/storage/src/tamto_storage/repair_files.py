@@ -16,11 +16,6 @@ from pathlib import Path
 
 from tamto_common.durable import fsync_dir, make_dirs
 from tamto_protocol.segment import (
-    FIRST_OFFSET_KEY,
-    GENERATION_KEY,
-    LAST_OFFSET_KEY,
-    MAX_PUBLISH_KEY,
-    MIN_PUBLISH_KEY,
     SEGMENT_SCHEMA,
     Manifest,
     SegmentEntry,
@@ -28,7 +23,14 @@ from tamto_protocol.segment import (
     segment_file_name,
 )
 from tamto_storage.manifest import newest_readable, rewrite
-from tamto_storage.segments import Segment, choose_live, load_segment, scan_segments, write_digested
+from tamto_storage.segments import (
+    Segment,
+    choose_live,
+    load_segment,
+    scan_segments,
+    segment_metadata,
+    write_digested,
+)
 
 #: Where repair moves damaged files, inside their partition (or stream) directory.
 DAMAGED_DIR = "_damaged"
@@ -55,14 +57,7 @@ def write_lost_range(
     """An empty segment covering `first`..`last` in generation `generation`, recorded in
     the manifest in place of the entries of files in that range that are gone (moved
     aside, or missing): the range stays part of the log, and reads step over it."""
-    metadata = {
-        **(SEGMENT_SCHEMA.metadata or {}),
-        FIRST_OFFSET_KEY: str(first).encode(),
-        LAST_OFFSET_KEY: str(last).encode(),
-        MIN_PUBLISH_KEY: str(publish_time_us).encode(),
-        MAX_PUBLISH_KEY: str(publish_time_us).encode(),
-        GENERATION_KEY: str(generation).encode(),
-    }
+    metadata = segment_metadata(first, last, publish_time_us, publish_time_us, generation)
     pdir = stream_dir / partition_dir_name(number)
     make_dirs(pdir)
     path = pdir / segment_file_name(first, last)

@@ -46,9 +46,10 @@ from tamto_common.durable import fsync_dir, make_dirs
 from tamto_common.errors import DataLoss, FailedPrecondition
 from tamto_protocol.segment import segment_file_name
 from tamto_storage import metrics
+from tamto_storage.batch_checks import check_batches
 from tamto_storage.integrity import VerifiedFiles
 from tamto_storage.model import StoredBatch
-from tamto_storage.partition import Partition, check_batches
+from tamto_storage.partition import Partition
 from tamto_storage.repair_files import DAMAGED_DIR, move_aside, with_entry
 from tamto_storage.scrub import segment_problem
 from tamto_storage.segments import Segment, write_segment

@@ -67,7 +67,7 @@ from tamto_storage.epoch import FILE_NAME as EPOCH_FILE
 from tamto_storage.epoch import load_epoch, store_epoch
 from tamto_storage.integrity import VerifiedFiles
 from tamto_storage.manifest import newest_readable
-from tamto_storage.partition import CURSORS_DIR, WAL_DIR
+from tamto_storage.partition_files import CURSORS_DIR, WAL_DIR
 from tamto_storage.repair_files import DAMAGED_DIR, move_aside, write_lost_range
 from tamto_storage.segments import Segment, choose_live, scan_segments
 from tamto_storage.wal_repair import repair_wal, salvage, seal_from_wal, wal_problem

@@ -39,7 +39,8 @@ import structlog
 from tamto_protocol.segment import ExpiredFile, Manifest
 from tamto_storage import space
 from tamto_storage.interest import ReclaimLimits
-from tamto_storage.partition import Partition, remove_files
+from tamto_storage.partition import Partition
+from tamto_storage.partition_files import remove_files
 from tamto_storage.publisher import Publisher
 from tamto_storage.reclaim import Reclaimer
 from tamto_storage.segments import Segment

@@ -134,14 +134,26 @@ def build_table(batches: Sequence[StoredBatch]) -> pa.Table:
         "id": producer.column("id"),
         "producer": producer.column("producer"),
     }
+    metadata = segment_metadata(first, end - 1, int(times.min()), int(times.max()))
+    return pa.Table.from_pydict(columns, schema=SEGMENT_SCHEMA.with_metadata(metadata))
+
+
+def segment_metadata(
+    first: int, last: int, min_publish_us: int, max_publish_us: int, generation: int | None = None
+) -> dict[bytes, bytes]:
+    """A segment file's Parquet metadata: the schema's, then the offsets and publish times
+    it covers and, for a file that replaces others (carried forward, a lost range), its
+    generation."""
     metadata = {
         **(SEGMENT_SCHEMA.metadata or {}),
         FIRST_OFFSET_KEY: str(first).encode(),
-        LAST_OFFSET_KEY: str(end - 1).encode(),
-        MIN_PUBLISH_KEY: str(int(times.min())).encode(),
-        MAX_PUBLISH_KEY: str(int(times.max())).encode(),
+        LAST_OFFSET_KEY: str(last).encode(),
+        MIN_PUBLISH_KEY: str(min_publish_us).encode(),
+        MAX_PUBLISH_KEY: str(max_publish_us).encode(),
     }
-    return pa.Table.from_pydict(columns, schema=SEGMENT_SCHEMA.with_metadata(metadata))
+    if generation is not None:
+        metadata[GENERATION_KEY] = str(generation).encode()
+    return metadata
 
 
 def write_segment(partition: int, directory: Path, batches: Sequence[StoredBatch]) -> Segment:

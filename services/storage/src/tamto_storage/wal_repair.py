@@ -44,7 +44,7 @@ from tamto_common.errors import DataLoss
 from tamto_storage.epoch import load_epoch, store_epoch
 from tamto_storage.frame import HEADER_SIZE, decode_header
 from tamto_storage.model import PartitionId, StoredBatch
-from tamto_storage.partition import WAL_DIR, remove_files
+from tamto_storage.partition_files import WAL_DIR, remove_files
 from tamto_storage.quarantine import quarantine, runs
 from tamto_storage.repair_files import (
     DAMAGED_DIR,

@@ -17,7 +17,7 @@ from tamto_gateway.http.admin_routes import admin_routes
 from tamto_gateway.http.auth import Credentials
 from tamto_gateway.http.consumers import Consumers
 from tamto_gateway.http.endpoints import Deps
-from tamto_gateway.http.listener import EdgeServer, listen, tls_context
+from tamto_gateway.http.listener import EdgeServer, edge_tls, listen
 from tamto_gateway.http.openapi import openapi_document
 from tamto_gateway.http.problems import problem_response
 from tamto_gateway.http.publish import Publisher, warm_up
@@ -62,14 +62,6 @@ def http_server(
         max_body_bytes=config.http_max_body_bytes,
         max_wait_s=config.http_max_wait_s,
     )
-    tls = None
-    if config.tls() is not None:
-        tls = tls_context(
-            config.tls_cert_file,
-            config.tls_key_file,
-            config.tls_ca_file,
-            require_client_cert=config.tls_client_auth == "require",
-        )
     sock = listen(config.host, config.http_port)
     warm_up()
-    return EdgeServer(make_app(deps), sock, tls), consumers
+    return EdgeServer(make_app(deps), sock, edge_tls(config)), consumers

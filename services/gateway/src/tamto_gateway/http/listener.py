@@ -23,6 +23,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from tamto_common.errors import ConfigError
+from tamto_gateway.config import GatewayConfig
 from tamto_gateway.http.problems import PROBLEM_JSON
 
 log = structlog.get_logger(__name__)
@@ -201,3 +202,16 @@ def tls_context(
     context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
     context.set_alpn_protocols([alpn])
     return context
+
+
+def edge_tls(config: GatewayConfig, alpn: str = "http/1.1") -> ssl.SSLContext | None:
+    """The edge port's TLS (`tls_context`) as the gateway's flags say; None without TLS."""
+    if config.tls() is None:
+        return None
+    return tls_context(
+        config.tls_cert_file,
+        config.tls_key_file,
+        config.tls_ca_file,
+        require_client_cert=config.tls_client_auth == "require",
+        alpn=alpn,
+    )

@@ -30,7 +30,7 @@ import structlog
 
 from tamto_common.errors import ConfigError
 from tamto_gateway.http.auth import Credentials
-from tamto_gateway.http.listener import ACCEPT_BACKOFF_S, TLS_HANDSHAKE, first_byte, tls_context
+from tamto_gateway.http.listener import ACCEPT_BACKOFF_S, TLS_HANDSHAKE, edge_tls, first_byte
 from tamto_gateway.mqtt import codec
 from tamto_gateway.mqtt.connection import Connection, Ended
 from tamto_gateway.mqtt.context import Limits, Shared, SingleStream
@@ -210,13 +210,5 @@ def mqtt_broker(
         ),
         single_stream=SingleStream(streams, config.mqtt_stream),
     )
-    tls = None
-    if config.tls() is not None:
-        tls = tls_context(
-            config.tls_cert_file,
-            config.tls_key_file,
-            config.tls_ca_file,
-            require_client_cert=config.tls_client_auth == "require",
-            alpn="mqtt",
-        )
+    tls = edge_tls(config, alpn="mqtt")
     return Broker(shared, listen(config.host, config.mqtt_port), tls, runtime.bus)
