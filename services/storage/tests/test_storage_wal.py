@@ -134,7 +134,8 @@ async def test_a_lone_append_commits_in_the_call_and_back_to_back_ones_group(
     now[0] += 1.0
     fsyncs = partition.wal.fsyncs
     done = partition.wal.append([make_batch(36)], 1)
-    assert done.done() and done.exception() is None
+    assert done.done()
+    assert done.exception() is None
     assert partition.wal.fsyncs == fsyncs + 1
     # The clock stands still from here: every append comes just after a commit.
     ends = await asyncio.gather(*(partition.append(1, [make_batch(39 + 3 * i)]) for i in range(10)))

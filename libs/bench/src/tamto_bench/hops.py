@@ -51,10 +51,10 @@ def _profilers(pids: dict[str, int], seconds: float) -> list[subprocess.Popen[by
     if not directory or spy is None:
         return []
     Path(directory).mkdir(parents=True, exist_ok=True)
+    options = ["--duration", str(int(seconds)), "--rate", "500", "--format", "raw", "--nonblocking"]
     return [
         subprocess.Popen(
-            [spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "500"]
-            + ["--format", "raw", "--nonblocking", "--output", f"{directory}/{name}.txt"],
+            [spy, "record", "--pid", str(pid), *options, "--output", f"{directory}/{name}.txt"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
