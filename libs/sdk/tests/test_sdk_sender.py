@@ -33,12 +33,15 @@ class _FakeCalls:
         self.answers: list[Any] = []
         self.next_offset = 0
         self.hold: asyncio.Event | None = None
+        self.tasks: list[str] = []  # the task each publish ran in
 
     async def unary(
         self, method: object, request: Callable[[int], bytes], *, deduplicated: bool
     ) -> Any:
         assert method is self.publish_raw
         self.deduplicated.append(deduplicated)
+        task = asyncio.current_task()
+        self.tasks.append(task.get_name() if task is not None else "")
         if self.hold is not None:
             await self.hold.wait()
         sent = gateway_pb2.PublishRequest.FromString(request(1))
@@ -157,3 +160,14 @@ async def test_close_fails_the_batch_in_flight_with_closed() -> None:
     with pytest.raises(Closed):
         in_flight.result()
     assert accumulator.pending == 0
+
+
+async def test_with_one_in_flight_the_partitions_task_publishes_itself() -> None:
+    """The default (one batch in flight) publishes in the partition's sender task, not
+    in a task started per batch; the batches still go one after another, in order."""
+    accumulator, sender, calls = _producer()
+    for i in range(3):
+        result = await asyncio.wait_for(_send(accumulator, f"m{i}".encode()), _DEADLINE_S)
+        assert result.offset == i
+    assert calls.tasks == ["tamto-producer-s-0"] * 3
+    await sender.close()

@@ -112,6 +112,40 @@ async def test_small_groups_commit_on_the_loop_while_fsyncs_are_fast(
     assert offsets_of((await reopened.read(0, 0, BIG)).batches) == [3 * i for i in range(12)]
 
 
+async def test_a_lone_append_commits_in_the_call_and_back_to_back_ones_group(
+    load: OpenPartition, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append that comes well after the last commit, with nothing queued, is on disk
+    when `Wal.append` returns (no hand-off to the writer task); appends coming right
+    after a commit still go to the writer and share fsyncs, in order."""
+    now = [0.0]
+
+    def timed_fsync(fd: int) -> float:
+        os.fsync(fd)
+        return 0.0001
+
+    monkeypatch.setattr(wal_module, "_timed_fsync", timed_fsync)
+    monkeypatch.setattr(wal_module, "_clock", lambda: now[0])
+    partition = await load()
+    await partition.open(1)
+    for i in range(12):  # the first commits teach the WAL how fast its fsyncs are
+        now[0] += 1.0
+        await partition.append(1, [make_batch(i * 3)])
+    now[0] += 1.0
+    fsyncs = partition.wal.fsyncs
+    done = partition.wal.append([make_batch(36)], 1)
+    assert done.done()
+    assert done.exception() is None
+    assert partition.wal.fsyncs == fsyncs + 1
+    # The clock stands still from here: every append comes just after a commit.
+    ends = await asyncio.gather(*(partition.append(1, [make_batch(39 + 3 * i)]) for i in range(10)))
+    assert ends == [42 + 3 * i for i in range(10)]
+    assert partition.wal.fsyncs - (fsyncs + 1) < 10
+    await partition.close()
+    reopened = await load()
+    assert offsets_of((await reopened.read(0, 0, BIG)).batches) == [3 * i for i in range(23)]
+
+
 async def test_one_append_of_several_batches(load: OpenPartition) -> None:
     partition = await load()
     await partition.open(1)

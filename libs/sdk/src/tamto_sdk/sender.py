@@ -3,7 +3,8 @@
 Each partition that has had a batch gets one task that takes its next due batch
 from the accumulator (`Accumulator.ready`) whenever fewer than `max_in_flight`
 of its batches are unanswered, encodes it and publishes it in a task of its own,
-which reports the outcome (`Accumulator.finish`). As aiokafka's ``Sender``, this
+which reports the outcome (`Accumulator.finish`); with one in flight (the default)
+it publishes the batch itself. As aiokafka's ``Sender``, this
 is where a batch meets the network:
 
 - idempotence: every message without an id gets ``<producer id>:<sequence>``
@@ -162,6 +163,12 @@ class Sender:
                 ticket = lane.tickets
                 lane.tickets += 1
                 lane.batches[ticket] = last
+                if limit == 1:
+                    # Nothing can go beside it: publish here, not in a task of its own
+                    # (a task's start and end are two more loop hand-offs per batch).
+                    taken, batch = batch, None
+                    await self._publish_one(partition, lane, ticket, taken, encoded)
+                    continue
                 task = asyncio.create_task(
                     self._publish_one(partition, lane, ticket, batch, encoded)
                 )

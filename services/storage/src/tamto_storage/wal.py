@@ -88,12 +88,14 @@ class Wal(GroupCommit):
         self._last_queued: asyncio.Future[None] | None = None  # the newest append's outcome
         self._wake = asyncio.Event()
         self._closing = False
+        self._committing = False
         self._writer_fd: int | None = None
         self._writer_path: Path | None = None
         self._last_sync = 0.0
         self._fsyncs = 0
         # Starts above the bar: commits go to a thread until fsyncs are seen to be fast.
         self._fsync_average_s = 2 * INLINE_FSYNC_S
+        self._commit_ended = 0.0
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
@@ -183,6 +185,7 @@ class Wal(GroupCommit):
         # The caller may be cancelled and stop waiting; retrieve the outcome anyway
         # so a failure is not reported as "never retrieved".
         done.add_done_callback(lambda f: f.cancelled() or f.exception())
+        queued_before = bool(self._pending)
         for i, batch in enumerate(batches):
             entry, header = self._place(batch, epoch)
             last = i == len(batches) - 1
@@ -190,7 +193,8 @@ class Wal(GroupCommit):
                 PendingFrame(entry, header, batch.arrow_ipc, done if last else None)
             )
         self._last_queued = done
-        self._wake.set()
+        if not self.commit_in_caller(queued_before):
+            self._wake.set()
         return done
 
     async def settled(self) -> None:

@@ -17,6 +17,15 @@ p99 publish-to-deliver latency at 5,000 msg/s was 5-22% lower in A/B runs
 (`docs/benchmarks.md`). A slow disk, or a large group, keeps the commit off
 the loop, and so off the other partitions' way.
 
+An append that finds the writer idle and nothing queued ahead of it commits in
+the caller (`commit_in_caller`) when its group would be committed on the loop
+anyway: the same write and fsync, without waking the writer task and waking the
+caller back (two loop hand-offs per append, which is every append of a partition
+whose router keeps one append in flight). Order holds: nothing earlier is queued
+or being committed. Only an append that comes more than a fast fsync after the
+previous commit ended does so: appends arriving back to back (several writers on
+one partition) go to the writer, which groups those that come during a commit.
+
 `GroupCommit` is the part of `tamto_storage.wal.Wal` that writes; the WAL's state
 it works on is declared here.
 """
@@ -49,6 +58,8 @@ INLINE_GROUP_BYTES = 256 * 1024
 INLINE_FSYNC_S = 0.001
 #: Weight of the newest fsync in that average.
 _FSYNC_AVERAGE_WEIGHT = 0.2
+#: Monotonic seconds (the time since the last commit ended).
+_clock = time.monotonic
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +99,13 @@ class GroupCommit:
     _pending: list[PendingFrame]
     _wake: asyncio.Event
     _closing: bool
+    _committing: bool  # the writer task is committing a group now
     _writer_fd: int | None
     _writer_path: Path | None
     _last_sync: float
     _fsyncs: int
     _fsync_average_s: float
+    _commit_ended: float  # `_clock()` when the last commit ended
 
     def _count_in_file(self, entry: IndexEntry) -> None:
         raise NotImplementedError  # `Wal._count_in_file`
@@ -113,12 +126,39 @@ class GroupCommit:
                 if delay > 0:
                     await asyncio.sleep(delay)
             group, self._pending = self._pending, []
-            await self._commit(group)
+            self._committing = True
+            try:
+                await self._commit(group)
+            finally:
+                self._committing = False
             self._last_sync = loop.time()
 
     def commits_inline(self, group_bytes: int) -> bool:
         """Whether a group of `group_bytes` is committed on the event loop (module docstring)."""
         return self._fsync_average_s < INLINE_FSYNC_S and group_bytes <= INLINE_GROUP_BYTES
+
+    def commit_in_caller(self, queued_before: bool) -> bool:
+        """Commit what is queued now, in the calling task, if that is safe and small
+        (module docstring); False: the writer task is to do it. `queued_before`:
+        something was queued before the caller's frames."""
+        group = self._pending
+        if (
+            queued_before
+            or _clock() - self._commit_ended < self._fsync_average_s
+            or self._committing
+            or self._closing
+            or not self._options.group_commit
+            or not self.commits_inline(sum(len(item.body) for item in group))
+        ):
+            return False
+        self._pending = []
+        try:
+            fsync_seconds = self._write_group(group)
+        except Exception as exc:
+            self._write_failed(group, exc)
+        else:
+            self._committed(group, fsync_seconds)
+        return True
 
     async def _commit(self, group: list[PendingFrame]) -> None:
         try:
@@ -127,11 +167,19 @@ class GroupCommit:
             else:
                 fsync_seconds = await asyncio.to_thread(self._write_group, group)
         except Exception as exc:  # the writer must survive to fail later appends, not hang them
-            if space.is_disk_full(exc):
-                self._refuse_for_space(group, exc)
-            else:
-                self._fail(group, exc)
+            self._write_failed(group, exc)
             return
+        self._committed(group, fsync_seconds)
+
+    def _write_failed(self, group: list[PendingFrame], exc: Exception) -> None:
+        if space.is_disk_full(exc):
+            self._refuse_for_space(group, exc)
+        else:
+            self._fail(group, exc)
+
+    def _committed(self, group: list[PendingFrame], fsync_seconds: list[float]) -> None:
+        """`group` is on disk: count it, index it and resolve its appends."""
+        self._commit_ended = _clock()
         space.written()
         self._fsyncs += 1
         for seconds in fsync_seconds:
