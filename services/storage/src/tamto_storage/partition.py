@@ -127,8 +127,9 @@ class Partition(OwnedPartition):
         with message_span(
             TRACER, "tamto.storage.append", ipcs, self.id.stream, self.id.partition
         ) as span:
-            done = self._wal.append(batches, epoch)
-            with child_span(TRACER, "tamto.storage.fsync", span):  # the group commit's
+            # The group commit's; a lone append may write and fsync inside `append` itself.
+            with child_span(TRACER, "tamto.storage.fsync", span):
+                done = self._wal.append(batches, epoch)
                 await asyncio.shield(done)
         self._unsealed_bytes += sum(len(b.arrow_ipc) for b in batches)
         if self._unsealed_since is None:
