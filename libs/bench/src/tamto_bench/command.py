@@ -111,7 +111,8 @@ Systems = Annotated[
     typer.Option(
         help="what to run, of: tamto,jetstream,core,ceiling,ephemeral,functions,http "
         "(publishing through the gateway's HTTP API), the cluster's tamto-r3,jetstream-r3, "
-        "and mqtt (the gateway's MQTT broker beside Debian's mosquitto; only when named)"
+        "and, only when named, mqtt (the gateway's MQTT broker beside Debian's mosquitto) "
+        "and freshness (ack to visible in the segment store and its Iceberg table)"
     ),
 ]
 Nodes = Annotated[
@@ -119,6 +120,13 @@ Nodes = Annotated[
     typer.Option(
         help="storage nodes and routers of the tamto-r3 cluster (3); more than 1 also "
         "adds tamto-r3,jetstream-r3 to --systems"
+    ),
+]
+SealAgeMs = Annotated[
+    int,
+    typer.Option(
+        help="storage's seal age (ms) on the Tamtos of the freshness rows (0: storage's "
+        "default); the rows run only when --systems names freshness"
     ),
 ]
 JetstreamSync = Annotated[
@@ -154,6 +162,7 @@ def bench(
     systems: Systems = _ALL_SYSTEMS,
     nodes: Nodes = None,
     jetstream_sync: JetstreamSync = "always",
+    seal_age_ms: SealAgeMs = 0,
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
     url: Url = None,
@@ -183,6 +192,7 @@ def bench(
         quick=quick,
         nodes=nodes or CLUSTER_REPLICAS,
         mqtt_idle=1_000 if quick else 10_000,
+        seal_age_ms=seal_age_ms,
     )
     _check_options(options, local)
     target = None
@@ -225,6 +235,12 @@ def _check_options(options: BenchOptions, local: bool) -> None:
     """Bad usage (exit 2) for what the options allow only together."""
     if "mqtt" in options.systems and not local:
         err.print("tamto bench: mqtt starts its own Tamto and mosquitto: add --local")
+        raise typer.Exit(2)
+    if "freshness" in options.systems and not local:
+        err.print("tamto bench: freshness starts its own Tamtos with a segment store: add --local")
+        raise typer.Exit(2)
+    if options.seal_age_ms < 0:
+        err.print("tamto bench: --seal-age-ms must be 0 (storage's default) or more")
         raise typer.Exit(2)
     if options.duration_s <= 0 or min(options.sizes) < 8:
         err.print("tamto bench: --duration must be > 0 and every size at least 8 bytes")

@@ -76,6 +76,9 @@ class TamtoTarget:
     http_url: str = ""
     #: The first gateway's MQTT port (0: none, the MQTT phases are skipped).
     mqtt_port: int = 0
+    #: The storage nodes' segment store URI and Iceberg catalog URI ("": none).
+    segment_store: str = ""
+    iceberg_catalog: str = ""
 
     @property
     def gateway_urls(self) -> tuple[str, ...]:
@@ -89,13 +92,22 @@ def _discard(name: str, line: str) -> None:
 
 @contextlib.asynccontextmanager
 async def local_tamto(
-    data_dir: Path, nodes: int = 1, mqtt: bool = False
+    data_dir: Path,
+    nodes: int = 1,
+    mqtt: bool = False,
+    segment_store: str = "",
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[TamtoTarget]:
     """Start a whole Tamto on free loopback ports in `data_dir` (with `nodes` > 1: that
     many storage nodes and routers and two gateways; with `mqtt`, its gateway serves
-    MQTT, one node only); stop it on exit."""
+    MQTT, one node only; with `segment_store`, as `tamto up --segment-store`: "s3" for a
+    SeaweedFS of its own, or a URI; `env`: settings for every service, such as
+    TAMTO_STORAGE_SEAL_AGE_MS); stop it on exit."""
     etcd = free_port(HOST)
     mqtt_port = free_port(HOST) if mqtt else 0
+    extra_env = dict(env or {})
+    if mqtt_port:
+        extra_env["TAMTO_GATEWAY_MQTT_PORT"] = str(mqtt_port)
     config = ClusterConfig(
         data_dir=data_dir,
         host=HOST,
@@ -105,7 +117,8 @@ async def local_tamto(
         nats_port=free_port(HOST),
         log_level="warning",
         nodes=nodes,
-        extra_env={"TAMTO_GATEWAY_MQTT_PORT": str(mqtt_port)} if mqtt_port else {},
+        extra_env=extra_env,
+        segment_store=segment_store,
     )
     # Generous: the worker processes start (and import pyarrow) at the same time, and a
     # cluster is eleven processes on a shared 2-core machine.
@@ -123,6 +136,8 @@ async def local_tamto(
             tuple(cluster.gateway_urls()),
             cluster.http_urls()[0],
             mqtt_port,
+            cluster.segment_store_uri,
+            cluster.iceberg_catalog,
         )
     finally:
         await cluster.stop()

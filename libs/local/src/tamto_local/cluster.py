@@ -293,6 +293,16 @@ class LocalCluster:
         #: What storage nodes are told about the segment store (`_start_segment_store`).
         self._store_env: dict[str, str] = {}
 
+    @property
+    def segment_store_uri(self) -> str:
+        """The segment store URI storage nodes were given ("": none), once started."""
+        return self._store_env.get("TAMTO_STORAGE_SEGMENT_STORE", "")
+
+    @property
+    def iceberg_catalog(self) -> str:
+        """The Iceberg catalog URI storage nodes were given ("": none), once started."""
+        return self._store_env.get("TAMTO_STORAGE_ICEBERG_CATALOG", "")
+
     def gateway_urls(self) -> list[str]:
         """Every gateway's URL (two with several nodes), once started."""
         scheme = "tamtos" if self.config.tls else "tamto"

@@ -7,7 +7,13 @@ them as Markdown, `values` reads and formats the document's numbers.
 
 from tamto_bench.report.output import markdown, render
 from tamto_bench.report.summary import rows
-from tamto_bench.report.tables import cluster_rows, ephemeral_rows, function_rows, mqtt_rows
+from tamto_bench.report.tables import (
+    cluster_rows,
+    ephemeral_rows,
+    freshness_rows,
+    function_rows,
+    mqtt_rows,
+)
 from tamto_bench.report.verdicts import Verdict, finish, ratios, replication_round_trip_ms, verdicts
 
 __all__ = [
@@ -15,6 +21,7 @@ __all__ = [
     "cluster_rows",
     "ephemeral_rows",
     "finish",
+    "freshness_rows",
     "function_rows",
     "markdown",
     "mqtt_rows",

@@ -12,10 +12,12 @@ from tamto_bench.report.summary import HEADERS, rows
 from tamto_bench.report.tables import (
     CLUSTER_HEADERS,
     EPHEMERAL_HEADERS,
+    FRESHNESS_HEADERS,
     FUNCTION_HEADERS,
     MQTT_HEADERS,
     cluster_rows,
     ephemeral_rows,
+    freshness_rows,
     function_rows,
     mqtt_rows,
 )
@@ -30,6 +32,7 @@ def _extra_tables(doc: dict[str, Any]) -> list[tuple[str, list[str], list[list[s
         ("MQTT beside mosquitto", MQTT_HEADERS, mqtt_rows(doc)),
         ("processing functions, stream to stream", FUNCTION_HEADERS, function_rows(doc)),
         ("the cluster (R=3) beside one node", CLUSTER_HEADERS, cluster_rows(doc)),
+        ("freshness: ack to visible in the segment store", FRESHNESS_HEADERS, freshness_rows(doc)),
     ]
     return [table for table in tables if table[2]]
 

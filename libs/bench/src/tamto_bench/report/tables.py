@@ -175,3 +175,48 @@ CLUSTER_HEADERS = [
     "JetStream R3",
     "Tamto R=3/JS R3",
 ]
+
+
+#: The freshness rows' readers (`tamto_bench.runner.freshness`): (store, reader, label).
+FRESHNESS_READERS = (
+    ("dir", "store", "directory store (manifest)"),
+    ("dir", "iceberg", "Iceberg snapshot (directory store)"),
+    ("s3", "store", "S3 store on SeaweedFS (manifest)"),
+    ("s3", "iceberg", "Iceberg snapshot (S3 store)"),
+)
+FRESHNESS_HEADERS = [
+    "freshness (ack to visible)",
+    "size B",
+    "load msg/s",
+    "p50 s",
+    "p99 s",
+    "max s",
+    "probes (unseen)",
+    "storage cores",
+]
+
+
+def freshness_rows(doc: dict[str, Any]) -> list[list[str]]:
+    """Ack to visible per reader, at rest and under load: p50/p99/max seconds."""
+    out: list[list[str]] = []
+    for size, systems in doc["sizes"].items():
+        found = systems.get("freshness", {})
+        for store, reader, label in FRESHNESS_READERS:
+            for state in ("rest", "load"):
+                window = found.get(store, {}).get(state)
+                if window is None:
+                    continue
+                seen = window[reader]
+                out.append(
+                    [
+                        f"{label}, {'at rest' if state == 'rest' else 'under load'}",
+                        size,
+                        fmt(num(window.get("load_msgs_s"))),
+                        fmt(num(seen.get("p50_s"))),
+                        fmt(num(seen.get("p99_s"))),
+                        fmt(num(seen.get("max_s"))),
+                        f"{seen.get('probes', 0)} ({seen.get('unseen', 0)})",
+                        fmt(num(window.get("storage_cpu_per_s"))),
+                    ]
+                )
+    return out

@@ -42,6 +42,9 @@ R3_SHARE_SIZE = 1024
 #: The processing service's target: a declarative filter+project function, stream to
 #: stream, end to end.
 FILTER_PROJECT_TARGET = 200_000.0
+#: Freshness: a message visible to every reader of the segment store and of its Iceberg
+#: table within 10 s of its ack, at p99, at rest and under load.
+FRESHNESS_P99_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ def verdicts(doc: dict[str, Any]) -> list[Verdict]:
         out += _everyday_verdicts(doc, size)
         out += _cluster_verdicts(doc, size, systems)
         out += _ephemeral_verdicts(doc, size, systems)
+        out += _freshness_verdicts(size, systems)
         if "functions" in systems:
             rate = num(systems["functions"].get("filter_project_msgs_s"))
             bar = FILTER_PROJECT_TARGET
@@ -334,3 +338,17 @@ def finish(doc: dict[str, Any]) -> dict[str, Any]:
 def is_ratio(target: str) -> bool:
     """Whether a target's bar is a ratio (e.g. "publish ≥ 10x JetStream")."""
     return "x JetStream" in target or "x core NATS" in target or "x R=1" in target
+
+
+def _freshness_verdicts(size: str, systems: dict[str, Any]) -> list[Verdict]:
+    """Per store and reader, the worse p99 of at rest and under load against 10 s."""
+    out: list[Verdict] = []
+    for store, windows in sorted(systems.get("freshness", {}).items()):
+        for reader in ("store", "iceberg"):
+            p99s = [num(windows[state][reader]["p99_s"]) for state in ("rest", "load")]
+            worst = max(p99s) if not any(math.isnan(p) for p in p99s) else math.nan
+            unseen = sum(windows[state][reader]["unseen"] for state in ("rest", "load"))
+            met = not math.isnan(worst) and worst <= FRESHNESS_P99_S and not unseen
+            target = f"freshness p99 ≤ {FRESHNESS_P99_S:g} s ({store} {reader})"
+            out.append(Verdict(target, int(size), worst, FRESHNESS_P99_S, met))
+    return out

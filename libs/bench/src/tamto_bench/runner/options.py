@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 SYSTEMS = ("tamto", "jetstream", "core", "ceiling", "ephemeral", "functions", "http")
-#: Systems run only when named: MQTT (the gateway's broker beside mosquitto, `mqtt_bench`).
-OPTIONAL_SYSTEMS = ("mqtt",)
+#: Systems run only when named: MQTT (the gateway's broker beside mosquitto, `mqtt_bench`),
+#: and freshness (ack to visible in the segment store and Iceberg, `runner.freshness`).
+OPTIONAL_SYSTEMS = ("mqtt", "freshness")
 #: The bodies the HTTP API's publish phases send (`http_jobs`), each a phase.
 HTTP_BODIES = ("ndjson", "arrow")
 #: The cluster beside the one node: not run unless asked for (`--systems` or `--nodes`).
@@ -57,6 +58,8 @@ class BenchOptions:
     nodes: int = CLUSTER_REPLICAS
     #: Idle MQTT connections held at once for their memory ("mqtt"; 0: not measured).
     mqtt_idle: int = 10_000
+    #: Storage's seal age for the freshness Tamtos (ms; 0: storage's default).
+    seal_age_ms: int = 0
 
 
 class Progress(Protocol):

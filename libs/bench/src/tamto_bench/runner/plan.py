@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from tamto_bench.runner import baselines, durable, ephemeral, gateway_protocols
+from tamto_bench.runner import baselines, durable, ephemeral, freshness, gateway_protocols
 from tamto_bench.runner.context import Bench
 from tamto_bench.runner.options import (
     CLUSTER_SYSTEMS,
@@ -47,6 +47,11 @@ def _size_phases(bench: Bench, size: int) -> list[Phase]:
         plan += _ephemeral_phases(bench, size, first=size == o.sizes[0])
     if "functions" in o.systems and size in FUNCTION_SIZES:
         plan.append((f"functions {size} B", partial(baselines.functions, bench, size)))
+    if "freshness" in o.systems and size == o.sizes[0]:
+        plan += [
+            (f"freshness, {store} store {size} B", partial(freshness.freshness, bench, store, size))
+            for store in freshness.STORES
+        ]
     return plan
 
 

@@ -1,0 +1,53 @@
+"""`tamto bench --systems freshness` measures how long after its ack a message is visible
+in the segment store (a directory, and S3 on SeaweedFS) and in its Iceberg table, at
+rest and under load, each store on a local Tamto the phase starts.
+
+No performance assertion: only that every reader's numbers were measured for both
+windows, that probes were seen, and that the table and the targets show them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from .tiny_run import run_bench
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.timeout(900)
+def test_bench_reports_freshness_per_reader_at_rest_and_under_load(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    md = tmp_path / "bench.md"
+    proc = run_bench(
+        "--local",
+        "--systems",
+        "freshness",
+        "--json",
+        str(out),
+        "--markdown",
+        str(md),
+        cwd=tmp_path,
+        timeout_s=880,
+    )
+    doc = json.loads(out.read_text())
+    found = doc["sizes"]["100"]["freshness"]
+    assert set(found) == {"dir", "s3"}
+    for store, windows in found.items():
+        assert windows["seal_age_ms"] > 0, store
+        assert windows["load"]["load_msgs_s"] > 0, store
+        for state in ("rest", "load"):
+            for reader in ("store", "iceberg"):
+                seen = windows[state][reader]
+                assert seen["probes"] > 0, (store, state, reader)
+                assert seen["unseen"] < seen["probes"], (store, state, reader)
+                assert not math.isnan(seen["p99_s"]), (store, state, reader)
+                assert seen["p50_s"] <= seen["p99_s"] <= seen["max_s"], (store, state, reader)
+    targets = {t["target"] for t in doc["targets"]}
+    assert "freshness p99 ≤ 10 s (s3 iceberg)" in targets
+    assert "freshness: ack to visible in the segment store" in proc.stdout
+    assert "| Iceberg snapshot (S3 store), under load | 100 |" in md.read_text()
