@@ -125,7 +125,7 @@ async def _plan(store: PartitionStore, partition: Partition, epoch: int, next_of
     if not going or going[0].first_offset >= next_offset:
         return _Cut(going, None)
     holding = going[0]
-    kept = await asyncio.to_thread(_rows_below, holding, next_offset)
+    kept = await asyncio.to_thread(_rows_below, holding, next_offset, bool(held))
     if kept is None:
         raise FailedPrecondition(f"{refused}: offset {next_offset} is inside a batch")
     staged = await asyncio.to_thread(_stage, pid.partition, partition.directory, kept)
@@ -165,13 +165,19 @@ async def _check_store(
         )
 
 
-def _rows_below(segment: Segment, next_offset: int) -> list[StoredBatch] | None:
-    """`segment`'s batches below `next_offset`; None when one crosses it (blocking)."""
-    batches = to_stored_batches(read_rows(segment.path, segment.first_offset, 0, _ALL_BYTES))
-    kept = [b for b in batches if b.end_offset <= next_offset]
-    if not kept or kept[-1].end_offset != next_offset:
-        return None
-    return kept
+def _rows_below(
+    segment: Segment, next_offset: int, boundary_checked: bool
+) -> list[StoredBatch] | None:
+    """`segment`'s rows below `next_offset`, as batches; None when `next_offset` is inside
+    a batch (blocking). A segment keeps no batch boundaries, only runs of one publish
+    time: unless the WAL still holds the offset (and `boundary_checked` says its batches
+    had one there), the cut must fall between two runs, as the owner read them there."""
+    rows = read_rows(segment.path, segment.first_offset, 0, _ALL_BYTES)
+    if not boundary_checked:
+        ends = {b.end_offset for b in to_stored_batches(rows)}
+        if next_offset not in ends:
+            return None
+    return to_stored_batches(rows.slice(0, next_offset - segment.first_offset))
 
 
 def _stage(number: int, pdir: Path, batches: list[StoredBatch]) -> Segment:
