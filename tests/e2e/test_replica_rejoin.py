@@ -1,6 +1,7 @@
 """A replica that was out of a replicated log's appends comes back whole: the entries it
 missed and the cursors the others hold (over three real storage servers); one whose copy
-diverged where it cannot be truncated (sealed) is replaced by a spare that is whole.
+diverged in data its node sealed is cut in place and rejoins (no spare needed), and one
+whose divergence the segment store already committed is replaced by a spare that is whole.
 
 Before, a rejoining replica got the entries only: a spare had no cursor, and a replica
 that missed a seek back kept the older, more advanced cursor (which the next owner's
