@@ -22,6 +22,8 @@ from tamto_router.quorum import append_quorum, fence_quorum, recover_ledger_end
 from tamto_router.replica_catch_up import Rereplicate
 from tamto_router.storage_client import StorageClient
 from tamto_storage.grpc_api import StorageServicer, serve
+from tamto_storage.publisher import Publisher
+from tamto_storage.segment_store import SegmentStore
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
 from tamto_testing.waiting import eventually
@@ -32,9 +34,9 @@ STREAM, PARTITION = "orders", 0
 class Node:
     """One storage server over its own directory, and a client of it."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, publisher: Publisher | None = None) -> None:
         self.data_dir = data_dir
-        self.store = PartitionStore(data_dir, WalOptions())
+        self.store = PartitionStore(data_dir, WalOptions(), publisher=publisher)
         self.server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
         serve(StorageServicer(self.store, 1 << 20), self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
@@ -283,6 +285,34 @@ async def keep_a_tail_past_the_recovered_end(nodes: dict[str, Node]) -> None:
         await nodes[name].client.open_partition(STREAM, PARTITION, 2)
 
 
+async def _publishes(stream: str, partition: int) -> bool:
+    return True
+
+
+@contextlib.asynccontextmanager
+async def committed_to_a_segment_store(
+    nodes: dict[str, Node], store_dir: Path
+) -> AsyncIterator[Node]:
+    """storage-c seals what it holds and, restarted with a segment store (in
+    `store_dir`), commits it there: its sealed offsets can no longer be cut. The
+    restarted node takes storage-c's place in `nodes` meanwhile."""
+    sealed = await nodes["storage-c"].store.get(STREAM, PARTITION)
+    await sealed.seal(1 << 20)
+    await nodes["storage-c"].stop()
+    publisher = Publisher(SegmentStore.open(store_dir.as_uri()), _publishes)
+    restarted = Node(nodes["storage-c"].data_dir, publisher)
+    await restarted.server.start()
+    stopped, nodes["storage-c"] = nodes["storage-c"], restarted
+    try:
+        await publisher.publish(await restarted.store.get(STREAM, PARTITION))
+        yield restarted
+    finally:
+        nodes["storage-c"] = stopped
+        await restarted.stop()
+        await restarted.client.close()
+        await restarted.channel.close()
+
+
 async def test_a_replica_holding_entries_past_the_recovered_end_is_truncated_and_rejoins(
     nodes: dict[str, Node],
 ) -> None:
@@ -330,30 +360,30 @@ async def test_a_lagging_replica_whose_log_is_sealed_is_caught_up_without_trunca
     assert await stored(nodes["storage-c"]) == [f"m{o}".encode() for o in range(8)]
 
 
-async def test_a_sealed_tail_past_the_recovered_end_is_never_truncated_and_stays_out(
-    nodes: dict[str, Node],
+async def test_a_sealed_tail_the_segment_store_committed_is_never_truncated_and_stays_out(
+    nodes: dict[str, Node], tmp_path: Path
 ) -> None:
     await keep_a_tail_past_the_recovered_end(nodes)
-    sealed = await nodes["storage-c"].store.get(STREAM, PARTITION)
-    assert [s.entry.last_offset for s in await sealed.seal(1 << 20)] == [4]
-    partition_log = replicated_log(
-        nodes, ("storage-a", "storage-b"), clients(nodes), epoch=2, next_offset=2
-    )
-    try:
-        for first in range(2, 8, 2):
-            await append(partition_log, first, 2)
-        await eventually(
-            lambda: "storage-c" in partition_log.catch_up_errors,
-            30.0,
-            "storage-c was looked at",
+    async with committed_to_a_segment_store(nodes, tmp_path / "store") as storage_c:
+        partition_log = replicated_log(
+            nodes, ("storage-a", "storage-b"), clients(nodes), epoch=2, next_offset=2
         )
-        assert "offsets below 5 are sealed" in partition_log.catch_up_errors["storage-c"]
-        await append(partition_log, 8, 1)
-        assert partition_log.lagging() == ["storage-c"]
-    finally:
-        await partition_log.close()
-    # Left as it was, and never read: it is not a replica of the log.
-    assert await stored(nodes["storage-c"]) == [b"m0", b"m1", b"m40", b"m41", b"m42"]
+        try:
+            for first in range(2, 8, 2):
+                await append(partition_log, first, 2)
+            await eventually(
+                lambda: "storage-c" in partition_log.catch_up_errors,
+                30.0,
+                "storage-c was looked at",
+            )
+            error = partition_log.catch_up_errors["storage-c"]
+            assert "offsets below 5 are sealed and committed to the segment store" in error
+            await append(partition_log, 8, 1)
+            assert partition_log.lagging() == ["storage-c"]
+        finally:
+            await partition_log.close()
+        # Left as it was, and never read: it is not a replica of the log.
+        assert await stored(storage_c) == [b"m0", b"m1", b"m40", b"m41", b"m42"]
     assert await stored(nodes["storage-a"]) == [f"m{o}".encode() for o in range(9)]
 
 

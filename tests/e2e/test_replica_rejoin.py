@@ -1,6 +1,7 @@
 """A replica that was out of a replicated log's appends comes back whole: the entries it
 missed and the cursors the others hold (over three real storage servers); one whose copy
-diverged where it cannot be truncated (sealed) is replaced by a spare that is whole.
+diverged in data its node sealed is cut in place and rejoins (no spare needed), and one
+whose divergence the segment store already committed is replaced by a spare that is whole.
 
 Before, a rejoining replica got the entries only: a spare had no cursor, and a replica
 that missed a seek back kept the older, more advanced cursor (which the next owner's
@@ -24,6 +25,7 @@ from tests.e2e.test_quorum import (
     Node,
     append,
     clients,
+    committed_to_a_segment_store,
     keep_a_tail_past_the_recovered_end,
     nodes,  # noqa: F401 (the fixture)
     open_all,
@@ -101,36 +103,63 @@ async def same_bytes(replicas: dict[str, StorageClient]) -> list[tuple[int, int,
     return first
 
 
-async def test_a_replica_diverged_in_sealed_data_is_replaced_by_a_spare(
+async def test_a_replica_diverged_in_sealed_data_is_cut_in_place_and_rejoins(
+    nodes: dict[str, Node],  # noqa: F811
+) -> None:
+    await keep_a_tail_past_the_recovered_end(nodes)  # c holds m40-m42 at offsets 2-4
+    sealed = await nodes["storage-c"].store.get(STREAM, PARTITION)
+    assert [s.entry.last_offset for s in await sealed.seal(1 << 20)] == [4]  # one segment
+    # No spare: three nodes for three replicas.
+    log = replicated_log(nodes, ("storage-a", "storage-b"), clients(nodes), 2, 2)
+    replicas = clients(nodes)
+    try:
+        for first in range(2, 8, 2):
+            await append(log, first, 2)
+        await eventually(lambda: not log.lagging(), 30.0, "storage-c takes appends again")
+        assert log.ensemble == ("storage-a", "storage-b", "storage-c")
+        await append(log, 8, 2)
+        for client in replicas.values():
+            await reaches(client, 10)
+        every = await same_bytes(replicas)  # a, b and c
+        assert sum(count for _, count, _ in every) == 10
+        assert await stored(nodes["storage-c"]) == [f"m{o}".encode() for o in range(10)]
+    finally:
+        await log.close()
+    # Its segment was cut to offsets 0-1 (m40-m42 gone), and the rest sealed anew.
+    assert sealed.segment_log.segments[0].entry.last_offset == 1
+
+
+async def test_a_replica_diverged_in_data_the_segment_store_has_is_replaced_by_a_spare(
     nodes: dict[str, Node],  # noqa: F811
     tmp_path: Path,
 ) -> None:
     await keep_a_tail_past_the_recovered_end(nodes)  # c holds m40-m42 at offsets 2-4
-    sealed = await nodes["storage-c"].store.get(STREAM, PARTITION)
-    await sealed.seal(1 << 20)  # ... sealed: storage never truncates it
     spare = Node(tmp_path / "storage-d")
     await spare.server.start()
-    reachable = {**clients(nodes), "storage-d": spare.client}  # c is registered
-    log, recorded = replaced_by_spare(nodes, reachable, 2, LogBounds(0, 2))
-    replicas = {n: nodes[n].client for n in ("storage-a", "storage-b")}
-    try:
-        for first in range(2, 8, 2):
-            await append(log, first, 2)
-        await eventually(
-            lambda: recorded == [("storage-c", "storage-d")], 30.0, "storage-d replaced storage-c"
-        )
-        assert log.ensemble == ("storage-a", "storage-b", "storage-d")
-        await eventually(lambda: not log.lagging(), 30.0, "storage-d takes appends")
-        await append(log, 8, 2)
-        for client in (*replicas.values(), spare.client):
-            await reaches(client, 10)
-        every = await same_bytes({**replicas, "storage-d": spare.client})
-        assert sum(count for _, count, _ in every) == 10
-        assert await stored(nodes["storage-a"]) == [f"m{o}".encode() for o in range(10)]
-    finally:
-        await log.close()
-        await spare.stop()
-        await spare.client.close()
-        await spare.channel.close()
-    # storage-c is out of the ledger, left as it was (never read).
-    assert await stored(nodes["storage-c"]) == [b"m0", b"m1", b"m40", b"m41", b"m42"]
+    async with committed_to_a_segment_store(nodes, tmp_path / "store") as storage_c:
+        reachable = {**clients(nodes), "storage-d": spare.client}  # c is registered
+        log, recorded = replaced_by_spare(nodes, reachable, 2, LogBounds(0, 2))
+        replicas = {n: nodes[n].client for n in ("storage-a", "storage-b")}
+        try:
+            for first in range(2, 8, 2):
+                await append(log, first, 2)
+            await eventually(
+                lambda: recorded == [("storage-c", "storage-d")],
+                30.0,
+                "storage-d replaced storage-c",
+            )
+            assert log.ensemble == ("storage-a", "storage-b", "storage-d")
+            await eventually(lambda: not log.lagging(), 30.0, "storage-d takes appends")
+            await append(log, 8, 2)
+            for client in (*replicas.values(), spare.client):
+                await reaches(client, 10)
+            every = await same_bytes({**replicas, "storage-d": spare.client})
+            assert sum(count for _, count, _ in every) == 10
+            assert await stored(nodes["storage-a"]) == [f"m{o}".encode() for o in range(10)]
+        finally:
+            await log.close()
+            await spare.stop()
+            await spare.client.close()
+            await spare.channel.close()
+        # storage-c is out of the ledger, left as it was (never read).
+        assert await stored(storage_c) == [b"m0", b"m1", b"m40", b"m41", b"m42"]

@@ -47,7 +47,8 @@ JOIN_GAP = 1_000
 #: spare storage node (a restart usually registers again well within it).
 REREPLICATE_AFTER_S = 10.0
 #: How storage refuses to truncate sealed offsets (`Partition.truncate`: "offsets below
-#: N are sealed"): a replica whose divergent tail is sealed can never agree.
+#: N are sealed", asked again with `drop_sealed`; `tamto_storage.sealed_truncate`: "...
+#: are sealed and committed to the segment store", a replica that can never agree).
 SEALED_REFUSAL = "are sealed"
 
 
@@ -229,8 +230,9 @@ class ReplicaCatchUp(DamageRepair):
             )
         if agreed < offset:
             # Entries past a recovered ledger's end (it missed that recovery; they
-            # were never acknowledged): storage drops them for this epoch, unless
-            # they are sealed there (then it stays out, retried every round).
+            # were never acknowledged): storage drops them for this epoch, sealed
+            # ones too, unless the segment store has them (then it stays out,
+            # retried every round, and is replaced by a spare).
             log.info(
                 "replica holds entries the log does not have; truncating them",
                 stream=self.stream,
@@ -239,20 +241,40 @@ class ReplicaCatchUp(DamageRepair):
                 replica_end=offset,
                 agreed_end=agreed,
             )
-            try:
-                offset = await client.truncate(self.stream, self.partition, self.epoch, agreed)
-            except FailedPrecondition as exc:
-                if SEALED_REFUSAL in str(exc):  # storage never truncates sealed offsets
-                    raise Diverged(
-                        f"replica {node} diverges at {agreed} in sealed data: {exc}"
-                    ) from exc
-                raise
+            offset = await self._truncate(node, client, agreed)
             if offset != agreed:
                 raise Unavailable(f"replica {node} ends at {offset} after truncating to {agreed}")
         while self.durable_offset - offset > JOIN_GAP and self.failure is None:
             offset = await self._copy_to(node, client, offset)
         self._joiners[node] = (client, offset)
         self._wake.set()
+
+    async def _truncate(self, node: str, client: StorageClient, agreed: int) -> int:
+        """Drop `node`'s entries from `agreed` on; where they are sealed there, its local
+        segments are cut (healing in place, no spare needed). `Diverged` when storage
+        cannot (the segment store already committed them): a spare replaces it then."""
+        try:
+            return await client.truncate(self.stream, self.partition, self.epoch, agreed)
+        except FailedPrecondition as exc:
+            if SEALED_REFUSAL not in str(exc):
+                raise
+        log.warning(
+            "replica's stale tail is sealed; cutting its segments",
+            stream=self.stream,
+            partition=self.partition,
+            replica=node,
+            agreed_end=agreed,
+        )
+        try:
+            return await client.truncate(
+                self.stream, self.partition, self.epoch, agreed, drop_sealed=True
+            )
+        except FailedPrecondition as exc:
+            if SEALED_REFUSAL in str(exc):  # committed to the segment store: for good
+                raise Diverged(
+                    f"replica {node} diverges at {agreed} in sealed data: {exc}"
+                ) from exc
+            raise
 
     async def _start_like_source(self, client: StorageClient, offset: int) -> int:
         """Where the copy to an empty replica ending at `offset` starts: there, or,

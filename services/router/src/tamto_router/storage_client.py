@@ -86,13 +86,25 @@ class StorageClient:
         )
         return int(r.last_offset)
 
-    async def truncate(self, stream: str, partition: int, epoch: int, next_offset: int) -> int:
+    async def truncate(
+        self,
+        stream: str,
+        partition: int,
+        epoch: int,
+        next_offset: int,
+        *,
+        drop_sealed: bool = False,
+    ) -> int:
         """Drop this node's entries of the partition from `next_offset` on (entries older
-        owners wrote past a recovered ledger's end); the node's end afterwards."""
+        owners wrote past a recovered ledger's end); the node's end afterwards.
+        `drop_sealed`: sealed ones too (local segments are cut where they hold them)."""
         r = await self._call(
             self._stub.TruncatePartition,
             storage_pb2.TruncatePartitionRequest(
-                partition=self._ref(stream, partition), epoch=epoch, next_offset=next_offset
+                partition=self._ref(stream, partition),
+                epoch=epoch,
+                next_offset=next_offset,
+                drop_sealed=drop_sealed,
             ),
             f"truncate {stream}/{partition}",
         )

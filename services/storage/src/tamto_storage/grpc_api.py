@@ -23,6 +23,7 @@ from tamto_protocol.wire import STORAGE_APPEND, int_field, stored_batch_field
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch
 from tamto_storage.partition import Partition
 from tamto_storage.replica_repair import install_copy
+from tamto_storage.sealed_truncate import truncate_sealed
 from tamto_storage.space import refusing_when_full
 from tamto_storage.store import PartitionStore
 
@@ -85,7 +86,12 @@ class StorageServicer(storage_pb2_grpc.StorageServicer):
         self, request: storage_pb2.TruncatePartitionRequest, context: grpc.aio.ServicerContext
     ) -> storage_pb2.TruncatePartitionResponse:
         partition = await self._partition(request)
-        next_offset = await partition.truncate(request.epoch, request.next_offset)
+        if request.drop_sealed:
+            next_offset = await truncate_sealed(
+                self._store, partition, request.epoch, request.next_offset
+            )
+        else:
+            next_offset = await partition.truncate(request.epoch, request.next_offset)
         return storage_pb2.TruncatePartitionResponse(next_offset=next_offset)
 
     async def RepairRange(

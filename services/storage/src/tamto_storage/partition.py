@@ -44,6 +44,7 @@ from tamto_storage.partition_files import (
 )
 from tamto_storage.quarantine import quarantine, quarantined, runs
 from tamto_storage.recorded import reconcile_found
+from tamto_storage.sealed_truncate_files import finish_interrupted
 from tamto_storage.segment_log import SegmentLog
 from tamto_storage.segment_reads import DecodedGroups
 from tamto_storage.segments import Segment, choose_live, scan_segments, write_segment
@@ -86,6 +87,7 @@ class Partition(OwnedPartition):
         """
         await asyncio.to_thread(make_dirs, directory)
         await asyncio.to_thread(migrate_layout, directory)
+        await asyncio.to_thread(finish_interrupted, directory)
         stored = await asyncio.to_thread(load_epoch, directory)
         found = await asyncio.to_thread(scan_segments, pid.partition, directory)
         found = await asyncio.to_thread(reconcile_found, directory, found, recorded)
@@ -330,6 +332,18 @@ class Partition(OwnedPartition):
         self._unsealed_since = None
         return aside
 
+    async def end_log_at(self, next_offset: int) -> None:
+        """Make the WAL end at `next_offset`, for a sealed truncation (`tamto_storage.
+        sealed_truncate`, which holds the seal lock and checked what goes): cut there
+        while the WAL holds that offset, started again, empty, there otherwise."""
+        if self._wal.start_offset <= next_offset:
+            self._wal.truncate(next_offset)
+        else:
+            self._wal = await _restart_wal_at(self.id, self._wal, next_offset)
+            self._rolled_to = None
+        self._unsealed_bytes = 0
+        self._unsealed_since = None
+
     def expire(self, now_us: int, retention_ms: int, retention_bytes: int) -> list[Segment]:
         """Drop the oldest segments that retention no longer keeps; returns them.
 
@@ -365,10 +379,15 @@ async def _restart_behind(pid: PartitionId, wal: Wal, sealed_end: int) -> Wal:
         wal_end=wal.next_offset,
         sealed_end=sealed_end,
     )
+    return await _restart_wal_at(pid, wal, sealed_end)
+
+
+async def _restart_wal_at(pid: PartitionId, wal: Wal, end: int) -> Wal:
+    """`wal` started again, empty, at `end` (its files go)."""
     options = wal.options
     await wal.close()
     directory = wal.directory
-    target = directory / wal_file_name(sealed_end)
+    target = directory / wal_file_name(end)
     others = [path for _, path in list_wal_files(directory) if path != target]
     await asyncio.to_thread(create_wal_file, target)
     await asyncio.to_thread(remove_files, others)

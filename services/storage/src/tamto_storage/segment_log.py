@@ -122,6 +122,18 @@ class SegmentLog:
         for segment in old:
             self.damaged.pop(segment.path, None)
 
+    def cut(self, next_offset: int, rewritten: Segment | None) -> list[Segment]:
+        """Drop the segments ending after `next_offset` (a sealed truncation); `rewritten`,
+        the one holding it cut to end there, takes its place. Returns those dropped."""
+        i = bisect.bisect_right([s.end_offset for s in self._segments], next_offset)
+        dropped = self._segments[i:]
+        del self._segments[i:], self._firsts[i:]
+        for segment in dropped:
+            self.damaged.pop(segment.path, None)
+        if rewritten is not None:
+            self.add(rewritten)
+        return dropped
+
     def remove_first(self) -> Segment:
         """Drop the oldest segment (retention) and raise the floor past it."""
         segment = self._segments.pop(0)

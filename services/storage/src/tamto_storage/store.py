@@ -109,6 +109,11 @@ class PartitionStore(StoreView):
         return self._data_dir
 
     @property
+    def publisher(self) -> Publisher | None:
+        """What commits sealed segments to the cluster's segment store, if there is one."""
+        return self._publisher
+
+    @property
     def sealer(self) -> Sealer | None:
         """The sealer, when sealing is enabled."""
         return self._sealer

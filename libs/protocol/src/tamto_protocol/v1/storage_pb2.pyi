@@ -48,14 +48,16 @@ class FenceLedgerResponse(_message.Message):
     def __init__(self, last_offset: _Optional[int] = ...) -> None: ...
 
 class TruncatePartitionRequest(_message.Message):
-    __slots__ = ("partition", "epoch", "next_offset")
+    __slots__ = ("partition", "epoch", "next_offset", "drop_sealed")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DROP_SEALED_FIELD_NUMBER: _ClassVar[int]
     partition: PartitionRef
     epoch: int
     next_offset: int
-    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., next_offset: _Optional[int] = ...) -> None: ...
+    drop_sealed: bool
+    def __init__(self, partition: _Optional[_Union[PartitionRef, _Mapping]] = ..., epoch: _Optional[int] = ..., next_offset: _Optional[int] = ..., drop_sealed: _Optional[bool] = ...) -> None: ...
 
 class TruncatePartitionResponse(_message.Message):
     __slots__ = ("next_offset",)
