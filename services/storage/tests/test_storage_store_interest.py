@@ -1,7 +1,8 @@
 """Interest retention applied to the segment store: leading segments every subscription
 acked, dropped whole on the publisher, leave the store's manifest at once (the partition's
 start moves past them) and the store after the grace period, as with time retention;
-the `tamto` data source's planning then reads each still-needed message once."""
+the `tamto` data source's planning then reads each still-needed message once. Nothing
+the store has not committed yet is dropped or rewritten."""
 
 from __future__ import annotations
 
@@ -60,7 +61,10 @@ async def test_segments_interest_retention_dropped_leave_the_store_after_the_gra
         partition = await node.store.get(PID.stream, PID.partition)
         # Offsets 0-6 acked: the first two segments go whole; 6-8 is mostly needed.
         await partition.commit_cursor(1, "billing", Cursor(7))
-        plan = await Reclaimer(node.store.manifest_update, LIMITS, 0.0).reclaim(partition)
+        reclaimer = Reclaimer(
+            node.store.manifest_update, LIMITS, 0.0, published=node.publisher.committed_end
+        )
+        plan = await reclaimer.reclaim(partition)
         assert [s.first_offset for s in plan.drop] == [0, 3]
         assert plan.rewrites == ()
         await sealer.publish_all()
@@ -81,5 +85,34 @@ async def test_segments_interest_retention_dropped_leave_the_store_after_the_gra
         assert store_names(store) == [segment_file_name(6, 8), segment_file_name(9, 11)]
         assert store.read_manifest(PID.stream, PID.partition).expired == ()
         assert planned_offsets(location) == list(range(6, 12))
+    finally:
+        await node.store.close()
+
+
+async def test_interest_retention_leaves_segments_the_store_lacks_alone(tmp_path: Path) -> None:
+    """The store unreachable, or the publisher behind: acked segments stay on the node
+    until the store has them, then go (the store never misses a range)."""
+    store = SegmentStore.open((tmp_path / "store").as_uri())
+    node = Node(tmp_path / "a", store, segment_bytes=1)  # not the publisher yet
+    sealer = node.store.sealer
+    assert sealer is not None
+    try:
+        await node.append(0, 12)
+        await node.seal()
+        assert store_names(store) == []
+        partition = await node.store.get(PID.stream, PID.partition)
+        await partition.commit_cursor(1, "billing", Cursor(7))
+        reclaimer = Reclaimer(
+            node.store.manifest_update, LIMITS, 0.0, published=node.publisher.committed_end
+        )
+        assert not await reclaimer.reclaim(partition)
+        assert [s.first_offset for s in partition.segment_log.segments] == [0, 3, 6, 9]
+
+        node.publishes = True
+        await sealer.publish_all()
+        assert len(store_names(store)) == 4
+        plan = await reclaimer.reclaim(partition)
+        assert [s.first_offset for s in plan.drop] == [0, 3]
+        assert partition.segment_log.floor == 6
     finally:
         await node.store.close()
