@@ -14,6 +14,14 @@ sealer calls `Reclaimer.reclaim`, which
 4. records it all in one new manifest version: the replaced files are queued
    for deletion after the grace period, as time/size retention does.
 
+With a segment store (`tamto_storage.publisher`), only segments the store has
+committed are dropped or rewritten: the store must get every offset as sealed,
+once, before a node may forget it (the publisher continues at the store's end
+and cannot publish a range its log no longer holds whole). A dropped segment
+leaves the store through the partition's start moving (the publisher expires
+the objects below it after the grace period); a rewrite is local only (the
+store keeps the originals until time retention removes them).
+
 `promote_ready` later gives a carried-forward segment its plain file name,
 once the plain files it replaced are past their grace period; see
 docs/segments.md for what a Spark reader sees at each step.
@@ -47,6 +55,7 @@ from tamto_storage.interest import (
     count_in,
     plan_reclaim,
 )
+from tamto_storage.model import PartitionId
 from tamto_storage.partition import Partition
 from tamto_storage.segments import Segment
 
@@ -89,6 +98,8 @@ class Swap:
 
 #: Applies a change to a stream's manifest and writes the new version durably.
 ManifestUpdate = Callable[[str, Callable[[Manifest], Manifest]], Awaitable[None]]
+#: Where the segment store's committed segments of a partition end (None: not known yet).
+Published = Callable[[PartitionId], int | None]
 
 
 class Reclaimer:
@@ -100,7 +111,11 @@ class Reclaimer:
         limits: ReclaimLimits,
         grace_s: float,
         clock: Callable[[], float] = time.time,
+        published: Published | None = None,
     ) -> None:
+        """`published`: where the segment store's committed copy of a partition ends
+        (None when not known yet); without it there is no store beyond this node."""
+        self._published = published
         self._update = update
         self._limits = limits
         self._grace_s = grace_s
@@ -111,6 +126,17 @@ class Reclaimer:
         # Taken when the change is recorded, after any rewrite: a slow rewrite must
         # not eat into the grace period of the files it replaces.
         return int((self._clock() + self._grace_s) * 1e6)
+
+    def _reclaimable(self, partition: Partition) -> tuple[Segment, ...]:
+        """The leading segments of `partition` retention may touch: those the segment
+        store has committed (all of them without a store)."""
+        segments = partition.segment_log.segments
+        if self._published is None:
+            return segments
+        end = self._published(partition.id)
+        if end is None:
+            return ()
+        return tuple(s for s in segments if s.end_offset <= end)
 
     async def _record(self, stream: str, swap: Swap) -> None:
         await self._update(stream, swap.apply)
@@ -152,7 +178,7 @@ class Reclaimer:
             return ReclaimPlan()
         async with partition.seal_lock:
             sealed = partition.segment_log
-            segments = sealed.segments
+            segments = self._reclaimable(partition)
             counts = [await self._needed_count(s, acked) for s in segments]
             plan = plan_reclaim(segments, counts, acked, self._limits)
             if not plan:

@@ -153,7 +153,10 @@ class Sealer:
             small_bytes=max(options.segment_bytes // 8, _MIN_SMALL_BYTES),
             max_run_bytes=max(options.segment_bytes, _MIN_SMALL_BYTES),
         )
-        self._reclaimer = Reclaimer(store.manifest_update, limits, options.retention_grace_s, clock)
+        published = publisher.committed_end if publisher is not None else None
+        self._reclaimer = Reclaimer(
+            store.manifest_update, limits, options.retention_grace_s, clock, published
+        )
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         #: Held for a whole round: `PartitionStore.release_stream` takes it so no round
