@@ -55,6 +55,18 @@ class Launcher:
             str(self.nats),
         ]
 
+    def run(self, *extra: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """Run `tamto up` with this launcher's ports and `extra` to its end, its output
+        captured."""
+        return subprocess.run(
+            [*TAMTO, "up", *self.args(), *extra],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
@@ -209,14 +221,7 @@ def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Pa
 
 def test_up_demo_publishes_and_consumes_then_stops(tmp_path: Path) -> None:
     launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
-    result = subprocess.run(
-        [*TAMTO, "up", *launcher.args(), "--demo", "--once", "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    result = launcher.run("--demo", "--once", "--quiet")
     assert result.returncode == 0, result.stdout[-3000:]
     assert "published 1000 messages" in result.stdout
     assert "consumed and acked 1000 messages" in result.stdout
@@ -227,26 +232,14 @@ def test_up_refuses_a_port_in_use_with_one_line(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", launcher.gateway))
         busy.listen()
-        result = subprocess.run(
-            [*TAMTO, "up", *launcher.args(), "--quiet"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = launcher.run("--quiet", timeout=60)
     assert result.returncode == 1
     assert f"--gateway-port 127.0.0.1:{launcher.gateway} is already in use" in result.stdout
 
 
 def test_up_refuses_a_discovery_setting_that_is_not_an_srv_record(tmp_path: Path) -> None:
     launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
-    result = subprocess.run(
-        [*TAMTO, "up", *launcher.args(), "--discovery", "_tamto._tcp.example.org"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = launcher.run("--discovery", "_tamto._tcp.example.org", timeout=60)
     assert result.returncode == 2
     assert "tamto up: invalid --discovery: expected srv:<record name>" in result.stderr
     assert not (tmp_path / "data").exists(), "nothing was started"

@@ -35,7 +35,7 @@ from tamto_testing.infra import Infra
 from tamto_testing.processes import wait_for
 from tamto_testing.waiting import eventually
 
-from .test_direct_path import lookup, router_publish
+from .test_direct_path import lookup, read_by_position, router_publish
 
 pytestmark = pytest.mark.e2e
 
@@ -293,13 +293,7 @@ async def test_a_tls_client_publishes_directly_to_the_owning_router(
         direct = client._calls.direct
         assert isinstance(direct, DirectPublisher), "the direct path is the default"
         assert (direct.direct_batches, direct.proxied_batches) == (20, 0)
-        got: dict[tuple[int, int], bytes] = {}
-        async with client.consumer(stream, "reader") as consumer:
-            while len(got) < 20:
-                batch = await consumer.receive_batch(max_messages=20, timeout_s=30)
-                assert batch, f"only {len(got)} of 20 arrived"
-                got.update({(m.partition, m.offset): m.payload for m in batch})
-                consumer.ack(batch)
+        got = await read_by_position(client, stream, 20, timeout_s=30)
     assert got == {(r.partition, r.offset): f"m{i}".encode() for i, r in enumerate(acked)}
     owners = await lookup(tls_cluster, token, stream, root_certificates=ca)
     client_address = owners[0]
