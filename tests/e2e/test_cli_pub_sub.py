@@ -15,8 +15,10 @@ pytestmark = pytest.mark.e2e
 
 
 def tamto(
-    cluster: TestCluster, *args: str, stdin: str | None = None
+    cluster: TestCluster, *args: str, stdin: str | None = None, api_key: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """`tamto ARGS` against `cluster`, with its credential (or `api_key`), 200 columns
+    wide, `stdin` on its standard input."""
     return subprocess.run(
         [sys.executable, "-m", "tamto_cli", *args],
         input=stdin,
@@ -24,7 +26,12 @@ def tamto(
         text=True,
         timeout=60,
         check=False,
-        env={**os.environ, "TAMTO_URL": cluster.url, "TAMTO_API_KEY": cluster.credential},
+        env={
+            **os.environ,
+            "TAMTO_URL": cluster.url,
+            "TAMTO_API_KEY": api_key or cluster.credential,
+            "COLUMNS": "200",
+        },
     )
 
 

@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +38,8 @@ from tamto_sdk.errors import FailedPrecondition, InvalidArgument, NotFound
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import running_infra
 from tamto_testing.waiting import eventually, long_tests_enabled
+
+from .test_cli_pub_sub import tamto
 
 pytestmark = pytest.mark.e2e
 
@@ -262,17 +261,6 @@ async def _owns_some(etcd: aetcd.Client, stream: str, router: str) -> bool:
 async def _all_owned_by(etcd: aetcd.Client, stream: str, router: str) -> bool:
     held = await owners(etcd, stream)
     return len(held) == PARTITIONS and set(held.values()) == {router}
-
-
-def tamto(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tamto_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "TAMTO_URL": cluster.url, "TAMTO_API_KEY": cluster.credential},
-    )
 
 
 async def test_partition_move_puts_a_partition_on_a_router_and_refuses_bad_requests(

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from dataclasses import replace
 
@@ -19,6 +17,8 @@ from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_sdk import StreamConfig
 from tamto_sdk.stream_config import Durability, RetentionPolicy, StreamInfo, StreamKind
 from tamto_testing.cluster import TestCluster
+
+from .test_cli_pub_sub import tamto
 
 pytestmark = pytest.mark.e2e
 
@@ -277,19 +277,8 @@ async def test_delete(tamto_client: tamto_sdk.Client, nats_url: str) -> None:
 
 
 def cli(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tamto_cli", "stream", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={
-            **os.environ,
-            "TAMTO_URL": cluster.url,
-            "TAMTO_API_KEY": cluster.credential,
-            "COLUMNS": "200",
-        },
-    )
+    """`tamto stream ARGS`."""
+    return tamto(cluster, "stream", *args)
 
 
 def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
