@@ -29,6 +29,8 @@ from tamto_local.s3 import S3Spec
 from tamto_testing.processes import wait_for
 from tamto_testing.waiting import long_tests_enabled
 
+from ..programs import run_to_end
+
 pytestmark = pytest.mark.e2e
 
 TAMTO = [sys.executable, "-m", "tamto_cli"]
@@ -58,13 +60,8 @@ class Launcher:
     def run(self, *extra: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         """Run `tamto up` with this launcher's ports and `extra` to its end, its output
         captured."""
-        return subprocess.run(
-            [*TAMTO, "up", *self.args(), *extra],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            env={**os.environ, "COLUMNS": "200"},
+        return run_to_end(
+            [*TAMTO, "up", *self.args(), *extra], env={"COLUMNS": "200"}, timeout=timeout
         )
 
     def output(self) -> str:
@@ -93,20 +90,12 @@ class Launcher:
         return self.proc.wait(60)
 
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*TAMTO, *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={
-                **os.environ,
-                "TAMTO_URL": f"tamto://127.0.0.1:{self.gateway}",
-                "TAMTO_DATA_DIR": str(self.data_dir),
-                "COLUMNS": "200",
-            },
-        )
+        env = {
+            "TAMTO_URL": f"tamto://127.0.0.1:{self.gateway}",
+            "TAMTO_DATA_DIR": str(self.data_dir),
+            "COLUMNS": "200",
+        }
+        return run_to_end([*TAMTO, *args], env=env, stdin=stdin)
 
     def status(self) -> dict[str, Any]:
         """`tamto status --json`: members, partitions and problems."""
