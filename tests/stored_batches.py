@@ -1,9 +1,19 @@
-"""For tests that drive a `PartitionStore` directly: a clock they set, and batches."""
+"""For tests that drive a `PartitionStore` directly: a clock they set, batches, and a
+store with sealed segments to read."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_storage.model import StoredBatch
+from tamto_storage.partition import Partition
+from tamto_storage.sealer import RetentionFor, Sealer, SealOptions
+from tamto_storage.store import PartitionStore
+from tamto_storage.wal import WalOptions
 
 #: The time the clock starts at (µs since the epoch).
 T_US = 1_800_000_000_000_000
@@ -31,3 +41,43 @@ def stored_batch(base: int, count: int, publish_time_us: int) -> StoredBatch:
         )
     )
     return StoredBatch(base, count, publish_time_us, arrow)
+
+
+@dataclass
+class Sealed:
+    """A store's stream "events", partition 0, with its sealer and its directory."""
+
+    partition: Partition
+    sealer: Sealer
+    stream_dir: str
+
+
+@contextlib.asynccontextmanager
+async def five_sealed_segments(
+    data: Path,
+    clock: Clock,
+    retention_for: RetentionFor,
+    batch: Callable[[int, int], StoredBatch],
+    grace_s: float,
+) -> AsyncIterator[Sealed]:
+    """A `PartitionStore` in `data` whose stream "events", partition 0, holds offsets
+    0-49 in five sealed segments of ten (`batch(base, 10)` each); closed after."""
+    store = PartitionStore(
+        data,
+        WalOptions(),
+        seal_options=SealOptions(segment_bytes=1, retention_grace_s=grace_s),
+        retention_for=retention_for,
+        clock=clock,
+    )
+    sealer = store.sealer
+    assert sealer is not None
+    try:
+        partition = await store.get("events", 0)
+        await partition.open(1)
+        for base in range(0, 50, 10):
+            await partition.append(1, [batch(base, 10)])
+        await sealer.seal_all()
+        assert len(partition.segment_log.segments) == 5
+        yield Sealed(partition, sealer, str(data / "streams" / "events"))
+    finally:
+        await store.close()

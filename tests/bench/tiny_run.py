@@ -7,6 +7,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..programs import run_to_end
+
 TINY_RUN = (
     "--quick",
     "--sizes",
@@ -34,14 +36,11 @@ def run_bench(
     """`tamto bench <args> <TINY_RUN> <overrides>` in a process of its own (an option in
     `overrides` wins over TINY_RUN's); fails the test on a non-zero exit, showing what
     it printed."""
-    proc = subprocess.run(
+    proc = run_to_end(
         [sys.executable, "-m", "tamto_cli", "bench", *args, *TINY_RUN, *overrides],
-        capture_output=True,
-        text=True,
+        base_env=env,
         timeout=timeout_s,
-        check=False,
         cwd=cwd,
-        env=env,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc

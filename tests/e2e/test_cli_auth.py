@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 
 import jwt
@@ -13,25 +10,9 @@ import pytest
 
 from tamto_testing.cluster import TestCluster
 
+from .test_cli_pub_sub import tamto
+
 pytestmark = pytest.mark.e2e
-
-
-def tamto(
-    cluster: TestCluster, *args: str, api_key: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tamto_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={
-            **os.environ,
-            "TAMTO_URL": cluster.url,
-            "TAMTO_API_KEY": api_key or cluster.credential,
-            "COLUMNS": "200",
-        },
-    )
 
 
 def test_user_role_bind_token_whoami(tamto_cluster: TestCluster) -> None:

@@ -14,20 +14,19 @@ import pytest
 
 from tamto_testing.cluster import TestCluster
 
+from ..programs import run_to_end
+
 pytestmark = pytest.mark.e2e
 
 
 def tamto(config: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """The CLI with only the config file to go by (no TAMTO_URL, TAMTO_API_KEY)."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("TAMTO_")}
-    return subprocess.run(
+    return run_to_end(
         [sys.executable, "-m", "tamto_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+        env={"TAMTO_CONFIG": str(config), **env},
+        base_env=base,
         cwd=config.parent,
-        env={**base, "TAMTO_CONFIG": str(config), **env},
     )
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -27,7 +26,7 @@ from tamto_common.dev_credential import load_dev_credential
 from tamto_testing.cluster import TestCluster
 
 from .test_cli_pub_sub import tamto
-from .test_launcher import TAMTO, Launcher
+from .test_launcher import Launcher
 
 pytestmark = pytest.mark.e2e
 
@@ -87,6 +86,35 @@ async def test_every_command_prints_json_that_parses(
 
     members = (await run("status", "--etcd", tamto_cluster.infra.etcd_endpoint))["members"]
     assert any(m["service"] == "gateway" for m in members)
+    await check_stream_commands(run, stream)
+    await check_subscription_commands(run, stream)
+    await check_auth_commands(run, stream, user, role)
+
+    targets = tamto_cluster.workdir / "targets.json"
+    written = await run("scrape-targets", str(targets), "--etcd", tamto_cluster.infra.etcd_endpoint)
+    assert written["targets"] >= 4
+    assert json.loads(targets.read_text())
+
+    etcd = tamto_cluster.infra.etcd_endpoint
+    view = await run("top", "--once", "--interval", "0.5", "--etcd", etcd)
+    assert isinstance(view, dict)
+
+    await check_function_commands(run, tamto_cluster, stream)
+
+    router = tamto_cluster.instance_id("router")
+    assert (await run("partition move", f"{stream}/0", "--to", router))["router"] == router
+    assert router not in (await run("node undrain", router))["drained_nodes"]
+
+    await check_topic_commands(run, tamto_client, stream)
+    assert (await run("stream delete", stream))["deleted"] is True
+
+    left = set(command_paths()) - run.ran - WITHOUT_A_SYSTEM - set(NOT_RUN)
+    assert left == set(), f"commands never run with --json: {sorted(left)}"
+
+
+async def check_stream_commands(run: Runner, stream: str) -> None:
+    """Make `stream`, publish a, b, c to it and consume the first on the subscription
+    "ops"."""
     assert (await run("stream ensure", stream))["created"] is True
     assert stream in {s["name"] for s in await run("stream list")}
     assert (await run("stream describe", stream))["name"] == stream
@@ -97,6 +125,9 @@ async def test_every_command_prints_json_that_parses(
     consumed = await run("sub", stream, "-s", "ops", "--count", "1", lines=True)
     assert [m["payload"] for m in consumed] == ["a"]
 
+
+async def check_subscription_commands(run: Runner, stream: str) -> None:
+    """The subscription "ops" (one of three consumed), looked at, moved and deleted."""
     assert await run("subscription list", stream) == ["ops"]
     assert (await run("subscription overview", stream))[0]["subscription"] == "ops"
     assert (await run("subscription describe", stream, "ops"))["backlog_messages"] == 2
@@ -106,6 +137,9 @@ async def test_every_command_prints_json_that_parses(
     assert (await run("subscription skip", stream, "ops", "--count", "1"))["backlog_messages"] == 1
     assert (await run("subscription delete", stream, "ops"))["deleted"] is True
 
+
+async def check_auth_commands(run: Runner, stream: str, user: str, role: str) -> None:
+    """A user and its keys, a role on `stream` and its binding, tokens and signing keys."""
     assert (await run("auth user create", user))["identity"] == user
     assert user in {u["name"] for u in await run("auth user list")}
     key = (await run("auth user add-key", user))["key_id"]
@@ -123,16 +157,10 @@ async def test_every_command_prints_json_that_parses(
     assert "subject" in await run("auth whoami")
     assert (await run("auth rotate-signing-key"))["key_id"]
 
-    targets = tamto_cluster.workdir / "targets.json"
-    written = await run("scrape-targets", str(targets), "--etcd", tamto_cluster.infra.etcd_endpoint)
-    assert written["targets"] >= 4
-    assert json.loads(targets.read_text())
 
-    etcd = tamto_cluster.infra.etcd_endpoint
-    view = await run("top", "--once", "--interval", "0.5", "--etcd", etcd)
-    assert isinstance(view, dict)
-
-    function, spec = f"{stream}-fn", tamto_cluster.workdir / f"{stream}-fn.json"
+async def check_function_commands(run: Runner, cluster: TestCluster, stream: str) -> None:
+    """A function from `stream` to a new output stream, through its whole life."""
+    function, spec = f"{stream}-fn", cluster.workdir / f"{stream}-fn.json"
     output = f"{stream}-out"
     assert (await run("stream ensure", output))["created"] is True
     steps = [{"filter": "true"}]
@@ -147,34 +175,22 @@ async def test_every_command_prints_json_that_parses(
     assert (await run("function update", str(spec)))["version"] == 2
     assert (await run("function delete", function))["deleted"] is True
 
-    router = tamto_cluster.instance_id("router")
-    assert (await run("partition move", f"{stream}/0", "--to", router))["router"] == router
-    assert router not in (await run("node undrain", router))["drained_nodes"]
 
+async def check_topic_commands(run: Runner, client: tamto_sdk.Client, stream: str) -> None:
+    """Publish to a topic of an ephemeral stream, and a request answered on one."""
     topics = f"{stream}-topics"
-    await tamto_client.streams.ensure(topics, kind=tamto_sdk.stream_config.StreamKind.EPHEMERAL)
+    await client.streams.ensure(topics, kind=tamto_sdk.stream_config.StreamKind.EPHEMERAL)
     sent = await run("pub", topics, "--topic", "a.b", "x")
     assert sent == {"stream": topics, "topic": "a.b", "published": 1}
-    async with tamto_client.reply_handler(topics, lambda m: m.payload.upper(), match="ask"):
+    async with client.reply_handler(topics, lambda m: m.payload.upper(), match="ask"):
         (reply,) = await run("request", topics, "hi", "--topic", "ask", lines=True)
     assert reply["payload"] == "HI"
-    assert (await run("stream delete", stream))["deleted"] is True
-
-    left = set(command_paths()) - run.ran - WITHOUT_A_SYSTEM - set(NOT_RUN)
-    assert left == set(), f"commands never run with --json: {sorted(left)}"
 
 
 def test_up_prints_how_to_reach_it_as_json(tmp_path: Path) -> None:
     """`tamto up --json`: its logs on stderr, one JSON object on stdout once it is up."""
     launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
-    result = subprocess.run(
-        [*TAMTO, "up", *launcher.args(), "--once", "--quiet", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    result = launcher.run("--once", "--quiet", "--json")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Tamto is up" in result.stderr
     ready = json.loads(result.stdout)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import uuid
@@ -11,20 +10,19 @@ import pytest
 
 from tamto_testing.cluster import TestCluster
 
+from ..programs import run_to_end
+
 pytestmark = pytest.mark.e2e
 
 
 def tamto(
-    cluster: TestCluster, *args: str, stdin: str | None = None
+    cluster: TestCluster, *args: str, stdin: str | None = None, api_key: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tamto_cli", *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "TAMTO_URL": cluster.url, "TAMTO_API_KEY": cluster.credential},
+    """`tamto ARGS` against `cluster`, with its credential (or `api_key`), 200 columns
+    wide, `stdin` on its standard input."""
+    env = {"TAMTO_URL": cluster.url, "TAMTO_API_KEY": api_key or cluster.credential}
+    return run_to_end(
+        [sys.executable, "-m", "tamto_cli", *args], env={**env, "COLUMNS": "200"}, stdin=stdin
     )
 
 

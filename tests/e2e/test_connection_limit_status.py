@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 import pytest
@@ -59,6 +59,23 @@ async def ending(call: grpc.aio.StreamStreamCall) -> tuple[grpc.StatusCode, str]
         return exc.code(), exc.details() or ""
 
 
+@contextlib.asynccontextmanager
+async def raw_gateway(
+    cluster: TestCluster, prefix: str
+) -> AsyncIterator[tuple[str, gateway_pb2_grpc.GatewayStub, list[tuple[str, str]]]]:
+    """A new one-partition stream, a gateway stub on a connection of its own (the one
+    connection the limit counts on) and the metadata that authenticates its calls."""
+    stream = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
+        await client.streams.ensure(stream, partitions=1)
+    async with grpc.aio.insecure_channel(cluster.gateway_address) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        token = (
+            await stub.Authenticate(gateway_pb2.AuthenticateRequest(api_key=cluster.credential))
+        ).token
+        yield stream, stub, [("authorization", f"Bearer {token}")]
+
+
 #: How late the slow client writes its first credit: past the 2 s the gateway used to
 #: wait for a refused client's half-close, as a client loop busy with 10,000 streams was.
 LATE_CREDIT_S = 3.0
@@ -67,15 +84,7 @@ LATE_CREDIT_S = 3.0
 async def test_a_client_writing_late_still_reads_resource_exhausted(cluster: TestCluster) -> None:
     """A client that writes its first credit seconds after the refusal went out (its
     event loop busy elsewhere) reads the refusal, not INTERNAL."""
-    stream = f"late-{uuid.uuid4().hex[:8]}"
-    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-        await client.streams.ensure(stream, partitions=1)
-    async with grpc.aio.insecure_channel(cluster.gateway_address) as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
-        token = (
-            await stub.Authenticate(gateway_pb2.AuthenticateRequest(api_key=cluster.credential))
-        ).token
-        metadata = [("authorization", f"Bearer {token}")]
+    async with raw_gateway(cluster, "late") as (stream, stub, metadata):
         subscribe = messages_pb2.Subscribe(stream=stream, subscription="late")
         subscribe.type = messages_pb2.SUBSCRIPTION_TYPE_SHARED
         taken = [stub.Consume(metadata=metadata, timeout=60) for _ in range(LIMIT)]
@@ -97,15 +106,7 @@ async def test_a_client_writing_late_still_reads_resource_exhausted(cluster: Tes
 
 
 async def test_every_stream_past_the_limit_reads_resource_exhausted(cluster: TestCluster) -> None:
-    stream = f"limit-{uuid.uuid4().hex[:8]}"
-    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
-        await client.streams.ensure(stream, partitions=1)
-    async with grpc.aio.insecure_channel(cluster.gateway_address) as channel:
-        stub = gateway_pb2_grpc.GatewayStub(channel)
-        token = (
-            await stub.Authenticate(gateway_pb2.AuthenticateRequest(api_key=cluster.credential))
-        ).token
-        metadata = [("authorization", f"Bearer {token}")]
+    async with raw_gateway(cluster, "limit") as (stream, stub, metadata):
 
         async def consume(name: str) -> tuple[grpc.StatusCode, str] | None:
             """Open a stream as the SDK does (subscribe, then a credit at once); None

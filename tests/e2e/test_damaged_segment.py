@@ -28,6 +28,8 @@ from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually
 
+from ..programs import run_to_end
+
 pytestmark = pytest.mark.e2e
 
 STREAM = "damaged"
@@ -46,13 +48,7 @@ def cluster(tamto_infra: Infra, tmp_path: Path) -> Iterator[TestCluster]:
 
 
 def tamto_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tamto_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_to_end([sys.executable, "-m", "tamto_cli", *args], timeout=120)
 
 
 async def receive(

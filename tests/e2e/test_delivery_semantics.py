@@ -163,6 +163,17 @@ async def test_the_sdk_refuses_a_cumulative_ack_on_shared_subscriptions(
             consumer.ack_cumulative(first)
 
 
+async def a_holds_0_1_and_b_2_4(a: RawConsumer, b: RawConsumer, stream: str) -> None:
+    """A joins the shared subscription "work" and takes 0-1, then B joins and takes 2-4."""
+    shared = messages_pb2.SUBSCRIPTION_TYPE_SHARED
+    a.send(subscribe(stream, "work", shared))
+    a.send(credit(2))
+    assert await a.offsets(2) == [0, 1]
+    b.send(subscribe(stream, "work", shared))
+    b.send(credit(3))
+    assert await b.offsets(3) == [2, 3, 4]
+
+
 async def test_a_range_ack_never_settles_what_another_shared_consumer_holds(
     tamto_cluster: TestCluster, tamto_client: tamto_sdk.Client
 ) -> None:
@@ -171,14 +182,8 @@ async def test_a_range_ack_never_settles_what_another_shared_consumer_holds(
     stream = unique("cumul-router")
     await tamto_client.streams.ensure(stream, partitions=1)
     await publish(tamto_client, stream, 10)
-    shared = messages_pb2.SUBSCRIPTION_TYPE_SHARED
     async with RawConsumer(tamto_cluster) as a, RawConsumer(tamto_cluster) as b:
-        a.send(subscribe(stream, "work", shared))
-        a.send(credit(2))
-        assert await a.offsets(2) == [0, 1]
-        b.send(subscribe(stream, "work", shared))
-        b.send(credit(3))
-        assert await b.offsets(3) == [2, 3, 4]
+        await a_holds_0_1_and_b_2_4(a, b, stream)
         a.send(credit(1))
         assert await a.offsets(1) == [5]
         a.send(ack(0, 5))
@@ -201,14 +206,8 @@ async def test_a_nack_never_takes_back_what_another_shared_consumer_holds(
     stream = unique("nack-router")
     await tamto_client.streams.ensure(stream, partitions=1)
     await publish(tamto_client, stream, 10)
-    shared = messages_pb2.SUBSCRIPTION_TYPE_SHARED
     async with RawConsumer(tamto_cluster) as a, RawConsumer(tamto_cluster) as b:
-        a.send(subscribe(stream, "work", shared))
-        a.send(credit(2))
-        assert await a.offsets(2) == [0, 1]
-        b.send(subscribe(stream, "work", shared))
-        b.send(credit(3))
-        assert await b.offsets(3) == [2, 3, 4]
+        await a_holds_0_1_and_b_2_4(a, b, stream)
         a.send(
             messages_pb2.ConsumeRequest(
                 nack=messages_pb2.PartitionNacks(

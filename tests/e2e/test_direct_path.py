@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -82,6 +83,21 @@ async def lookup(
     return {p.partition: p.address for p in answer.partitions}
 
 
+async def read_by_position(
+    client: tamto_sdk.Client, stream: str, count: int, timeout_s: float
+) -> dict[tuple[int, int], bytes]:
+    """Receive and ack `count` messages on the subscription "reader": (partition,
+    offset) → payload."""
+    got: dict[tuple[int, int], bytes] = {}
+    async with client.consumer(stream, "reader") as consumer:
+        while len(got) < count:
+            batch = await consumer.receive_batch(max_messages=count, timeout_s=timeout_s)
+            assert batch, f"only {len(got)} of {count} messages arrived"
+            got.update({(m.partition, m.offset): m.payload for m in batch})
+            consumer.ack(batch)
+    return got
+
+
 async def test_a_direct_producer_publishes_to_the_owner_and_consumers_get_it_all(
     tamto_cluster: TestCluster,
 ) -> None:
@@ -98,13 +114,7 @@ async def test_a_direct_producer_publishes_to_the_owner_and_consumers_get_it_all
             ]
         direct = direct_of(client)
         assert (direct.direct_batches, direct.proxied_batches) == (40, 0)
-        got: dict[tuple[int, int], bytes] = {}
-        async with client.consumer(stream, "reader") as consumer:
-            while len(got) < 40:
-                batch = await consumer.receive_batch(max_messages=40, timeout_s=60)
-                assert batch, f"only {len(got)} of 40 messages arrived"
-                got.update({(m.partition, m.offset): m.payload for m in batch})
-                consumer.ack(batch)
+        got = await read_by_position(client, stream, 40, timeout_s=60)
     assert got == {(r.partition, r.offset): f"m{i}".encode() for i, r in enumerate(acked)}
 
 
@@ -138,6 +148,33 @@ async def test_a_router_checks_the_token_and_the_publish_permission(
                 await producer.send_and_wait(b"x")
 
 
+@dataclass
+class Writer:
+    """A direct producer writing one message at a time; every acked message, by where
+    it was stored."""
+
+    producer: tamto_sdk.Producer
+    direct: DirectPublisher
+    cluster: TestCluster
+    token: str
+    stream: str
+    acked: dict[tuple[int, int], bytes] = field(default_factory=dict)
+
+    async def write(self, count: int) -> None:
+        for _ in range(count):
+            i = len(self.acked)
+            r = await self.producer.send_and_wait(f"m{i}".encode(), key=f"k{i}".encode())
+            assert (r.partition, r.offset) not in self.acked
+            self.acked[(r.partition, r.offset)] = f"m{i}".encode()
+
+    async def writes_directly_to(self, address: str) -> bool:
+        """Write 8 more: whether partition 0's owner is `address` and they went direct."""
+        before = self.direct.direct_batches
+        await self.write(8)
+        now = await lookup(self.cluster, self.token, self.stream)
+        return now[0] == address and self.direct.direct_batches >= before + 8
+
+
 async def test_a_client_follows_its_partitions_when_they_move_and_their_router_dies(
     tmp_path: Path,
 ) -> None:
@@ -165,15 +202,9 @@ async def test_a_client_follows_its_partitions_when_they_move_and_their_router_d
             owners = await lookup(cluster, token, stream)
             routers = {cluster.address(r): r for r in cluster.routers()}
             assert set(owners.values()) <= set(routers), owners
-            # A stale owner: a router asked for a partition it does not own redirects.
             other = next(a for a in routers if a != owners[0])
-            error = await router_publish(other, token, stream, 0)
-            assert error is not None
-            assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
-            assert dict(error.trailing_metadata() or ())["tamto-owner"] == owners[0]
+            await check_a_router_redirects_to_the_owner(other, token, stream, owners[0])
 
-            direct = direct_of(client)
-            acked: dict[tuple[int, int], bytes] = {}
             read: dict[tuple[int, int], bytes] = {}
 
             async def reader(consumer: tamto_sdk.Consumer) -> None:
@@ -187,60 +218,75 @@ async def test_a_client_follows_its_partitions_when_they_move_and_their_router_d
                 asyncio.TaskGroup() as readers,
             ):
                 reading = readers.create_task(reader(live))
-
-                async def write(count: int) -> None:
-                    for _ in range(count):
-                        i = len(acked)
-                        r = await producer.send_and_wait(f"m{i}".encode(), key=f"k{i}".encode())
-                        assert (r.partition, r.offset) not in acked
-                        acked[(r.partition, r.offset)] = f"m{i}".encode()
-
-                async def writes_directly_to(address: str) -> bool:
-                    before = direct.direct_batches
-                    await write(8)
-                    now = await lookup(cluster, token, stream)
-                    return now[0] == address and direct.direct_batches >= before + 8
-
-                await write(total // 4)
-                assert direct.proxied_batches == 0
-                # A stale cache (every partition on the router that does not own it): each
-                # first publish is redirected and resent to the owner, none goes round.
-                stale = {a: o for a, o in zip(routers, list(routers)[::-1], strict=True)}
-                direct._owners[stream] = [stale[owners[p]] for p in range(4)]
-                await write(8)
-                assert direct.redirects > 0
-                assert direct.proxied_batches == 0
-                # A planned move: the client follows partition 0 to its new owner.
-                await client.cluster.move_partition(stream, 0, cluster.instance_id(routers[other]))
+                writer = Writer(producer, direct_of(client), cluster, token, stream)
+                await move_and_kill_while_writing(client, writer, routers, owners, total)
                 await eventually(
-                    lambda: writes_directly_to(other), 60, "direct writes to the new owner"
-                )
-                await write(total // 4)
-                # The new owner dies: the gateway's path until the client looks up again.
-                cluster.kill9(routers[other])
-                await write(total // 4)
-                assert direct.proxied_batches > 0, "the batches for the dead owner went round"
-                await eventually(
-                    lambda: writes_directly_to(owners[0]), 60, "direct writes to the survivor"
-                )
-                await write(max(0, total - len(acked)))
-                await eventually(
-                    lambda: all(k in read for k in acked), 120, "the reader to get every ack"
+                    lambda: all(k in read for k in writer.acked), 120, "the reader to get every ack"
                 )
                 reading.cancel()
-            assert {k: read[k] for k in acked} == acked
+            assert {k: read[k] for k in writer.acked} == writer.acked
+            await check_each_acked_message_is_stored_once(client, stream, writer.acked)
 
-            got: dict[tuple[int, int], bytes] = {}
-            async with client.consumer(stream, "check") as consumer:
-                while len(got) < len(acked):
-                    # Patient: after the kill -9 a lull is slow under load, not lost.
-                    batch = await consumer.receive_batch(max_messages=1000, timeout_s=60)
-                    assert batch, f"only {len(got)} of {len(acked)} acked messages arrived"
-                    for m in batch:
-                        assert (m.partition, m.offset) not in got
-                        got[(m.partition, m.offset)] = m.payload
-                    consumer.ack(batch)
-                # Nothing beyond what was acked (no resend stored at a new offset).
-                extra = await consumer.receive_batch(max_messages=10, timeout_s=1)
-            assert not extra, [m.payload for m in extra]
-            assert got == acked
+
+async def check_a_router_redirects_to_the_owner(
+    address: str, token: str, stream: str, owner: str
+) -> None:
+    """A stale owner: a router asked for a partition it does not own redirects."""
+    error = await router_publish(address, token, stream, 0)
+    assert error is not None
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+    assert dict(error.trailing_metadata() or ())["tamto-owner"] == owner
+
+
+async def move_and_kill_while_writing(
+    client: tamto_sdk.Client,
+    writer: Writer,
+    routers: dict[str, str],
+    owners: dict[int, str],
+    total: int,
+) -> None:
+    """Write `total` messages while the client's cache goes stale, partition 0 moves to
+    the other router and that router is killed -9."""
+    direct, stream, cluster = writer.direct, writer.stream, writer.cluster
+    other = next(a for a in routers if a != owners[0])
+    await writer.write(total // 4)
+    assert direct.proxied_batches == 0
+    # A stale cache (every partition on the router that does not own it): each
+    # first publish is redirected and resent to the owner, none goes round.
+    stale = {a: o for a, o in zip(routers, list(routers)[::-1], strict=True)}
+    direct._owners[stream] = [stale[owners[p]] for p in range(4)]
+    await writer.write(8)
+    assert direct.redirects > 0
+    assert direct.proxied_batches == 0
+    # A planned move: the client follows partition 0 to its new owner.
+    await client.cluster.move_partition(stream, 0, cluster.instance_id(routers[other]))
+    await eventually(lambda: writer.writes_directly_to(other), 60, "direct writes to the new owner")
+    await writer.write(total // 4)
+    # The new owner dies: the gateway's path until the client looks up again.
+    cluster.kill9(routers[other])
+    await writer.write(total // 4)
+    assert direct.proxied_batches > 0, "the batches for the dead owner went round"
+    await eventually(
+        lambda: writer.writes_directly_to(owners[0]), 60, "direct writes to the survivor"
+    )
+    await writer.write(max(0, total - len(writer.acked)))
+
+
+async def check_each_acked_message_is_stored_once(
+    client: tamto_sdk.Client, stream: str, acked: dict[tuple[int, int], bytes]
+) -> None:
+    """A fresh subscription reads every acked message once, and nothing beyond them."""
+    got: dict[tuple[int, int], bytes] = {}
+    async with client.consumer(stream, "check") as consumer:
+        while len(got) < len(acked):
+            # Patient: after the kill -9 a lull is slow under load, not lost.
+            batch = await consumer.receive_batch(max_messages=1000, timeout_s=60)
+            assert batch, f"only {len(got)} of {len(acked)} acked messages arrived"
+            for m in batch:
+                assert (m.partition, m.offset) not in got
+                got[(m.partition, m.offset)] = m.payload
+            consumer.ack(batch)
+        # Nothing beyond what was acked (no resend stored at a new offset).
+        extra = await consumer.receive_batch(max_messages=10, timeout_s=1)
+    assert not extra, [m.payload for m in extra]
+    assert got == acked

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tamto_testing.cluster import TestCluster
+
+from ..programs import run_to_end
 
 pytestmark = pytest.mark.e2e
 
@@ -32,17 +32,10 @@ def test_every_example_is_listed_here() -> None:
 
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_example_runs(tamto_cluster: TestCluster, program: str) -> None:
-    done = subprocess.run(
+    done = run_to_end(
         [sys.executable, str(EXAMPLES / program)],
-        capture_output=True,
-        text=True,
+        env={"TAMTO_URL": tamto_cluster.url, "TAMTO_API_KEY": tamto_cluster.credential},
         timeout=120,
-        check=False,
-        env={
-            **os.environ,
-            "TAMTO_URL": tamto_cluster.url,
-            "TAMTO_API_KEY": tamto_cluster.credential,
-        },
     )
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
     assert done.stdout.splitlines()[-1] == "ok"

@@ -434,15 +434,26 @@ async def test_bad_input_gets_problems_and_the_gateway_serves_on(
 ) -> None:
     stream = await ensure(api)
     messages = f"/v1/streams/{stream}/messages"
+    await check_bad_bodies_get_problems(api, messages)
+    await check_bad_paths_get_problems(api, stream)
+    await check_bad_credentials_get_problems(api, messages, http_cluster.credential)
+    # Everyone else is served all along.
+    ok = await api("POST", messages, json={"still": "serving"})
+    assert ok.status_code == 200
 
-    async def problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-        assert response.status_code == status, response.text
-        assert response.headers["content-type"] == "application/problem+json"
-        body = response.json()
-        assert body["status"] == status
-        assert body["code"] == code
-        return dict(body)
 
+async def problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """Check `response` is a problem+json of `status` and `code`; its body."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    body = response.json()
+    assert body["status"] == status
+    assert body["code"] == code
+    return dict(body)
+
+
+async def check_bad_bodies_get_problems(api: Api, messages: str) -> None:
+    """Bodies that do not parse, are of the wrong type or too large: a problem each."""
     await problem(
         await api(
             "POST", messages, content=b"{not json", headers={"Content-Type": "application/json"}
@@ -491,6 +502,10 @@ async def test_bad_input_gets_problems_and_the_gateway_serves_on(
         413,
         "CONTENT_TOO_LARGE",
     )
+
+
+async def check_bad_paths_get_problems(api: Api, stream: str) -> None:
+    """Paths to nothing, and a read of too many messages: a problem each."""
     await problem(await api("GET", f"/v1/consumers/{unique('c')}/messages"), 404, "NOT_FOUND")
     await problem(await api("GET", "/v1/nowhere"), 404, "NOT_FOUND")
     await problem(await api("GET", f"/v1/streams/{unique('none')}"), 404, "NOT_FOUND")
@@ -500,6 +515,9 @@ async def test_bad_input_gets_problems_and_the_gateway_serves_on(
         "INVALID_ARGUMENT",
     )
 
+
+async def check_bad_credentials_get_problems(api: Api, messages: str, credential: str) -> None:
+    """Two credentials, none, or a forged token: a problem each; then the key again."""
     both = await api("GET", "/v1/whoami", headers={"Authorization": "Bearer x"})
     await problem(both, 401, "UNAUTHENTICATED")
     api.client.headers.pop("X-Api-Key")
@@ -508,10 +526,7 @@ async def test_bad_input_gets_problems_and_the_gateway_serves_on(
     forged = await api("GET", "/v1/whoami", headers={"Authorization": "Bearer not.a.token"})
     await problem(forged, 401, "UNAUTHENTICATED")
     assert forged.headers["www-authenticate"].startswith("Bearer")
-    api.client.headers["X-Api-Key"] = http_cluster.credential
-    # Everyone else is served all along.
-    ok = await api("POST", messages, json={"still": "serving"})
-    assert ok.status_code == 200
+    api.client.headers["X-Api-Key"] = credential
 
 
 async def test_an_identity_may_not_read_a_stream_it_has_no_grant_on(

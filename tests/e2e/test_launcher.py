@@ -29,6 +29,8 @@ from tamto_local.s3 import S3Spec
 from tamto_testing.processes import wait_for
 from tamto_testing.waiting import long_tests_enabled
 
+from ..programs import run_to_end
+
 pytestmark = pytest.mark.e2e
 
 TAMTO = [sys.executable, "-m", "tamto_cli"]
@@ -54,6 +56,13 @@ class Launcher:
             "--nats-port",
             str(self.nats),
         ]
+
+    def run(self, *extra: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        """Run `tamto up` with this launcher's ports and `extra` to its end, its output
+        captured."""
+        return run_to_end(
+            [*TAMTO, "up", *self.args(), *extra], env={"COLUMNS": "200"}, timeout=timeout
+        )
 
     def output(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -81,20 +90,12 @@ class Launcher:
         return self.proc.wait(60)
 
     def cli(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*TAMTO, *args],
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={
-                **os.environ,
-                "TAMTO_URL": f"tamto://127.0.0.1:{self.gateway}",
-                "TAMTO_DATA_DIR": str(self.data_dir),
-                "COLUMNS": "200",
-            },
-        )
+        env = {
+            "TAMTO_URL": f"tamto://127.0.0.1:{self.gateway}",
+            "TAMTO_DATA_DIR": str(self.data_dir),
+            "COLUMNS": "200",
+        }
+        return run_to_end([*TAMTO, *args], env=env, stdin=stdin)
 
     def status(self) -> dict[str, Any]:
         """`tamto status --json`: members, partitions and problems."""
@@ -209,14 +210,7 @@ def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Pa
 
 def test_up_demo_publishes_and_consumes_then_stops(tmp_path: Path) -> None:
     launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
-    result = subprocess.run(
-        [*TAMTO, "up", *launcher.args(), "--demo", "--once", "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    result = launcher.run("--demo", "--once", "--quiet")
     assert result.returncode == 0, result.stdout[-3000:]
     assert "published 1000 messages" in result.stdout
     assert "consumed and acked 1000 messages" in result.stdout
@@ -227,26 +221,14 @@ def test_up_refuses_a_port_in_use_with_one_line(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", launcher.gateway))
         busy.listen()
-        result = subprocess.run(
-            [*TAMTO, "up", *launcher.args(), "--quiet"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        result = launcher.run("--quiet", timeout=60)
     assert result.returncode == 1
     assert f"--gateway-port 127.0.0.1:{launcher.gateway} is already in use" in result.stdout
 
 
 def test_up_refuses_a_discovery_setting_that_is_not_an_srv_record(tmp_path: Path) -> None:
     launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
-    result = subprocess.run(
-        [*TAMTO, "up", *launcher.args(), "--discovery", "_tamto._tcp.example.org"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = launcher.run("--discovery", "_tamto._tcp.example.org", timeout=60)
     assert result.returncode == 2
     assert "tamto up: invalid --discovery: expected srv:<record name>" in result.stderr
     assert not (tmp_path / "data").exists(), "nothing was started"

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import aetcd
 import pytest
 
 import tamto_sdk
@@ -52,21 +54,59 @@ def keys_for(partitions: set[int]) -> dict[int, bytes]:
     return found
 
 
+def hot_stream(routers: list[str]) -> tuple[str, str, set[int]]:
+    """A stream whose partitions the ring puts at least two of on one router: its name,
+    that router and those partitions."""
+    while True:
+        stream = f"hot-{uuid.uuid4().hex[:8]}"
+        busy = Placement().owner(routers, stream, 0)
+        hot = {p for p in range(PARTITIONS) if Placement().owner(routers, stream, p) == busy}
+        if len(hot) >= 2:
+            return stream, busy, hot
+
+
+@dataclass
+class HotTraffic:
+    """A producer publishing, with ids, ten messages at a time to each of `keys`'
+    partitions until `stop`; what was acknowledged, and what failed, why."""
+
+    stream: str
+    keys: dict[int, bytes]
+    acked: list[bytes] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def produce(self, client: tamto_sdk.Client) -> None:
+        async with client.producer(self.stream) as producer:
+            n = 0
+            while not self.stop.is_set():
+                futures = []
+                for p, key in self.keys.items():
+                    for _ in range(10):
+                        payload = f"{p}-{n}".encode()
+                        n += 1
+                        future = await producer.send(payload, key=key, id=payload.decode())
+                        futures.append((payload, future))
+                for payload, future in futures:
+                    try:
+                        await future
+                    except tamto_sdk.TamtoError as exc:
+                        # Not acknowledged: the checker does not count it. A
+                        # publish in flight at the hand-back may fail or time out.
+                        self.failed.append(f"{payload.decode()}: {type(exc).__name__}: {exc}")
+                        continue
+                    self.acked.append(payload)
+
+
 @pytest.mark.timeout(600)
 async def test_the_balancer_moves_a_hot_partition_to_the_idle_router(
     tamto_infra: Infra, tmp_path: Path
 ) -> None:
     cluster = TestCluster(tmp_path / "cluster", tamto_infra, nodes=2)
     routers = [cluster.instance_id(name) for name in cluster.routers()]
-    # A stream whose partitions the ring puts at least two of on one router.
-    while True:
-        stream = f"hot-{uuid.uuid4().hex[:8]}"
-        busy = Placement().owner(routers, stream, 0)
-        hot = {p for p in range(PARTITIONS) if Placement().owner(routers, stream, p) == busy}
-        if len(hot) >= 2:
-            break
+    stream, busy, hot = hot_stream(routers)
     idle = next(r for r in routers if r != busy)
-    keys = keys_for(hot)
+    traffic = HotTraffic(stream, keys_for(hot))
     etcd = await connect_etcd(parse_endpoints(tamto_infra.etcd_endpoint))
     try:
         # One storage node and one gateway are enough: two routers is what is tested.
@@ -74,60 +114,13 @@ async def test_the_balancer_moves_a_hot_partition_to_the_idle_router(
             cluster.start(name, 120.0, extra_env=ROUTER_ENV if name.startswith("router") else None)
         async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             await client.streams.ensure(stream, partitions=PARTITIONS)
-            acked: list[bytes] = []
-            failed: list[str] = []
-            stop = asyncio.Event()
-
-            async def produce() -> None:
-                async with client.producer(stream) as producer:
-                    n = 0
-                    while not stop.is_set():
-                        futures = []
-                        for p, key in keys.items():
-                            for _ in range(10):
-                                payload = f"{p}-{n}".encode()
-                                n += 1
-                                futures.append(
-                                    (
-                                        payload,
-                                        await producer.send(payload, key=key, id=payload.decode()),
-                                    )
-                                )
-                        for payload, future in futures:
-                            try:
-                                await future
-                            except tamto_sdk.TamtoError as exc:
-                                # Not acknowledged: the checker does not count it. A
-                                # publish in flight at the hand-back may fail or time out.
-                                failed.append(f"{payload.decode()}: {type(exc).__name__}: {exc}")
-                                continue
-                            acked.append(payload)
-
-            async def moved() -> bool:
-                placement = await read_placement(etcd)
-                return any(
-                    s == stream and p in hot and target == idle
-                    for (s, p), target in placement.moves.items()
-                )
-
-            producing = asyncio.create_task(produce())
+            producing = asyncio.create_task(traffic.produce(client))
             try:
-                await eventually(moved, 90, "the balancer to move a hot partition")
-                (moved_partition,) = [
-                    p for (s, p) in (await read_placement(etcd)).moves if s == stream
-                ]
-
-                async def on_idle() -> bool:
-                    return (await owners(etcd, stream)).get(moved_partition) == idle
-
-                await eventually(on_idle, 60, "the moved partition's new owner to claim it")
-                mark = len(acked)
-                # Generous for a loaded machine; the move itself leaves no publish waiting
-                # (checked below).
-                await eventually(lambda: len(acked) > mark + 100, 180, "publishes after the move")
+                await wait_moved_to_idle(etcd, traffic, hot, idle)
             finally:
-                stop.set()
+                traffic.stop.set()
                 await producing
+            acked, failed = traffic.acked, traffic.failed
             got = await read_all(client, stream, len(acked), frozenset(acked))
             print(f"{len(acked)} acknowledged, {len(failed)} failed: {failed[:3]}")
     finally:
@@ -141,3 +134,30 @@ async def test_the_balancer_moves_a_hot_partition_to_the_idle_router(
     assert not unanswered, f"publishes unanswered until the SDK's deadline: {unanswered[:3]}"
     log = (cluster.workdir / "logs").glob("router*.log")
     assert any("load balancing moved a partition" in f.read_text(errors="replace") for f in log)
+
+
+async def wait_moved_to_idle(
+    etcd: aetcd.Client, traffic: HotTraffic, hot: set[int], idle: str
+) -> None:
+    """Wait until the balancer moved one of the `hot` partitions to the `idle` router,
+    that router claimed it, and publishing went on after."""
+    stream = traffic.stream
+
+    async def moved() -> bool:
+        placement = await read_placement(etcd)
+        return any(
+            s == stream and p in hot and target == idle
+            for (s, p), target in placement.moves.items()
+        )
+
+    await eventually(moved, 90, "the balancer to move a hot partition")
+    (moved_partition,) = [p for (s, p) in (await read_placement(etcd)).moves if s == stream]
+
+    async def on_idle() -> bool:
+        return (await owners(etcd, stream)).get(moved_partition) == idle
+
+    await eventually(on_idle, 60, "the moved partition's new owner to claim it")
+    mark = len(traffic.acked)
+    # Generous for a loaded machine; the move itself leaves no publish waiting
+    # (checked by the caller).
+    await eventually(lambda: len(traffic.acked) > mark + 100, 180, "publishes after the move")

@@ -165,74 +165,18 @@ async def cut_heal_and_check(
         try:
             await wait_placed(etcd, stream, mine, isolated_id)
             await flowing(traffic, BETWEEN_FAULTS, "traffic on every partition")
-            old_ledgers: dict[int, Ledger] = {}
-            for p in mine:
-                current = (await read_ledgers(etcd, stream, p)).current
-                assert current is not None
-                assert current.is_open
-                old_ledgers[p] = current
-
-            claimed_after: dict[int, float] = {}
-            watcher = asyncio.create_task(
-                watch_claims(etcd, stream, mine, isolated_id, claimed_after)
+            old_ledgers = await open_ledgers(etcd, stream, mine)
+            claimed_after, cut_at = await cut_until_claimed(
+                ns, cut_ports(cluster, infra, what), etcd, stream, mine, isolated_id
             )
-            await ns.cut(cut_ports(cluster, infra, what))
-            # From here on every rule is in place (installing them takes a while: a
-            # message sent meanwhile may still have reached the replicas).
-            cut_at = time.monotonic()
-            try:
-                await eventually(
-                    lambda: len(claimed_after) == len(mine), 60.0, "another router claims them"
-                )
-            finally:
-                watcher.cancel()
-
-            # Each partition accepts publishes again, on its new owner's ledger.
-            async def back() -> bool:
-                for p in mine:
-                    ledgers = (await read_ledgers(etcd, stream, p)).ledgers
-                    newer = [x for x in ledgers if x.epoch > old_ledgers[p].epoch]
-                    if not newer or not any(newer[0].holds(row[1]) for row in traffic.acked[p]):
-                        return False
-                return True
-
-            await eventually(back, 60.0, f"{ISOLATED}'s partitions accept publishes again")
+            await wait_back(etcd, traffic, mine, old_ledgers)
             recovered_at = time.monotonic()
-            stopped: dict[int, float] = {}
-            for p in mine:
-                ledgers = (await read_ledgers(etcd, stream, p)).ledgers
-                (old,) = [x for x in ledgers if x.epoch == old_ledgers[p].epoch]
-                assert old.state == "closed"
-                # Only router-3 appends to its ledger, and the new owner's recovery
-                # copies only what is there: a message first sent after the cut and
-                # acknowledged at an offset of that ledger was acknowledged by router-3
-                # (one sent before may be a retry the new owner answered from dedup).
-                late = [
-                    (offset, acked_at)
-                    for _, offset, sent_at, acked_at in traffic.acked[p]
-                    if sent_at > cut_at and old.holds(offset)
-                ]
-                stopped[p] = max((acked_at for _, acked_at in late), default=cut_at) - cut_at
-                # The acceptance: router-3 acknowledged nothing once another router could
-                # own the partition (its claim came after the last poll that did not see it).
-                for offset, acked_at in late:
-                    assert acked_at < claimed_after[p], (
-                        f"partition {p}: {ISOLATED} acknowledged offset {offset} at "
-                        f"+{acked_at - cut_at:.3f}s, after the claim (not before "
-                        f"+{claimed_after[p] - cut_at:.3f}s)"
-                    )
-
+            stopped = await check_acks_stopped_before_the_claims(
+                etcd, traffic, old_ledgers, cut_at, claimed_after
+            )
             # The new owners keep serving while the partition lasts.
             await flowing(traffic, BETWEEN_FAULTS, "traffic on every partition while cut")
-            # Heal: router-3 registers again; traffic goes on everywhere.
-            healed_at = time.monotonic()
-            await ns.heal()
-
-            async def registered() -> bool:
-                return isolated_id in {m.instance_id for m in await list_members(etcd, "router")}
-
-            await eventually(registered, 60.0, f"{ISOLATED} registered again after the heal")
-            rejoined_s = time.monotonic() - healed_at
+            rejoined_s = await heal_and_rejoin(ns, etcd, isolated_id)
             await flowing(traffic, BETWEEN_FAULTS, "traffic on every partition after the heal")
         finally:
             traffic.stop.set()
@@ -249,6 +193,101 @@ async def cut_heal_and_check(
         f"+{recovered_at - cut_at:.2f}s after the cut; registered again {rejoined_s:.2f}s "
         f"after the heal; a fresh subscription read everything back in {read_s:.1f}s"
     )
+
+
+async def open_ledgers(etcd: aetcd.Client, stream: str, partitions: list[int]) -> dict[int, Ledger]:
+    """The current ledger of each of `partitions`, each open."""
+    found: dict[int, Ledger] = {}
+    for p in partitions:
+        current = (await read_ledgers(etcd, stream, p)).current
+        assert current is not None
+        assert current.is_open
+        found[p] = current
+    return found
+
+
+async def cut_until_claimed(
+    ns: Netns, ports: list[int], etcd: aetcd.Client, stream: str, mine: list[int], owner: str
+) -> tuple[dict[int, float], float]:
+    """Cut `ports` off and wait until another router claimed each of `mine`: partition
+    → the claim's earliest moment (`watch_claims`), and when the cut was in place."""
+    claimed_after: dict[int, float] = {}
+    watcher = asyncio.create_task(watch_claims(etcd, stream, mine, owner, claimed_after))
+    await ns.cut(ports)
+    # From here on every rule is in place (installing them takes a while: a
+    # message sent meanwhile may still have reached the replicas).
+    cut_at = time.monotonic()
+    try:
+        await eventually(
+            lambda: len(claimed_after) == len(mine), 60.0, "another router claims them"
+        )
+    finally:
+        watcher.cancel()
+    return claimed_after, cut_at
+
+
+async def wait_back(
+    etcd: aetcd.Client, traffic: Traffic, mine: list[int], old_ledgers: dict[int, Ledger]
+) -> None:
+    """Wait until each partition accepts publishes again, on its new owner's ledger."""
+
+    async def back() -> bool:
+        for p in mine:
+            ledgers = (await read_ledgers(etcd, traffic.stream, p)).ledgers
+            newer = [x for x in ledgers if x.epoch > old_ledgers[p].epoch]
+            if not newer or not any(newer[0].holds(row[1]) for row in traffic.acked[p]):
+                return False
+        return True
+
+    await eventually(back, 60.0, f"{ISOLATED}'s partitions accept publishes again")
+
+
+async def check_acks_stopped_before_the_claims(
+    etcd: aetcd.Client,
+    traffic: Traffic,
+    old_ledgers: dict[int, Ledger],
+    cut_at: float,
+    claimed_after: dict[int, float],
+) -> dict[int, float]:
+    """The acceptance: the isolated router's old ledger of each partition is closed and
+    it acknowledged nothing once another router could own the partition; partition →
+    seconds from the cut to its last acknowledgement."""
+    stopped: dict[int, float] = {}
+    for p, old_ledger in old_ledgers.items():
+        ledgers = (await read_ledgers(etcd, traffic.stream, p)).ledgers
+        (old,) = [x for x in ledgers if x.epoch == old_ledger.epoch]
+        assert old.state == "closed"
+        # Only router-3 appends to its ledger, and the new owner's recovery
+        # copies only what is there: a message first sent after the cut and
+        # acknowledged at an offset of that ledger was acknowledged by router-3
+        # (one sent before may be a retry the new owner answered from dedup).
+        late = [
+            (offset, acked_at)
+            for _, offset, sent_at, acked_at in traffic.acked[p]
+            if sent_at > cut_at and old.holds(offset)
+        ]
+        stopped[p] = max((acked_at for _, acked_at in late), default=cut_at) - cut_at
+        # Router-3 acknowledged nothing once another router could own the
+        # partition (its claim came after the last poll that did not see it).
+        for offset, acked_at in late:
+            assert acked_at < claimed_after[p], (
+                f"partition {p}: {ISOLATED} acknowledged offset {offset} at "
+                f"+{acked_at - cut_at:.3f}s, after the claim (not before "
+                f"+{claimed_after[p] - cut_at:.3f}s)"
+            )
+    return stopped
+
+
+async def heal_and_rejoin(ns: Netns, etcd: aetcd.Client, isolated_id: str) -> float:
+    """Heal: the isolated router registers again; the seconds that took."""
+    healed_at = time.monotonic()
+    await ns.heal()
+
+    async def registered() -> bool:
+        return isolated_id in {m.instance_id for m in await list_members(etcd, "router")}
+
+    await eventually(registered, 60.0, f"{ISOLATED} registered again after the heal")
+    return time.monotonic() - healed_at
 
 
 async def start_traffic(

@@ -18,10 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import secrets
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -41,6 +38,8 @@ from tamto_sdk.errors import FailedPrecondition, InvalidArgument, NotFound
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import running_infra
 from tamto_testing.waiting import eventually, long_tests_enabled
+
+from .test_cli_pub_sub import tamto
 
 pytestmark = pytest.mark.e2e
 
@@ -121,30 +120,12 @@ async def test_join_and_drain_keep_each_keys_order_for_key_shared(
 ) -> None:
     stream = f"moves-{secrets.token_hex(3)}"
     cluster = two_nodes
-    first, joiner = cluster.instance_id("router"), cluster.instance_id("router-2")
     checker, acked, stop = Checker(), dict[bytes, tuple[int, int]](), asyncio.Event()
     failed: list[str] = []  # publishes not acknowledged (a timeout across a move)
     async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
         await client.streams.ensure(
             stream, partitions=PARTITIONS, config=StreamConfig(replication_factor=1)
         )
-
-        async def produce() -> None:
-            async with client.producer(stream) as producer:
-                i = 0
-                while not stop.is_set():
-                    key = f"k{i % KEYS}".encode()
-                    payload = f"{key.decode()}:{i}".encode()
-                    try:
-                        result = await (await producer.send(payload, key=key))
-                    except (
-                        tamto_sdk.TamtoError
-                    ) as exc:  # not acknowledged: may or may not be stored
-                        failed.append(repr(exc))
-                    else:
-                        acked[payload] = (result.partition, result.offset)
-                    i += 1
-
         consumers = [
             client.consumer(stream, "keyed", subscription_type=SubscriptionType.KEY_SHARED)
             for _ in range(2)
@@ -152,44 +133,13 @@ async def test_join_and_drain_keep_each_keys_order_for_key_shared(
         for consumer in consumers:
             await consumer.__aenter__()
         tasks = [asyncio.create_task(checker.consume(c, stop)) for c in consumers]
-        tasks.append(asyncio.create_task(produce()))
+        tasks.append(asyncio.create_task(produce(client, stream, stop, acked, failed)))
         try:
-
-            async def delivered(n: int) -> bool:
-                for task in tasks:
-                    if task.done():
-                        task.result()  # a failure of the traffic fails the test now
-                return len(checker.deliveries) >= n
-
-            await eventually(lambda: delivered(STEP), 60, "deliveries before the join")
-            assert set((await owners(etcd, stream)).values()) == {first}
-
-            # A router joins: its share of the ring moves to it.
-            cluster.start("router-2")
-            await eventually(
-                lambda: _owns_some(etcd, stream, joiner), 60, "the joiner to own partitions"
-            )
-            mark = len(checker.deliveries)
-            await eventually(lambda: delivered(mark + STEP), 60, "deliveries after the join")
-
-            # The first router is drained: every partition moves to the joiner.
-            assert first in await client.cluster.drain(first)
-            await eventually(lambda: _all_owned_by(etcd, stream, joiner), 60, "the drain to finish")
-            mark = len(checker.deliveries)
-            await eventually(lambda: delivered(mark + STEP), 60, "deliveries after the drain")
+            await join_then_drain(cluster, client, etcd, stream, checker, tasks)
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
-        # Every acknowledged message is delivered (the consumers read on until then).
-        stop.clear()
-        tasks = [asyncio.create_task(checker.consume(c, stop)) for c in consumers]
-        try:
-            await eventually(
-                lambda: set(acked) <= checker.payloads(), 60, "every acked message delivered"
-            )
-        finally:
-            stop.set()
-            await asyncio.gather(*tasks)
+        await read_until_delivered(checker, consumers, set(acked))
         for consumer in consumers:
             await consumer.__aexit__(None, None, None)
 
@@ -205,6 +155,76 @@ async def test_join_and_drain_keep_each_keys_order_for_key_shared(
         f"{len(checker.deliveries)} deliveries, ledgers per partition "
         f"{ {p: len(s) for p, s in ledger_starts.items()} }"
     )
+
+
+async def produce(
+    client: tamto_sdk.Client,
+    stream: str,
+    stop: asyncio.Event,
+    acked: dict[bytes, tuple[int, int]],
+    failed: list[str],
+) -> None:
+    """Publish on `KEYS` keys in turn until `stop`: payload → (partition, offset) of each
+    acknowledged, the error of each not."""
+    async with client.producer(stream) as producer:
+        i = 0
+        while not stop.is_set():
+            key = f"k{i % KEYS}".encode()
+            payload = f"{key.decode()}:{i}".encode()
+            try:
+                result = await (await producer.send(payload, key=key))
+            except tamto_sdk.TamtoError as exc:  # not acknowledged: may or may not be stored
+                failed.append(repr(exc))
+            else:
+                acked[payload] = (result.partition, result.offset)
+            i += 1
+
+
+async def join_then_drain(
+    cluster: TestCluster,
+    client: tamto_sdk.Client,
+    etcd: aetcd.Client,
+    stream: str,
+    checker: Checker,
+    tasks: list[asyncio.Task[None]],
+) -> None:
+    """With traffic flowing (`tasks`), router-2 joins and takes its share of the ring,
+    then the first router is drained; `STEP` deliveries more after each move."""
+    first, joiner = cluster.instance_id("router"), cluster.instance_id("router-2")
+
+    async def delivered(n: int) -> bool:
+        for task in tasks:
+            if task.done():
+                task.result()  # a failure of the traffic fails the test now
+        return len(checker.deliveries) >= n
+
+    await eventually(lambda: delivered(STEP), 60, "deliveries before the join")
+    assert set((await owners(etcd, stream)).values()) == {first}
+
+    # A router joins: its share of the ring moves to it.
+    cluster.start("router-2")
+    await eventually(lambda: _owns_some(etcd, stream, joiner), 60, "the joiner to own partitions")
+    mark = len(checker.deliveries)
+    await eventually(lambda: delivered(mark + STEP), 60, "deliveries after the join")
+
+    # The first router is drained: every partition moves to the joiner.
+    assert first in await client.cluster.drain(first)
+    await eventually(lambda: _all_owned_by(etcd, stream, joiner), 60, "the drain to finish")
+    mark = len(checker.deliveries)
+    await eventually(lambda: delivered(mark + STEP), 60, "deliveries after the drain")
+
+
+async def read_until_delivered(
+    checker: Checker, consumers: list[tamto_sdk.Consumer], acked: set[bytes]
+) -> None:
+    """Every acknowledged message is delivered (the consumers read on until then)."""
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(checker.consume(c, stop)) for c in consumers]
+    try:
+        await eventually(lambda: acked <= checker.payloads(), 60, "every acked message delivered")
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
 
 
 def order_violations(checker: Checker, ledger_starts: dict[int, list[int]]) -> list[str]:
@@ -241,17 +261,6 @@ async def _owns_some(etcd: aetcd.Client, stream: str, router: str) -> bool:
 async def _all_owned_by(etcd: aetcd.Client, stream: str, router: str) -> bool:
     held = await owners(etcd, stream)
     return len(held) == PARTITIONS and set(held.values()) == {router}
-
-
-def tamto(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tamto_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "TAMTO_URL": cluster.url, "TAMTO_API_KEY": cluster.credential},
-    )
 
 
 async def test_partition_move_puts_a_partition_on_a_router_and_refuses_bad_requests(

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
 
 import pytest
+
+from ..programs import run_to_end
 
 SERVICES = ["gateway", "router", "storage", "auth"]
 
@@ -15,14 +16,7 @@ SERVICES = ["gateway", "router", "storage", "auth"]
 def run_service(
     name: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", f"tamto_{name}", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
+    return run_to_end([sys.executable, "-m", f"tamto_{name}", *args], env=env)
 
 
 @pytest.mark.parametrize("name", SERVICES)

@@ -189,70 +189,14 @@ async def test_random_walk_keeps_every_delivery_guarantee(fresh_cluster: TestClu
     )
     # The router creates it with the first dead letter; a walk may have none.
     await admin.streams.ensure("walk.dlq", partitions=1)
-    kills = crashes = 0
     async with admin.producer("walk", linger_s=0.001) as producer:
-        await join(world)
-        for _ in range(STEPS):
-            action = world.rng.random()
-            if action < 0.35:
-                await publish(world, producer)
-            elif action < 0.75 and world.sessions:
-                await consume(world, world.rng.choice(world.sessions))
-            elif action < 0.85 and len(world.sessions) < 3:
-                await join(world)
-            elif action < 0.92 and len(world.sessions) > 1:
-                await leave(world, world.rng.choice(world.sessions))
-            elif action < 0.95 and crashes < 1:
-                crashes += 1
-                await asyncio.to_thread(crash_a_consumer, world)
-            elif kills < 2:
-                kills += 1
-                victim = world.rng.choice(["router", "storage"])
-                for session in world.sessions:
-                    session.clean = False
-                print("KILL", victim)
-                await asyncio.to_thread(fresh_cluster.kill9, victim)
-                await asyncio.to_thread(fresh_cluster.start, victim)
+        await walk(world, producer)
         await publish(world, producer)
 
-    # Drain: one consumer takes everything left and acks it (a key-shared subscription
-    # delivers a newer ledger, after a router's kill, only once the earlier ledgers are
-    # acked: docs/cluster.md section 4); poison goes to the dead letters.
-    for session in list(world.sessions):
-        await leave(world, session)
-    await join(world)
-    deadline = time.monotonic() + 60
     expected = world.published - world.poison
-    while time.monotonic() < deadline and not expected <= world.received:
-        await consume(world, world.sessions[0], ack_all=True)
-    # Poison keeps coming until it is dead-lettered; give it its deliveries.
-    dead: dict[int, tamto_sdk.Message] = {}  # by offset: a redelivery is not a second copy
-    async with admin.consumer("walk.dlq", "check") as dlq:
-        while time.monotonic() < deadline and len(dead) < len(world.poison & world.published):
-            await consume(world, world.sessions[0], ack_all=True)
-            letters = await dlq.receive_batch(max_messages=100, timeout_s=0.2)
-            dead.update((m.offset, m) for m in letters)
-            dlq.ack(letters)
-    await leave(world, world.sessions[0])
-
-    if world.violations:
-        copies: dict[bytes, list[tuple[int, int]]] = {}
-        async with admin.consumer("walk", "violations") as look:
-            while batch := await look.receive_batch(max_messages=500, timeout_s=1.5):
-                for m in batch:
-                    copies.setdefault(m.payload, []).append((m.partition, m.offset))
-        named = [v.split("'")[1].encode() for v in world.violations if "'" in v]
-        pytest.fail(
-            f"seed {seed}: {world.violations[:4]}; stored at {[copies.get(p) for p in named[:4]]}"
-        )
-    if not expected <= world.received:
-        missing = expected - world.received
-        async with admin.consumer("walk", "post-mortem") as look:
-            where = []
-            while batch := await look.receive_batch(max_messages=500, timeout_s=1.5):
-                where += [(m.payload, m.partition, m.offset) for m in batch if m.payload in missing]
-                look.ack(batch)  # else the drain gate holds a newer ledger back
-        pytest.fail(f"seed {seed}: acknowledged publishes never delivered: {sorted(where)[:8]}")
+    dead = await drain(world, admin, expected)
+    await fail_on_violations(world, admin, seed)
+    await fail_on_undelivered(world, admin, seed, expected)
     dead_payloads = [m.payload for m in dead.values()]
     assert len(dead_payloads) == len(set(dead_payloads)), f"seed {seed}: a dead letter twice"
     assert set(dead_payloads) == world.poison & world.published, (
@@ -270,3 +214,85 @@ async def test_random_walk_keeps_every_delivery_guarantee(fresh_cluster: TestClu
     assert len(explicit) == len(set(explicit)), f"seed {seed}: an id stored twice"
     assert {m.payload for m in stored} >= world.published
     await admin.close()
+
+
+async def walk(world: World, producer: tamto_sdk.Producer) -> None:
+    """`STEPS` random steps, starting with one consumer; one consumer crash and two
+    kills -9 at the most."""
+    kills = crashes = 0
+    await join(world)
+    for _ in range(STEPS):
+        action = world.rng.random()
+        if action < 0.35:
+            await publish(world, producer)
+        elif action < 0.75 and world.sessions:
+            await consume(world, world.rng.choice(world.sessions))
+        elif action < 0.85 and len(world.sessions) < 3:
+            await join(world)
+        elif action < 0.92 and len(world.sessions) > 1:
+            await leave(world, world.rng.choice(world.sessions))
+        elif action < 0.95 and crashes < 1:
+            crashes += 1
+            await asyncio.to_thread(crash_a_consumer, world)
+        elif kills < 2:
+            kills += 1
+            victim = world.rng.choice(["router", "storage"])
+            for session in world.sessions:
+                session.clean = False
+            print("KILL", victim)
+            await asyncio.to_thread(world.cluster.kill9, victim)
+            await asyncio.to_thread(world.cluster.start, victim)
+
+
+async def drain(
+    world: World, admin: tamto_sdk.Client, expected: set[bytes]
+) -> dict[int, tamto_sdk.Message]:
+    """One consumer takes everything left and acks it (a key-shared subscription
+    delivers a newer ledger, after a router's kill, only once the earlier ledgers are
+    acked: docs/cluster.md section 4); poison goes to the dead letters, by offset."""
+    for session in list(world.sessions):
+        await leave(world, session)
+    await join(world)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not expected <= world.received:
+        await consume(world, world.sessions[0], ack_all=True)
+    # Poison keeps coming until it is dead-lettered; give it its deliveries.
+    dead: dict[int, tamto_sdk.Message] = {}  # by offset: a redelivery is not a second copy
+    async with admin.consumer("walk.dlq", "check") as dlq:
+        while time.monotonic() < deadline and len(dead) < len(world.poison & world.published):
+            await consume(world, world.sessions[0], ack_all=True)
+            letters = await dlq.receive_batch(max_messages=100, timeout_s=0.2)
+            dead.update((m.offset, m) for m in letters)
+            dlq.ack(letters)
+    await leave(world, world.sessions[0])
+    return dead
+
+
+async def fail_on_violations(world: World, admin: tamto_sdk.Client, seed: int) -> None:
+    """Fail if the walk saw a violation, saying where the messages it names are stored."""
+    if not world.violations:
+        return
+    copies: dict[bytes, list[tuple[int, int]]] = {}
+    async with admin.consumer("walk", "violations") as look:
+        while batch := await look.receive_batch(max_messages=500, timeout_s=1.5):
+            for m in batch:
+                copies.setdefault(m.payload, []).append((m.partition, m.offset))
+    named = [v.split("'")[1].encode() for v in world.violations if "'" in v]
+    pytest.fail(
+        f"seed {seed}: {world.violations[:4]}; stored at {[copies.get(p) for p in named[:4]]}"
+    )
+
+
+async def fail_on_undelivered(
+    world: World, admin: tamto_sdk.Client, seed: int, expected: set[bytes]
+) -> None:
+    """Fail if an acknowledged publish was never delivered, saying where it is stored."""
+    if expected <= world.received:
+        return
+    missing = expected - world.received
+    async with admin.consumer("walk", "post-mortem") as look:
+        where = []
+        while batch := await look.receive_batch(max_messages=500, timeout_s=1.5):
+            where += [(m.payload, m.partition, m.offset) for m in batch if m.payload in missing]
+            look.ack(batch)  # else the drain gate holds a newer ledger back
+    pytest.fail(f"seed {seed}: acknowledged publishes never delivered: {sorted(where)[:8]}")

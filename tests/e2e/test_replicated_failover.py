@@ -121,13 +121,59 @@ async def keys_by_partition(
     raise AssertionError(f"{64 * partitions} keys reached only partitions {sorted(keys)}")
 
 
+@dataclass
+class Failover:
+    """One run of the test: the cluster, its client and traffic, and the outages measured
+    (what → seconds until every partition accepted publishes again)."""
+
+    cluster: TestCluster
+    infra: Infra
+    etcd_client: aetcd.Client
+    client: tamto_sdk.Client
+    traffic: Traffic
+    name_of: dict[str, str]
+    times: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def stream(self) -> str:
+        return self.traffic.stream
+
+    async def flowing(self, at_least: int, what: str) -> None:
+        """Wait until every partition acknowledged `at_least` messages more."""
+        target = {p: self.traffic.count(p) + at_least for p in range(PARTITIONS)}
+        await eventually(
+            lambda: all(self.traffic.count(p) >= n for p, n in target.items()), 60.0, what
+        )
+
+    async def router_notes(self) -> dict[str, str]:
+        rows = await fetch_status(self.infra.etcd_endpoint)
+        mine = [(m, h) for m, h in rows if m.instance_id in self.name_of]
+        return await fetch_notes(mine)
+
+    async def no_router_notes(self) -> bool:
+        return not await self.router_notes()
+
+    async def outage(self, what: str) -> float:
+        """Kill at `started` happened: wait until every partition acknowledged a message
+        sent after it; that wait is the outage."""
+        started = time.monotonic()
+        await eventually(
+            lambda: self.traffic.recovered_s(started) is not None,
+            60.0,
+            f"every partition accepts publishes after {what}",
+        )
+        measured = self.traffic.recovered_s(started)
+        assert measured is not None
+        self.times[what] = measured
+        return measured
+
+
 async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_fast(
     tamto_infra: Infra, tmp_path: Path, etcd_client: aetcd.Client
 ) -> None:
     stream = f"failover-{secrets.token_hex(3)}"
     cluster = TestCluster(tmp_path / "cluster", tamto_infra, lease_ttl_s=LEASE_TTL_S, nodes=3)
     name_of = {cluster.instance_id(n): n for n in cluster.ports}
-    times: dict[str, float] = {}
     with cluster.running({"router": ROUTER_ENV}):
         async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
             await client.streams.ensure(
@@ -136,98 +182,17 @@ async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_f
                 config=StreamConfig(replication_factor=3, ack_quorum=2),
             )
             traffic = Traffic(stream, await keys_by_partition(client, stream))
+            run = Failover(cluster, tamto_infra, etcd_client, client, traffic, name_of)
             workers = [
                 asyncio.create_task(traffic.run(client, p), name=f"traffic-{p}")
                 for p in range(PARTITIONS)
             ]
-
-            async def flowing(at_least: int, what: str) -> None:
-                """Wait until every partition acknowledged `at_least` messages more."""
-                target = {p: traffic.count(p) + at_least for p in range(PARTITIONS)}
-                await eventually(
-                    lambda: all(traffic.count(p) >= n for p, n in target.items()),
-                    60.0,
-                    what,
-                )
-
-            async def router_notes() -> dict[str, str]:
-                rows = await fetch_status(tamto_infra.etcd_endpoint)
-                mine = [(m, h) for m, h in rows if m.instance_id in name_of]
-                return await fetch_notes(mine)
-
-            async def no_router_notes() -> bool:
-                return not await router_notes()
-
-            async def outage(what: str) -> float:
-                """Kill at `started` happened: wait until every partition acknowledged a
-                message sent after it; that wait is the outage."""
-                started = time.monotonic()
-                await eventually(
-                    lambda: traffic.recovered_s(started) is not None,
-                    60.0,
-                    f"every partition accepts publishes after {what}",
-                )
-                measured = traffic.recovered_s(started)
-                assert measured is not None
-                times[what] = measured
-                return measured
-
             try:
-                await flowing(BETWEEN_FAULTS, "traffic on every partition")
+                await run.flowing(BETWEEN_FAULTS, "traffic on every partition")
                 await consume_some(client, stream)  # the cursor lands on every replica
-
-                # Every partition's ledger is on all three nodes, with Q = 2.
-                for p in range(PARTITIONS):
-                    ledger = (await read_ledgers(etcd_client, stream, p)).current
-                    assert ledger is not None
-                    assert len(ledger.ensemble) == 3
-                    assert ledger.ack_quorum == 2
-
-                # 1. kill -9 of a storage node: first the one partition 0 is read from
-                # (its ensemble's first; reads move to a replica with every acked
-                # message), at the acceptance size each of the three in turn.
-                first = (await read_ledgers(etcd_client, stream, 0)).current
-                assert first is not None
-                ensemble = first.ensemble if long_tests_enabled() else first.ensemble[:1]
-                for storage_victim in (name_of[n] for n in ensemble):
-                    cluster.kill9(storage_victim)
-                    await outage(f"kill -9 of {storage_victim}")
-                    await flowing(BETWEEN_FAULTS, "traffic with one storage node down")
-                    # `tamto status` notes the routers' under-replicated ledgers.
-                    assert any("under-replicated" in n for n in (await router_notes()).values())
-
-                    # 2. It comes back: the owners catch it up in the background.
-                    cluster.start(storage_victim)
-                    await flowing(BETWEEN_FAULTS, "traffic after the storage node restarted")
-                    last = {p: traffic.acked[p][-1][1] for p in range(PARTITIONS)}
-                    await caught_up(cluster, storage_victim, stream, last)
-                    await eventually(no_router_notes, 30.0, "no under-replicated ledger noted")
-
-                # The cursor moves on while a replica was lost and came back.
-                before_kill = await consume_some(client, stream)
-
-                # 3. kill -9 of the router owning partition 0.
-                owner_kv = await etcd_client.get(f"{OWNERS}{stream}/0".encode())
-                assert owner_kv is not None
-                router_victim = name_of[json.loads(owner_kv.value)["owner"]]
-                cluster.kill9(router_victim)
-                await outage(f"kill -9 of {router_victim}")
-                await flowing(BETWEEN_FAULTS, "traffic after the router kill")
-                # Its successor recovered the open ledger from a quorum, closed it
-                # there and opened the next one right after it, on the same ensemble.
-                ledgers = (await read_ledgers(etcd_client, stream, 0)).ledgers
-                older, newer = ledgers[-2], ledgers[-1]
-                assert older.state == "closed"
-                assert older.last_offset is not None
-                assert newer.first_offset == older.last_offset + 1
-                assert newer.ensemble == older.ensemble
-                assert newer.epoch > older.epoch
-                # The new owner loaded the cursor the old one committed last.
-                after_kill = await ack_floors(client, stream)
-                assert all(after_kill[p] >= floor for p, floor in before_kill.items()), (
-                    before_kill,
-                    after_kill,
-                )
+                await check_ledgers_on_every_node(etcd_client, stream)
+                await kill_and_restart_storage_nodes(run)
+                await kill_the_owning_router(run)
             finally:
                 traffic.stop.set()
                 await asyncio.gather(*workers)
@@ -235,32 +200,94 @@ async def test_r3_kill9_of_a_storage_node_or_router_loses_nothing_and_recovers_f
         acked = traffic.payloads()
         lost = await missing_from_fresh_subscription(cluster, stream, set(acked))
         assert not lost, f"{len(lost)} acknowledged messages lost, e.g. {sorted(lost)[:5]}"
-        for what, seconds in times.items():
+        for what, seconds in run.times.items():
             assert seconds <= RECOVERY_BOUND_S, f"{what}: publishes accepted after {seconds:.2f}s"
 
         # 4. Re-replication: a stream with R = 2, Q = 1 whose replica stays down is
         # copied to the third storage node, which its ledgers then name.
         spare_s = await rereplicated(cluster, etcd_client, f"{stream}-r2", name_of)
-
-        # 5. Two storage nodes of three down: no quorum, no acknowledgement.
-        dead = [n for n in cluster.storages() if not cluster.processes[n].alive()]
-        for name in [n for n in cluster.storages() if n not in dead][: 2 - len(dead)]:
-            cluster.kill9(name)
-        short = ClientOptions(retry_deadline_s=cluster.shared.lease_ttl_s + 3.0)
-        async with tamto_sdk.connect(
-            cluster.url, api_key=cluster.credential, options=short
-        ) as client:
-            async with client.producer(stream) as producer:
-                with pytest.raises(tamto_sdk.errors.Unavailable) as refused:
-                    await (await producer.send(b"unreplicated", key=traffic.keys[0], id="x-0"))
-        assert "no quorum" in str(refused.value), refused.value
+        refused = await refused_without_quorum(cluster, stream, traffic.keys[0])
     print(
         f"\nR=3 Q=2, {PARTITIONS} partitions: {len(acked)} acked "
         f"({len(traffic.failed)} publishes failed, not acknowledged); outages: "
-        + ", ".join(f"{what} {s:.2f}s" for what, s in times.items())
+        + ", ".join(f"{what} {s:.2f}s" for what, s in run.times.items())
         + f"; R=2 partition re-replicated to a spare {spare_s:.2f}s after its replica died"
-        + f"; two storage nodes down: {refused.value}"
+        + f"; two storage nodes down: {refused}"
     )
+
+
+async def check_ledgers_on_every_node(etcd_client: aetcd.Client, stream: str) -> None:
+    """Every partition's ledger is on all three nodes, with Q = 2."""
+    for p in range(PARTITIONS):
+        ledger = (await read_ledgers(etcd_client, stream, p)).current
+        assert ledger is not None
+        assert len(ledger.ensemble) == 3
+        assert ledger.ack_quorum == 2
+
+
+async def kill_and_restart_storage_nodes(run: Failover) -> None:
+    """1. kill -9 of a storage node: first the one partition 0 is read from (its
+    ensemble's first; reads move to a replica with every acked message), at the
+    acceptance size each of the three in turn. 2. It comes back: the owners catch it
+    up in the background."""
+    first = (await read_ledgers(run.etcd_client, run.stream, 0)).current
+    assert first is not None
+    ensemble = first.ensemble if long_tests_enabled() else first.ensemble[:1]
+    for storage_victim in (run.name_of[n] for n in ensemble):
+        run.cluster.kill9(storage_victim)
+        await run.outage(f"kill -9 of {storage_victim}")
+        await run.flowing(BETWEEN_FAULTS, "traffic with one storage node down")
+        # `tamto status` notes the routers' under-replicated ledgers.
+        assert any("under-replicated" in n for n in (await run.router_notes()).values())
+
+        run.cluster.start(storage_victim)
+        await run.flowing(BETWEEN_FAULTS, "traffic after the storage node restarted")
+        last = {p: run.traffic.acked[p][-1][1] for p in range(PARTITIONS)}
+        await caught_up(run.cluster, storage_victim, run.stream, last)
+        await eventually(run.no_router_notes, 30.0, "no under-replicated ledger noted")
+
+
+async def kill_the_owning_router(run: Failover) -> None:
+    """3. kill -9 of the router owning partition 0: its successor recovers the open
+    ledger and the cursor the old owner committed last."""
+    # The cursor moves on while a replica was lost and came back.
+    before_kill = await consume_some(run.client, run.stream)
+
+    owner_kv = await run.etcd_client.get(f"{OWNERS}{run.stream}/0".encode())
+    assert owner_kv is not None
+    router_victim = run.name_of[json.loads(owner_kv.value)["owner"]]
+    run.cluster.kill9(router_victim)
+    await run.outage(f"kill -9 of {router_victim}")
+    await run.flowing(BETWEEN_FAULTS, "traffic after the router kill")
+    # Its successor recovered the open ledger from a quorum, closed it
+    # there and opened the next one right after it, on the same ensemble.
+    ledgers = (await read_ledgers(run.etcd_client, run.stream, 0)).ledgers
+    older, newer = ledgers[-2], ledgers[-1]
+    assert older.state == "closed"
+    assert older.last_offset is not None
+    assert newer.first_offset == older.last_offset + 1
+    assert newer.ensemble == older.ensemble
+    assert newer.epoch > older.epoch
+    # The new owner loaded the cursor the old one committed last.
+    after_kill = await ack_floors(run.client, run.stream)
+    assert all(after_kill[p] >= floor for p, floor in before_kill.items()), (
+        before_kill,
+        after_kill,
+    )
+
+
+async def refused_without_quorum(cluster: TestCluster, stream: str, key: bytes) -> BaseException:
+    """5. Two storage nodes of three down: no quorum, no acknowledgement; the refusal."""
+    dead = [n for n in cluster.storages() if not cluster.processes[n].alive()]
+    for name in [n for n in cluster.storages() if n not in dead][: 2 - len(dead)]:
+        cluster.kill9(name)
+    short = ClientOptions(retry_deadline_s=cluster.shared.lease_ttl_s + 3.0)
+    async with tamto_sdk.connect(cluster.url, api_key=cluster.credential, options=short) as client:
+        async with client.producer(stream) as producer:
+            with pytest.raises(tamto_sdk.errors.Unavailable) as refused:
+                await (await producer.send(b"unreplicated", key=key, id="x-0"))
+    assert "no quorum" in str(refused.value), refused.value
+    return refused.value
 
 
 async def rereplicated(

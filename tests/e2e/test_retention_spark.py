@@ -8,11 +8,9 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 from tamto_storage.model import Cursor, OffsetRange, StoredBatch
-from tamto_storage.sealer import Retention, SealOptions
-from tamto_storage.store import PartitionStore
-from tamto_storage.wal import WalOptions
+from tamto_storage.sealer import Retention
 
-from ..stored_batches import T_US, Clock, stored_batch
+from ..stored_batches import T_US, Clock, five_sealed_segments, stored_batch
 
 GRACE_S = 60.0
 UNACKED = 23
@@ -32,23 +30,8 @@ async def test_spark_reads_across_a_carry_forward(spark: SparkSession, tmp_path:
     async def retention(stream: str) -> Retention:
         return Retention(interest=True)
 
-    store = PartitionStore(
-        data,
-        WalOptions(),
-        seal_options=SealOptions(segment_bytes=1, retention_grace_s=GRACE_S),
-        retention_for=retention,
-        clock=clock,
-    )
-    sealer = store.sealer
-    assert sealer is not None
-    stream_dir = str(data / "streams" / "events")
-    try:
-        partition = await store.get("events", 0)
-        await partition.open(1)
-        for base in range(0, 50, 10):
-            await partition.append(1, [batch(base, 10)])
-        await sealer.seal_all()
-        assert len(partition.segment_log.segments) == 5
+    async with five_sealed_segments(data, clock, retention, batch, GRACE_S) as sealed:
+        partition, sealer, stream_dir = sealed.partition, sealed.sealer, sealed.stream_dir
         listed_before = spark.read.parquet(stream_dir)  # a job that listed the files
 
         # One subscription acked everything but offset 23.
@@ -71,5 +54,3 @@ async def test_spark_reads_across_a_carry_forward(spark: SparkSession, tmp_path:
         assert row is not None
         assert row.payload == b"m23"
         assert row.partition == 0
-    finally:
-        await store.close()

@@ -29,7 +29,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.membership import connect_etcd
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_pb2
-from tamto_sdk.security import Grant, IdentityKind, Permission
+from tamto_sdk.security import Grant, IdentityKind, NewApiKey, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.waiting import eventually, long_tests_enabled
 
@@ -571,20 +571,9 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
             assert await attempt(stub, token, "publish", stream) is None
         disabled, rotated, deleted = (k.info.key_id for k in keys)
 
-        def refused_within_2s(token: str, key_id: str) -> Any:
-            async def refused() -> bool:
-                for gateway in stubs:
-                    error = await attempt(gateway, token, "publish", stream)
-                    if error is None or error.code() != grpc.StatusCode.UNAUTHENTICATED:
-                        return False
-                return True
-
-            # 10 s to wait, so a loaded machine reports the time the caller measures.
-            return eventually(refused, 10.0, f"key {key_id}'s token to be refused")
-
         began = time.monotonic()
         await admin.security.set_api_key_disabled(disabled)
-        await refused_within_2s(tokens[0], disabled)
+        await refused_on_every_gateway(stubs, tokens[0], disabled, stream)
         assert time.monotonic() - began < REVOKED_WITHIN_S
         error = await attempt(stub, tokens[0], "publish", stream)
         assert error is not None
@@ -593,23 +582,13 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
 
         began = time.monotonic()
         new = await admin.security.rotate_api_key(rotated)
-        await refused_within_2s(tokens[1], rotated)
+        await refused_on_every_gateway(stubs, tokens[1], rotated, stream)
         assert time.monotonic() - began < REVOKED_WITHIN_S
         async with tamto_sdk.connect(tamto_cluster.url, api_key=new.api_key) as client:
             fresh = (await client.security.token())[0]
         assert await attempt(stub, fresh, "publish", stream) is None, "the new key's token works"
 
-        began = time.monotonic()
-        gone = await admin.security.delete_api_key(deleted)
-        await refused_within_2s(tokens[2], deleted)
-        assert time.monotonic() - began < REVOKED_WITHIN_S
-        assert (gone.key_id, gone.identity) == (deleted, identity)
-        with pytest.raises(tamto_sdk.errors.Unauthenticated, match="invalid API key"):
-            await tamto_sdk.connect(tamto_cluster.url, api_key=keys[2].api_key)
-        listed = {i.name: i for i in await admin.security.list_identities()}[identity]
-        assert deleted not in {k.key_id for k in listed.keys}
-        with pytest.raises(tamto_sdk.errors.NotFound, match=f"no API key with id {deleted}"):
-            await admin.security.delete_api_key(deleted)
+        await check_a_deleted_key(tamto_cluster, admin, stubs, identity, keys[2], tokens[2], stream)
         async with tamto_sdk.connect(tamto_cluster.url, api_key=new.api_key) as client:
             with pytest.raises(tamto_sdk.errors.PermissionDenied):
                 await client.security.delete_api_key(new.info.key_id)
@@ -622,17 +601,65 @@ async def test_a_disabled_rotated_or_deleted_api_keys_tokens_are_refused_within_
                 "a re-enabled key's token to work",
             )
     await channel.close()
+    check_revocations_audited(tamto_cluster, identity, disabled, rotated, deleted)
 
+
+async def refused_on_every_gateway(
+    stubs: list[gateway_pb2_grpc.GatewayStub], token: str, key_id: str, stream: str
+) -> None:
+    """Wait until every gateway refuses `token` (of key `key_id`) as unauthenticated."""
+
+    async def refused() -> bool:
+        for gateway in stubs:
+            error = await attempt(gateway, token, "publish", stream)
+            if error is None or error.code() != grpc.StatusCode.UNAUTHENTICATED:
+                return False
+        return True
+
+    # 10 s to wait, so a loaded machine reports the time the caller measures.
+    await eventually(refused, 10.0, f"key {key_id}'s token to be refused")
+
+
+async def check_a_deleted_key(
+    cluster: TestCluster,
+    admin: tamto_sdk.Client,
+    stubs: list[gateway_pb2_grpc.GatewayStub],
+    identity: str,
+    key: NewApiKey,
+    token: str,
+    stream: str,
+) -> None:
+    """Deleting `key` (of `identity`) refuses its live `token` within 2 s and the key itself; it is no
+    longer listed, and deleting it again is NotFound."""
+    deleted = key.info.key_id
+    began = time.monotonic()
+    gone = await admin.security.delete_api_key(deleted)
+    await refused_on_every_gateway(stubs, token, deleted, stream)
+    assert time.monotonic() - began < REVOKED_WITHIN_S
+    assert (gone.key_id, gone.identity) == (deleted, identity)
+    with pytest.raises(tamto_sdk.errors.Unauthenticated, match="invalid API key"):
+        await tamto_sdk.connect(cluster.url, api_key=key.api_key)
+    listed = {i.name: i for i in await admin.security.list_identities()}[identity]
+    assert deleted not in {k.key_id for k in listed.keys}
+    with pytest.raises(tamto_sdk.errors.NotFound, match=f"no API key with id {deleted}"):
+        await admin.security.delete_api_key(deleted)
+
+
+def check_revocations_audited(
+    cluster: TestCluster, identity: str, disabled: str, rotated: str, deleted: str
+) -> None:
+    """Each refusal of a revoked key's token is in the gateways' audit, the deletion in
+    the auth service's."""
     denials = [
         json.loads(line)
-        for line in tamto_cluster.audit_file("gateway").read_text().splitlines()
+        for line in cluster.audit_file("gateway").read_text().splitlines()
         if "of this token is disabled or deleted" in line
     ]  # both gateways append to the one audit file of the cluster's gateway data dir
     assert {d["detail"].split()[2] for d in denials} >= {disabled, rotated, deleted}
     assert all(d["outcome"] == "unauthenticated" for d in denials)
     deletions = [
         record
-        for line in tamto_cluster.audit_file("auth").read_text().splitlines()
+        for line in cluster.audit_file("auth").read_text().splitlines()
         if (record := json.loads(line))["action"] == "key.delete" and deleted in record["target"]
     ]
     assert [(d["actor"], d["target"], d["outcome"]) for d in deletions] == [

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -24,7 +21,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 import tamto_sdk
 from tamto_common.tls import TlsMaterial
 from tamto_local.cluster import SERVICES
-from tamto_local.ports import free_port
 from tamto_local.tls import ensure_dev_pki
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc
 from tamto_sdk import ClientOptions
@@ -35,7 +31,8 @@ from tamto_testing.infra import Infra
 from tamto_testing.processes import wait_for
 from tamto_testing.waiting import eventually
 
-from .test_direct_path import lookup, router_publish
+from .test_direct_path import lookup, read_by_position, router_publish
+from .test_launcher import Launcher
 
 pytestmark = pytest.mark.e2e
 
@@ -302,13 +299,7 @@ async def test_a_tls_client_publishes_directly_to_the_owning_router(
         direct = client._calls.direct
         assert isinstance(direct, DirectPublisher), "the direct path is the default"
         assert (direct.direct_batches, direct.proxied_batches) == (20, 0)
-        got: dict[tuple[int, int], bytes] = {}
-        async with client.consumer(stream, "reader") as consumer:
-            while len(got) < 20:
-                batch = await consumer.receive_batch(max_messages=20, timeout_s=30)
-                assert batch, f"only {len(got)} of 20 arrived"
-                got.update({(m.partition, m.offset): m.payload for m in batch})
-                consumer.ack(batch)
+        got = await read_by_position(client, stream, 20, timeout_s=30)
     assert got == {(r.partition, r.offset): f"m{i}".encode() for i, r in enumerate(acked)}
     owners = await lookup(tls_cluster, token, stream, root_certificates=ca)
     client_address = owners[0]
@@ -403,22 +394,10 @@ async def test_tls_client_on_a_plaintext_gateway_gets_a_clear_error(
 
 def test_up_tls_makes_a_dev_ca_and_runs_the_demo_over_tls(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    gateway, nats_port = free_port(), free_port()
-    etcd = free_port()
-    while etcd + 1 in (gateway, nats_port):
-        etcd = free_port()
-    args = ["--data-dir", str(data), "--gateway-port", str(gateway), "--etcd-port", str(etcd)]
-    args += ["--nats-port", str(nats_port), "--tls", "--demo", "--once", "--quiet"]
-    result = subprocess.run(
-        [sys.executable, "-m", "tamto_cli", "up", *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    launcher = Launcher(data, tmp_path / "up.log")
+    result = launcher.run("--tls", "--demo", "--once", "--quiet")
     assert result.returncode == 0, result.stdout[-3000:]
-    assert f"gateway: tamtos://127.0.0.1:{gateway}" in result.stdout
+    assert f"gateway: tamtos://127.0.0.1:{launcher.gateway}" in result.stdout
     assert "consumed and acked 1000 messages" in result.stdout
     for name in ("ca", "auth", "storage", "router", "gateway", "launcher"):
         assert (data / "tls" / f"{name}.pem").exists()

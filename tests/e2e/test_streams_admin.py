@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from dataclasses import replace
 
@@ -20,6 +18,8 @@ from tamto_sdk import StreamConfig
 from tamto_sdk.stream_config import Durability, RetentionPolicy, StreamInfo, StreamKind
 from tamto_testing.cluster import TestCluster
 from tamto_testing.waiting import eventually
+
+from .test_cli_pub_sub import tamto
 
 pytestmark = pytest.mark.e2e
 
@@ -288,19 +288,8 @@ async def test_delete(tamto_client: tamto_sdk.Client, nats_url: str) -> None:
 
 
 def cli(cluster: TestCluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tamto_cli", "stream", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={
-            **os.environ,
-            "TAMTO_URL": cluster.url,
-            "TAMTO_API_KEY": cluster.credential,
-            "COLUMNS": "200",
-        },
-    )
+    """`tamto stream ARGS`."""
+    return tamto(cluster, "stream", *args)
 
 
 def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
@@ -312,26 +301,37 @@ def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
         "--max-lag", "100", "--dead-letter-stream", f"{name}-dead", "--durability", "interval",
         "--fsync-interval-ms", "15", "--replication-factor", "1", "--ack-quorum", "1",
     ]  # fmt: skip
-    created = cli(tamto_cluster, "ensure", name, *flags)
+    check_cli_ensure_reports_what_it_did(tamto_cluster, name, flags)
+    check_cli_describe_and_list(tamto_cluster, name)
+    check_cli_refusals(tamto_cluster, name)
+    check_cli_delete(tamto_cluster, name)
+
+
+def check_cli_ensure_reports_what_it_did(cluster: TestCluster, name: str, flags: list[str]) -> None:
+    """`stream ensure` creates, finds the same, shows a difference, and overwrites it."""
+    created = cli(cluster, "ensure", name, *flags)
     assert created.returncode == 0, created.stderr
     assert created.stdout.splitlines() == [f"{name}: created, 2 partitions"]
 
-    same = cli(tamto_cluster, "ensure", name, *flags)
+    same = cli(cluster, "ensure", name, *flags)
     assert same.stdout.splitlines() == [f"{name}: exists, 2 partitions"]
 
-    differs = cli(tamto_cluster, "ensure", name, *flags, "--ack-timeout-ms", "9000")
+    differs = cli(cluster, "ensure", name, *flags, "--ack-timeout-ms", "9000")
     assert differs.returncode == 0, differs.stderr
     assert differs.stdout.splitlines() == [
         f"{name}: exists, 2 partitions",
         "  differs: ack_timeout_ms: stored 4000, requested 9000",
     ]
-    changed = cli(tamto_cluster, "ensure", name, *flags, "--ack-timeout-ms", "9000", "--overwrite")
+    changed = cli(cluster, "ensure", name, *flags, "--ack-timeout-ms", "9000", "--overwrite")
     assert changed.stdout.splitlines() == [
         f"{name}: changed, 2 partitions",
         "  changed: ack_timeout_ms: stored 4000, requested 9000",
     ]
 
-    described = cli(tamto_cluster, "describe", name, "--json")
+
+def check_cli_describe_and_list(cluster: TestCluster, name: str) -> None:
+    """`stream describe` (JSON and table) and `stream list` show the stream as ensured."""
+    described = cli(cluster, "describe", name, "--json")
     assert described.returncode == 0, described.stderr
     definition = json.loads(described.stdout)
     # Beside the definition, each partition's stats: nothing published yet.
@@ -358,38 +358,44 @@ def test_cli_stream_commands(tamto_cluster: TestCluster) -> None:
         "replication_factor": 1,
         "ack_quorum": 1,
     }
-    table = cli(tamto_cluster, "describe", name)
+    table = cli(cluster, "describe", name)
     assert table.returncode == 0, table.stderr
     assert "ack_timeout_ms" in table.stdout
     assert "9000" in table.stdout
     assert "interval" in table.stdout
 
-    listed = cli(tamto_cluster, "list")
+    listed = cli(cluster, "list")
     assert f"{name}\t2\tpersistent" in listed.stdout.splitlines()
-    listed_json = cli(tamto_cluster, "list", "--json")
+    listed_json = cli(cluster, "list", "--json")
     assert any(s["name"] == name and s["max_lag"] == 100 for s in json.loads(listed_json.stdout))
 
-    refused = cli(tamto_cluster, "ensure", name, "--partitions", "4", "--overwrite")
+
+def check_cli_refusals(cluster: TestCluster, name: str) -> None:
+    """`stream ensure` refuses a partition change, invalid settings and an unknown mode."""
+    refused = cli(cluster, "ensure", name, "--partitions", "4", "--overwrite")
     assert refused.returncode == 8  # FAILED_PRECONDITION
     assert "partition count is fixed" in refused.stderr
 
-    invalid = cli(tamto_cluster, "ensure", unique("cli"), "--ack-timeout-ms", "1")
+    invalid = cli(cluster, "ensure", unique("cli"), "--ack-timeout-ms", "1")
     assert invalid.returncode == 3  # INVALID_ARGUMENT
     assert "ack_timeout_ms must be between 100 and 86400000, got 1" in invalid.stderr
-    too_many = cli(tamto_cluster, "ensure", unique("cli"), "--replication-factor", "2")
+    too_many = cli(cluster, "ensure", unique("cli"), "--replication-factor", "2")
     assert too_many.returncode == 3
     assert "replication_factor 2 is more than the 1 live storage node(s)" in too_many.stderr
 
-    bad_mode = cli(tamto_cluster, "ensure", unique("cli"), "--durability", "sometimes")
+    bad_mode = cli(cluster, "ensure", unique("cli"), "--durability", "sometimes")
     assert bad_mode.returncode == 2
     assert "--durability must be 'group' or 'interval'" in bad_mode.stderr
 
-    deleted = cli(tamto_cluster, "delete", name)
+
+def check_cli_delete(cluster: TestCluster, name: str) -> None:
+    """`stream delete` deletes once; then neither delete nor describe finds it."""
+    deleted = cli(cluster, "delete", name)
     assert deleted.returncode == 0, deleted.stderr
     assert deleted.stdout.splitlines() == [f"{name}: deleted"]
-    missing = cli(tamto_cluster, "delete", name)
+    missing = cli(cluster, "delete", name)
     assert missing.returncode == 4  # NOT_FOUND
     assert "does not exist" in missing.stderr
-    gone = cli(tamto_cluster, "describe", name)
+    gone = cli(cluster, "describe", name)
     assert gone.returncode == 4
     assert "does not exist" in gone.stderr

@@ -5,6 +5,7 @@ offset, from a live consumer), delete, and the statuses bad input gets."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Container
 
 import pytest
 
@@ -36,6 +37,18 @@ async def receive(consumer: tamto_sdk.Consumer, count: int) -> list[tamto_sdk.Me
     return got
 
 
+async def receive_acking(
+    consumer: tamto_sdk.Consumer, count: int, acked: Container[int]
+) -> list[tamto_sdk.Message]:
+    """Receive `count` messages, ack the ones at the positions in `acked` and flush."""
+    got = await receive(consumer, count)
+    for i, message in enumerate(got):
+        if i in acked:
+            consumer.ack(message)
+    await consumer.flush_acks(timeout_s=10)
+    return got
+
+
 async def test_describe_shows_lag_that_matches_what_was_published_and_acked(
     tamto_client: tamto_sdk.Client,
 ) -> None:
@@ -44,10 +57,7 @@ async def test_describe_shows_lag_that_matches_what_was_published_and_acked(
     await publish(tamto_client, stream, [f"m{i}".encode() for i in range(10)])
 
     async with tamto_client.consumer(stream, "billing", consumer_name="worker-1") as consumer:
-        got = await receive(consumer, 10)
-        for message in got[:4]:
-            consumer.ack(message)
-        await consumer.flush_acks(timeout_s=10)
+        got = await receive_acking(consumer, 10, range(4))
 
         async def acks_applied() -> bool:
             info = await tamto_client.subscriptions.describe(stream, "billing")
@@ -219,9 +229,7 @@ async def test_a_multicast_consumer_seeks_only_its_own_cursor(
         ) as two,
     ):
         for consumer in (one, two):
-            for message in await receive(consumer, 3):
-                consumer.ack(message)
-            await consumer.flush_acks(timeout_s=10)
+            await receive_acking(consumer, 3, range(3))
         await one.seek(Start.offset(1))
         assert [m.payload for m in await receive(one, 2)] == [b"b", b"c"]
         assert len(await two.receive_batch(max_messages=10, timeout_s=1)) == 0

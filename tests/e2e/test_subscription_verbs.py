@@ -21,6 +21,7 @@ from tamto_testing.cluster import TestCluster
 from tamto_testing.waiting import eventually
 
 from .test_cli_pub_sub import tamto
+from .test_subscription_admin import publish, receive, receive_acking
 
 pytestmark = pytest.mark.e2e
 
@@ -55,13 +56,23 @@ def keys_for(counts: list[int]) -> list[bytes]:
     return keys
 
 
-async def receive(consumer: tamto_sdk.Consumer, count: int) -> list[tamto_sdk.Message]:
-    got: list[tamto_sdk.Message] = []
-    while len(got) < count:
-        batch = await consumer.receive_batch(max_messages=count - len(got), timeout_s=30)
-        assert batch, f"only {len(got)} of {count} messages came"
-        got.extend(batch)
-    return got
+async def one_partition_stream(
+    client: tamto_sdk.Client, prefix: str, payloads: list[bytes], *, one_batch: bool = False
+) -> str:
+    """A new one-partition stream holding `payloads`, published one at a time (or in
+    `one_batch`); its name."""
+    stream = unique(prefix)
+    await client.streams.ensure(stream, partitions=1)
+    if one_batch:
+        async with client.producer(stream) as producer:
+            await (await producer.send_batch(payloads))
+    else:
+        await publish(client, stream, payloads)
+    return stream
+
+
+def numbered(prefix: str, count: int) -> list[bytes]:
+    return [f"{prefix}{i}".encode() for i in range(count)]
 
 
 async def floors(client: tamto_sdk.Client, stream: str, sub: str) -> dict[int, int]:
@@ -109,15 +120,9 @@ async def test_a_refused_seek_moves_no_partition(
 async def test_unacked_counts_messages_not_delivered_batches(
     tamto_client: tamto_sdk.Client, tamto_cluster: TestCluster
 ) -> None:
-    stream = unique("unacked")
-    await tamto_client.streams.ensure(stream, partitions=1)
-    async with tamto_client.producer(stream) as producer:
-        await (await producer.send_batch([f"m{i}".encode() for i in range(10)]))  # one batch
+    stream = await one_partition_stream(tamto_client, "unacked", numbered("m", 10), one_batch=True)
     async with tamto_client.consumer(stream, "work", consumer_name="w1") as consumer:
-        got = await receive(consumer, 10)  # one delivery: one run in flight
-        for message in got[:4]:
-            consumer.ack(message)
-        await consumer.flush_acks(timeout_s=10)
+        await receive_acking(consumer, 10, range(4))  # one delivery: one run in flight
         await acked_to(tamto_client, stream, "work", {0: 4})
 
         info = await tamto_client.subscriptions.describe(stream, "work")
@@ -131,19 +136,11 @@ async def test_unacked_counts_messages_not_delivered_batches(
 async def test_the_overview_has_a_row_per_subscription(
     tamto_client: tamto_sdk.Client, tamto_cluster: TestCluster
 ) -> None:
-    stream = unique("overview")
-    await tamto_client.streams.ensure(stream, partitions=1)
-    async with tamto_client.producer(stream) as producer:
-        for i in range(6):
-            await producer.send_and_wait(f"m{i}".encode())
+    stream = await one_partition_stream(tamto_client, "overview", numbered("m", 6))
     async with tamto_client.consumer(stream, "idle") as idle:
-        idle.ack((await receive(idle, 6))[0])
-        await idle.flush_acks(timeout_s=10)
+        await receive_acking(idle, 6, {0})
     async with tamto_client.consumer(stream, "live", consumer_name="reader") as live:
-        got = await receive(live, 6)
-        for message in got[:2]:
-            live.ack(message)
-        await live.flush_acks(timeout_s=10)
+        await receive_acking(live, 6, range(2))
         await acked_to(tamto_client, stream, "live", {0: 2})
 
         rows = {r.subscription: r for r in await tamto_client.subscriptions.overview(stream)}
@@ -187,26 +184,15 @@ async def test_the_overview_has_a_row_per_subscription(
 async def test_seek_dry_runs_and_relative_moves(
     tamto_client: tamto_sdk.Client, tamto_cluster: TestCluster
 ) -> None:
-    stream = unique("dry")
-    await tamto_client.streams.ensure(stream, partitions=1)
-    async with tamto_client.producer(stream) as producer:
-        for i in range(3):
-            await producer.send_and_wait(f"before-{i}".encode())
+    stream = await one_partition_stream(tamto_client, "dry", numbered("before-", 3))
     async with tamto_client.consumer(stream, "replay") as consumer:
-        before = await receive(consumer, 3)
-        for message in before:
-            consumer.ack(message)
+        before = await receive_acking(consumer, 3, range(3))
         last_before = before[-1].publish_time
         await eventually(
             lambda: datetime.now(UTC) > last_before + timedelta(seconds=1), 5, "a second to pass"
         )
-        async with tamto_client.producer(stream) as producer:
-            for i in range(3):
-                await producer.send_and_wait(f"after-{i}".encode())
-        got = await receive(consumer, 3)
-        for message in got:
-            consumer.ack(message)
-        await consumer.flush_acks(timeout_s=10)
+        await publish(tamto_client, stream, numbered("after-", 3))
+        got = await receive_acking(consumer, 3, range(3))
     await acked_to(tamto_client, stream, "replay", {0: 6})
     first_after = got[0].publish_time
 
@@ -253,15 +239,9 @@ async def test_seek_dry_runs_and_relative_moves(
 async def test_peek_shows_what_a_subscription_gets_next_without_consuming(
     tamto_client: tamto_sdk.Client, tamto_cluster: TestCluster
 ) -> None:
-    stream = unique("peek")
-    await tamto_client.streams.ensure(stream, partitions=1)
-    async with tamto_client.producer(stream) as producer:
-        await (await producer.send_batch([f"m{i}".encode() for i in range(8)]))
+    stream = await one_partition_stream(tamto_client, "peek", numbered("m", 8), one_batch=True)
     async with tamto_client.consumer(stream, "peeker") as consumer:
-        got = await receive(consumer, 8)
-        for message in (got[0], got[1], got[4]):
-            consumer.ack(message)
-        await consumer.flush_acks(timeout_s=10)
+        await receive_acking(consumer, 8, {0, 1, 4})
     await acked_to(tamto_client, stream, "peeker", {0: 2})
 
     batches = await tamto_client.subscriptions.peek(stream, "peeker", 3)
@@ -280,11 +260,7 @@ async def test_peek_shows_what_a_subscription_gets_next_without_consuming(
 async def test_errors_have_an_exit_code_each_no_router_address_and_name_the_consumer(
     tamto_client: tamto_sdk.Client, tamto_cluster: TestCluster
 ) -> None:
-    stream = unique("errors")
-    await tamto_client.streams.ensure(stream, partitions=1)
-    async with tamto_client.producer(stream) as producer:
-        for i in range(3):
-            await producer.send_and_wait(f"m{i}".encode())
+    stream = await one_partition_stream(tamto_client, "errors", numbered("m", 3))
     routers = [tamto_cluster.address(name) for name in tamto_cluster.routers()]
 
     async with tamto_client.consumer(stream, "held", consumer_name="worker-7") as consumer:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 import tamto_sdk
 from tamto_common.polling import poll_blocking
@@ -121,3 +122,22 @@ def ends_of(acked: list[Acked]) -> dict[int, int]:
     for a in acked:
         ends[a.partition] = max(ends.get(a.partition, 0), a.offset + 1)
     return ends
+
+
+def stream_until_caught_up(spark: SparkSession, location: str, out: Path, checkpoint: Path) -> None:
+    """Run a streaming query of the `tamto` source at `location` (partition, offset and
+    payload into Parquet files in `out`, its checkpoint in `checkpoint`) until it read
+    all there is, then stop it."""
+    query = (
+        spark.readStream.format("tamto")
+        .load(location)
+        .select("partition", "offset", "payload")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()

@@ -10,7 +10,16 @@ from pyspark.sql import SparkSession
 import tamto_sdk
 from tamto_testing.cluster import TestCluster
 
-from .conftest import T0, Acked, ends_of, publish, stream_dir, unique, wait_sealed
+from .conftest import (
+    T0,
+    Acked,
+    ends_of,
+    publish,
+    stream_dir,
+    stream_until_caught_up,
+    unique,
+    wait_sealed,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -81,29 +90,15 @@ async def test_streaming_restart_from_checkpoint_has_no_loss_or_duplicates(
     directory = stream_dir(sealing_cluster, stream)
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
 
-    def run_until_caught_up() -> None:
-        query = (
-            spark.readStream.format("tamto")
-            .load(str(directory))
-            .select("partition", "offset", "payload")
-            .writeStream.format("parquet")
-            .option("path", str(out))
-            .option("checkpointLocation", str(checkpoint))
-            .start()
-        )
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
-
     first = await publish(client, stream, 30, prefix="first")
     wait_sealed(directory, ends_of(first))
-    run_until_caught_up()
+    stream_until_caught_up(spark, str(directory), out, checkpoint)
     assert spark.read.parquet(str(out)).count() == len(first)
 
     second = await publish(client, stream, 25, prefix="second")
     wait_sealed(directory, ends_of(second))
-    run_until_caught_up()  # a new query on the same checkpoint: continues after `first`
+    # A new query on the same checkpoint: continues after `first`.
+    stream_until_caught_up(spark, str(directory), out, checkpoint)
 
     rows = spark.read.parquet(str(out)).collect()
     got = sorted((r.partition, r.offset, bytes(r.payload)) for r in rows)

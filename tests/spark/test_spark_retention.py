@@ -7,11 +7,8 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from tamto_storage.model import StoredBatch
-from tamto_storage.sealer import SealOptions
-from tamto_storage.store import PartitionStore
-from tamto_storage.wal import WalOptions
 
-from ..stored_batches import T_US, Clock, stored_batch
+from ..stored_batches import T_US, Clock, five_sealed_segments, stored_batch
 
 GRACE_S = 60.0
 
@@ -29,24 +26,8 @@ async def test_a_job_that_listed_segments_finishes_while_retention_expires_them(
     async def retention(stream: str) -> tuple[int, int]:
         return 60_000, 0  # one minute
 
-    store = PartitionStore(
-        data,
-        WalOptions(),
-        seal_options=SealOptions(segment_bytes=1, retention_grace_s=GRACE_S),
-        retention_for=retention,
-        clock=clock,
-    )
-    sealer = store.sealer
-    assert sealer is not None
-    stream_dir = str(data / "streams" / "events")
-    try:
-        partition = await store.get("events", 0)
-        await partition.open(1)
-        for base in range(0, 50, 10):
-            await partition.append(1, [batch(base, 10)])
-        await sealer.seal_all()
-        assert len(partition.segment_log.segments) == 5
-
+    async with five_sealed_segments(data, clock, retention, batch, GRACE_S) as sealed:
+        partition, sealer, stream_dir = sealed.partition, sealed.sealer, sealed.stream_dir
         # A job that listed the segment files before retention ran.
         plain = spark.read.parquet(stream_dir)
 
@@ -61,5 +42,3 @@ async def test_a_job_that_listed_segments_finishes_while_retention_expires_them(
         clock.now += GRACE_S
         await sealer.run_once()
         assert spark.read.parquet(stream_dir).count() == 10, "files deleted after the grace"
-    finally:
-        await store.close()

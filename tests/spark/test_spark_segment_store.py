@@ -23,7 +23,14 @@ from tamto_spark.location import read_stream_manifest
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 
-from .conftest import FAST_SEALING, SEAL_DEADLINE_S, Acked, publish, unique
+from .conftest import (
+    FAST_SEALING,
+    SEAL_DEADLINE_S,
+    Acked,
+    publish,
+    stream_until_caught_up,
+    unique,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -75,6 +82,18 @@ def wait_listed(location: str, acked: list[Acked]) -> None:
     poll_blocking(listed, SEAL_DEADLINE_S, f"the store's manifests list {ends}")
 
 
+async def replicated_stream(
+    client: tamto_sdk.Client, prefix: str, partitions: int, count: int, keys: int
+) -> tuple[str, list[Acked]]:
+    """A new stream on all three nodes (R = 3, Q = 2) with `count` messages on `keys`
+    keys published; its name and what was acknowledged."""
+    stream = unique(prefix)
+    await client.streams.ensure(
+        stream, partitions=partitions, config=StreamConfig(replication_factor=3, ack_quorum=2)
+    )
+    return stream, await publish(client, stream, count, keys=keys)
+
+
 def keyed(acked: list[Acked]) -> list[tuple[int, int, bytes]]:
     return sorted((a.partition, a.offset, a.payload) for a in acked)
 
@@ -85,11 +104,7 @@ async def test_spark_duckdb_and_polars_read_every_acked_message_once_from_the_st
     store_cluster: TestCluster,
     store_dir: Path,
 ) -> None:
-    stream = unique("stored")
-    await store_client.streams.ensure(
-        stream, partitions=3, config=StreamConfig(replication_factor=3, ack_quorum=2)
-    )
-    acked = await publish(store_client, stream, 90, keys=12)
+    stream, acked = await replicated_stream(store_client, "stored", 3, 90, keys=12)
     directory = store_dir / "streams" / stream
     wait_in_store(directory, len(acked))
     for node in store_cluster.storages():  # every replica sealed its own copy as before
@@ -118,11 +133,7 @@ async def test_the_tamto_source_reads_the_store_once_and_refuses_a_damaged_objec
     store_dir: Path,
     tmp_path: Path,
 ) -> None:
-    stream = unique("listed")
-    await store_client.streams.ensure(
-        stream, partitions=2, config=StreamConfig(replication_factor=3, ack_quorum=2)
-    )
-    acked = await publish(store_client, stream, 40, keys=6)
+    stream, acked = await replicated_stream(store_client, "listed", 2, 40, keys=6)
     location = (store_dir / "streams" / stream).as_uri()
     wait_listed(location, acked)
 
@@ -134,19 +145,7 @@ async def test_the_tamto_source_reads_the_store_once_and_refuses_a_damaged_objec
     assert by_options.load().count() == len(acked)
 
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    query = (
-        spark.readStream.format("tamto")
-        .load(location)
-        .select("partition", "offset", "payload")
-        .writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(checkpoint))
-        .start()
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    stream_until_caught_up(spark, location, out, checkpoint)
     streamed = spark.read.parquet(str(out)).collect()
     assert sorted((r.partition, r.offset, bytes(r.payload)) for r in streamed) == keyed(acked)
 

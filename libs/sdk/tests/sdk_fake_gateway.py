@@ -100,6 +100,18 @@ def slice_ipc(data: bytes, start: int, length: int) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
+def first_unacked(sub: Subscription) -> dict[int, int]:
+    """partition → the first offset from the subscription's start not acked yet (where a
+    new session redelivers from)."""
+    cursors: dict[int, int] = {}
+    for p, start in sub.start.items():
+        cursor = start
+        while cursor in sub.acked.get(p, set()):
+            cursor += 1
+        cursors[p] = cursor
+    return cursors
+
+
 class FakeGateway(gateway_pb2_grpc.GatewayServicer):
     def __init__(self) -> None:
         self.url = ""
@@ -309,35 +321,8 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):
         stream = subscribe.stream
         if stream not in self.streams:
             await context.abort(grpc.StatusCode.NOT_FOUND, "no such stream")
-        key = (stream, subscribe.subscription)
-        sub = self.subscriptions.get(key)
-        if sub is None:
-            position = subscribe.start.WhichOneof("position")
-            starts = {}
-            for p in range(self.streams[stream]):
-                if position == "latest":
-                    starts[p] = self.end_offset(stream, p)
-                elif position == "offset":
-                    starts[p] = subscribe.start.offset
-                elif position == "time_us":
-                    starts[p] = next(
-                        (
-                            b.base_offset
-                            for b in self.logs[(stream, p)]
-                            if b.publish_time_us >= subscribe.start.time_us
-                        ),
-                        self.end_offset(stream, p),
-                    )
-                else:
-                    starts[p] = 0
-            sub = self.subscriptions[key] = Subscription(start=starts)
-        # Redeliver from the first unacked offset of each partition.
-        cursors: dict[int, int] = {}
-        for p, start in sub.start.items():
-            cursor = start
-            while cursor in sub.acked.get(p, set()):
-                cursor += 1
-            cursors[p] = cursor
+        sub = self._subscription(subscribe)
+        cursors = first_unacked(sub)
         session = Session(
             subscription=subscribe.subscription,
             type=subscribe.type,
@@ -364,56 +349,93 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "dropped by the test")
                 if session.ended:
                     return
-                redelivery = bool(session.redeliver)
-                if redelivery:
-                    # Nacked messages go first, one at a time.
-                    p, cursor = session.redeliver.popleft()
-                    if cursor in sub.acked.get(p, set()):
-                        continue
-                else:
-                    for p, cursor in cursors.items():
-                        if cursor < self.end_offset(stream, p):
-                            break
-                stored = next(
-                    s
-                    for s in self.logs[(stream, p)]
-                    if s.base_offset <= cursor < s.base_offset + s.count
-                )
-                start = cursor - stored.base_offset
-                count = 1 if redelivery else min(stored.count - start, session.credit)
-                data = stored.arrow_ipc
-                if start or count != stored.count:
-                    data = slice_ipc(data, start, count)
-                session.credit -= count
-                session.delivered += count
-                if not redelivery:
-                    cursors[p] = cursor + count
-                delivery_count = 0
-                for offset in range(cursor, cursor + count):
-                    n = sub.deliveries[(p, offset)] = sub.deliveries.get((p, offset), 0) + 1
-                    delivery_count = max(delivery_count, n)
-                if self.delivery_count is not None:
-                    delivery_count = self.delivery_count
-                await context.write(
-                    messages_pb2.ConsumeResponse(
-                        delivery=messages_pb2.Delivery(
-                            stream=stream,
-                            partition=p,
-                            batch=messages_pb2.StoredBatch(
-                                base_offset=cursor,
-                                count=count,
-                                publish_time_us=stored.publish_time_us,
-                                arrow_ipc=data,
-                            ),
-                            delivery_count=delivery_count,
-                        )
-                    )
-                )
+                delivery = self._next_delivery(stream, session, sub, cursors)
+                if delivery is None:
+                    continue
+                await context.write(messages_pb2.ConsumeResponse(delivery=delivery))
                 await self.notify()
         finally:
             session.ended = True
             reader.cancel()
             await self.notify()
+
+    def _subscription(self, subscribe: Any) -> Subscription:
+        """The subscription `subscribe` names, made at its start position if it is new."""
+        key = (subscribe.stream, subscribe.subscription)
+        sub = self.subscriptions.get(key)
+        if sub is None:
+            starts = {
+                p: self._start_offset(subscribe.stream, p, subscribe.start)
+                for p in range(self.streams[subscribe.stream])
+            }
+            sub = self.subscriptions[key] = Subscription(start=starts)
+        return sub
+
+    def _start_offset(self, stream: str, partition: int, start: Any) -> int:
+        """Where a new subscription starts reading a partition, from its StartPosition."""
+        position = start.WhichOneof("position")
+        if position == "latest":
+            return self.end_offset(stream, partition)
+        if position == "offset":
+            return int(start.offset)
+        if position == "time_us":
+            return next(
+                (
+                    b.base_offset
+                    for b in self.logs[(stream, partition)]
+                    if b.publish_time_us >= start.time_us
+                ),
+                self.end_offset(stream, partition),
+            )
+        return 0
+
+    def _next_delivery(
+        self, stream: str, session: Session, sub: Subscription, cursors: dict[int, int]
+    ) -> messages_pb2.Delivery | None:
+        """The next delivery of a session with credit: nacked messages go first, one at a
+        time (None for one acked since its nack), then the next messages of the first
+        partition with any past its cursor."""
+        redelivery = bool(session.redeliver)
+        if redelivery:
+            p, cursor = session.redeliver.popleft()
+            if cursor in sub.acked.get(p, set()):
+                return None
+        else:
+            for p, cursor in cursors.items():
+                if cursor < self.end_offset(stream, p):
+                    break
+        stored = next(
+            s for s in self.logs[(stream, p)] if s.base_offset <= cursor < s.base_offset + s.count
+        )
+        start = cursor - stored.base_offset
+        count = 1 if redelivery else min(stored.count - start, session.credit)
+        data = stored.arrow_ipc
+        if start or count != stored.count:
+            data = slice_ipc(data, start, count)
+        session.credit -= count
+        session.delivered += count
+        if not redelivery:
+            cursors[p] = cursor + count
+        return messages_pb2.Delivery(
+            stream=stream,
+            partition=p,
+            batch=messages_pb2.StoredBatch(
+                base_offset=cursor,
+                count=count,
+                publish_time_us=stored.publish_time_us,
+                arrow_ipc=data,
+            ),
+            delivery_count=self._count_deliveries(sub, p, cursor, count),
+        )
+
+    def _count_deliveries(self, sub: Subscription, partition: int, first: int, count: int) -> int:
+        """Count one more delivery of offsets [first, first+count) of a partition; the
+        highest count among them (or the count the test set)."""
+        delivery_count = 0
+        for offset in range(first, first + count):
+            n = sub.deliveries[(partition, offset)] = sub.deliveries.get((partition, offset), 0) + 1
+            delivery_count = max(delivery_count, n)
+        return delivery_count if self.delivery_count is None else self.delivery_count
 
     async def _read_requests(
         self, context: grpc.aio.ServicerContext, session: Session, sub: Subscription

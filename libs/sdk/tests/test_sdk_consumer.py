@@ -11,7 +11,16 @@ import pytest
 from sdk_fake_gateway import API_KEY, FAST, FakeGateway
 
 from tamto_protocol.v1 import messages_pb2
-from tamto_sdk import Client, Message, MessageBatch, Start, SubscriptionType, connect, credit_window
+from tamto_sdk import (
+    Client,
+    Consumer,
+    Message,
+    MessageBatch,
+    Start,
+    SubscriptionType,
+    connect,
+    credit_window,
+)
 from tamto_sdk.errors import Closed, InvalidArgument, NotFound
 
 
@@ -23,11 +32,26 @@ async def _publish(client: Client, stream: str, count: int, **kwargs: object) ->
             )
 
 
+async def _filled(
+    client: Client, gateway: FakeGateway, count: int, partitions: int = 1, **kwargs: object
+) -> None:
+    """The fake's stream "s" with `partitions`, `count` messages published to it."""
+    gateway.add_stream("s", partitions)
+    await _publish(client, "s", count, **kwargs)
+
+
+async def _started(client: Client, gateway: FakeGateway, count: int) -> Consumer:
+    """A started consumer of "s" on the subscription "sub", `count` messages on "s"."""
+    await _filled(client, gateway, count)
+    consumer = client.consumer("s", "sub")
+    await consumer.start()
+    return consumer
+
+
 async def test_async_for_yields_messages_and_acks_reach_the_server(
     client: Client, gateway: FakeGateway
 ) -> None:
-    gateway.add_stream("s", 2)
-    await _publish(client, "s", 20)
+    await _filled(client, gateway, 20, partitions=2)
     received: list[Message] = []
     async with client.consumer("s", "sub") as consumer:
         async for message in consumer:
@@ -59,8 +83,7 @@ async def test_async_for_yields_messages_and_acks_reach_the_server(
 
 
 async def test_acks_are_coalesced_into_ranges(client: Client, gateway: FakeGateway) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 10)
+    await _filled(client, gateway, 10)
     async with client.consumer("s", "sub") as consumer:
         batch = await consumer.receive_batch(10, timeout_s=5)
         messages = list(batch)
@@ -76,8 +99,7 @@ async def test_acks_are_coalesced_into_ranges(client: Client, gateway: FakeGatew
 async def test_ack_cumulative_acks_everything_up_to_the_message(
     client: Client, gateway: FakeGateway
 ) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 10)
+    await _filled(client, gateway, 10)
     async with client.consumer("s", "sub") as consumer:
         last = None
         async for message in consumer:
@@ -91,10 +113,7 @@ async def test_ack_cumulative_acks_everything_up_to_the_message(
 
 
 async def test_close_sends_pending_acks(client: Client, gateway: FakeGateway) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 3)
-    consumer = client.consumer("s", "sub")
-    await consumer.start()
+    consumer = await _started(client, gateway, 3)
     batch = await consumer.receive_batch(3, timeout_s=5)
     consumer.ack(batch)
     await consumer.close()
@@ -110,10 +129,7 @@ async def test_close_sends_pending_acks(client: Client, gateway: FakeGateway) ->
 async def test_close_waits_for_acks_the_writer_is_still_writing(
     client: Client, gateway: FakeGateway
 ) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 3)
-    consumer = client.consumer("s", "sub")
-    await consumer.start()
+    consumer = await _started(client, gateway, 3)
     batch = await consumer.receive_batch(3, timeout_s=5)
     call = consumer._call
     write = call.write
@@ -161,8 +177,7 @@ async def test_subscription_type_must_be_the_enum(client: Client) -> None:
 async def test_start_time_sends_microseconds_and_starts_there(
     client: Client, gateway: FakeGateway
 ) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 3)
+    await _filled(client, gateway, 3)
     await _publish(client, "s", 2)
     first, second = gateway.logs[("s", 0)]
     first.publish_time_us = 1_700_000_000_000_000
@@ -199,8 +214,7 @@ async def test_delivery_count_surfaces(
 
 
 async def test_nack_sends_merged_ranges_and_delay(client: Client, gateway: FakeGateway) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 10)
+    await _filled(client, gateway, 10)
     async with client.consumer("s", "sub") as consumer:
         messages = list(await consumer.receive_batch(10, timeout_s=5))
         for offset in (4, 2, 3, 7):
@@ -215,8 +229,7 @@ async def test_nack_sends_merged_ranges_and_delay(client: Client, gateway: FakeG
 async def test_nack_redelivers_with_a_higher_delivery_count(
     client: Client, gateway: FakeGateway
 ) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 3)
+    await _filled(client, gateway, 3)
     async with client.consumer("s", "sub") as consumer:
         iterator = aiter(consumer)
         first = [await anext(iterator) for _ in range(3)]
@@ -232,8 +245,7 @@ async def test_nack_redelivers_with_a_higher_delivery_count(
 
 
 async def test_nack_of_a_batch(client: Client, gateway: FakeGateway) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 5)
+    await _filled(client, gateway, 5)
     async with client.consumer("s", "sub") as consumer:
         batch = await consumer.receive_batch(10, timeout_s=5)
         assert len(batch) == 5
@@ -268,8 +280,7 @@ async def test_nack_does_not_wait_for_the_ack_linger(gateway: FakeGateway) -> No
 async def test_ack_cumulative_covers_previously_nacked_messages(
     client: Client, gateway: FakeGateway
 ) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 5)
+    await _filled(client, gateway, 5)
     async with client.consumer("s", "sub") as consumer:
         messages = list(await consumer.receive_batch(5, timeout_s=5))
         consumer.nack(messages[1], delay_s=10)  # the fake only records delayed nacks
@@ -280,10 +291,7 @@ async def test_ack_cumulative_covers_previously_nacked_messages(
 async def test_nack_validates_and_raises_closed_after_close(
     client: Client, gateway: FakeGateway
 ) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 1)
-    consumer = client.consumer("s", "sub")
-    await consumer.start()
+    consumer = await _started(client, gateway, 1)
     message = await anext(aiter(consumer))
     for bad in (-1.0, math.nan, math.inf, 5e6):
         with pytest.raises(ValueError, match="delay_s"):
@@ -299,8 +307,7 @@ async def test_nack_validates_and_raises_closed_after_close(
 
 
 async def test_credit_limits_what_the_server_sends(client: Client, gateway: FakeGateway) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 100, max_batch_messages=100)
+    await _filled(client, gateway, 100, max_batch_messages=100)
     async with client.consumer("s", "sub", credits=10) as consumer:
         await gateway.wait_for(
             lambda: bool(gateway.sessions) and gateway.sessions[0].delivered == 10
@@ -326,8 +333,7 @@ async def test_credit_limits_what_the_server_sends(client: Client, gateway: Fake
 async def test_acks_flushed_before_credit_is_due_carry_no_credit(
     client: Client, gateway: FakeGateway
 ) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 20, max_batch_messages=20)
+    await _filled(client, gateway, 20, max_batch_messages=20)
     async with client.consumer("s", "sub", credits=10) as consumer:
         await gateway.wait_for(lambda: bool(gateway.sessions))
         session = gateway.sessions[0]
@@ -344,8 +350,7 @@ async def test_acks_flushed_before_credit_is_due_carry_no_credit(
 
 
 async def test_receive_batch_is_vectorised(client: Client, gateway: FakeGateway) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 100, max_batch_messages=100)
+    await _filled(client, gateway, 100, max_batch_messages=100)
     async with client.consumer("s", "sub") as consumer:
         first = await consumer.receive_batch(30, timeout_s=5)
         assert len(first) == 30
@@ -369,8 +374,7 @@ async def test_receive_batch_is_vectorised(client: Client, gateway: FakeGateway)
 
 
 async def test_start_positions(client: Client, gateway: FakeGateway) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 10)
+    await _filled(client, gateway, 10)
     async with client.consumer("s", "from-7", start=Start.offset(7)) as consumer:
         batch = await consumer.receive_batch(100, timeout_s=5)
         assert batch.first_offset == 7
@@ -384,8 +388,7 @@ async def test_start_positions(client: Client, gateway: FakeGateway) -> None:
 async def test_reconnects_and_receives_redeliveries_after_stream_drop(
     client: Client, gateway: FakeGateway
 ) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 10)
+    await _filled(client, gateway, 10)
     async with client.consumer("s", "sub") as consumer:
         seen: list[int] = []
         iterator = aiter(consumer)
@@ -417,8 +420,7 @@ async def test_missing_stream_stops_the_consumer_with_not_found(
 async def test_reconnect_reauthenticates_when_the_token_was_revoked(
     client: Client, gateway: FakeGateway
 ) -> None:
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 3)
+    await _filled(client, gateway, 3)
     async with client.consumer("s", "sub") as consumer:
         await consumer.receive_batch(1, timeout_s=5)
         gateway.revoke_tokens()
@@ -435,8 +437,7 @@ async def test_a_default_window_grows_while_it_is_the_limit(
     """Without `credits`, draining a backlog message by message: the application keeps
     finding its buffer empty after a whole window came, so the window (1,000 to start)
     grows within its limit; every message comes once, in order."""
-    gateway.add_stream("s", 1)
-    await _publish(client, "s", 20_000, max_batch_messages=1000)
+    await _filled(client, gateway, 20_000, max_batch_messages=1000)
     seen: list[int] = []
     async with client.consumer("s", "sub") as consumer:
         async for message in consumer:

@@ -4,29 +4,22 @@ acks committed behind delivery, fresh data handed out as soon as it is durable."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
-from tamto_protocol.batch import BatchColumns, encode_batch
+from test_subscription import MemoryLog, MemoryStorage, batch
+
 from tamto_router.acks import AckSet
 from tamto_router.dead_letters import Policy
 from tamto_router.model import Batch
 from tamto_router.subscription import ConsumerSlot, Delivery, Subscription, SubscriptionType
 
 
-def batch(base: int, n: int) -> Batch:
-    payloads = [f"m{base + i}".encode() for i in range(n)]
-    data = encode_batch(BatchColumns(payloads, [None] * n, [None] * n, [None] * n, [None] * n))
-    return Batch(base, n, 0, data)
-
-
-class OneBatchPerRead:
+class OneBatchPerRead(MemoryStorage):
     """Storage whose reads return one batch at most (as a byte cap would)."""
 
     def __init__(self, batches: list[Batch]) -> None:
-        self.batches = batches
+        super().__init__(batches)
         self.reads = 0
-        self.commits: list[tuple[int, list[tuple[int, int]]]] = []
 
     async def read(self, stream: str, p: int, start: int, want: int) -> tuple[list[Batch], int]:
         self.reads += 1
@@ -35,27 +28,11 @@ class OneBatchPerRead:
                 return [b], b.end
         return [], start
 
-    async def commit_cursor(
-        self, stream: str, p: int, sub: str, epoch: int, acks: AckSet, replace: bool = False
-    ) -> None:
-        self.commits.append((acks.floor, list(acks.ranges)))
 
-
-class Log:
+class Log(MemoryLog):
     def __init__(self, batches: list[Batch]) -> None:
-        self.stream, self.partition, self.epoch = "s", 0, 1
+        super().__init__(batches)
         self.storage = OneBatchPerRead(batches)
-        self.replicas: dict[str, Any] | None = None  # one storage node
-        self.start_offset = 0
-        self.durable_offset = batches[-1].end if batches else 0
-        self.ledger_starts: tuple[int, ...] = ()  # one ledger: no drain gate
-        self.failure: Exception | None = None
-        self.listeners: set[Callable[[], None]] = set()
-        self.subscriptions: dict[str, Any] = {}
-
-    async def read(self, first: int, want: int) -> tuple[list[Batch], int]:
-        """As `PartitionLog.read`: from the one storage node."""
-        return await self.storage.read(self.stream, self.partition, first, want)
 
     def grow(self, more: Batch) -> None:
         self.storage.batches.append(more)
