@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tamto_cli.chaos.campaign import ChaosOptions, PlannedFault, run_campaign
+from tamto_cli.chaos.campaign import run_campaign
 from tamto_cli.chaos.checker import STALL_BOUND_S, ChaosReport, render
+from tamto_cli.chaos.options import ChaosOptions, PlannedFault
 from tamto_testing.waiting import long_tests_enabled
 
 pytestmark = pytest.mark.e2e

@@ -26,9 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from tamto_cli.chaos.campaign import ChaosOptions, run_campaign
+from tamto_cli.chaos.campaign import run_campaign
 from tamto_cli.chaos.checker import render
 from tamto_cli.chaos.network import NETWORK_KINDS
+from tamto_cli.chaos.options import ChaosOptions
 from tamto_local.netlab import unavailable
 from tamto_testing.needs import needs
 from tamto_testing.waiting import long_tests_enabled

@@ -127,7 +127,7 @@ async def test_each_entity_gets_each_batch_once_with_a_second_gateway(
             await one.publish(stream, "t", one_message(b"%d" % i), 1)
         # From here on gateway one knows the spread group has a member on two.
         await eventually(
-            lambda: one._remote_has((stream.name, "spread", "")), 10, "gateway two's members"
+            lambda: one._remote.has((stream.name, "spread", "")), 10, "gateway two's members"
         )
         for i in range(count // 2, count):
             await one.publish(stream, "t", one_message(b"%d" % i), 1)
@@ -161,7 +161,7 @@ async def test_a_group_with_several_bindings_gets_a_batch_once(
         eu_here = await join(stack, one, stream, group="g", match="orders.eu")
         orders_here = await join(stack, one, stream, group="g", match="orders.*")
         everything_there = await join(stack, two, stream, group="g", match="#")
-        await eventually(lambda: one._remote_has((stream.name, "g", "")), 10, "two's member")
+        await eventually(lambda: one._remote.has((stream.name, "g", "")), 10, "two's member")
         topics = ["orders.eu"] * 20 + ["orders.us"] * 10 + ["audit"] * 5
         for i, topic in enumerate(topics):
             await one.publish(stream, topic, one_message(b"%d" % i), 1)

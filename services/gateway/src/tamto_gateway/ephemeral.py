@@ -31,18 +31,19 @@ A batch no entity matches is counted as unmatched at the publishing gateway.
 Gateways announce their entities on the bus (`tamto.eph-interest`) on every
 change and every `ANNOUNCE_S`, so the count covers the whole cluster (up to an
 announcement's delay after a consumer comes or goes).
+
+This module is the hub: publishing, the bus subscriptions and routing a batch to
+an entity. The entities themselves are `tamto_gateway.ephemeral_entity`; what
+other gateways announced is `tamto_gateway.ephemeral_interest`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import json
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Final
 
 import structlog
@@ -57,6 +58,13 @@ from tamto_gateway.ephemeral_consumer import (
     EphemeralConsumer,
     encode_delivery,
 )
+from tamto_gateway.ephemeral_entity import Entity, EntityKey, interest_of
+from tamto_gateway.ephemeral_interest import (
+    ANNOUNCE_S,
+    INTEREST_SUBJECT,
+    RemoteInterest,
+    encode_announcement,
+)
 from tamto_gateway.topics import TopicPattern, bus_subject, stream_token, topic_of_subject
 from tamto_protocol.batch import slice_batch
 from tamto_protocol.single_message import as_batch
@@ -64,9 +72,6 @@ from tamto_protocol.v1 import gateway_pb2
 
 log = structlog.get_logger(__name__)
 
-INTEREST_SUBJECT: Final = "tamto.eph-interest"
-#: Gateways re-announce their entities this often; an announcement lasts 3x as long.
-ANNOUNCE_S: Final = 2.0
 #: Room left in a bus message for the `EphemeralDelivery` around the Arrow bytes
 #: (names, topic and numbers: topics and names are at most a few hundred bytes).
 _ENVELOPE_BYTES: Final = 4096
@@ -97,48 +102,6 @@ UNMATCHED = Counter(
 )
 
 
-@dataclass(eq=False)
-class _Entity:
-    """A group on this gateway (its local members, each with its own pattern), or
-    one plain consumer (`pattern` is its own)."""
-
-    key: tuple[str, str, str]  # (stream, group, "") or (stream, "", a uuid)
-    pattern: TopicPattern
-    members: list[EphemeralConsumer] = field(default_factory=list)
-    #: A group's bus subscriptions, one per distinct filter of its members' patterns.
-    subscriptions: dict[str, Subscription] = field(default_factory=dict)
-    _turn: itertools.count[int] = field(default_factory=itertools.count)
-
-    @property
-    def group(self) -> str:
-        return self.key[1]
-
-    def matches(self, topic: str) -> bool:
-        """Whether a batch of `topic` is this entity's: a group's when any of its
-        members' patterns (its bindings) matches it."""
-        if not self.group:
-            return self.pattern.matches(topic)
-        return any(m.pattern.matches(topic) for m in self.members)
-
-    def pick(self, topic: str, bus_filter: str = "") -> EphemeralConsumer | None:
-        """The member to give the next batch of `topic`: of those whose pattern matches
-        it (preferring, with `bus_filter`, those whose pattern has that filter: the
-        batch came on its subscription), the next in turn with room, else the least
-        loaded (which then overflows)."""
-        candidates = [m for m in self.members if m.pattern.matches(topic)]
-        if bus_filter:
-            same = [m for m in candidates if m.bus_filter == bus_filter]
-            candidates = same or candidates
-        if not candidates:
-            return None
-        start = next(self._turn) % len(candidates)
-        ordered = candidates[start:] + candidates[:start]
-        for member in ordered:
-            if member.buffered < member.limit:
-                return member
-        return min(ordered, key=lambda m: m.buffered)
-
-
 class EphemeralHub:
     """This gateway's ephemeral consumers, their bus subscriptions, and publishing."""
 
@@ -147,13 +110,10 @@ class EphemeralHub:
         self._id = uuid.uuid4().hex
         # Plain consumers: one entry per (stream, "", pattern); the bus subscription is
         # per filter, shared by entries whose patterns narrow to the same filter.
-        self._entities: dict[tuple[str, str, str], _Entity] = {}
-        self._filters: dict[tuple[str, str], tuple[Subscription, list[_Entity]]] = {}
-        # Other gateways' entities: gateway id -> (expiry, stream -> [(key, pattern)]),
-        # patterns parsed once per announcement, not per publish.
-        self._remote: dict[
-            str, tuple[float, dict[str, list[tuple[tuple[str, str, str], TopicPattern]]]]
-        ] = {}
+        self._entities: dict[EntityKey, Entity] = {}
+        self._filters: dict[tuple[str, str], tuple[Subscription, list[Entity]]] = {}
+        # Other gateways' entities, as they announced them.
+        self._remote = RemoteInterest(self._id)
         self._interest_sub: Subscription | None = None
         self._interest_drained = asyncio.Event()
         self._direct_sub: Subscription | None = None
@@ -204,7 +164,7 @@ class EphemeralHub:
         """
         subject = bus_subject(stream.name, topic)
         publish_time_us = time.time_ns() // 1000
-        alone = single is not None and not self._announced_elsewhere(stream.name)
+        alone = single is not None and not self._remote.announced_elsewhere(stream.name)
         if single is not None:
             arrow_ipc, count = b"", 1
             if not alone:
@@ -249,11 +209,6 @@ class EphemeralHub:
             *self._pieces(slice_batch(arrow_ipc, half, count - half), count - half),
         ]
 
-    def _announced_elsewhere(self, stream: str) -> bool:
-        """Whether another gateway announced a consumer of `stream` (and it holds)."""
-        now = time.monotonic()
-        return any(expires >= now and stream in s for expires, s in self._remote.values())
-
     def _deliver_here(
         self, stream: str, topic: str, delivery: bytes, count: int, single: bool
     ) -> list[str]:
@@ -266,7 +221,7 @@ class EphemeralHub:
             if entity_stream != stream or not entity.members or not entity.matches(topic):
                 continue
             if group:
-                if self._remote_has(entity.key):
+                if self._remote.has(entity.key):
                     continue  # the bus's queue group balances it across gateways
                 served.append(group)
             member = entity.pick(topic)
@@ -274,30 +229,15 @@ class EphemeralHub:
                 member.offer(delivery, count, single)
         return served
 
-    def _remote_has(self, key: tuple[str, str, str]) -> bool:
-        """Whether another gateway announced entity `key` (and the announcement holds)."""
-        now = time.monotonic()
-        return any(
-            expires >= now and any(k == key for k, _ in streams.get(key[0], ()))
-            for expires, streams in self._remote.values()
-        )
-
     def matching_entities(self, stream: str, topic: str) -> int:
         """Entities (here and announced by other gateways) that a batch of `topic`
         reaches: each plain consumer whose pattern matches, each group once if any of
         its members' patterns (on any gateway) does."""
-        entities: set[tuple[str, str, str]] = set()
+        entities: set[EntityKey] = set()
         for key, entity in self._entities.items():
             if key[0] == stream and entity.members and entity.matches(topic):
                 entities.add(key)  # a plain consumer's key ends in its own uuid
-        now = time.monotonic()
-        for gateway, (expires, streams) in list(self._remote.items()):
-            if expires < now:
-                del self._remote[gateway]
-                continue
-            for key, pattern in streams.get(stream, []):
-                if key not in entities and pattern.matches(topic):
-                    entities.add(key)
+        self._remote.add_matching(entities, stream, topic)
         return len(entities)
 
     async def matching_everywhere(self, stream: str, topic: str) -> int:
@@ -334,7 +274,7 @@ class EphemeralHub:
         async with self._lock:
             entity = self._entities.get(key)
             if entity is None:
-                entity = _Entity(key, pattern)
+                entity = Entity(key, pattern)
                 self._entities[key] = entity
             entity.members.append(consumer)
             try:
@@ -358,19 +298,19 @@ class EphemeralHub:
         finally:
             await self._leave(entity, consumer)
 
-    async def _leave(self, entity: _Entity, consumer: EphemeralConsumer) -> None:
+    async def _leave(self, entity: Entity, consumer: EphemeralConsumer) -> None:
         async with self._lock:
             await self._remove(entity, consumer)
         with contextlib.suppress(Exception):
             await self._announce()
 
-    async def _remove(self, entity: _Entity, consumer: EphemeralConsumer) -> None:
+    async def _remove(self, entity: Entity, consumer: EphemeralConsumer) -> None:
         entity.members.remove(consumer)
         if not entity.members:
             del self._entities[entity.key]
         await self._unsubscribe(entity, consumer.bus_filter)
 
-    async def _subscribe(self, entity: _Entity, bus_filter: str) -> None:
+    async def _subscribe(self, entity: Entity, bus_filter: str) -> None:
         """Subscribe `entity` to `bus_filter` unless it is already. A group's gateways
         join one NATS queue group per (stream, group) with each of their members'
         filters: the bus gives a batch matching several of them to one subscription
@@ -391,7 +331,7 @@ class EphemeralHub:
         else:
             shared[1].append(entity)
 
-    async def _unsubscribe(self, entity: _Entity, bus_filter: str) -> None:
+    async def _unsubscribe(self, entity: Entity, bus_filter: str) -> None:
         """Undo `_subscribe` for a member of `entity` with `bus_filter` that left."""
         if entity.group:
             if any(m.bus_filter == bus_filter for m in entity.members):
@@ -410,7 +350,7 @@ class EphemeralHub:
                 await sub.unsubscribe()
 
     def _dispatcher(
-        self, entities: list[_Entity], bus_filter: str = ""
+        self, entities: list[Entity], bus_filter: str = ""
     ) -> Callable[[Msg], asyncio.Future[None]]:
         """The callback of a bus subscription feeding `entities` (a group's: the one
         group, and the filter of the subscription)."""
@@ -444,7 +384,7 @@ class EphemeralHub:
         return dispatch  # type: ignore[return-value]
 
     async def _forward(
-        self, key: tuple[str, str, str], topic: str, data: bytes, headers: dict[str, str]
+        self, key: EntityKey, topic: str, data: bytes, headers: dict[str, str]
     ) -> None:
         """A group's batch the bus gave this gateway, whose members' patterns do not
         match its topic: a filter is broader than its pattern when a `#` has words
@@ -452,19 +392,15 @@ class EphemeralHub:
         picked this gateway's subscription though a member elsewhere matches. Hand it
         to a gateway that announced a member of the group whose pattern matches."""
         stream, group, _ = key
-        now = time.monotonic()
-        for gateway, (expires, streams) in list(self._remote.items()):
-            if expires >= now and any(
-                k == key and pattern.matches(topic) for k, pattern in streams.get(stream, ())
-            ):
-                forwarded = {
-                    **headers,
-                    STREAM_HEADER: stream,
-                    TOPIC_HEADER: topic,
-                    GROUP_HEADER: group,
-                }
-                await self._bus.publish(f"{DIRECT_PREFIX}.{gateway}", data, headers=forwarded)
-                return
+        gateway = self._remote.gateway_for(key, topic)
+        if gateway is not None:
+            forwarded = {
+                **headers,
+                STREAM_HEADER: stream,
+                TOPIC_HEADER: topic,
+                GROUP_HEADER: group,
+            }
+            await self._bus.publish(f"{DIRECT_PREFIX}.{gateway}", data, headers=forwarded)
 
     async def _on_direct(self, msg: Msg) -> None:
         """A group's batch another gateway handed here (`_forward`): to a member."""
@@ -480,18 +416,8 @@ class EphemeralHub:
 
     # -- interest announcements -----------------------------------------------------
 
-    def _interest(self) -> dict[str, list[list[str]]]:
-        """This gateway's entities by stream: [group, pattern, consumer id] rows, a
-        group's one per distinct pattern of its members."""
-        streams: dict[str, list[list[str]]] = {}
-        for (stream, group, consumer_id), entity in self._entities.items():
-            patterns = {m.pattern.text for m in entity.members}
-            rows = streams.setdefault(stream, []) if patterns else []
-            rows += [[group, text, consumer_id] for text in sorted(patterns)]
-        return streams
-
     async def _announce(self) -> None:
-        body = json.dumps({"gateway": self._id, "streams": self._interest()}).encode()
+        body = encode_announcement(self._id, interest_of(self._entities))
         await self._bus.publish(INTEREST_SUBJECT, body)
 
     async def _announce_forever(self) -> None:
@@ -503,26 +429,9 @@ class EphemeralHub:
                 log.warning("ephemeral interest not announced", error=str(exc))
 
     async def _on_interest(self, msg: Msg) -> None:
-        self._take_interest(msg)
+        self._remote.take(msg)
         if self._interest_sub is None or not self._interest_sub.pending_msgs:
             self._interest_drained.set()
-
-    def _take_interest(self, msg: Msg) -> None:
-        try:
-            body = json.loads(msg.data)
-            gateway = str(body["gateway"])
-            streams = {
-                str(s): [
-                    ((str(s), str(g), "" if g else str(n)), TopicPattern.parse(str(p)))
-                    for g, p, n in rows
-                ]
-                for s, rows in body["streams"].items()
-            }
-        except (ValueError, KeyError, TypeError, InvalidArgument) as exc:
-            log.warning("bad ephemeral interest announcement", error=str(exc))
-            return
-        if gateway != self._id:
-            self._remote[gateway] = (time.monotonic() + 3 * ANNOUNCE_S, streams)
 
 
 def _batch_count(delivery: bytes, headers: dict[str, str]) -> int:

@@ -12,9 +12,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from tamto_cli.chaos.campaign import KINDS, TARGETS, ChaosOptions, run_campaign
+from tamto_cli.chaos.campaign import run_campaign
 from tamto_cli.chaos.checker import render
 from tamto_cli.chaos.network import NETWORK_KINDS
+from tamto_cli.chaos.options import KINDS, TARGETS, ChaosOptions
 from tamto_cli.options import LeaseTtl
 from tamto_common.durable import write_atomic
 from tamto_local.netlab import unavailable
