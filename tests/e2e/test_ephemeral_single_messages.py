@@ -11,7 +11,7 @@ import pytest
 
 import tamto_sdk
 from tamto_protocol.batch import decode_batch
-from tamto_protocol.single_message import SINGLE_MESSAGE_METADATA
+from tamto_protocol.capabilities import SINGLE_MESSAGE_METADATA
 from tamto_protocol.v1 import gateway_pb2
 from tamto_sdk import EphemeralMessage, Reply
 from tamto_sdk.ephemeral_messages import encode_messages

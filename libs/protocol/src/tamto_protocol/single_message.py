@@ -6,7 +6,7 @@ more than its bytes at every end: ~60 µs to encode, ~120 µs to check at the
 gateway, ~80 µs to decode, against a few µs for a protobuf message, and that
 three or four times per round trip. So a request and its reply travel as a
 `SingleMessage` where both ends read it: a gateway says so in the initial
-metadata of RequestStream and ReplyStream (`SINGLE_MESSAGE_METADATA`), a client
+metadata of RequestStream and ReplyStream (`tamto_protocol.capabilities`), a client
 in the metadata it opens RequestStream with, a subscriber in its
 `SubscribeEphemeralRequest.single_messages`. Anyone else gets the same message
 as a one-message batch (`as_batch`), so older clients and gateways see what
@@ -17,16 +17,11 @@ each have their cap.
 
 from __future__ import annotations
 
-from typing import Final
-
 import pyarrow as pa
 
 from tamto_protocol.batch import HEADERS_TYPE, KEY_TYPE, PAYLOAD_TYPE, ipc_buffer, make_batch
 from tamto_protocol.message_size import MAX_HEADERS_BYTES, MAX_KEY_BYTES, MessageTooLarge
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
-
-#: Metadata saying "I read `SingleMessage`s" (its value is ignored).
-SINGLE_MESSAGE_METADATA: Final = "tamto-single-message"
 
 
 def check_single_message(message: gateway_pb2.SingleMessage, max_message_bytes: int) -> None:

@@ -28,8 +28,8 @@ from typing import Any
 import grpc
 
 from tamto_protocol.batch import decode_batch
+from tamto_protocol.capabilities import SINGLE_MESSAGE_METADATA
 from tamto_protocol.pipelined import Encode, PipelinedCalls
-from tamto_protocol.single_message import SINGLE_MESSAGE_METADATA
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk._calls import Calls
 from tamto_sdk._lifecycle import AsyncClosing

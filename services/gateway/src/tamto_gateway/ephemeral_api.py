@@ -34,13 +34,14 @@ from tamto_gateway.guarded import Guarded
 from tamto_gateway.requests import GENERATED, RequestBroker, RequestOptions, check_reply_error
 from tamto_gateway.topics import TopicPattern, check_topic
 from tamto_protocol.batch import BatchFormatError, validate_batch
+from tamto_protocol.capabilities import SINGLE_MESSAGE_METADATA
 from tamto_protocol.message_size import MessageTooLarge
 from tamto_protocol.pipelined import (
     MORE_ANSWERS_METADATA,
     MORE_CALLS_METADATA,
     MOST_CALLS_PER_MESSAGE,
 )
-from tamto_protocol.single_message import SINGLE_MESSAGE_METADATA, as_batch, check_single_message
+from tamto_protocol.single_message import as_batch, check_single_message
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_protocol.wire import PUBLISH_EPHEMERAL, REPLY, REQUEST
 
