@@ -152,7 +152,9 @@ async def latency(bench: Bench, system: str, size: int, rate: float) -> None:
     """Publish→deliver latency at a fixed `rate`, with where the publish side's time
     goes (`publish_side`); marked saturated when the system fell behind the rate."""
     o = bench.options
-    stream = bench.stream("lat", size, rate)
+    # A name per system: durable and ephemeral latency run on the same Tamto, and a deleted
+    # stream's name stays taken for storage's --stream-delete-grace-ms.
+    stream = bench.stream(f"lat-{system}", size, rate)
     subs = [
         bench.spec(system, "sub", stream, size, latency=True, group="bench")
         for _ in range(o.consumers)
