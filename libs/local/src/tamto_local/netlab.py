@@ -30,17 +30,15 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 from dataclasses import dataclass
 
 from tamto_local.delay_proxy import MARK
+from tamto_local.delay_proxy_control import ProxyControl
 
 #: Where the labs' /24s come from (`tamto_testing.netns` uses 10.231.0.0/16).
 SUBNET = ipaddress.ip_network("10.232.0.0/16")
 #: Attempts at picking a free /24.
 PICK_ATTEMPTS = 20
-#: How long the delay proxy may take to start or answer (a loaded 2-core machine).
-PROXY_TIMEOUT_S = 60.0
 #: The most nodes a lab holds (addresses .10 up in its /24).
 MAX_LAB_NODES = 200
 #: The services of a cluster node that run in its namespace (`NetworkLab.placement`).
@@ -84,8 +82,7 @@ class _Node:
     root_veth: str
     inner_veth: str
     address: str
-    proxy: asyncio.subprocess.Process | None = None
-    proxy_port: int = 0
+    proxy: ProxyControl | None = None
 
 
 class NetworkLab:
@@ -192,15 +189,11 @@ class NetworkLab:
             raise ValueError(f"a delay is 0 ms or more, not {ms}")
         node = self._nodes[i - 1]
         if node.proxy is not None:
-            await _set_delay(node, ms)
+            await node.proxy.set_delay(ms)
             return
-        node.proxy = await asyncio.create_subprocess_exec(
-            *self.argv_prefix(i), sys.executable, "-m", "tamto_local.delay_proxy",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        node.proxy_port = int(await _proxy_line(node))
-        await _set_delay(node, ms)
-        redirect = ["-j", "REDIRECT", "--to-ports", str(node.proxy_port)]
+        node.proxy = await ProxyControl.start(self.argv_prefix(i))
+        await node.proxy.set_delay(ms)
+        redirect = ["-j", "REDIRECT", "--to-ports", str(node.proxy.port)]
         not_proxy = ["-m", "mark", "!", "--mark", hex(MARK)]
         out = ["-o", node.inner_veth, "-p", "tcp"]
         await _in(node, "iptables", "-t", "nat", "-A", "OUTPUT", *out, *not_proxy, *redirect)
@@ -217,53 +210,20 @@ class NetworkLab:
         await _in(node, "iptables", "-F", "INPUT")
         await _in(node, "iptables", "-F", "OUTPUT")
         if node.proxy is not None:
-            await _set_delay(node, 0)
+            await node.proxy.set_delay(0)
 
     async def _delete(self) -> None:
         if not self._created:
             return
         self._created = False
         for node in self._nodes:
-            await _stop_proxy(node)  # its process would keep the namespace alive
+            if node.proxy is not None:  # its process would keep the namespace alive
+                await node.proxy.stop()
+                node.proxy = None
             await _run("ip", "netns", "del", node.namespace, check=False)
             await _run("ip", "link", "del", node.root_veth, check=False)
         await _run("ip", "link", "del", self.bridge, check=False)
         await _run("iptables", "-D", "FORWARD", *self._forward_rule(), check=False)
-
-
-async def _set_delay(node: _Node, ms: int) -> None:
-    """Tell node's proxy the new delay and wait until it applies it."""
-    assert node.proxy is not None
-    assert node.proxy.stdin is not None
-    node.proxy.stdin.write(f"{ms}\n".encode())
-    await node.proxy.stdin.drain()
-    if await _proxy_line(node) != f"delay {ms}":
-        raise NetlabError(f"the delay proxy of {node.namespace} did not take {ms} ms")
-
-
-async def _proxy_line(node: _Node) -> str:
-    assert node.proxy is not None
-    assert node.proxy.stdout is not None
-    try:
-        line = await asyncio.wait_for(node.proxy.stdout.readline(), PROXY_TIMEOUT_S)
-    except TimeoutError:
-        raise NetlabError(f"the delay proxy did not answer in {PROXY_TIMEOUT_S:.0f}s") from None
-    if not line:
-        raise NetlabError(f"the delay proxy exited ({await node.proxy.wait()})")
-    return line.decode().strip()
-
-
-async def _stop_proxy(node: _Node) -> None:
-    proc, node.proxy = node.proxy, None
-    if proc is None or proc.returncode is not None:
-        return
-    assert proc.stdin is not None
-    proc.stdin.close()  # end of stdin: the proxy stops
-    try:
-        await asyncio.wait_for(proc.wait(), PROXY_TIMEOUT_S)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
 
 
 async def _in(node: _Node, *argv: str) -> None:

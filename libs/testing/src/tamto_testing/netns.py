@@ -32,17 +32,15 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterable
 
+from tamto_local.delay_proxy_control import ProxyControl
 from tamto_testing.delay_proxy import MARK
 
 #: Where the /30s of test namespaces come from (private, unused by the tests otherwise).
 SUBNET = ipaddress.ip_network("10.231.0.0/16")
 #: Attempts at picking a free /30 before giving up (collisions are rare: 16,384 of them).
 PICK_ATTEMPTS = 20
-#: How long the delay proxy may take to start or to answer (a loaded 2-core machine).
-PROXY_TIMEOUT_S = 60.0
 
 
 class NetnsError(RuntimeError):
@@ -114,8 +112,7 @@ class Netns:
         self.root_address = str(net.network_address + 1)
         self.address = str(net.network_address + 2)
         self._created = False
-        self._proxy: asyncio.subprocess.Process | None = None
-        self._proxy_port = 0
+        self._proxy: ProxyControl | None = None
         self._redirecting = False  # the nat rules that send TCP to the proxy are in place
 
     @property
@@ -180,7 +177,7 @@ class Netns:
             argv = ("tc", "qdisc", "del", "dev", veth, "root")
             await (self._in(*argv, check=False) if inside else _run(*argv, check=False))
         if self._proxy is not None:
-            await self._set_proxy_delay(0)
+            await self._proxy.set_delay(0)
 
     async def delay(self, ms: int, *, proxy: bool | None = None) -> None:
         """Delay the traffic over the veth by `ms` each way, so a round trip takes 2 x
@@ -205,11 +202,11 @@ class Netns:
                        "delay", f"{ms}ms")  # fmt: skip
             return
         if self._proxy is None:
-            await self._start_proxy()
-        await self._set_proxy_delay(ms)
+            self._proxy = await ProxyControl.start(self.argv_prefix)
+        await self._proxy.set_delay(ms)
         if self._redirecting:
             return  # the proxy has been in the path since the first delay
-        redirect = ["-j", "REDIRECT", "--to-ports", str(self._proxy_port)]
+        redirect = ["-j", "REDIRECT", "--to-ports", str(self._proxy.port)]
         not_proxy = ["-m", "mark", "!", "--mark", hex(MARK)]
         to_root = ["-p", "tcp", "-d", self.root_address]
         await self._in("iptables", "-t", "nat", "-A", "OUTPUT", *to_root, *not_proxy, *redirect)
@@ -220,46 +217,10 @@ class Netns:
         await self._in("ss", "-t", "-n", "-K", "dst", self.root_address,
                        "and", "fwmark", "!=", hex(MARK))  # fmt: skip
 
-    async def _start_proxy(self) -> None:
-        proc = await asyncio.create_subprocess_exec(
-            *self.argv_prefix, sys.executable, "-m", "tamto_testing.delay_proxy",
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        self._proxy = proc
-        self._proxy_port = int(await self._proxy_line())
-
-    async def _set_proxy_delay(self, ms: int) -> None:
-        """Tell the proxy the new delay and wait until it applies it."""
-        assert self._proxy is not None
-        assert self._proxy.stdin is not None
-        self._proxy.stdin.write(f"{ms}\n".encode())
-        await self._proxy.stdin.drain()
-        if await self._proxy_line() != f"delay {ms}":
-            raise NetnsError(f"the delay proxy did not take {ms} ms")
-
-    async def _proxy_line(self) -> str:
-        assert self._proxy is not None
-        assert self._proxy.stdout is not None
-        try:
-            line = await asyncio.wait_for(self._proxy.stdout.readline(), PROXY_TIMEOUT_S)
-        except TimeoutError:
-            raise NetnsError(f"the delay proxy did not answer in {PROXY_TIMEOUT_S:.0f}s") from None
-        if not line:
-            raise NetnsError(f"the delay proxy exited ({await self._proxy.wait()})")
-        return line.decode().strip()
-
     async def _stop_proxy(self) -> None:
-        proc, self._proxy = self._proxy, None
-        if proc is None:
-            return
-        if proc.returncode is None:
-            assert proc.stdin is not None
-            proc.stdin.close()  # end of stdin: the proxy stops
-            try:
-                await asyncio.wait_for(proc.wait(), PROXY_TIMEOUT_S)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
+        proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            await proxy.stop()
 
     async def _in(self, *argv: str, check: bool = True) -> None:
         await _run("ip", "netns", "exec", self.name, *argv, check=check)
