@@ -92,17 +92,23 @@ async def publish_all(client: tamto_sdk.Client, stream: str) -> None:
         await producer.flush()
 
 
-async def consume_all_but_one(client: tamto_sdk.Client, stream: str) -> int:
-    """Receive everything, ack everything except offset KEPT; returns how many arrived."""
+async def consume_all_but_one(
+    client: tamto_sdk.Client,
+    stream: str,
+    total: int = TOTAL,
+    kept: int = KEPT,
+    batch_size: int = BATCH,
+) -> int:
+    """Receive `total` messages, ack every one except offset `kept`; returns how many arrived."""
     received = 0
-    async with client.consumer(stream, "main", credits=4 * BATCH) as consumer:
-        while received < TOTAL:
-            batch = await consumer.receive_batch(max_messages=BATCH, timeout_s=20)
+    async with client.consumer(stream, "main", credits=4 * batch_size) as consumer:
+        while received < total:
+            batch = await consumer.receive_batch(max_messages=batch_size, timeout_s=20)
             assert len(batch) > 0, f"stalled after {received} messages"
             received += len(batch)
-            if batch.first_offset <= KEPT <= batch.last_offset:
-                at = KEPT - batch.first_offset
-                assert batch.offset_list()[at] == KEPT
+            if batch.first_offset <= kept <= batch.last_offset:
+                at = kept - batch.first_offset
+                assert batch.offset_list()[at] == kept
                 consumer.ack(batch.slice(0, at))
                 consumer.ack(batch.slice(at + 1))
             else:

@@ -20,6 +20,7 @@ from tamto_storage.segment_store import SegmentStore
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually
+from tests.e2e.test_retention import consume_all_but_one
 
 pytestmark = pytest.mark.e2e
 
@@ -60,22 +61,6 @@ async def publish(client: tamto_sdk.Client, stream: str) -> None:
         await producer.flush()
 
 
-async def ack_all_but_one(client: tamto_sdk.Client, stream: str) -> None:
-    received = 0
-    async with client.consumer(stream, "main", credits=4 * BATCH) as consumer:
-        while received < TOTAL:
-            batch = await consumer.receive_batch(max_messages=BATCH, timeout_s=20)
-            assert len(batch) > 0, f"stalled after {received} messages"
-            received += len(batch)
-            if batch.first_offset <= KEPT <= batch.last_offset:
-                at = KEPT - batch.first_offset
-                consumer.ack(batch.slice(0, at))
-                consumer.ack(batch.slice(at + 1))
-            else:
-                consumer.ack(batch)
-        await consumer.flush_acks(timeout_s=20)
-
-
 async def test_acked_leading_segments_leave_the_store_and_the_unacked_one_stays(
     cluster: TestCluster, store_dir: Path
 ) -> None:
@@ -97,7 +82,7 @@ async def test_acked_leading_segments_leave_the_store_and_the_unacked_one_stays(
         before = objects(store_dir, stream)
         assert before[0][0] == 0
         assert len(before) >= 4, f"several segments, so whole ones can go: {before}"
-        await ack_all_but_one(client, stream)
+        assert await consume_all_but_one(client, stream, TOTAL, KEPT, BATCH) == TOTAL
 
     [node] = cluster.storages()
     local = cluster.data_dir(node) / "streams" / stream
