@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from test_storage_segment_store import PID, Node
+from test_storage_store_reads import store_of_kind
 
-from tamto_local.s3 import ACCESS_KEY, SECRET_KEY, S3Spec
+from tamto_local.s3 import S3Spec
 from tamto_protocol.segment import segment_file_name
 from tamto_spark.segments import read_table
 from tamto_storage.interest import ReclaimLimits
@@ -38,17 +39,8 @@ def planned_offsets(location: str) -> list[int]:
 async def test_segments_interest_retention_dropped_leave_the_store_after_the_grace_period(
     tmp_path: Path, kind: str, s3_server: S3Spec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if kind == "s3":
-        for name, value in s3_server.env().items():
-            monkeypatch.setenv(name, value)
-        prefix = f"interest-{tmp_path.name}"
-        store = SegmentStore.open(s3_server.uri(prefix))
-        location = s3_server.uri(f"{prefix}/streams/{PID.stream}").replace(
-            "s3://", f"s3://{ACCESS_KEY}:{SECRET_KEY}@"
-        )
-    else:
-        store = SegmentStore.open((tmp_path / "store").as_uri())
-        location = f"{store.uri}/streams/{PID.stream}"
+    prefix = f"interest-{tmp_path.name}"
+    store, location = store_of_kind(kind, prefix, PID.stream, tmp_path, s3_server, monkeypatch)
     node = Node(tmp_path / "a", store, segment_bytes=1)
     node.publishes = True
     node.publisher.retention_grace_s = 3600.0

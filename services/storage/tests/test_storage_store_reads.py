@@ -163,22 +163,34 @@ def tamto_rows(where: str) -> list[tuple[int, int, bytes]]:
     return sorted(zip(*columns, strict=True))
 
 
+def store_of_kind(
+    kind: str,
+    prefix: str,
+    stream: str,
+    tmp_path: Path,
+    s3_server: S3Spec,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[SegmentStore, str]:
+    """A segment store of `kind` ("directory" or "s3", under `prefix`) and where a reader
+    finds `stream` in it; for S3 the environment gets the server's credentials."""
+    if kind != "s3":
+        store = SegmentStore.open((tmp_path / "store").as_uri())
+        return store, f"{store.uri}/streams/{stream}"
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    store = SegmentStore.open(s3_server.uri(prefix))
+    # Credentials in the URI: a Spark executor need not have them in its environment.
+    location = s3_server.uri(f"{prefix}/streams/{stream}")
+    return store, location.replace("s3://", f"s3://{ACCESS_KEY}:{SECRET_KEY}@")
+
+
 @pytest.mark.parametrize("kind", ["directory", "s3"])
 async def test_the_tamto_source_plans_from_the_store_manifest_and_refuses_damaged_objects(
     tmp_path: Path, kind: str, s3_server: S3Spec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if kind == "s3":
-        for name, value in s3_server.env().items():
-            monkeypatch.setenv(name, value)
-        prefix = f"reads-{tmp_path.name}"
-        store = SegmentStore.open(s3_server.uri(prefix))
-        # Credentials in the URI: a Spark executor need not have them in its environment.
-        location = s3_server.uri(f"{prefix}/streams/orders").replace(
-            "s3://", f"s3://{ACCESS_KEY}:{SECRET_KEY}@"
-        )
-    else:
-        store = SegmentStore.open((tmp_path / "store").as_uri())
-        location = f"{store.uri}/streams/orders"
+    store, location = store_of_kind(
+        kind, f"reads-{tmp_path.name}", "orders", tmp_path, s3_server, monkeypatch
+    )
     a = Node(tmp_path / "a", store, segment_bytes=1)
     a.publishes = True
     try:
