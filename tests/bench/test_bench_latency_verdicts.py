@@ -1,4 +1,4 @@
-"""The target 2 on one node: publish→deliver p50 at 1,000 msg/s against 3 ms, and
+"""The latency target on one node: publish→deliver p50 at 1,000 msg/s against 3 ms, and
 p99 at 5,000 msg/s against 10 ms (20 ms at 10 KiB). Pure functions of the JSON document;
 no system is started."""
 

@@ -112,7 +112,7 @@ WORKER_NICE = int(os.environ.get("TAMTO_CROWD_WORKER_NICE") or 0)
 #: Gateways the crowd spreads over. One gateway process carries 10,000 streams
 #: leaving at once at gRPC's cost per stream (about half its CPU in gRPC's own
 #: code): its publishes took 1.24-1.83 s then on this 2-core machine, against at
-#: most 0.74 s with the crowd spread over two (docs/testing.md).
+#: most 0.74 s with the crowd spread over two.
 GATEWAYS = int(os.environ.get("TAMTO_CROWD_GATEWAYS") or 2)
 
 

@@ -177,8 +177,8 @@ async def a_holds_0_1_and_b_2_4(a: RawConsumer, b: RawConsumer, stream: str) -> 
 async def test_a_range_ack_never_settles_what_another_shared_consumer_holds(
     tamto_cluster: TestCluster, tamto_client: tamto_sdk.Client
 ) -> None:
-    """The issue's scenario: A holds 0-1, B holds 2-4, A gets 5 and acks 0-5 as a range;
-    B leaves without acking: 2-4 must come again (before the fix they never did)."""
+    """A holds 0-1, B holds 2-4, A gets 5 and acks 0-5 as a range; B leaves without
+    acking: 2-4 must come again (a range ack settles only what its consumer holds)."""
     stream = unique("cumul-router")
     await tamto_client.streams.ensure(stream, partitions=1)
     await publish(tamto_client, stream, 10)

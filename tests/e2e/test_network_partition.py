@@ -362,7 +362,7 @@ async def read_back(
     """The checker's last part: a new subscription reads the stream from its start until
     every acknowledged payload came or READ_BACK_S passed; the seconds it took and the
     payloads that did not come. Patient on purpose: a delivery that stalls a while
-    (seen once on a loaded machine, docs/testing.md) is slow, not lost."""
+    (as on a loaded machine) is slow, not lost."""
     missing = set(acked)
     started = time.monotonic()
     async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:

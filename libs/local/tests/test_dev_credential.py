@@ -51,7 +51,8 @@ def test_an_empty_development_tls_file_is_named_not_used(tmp_path: Path) -> None
 
 @needs(unavailable_reason())
 def test_the_credential_survives_a_power_cut_right_after_it_was_made(tmp_path: Path) -> None:
-    # The symptom: after a cut the file was empty and `tamto up` printed an empty key.
+    # What a torn write looks like: after a cut the file is empty and `tamto up` prints an
+    # empty key.
     disk = PowerLossDisk(tmp_path / "backing", tmp_path / "data")
     with disk:
         key = dev_credential(disk.mountpoint)

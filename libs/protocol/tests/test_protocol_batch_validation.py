@@ -75,7 +75,7 @@ def test_a_column_name_that_is_not_utf8_is_refused() -> None:
 
 def test_slicing_a_lying_batch_is_refused_rather_than_copying_memory() -> None:
     """Re-encoding a slice copied what the lying last offset pointed at: about 4,000
-    bytes from outside the batch, in a well-formed batch (the issue's leak)."""
+    bytes from outside the batch, in a well-formed batch (a leak of memory the batch never owned)."""
     crafted = CRAFTED["payload offset past the data"]
     with pytest.raises(BatchFormatError, match="column 'payload'"):
         slice_batch(crafted.arrow_ipc, ROWS - 7, 7)

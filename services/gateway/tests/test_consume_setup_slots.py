@@ -4,7 +4,7 @@ down) at once.
 gRPC's Python server takes one new call per event-loop round: while a crowd of
 10,000 attached, every setup step of every accepted stream shared the round, the
 rounds grew long, and a publish arriving then waited behind the crowd's setups
-(docs/testing.md, crowds). The streams beyond the slots wait their turn
+(`tests/e2e/test_crowd.py`). The streams beyond the slots wait their turn
 before their first step (authentication), and a slot is freed when a setup ends,
 also when it fails. A stream waits for its client's subscribe within its turn
 only briefly: an idle client gives its turn up. The same holds for a crowd leaving at once: each stream's

@@ -2,7 +2,7 @@
 
 The crowd: a consumer of 10,000 never attached, and the count by step told
 that its stream never reached the gateway's handler at all (every handler was
-`serving`, one fewer than the client's streams): see docs/testing.md, crowds.
+`serving`, one fewer than the client's streams): see `tests/e2e/test_crowd.py`.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ from tamto_storage.wal import WalOptions
 from tamto_testing.crafted_batches import CRAFTED
 from tamto_testing.waiting import eventually
 
-#: The issue's batch: `[0, 9, 2]`-style payload offsets failed every sealing round.
+#: A batch whose payload offsets decrease (`[0, 9, 2]`): once in the WAL, it failed every
+#: sealing round until quarantined.
 BAD = CRAFTED["payload offsets decrease"]
 OPTIONS = SealOptions(max_age_s=0.3, check_interval_s=0.1)
 #: How long sealing may take here: the age that makes it due, a round, and slack

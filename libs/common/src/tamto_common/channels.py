@@ -33,7 +33,7 @@ CHANNEL_OPTIONS = [
 #: a write). A crowd of 10,000 consumers attaching had 0-7,259 streams reset so
 #: per run, each retried, which is more work for the loop, not less; here they
 #: wait their turn (gRPC still cancels a call left waiting 30 s). Measured in
-#: docs/testing.md (crowds); `libs/common/tests/test_server_backlog.py`.
+#: the crowd test (`tests/e2e/test_crowd.py`); `libs/common/tests/test_server_backlog.py`.
 SERVER_OPTIONS = [
     *CHANNEL_OPTIONS,
     ("grpc.keepalive_permit_without_calls", 1),

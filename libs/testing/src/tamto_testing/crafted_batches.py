@@ -96,7 +96,7 @@ def _crafted() -> dict[str, Crafted]:
     key_lengths = [len(k) if k is not None else 0 for k in keys]
     id_lengths = [len(i or "") for i in columns.ids]
     cases = {
-        # The two: decreasing offsets, and an end past the data buffer.
+        # Offsets that lie: decreasing ones, and an end past the data buffer.
         "payload offsets decrease": (
             _patch_offsets(base, payload_lengths, {2: 2, 1: 9}),
             "payload",

@@ -172,8 +172,8 @@ class Mux:
         the crowd's subscribes, acks and deliveries then never share a connection's
         flow-control window and transport work with publishes. With 10,000
         consumers coming and going, publishes kept under 1 s in 5 of 6 runs with
-        this and `MuxSession.listen`, in 2 of 6 with `listen` alone (docs/testing.md,
-        crowds)."""
+        this and `MuxSession.listen`, in 2 of 6 with `listen` alone (the crowd test,
+        `tests/e2e/test_crowd.py`)."""
         channel = peer_channel(address, own_connection=True)
         mux = None
         try:

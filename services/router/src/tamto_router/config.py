@@ -20,7 +20,7 @@ class RouterConfig(ServiceConfig):
     # Big enough that a consumer a few seconds behind at a couple of hundred MB/s
     # is served from memory (Pulsar's broker cache is ~800 MiB with its stock
     # memory settings); 128 MiB sent a 1 KiB drain of a 5 s backlog to storage at
-    # about half the rate (docs/benchmarks.md).
+    # about half the rate in `tamto bench`'s consume+ack.
     read_cache_mb: int = setting(
         1024,
         "MiB of recently appended or read batches kept in memory for delivery (0: none)",

@@ -13,8 +13,8 @@ The write and fsync run in a worker thread, except for a small group
 (`INLINE_FSYNC_S`): that one runs on the event loop, blocking it for about a
 fast fsync. Handing a commit to a thread and back costs two thread wake-ups,
 ~0.5 ms on the build machine, more than such a fsync (~0.45 ms); inline, the
-p99 publish-to-deliver latency at 5,000 msg/s was 5-22% lower in A/B runs
-(`docs/benchmarks.md`). A slow disk, or a large group, keeps the commit off
+p99 publish-to-deliver latency at 5,000 msg/s was 5-22% lower in A/B runs of
+`tamto bench`. A slow disk, or a large group, keeps the commit off
 the loop, and so off the other partitions' way.
 
 An append that finds the writer idle and nothing queued ahead of it commits in

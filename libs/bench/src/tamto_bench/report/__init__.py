@@ -1,6 +1,6 @@
 """Turn a run's JSON document into target verdicts, rich tables and Markdown tables.
 
-`verdicts` judges the issue's targets (and `finish` adds them to the document),
+`verdicts` judges the targets (and `finish` adds them to the document),
 `summary` and `tables` make the rows of each table, `output` prints them or writes
 them as Markdown, `values` reads and formats the document's numbers.
 """

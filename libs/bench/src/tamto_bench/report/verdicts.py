@@ -1,6 +1,6 @@
-"""The issue's targets and whether a run met them: each target's bar, the ratios
-they are judged on, one `Verdict` per target and size, and `finish`, which adds them
-to a run's document."""
+"""The targets Tamto holds itself to and whether a run met them: each target's bar,
+the ratios they are judged on, one `Verdict` per target and size, and `finish`, which
+adds them to a run's document."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from tamto_bench.report.values import get, num, ratio_of
 
-#: The issue's targets on a 2-core machine.
+#: The targets on a 2-core machine.
 THROUGHPUT_RATIO = 10.0
 LATENCY_RATE = 5000.0
 LATENCY_P99_MS = 10.0

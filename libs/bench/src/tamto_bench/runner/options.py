@@ -22,7 +22,7 @@ CLUSTER_QUORUM = 2
 FAN_OUT = 100
 #: Requests in flight per requester worker (both systems).
 REQUESTS_IN_FLIGHT = 16
-#: The request/reply shapes of the issue's targets, beside the one above: (row key,
+#: The request/reply shapes the targets name, beside the one above: (row key,
 #: requester workers, requests in flight each): one requester pipelining, one
 #: request at a time, 200 concurrent requesters (in two workers).
 REQUEST_SHAPES = (("rr_pipelined", 1, 64), ("rr_serial", 1, 1), ("rr_crowd", 2, 100))
