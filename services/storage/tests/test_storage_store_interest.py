@@ -44,8 +44,7 @@ async def test_segments_interest_retention_dropped_leave_the_store_after_the_gra
     node = Node(tmp_path / "a", store, segment_bytes=1)
     node.publishes = True
     node.publisher.retention_grace_s = 3600.0
-    sealer = node.store.sealer
-    assert sealer is not None
+    sealer = node.sealer
     try:
         await node.append(0, 12)  # four segments: 0-2, 3-5, 6-8, 9-11
         await node.seal()
@@ -86,8 +85,7 @@ async def test_interest_retention_leaves_segments_the_store_lacks_alone(tmp_path
     until the store has them, then go (the store never misses a range)."""
     store = SegmentStore.open((tmp_path / "store").as_uri())
     node = Node(tmp_path / "a", store, segment_bytes=1)  # not the publisher yet
-    sealer = node.store.sealer
-    assert sealer is not None
+    sealer = node.sealer
     try:
         await node.append(0, 12)
         await node.seal()

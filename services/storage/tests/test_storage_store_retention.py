@@ -34,8 +34,7 @@ async def test_retention_removes_expired_objects_from_the_manifest_the_table_and
     node = Node(tmp_path / "a", store, segment_bytes=1, tables=tables)
     node.publishes = True
     node.publisher.retention_grace_s = 3600.0
-    sealer = node.store.sealer
-    assert sealer is not None
+    sealer = node.sealer
     try:
         await node.append(0, 12)
         await node.seal()
@@ -77,8 +76,7 @@ async def test_the_grace_period_is_kept_in_the_store_manifest_across_a_restart(
     node = Node(tmp_path / "a", store, segment_bytes=1)
     node.publishes = True
     node.publisher.retention_grace_s = 3600.0
-    sealer = node.store.sealer
-    assert sealer is not None
+    sealer = node.sealer
     try:
         await node.append(0, 12)
         await node.seal()
@@ -97,8 +95,7 @@ async def test_the_grace_period_is_kept_in_the_store_manifest_across_a_restart(
     again = Node(tmp_path / "a", store, segment_bytes=1)
     again.publishes = True
     again.publisher.retention_grace_s = 0.0
-    sealer = again.store.sealer
-    assert sealer is not None
+    sealer = again.sealer
     try:
         await again.store.get(PID.stream, PID.partition)
         await sealer.publish_all()

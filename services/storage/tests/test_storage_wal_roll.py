@@ -6,7 +6,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from storage_testkit import OpenPartition, check_batch, make_batch, wal_files
+from storage_testkit import OpenPartition, append_batches, check_batch, make_batch, wal_files
 
 from tamto_storage.wal import WalOptions, create_wal_file
 from tamto_storage.wal_recovery import wal_file_name
@@ -19,8 +19,7 @@ async def test_a_fully_sealed_wal_keeps_only_an_empty_file_named_by_the_next_off
 ) -> None:
     partition = await load(SMALL_FILES)
     await partition.open(1)
-    for base in range(0, 30, 3):
-        await partition.append(1, [make_batch(base)])
+    await append_batches(partition, 1, range(0, 30, 3))
     await partition.seal(1 << 20)
     assert await partition.trim_wal() > 0
     [only] = wal_files(pdir)
