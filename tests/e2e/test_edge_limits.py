@@ -16,6 +16,7 @@ from tamto_protocol.batch import MAX_EVENT_TIME_US
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_testing.cluster import TestCluster
 from tamto_testing.oversized_batches import BOMB_ROWS, bomb, one_message
+from tests.e2e.gateway_calls import auth_metadata
 
 pytestmark = pytest.mark.e2e
 
@@ -39,10 +40,7 @@ async def test_oversized_and_unreadable_messages_are_refused_at_the_gateway(
     assert gateway_pid is not None
     async with grpc.aio.insecure_channel(tamto_cluster.gateway_address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        answer = await stub.Authenticate(
-            gateway_pb2.AuthenticateRequest(api_key=tamto_cluster.credential)
-        )
-        metadata = [("authorization", f"Bearer {answer.token}")]
+        metadata = await auth_metadata(stub, tamto_cluster.credential)
 
         async def publish(data: bytes, count: int = 1) -> gateway_pb2.PublishResponse:
             request = gateway_pb2.PublishRequest(

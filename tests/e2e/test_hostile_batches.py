@@ -12,6 +12,7 @@ import tamto_sdk
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_testing.cluster import TestCluster
 from tamto_testing.crafted_batches import CRAFTED, ROWS, valid_batch, valid_columns
+from tests.e2e.gateway_calls import auth_metadata
 
 pytestmark = pytest.mark.e2e
 
@@ -23,10 +24,7 @@ async def test_every_lying_batch_is_refused_and_consumers_get_only_what_was_sent
     await tamto_client.streams.ensure(stream, partitions=1)
     async with grpc.aio.insecure_channel(tamto_cluster.gateway_address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        answer = await stub.Authenticate(
-            gateway_pb2.AuthenticateRequest(api_key=tamto_cluster.credential)
-        )
-        metadata = [("authorization", f"Bearer {answer.token}")]
+        metadata = await auth_metadata(stub, tamto_cluster.credential)
 
         async def publish(data: bytes, count: int) -> gateway_pb2.PublishResponse:
             request = gateway_pb2.PublishRequest(
