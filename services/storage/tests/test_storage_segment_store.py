@@ -78,6 +78,15 @@ class Node:
         return [int(f.stem) for f in wal_files(partition_dir(self.data, PID))]
 
 
+def publishing_node(data: Path, store: SegmentStore, tables: IcebergTables | None = None) -> Node:
+    """A node publishing into `store` (a segment per batch) that keeps what retention
+    drops there for an hour: the tests end the grace period themselves."""
+    node = Node(data, store, segment_bytes=1, tables=tables)
+    node.publishes = True
+    node.publisher.retention_grace_s = 3600.0
+    return node
+
+
 def offsets_in(store_dir: Path) -> list[int]:
     table = ds.dataset(store_dir / "streams" / "orders", partitioning="hive").to_table()
     return sorted(table.column("offset").to_pylist())
