@@ -29,18 +29,24 @@ class Clock:
         return self.now
 
 
-def stored_batch(base: int, count: int, publish_time_us: int) -> StoredBatch:
-    """Offsets `base`.. with payloads ``m<offset>``, published at `publish_time_us`."""
-    arrow = encode_batch(
+def offset_payloads(base: int, count: int, producer: str | None = None) -> bytes:
+    """The Arrow IPC of `count` messages whose payloads name their offsets from `base`
+    on (``m<offset>``), with no keys, headers, ids or event times."""
+    return encode_batch(
         BatchColumns(
             payloads=[f"m{o}".encode() for o in range(base, base + count)],
             keys=[None] * count,
             headers=[None] * count,
             ids=[None] * count,
             event_times_us=[None] * count,
+            producer=producer,
         )
     )
-    return StoredBatch(base, count, publish_time_us, arrow)
+
+
+def stored_batch(base: int, count: int, publish_time_us: int) -> StoredBatch:
+    """Offsets `base`.. with payloads ``m<offset>``, published at `publish_time_us`."""
+    return StoredBatch(base, count, publish_time_us, offset_payloads(base, count))
 
 
 @dataclass

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
 
-from tamto_spark.pipelines.common import format_table, pyplot, read_stream
+from tamto_spark.pipelines.common import format_table, pyplot, read_stream, save_chart
 from tamto_spark.session import spark_session
 
 SEALED_WITHIN_S = 60.0
@@ -120,15 +120,10 @@ def _chart(windows: dict[tuple[int, str], tuple[float, int]], path: Path, window
         values: list[Any] = [windows.get((s, region), (0.0, 0))[0] for s in starts]
         axes.bar(labels, values, bottom=bottom, label=region)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    axes.set_title(f"Revenue per region per {window_s} s window")
-    axes.set_xlabel("window start (UTC)")
-    axes.set_ylabel("revenue (with tax)")
-    axes.legend()
-    figure.autofmt_xdate()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    title = f"Revenue per region per {window_s} s window"
+    return save_chart(
+        figure, axes, path, title, "window start (UTC)", "revenue (with tax)", dates=True
+    )
 
 
 def agree(report: Report) -> bool:

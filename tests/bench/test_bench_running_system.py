@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tamto_local.cluster import SERVICES
+from tamto_local.layout import SERVICES
 from tamto_testing.cluster import TestCluster
 
 from .tiny_run import run_bench

@@ -30,6 +30,7 @@ from tamto_protocol.v1 import (
 )
 from tamto_testing.cluster import TestCluster
 from tamto_testing.oversized_batches import one_message
+from tests.e2e.gateway_calls import auth_metadata
 
 pytestmark = pytest.mark.e2e
 
@@ -202,10 +203,7 @@ def check_answers(
 
 async def token_metadata(tamto_cluster: TestCluster) -> list[tuple[str, str]]:
     async with grpc.aio.insecure_channel(tamto_cluster.gateway_address) as channel:
-        answer = await gateway_pb2_grpc.GatewayStub(channel).Authenticate(
-            gateway_pb2.AuthenticateRequest(api_key=tamto_cluster.credential)
-        )
-    return [("authorization", f"Bearer {answer.token}")]
+        return await auth_metadata(gateway_pb2_grpc.GatewayStub(channel), tamto_cluster.credential)
 
 
 def batch() -> messages_pb2.RecordBatch:

@@ -15,10 +15,11 @@ import grpc
 import pytest
 
 import tamto_sdk
-from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
+from tamto_protocol.v1 import gateway_pb2_grpc, messages_pb2
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually, long_tests_enabled
+from tests.e2e.gateway_calls import auth_metadata
 from tests.e2e.members import metrics_of
 
 pytestmark = pytest.mark.e2e
@@ -70,10 +71,7 @@ async def raw_gateway(
         await client.streams.ensure(stream, partitions=1)
     async with grpc.aio.insecure_channel(cluster.gateway_address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        token = (
-            await stub.Authenticate(gateway_pb2.AuthenticateRequest(api_key=cluster.credential))
-        ).token
-        yield stream, stub, [("authorization", f"Bearer {token}")]
+        yield stream, stub, await auth_metadata(stub, cluster.credential)
 
 
 #: How late the slow client writes its first credit: past the 2 s the gateway used to

@@ -11,6 +11,7 @@ import tamto_sdk
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_testing.cluster import TestCluster
+from tests.e2e.gateway_calls import auth_metadata
 
 pytestmark = pytest.mark.e2e
 
@@ -53,15 +54,10 @@ async def test_a_retried_batch_is_not_stored_twice(tamto_cluster: TestCluster) -
         )
         async with grpc.aio.insecure_channel(tamto_cluster.gateway_address) as channel:
             stub = gateway_pb2_grpc.GatewayStub(channel)
-            token = (
-                await stub.Authenticate(
-                    gateway_pb2.AuthenticateRequest(api_key=tamto_cluster.credential)
-                )
-            ).token
+            auth = await auth_metadata(stub, tamto_cluster.credential)
             request = gateway_pb2.PublishRequest(
                 stream=stream, partition=0, batch=messages_pb2.RecordBatch(arrow_ipc=data, count=3)
             )
-            auth = [("authorization", f"Bearer {token}")]
             first = await stub.Publish(request, metadata=auth)
             second = await stub.Publish(request, metadata=auth)
         assert list(first.offsets) == []
@@ -99,12 +95,7 @@ async def test_retried_sequences_get_their_offsets_back_after_a_router_crash(
         await c.streams.ensure("runs", partitions=1)
         async with grpc.aio.insecure_channel(fresh_cluster.gateway_address) as channel:
             stub = gateway_pb2_grpc.GatewayStub(channel)
-            token = (
-                await stub.Authenticate(
-                    gateway_pb2.AuthenticateRequest(api_key=fresh_cluster.credential)
-                )
-            ).token
-            auth = [("authorization", f"Bearer {token}")]
+            auth = await auth_metadata(stub, fresh_cluster.credential)
 
             async def publish(data: bytes, count: int) -> gateway_pb2.PublishResponse:
                 request = gateway_pb2.PublishRequest(

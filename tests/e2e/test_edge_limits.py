@@ -13,9 +13,10 @@ import pytest
 
 import tamto_sdk
 from tamto_protocol.batch import MAX_EVENT_TIME_US
-from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
+from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc
 from tamto_testing.cluster import TestCluster
 from tamto_testing.oversized_batches import BOMB_ROWS, bomb, one_message
+from tests.e2e.gateway_calls import auth_metadata, raw_publish
 
 pytestmark = pytest.mark.e2e
 
@@ -39,19 +40,10 @@ async def test_oversized_and_unreadable_messages_are_refused_at_the_gateway(
     assert gateway_pid is not None
     async with grpc.aio.insecure_channel(tamto_cluster.gateway_address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        answer = await stub.Authenticate(
-            gateway_pb2.AuthenticateRequest(api_key=tamto_cluster.credential)
-        )
-        metadata = [("authorization", f"Bearer {answer.token}")]
+        metadata = await auth_metadata(stub, tamto_cluster.credential)
 
         async def publish(data: bytes, count: int = 1) -> gateway_pb2.PublishResponse:
-            request = gateway_pb2.PublishRequest(
-                stream=stream,
-                partition=0,
-                batch=messages_pb2.RecordBatch(arrow_ipc=data, count=count),
-            )
-            response: gateway_pb2.PublishResponse = await stub.Publish(request, metadata=metadata)
-            return response
+            return await raw_publish(stub, metadata, stream, data, count)
 
         async def refused(data: bytes, count: int = 1) -> str:
             with pytest.raises(grpc.aio.AioRpcError) as raised:

@@ -19,21 +19,17 @@ import tamto_sdk
 from tamto_sdk.security import Grant, IdentityKind, Permission
 from tamto_testing.cluster import TestCluster
 from tamto_testing.waiting import eventually
+from tests.processing_nodes import processing_node
 
 from .test_cli_pub_sub import tamto
 
 pytestmark = pytest.mark.e2e
 
-FAST = {"TAMTO_PROCESSING_ASSIGN_INTERVAL_S": "0.2", "TAMTO_PROCESSING_RESTART_BACKOFF_S": "0.2"}
-
 
 @pytest.fixture(scope="module")
 def processing(tamto_cluster: TestCluster) -> Iterator[TestCluster]:
-    tamto_cluster.start("processing", extra_env=FAST)
-    try:
-        yield tamto_cluster
-    finally:
-        tamto_cluster.stop("processing")
+    with processing_node(tamto_cluster) as cluster:
+        yield cluster
 
 
 def unique(prefix: str) -> str:

@@ -9,9 +9,10 @@ import grpc
 import pytest
 
 import tamto_sdk
-from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
+from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc
 from tamto_testing.cluster import TestCluster
 from tamto_testing.crafted_batches import CRAFTED, ROWS, valid_batch, valid_columns
+from tests.e2e.gateway_calls import auth_metadata, raw_publish
 
 pytestmark = pytest.mark.e2e
 
@@ -23,19 +24,10 @@ async def test_every_lying_batch_is_refused_and_consumers_get_only_what_was_sent
     await tamto_client.streams.ensure(stream, partitions=1)
     async with grpc.aio.insecure_channel(tamto_cluster.gateway_address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        answer = await stub.Authenticate(
-            gateway_pb2.AuthenticateRequest(api_key=tamto_cluster.credential)
-        )
-        metadata = [("authorization", f"Bearer {answer.token}")]
+        metadata = await auth_metadata(stub, tamto_cluster.credential)
 
         async def publish(data: bytes, count: int) -> gateway_pb2.PublishResponse:
-            request = gateway_pb2.PublishRequest(
-                stream=stream,
-                partition=0,
-                batch=messages_pb2.RecordBatch(arrow_ipc=data, count=count),
-            )
-            response: gateway_pb2.PublishResponse = await stub.Publish(request, metadata=metadata)
-            return response
+            return await raw_publish(stub, metadata, stream, data, count)
 
         for name, crafted in sorted(CRAFTED.items()):
             with pytest.raises(grpc.aio.AioRpcError) as refused:

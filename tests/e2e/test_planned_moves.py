@@ -31,7 +31,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.ledgers import read_ledgers
 from tamto_common.membership import connect_etcd
 from tamto_common.placement import Placement
-from tamto_local.cluster import node_processes
+from tamto_local.layout import node_processes
 from tamto_router.ownership import OWNERS
 from tamto_sdk import MessageBatch, StreamConfig, SubscriptionType
 from tamto_sdk.errors import FailedPrecondition, InvalidArgument, NotFound

@@ -18,7 +18,7 @@ import pytest
 
 import tamto_sdk
 from tamto_common.dev_credential import load_dev_credential
-from tamto_local.cluster import SERVICES
+from tamto_local.layout import SERVICES
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.needs import needs

@@ -12,6 +12,7 @@ import tamto_sdk
 from tamto_protocol.batch import BatchColumns, encode_batch
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_testing.cluster import TestCluster
+from tests.e2e.gateway_calls import auth_metadata
 
 pytestmark = pytest.mark.e2e
 
@@ -124,12 +125,7 @@ async def test_malformed_and_oversized_batches_are_refused(
     await tamto_client.streams.ensure(stream, partitions=2)
     async with grpc.aio.insecure_channel(tamto_cluster.gateway_address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        token = (
-            await stub.Authenticate(
-                gateway_pb2.AuthenticateRequest(api_key=tamto_cluster.credential)
-            )
-        ).token
-        auth = [("authorization", f"Bearer {token}")]
+        auth = await auth_metadata(stub, tamto_cluster.credential)
 
         async def publish(data: bytes, count: int, partition: int = 0) -> grpc.StatusCode:
             request = gateway_pb2.PublishRequest(

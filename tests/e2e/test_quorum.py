@@ -15,7 +15,7 @@ import pytest
 
 from tamto_common.errors import FailedPrecondition, Unavailable
 from tamto_common.grpc_errors import TranslateErrorsInterceptor
-from tamto_protocol.batch import BatchColumns, decode_batch, encode_batch
+from tamto_protocol.batch import decode_batch
 from tamto_router.model import Batch, LogBounds
 from tamto_router.partition_log import PartitionLog
 from tamto_router.quorum import append_quorum, fence_quorum, recover_ledger_end
@@ -27,6 +27,7 @@ from tamto_storage.segment_store import SegmentStore
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
 from tamto_testing.waiting import eventually
+from tests.stored_batches import offset_payloads
 
 STREAM, PARTITION = "orders", 0
 
@@ -64,17 +65,7 @@ async def nodes(tmp_path: Path) -> AsyncIterator[dict[str, Node]]:
 
 
 def batch(base: int, count: int) -> Batch:
-    arrow = encode_batch(
-        BatchColumns(
-            payloads=[f"m{o}".encode() for o in range(base, base + count)],
-            keys=[None] * count,
-            headers=[None] * count,
-            ids=[None] * count,
-            event_times_us=[None] * count,
-            producer="test",
-        )
-    )
-    return Batch(base, count, 1_700_000_000_000_000, arrow)
+    return Batch(base, count, 1_700_000_000_000_000, offset_payloads(base, count, "test"))
 
 
 def clients(nodes: dict[str, Node]) -> dict[str, StorageClient]:

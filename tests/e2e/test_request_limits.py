@@ -23,6 +23,7 @@ from tamto_protocol.limits import MAX_GRANTS_PER_ROLE, MAX_RANGES_PER_REQUEST
 from tamto_protocol.v1 import auth_pb2, gateway_pb2, gateway_pb2_grpc, messages_pb2
 from tamto_testing.cluster import TestCluster
 from tamto_testing.hostile_requests import ack_of, disjoint_ranges, huge_schema_batch
+from tests.e2e.gateway_calls import auth_metadata
 from tests.e2e.members import resident_bytes
 from tests.e2e.publish_probe import PUBLISH_BOUND_S, PublishProbe
 
@@ -45,8 +46,7 @@ async def gateway_stub(
     """A stub on a channel of its own to the cluster's gateway, and a token's metadata."""
     channel = grpc.aio.insecure_channel(cluster.gateway_address)
     stub = gateway_pb2_grpc.GatewayStub(channel)
-    answer = await stub.Authenticate(gateway_pb2.AuthenticateRequest(api_key=cluster.credential))
-    return stub, [("authorization", f"Bearer {answer.token}")], channel
+    return stub, await auth_metadata(stub, cluster.credential), channel
 
 
 async def consume(

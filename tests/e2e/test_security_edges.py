@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import tamto_sdk
 from tamto_common.tls import TlsMaterial
-from tamto_local.cluster import SERVICES
+from tamto_local.layout import SERVICES
 from tamto_local.tls import ensure_dev_pki
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc
 from tamto_sdk import ClientOptions

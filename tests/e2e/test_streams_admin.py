@@ -18,6 +18,7 @@ from tamto_sdk import StreamConfig
 from tamto_sdk.stream_config import Durability, RetentionPolicy, StreamInfo, StreamKind
 from tamto_testing.cluster import TestCluster
 from tamto_testing.waiting import eventually
+from tests.e2e.gateway_calls import auth_metadata
 
 from .test_cli_pub_sub import tamto
 
@@ -197,12 +198,7 @@ async def test_raw_requests_zero_means_default_and_unknown_enums_are_refused(
 ) -> None:
     async with grpc.aio.insecure_channel(tamto_cluster.gateway_address) as channel:
         stub = gateway_pb2_grpc.GatewayStub(channel)
-        token = (
-            await stub.Authenticate(
-                gateway_pb2.AuthenticateRequest(api_key=tamto_cluster.credential)
-            )
-        ).token
-        auth = [("authorization", f"Bearer {token}")]
+        auth = await auth_metadata(stub, tamto_cluster.credential)
         name = unique("raw")
         created = await stub.EnsureStream(
             gateway_pb2.EnsureStreamRequest(name=name, config=messages_pb2.StreamConfig()),

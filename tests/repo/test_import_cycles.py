@@ -97,6 +97,26 @@ def test_the_detector_finds_a_cycle() -> None:
     assert cycles({"a": {"b"}, "b": set()}) == []
 
 
+def test_type_only_and_deferred_imports_are_edges(tmp_path: Path) -> None:
+    source = tmp_path / "pkg"
+    source.mkdir()
+    for name in ("b", "c", "d"):
+        (source / f"{name}.py").write_text("")
+    (source / "a.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from pkg.b import Thing\n"
+        "def later() -> None:\n"
+        "    from . import c\n"
+        "import pkg.d\n"
+    )
+    modules = {f"pkg.{n}": source / f"{n}.py" for n in "abcd"}
+    assert imported("pkg.a", modules["pkg.a"], modules) == {"pkg.b", "pkg.c", "pkg.d"}
+    (source / "b.py").write_text("import pkg.a\n")
+    graph = {name: imported(name, path, modules) for name, path in modules.items()}
+    assert cycles(graph) == [["pkg.a", "pkg.b"]]
+
+
 def test_no_import_cycle_in_the_source() -> None:
     modules = source_modules()
     assert len(modules) > 50, "the scan found too few modules: is ROOT right?"

@@ -17,20 +17,17 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tamto_testing.cluster import TestCluster
+from tests.processing_nodes import processing_node
 
 from .conftest import data_dir
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "orders"
-FAST = {"TAMTO_PROCESSING_ASSIGN_INTERVAL_S": "0.2", "TAMTO_PROCESSING_RESTART_BACKOFF_S": "0.2"}
 
 
 @pytest.fixture
 def processing(sealing_cluster: TestCluster) -> Iterator[TestCluster]:
-    sealing_cluster.start("processing", extra_env=FAST)
-    try:
-        yield sealing_cluster
-    finally:
-        sealing_cluster.stop("processing")
+    with processing_node(sealing_cluster) as cluster:
+        yield cluster
 
 
 async def test_the_order_pipeline_example_checks_its_output(

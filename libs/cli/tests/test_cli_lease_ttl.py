@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 import tamto_cli.up
 from tamto_cli.main import app
-from tamto_local.cluster import ClusterConfig, ServiceEnv, service_env
+from tamto_local.cluster import ClusterConfig
+from tamto_local.layout import ServiceEnv, service_env
 
 
 def test_up_passes_its_lease_ttl_to_every_service(

@@ -13,7 +13,7 @@ from tamto_cli.settings import api_key
 from tamto_common.apikeys import parse_api_key
 from tamto_common.dev_credential import load_dev_credential
 from tamto_common.durable import DamagedFile
-from tamto_local.cluster import LaunchError, dev_credential
+from tamto_local.layout import LaunchError, dev_credential
 from tamto_local.tls import ensure_dev_pki
 from tamto_testing.needs import needs
 from tamto_testing.power_loss import PowerLossDisk, unavailable_reason

@@ -9,19 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tamto_common.durable import write_atomic
+from tamto_common.durable import fsync_dir, fsync_file, write_atomic
 from tamto_testing.needs import needs
 from tamto_testing.power_loss import PowerLossDisk, unavailable_reason
 
 pytestmark = needs(unavailable_reason())
-
-
-def fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def test_only_synced_data_and_synced_names_survive_a_cut(tmp_path: Path) -> None:
@@ -29,18 +21,18 @@ def test_only_synced_data_and_synced_names_survive_a_cut(tmp_path: Path) -> None
     mnt = disk.mountpoint
     with disk:
         (mnt / "dir").mkdir()
-        fsync_path(mnt)
+        fsync_dir(mnt)
         with (mnt / "dir" / "log").open("wb") as f:
             f.write(b"synced")
             f.flush()
             os.fsync(f.fileno())
             f.write(b"-unsynced")
-        fsync_path(mnt / "dir")
+        fsync_dir(mnt / "dir")
         write_atomic(mnt / "dir" / "state.json", b"{}")
         os.link(mnt / "dir" / "state.json", mnt / "dir" / "linked.json")  # as carry.promote
-        fsync_path(mnt / "dir")
+        fsync_dir(mnt / "dir")
         (mnt / "dir" / "unnamed").write_bytes(b"its data, never its name")
-        fsync_path(mnt / "dir" / "unnamed")  # data durable, directory entry not
+        fsync_file(mnt / "dir" / "unnamed")  # data durable, directory entry not
         (mnt / "volatile").write_bytes(b"gone")
         report = disk.cut()
         disk.mount()

@@ -5,25 +5,19 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import aetcd
 import pytest
 
 from tamto_auth.identities import KEYS_PREFIX, ApiKeyStore, KeyRecord
 from tamto_common.apikeys import ApiKey, new_api_key
-from tamto_common.config import parse_endpoints
 from tamto_common.errors import DataLoss, InvalidArgument, NotFound, Unauthenticated
-from tamto_common.membership import connect_etcd
 
 
 @pytest.fixture
-async def etcd(etcd_endpoint: str) -> AsyncIterator[aetcd.Client]:
-    client = await connect_etcd(parse_endpoints(etcd_endpoint))
-    try:
-        yield client
-    finally:
-        await client.close()
+def etcd(etcd_client: aetcd.Client) -> aetcd.Client:
+    return etcd_client
 
 
 @pytest.fixture

@@ -60,6 +60,12 @@ def frame_position(batches: Sequence[StoredBatch], index: int) -> int:
     return sum(HEADER_SIZE + len(b.arrow_ipc) for b in batches[:index])
 
 
+async def append_batches(partition: Partition, epoch: int, base_offsets: range) -> None:
+    """Append `make_batch(base)` for each base offset, one append each, as `epoch`."""
+    for base in base_offsets:
+        await partition.append(epoch, [make_batch(base)])
+
+
 def wal_files(partition_dir: Path) -> list[Path]:
     return sorted((partition_dir / "_wal").glob("*.log"))
 

@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from storage_testkit import check_batch, make_batch, payloads, read_all
+from storage_testkit import append_batches, check_batch, make_batch, payloads, read_all
 
 from tamto_common.errors import FailedPrecondition
 from tamto_protocol.segment import read_manifest, segment_file_name
@@ -49,12 +49,10 @@ async def stale_tail(store: PartitionStore, sealed_to: int = 30) -> Partition:
     the partition is open for epoch 2 (the new owner)."""
     partition = await store.get(STREAM, 0)
     await partition.open(1)
-    for base in range(0, sealed_to, 3):
-        await partition.append(1, [make_batch(base)])
+    await append_batches(partition, 1, range(0, sealed_to, 3))
     assert store.sealer is not None
     await store.sealer.seal_all()
-    for base in range(sealed_to, sealed_to + 6, 3):
-        await partition.append(1, [make_batch(base)])
+    await append_batches(partition, 1, range(sealed_to, sealed_to + 6, 3))
     await partition.open(2)
     return partition
 

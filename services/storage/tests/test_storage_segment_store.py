@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pyarrow.dataset as ds
 import pytest
-from storage_testkit import make_batch, wal_files
+from storage_testkit import append_batches, wal_files
 
 from tamto_common.errors import InvalidArgument
 from tamto_local.ports import free_port
@@ -20,7 +20,7 @@ from tamto_storage.iceberg import NAME_MAPPING, IcebergTables
 from tamto_storage.metrics import STORE_ERRORS
 from tamto_storage.model import PartitionId
 from tamto_storage.publisher import Publisher
-from tamto_storage.sealer import SealOptions
+from tamto_storage.sealer import Sealer, SealOptions
 from tamto_storage.segment_store import SegmentStore, StoredSegment, is_data_dir, overlapped
 from tamto_storage.store import PartitionStore, partition_dir
 from tamto_storage.store_cache import CACHE_DIR, StoreCache
@@ -62,16 +62,29 @@ class Node:
         """Append batches of three messages from `first` to `last` (exclusive)."""
         partition = await self.store.get(PID.stream, PID.partition)
         await partition.open(1)
-        for base in range(first, last, 3):
-            await partition.append(1, [make_batch(base)])
+        await append_batches(partition, 1, range(first, last, 3))
 
-    async def seal(self) -> None:
+    @property
+    def sealer(self) -> Sealer:
+        """The store's sealer (it has one: the node publishes through it)."""
         sealer = self.store.sealer
         assert sealer is not None
-        await sealer.seal_all()
+        return sealer
+
+    async def seal(self) -> None:
+        await self.sealer.seal_all()
 
     def wal_starts(self) -> list[int]:
         return [int(f.stem) for f in wal_files(partition_dir(self.data, PID))]
+
+
+def publishing_node(data: Path, store: SegmentStore, tables: IcebergTables | None = None) -> Node:
+    """A node publishing into `store` (a segment per batch) that keeps what retention
+    drops there for an hour: the tests end the grace period themselves."""
+    node = Node(data, store, segment_bytes=1, tables=tables)
+    node.publishes = True
+    node.publisher.retention_grace_s = 3600.0
+    return node
 
 
 def offsets_in(store_dir: Path) -> list[int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_storage_segment_store import PID, Node
+from test_storage_segment_store import PID, Node, publishing_node
 from test_storage_store_reads import store_of_kind
 
 from tamto_local.s3 import S3Spec
@@ -41,11 +41,8 @@ async def test_segments_interest_retention_dropped_leave_the_store_after_the_gra
 ) -> None:
     prefix = f"interest-{tmp_path.name}"
     store, location = store_of_kind(kind, prefix, PID.stream, tmp_path, s3_server, monkeypatch)
-    node = Node(tmp_path / "a", store, segment_bytes=1)
-    node.publishes = True
-    node.publisher.retention_grace_s = 3600.0
-    sealer = node.store.sealer
-    assert sealer is not None
+    node = publishing_node(tmp_path / "a", store)
+    sealer = node.sealer
     try:
         await node.append(0, 12)  # four segments: 0-2, 3-5, 6-8, 9-11
         await node.seal()
@@ -86,8 +83,7 @@ async def test_interest_retention_leaves_segments_the_store_lacks_alone(tmp_path
     until the store has them, then go (the store never misses a range)."""
     store = SegmentStore.open((tmp_path / "store").as_uri())
     node = Node(tmp_path / "a", store, segment_bytes=1)  # not the publisher yet
-    sealer = node.store.sealer
-    assert sealer is not None
+    sealer = node.sealer
     try:
         await node.append(0, 12)
         await node.seal()

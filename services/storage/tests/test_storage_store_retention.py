@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from storage_testkit import payload_for
-from test_storage_segment_store import PID, Node
+from test_storage_segment_store import PID, Node, publishing_node
 
 from tamto_protocol.segment import segment_file_name
 from tamto_storage.iceberg import IcebergTables
@@ -31,11 +31,8 @@ async def test_retention_removes_expired_objects_from_the_manifest_the_table_and
 ) -> None:
     store = SegmentStore.open((tmp_path / "store").as_uri())
     tables = IcebergTables(f"sqlite:///{tmp_path / 'iceberg.db'}", store)
-    node = Node(tmp_path / "a", store, segment_bytes=1, tables=tables)
-    node.publishes = True
-    node.publisher.retention_grace_s = 3600.0
-    sealer = node.store.sealer
-    assert sealer is not None
+    node = publishing_node(tmp_path / "a", store, tables)
+    sealer = node.sealer
     try:
         await node.append(0, 12)
         await node.seal()
@@ -74,11 +71,8 @@ async def test_the_grace_period_is_kept_in_the_store_manifest_across_a_restart(
     tmp_path: Path,
 ) -> None:
     store = SegmentStore.open((tmp_path / "store").as_uri())
-    node = Node(tmp_path / "a", store, segment_bytes=1)
-    node.publishes = True
-    node.publisher.retention_grace_s = 3600.0
-    sealer = node.store.sealer
-    assert sealer is not None
+    node = publishing_node(tmp_path / "a", store)
+    sealer = node.sealer
     try:
         await node.append(0, 12)
         await node.seal()
@@ -97,8 +91,7 @@ async def test_the_grace_period_is_kept_in_the_store_manifest_across_a_restart(
     again = Node(tmp_path / "a", store, segment_bytes=1)
     again.publishes = True
     again.publisher.retention_grace_s = 0.0
-    sealer = again.store.sealer
-    assert sealer is not None
+    sealer = again.sealer
     try:
         await again.store.get(PID.stream, PID.partition)
         await sealer.publish_all()

@@ -7,7 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from storage_testkit import OpenPartition, check_batch, make_batch, payloads, read_all, wal_files
+from storage_testkit import (
+    OpenPartition,
+    append_batches,
+    check_batch,
+    make_batch,
+    payloads,
+    read_all,
+    wal_files,
+)
 
 from tamto_common.errors import FailedPrecondition
 from tamto_storage.model import StoredBatch
@@ -29,8 +37,7 @@ async def test_a_tail_spanning_wal_files_is_dropped_durably_and_rewritten(
 ) -> None:
     partition = await load(TWO_FRAMES)
     await partition.open(1)
-    for base in range(0, 30, 3):
-        await partition.append(1, [make_batch(base)])
+    await append_batches(partition, 1, range(0, 30, 3))
     assert len(wal_files(pdir)) == 5
     await partition.open(2)  # the new owner
     assert await partition.truncate(2, 9) == 9
@@ -55,8 +62,7 @@ async def test_truncating_at_a_files_first_frame_keeps_it_empty_with_the_next_of
 ) -> None:
     partition = await load(SMALL_FILES)
     await partition.open(1)
-    for base in range(0, 30, 3):
-        await partition.append(1, [make_batch(base)])
+    await append_batches(partition, 1, range(0, 30, 3))
     cut = int(wal_files(pdir)[1].stem)  # the base offset of the second file's first frame
     await partition.open(2)
     assert await partition.truncate(2, cut) == cut

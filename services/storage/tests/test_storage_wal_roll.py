@@ -6,12 +6,22 @@ import asyncio
 import shutil
 from pathlib import Path
 
-from storage_testkit import OpenPartition, check_batch, make_batch, wal_files
+from storage_testkit import OpenPartition, append_batches, check_batch, make_batch, wal_files
 
+from tamto_storage.partition import Partition
 from tamto_storage.wal import WalOptions, create_wal_file
 from tamto_storage.wal_recovery import wal_file_name
 
 SMALL_FILES = WalOptions(file_bytes=600)
+
+
+async def sealed_partition(load: OpenPartition) -> Partition:
+    """A partition holding offsets 0-5 in two batches, both sealed."""
+    partition = await load()
+    await partition.open(1)
+    await partition.append(1, [make_batch(0), make_batch(3)])
+    await partition.seal(1 << 20)
+    return partition
 
 
 async def test_a_fully_sealed_wal_keeps_only_an_empty_file_named_by_the_next_offset(
@@ -19,8 +29,7 @@ async def test_a_fully_sealed_wal_keeps_only_an_empty_file_named_by_the_next_off
 ) -> None:
     partition = await load(SMALL_FILES)
     await partition.open(1)
-    for base in range(0, 30, 3):
-        await partition.append(1, [make_batch(base)])
+    await append_batches(partition, 1, range(0, 30, 3))
     await partition.seal(1 << 20)
     assert await partition.trim_wal() > 0
     [only] = wal_files(pdir)
@@ -39,10 +48,7 @@ async def test_a_fully_sealed_wal_keeps_only_an_empty_file_named_by_the_next_off
 async def test_an_empty_wal_after_a_restart_still_knows_the_next_offset(
     load: OpenPartition, pdir: Path
 ) -> None:
-    partition = await load()
-    await partition.open(1)
-    await partition.append(1, [make_batch(0), make_batch(3)])
-    await partition.seal(1 << 20)
+    partition = await sealed_partition(load)
     await partition.trim_wal()
     await partition.close()
     again = await load()
@@ -69,10 +75,7 @@ async def test_no_roll_while_an_append_is_unsealed_or_in_flight(load: OpenPartit
 async def test_a_crash_between_creating_the_new_file_and_dropping_the_old(
     load: OpenPartition, pdir: Path
 ) -> None:
-    partition = await load()
-    await partition.open(1)
-    await partition.append(1, [make_batch(0), make_batch(3)])
-    await partition.seal(1 << 20)
+    partition = await sealed_partition(load)
     kept = pdir.parent / "kept.log"
     shutil.copy(wal_files(pdir)[0], kept)  # the old file, as a crash would leave it
     await partition.trim_wal()

@@ -2,7 +2,7 @@
 
 It lives here, not in the launcher (`tamto_local`), because clients read it too: the
 CLI's client commands find their API key in it without the server packages installed.
-The launcher makes the file (`tamto_local.cluster.dev_credential`); this reads it.
+The launcher makes the file (`tamto_local.layout.dev_credential`); this reads it.
 """
 
 from __future__ import annotations

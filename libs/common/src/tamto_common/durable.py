@@ -42,6 +42,15 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: Path) -> None:
+    """Fsync a file's data and size, through a descriptor of its own."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_atomic(
     path: Path, data: bytes | Callable[[BinaryIO], object], *, mode: int = 0o644
 ) -> None:

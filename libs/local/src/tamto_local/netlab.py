@@ -118,7 +118,7 @@ class NetworkLab:
     def placement(self) -> dict[str, tuple[str, tuple[str, ...]]]:
         """Where each node's storage node and router run (`ClusterConfig.placed`): node
         i's processes (`storage`, `router` for node 1, `storage-i`, `router-i` after, as
-        `tamto_local.cluster.node_processes` names them) in its namespace, on its address."""
+        `tamto_local.layout.node_processes` names them) in its namespace, on its address."""
         return {
             (service if i == 1 else f"{service}-{i}"): (self.address(i), self.argv_prefix(i))
             for i in range(1, len(self._nodes) + 1)

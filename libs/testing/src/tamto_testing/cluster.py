@@ -8,7 +8,7 @@ them again with `start`, and read their logs from `<workdir>/logs/<service>.log`
 (`storage`, `storage-2`, ..., `router`, `router-2`, ...: each its own port,
 instance id and data directory `<workdir>/node-<i>/<service>`) and two
 gateways (`gateway`, `gateway-2`): the processes of `tamto up --nodes N`
-(`tamto_local.cluster.node_processes`).
+(`tamto_local.layout.node_processes`).
 
 `host` is the address every service binds and advertises (127.0.0.1 by default;
 a partition test gives the root end of a `tamto_testing.netns.Netns` veth, which
@@ -33,7 +33,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.ledgers import LEDGERS, LedgerList
 from tamto_common.membership import connect_etcd, list_members
 from tamto_common.tls import TlsMaterial
-from tamto_local.cluster import (
+from tamto_local.layout import (
     ALL_SERVICES,
     ServiceEnv,
     dev_credential,

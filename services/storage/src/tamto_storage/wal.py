@@ -35,7 +35,7 @@ from pathlib import Path
 
 import structlog
 
-from tamto_common.durable import fsync_dir, make_dirs
+from tamto_common.durable import fsync_dir, fsync_file, make_dirs
 from tamto_common.errors import FailedPrecondition, TamtoError, Unavailable
 from tamto_storage.frame import HEADER_SIZE, encode_header
 from tamto_storage.model import StoredBatch
@@ -376,7 +376,7 @@ class Wal(GroupCommit):
             )
         later = {e.file for e in dropped} - {first.file}
         self._discard_from(first.file, first.position, later)
-        _fsync_file(first.file)
+        fsync_file(first.file)
         fsync_dir(self._dir)
         kept = len(self._entries) - len(dropped)
         self._entries = self._entries[:kept]
@@ -499,12 +499,3 @@ def create_wal_file(path: Path) -> None:
     """Create an (empty) WAL file durably without truncating it (blocking)."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
     fsync_dir(path.parent)
-
-
-def _fsync_file(path: Path) -> None:
-    """fsync a file's data and size (blocking)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,3 +77,37 @@ def pyplot() -> Any:
         ) from None
     matplotlib.use("Agg")
     return importlib.import_module("matplotlib.pyplot")
+
+
+def save_chart(
+    figure: Any, axes: Any, path: Path, title: str, x_label: str, y_label: str, *, dates: bool
+) -> Path:
+    """Title, label and legend a chart drawn on `axes`, write it to `path` as a PNG
+    and free it; `dates`: the x axis is times, its labels slanted to fit."""
+    axes.set_title(title)
+    axes.set_xlabel(x_label)
+    axes.set_ylabel(y_label)
+    axes.legend()
+    if dates:
+        figure.autofmt_xdate()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    pyplot().close(figure)
+    return path
+
+
+def add_chart_option(parser: argparse.ArgumentParser) -> None:
+    """The `--no-chart` flag of a pipeline that draws a chart."""
+    parser.add_argument(
+        "--no-chart", action="store_true", help="no PNG chart (needs no matplotlib)"
+    )
+
+
+def check_charts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Exit with the parser's usage error if a chart is wanted and matplotlib is missing,
+    before Spark starts."""
+    if not args.no_chart:
+        try:
+            pyplot()
+        except ChartsUnavailable as exc:
+            parser.error(str(exc))

@@ -22,10 +22,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tamto_spark.pipelines.common import (
-    ChartsUnavailable,
+    add_chart_option,
+    check_charts,
     format_table,
     pyplot,
     read_stream,
+    save_chart,
     write_parquet,
 )
 from tamto_spark.session import spark_session
@@ -129,14 +131,15 @@ def _chart(rows: list[dict[str, Any]], path: Path, stream: str) -> Path:
         ]
         axes.bar([str(c) for c in counts], heights, bottom=bottom, label=reason)
         bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
-    axes.set_title(f"{stream}: dead letters by delivery count")
-    axes.set_xlabel("deliveries before dead-lettering")
-    axes.set_ylabel("messages")
-    axes.legend()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    return save_chart(
+        figure,
+        axes,
+        path,
+        f"{stream}: dead letters by delivery count",
+        "deliveries before dead-lettering",
+        "messages",
+        dates=False,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -145,15 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--stream", required=True, help="the stream whose dead letters to report")
     parser.add_argument("--dlq-stream", default="", help="default: <stream>.dlq")
     parser.add_argument("--out", required=True, help="directory for Parquet outputs and the chart")
-    parser.add_argument(
-        "--no-chart", action="store_true", help="no PNG chart (needs no matplotlib)"
-    )
+    add_chart_option(parser)
     args = parser.parse_args(argv)
-    if not args.no_chart:
-        try:
-            pyplot()
-        except ChartsUnavailable as exc:
-            parser.error(str(exc))
+    check_charts(parser, args)
     spark = spark_session("tamto-dead-letter-report")
     dlq = args.dlq_stream or f"{args.stream}.dlq"
     report = run(spark, args.data_dir, dlq, args.out, chart=not args.no_chart)

@@ -19,10 +19,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tamto_spark.pipelines.common import (
-    ChartsUnavailable,
+    add_chart_option,
+    check_charts,
     format_table,
     pyplot,
     read_stream,
+    save_chart,
     write_parquet,
 )
 from tamto_spark.session import spark_session
@@ -131,15 +133,8 @@ def _chart(minutes: list[dict[str, Any]], path: Path, stream: str) -> Path:
             marker="o",
             label=f"partition {partition}",
         )
-    axes.set_title(f"{stream}: messages per minute")
-    axes.set_xlabel("minute (UTC)")
-    axes.set_ylabel("messages")
-    axes.legend()
-    figure.autofmt_xdate()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(figure)
-    return path
+    title = f"{stream}: messages per minute"
+    return save_chart(figure, axes, path, title, "minute (UTC)", "messages", dates=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -147,18 +142,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-dir", required=True, help="storage's data directory")
     parser.add_argument("--stream", required=True)
     parser.add_argument("--out", required=True, help="directory for Parquet outputs and the chart")
-    parser.add_argument(
-        "--no-chart", action="store_true", help="no PNG chart (needs no matplotlib)"
-    )
+    add_chart_option(parser)
     parser.add_argument("--top", type=int, default=10, help="how many keys to list")
     parser.add_argument("--start-time", default="", help="ISO-8601 publish time to start at")
     parser.add_argument("--end-time", default="", help="ISO-8601 publish time to stop before")
     args = parser.parse_args(argv)
-    if not args.no_chart:
-        try:
-            pyplot()
-        except ChartsUnavailable as exc:
-            parser.error(str(exc))
+    check_charts(parser, args)
     spark = spark_session("tamto-traffic-report")
     report = run(
         spark,
