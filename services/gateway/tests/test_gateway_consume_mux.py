@@ -27,7 +27,9 @@ from prometheus_client import REGISTRY
 from tamto_common.channels import peer_channel
 from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
 from tamto_gateway.consume import FanOut
+from tamto_gateway.consume_follow import ConsumeFollower
 from tamto_gateway.consume_mux import Mux, Muxes, MuxSession
+from tamto_gateway.routing import Routes
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.delivery_wire import (
     consume_delivery,
@@ -304,6 +306,9 @@ class MuxUpstream:
     address: str
     channel: grpc.aio.Channel
     muxes: Muxes
+
+    def __post_init__(self) -> None:
+        self.follower = ConsumeFollower(cast(Routes, self), self.muxes)
 
     @property
     def routes(self) -> MuxUpstream:
