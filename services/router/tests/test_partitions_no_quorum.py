@@ -118,7 +118,7 @@ async def test_an_outage_of_two_replicas_uses_one_epoch_at_most(
 
 
 async def test_a_claim_whose_open_failed_is_handed_back(etcd_client: aetcd.Client) -> None:
-    """The hand-back loop releases what `claimed` lists: a claim kept for the next
+    """The hand-back loop releases what `held` lists: a claim kept for the next
     open (its replicas did not answer) is listed too, so a partition the gateways
     route to another router is not held by this one for as long as its lease lives."""
     stream = f"unopened-{uuid.uuid4().hex[:8]}"
@@ -152,9 +152,9 @@ async def test_a_claim_whose_open_failed_is_handed_back(etcd_client: aetcd.Clien
         with pytest.raises(Unavailable, match="no quorum"):
             await partitions.get(stream, 0)
         assert await etcd_client.get(owner_key) is not None  # claimed, not opened
-        assert partitions.claimed() == [(stream, 0)]
+        assert partitions.held() == [(stream, 0)]
         await partitions.hand_back(stream, 0)
-        assert partitions.claimed() == []
+        assert partitions.held() == []
         assert await etcd_client.get(owner_key) is None
     finally:
         await partitions.close()

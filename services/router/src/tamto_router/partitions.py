@@ -474,10 +474,14 @@ class Partitions:
         return [k for k, x in self._logs.items() if x.failure is None]
 
     def claimed(self) -> list[tuple[str, int]]:
-        """The (stream, partition) pairs this router holds a claim on, those whose open
-        failed (or was cancelled) before their ledger was recorded included: the
-        hand-back loop must release those too, or a partition the gateways route
-        elsewhere stays owned by this router for as long as its lease lives."""
+        """The (stream, partition) pairs this router holds a claim on."""
+        return list(self._claims)
+
+    def held(self) -> list[tuple[str, int]]:
+        """`claimed`, and the claims whose open failed (or was cancelled) before their
+        ledger was recorded: what the hand-back loop gives up when another router owns
+        it, or a partition the gateways route elsewhere stays owned by this router for
+        as long as its lease lives."""
         return [*self._claims, *(k for k in self._unopened if k not in self._claims)]
 
     async def hand_back(self, stream: str, partition: int) -> None:
