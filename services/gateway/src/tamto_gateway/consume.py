@@ -131,6 +131,8 @@ class FanOut:
         the others wait their turn, so a crowd attaching cannot starve publishes of
         the event loop.
         """
+        # Followed from the first owner looked up: a change while it opens is seen.
+        self._upstream.follower.add(self)
         by_router: dict[str, list[int]] = {}
         for p in partitions:
             address = await self._upstream.routes.router_for(self._subscribe.stream, p)
@@ -151,7 +153,6 @@ class FanOut:
                     await call.write(messages_pb2.ConsumeRequest(subscribe=sub))
                 if not isinstance(call, MuxSession):
                     self._tasks.append(asyncio.create_task(self._pump(address, call)))
-        self._upstream.follower.add(self)
 
     def follow(self, owner_now: OwnerNow) -> None:
         """End the client's stream UNAVAILABLE if one of its partitions is another

@@ -22,7 +22,8 @@ view, `tamto_gateway.routing.Routes`): after every change, and every
   connection, not the old one that may still be waiting out TCP's backoff.
 
 One task for the gateway, whatever the number of sessions: a crowd of consumers
-costs a set of weak references, and a look at each session's owners on a change.
+costs a set of weak references, and a look at each session's owners when the view
+changed (the tick looks only if it did).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class ConsumeFollower:
         self._muxes = muxes
         self._sessions: weakref.WeakSet[Follows] = weakref.WeakSet()
         self._task: asyncio.Task[None] | None = None
+        self._checked: tuple[object, object] | None = None  # the view last looked at
 
     def add(self, session: Follows) -> None:
         self._sessions.add(session)
@@ -89,6 +91,11 @@ class ConsumeFollower:
     async def check(self) -> None:
         """Close the muxes of routers gone from the directory, and end the sessions
         whose partitions moved."""
+        view = self._routes.view()
+        last = self._checked
+        if last is not None and view[0] is last[0] and view[1] is last[1]:
+            return
+        self._checked = view
         routers = self._routes.router_addresses()
         if routers:  # an empty view (etcd restarting) says nothing about one router
             await self._muxes.close_all_but(routers)

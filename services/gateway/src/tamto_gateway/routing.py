@@ -74,6 +74,12 @@ class Routes:
         self._owners[(stream, partition)] = owner
         return owner
 
+    def view(self) -> tuple[object, object]:
+        """What the owners follow from: the directory's routers and the placement, each
+        replaced (not changed in place) when it changes, so compared by identity."""
+        decided = self._placement.current if self._placement is not None else self._decided
+        return self._directory.members("router"), decided
+
     def router_addresses(self) -> set[str]:
         """The addresses of the registered routers, by the current view."""
         return set(self._current()[1].values())
