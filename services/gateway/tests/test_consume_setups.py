@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from tamto_gateway.consume import FanOut
+from tamto_gateway.consume_follow import ConsumeFollower
+from tamto_gateway.consume_mux import Muxes
+from tamto_gateway.routing import Routes
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.v1 import messages_pb2
 from tamto_testing.waiting import eventually
@@ -70,6 +73,7 @@ class FakeUpstream:
 
     def __init__(self, setups: Setups, limit: int) -> None:
         self.routes = FakeRoutes()
+        self.follower = ConsumeFollower(cast(Routes, self.routes), Muxes(1.0))
         self.limit = limit
         self.gates: dict[str, asyncio.Semaphore] = {}
         self.calls: list[FakeCall] = []

@@ -27,7 +27,9 @@ from prometheus_client import REGISTRY
 from tamto_common.channels import peer_channel
 from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
 from tamto_gateway.consume import FanOut
+from tamto_gateway.consume_follow import ConsumeFollower
 from tamto_gateway.consume_mux import Mux, Muxes, MuxSession
+from tamto_gateway.routing import Routes
 from tamto_gateway.upstream import Upstream
 from tamto_protocol.delivery_wire import (
     consume_delivery,
@@ -305,6 +307,9 @@ class MuxUpstream:
     channel: grpc.aio.Channel
     muxes: Muxes
 
+    def __post_init__(self) -> None:
+        self.follower = ConsumeFollower(cast(Routes, self), self.muxes)
+
     @property
     def routes(self) -> MuxUpstream:
         return self  # every partition on this one router
@@ -378,3 +383,34 @@ async def test_a_closed_fan_out_is_freed_without_waiting_for_a_collection() -> N
             assert freed() is None, "the closed fan-out is still held"
         finally:
             gc.enable()
+
+
+async def test_sessions_follow_their_partitions_owners() -> None:
+    """A session whose partition is another router's now ends UNAVAILABLE ("moved"),
+    one reading only partitions that stayed goes on, and the mux to a router gone
+    from the directory is closed, ending its sessions: a router cut off by the
+    network ends nothing itself (`tamto_gateway.consume_follow`)."""
+    router = Router()
+    async with connected(router) as (address, channel, muxes):
+        upstream = MuxUpstream(address, channel, muxes)
+        moving = FanOut(cast(Upstream, upstream), messages_pb2.Subscribe(stream="s"))
+        staying = FanOut(cast(Upstream, upstream), messages_pb2.Subscribe(stream="s"))
+        await moving.open([0, 1])
+        await staying.open([0])
+        owners = {0: address, 1: "elsewhere:1"}
+        for fan in (moving, staying):
+            fan.follow(lambda _stream, partition: owners[partition])
+        with pytest.raises(Unavailable, match="partition s/1 moved"):
+            await asyncio.wait_for(anext(moving.responses()), 10)
+        await eventually(lambda: len(router.sessions_subscribed()) == 2, 10, "2 subscribes")
+        router.send(delivery(router.sessions_subscribed()[1], 7))
+        view = parse_consume_response(await asyncio.wait_for(anext(staying.responses()), 10))
+        assert view is not None
+        assert view.batch.base_offset == 7
+
+        await muxes.close_all_but({"another:1"})
+        with pytest.raises(Unavailable, match="its router left the directory"):
+            await asyncio.wait_for(anext(staying.responses()), 10)
+        assert muxes.sessions() == {}
+        for fan in (moving, staying):
+            await fan.close()

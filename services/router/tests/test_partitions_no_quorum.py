@@ -18,7 +18,7 @@ from tamto_common.errors import Unavailable
 from tamto_common.ledgers import LedgerList, read_ledgers
 from tamto_common.streams import StreamDef
 from tamto_router.model import Batch, LogBounds
-from tamto_router.ownership import EPOCHS
+from tamto_router.ownership import EPOCHS, OWNERS
 from tamto_router.partitions import Partitions
 from tamto_router.storage_client import StorageClient
 
@@ -112,6 +112,50 @@ async def test_an_outage_of_two_replicas_uses_one_epoch_at_most(
         assert await epoch_of(etcd_client, stream) == 1
         ledgers = await read_ledgers(etcd_client, stream, 0)
         assert [ledger.epoch for ledger in ledgers.ledgers] == [1]
+    finally:
+        await partitions.close()
+        await lease.revoke()
+
+
+async def test_a_claim_whose_open_failed_is_handed_back(etcd_client: aetcd.Client) -> None:
+    """The hand-back loop releases what `held` lists: a claim kept for the next
+    open (its replicas did not answer) is listed too, so a partition the gateways
+    route to another router is not held by this one for as long as its lease lives."""
+    stream = f"unopened-{uuid.uuid4().hex[:8]}"
+    replicas = {node: Replica() for node in NODES}
+    for node in ("storage-b", "storage-c"):
+        replicas[node].down = True
+
+    def replicas_for(
+        s: str, p: int, ledgers: LedgerList, r: int
+    ) -> tuple[tuple[str, ...], dict[str, StorageClient]]:
+        return NODES, replicas  # type: ignore[return-value]
+
+    async def stream_def(name: str) -> StreamDef:
+        return StreamDef(name, 1, replication_factor=3, ack_quorum=2)
+
+    def no_single_node(s: str, p: int, ledgers: LedgerList) -> tuple[str, StorageClient]:
+        raise AssertionError("a replicated partition has no single storage node")
+
+    lease = await etcd_client.lease(30)
+    partitions = Partitions(
+        etcd_client,
+        lambda: lease,
+        "router-1",
+        no_single_node,
+        claim_timeout_s=5.0,
+        stream_def=stream_def,
+        replicas_for=replicas_for,
+    )
+    owner_key = f"{OWNERS}{stream}/0".encode()
+    try:
+        with pytest.raises(Unavailable, match="no quorum"):
+            await partitions.get(stream, 0)
+        assert await etcd_client.get(owner_key) is not None  # claimed, not opened
+        assert partitions.held() == [(stream, 0)]
+        await partitions.hand_back(stream, 0)
+        assert partitions.held() == []
+        assert await etcd_client.get(owner_key) is None
     finally:
         await partitions.close()
         await lease.revoke()

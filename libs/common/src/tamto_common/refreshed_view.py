@@ -11,6 +11,7 @@ fresh event) whenever a refresh finds something different.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from typing import Self
 
 import structlog
@@ -65,3 +66,13 @@ class RefreshedView:
                 await self.refresh()
             except Exception as exc:
                 self.refresh_failed(exc, wait_s)
+
+
+async def next_change(views: Iterable[RefreshedView], timeout_s: float) -> None:
+    """Until one of `views` changes, or `timeout_s` passes."""
+    changes = [asyncio.ensure_future(view.changed.wait()) for view in views]
+    try:
+        await asyncio.wait(changes, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in changes:
+            waiting.cancel()

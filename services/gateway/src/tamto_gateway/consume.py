@@ -19,7 +19,9 @@ moved to another router). The price is the bound: the client may hold up to
 `credits` messages per router of its session, not per session.
 
 If any router stream fails, the client's stream ends with that error, and the
-SDK reconnects (the routers redeliver what was unacked).
+SDK reconnects (the routers redeliver what was unacked). So does it when one of
+its partitions is another router's now (`follow`, called by
+`tamto_gateway.consume_follow`): a router cut off by the network ends nothing.
 
 Ending with an error is a handshake on both hops (`messages.proto` StreamError):
 a router announces its status in-band (on a stream of its own; a mux session's
@@ -44,6 +46,7 @@ from prometheus_client import Gauge
 from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
 from tamto_common.grpc_errors import downstream_error, error_for, in_band_status
 from tamto_common.subscribe import check_range_count
+from tamto_gateway.consume_follow import OwnerNow
 from tamto_gateway.consume_mux import MuxSession
 from tamto_gateway.upstream import RouterConsume, Upstream
 from tamto_protocol.delivery_wire import consume_error, parse_consume_error
@@ -119,6 +122,7 @@ class FanOut:
         self._ending: set[str] = set()  # routers that announced the end of their stream
         #: The error a request of the client caused (the session then ends with it).
         self.failure: TamtoError | None = None
+        self._moved = False  # `follow` found a partition on another router
 
     async def open(self, partitions: list[int]) -> None:
         """Open a stream to each router owning some of `partitions` and subscribe.
@@ -127,6 +131,8 @@ class FanOut:
         the others wait their turn, so a crowd attaching cannot starve publishes of
         the event loop.
         """
+        # Followed from the first owner looked up: a change while it opens is seen.
+        self._upstream.follower.add(self)
         by_router: dict[str, list[int]] = {}
         for p in partitions:
             address = await self._upstream.routes.router_for(self._subscribe.stream, p)
@@ -147,6 +153,19 @@ class FanOut:
                     await call.write(messages_pb2.ConsumeRequest(subscribe=sub))
                 if not isinstance(call, MuxSession):
                     self._tasks.append(asyncio.create_task(self._pump(address, call)))
+
+    def follow(self, owner_now: OwnerNow) -> None:
+        """End the client's stream UNAVAILABLE if one of its partitions is another
+        router's now: the SDK subscribes again, through the new owner."""
+        if self._moved or self._finishing:
+            return
+        stream = self._subscribe.stream
+        for partition, address in self._owner_of.items():
+            owner = owner_now(stream, partition)
+            if owner is not None and owner != address:
+                self._moved = True
+                self._out.put_nowait(Unavailable(f"partition {stream}/{partition} moved"))
+                return
 
     async def _pump(self, address: str, call: grpc.aio.StreamStreamCall) -> None:
         """A router `Consume` stream's responses, as a mux hands a session's over."""
@@ -299,6 +318,7 @@ class FanOut:
         """Cancel the router sessions: on a mux one message each, at once; a
         `Consume` stream of its own in its turn (`Upstream.consume_setups`), as
         cancelling a gRPC call is gRPC core's work on the event loop."""
+        self._upstream.follower.discard(self)
         try:
             for address, call in self._calls.items():
                 if isinstance(call, MuxSession):

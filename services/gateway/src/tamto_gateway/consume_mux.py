@@ -297,9 +297,9 @@ class Mux:
             if task is not current:
                 task.cancel()
 
-    async def close(self) -> None:
+    async def close(self, why: str = "the gateway is stopping") -> None:
         """End the stream (the router abandons what sessions are left) and its tasks."""
-        self._fail("the gateway is stopping")
+        self._fail(why)
         for task in (self._writer, self._reader):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -353,6 +353,13 @@ class Muxes:
         if stale is not None:
             await stale[1].close()
         return mux
+
+    async def close_all_but(self, addresses: set[str]) -> None:
+        """Close the muxes to routers not at `addresses` (gone from the directory): their
+        sessions end UNAVAILABLE, and a router coming back gets a new connection."""
+        for address in [a for a in self._open if a not in addresses]:
+            _channel, mux = self._open.pop(address)
+            await mux.close("its router left the directory")
 
     def sessions(self) -> dict[str, int]:
         """Open sessions per router address."""

@@ -10,6 +10,7 @@ import aetcd
 from tamto_common.errors import Unavailable
 from tamto_common.membership import MemberDirectory
 from tamto_common.placement import OWNERS_PREFIX, Placement, PlacementView
+from tamto_common.refreshed_view import RefreshedView, next_change
 from tamto_common.ring import HashRing
 
 _MAX_OWNERS = 100_000
@@ -50,20 +51,45 @@ class Routes:
 
     async def router_for(self, stream: str, partition: int) -> str:
         """The address of the router owning the partition (refreshing once on a miss)."""
+        owner = self.owner_now(stream, partition)
+        if owner is None:
+            await self._directory.refresh()
+            owner = self.owner_now(stream, partition)
+        if owner is None:
+            raise Unavailable("no router is registered")
+        return owner
+
+    def owner_now(self, stream: str, partition: int) -> str | None:
+        """The address of the router owning the partition by the current view (None
+        while no router is registered)."""
         ring, members = self._current()
         owner = self._owners.get((stream, partition))
         if owner is not None:
             return owner
         if not ring:
-            await self._directory.refresh()
-            ring, members = self._current()
-        if not ring:
-            raise Unavailable("no router is registered")
+            return None
         owner = members[self._decided.owner(members.keys(), stream, partition, ring)]
         if len(self._owners) >= _MAX_OWNERS:
             self._owners.clear()
         self._owners[(stream, partition)] = owner
         return owner
+
+    def view(self) -> tuple[object, object]:
+        """What the owners follow from: the directory's routers and the placement, each
+        replaced (not changed in place) when it changes, so compared by identity."""
+        decided = self._placement.current if self._placement is not None else self._decided
+        return self._directory.members("router"), decided
+
+    def router_addresses(self) -> set[str]:
+        """The addresses of the registered routers, by the current view."""
+        return set(self._current()[1].values())
+
+    async def next_change(self, timeout_s: float) -> None:
+        """Until the routers or the placement decisions change, or `timeout_s` passes."""
+        views: list[RefreshedView] = [self._directory]
+        if self._placement is not None:
+            views.append(self._placement)
+        await next_change(views, timeout_s)
 
     async def lookup(self, stream: str, partitions: int) -> list[tuple[int, str, int]]:
         """(partition, owner's client address or "", epoch of its claim or 0) for each

@@ -49,6 +49,7 @@ async def setup(config: GatewayConfig, runtime: Runtime) -> None:
     routes = Routes(directory, runtime.etcd, placement)
     upstream = Upstream(routes, channels, config.upstream_timeout_s, config.consume_setups)
     runtime.resources.push_async_callback(upstream.close)
+    await runtime.resources.enter_async_context(upstream.follower)
     internal = TokenVerifier(upstream.jwks, config.token_issuer, config.token_audience)
     audit = AuditLog("gateway", config.audit_path, runtime.bus)
     runtime.resources.push_async_callback(audit.close)

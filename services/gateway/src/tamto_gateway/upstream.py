@@ -15,6 +15,7 @@ from tamto_common.channels import ChannelPool
 from tamto_common.errors import TamtoError
 from tamto_common.grpc_errors import downstream_error, error_for
 from tamto_common.message_traces import message_span
+from tamto_gateway.consume_follow import ConsumeFollower
 from tamto_gateway.consume_mux import Muxes, MuxSession
 from tamto_gateway.routing import Routes
 from tamto_protocol.pipelined import PipelinedCalls
@@ -77,6 +78,8 @@ class Upstream:
         self._setups: dict[str, asyncio.Semaphore] = {}
         #: Per router address: the one stream carrying this gateway's consume sessions.
         self.muxes = Muxes(timeout_s)
+        #: Keeps consume sessions on their partitions' owners (entered by the server).
+        self.follower = ConsumeFollower(routes, self.muxes)
 
     async def append(
         self, stream: str, partition: int, arrow_ipc: bytes, count: int, order: Order | None = None

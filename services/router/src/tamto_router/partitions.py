@@ -477,6 +477,13 @@ class Partitions:
         """The (stream, partition) pairs this router holds a claim on."""
         return list(self._claims)
 
+    def held(self) -> list[tuple[str, int]]:
+        """`claimed`, and the claims whose open failed (or was cancelled) before their
+        ledger was recorded: what the hand-back loop gives up when another router owns
+        it, or a partition the gateways route elsewhere stays owned by this router for
+        as long as its lease lives."""
+        return [*self._claims, *(k for k in self._unopened if k not in self._claims)]
+
     async def hand_back(self, stream: str, partition: int) -> None:
         """Give one partition up: it is another live router's share of the ring now
         (that router came back or joined). Its log is closed and the owner key

@@ -16,7 +16,6 @@ Two decisions, both from what etcd says now:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 
@@ -27,6 +26,7 @@ from tamto_common.errors import Unavailable
 from tamto_common.ledgers import LedgerList
 from tamto_common.membership import MemberDirectory
 from tamto_common.placement import GoneTargets, PlacementView
+from tamto_common.refreshed_view import next_change
 from tamto_common.ring import HashRing, partition_key
 from tamto_router.batch_cache import BatchCache
 from tamto_router.storage_client import StorageClient
@@ -183,14 +183,4 @@ class RouterShare:
 
     async def _next_change(self) -> None:
         """Until the members or the placement change, or `HAND_BACK_CHECK_S` passes."""
-        changes = [
-            asyncio.ensure_future(self._directory.changed.wait()),
-            asyncio.ensure_future(self._placement.changed.wait()),
-        ]
-        try:
-            await asyncio.wait(
-                changes, timeout=HAND_BACK_CHECK_S, return_when=asyncio.FIRST_COMPLETED
-            )
-        finally:
-            for waiting in changes:
-                waiting.cancel()
+        await next_change((self._directory, self._placement), HAND_BACK_CHECK_S)

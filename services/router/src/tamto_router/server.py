@@ -177,7 +177,7 @@ def _start_upkeep(
     HEALING.source = partitions.healing
 
     hand_back = asyncio.create_task(
-        share.hand_back_loop(partitions.claimed, partitions.hand_back), name="hand-back"
+        share.hand_back_loop(partitions.held, partitions.hand_back), name="hand-back"
     )
     auditing = asyncio.create_task(
         audit.run(audit_interval_s(config.rereplicate_after_s)), name="ledger-audit"
@@ -227,7 +227,7 @@ async def _follow_stream_deletions(runtime: Runtime, partitions: Partitions) -> 
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("bad stream event", error=str(exc))
             return
-        held = {k for k in [*partitions.claimed(), *partitions.open_logs()] if k[0] == stream}
+        held = {k for k in [*partitions.held(), *partitions.open_logs()] if k[0] == stream}
         for _, partition in sorted(held):
             try:
                 await partitions.hand_back(stream, partition)
