@@ -36,9 +36,7 @@ from tamto_local.infra import (
     wait_until,
 )
 
-# LaunchError is what `LocalCluster.start` raises; the service names and
-# `split_process` are how callers name the processes they hand to it.
-from tamto_local.layout import SERVICES as SERVICES
+# LaunchError is what `LocalCluster.start` raises.
 from tamto_local.layout import LaunchError as LaunchError
 from tamto_local.layout import (
     ServiceEnv,
@@ -48,8 +46,8 @@ from tamto_local.layout import (
     node_processes,
     service_argv,
     service_env,
+    split_process,
 )
-from tamto_local.layout import split_process as split_process
 from tamto_local.ports import free_port
 from tamto_local.process import LineSink, ManagedProcess
 from tamto_local.s3 import S3Spec, create_bucket, weed_argv

@@ -52,7 +52,8 @@ from tamto_cli.chaos.options import RECOVERY_LIMIT_S, ChaosOptions
 from tamto_cli.chaos.owners import overlaps, read_router_logs, tenures
 from tamto_cli.chaos.replicas import whole_replicas
 from tamto_common.membership import connect_etcd, list_members
-from tamto_local.cluster import ClusterConfig, LocalCluster, split_process
+from tamto_local.cluster import ClusterConfig, LocalCluster
+from tamto_local.layout import split_process
 from tamto_local.netlab import NetworkLab
 from tamto_local.ports import free_port
 

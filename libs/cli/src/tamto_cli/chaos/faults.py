@@ -21,8 +21,9 @@ from tamto_cli.chaos.network import NETWORK_KINDS, inject_network, node_names
 from tamto_cli.chaos.options import RECOVERY_LIMIT_S, ChaosOptions, PlannedFault
 from tamto_common.health import grpc_healthy
 from tamto_common.membership import connect_etcd
-from tamto_local.cluster import INFRA, LocalCluster, split_process
+from tamto_local.cluster import INFRA, LocalCluster
 from tamto_local.infra import tcp_open
+from tamto_local.layout import split_process
 from tamto_local.netlab import NetworkLab
 
 #: In the set of what is down while a network fault is in progress (one at a time).

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tamto_cli.chaos.network import NETWORK_KINDS
-from tamto_local.cluster import INFRA, MAX_NODES, SERVICES
+from tamto_local.cluster import INFRA, MAX_NODES
+from tamto_local.layout import SERVICES
 
 #: Every kind of process a fault can hit.
 TARGETS = (*INFRA, *SERVICES)
