@@ -1,6 +1,7 @@
-"""The latency phase's publish side: the publishers' publish→durable-ack
-times, each hop's mean server time over the phase and the messages per storage append,
-and the rows that show them (pure functions; no system is started)."""
+"""The latency phase's split: on the publish side the publishers' publish→durable-ack
+times, each hop's mean server time over the phase and the messages per storage append;
+on the deliver side the consumers' sequenced→deliver times; and the rows that show
+them (pure functions; no system is started)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from tamto_bench.report import rows
 from tamto_bench.runner import publish_side
+from tamto_bench.runner.stats import latency_summary
 from tamto_bench.spec import JobResult
 
 
@@ -69,10 +71,27 @@ def test_rows_show_the_publish_side_under_tamtos_latency() -> None:
         "publish_ack_p50_ms": 8.5,
         "hops_ms": {"gateway_publish": 6.0, "router_append": 4.0, "storage_append": 1.0},
         "messages_per_storage_append": 5.0,
+        "deliver_side_p50_ms": 0.75,
+        "deliver_side_p99_ms": 3.0,
     }
     doc = {"sizes": {"100": {"tamto": {"latency_1000": summary}}}}
     got = {r[0]: r[2] for r in rows(doc)}
     assert got["latency p50 ms @ 1,000/s"] == "9.00"
     assert got["  publish→ack p50 ms @ 1,000/s"] == "8.50"
+    assert got["  sequenced→deliver p50 / p99 ms @ 1,000/s"] == "0.75 / 3.00"
     assert got["  server ms gateway/router/storage @ 1,000/s"] == "6.00 / 4.00 / 1.00"
     assert got["  msgs per storage append @ 1,000/s"] == "5.00"
+
+
+def test_a_message_counts_on_the_deliver_side_from_when_its_router_sequenced_it() -> None:
+    result = JobResult()
+    # Three messages received at 10 ms, sent at 1 and 2 ms (one before the warm-up's
+    # end at 1.5 ms: dropped from both), their batch sequenced at 4 ms.
+    result.record(3, True, [1_000_000, 2_000_000, 2_000_000], 10_000_000, 1_500_000, 4_000_000)
+    assert result.latencies_ns == [8_000_000, 8_000_000]
+    assert result.deliver_side_ns == [6_000_000, 6_000_000]
+    result.record(1, True, [2_000_000], 10_000_000, 1_500_000)  # not known: none
+    assert len(result.deliver_side_ns) == 2
+    summary = latency_summary([result], 1000)
+    assert (summary["deliver_side_p50_ms"], summary["deliver_side_p99_ms"]) == (6.0, 6.0)
+    assert "deliver_side_p50_ms" not in latency_summary([JobResult()], 1000)  # JetStream

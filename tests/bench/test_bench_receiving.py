@@ -39,13 +39,17 @@ async def test_counts_every_batch_keeps_latencies_after_the_warm_up_and_acks() -
     async def ack(batch: list[int]) -> None:
         acked.append(batch)
 
+    def sequenced(batch: list[int]) -> int:
+        return batch[0] + 1_000_000  # the server sequenced it 1 ms after its send
+
     result = JobResult()
-    await consume_loop(spec, gate, result, receive, ack, lambda batch: batch)
+    await consume_loop(spec, gate, result, receive, ack, lambda batch: batch, sequenced)
 
     assert result.total == 5
     assert [len(b) for b in acked] == [2, 3]
     assert len(result.latencies_ns) == 3, "the warm-up's samples are dropped"
     assert all(0 <= ns < 10 * 10**9 for ns in result.latencies_ns)
+    assert [ns + 1_000_000 for ns in result.deliver_side_ns] == result.latencies_ns
     assert result.started > 0
     assert result.last >= result.started
 
@@ -63,11 +67,15 @@ async def test_without_latency_it_stops_once_the_stream_stays_quiet() -> None:
     def no_stamps(batch: list[int]) -> list[int]:
         raise AssertionError("send times are read only with latency")
 
+    def not_sequenced(batch: list[int]) -> int:
+        raise AssertionError("sequencing times are read only with latency")
+
     result = JobResult()
     began = time.monotonic()
-    await consume_loop(spec, StartNow(), result, receive, ack, no_stamps)
+    await consume_loop(spec, StartNow(), result, receive, ack, no_stamps, not_sequenced)
     assert result.total == 3
     assert result.latencies_ns == []
+    assert result.deliver_side_ns == []
     assert time.monotonic() - began < 30, "drained: it did not wait out the 60 s window"
 
 

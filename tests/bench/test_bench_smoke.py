@@ -55,6 +55,9 @@ def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path
     assert set(tamto_latency["hops_ms"]) >= {"router_publish", "storage_append"}
     assert tamto_latency["messages_per_storage_append"] > 0
     assert "publish_ack_p50_ms" not in size["jetstream"]["latency_500"]
+    # and its deliver side, from the router's sequencing on: a part of each message's time
+    assert 0 < tamto_latency["deliver_side_p50_ms"] <= tamto_latency["p50_ms"]
+    assert "deliver_side_p50_ms" not in size["jetstream"]["latency_500"]
     assert isinstance(size["ceiling"]["msgs_s"], int | float)
     assert isinstance(size["tamto"]["publish_batch_msgs_s"], int | float)
     assert isinstance(doc["settle_s"], int | float)

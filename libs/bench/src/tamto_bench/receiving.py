@@ -31,11 +31,13 @@ async def consume_loop(
     receive: Callable[[float], Awaitable[B]],
     ack: Callable[[B], Awaitable[None]],
     stamps: Callable[[B], Iterable[int]],
+    sequenced: Callable[[B], int] | None = None,
 ) -> None:
     """Receive batches (`receive(timeout_s)`, empty when none came) into `result`.
 
-    `stamps(batch)`, the send times its payloads carry, is read only with
-    `spec.latency`."""
+    `stamps(batch)`, the send times its payloads carry, and `sequenced(batch)`, when
+    the server sequenced it (wall-clock ns; for the deliver side of the latency), are
+    read only with `spec.latency`."""
     start_wall = await gate.ready()
     start = await wait_for_start(start_wall)
     result.started = start_wall
@@ -59,6 +61,7 @@ async def consume_loop(
             stamps(batch) if spec.latency else (),
             received_ns,
             warm,
+            sequenced(batch) if spec.latency and sequenced is not None else 0,
         )
         await ack(batch)
 

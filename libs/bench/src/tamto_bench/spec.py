@@ -59,7 +59,9 @@ class JobResult:
     `in_window` counts messages completed (acked to the publisher, or received and
     acked by the consumer) inside the measurement window; `total` counts all of
     them. Times are wall-clock seconds (`time.time()`), comparable across the
-    processes of one machine. `latencies_ns` holds publish→deliver latencies.
+    processes of one machine. `latencies_ns` holds publish→deliver latencies;
+    `deliver_side_ns`, of the same messages when the consumer knows when its router
+    sequenced them (Tamto: the batch's publish time), the sequenced→deliver part.
     """
 
     in_window: int = 0
@@ -68,6 +70,7 @@ class JobResult:
     last: float = 0.0
     errors: int = 0
     latencies_ns: list[int] = field(default_factory=list)
+    deliver_side_ns: list[int] = field(default_factory=list)
 
     def record(
         self,
@@ -76,14 +79,20 @@ class JobResult:
         sent_ns: Iterable[int] = (),
         received_ns: int = 0,
         warm_ns: int = 0,
+        sequenced_ns: int = 0,
     ) -> None:
         """`count` messages received now, `counted` when inside the window; a latency
-        sample for each send time in `sent_ns` at or after `warm_ns`."""
+        sample for each send time in `sent_ns` at or after `warm_ns`, and with
+        `sequenced_ns` (when the router sequenced them; 0: not known) a deliver-side
+        sample for each as well."""
         self.total += count
         self.last = time.time()
         if counted:
             self.in_window += count
-        self.latencies_ns.extend(received_ns - sent for sent in sent_ns if sent >= warm_ns)
+        samples = [received_ns - sent for sent in sent_ns if sent >= warm_ns]
+        self.latencies_ns.extend(samples)
+        if sequenced_ns and samples:
+            self.deliver_side_ns.extend([received_ns - sequenced_ns] * len(samples))
 
     def ack_counter(
         self, start: float, end: float, count: int = 1

@@ -13,6 +13,7 @@ import contextlib
 import os
 import time
 from collections.abc import Coroutine
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -34,10 +35,17 @@ from tamto_sdk import Start, SubscriptionType
 #: Sends between two yields to the event loop (`send` only enqueues and rarely yields).
 _YIELD_EVERY = 256
 _FLUSH_TIMEOUT_S = 30.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def _stamps(batch: tamto_sdk.MessageBatch) -> list[int]:
     return batch_stamps(batch.record_batch)
+
+
+def _sequenced(batch: tamto_sdk.MessageBatch) -> int:
+    """When the router sequenced `batch` (its publish time), in ns since the epoch."""
+    return (batch.publish_time - _EPOCH) // _MICROSECOND * 1000
 
 
 async def publish(spec: JobSpec, gate: Gate) -> JobResult:
@@ -97,7 +105,8 @@ async def consume(spec: JobSpec, gate: Gate) -> JobResult:
 
     Without `latency` it drains the stream: it stops after `idle_s` without a
     message, and `last` is when the last message arrived. With `latency` it runs
-    for the window plus `idle_s` and records each message's publish→deliver time.
+    for the window plus `idle_s` and records each message's publish→deliver time,
+    and the part of it from the router's sequencing on (the deliver side).
     """
     result = JobResult()
     client = await tamto_sdk.connect(spec.target, api_key=spec.api_key)
@@ -117,7 +126,7 @@ async def consume(spec: JobSpec, gate: Gate) -> JobResult:
             async def ack(batch: tamto_sdk.MessageBatch) -> None:
                 consumer.ack(batch)
 
-            await consume_loop(spec, gate, result, receive, ack, _stamps)
+            await consume_loop(spec, gate, result, receive, ack, _stamps, _sequenced)
             await consumer.flush_acks(timeout_s=_FLUSH_TIMEOUT_S)
     return result
 

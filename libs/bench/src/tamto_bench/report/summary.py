@@ -119,14 +119,17 @@ def _latency_rows(doc: dict[str, Any], size: str) -> list[list[str]]:
 
 
 def _publish_side_rows(summary: dict[str, Any], size: str, rate: str) -> list[list[str]]:
-    """Where Tamto's publish→deliver time goes on the publish side (`runner.publish_side`):
-    the publish→durable-ack p50, each hop's mean server time and the messages per storage
-    append, when measured."""
+    """Where Tamto's publish→deliver time goes (`runner.publish_side`): the
+    publish→durable-ack p50, each hop's mean server time and the messages per storage
+    append, and the deliver side (router sequenced → delivered) p50 / p99, when measured."""
     at = f"@ {int(float(rate)):,}/s"
     out: list[list[str]] = []
     if "publish_ack_p50_ms" in summary:
         ack = fmt(num(summary["publish_ack_p50_ms"]))
         out.append([f"  publish→ack p50 ms {at}", size, ack, "", "", "", ""])
+    if "deliver_side_p50_ms" in summary:
+        side = " / ".join(fmt(num(summary.get(f"deliver_side_{q}_ms"))) for q in ("p50", "p99"))
+        out.append([f"  sequenced→deliver p50 / p99 ms {at}", size, side, "", "", "", ""])
     hops = summary.get("hops_ms") or {}
     if hops:
         names = "/".join(_HOP_NAMES.get(name, name) for name in hops)

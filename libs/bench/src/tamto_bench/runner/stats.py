@@ -36,7 +36,9 @@ def percentile(sorted_values: Sequence[int], q: float) -> float:
 
 
 def latency_summary(results: list[JobResult], rate: float) -> dict[str, Any]:
-    """p50/p99/p99.9 (ms) of every consumer's samples, and how many there were."""
+    """p50/p99/p99.9 (ms) of every consumer's samples, and how many there were; with
+    deliver-side samples (Tamto) their p50/p99: from the router sequencing a message
+    to its consumer receiving it, the part of the latency after the publish side."""
     samples = sorted(ns for r in results for ns in r.latencies_ns)
     summary: dict[str, Any] = {
         "rate_msgs_s": rate,
@@ -46,6 +48,10 @@ def latency_summary(results: list[JobResult], rate: float) -> dict[str, Any]:
         "p999_ms": percentile(samples, 99.9) / 1e6,
         "max_ms": (samples[-1] / 1e6) if samples else math.nan,
     }
+    deliver_side = sorted(ns for r in results for ns in r.deliver_side_ns)
+    if deliver_side:
+        summary["deliver_side_p50_ms"] = percentile(deliver_side, 50) / 1e6
+        summary["deliver_side_p99_ms"] = percentile(deliver_side, 99) / 1e6
     return summary
 
 
