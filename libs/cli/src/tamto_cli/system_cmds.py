@@ -36,6 +36,15 @@ Netns = Annotated[
     ),
 ]
 
+#: `tamto up --colocate`.
+Colocate = Annotated[
+    bool,
+    typer.Option(
+        help="run each node's router and storage node as one process (the router's "
+        "appends to it in-process; one failure domain, docs/operations.md)"
+    ),
+]
+
 
 def up(
     data_dir: DataDir = None,
@@ -76,13 +85,7 @@ def up(
         ),
     ] = "",
     netns: Netns = False,
-    colocate: Annotated[
-        bool,
-        typer.Option(
-            help="run each node's router and storage node as one process (the router's "
-            "appends to it in-process; one failure domain, docs/operations.md)"
-        ),
-    ] = False,
+    colocate: Colocate = False,
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     with server_extra("tamto up"):
