@@ -63,6 +63,7 @@ async def serve_both(router: RouterConfig, storage: StorageConfig) -> None:
         if storage_task.done():  # it failed: the router must not serve without it
             router_task.cancel()
             storage_task.result()
+            return
         # The router stopped (or failed to start): then the storage node.
         stop_storage.set()
         await storage_task
