@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from pathlib import Path
 
+import pytest
+from test_launcher_failures import config as launch_config
+
 from tamto_common.config import load_config
-from tamto_local.cluster import ServiceEnv, node_processes, service_env
+from tamto_local.cluster import LaunchError, LocalCluster, ServiceEnv, node_processes, service_env
 from tamto_local.colocate import colocated, node_env
 from tamto_router.config import RouterConfig
 from tamto_storage.config import StorageConfig
@@ -37,3 +42,20 @@ def test_a_node_configures_each_service_as_it_would_be_apart(tmp_path: Path) -> 
     assert (storage.port, storage.member_id) == (7001, "storage-2")
     assert (router.port, router.member_id) == (7002, "router-2")
     assert storage.data_dir == tmp_path / "node-2" / "storage"
+
+
+@pytest.mark.timeout(400)
+async def test_a_node_whose_storage_setting_is_refused_fails_the_launch(tmp_path: Path) -> None:
+    config = dataclasses.replace(
+        launch_config(tmp_path, {"TAMTO_STORAGE_SEGMENT_READ_CACHE_MB": "-1"}), colocate=True
+    )
+    # Generous: the node imports both services, slowly on a loaded machine; its exit
+    # is noticed as soon as it happens.
+    cluster = LocalCluster(config, lambda *_: None, lambda _: None, ready_timeout_s=240)
+    try:
+        with pytest.raises(LaunchError, match="node exited with code 2"):
+            await asyncio.wait_for(cluster.start(), 270)
+    finally:
+        await cluster.stop()
+    assert "node" in cluster.processes
+    assert not any(name.startswith(("storage", "router")) for name in cluster.processes)
