@@ -132,6 +132,13 @@ SealAgeMs = Annotated[
 JetstreamSync = Annotated[
     str, typer.Option(help="JetStream sync_interval (always: fsync before every ack)")
 ]
+Colocate = Annotated[
+    bool,
+    typer.Option(
+        help="with --local: each node's router and storage node as one process "
+        "(tamto up --colocate)"
+    ),
+]
 JsonPath = Annotated[
     Path | None, typer.Option("--json", help="write the results as JSON to this file")
 ]
@@ -163,6 +170,7 @@ def bench(
     nodes: Nodes = None,
     jetstream_sync: JetstreamSync = "always",
     seal_age_ms: SealAgeMs = 0,
+    colocate: Colocate = False,
     json_path: JsonPath = None,
     markdown_path: MarkdownPath = None,
     url: Url = None,
@@ -193,6 +201,7 @@ def bench(
         nodes=nodes or CLUSTER_REPLICAS,
         mqtt_idle=1_000 if quick else 10_000,
         seal_age_ms=seal_age_ms,
+        colocate=colocate,
     )
     _check_options(options, local)
     target = None

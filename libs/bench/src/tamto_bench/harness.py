@@ -97,12 +97,13 @@ async def local_tamto(
     mqtt: bool = False,
     segment_store: str = "",
     env: Mapping[str, str] | None = None,
+    colocate: bool = False,
 ) -> AsyncIterator[TamtoTarget]:
     """Start a whole Tamto on free loopback ports in `data_dir` (with `nodes` > 1: that
     many storage nodes and routers and two gateways; with `mqtt`, its gateway serves
     MQTT, one node only; with `segment_store`, as `tamto up --segment-store`: "s3" for a
     SeaweedFS of its own, or a URI; `env`: settings for every service, such as
-    TAMTO_STORAGE_SEAL_AGE_MS); stop it on exit."""
+    TAMTO_STORAGE_SEAL_AGE_MS; with `colocate`, as `tamto up --colocate`); stop it on exit."""
     etcd = free_port(HOST)
     mqtt_port = free_port(HOST) if mqtt else 0
     extra_env = dict(env or {})
@@ -119,6 +120,7 @@ async def local_tamto(
         nodes=nodes,
         extra_env=extra_env,
         segment_store=segment_store,
+        colocate=colocate,
     )
     # Generous: the worker processes start (and import pyarrow) at the same time, and a
     # cluster is eleven processes on a shared 2-core machine.
@@ -152,15 +154,18 @@ async def _members(etcd_endpoint: str) -> list[Member]:
 
 
 async def service_pids(etcd_endpoint: str) -> dict[str, int]:
-    """The pid of each registered service instance, named `service` or `service/instance`."""
+    """The pid of each registered service instance, named `service` or `service/instance`;
+    instances sharing a process (a co-located node) as one, their names joined by "+"."""
     members = await _members(etcd_endpoint)
     counts: dict[str, int] = {}
     for member in members:
         counts[member.service] = counts.get(member.service, 0) + 1
-    return {
-        (m.service if counts[m.service] == 1 else f"{m.service}/{m.instance_id}"): m.pid
-        for m in members
-    }
+    names: dict[int, list[str]] = {}
+    for m in members:
+        names.setdefault(m.pid, []).append(
+            m.service if counts[m.service] == 1 else f"{m.service}/{m.instance_id}"
+        )
+    return {"+".join(sorted(each)): pid for pid, each in names.items()}
 
 
 async def metrics_urls(etcd_endpoint: str, service: str) -> list[str]:

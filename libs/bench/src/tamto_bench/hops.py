@@ -1,6 +1,8 @@
 """Where one `send_and_wait` goes, hop by hop (docs/benchmarks.md, "per hop").
 
-`python -m tamto_bench.hops SIZE SECONDS` starts a local Tamto (`local_tamto`), calls
+`python -m tamto_bench.hops SIZE SECONDS [colocate]` starts a local Tamto (`local_tamto`;
+with `colocate` its router and storage node as one process, `tamto up --colocate`,
+whose storage hop is then an in-process call no gRPC metric times), calls
 `send_and_wait` one after another on a 4-partition stream for SECONDS after 3 s of
 warm-up, and prints each hop's mean server time per call (the services' own
 `tamto_rpc_server_seconds`), storage's mean fsync, each hop's own share (its server
@@ -75,10 +77,10 @@ async def _totals(pages: dict[str, list[str]]) -> dict[str, tuple[float, int]]:
     return totals
 
 
-async def measure(size: int, seconds: float) -> None:
+async def measure(size: int, seconds: float, colocate: bool = False) -> None:
     """Run the calls and print where their time went."""
     with tempfile.TemporaryDirectory() as tmp:
-        async with local_tamto(Path(tmp)) as target:
+        async with local_tamto(Path(tmp), colocate=colocate) as target:
             pages = {s: await metrics_urls(target.etcd, _service(s)) for s, _ in HOPS}
             pids = await service_pids(target.etcd)
             async with tamto_sdk.connect(target.url, api_key=target.api_key) as client:
@@ -141,4 +143,4 @@ def _report(
 
 
 if __name__ == "__main__":
-    asyncio.run(measure(int(sys.argv[1]), float(sys.argv[2])))
+    asyncio.run(measure(int(sys.argv[1]), float(sys.argv[2]), sys.argv[3:] == ["colocate"]))

@@ -36,6 +36,15 @@ Netns = Annotated[
     ),
 ]
 
+#: `tamto up --colocate`.
+Colocate = Annotated[
+    bool,
+    typer.Option(
+        help="run each node's router and storage node as one process (the router's "
+        "appends to it in-process; one failure domain, docs/operations.md)"
+    ),
+]
+
 
 def up(
     data_dir: DataDir = None,
@@ -76,6 +85,7 @@ def up(
         ),
     ] = "",
     netns: Netns = False,
+    colocate: Colocate = False,
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     with server_extra("tamto up"):
@@ -91,7 +101,7 @@ def up(
         discovery_resolver,
         segment_store,
     )
-    _check_netns(netns, tls)
+    _check_netns(netns, tls, colocate)
     discovered = {"TAMTO_DISCOVERY": discovery} if discovery else {}
     if discovery_resolver:
         discovered["TAMTO_DISCOVERY_RESOLVER"] = discovery_resolver
@@ -106,6 +116,7 @@ def up(
         nodes=nodes,
         lease_ttl_s=lease_ttl_s,
         segment_store=segment_store,
+        colocate=colocate,
     )
     shown = err if as_json else console
     code = asyncio.run(
@@ -114,14 +125,17 @@ def up(
     raise typer.Exit(code)
 
 
-def _check_netns(netns: bool, tls: bool) -> None:
+def _check_netns(netns: bool, tls: bool, colocate: bool) -> None:
     """Exit 2 when `tamto up --netns` cannot run here (not root, a tool missing) or is
-    asked with --tls (the development certificates name loopback addresses)."""
+    asked with --tls (the development certificates name loopback addresses) or with
+    --colocate (it places storage nodes and routers apart)."""
     if not netns:
         return
     from tamto_local.netlab import unavailable
 
     reason = unavailable() or ("--netns does not take --tls" if tls else None)
+    if colocate and reason is None:
+        reason = "--netns does not take --colocate"
     if reason is not None:
         err.print(f"tamto up --netns: {reason}")
         raise typer.Exit(2)

@@ -19,6 +19,7 @@ COLORS = {
     "auth": "yellow",
     "storage": "green",
     "router": "blue",
+    "node": "bright_green",
     "gateway": "bright_red",
 }
 
@@ -74,6 +75,8 @@ async def _run(
         await cluster.start()
         notify(f"all services healthy in {loop.time() - started:.1f}s")
         console.print(f"[bold green]Tamto is up.[/] gateway: {config.gateway_url}")
+        if config.colocate:
+            console.print("each node's router and storage node run as one process (node)")
         if config.nodes > 1:
             console.print(
                 f"{config.nodes} storage nodes, {config.nodes} routers; gateways: "

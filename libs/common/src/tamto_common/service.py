@@ -18,10 +18,10 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import aetcd
 import grpc
@@ -96,12 +96,17 @@ def new_server() -> grpc.aio.Server:
     )
 
 
-async def serve(service: str, config: C, setup: Setup[C]) -> None:
-    """Run one service until SIGTERM/SIGINT, then shut it down in order."""
-    stop = asyncio.Event()
+async def serve(
+    service: str, config: C, setup: Setup[C], stop: asyncio.Event | None = None
+) -> None:
+    """Run one service until SIGTERM/SIGINT, then shut it down in order. Given `stop`,
+    until it is set instead: a process running several services stops them in its
+    own order."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
     log_task_stacks_on_sigusr1(loop)  # an operator's view of where the service waits
 
     server = new_server()
@@ -187,6 +192,14 @@ def main(
     except ConfigError as exc:
         print(f"tamto-{service}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    run(service, config, lambda: serve(service, config, setup))
+
+
+def run(
+    service: str, config: ServiceConfig, serving: Callable[[], Coroutine[Any, Any, None]]
+) -> None:
+    """`main` once the config is loaded: logs, traces, then `serving()` until it ends
+    (a process running several services serves them all in one)."""
     configure_logging(service, config.member_id, config.log_level)
     keep_freed_memory()
     try:
@@ -195,7 +208,7 @@ def main(
         print(f"tamto-{service}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
     try:
-        asyncio.run(serve(service, config, setup))
+        asyncio.run(serving())
     except ConfigError as exc:
         print(f"tamto-{service}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -12,13 +12,16 @@ partitions' logs and the development credential.
 With `nodes` N > 1 (`tamto up --nodes N`) it runs N storage nodes and N routers
 and two gateways (processes `storage`, `storage-2`, ..., `gateway`, `gateway-2`;
 see `tamto_local.layout`), each with its own data directory `<dir>/node-<i>/<service>`
-and instance id (`storage-1`, `storage-2`, ...), all on loopback.
+and instance id (`storage-1`, `storage-2`, ...), all on loopback. With `colocate`
+(`tamto up --colocate`) each node's storage node and router run as one process
+(`tamto_local.colocate`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -26,6 +29,7 @@ from pathlib import Path
 
 from tamto_common.durable import DamagedFile
 from tamto_common.health import grpc_healthy
+from tamto_local.colocate import COLOCATED, colocated, is_node, node_argv, node_env, part
 from tamto_local.infra import (
     EtcdSpec,
     NatsSpec,
@@ -83,6 +87,8 @@ class ClusterConfig:
     #: Service processes run elsewhere: name -> (the host it binds and advertises, a
     #: prefix of its command), e.g. in a network namespace (`tamto_local.netlab`).
     placed: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
+    #: Each node's storage node and router as one process (`tamto_local.node`).
+    colocate: bool = False
 
     @property
     def tls_dir(self) -> Path:
@@ -132,6 +138,8 @@ class LocalCluster:
         self._stopping = False
         #: The service processes, in start order (`node_processes`).
         self.names = node_processes(config.nodes, processing=True)
+        if config.colocate:
+            self.names = colocated(self.names)
         self.restarts: dict[str, int] = dict.fromkeys((*INFRA, *self.names), 0)
         self._infra: dict[str, tuple[list[str], int]] = {}  # name -> (argv, port)
         self._started_at: dict[str, float] = {}
@@ -179,6 +187,8 @@ class LocalCluster:
                 raise LaunchError(f"{what} {c.host}:{port} is already in use")
 
     def _service_env(self, name: str) -> dict[str, str]:
+        if is_node(name):
+            return node_env(name, self._service_env)
         c = self.config
         env = service_env(
             split_process(name)[0],
@@ -219,6 +229,8 @@ class LocalCluster:
                     f"{exc}: delete {c.tls_dir} to make a new development PKI"
                 ) from None
         self.ports = {name: free_port(c.host) for name in self.names}
+        for node in filter(is_node, self.names):
+            self.ports.update({part(node, s): free_port(c.host) for s in COLOCATED})
         self.ports["gateway"] = c.gateway_port
         gateways = [name for name in self.names if split_process(name)[0] == "gateway"]
         self.http_ports = {name: free_port(c.host) for name in gateways}
@@ -276,14 +288,15 @@ class LocalCluster:
 
     async def _start_service(self, name: str) -> None:
         host, prefix = self.config.placed.get(name, (self.config.host, ()))
-        argv = [*prefix, *service_argv(split_process(name)[0])]
+        argv = [*prefix, *(node_argv() if is_node(name) else service_argv(split_process(name)[0]))]
         proc = ManagedProcess(name, argv, env=self._service_env(name), sink=self._sink)
         self.processes[name] = proc
         self._started_at[name] = time.monotonic()
         await proc.start()
-        address = f"{host}:{self.ports[name]}"
         tls = launcher_tls(self.config.tls_dir if self.config.tls else None)
-        await self._wait(name, lambda: grpc_healthy(address, tls=tls))
+        served = [part(name, s) for s in COLOCATED] if is_node(name) else [name]
+        for address in [f"{host}:{self.ports[each]}" for each in served]:
+            await self._wait(name, functools.partial(grpc_healthy, address, tls=tls))
 
     async def _wait(self, name: str, check: Callable[[], object]) -> None:
         """Wait until `name` passes `check`; LaunchError at once if it exits first (the wait

@@ -6,7 +6,8 @@ Two decisions, both from what etcd says now:
   (never recomputed: a lapsed lease must not move a partition to nodes without its
   data); a partition never opened gets the next `replication` live storage nodes
   after its hash on the storage ring. It also keeps one client per storage
-  address, so every partition on a node shares one append stream.
+  address, so every partition on a node shares one append stream; a node run in
+  this process (`local`) is called in-process instead (`tamto_router.storage_api`).
 - `RouterShare`: which partitions are this router's by placement (the ring over
   routers not drained, or an operator's move, `tamto_common.placement`), and the
   hand-back loop that gives the others up after every membership or placement
@@ -17,7 +18,7 @@ Two decisions, both from what etcd says now:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 import structlog
 
@@ -29,6 +30,7 @@ from tamto_common.placement import GoneTargets, PlacementView
 from tamto_common.refreshed_view import next_change
 from tamto_common.ring import HashRing, partition_key
 from tamto_router.batch_cache import BatchCache
+from tamto_router.storage_api import StorageApi
 from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
@@ -51,10 +53,18 @@ def ring_successors(nodes: Iterable[str], key: str, count: int) -> tuple[str, ..
 class StorageNodes:
     """A partition's storage nodes and a client of each (see the module's docstring)."""
 
-    def __init__(self, directory: MemberDirectory, channels: ChannelPool, cache: BatchCache):
+    def __init__(
+        self,
+        directory: MemberDirectory,
+        channels: ChannelPool,
+        cache: BatchCache,
+        local: Mapping[str, StorageApi] | None = None,
+    ):
+        """`local`: the storage nodes of this process by instance id, called in-process."""
         self._directory = directory
         self._channels = channels
         self._cache = cache
+        self._local = dict(local or {})
         self._clients: dict[str, StorageClient] = {}
 
     def _registered(self) -> dict[str, str]:
@@ -76,7 +86,7 @@ class StorageNodes:
                     f"partition {stream}/{partition} needs {replication} storage nodes, "
                     f"{len(ensemble)} are registered"
                 )
-        return ensemble, {n: self.client_at(nodes[n]) for n in ensemble if n in nodes}
+        return ensemble, {n: self.client_at(nodes[n], n) for n in ensemble if n in nodes}
 
     def storage_for(
         self, stream: str, partition: int, ledgers: LedgerList
@@ -92,21 +102,24 @@ class StorageNodes:
                     f"partition {stream}/{partition} is stored on storage node {node}, "
                     "which is not registered (down?); it is served again when that node is back"
                 )
-            return node, self.client_at(nodes[node])
+            return node, self.client_at(nodes[node], node)
         if not nodes:
             raise Unavailable("no storage node is registered")
         (node,) = ring_successors(nodes, partition_key(stream, partition), 1)
-        return node, self.client_at(nodes[node])
+        return node, self.client_at(nodes[node], node)
 
     def clients(self) -> dict[str, StorageClient]:
         """The registered storage nodes and a client of each."""
-        return {node: self.client_at(address) for node, address in self._registered().items()}
+        return {node: self.client_at(address, node) for node, address in self._registered().items()}
 
-    def client_at(self, address: str) -> StorageClient:
+    def client_at(self, address: str, node: str = "") -> StorageClient:
+        """The client of the storage node at `address` (instance id `node`): in-process
+        when it is one of this process's (`local`)."""
         channel = self._channels.get(address)
         client = self._clients.get(address)
         if client is None or client.channel is not channel:
-            client = self._clients[address] = StorageClient(channel, cache=self._cache)
+            api = self._local.get(node)
+            client = self._clients[address] = StorageClient(channel, cache=self._cache, api=api)
         return client
 
     async def close(self) -> None:

@@ -7,7 +7,7 @@ import contextlib
 import dataclasses
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import aetcd
 import grpc
@@ -42,12 +42,19 @@ from tamto_router.healing_metric import HEALING
 from tamto_router.ledger_audit import LedgerAudit, audit_interval_s
 from tamto_router.partitions import UNDER_REPLICATED, Partitions
 from tamto_router.placement import RouterShare, StorageNodes
+from tamto_router.storage_api import StorageApi
 from tamto_router.subscription_metrics import SubscriptionCollector, SubscriptionSampler
 
 log = structlog.get_logger(__name__)
 
 
-async def setup(config: RouterConfig, runtime: Runtime) -> None:
+async def setup(
+    config: RouterConfig,
+    runtime: Runtime,
+    local_storage: Mapping[str, StorageApi] | None = None,
+) -> None:
+    """Wire the router into `runtime`. `local_storage`: storage nodes run in this
+    process, by instance id, called in-process (`tamto_router.storage_api`)."""
     resources = runtime.resources
     await _watch_the_loop(runtime)
     directory = await resources.enter_async_context(
@@ -58,7 +65,8 @@ async def setup(config: RouterConfig, runtime: Runtime) -> None:
     channels = ChannelPool()
     resources.push_async_callback(channels.close)
 
-    storage = StorageNodes(directory, channels, BatchCache(config.read_cache_mb * MIB))
+    cache = BatchCache(config.read_cache_mb * MIB)
+    storage = StorageNodes(directory, channels, cache, local_storage)
     resources.push_async_callback(storage.close)
     share = RouterShare(directory, placement, config.member_id, GoneTargets(runtime.etcd))
     partitions, lease = await _own_partitions(config, runtime, storage, share)

@@ -1,5 +1,8 @@
 """The router's adapter to the storage service: the only module that builds
-storage protobufs. Failures come back as TamtoError subclasses."""
+storage protobufs. Failures come back as TamtoError subclasses.
+
+The calls go through a `StorageApi` (`tamto_router.storage_api`): over gRPC by
+default, or in the same process for a storage node run beside the router."""
 
 from __future__ import annotations
 
@@ -8,12 +11,11 @@ from typing import Any
 import grpc
 
 from tamto_common.grpc_errors import downstream_error
-from tamto_protocol.pipelined import PipelinedCalls
-from tamto_protocol.v1 import messages_pb2, storage_pb2, storage_pb2_grpc
-from tamto_protocol.wire import STORAGE_APPEND, STORAGE_APPEND_STREAM, storage_append_request
+from tamto_protocol.v1 import messages_pb2, storage_pb2
 from tamto_router.acks import AckSet
 from tamto_router.batch_cache import BatchCache
 from tamto_router.model import Batch, DiskUsage, LogBounds
+from tamto_router.storage_api import GrpcStorage, StorageApi
 
 #: Most Arrow bytes one read returns from the cache (storage's own default cap).
 CACHE_READ_MAX_BYTES = 8 * 1024 * 1024
@@ -24,30 +26,30 @@ class StorageClient:
 
     With a `BatchCache`, batches this client appended or read are remembered,
     and reads are served from memory when the cache holds the offset asked for.
+    `api`: how the node is called (default: gRPC over `channel`).
     """
 
     def __init__(
-        self, channel: grpc.aio.Channel, timeout_s: float = 30.0, cache: BatchCache | None = None
+        self,
+        channel: grpc.aio.Channel,
+        timeout_s: float = 30.0,
+        cache: BatchCache | None = None,
+        api: StorageApi | None = None,
     ) -> None:
         self.channel = channel
-        self._stub = storage_pb2_grpc.StorageStub(channel)
-        self._append = PipelinedCalls(
-            channel,
-            STORAGE_APPEND_STREAM,
-            storage_pb2.StorageAppendStreamResponse,
-            fallback=(STORAGE_APPEND, storage_pb2.StorageAppendResponse),
-        )
+        self._api: StorageApi = GrpcStorage(channel) if api is None else api
         self._timeout = timeout_s
         self._cache = cache
 
     async def close(self) -> None:
         """End the append stream (appends still waiting fail)."""
-        await self._append.close()
+        await self._api.close()
 
-    async def _call(self, method: Any, request: Any, what: str) -> Any:
-        """One unary call; a gRPC failure becomes the matching TamtoError."""
+    async def _call(self, method: str, request: Any, what: str) -> Any:
+        """One unary call of Storage RPC `method`; a gRPC failure becomes the matching
+        TamtoError."""
         try:
-            return await method(request, timeout=self._timeout)
+            return await self._api.call(method, request, self._timeout)
         except grpc.aio.AioRpcError as exc:
             raise downstream_error(exc, f"storage {what}") from exc
 
@@ -66,7 +68,7 @@ class StorageClient:
             # now on is known to be what storage holds.
             self._cache.drop((stream, partition))
         r = await self._call(
-            self._stub.OpenPartition,
+            "OpenPartition",
             storage_pb2.OpenPartitionRequest(
                 partition=self._ref(stream, partition), epoch=epoch, start_at=start_at
             ),
@@ -80,7 +82,7 @@ class StorageClient:
         if self._cache is not None:
             self._cache.drop((stream, partition))
         r = await self._call(
-            self._stub.FenceLedger,
+            "FenceLedger",
             storage_pb2.FenceLedgerRequest(partition=self._ref(stream, partition), epoch=epoch),
             f"fence {stream}/{partition}",
         )
@@ -99,7 +101,7 @@ class StorageClient:
         owners wrote past a recovered ledger's end); the node's end afterwards.
         `drop_sealed`: sealed ones too (local segments are cut where they hold them)."""
         r = await self._call(
-            self._stub.TruncatePartition,
+            "TruncatePartition",
             storage_pb2.TruncatePartitionRequest(
                 partition=self._ref(stream, partition),
                 epoch=epoch,
@@ -116,7 +118,7 @@ class StorageClient:
         """Replace this node's damaged range starting at `first` by `batches`, read from
         a healthy replica (Storage `RepairRange`); the damaged file, now kept aside."""
         r = await self._call(
-            self._stub.RepairRange,
+            "RepairRange",
             storage_pb2.RepairRangeRequest(
                 partition=self._ref(stream, partition),
                 epoch=epoch,
@@ -149,7 +151,7 @@ class StorageClient:
         event, which drops the partition's whole cache (`forget_cached`).
         """
         r = await self._call(
-            self._stub.OpenPartition,
+            "OpenPartition",
             storage_pb2.OpenPartitionRequest(partition=self._ref(stream, partition), epoch=epoch),
             f"offsets of {stream}/{partition}",
         )
@@ -160,12 +162,10 @@ class StorageClient:
 
     async def append(self, stream: str, partition: int, epoch: int, batches: list[Batch]) -> int:
         pieces = [(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc) for b in batches]
-
-        def request(call_id: int) -> bytes:
-            # In wire form: the batches' bytes are copied once, not twice.
-            return storage_append_request(stream, partition, epoch, pieces, call_id)
-
-        r = await self._call(self._append, request, f"append {stream}/{partition}")
+        try:
+            r = await self._api.append(stream, partition, epoch, pieces, self._timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise downstream_error(exc, f"storage append {stream}/{partition}") from exc
         if self._cache is not None:
             self._cache.add((stream, partition), batches)
         return int(r.next_offset)
@@ -190,7 +190,7 @@ class StorageClient:
             if cached:
                 return cached, cached[-1].end
         r = await self._call(
-            self._stub.Read,
+            "Read",
             storage_pb2.ReadRequest(
                 partition=self._ref(stream, partition),
                 from_offset=from_offset,
@@ -205,7 +205,7 @@ class StorageClient:
 
     async def offset_for_time(self, stream: str, partition: int, time_us: int) -> int:
         r = await self._call(
-            self._stub.OffsetForTime,
+            "OffsetForTime",
             storage_pb2.OffsetForTimeRequest(
                 partition=self._ref(stream, partition), time_us=time_us
             ),
@@ -215,7 +215,7 @@ class StorageClient:
 
     async def get_cursor(self, stream: str, partition: int, subscription: str) -> AckSet | None:
         r = await self._call(
-            self._stub.GetCursor,
+            "GetCursor",
             storage_pb2.GetCursorRequest(
                 partition=self._ref(stream, partition), subscription=subscription
             ),
@@ -241,7 +241,7 @@ class StorageClient:
     ) -> None:
         """Add `acks` to the stored cursor, or with `replace` (a seek) store exactly them."""
         await self._call(
-            self._stub.CommitCursor,
+            "CommitCursor",
             storage_pb2.CommitCursorRequest(
                 partition=self._ref(stream, partition),
                 subscription=subscription,
@@ -260,7 +260,7 @@ class StorageClient:
     async def list_cursors(self, stream: str, partition: int) -> list[str]:
         """The names of the partition's stored cursors, sorted."""
         r = await self._call(
-            self._stub.ListCursors,
+            "ListCursors",
             storage_pb2.ListCursorsRequest(partition=self._ref(stream, partition)),
             f"list cursors {stream}/{partition}",
         )
@@ -270,7 +270,7 @@ class StorageClient:
         self, stream: str, partition: int, subscription: str, epoch: int
     ) -> bool:
         r = await self._call(
-            self._stub.DeleteCursor,
+            "DeleteCursor",
             storage_pb2.DeleteCursorRequest(
                 partition=self._ref(stream, partition), subscription=subscription, epoch=epoch
             ),
@@ -280,7 +280,7 @@ class StorageClient:
 
     async def disk_usage(self, stream: str, partition: int) -> DiskUsage:
         r = await self._call(
-            self._stub.PartitionStats,
+            "PartitionStats",
             storage_pb2.PartitionStatsRequest(partition=self._ref(stream, partition)),
             f"stats of {stream}/{partition}",
         )

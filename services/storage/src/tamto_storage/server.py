@@ -63,6 +63,12 @@ def publisher(config: StorageConfig, runtime: Runtime) -> Publisher | None:
 
 async def setup(config: StorageConfig, runtime: Runtime) -> None:
     """Build the partition store, serve it, start its sealer; close both on shutdown."""
+    await serve_node(config, runtime)
+
+
+async def serve_node(config: StorageConfig, runtime: Runtime) -> StorageServicer:
+    """`setup`, and the servicer it serves: a process that runs a router beside this
+    node calls it in-process too."""
     space.set_node(config.member_id)
 
     async def stream_options(stream: str, defaults: WalOptions) -> WalOptions:
@@ -133,4 +139,6 @@ async def setup(config: StorageConfig, runtime: Runtime) -> None:
     # Repairs from a healthy replica are audited where `tamto storage repair` writes.
     audit = AuditLog("storage", config.data_dir / "audit.jsonl", runtime.bus)
     runtime.resources.push_async_callback(audit.close)
-    serve(StorageServicer(store, config.read_max_bytes, audit), runtime.server)
+    servicer = StorageServicer(store, config.read_max_bytes, audit)
+    serve(servicer, runtime.server)
+    return servicer

@@ -60,6 +60,9 @@ class BenchOptions:
     mqtt_idle: int = 10_000
     #: Storage's seal age for the freshness Tamtos (ms; 0: storage's default).
     seal_age_ms: int = 0
+    #: The local Tamtos run each node's router and storage node as one process
+    #: (`tamto up --colocate`).
+    colocate: bool = False
 
 
 class Progress(Protocol):

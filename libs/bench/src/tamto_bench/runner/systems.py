@@ -65,9 +65,12 @@ class _Starter:
         """A local Tamto of `nodes` nodes, or the running one; its memory watched."""
         if self.local:
             mqtt = "mqtt" in self.options.systems and system == "tamto"
+            colocate = self.options.colocate
             found = await self.stack.enter_async_context(
-                local_tamto(self.workdir / system, nodes=nodes, mqtt=mqtt)
+                local_tamto(self.workdir / system, nodes=nodes, mqtt=mqtt, colocate=colocate)
             )
+            if colocate:
+                self.found.notes.append(f"{system}: routers and storage nodes co-located")
         elif self.target is None:
             raise BenchError("no Tamto to benchmark: pass --local or a gateway URL")
         else:
