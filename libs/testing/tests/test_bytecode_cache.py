@@ -38,3 +38,30 @@ def test_an_environment_that_allows_bytecode_or_chose_a_prefix_is_left_alone() -
         before = dict(environ)
         assert cache_child_bytecode(environ) is None
         assert environ == before
+
+
+#: Run with PYTHONDONTWRITEBYTECODE=1: switch the cache on into argv[1], import a module.
+OWN_CACHE = """
+import sys
+from pathlib import Path
+from tamto_testing.plugin import cache_own_bytecode
+cache_own_bytecode(Path(sys.argv[1]))
+import probe_module
+"""
+
+
+def test_the_test_process_itself_caches_what_it_imports_after_configure(tmp_path: Path) -> None:
+    """The pytest process started with PYTHONDONTWRITEBYTECODE: its test modules (and what
+    they import) are cached under the prefix from `pytest_configure` on."""
+    prefix, source = tmp_path / "prefix", tmp_path / "source"
+    source.mkdir()
+    (source / "probe_module.py").write_text("VALUE = 1\n")
+    subprocess.run(
+        [sys.executable, "-c", OWN_CACHE, str(prefix)],
+        cwd=source,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+        check=True,
+    )
+    cached = prefix / str(source).lstrip("/")
+    assert [p.name.split(".")[0] for p in cached.glob("*.pyc")] == ["probe_module"]
+    assert not (source / "__pycache__").exists()

@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tamto_functions.declarative import compile_steps
 from tamto_functions.model import Declarative, FunctionSpec, PythonCode
 
 from tamto_common.errors import InvalidArgument
@@ -26,6 +25,10 @@ from tamto_common.errors import InvalidArgument
 def check_code(spec: FunctionSpec) -> None:
     """`InvalidArgument` naming the step, expression or entry that cannot be loaded."""
     if isinstance(spec.code, Declarative):
+        # Imported when a declarative spec comes: polars costs every gateway start
+        # a third of a CPU second otherwise.
+        from tamto_functions.declarative import compile_steps
+
         compile_steps(spec.code.steps, spec.output)
     elif spec.code.source:
         _check_source(spec.code)
@@ -63,6 +66,8 @@ def streams_written(spec: FunctionSpec) -> list[str]:
     """Every stream the function may publish to but its dead-letter stream, output first."""
     written = [spec.output]
     if isinstance(spec.code, Declarative):
+        from tamto_functions.declarative import compile_steps
+
         route = compile_steps(spec.code.steps, spec.output).route
         if route is not None:
             _, outputs, default = route

@@ -33,14 +33,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import structlog
 
 from tamto_common.errors import DataLoss
 from tamto_protocol.segment import SegmentEntry, segment_file_name
 from tamto_storage import segments as seg
-from tamto_storage.iceberg import IcebergTables
 from tamto_storage.integrity import DigestingSink, VerifiedFiles
 from tamto_storage.metrics import STORE_ERRORS, STORE_SEGMENTS
 from tamto_storage.model import PartitionId
@@ -50,6 +49,9 @@ from tamto_storage.segment_store import SegmentStore, StoredSegment, overlapped
 from tamto_storage.segments import Segment
 from tamto_storage.store_cache import StoreCache, reclaim_committed, reclaimable
 from tamto_storage.store_manifest import StoreManifests
+
+if TYPE_CHECKING:  # pyiceberg (with pandas and SQLAlchemy) only where a catalog is set
+    from tamto_storage.iceberg import IcebergTables
 
 log = structlog.get_logger(__name__)
 

@@ -20,7 +20,6 @@ from tamto_common.streams import read_stream
 from tamto_storage import space
 from tamto_storage.config import StorageConfig
 from tamto_storage.grpc_api import StorageServicer, serve
-from tamto_storage.iceberg import IcebergTables
 from tamto_storage.metrics import UNSEALED_BYTES
 from tamto_storage.publisher import Publisher
 from tamto_storage.reaper import StreamReaper
@@ -52,7 +51,13 @@ def publisher(config: StorageConfig, runtime: Runtime) -> Publisher | None:
         first_live = next((node for node in current.ensemble if node in live), None)
         return first_live == config.member_id
 
-    tables = IcebergTables(config.iceberg_catalog, store) if config.iceberg_catalog else None
+    tables = None
+    if config.iceberg_catalog:
+        # Imported here: pyiceberg brings pandas and SQLAlchemy, seconds of CPU at every
+        # start of a node that has no catalog.
+        from tamto_storage.iceberg import IcebergTables
+
+        tables = IcebergTables(config.iceberg_catalog, store)
     cache = None
     if config.store_cache_mb:
         cache = StoreCache(store, config.data_dir / CACHE_DIR, config.store_cache_mb * MIB)
