@@ -10,8 +10,9 @@ import pytest
 from test_launcher_failures import config as launch_config
 
 from tamto_common.config import load_config
-from tamto_local.cluster import LaunchError, LocalCluster, ServiceEnv, node_processes, service_env
+from tamto_local.cluster import LaunchError, LocalCluster
 from tamto_local.colocate import colocated, node_env
+from tamto_local.layout import ServiceEnv, node_processes, service_env
 from tamto_router.config import RouterConfig
 from tamto_storage.config import StorageConfig
 
