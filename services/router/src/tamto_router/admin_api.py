@@ -14,6 +14,7 @@ from tamto_common.names import check_cursor_name, check_name
 from tamto_protocol.v1 import messages_pb2, router_pb2
 from tamto_router.admin import SubscriptionAdmin
 from tamto_router.model import PartitionState, Seek, SubscriptionState
+from tamto_router.stored_batch_proto import batch_to_proto
 
 _TYPE_TO_PROTO = {
     "exclusive": messages_pb2.SUBSCRIPTION_TYPE_EXCLUSIVE,
@@ -140,14 +141,4 @@ class AdminApi:
             batches = await self._admin.read(
                 request.stream, request.partition, request.from_offset, request.max_messages
             )
-        return router_pb2.RouterReadResponse(
-            batches=[
-                messages_pb2.StoredBatch(
-                    base_offset=b.base_offset,
-                    count=b.count,
-                    publish_time_us=b.publish_time_us,
-                    arrow_ipc=b.arrow_ipc,
-                )
-                for b in batches
-            ]
-        )
+        return router_pb2.RouterReadResponse(batches=[batch_to_proto(b) for b in batches])

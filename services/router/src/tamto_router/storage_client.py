@@ -16,6 +16,7 @@ from tamto_router.acks import AckSet
 from tamto_router.batch_cache import BatchCache
 from tamto_router.model import Batch, DiskUsage, LogBounds
 from tamto_router.storage_api import GrpcStorage, StorageApi
+from tamto_router.stored_batch_proto import batch_from_proto, batch_to_proto
 
 #: Most Arrow bytes one read returns from the cache (storage's own default cap).
 CACHE_READ_MAX_BYTES = 8 * 1024 * 1024
@@ -123,15 +124,7 @@ class StorageClient:
                 partition=self._ref(stream, partition),
                 epoch=epoch,
                 first_offset=first,
-                batches=[
-                    messages_pb2.StoredBatch(
-                        base_offset=b.base_offset,
-                        count=b.count,
-                        publish_time_us=b.publish_time_us,
-                        arrow_ipc=b.arrow_ipc,
-                    )
-                    for b in batches
-                ],
+                batches=[batch_to_proto(b) for b in batches],
             ),
             f"repair {stream}/{partition}",
         )
@@ -198,7 +191,7 @@ class StorageClient:
             ),
             f"read {stream}/{partition}",
         )
-        batches = [_batch_from_proto(b) for b in r.batches]
+        batches = [batch_from_proto(b) for b in r.batches]
         if self._cache is not None and from_cache:  # not one node's view: it may differ
             self._cache.add((stream, partition), batches, read=True)
         return batches, int(r.next_offset)
@@ -287,7 +280,3 @@ class StorageClient:
         return DiskUsage(
             LogBounds(r.start_offset, r.next_offset), int(r.wal_bytes), int(r.segment_bytes)
         )
-
-
-def _batch_from_proto(b: messages_pb2.StoredBatch) -> Batch:
-    return Batch(b.base_offset, b.count, b.publish_time_us, b.arrow_ipc)
