@@ -113,7 +113,9 @@ async def test_calls_made_in_one_turn_of_the_loop_go_in_one_message() -> None:
     counted.release.set()
     server, port = await serve(True, counted)
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    calls = PipelinedCalls(channel, REQUEST_STREAM, gateway_pb2.RequestStreamResponse, more_calls=16)
+    calls = PipelinedCalls(
+        channel, REQUEST_STREAM, gateway_pb2.RequestStreamResponse, more_calls=16
+    )
     try:
         await calls(functools.partial(encoded, 1000))  # opens the stream
         before = calls.messages_written
