@@ -10,12 +10,14 @@ a scatter-gather request returns the replies that came within its timeout.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from typing import Any
 
 import pytest
 
 import tamto_sdk
+from tamto_protocol.pipelined import MOST_CALLS_PER_MESSAGE
 from tamto_protocol.v1 import gateway_pb2, messages_pb2
 from tamto_sdk import EphemeralMessage, Reply
 from tamto_sdk.errors import Internal, InvalidArgument, NoResponders, PermissionDenied, Timeout
@@ -200,3 +202,37 @@ async def test_concurrent_requests_and_replies_share_stream_messages(
     answers = two._calls.reply_raw.messages_written - before[1]
     assert requests < 100, requests
     assert answers < 200, answers
+
+
+async def test_requests_made_at_once_go_together_each_with_its_own_reply_or_error(
+    clients: tuple[tamto_sdk.Client, tamto_sdk.Client],
+) -> None:
+    """200 requests made in one turn of the requester's loop leave in as few gRPC
+    messages as the per-message limit allows (none alone ahead of the others), and
+    each still gets its own answer: its reply, or the error its replier raised."""
+    one, two = clients
+    stream = await ephemeral(one)
+
+    def answer(message: EphemeralMessage) -> bytes:
+        if int(message.payload) % 3 == 0:
+            raise InvalidArgument(f"refused {message.payload.decode()}")
+        return echo(message)
+
+    async with two.reply_handler(stream, answer, concurrency=256) as handler:
+        assert (await one.request(stream, b"1")).payload == b"re:1"  # the streams are open
+        before = one._calls.request_raw.messages_written
+        payloads = [b"%d" % i for i in range(200)]
+        answers = await asyncio.gather(
+            *(one.request(stream, p, timeout_s=30) for p in payloads), return_exceptions=True
+        )
+    assert one._calls.request_raw.messages_written - before == math.ceil(
+        200 / MOST_CALLS_PER_MESSAGE
+    )
+    for i, got in enumerate(answers):
+        if i % 3 == 0:
+            assert isinstance(got, InvalidArgument), got
+            assert f"refused {i}" in str(got)
+        else:
+            assert isinstance(got, EphemeralMessage), got
+            assert got.payload == b"re:%d" % i
+    assert handler.failed == len(range(0, 200, 3))

@@ -46,12 +46,18 @@ async def test_one_gateway_carries_requests_and_replies_as_single_messages(
         # The first request and reply open their streams, whose gateway then says it
         # reads single messages: they went as batches.
 
+        warm = 0
+
         async def both_read_single() -> bool:
+            nonlocal warm
             await one.request(stream, b"warm", topic="svc.w")
+            warm += 1
             says = one._calls.request_raw.peer_says & one._calls.reply_raw.peer_says
             return SINGLE_MESSAGE_METADATA in says
 
         await eventually(both_read_single, 10, "requests and replies go as single messages")
+        # A reply's acknowledgement may reach the replier after its requester got it.
+        await eventually(lambda: handler.answered == warm, 10, "the warm-up replies counted")
         answered = handler.answered
         async with one.subscribe(stream, match="svc.#") as batches, raw:
             reply = await one.request(

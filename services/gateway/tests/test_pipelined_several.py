@@ -104,3 +104,26 @@ async def test_calls_made_together_share_messages_when_both_sides_can(
         await calls.close()
         await channel.close()
         await server.stop(None)
+
+
+async def test_calls_made_in_one_turn_of_the_loop_go_in_one_message() -> None:
+    """Requests woken together (by one answer message) are written together: none goes
+    out alone ahead of the others."""
+    counted = Counted()
+    counted.release.set()
+    server, port = await serve(True, counted)
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    calls = PipelinedCalls(
+        channel, REQUEST_STREAM, gateway_pb2.RequestStreamResponse, more_calls=16
+    )
+    try:
+        await calls(functools.partial(encoded, 1000))  # opens the stream
+        before = calls.messages_written
+        answers = await asyncio.gather(*(calls(functools.partial(encoded, n)) for n in range(10)))
+        assert [a.response_stream for a in answers] == [f"r{n}" for n in range(10)]
+        assert calls.messages_written - before == 1
+        assert counted.messages == calls.messages_written
+    finally:
+        await calls.close()
+        await channel.close()
+        await server.stop(None)

@@ -24,8 +24,9 @@ the method can race with its UNIMPLEMENTED, and gRPC then reports INTERNAL
 
 Several calls per stream message (`more_calls`, the field number of the request
 type's `repeated ... more_calls`): each gRPC message costs both ends far more
-than its bytes, so calls made while a write is in progress go out together in
-the next message, the first call's encoding followed by the others' as that
+than its bytes, so calls made in the same turn of the event loop (many requests
+woken by one answer message) or while a write is in progress go out together in
+one message, the first call's encoding followed by the others' as that
 field, once the peer said it reads them (initial metadata `tamto-more-calls`).
 The stream is opened with metadata `tamto-more-answers`, and answers carried in
 an answer's `more_answers` are taken as they come. A peer that says nothing gets
@@ -287,8 +288,9 @@ class PipelinedCalls:
     async def _write(self, stream: _Stream, data: bytes) -> None:
         if stream.failure is not None:
             raise stream.failure
-        if stream.coalesce and stream.write_lock.locked():
-            # Goes out with the others that come while the write in progress lasts.
+        if stream.coalesce:
+            # Goes out with the others made in the same turn of the event loop, or
+            # while the write in progress lasts: the flusher writes on its next turn.
             written: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             stream.queued.append((data, written))
             if stream.flusher is None or stream.flusher.done():

@@ -36,6 +36,7 @@ from tamto_sdk._lifecycle import AsyncClosing
 from tamto_sdk.ephemeral_messages import EphemeralBatch, EphemeralMessage, encode_messages
 from tamto_sdk.ephemeral_subscription import EphemeralSubscription
 from tamto_sdk.errors import (
+    Closed,
     InvalidArgument,
     NotFound,
     TamtoError,
@@ -102,13 +103,17 @@ def timeout_ms(timeout_s: float | None) -> int:
     return max(1, math.ceil(timeout_s * 1000))
 
 
-async def _call(calls: Calls, encode: Encode) -> Any:
-    """Send a Request (pipelined), renewing the token once if refused."""
+async def _call(
+    calls: Calls, encode: Encode, raw: PipelinedCalls | None = None, timeout_s: float | None = None
+) -> Any:
+    """Send a Request (pipelined; `raw`: another method's calls, such as Reply's, with
+    `timeout_s`), renewing the token once if refused; no retries, so no backoff to set
+    up per call."""
     for attempt in (1, 2):
         metadata = await calls.auth.metadata()
         try:
-            # No deadline of our own: the server answers DEADLINE_EXCEEDED in time.
-            return await calls.request_raw(encode, metadata=metadata, timeout=None)
+            # No deadline of our own for a request: the server answers DEADLINE_EXCEEDED.
+            return await (raw or calls.request_raw)(encode, metadata=metadata, timeout=timeout_s)
         except grpc.aio.AioRpcError as exc:
             error = from_rpc_error(exc)
             if isinstance(error, Unauthenticated) and attempt == 1:
@@ -249,7 +254,9 @@ def error_status(error: BaseException) -> tuple[int, str]:
 
 
 async def _send_reply(calls: Calls, encode: Encode) -> None:
-    await calls.unary(calls.reply_raw, encode, retry=False)
+    if calls.closed:
+        raise Closed("client is closed")
+    await _call(calls, encode, calls.reply_raw, calls.options.rpc_timeout_s)
 
 
 def _one_message(
