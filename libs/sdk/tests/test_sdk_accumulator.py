@@ -9,10 +9,11 @@ import pyarrow as pa
 import pytest
 
 from tamto_protocol.partitioning import partition_for_key
-from tamto_sdk.accumulator import Accumulator, BatchOutcome
+from tamto_sdk.accumulator import Accumulator
 from tamto_sdk.columns import batch_columns
 from tamto_sdk.errors import Closed, Unavailable
 from tamto_sdk.messages import PublishedBatch, PublishResult
+from tamto_sdk.producer_batch import BatchOutcome
 
 #: Long enough that a test never sees an open batch linger out by itself.
 _FOREVER_MS = 600_000

@@ -31,11 +31,12 @@ import pyarrow as pa
 from tamto_sdk import tracing
 from tamto_sdk._calls import Calls
 from tamto_sdk._lifecycle import AsyncClosing
-from tamto_sdk.accumulator import Accumulator, BatchOutcome
+from tamto_sdk.accumulator import Accumulator
 from tamto_sdk.admin import Streams
 from tamto_sdk.columns import batch_columns
 from tamto_sdk.errors import Closed
 from tamto_sdk.messages import PublishedBatch, PublishResult
+from tamto_sdk.producer_batch import BatchOutcome
 from tamto_sdk.sender import MAX_IN_FLIGHT, Sender
 
 __all__ = ["MAX_BATCH_BYTES", "Producer"]

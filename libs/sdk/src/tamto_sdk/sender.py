@@ -39,9 +39,10 @@ import pyarrow as pa
 
 from tamto_protocol.wire import publish_request
 from tamto_sdk._calls import Calls
-from tamto_sdk.accumulator import Accumulator, ProducerBatch
+from tamto_sdk.accumulator import Accumulator
 from tamto_sdk.columns import encode, with_ids
 from tamto_sdk.errors import Closed, Internal, InvalidArgument, TamtoError
+from tamto_sdk.producer_batch import ProducerBatch
 
 __all__ = ["MAX_IN_FLIGHT", "Encoded", "Sender"]
 
