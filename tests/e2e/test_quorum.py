@@ -139,7 +139,8 @@ async def test_recovery_copies_the_missing_tail_to_every_responder(
     for name in ("storage-a", "storage-b"):
         await nodes[name].client.append(STREAM, PARTITION, 1, [batch(4, 3), batch(7, 2)])
     # Whichever two answer first, one of them has offset 8, and every responder ends there.
-    end, fenced = await recover_ledger_end(clients(nodes), 2, STREAM, PARTITION, 2)
+    recovery = await recover_ledger_end(clients(nodes), 2, STREAM, PARTITION, 2)
+    end, fenced = recovery.end, recovery.fenced
     assert end == 8
     for name in fenced.answers:
         batches, next_offset = await nodes[name].client.read(STREAM, PARTITION, 0, 100)
@@ -151,7 +152,8 @@ async def test_recovery_copies_the_missing_tail_to_every_responder(
     # With storage-a down, the next recovery hears from b and c: c ends at 8 too
     # (caught up now or by the first recovery).
     await nodes["storage-a"].stop()
-    end, fenced = await recover_ledger_end(clients(nodes), 2, STREAM, PARTITION, 3)
+    recovery = await recover_ledger_end(clients(nodes), 2, STREAM, PARTITION, 3)
+    end, fenced = recovery.end, recovery.fenced
     assert end == 8
     assert set(fenced.answers) == {"storage-b", "storage-c"}
     _, next_offset = await nodes["storage-c"].client.read(STREAM, PARTITION, 0, 100)
@@ -337,6 +339,26 @@ async def test_a_replica_holding_entries_past_the_recovered_end_is_truncated_and
     for node in nodes.values():
         assert await stored(node) == expected
     assert not partition_log.catch_up_errors
+
+
+async def test_a_responder_holding_a_stale_tail_is_cut_by_the_next_recovery(
+    nodes: dict[str, Node],
+) -> None:
+    # storage-c kept m40-m42 at offsets 2-4 (its catch-up, which would have cut them,
+    # was interrupted by a change of owner); epoch 2 wrote offsets 2-8 on a and b.
+    await keep_a_tail_past_the_recovered_end(nodes)
+    for name in ("storage-a", "storage-b"):
+        await nodes[name].client.append(STREAM, PARTITION, 2, [batch(2, 3), batch(5, 4)])
+    # The next owner hears from a and c (b is down): c answers with offset 4.
+    await nodes["storage-b"].stop()
+    reachable = {n: nodes[n].client for n in ("storage-a", "storage-c")}
+    recovery = await recover_ledger_end(reachable, 2, STREAM, PARTITION, 3, ensemble_size=3)
+    assert recovery.end == 8
+    assert not recovery.diverged
+    expected = [f"m{o}".encode() for o in range(9)]
+    # Every offset holds the log's entry on c too: its stale tail was cut, then copied.
+    assert await stored(nodes["storage-c"]) == expected
+    assert await stored(nodes["storage-a"]) == expected
 
 
 async def test_a_lagging_replica_whose_log_is_sealed_is_caught_up_without_truncation(

@@ -345,10 +345,12 @@ class Partitions:
         ensemble, clients, quorum = self._registered_replicas(ledgers, definition)
         current = ledgers.current
         end: int | None = None
+        diverged: frozenset[str] = frozenset()  # their stale tail is cut by the catch-up
         if current is not None and current.is_open:
-            end, _ = await recover_ledger_end(
+            recovery = await recover_ledger_end(
                 clients, quorum, stream, partition, epoch, ensemble_size=len(ensemble)
             )
+            end, diverged = recovery.end, recovery.diverged
 
         async def open_one(client: StorageClient) -> LogBounds:
             return await asyncio.wait_for(
@@ -364,7 +366,9 @@ class Partitions:
             raise no_quorum(0, len(ensemble), quorum)
         wanted = end + 1 if end is not None else max(b.next_offset for b in opened.values())
         at_end = {
-            n: clients[n] for n in ensemble if n in opened and opened[n].next_offset == wanted
+            n: clients[n]
+            for n in ensemble
+            if n in opened and n not in diverged and opened[n].next_offset == wanted
         }
         for n in nodes:
             if n not in at_end:

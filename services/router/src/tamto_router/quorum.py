@@ -116,6 +116,18 @@ async def fence_quorum(
     )
 
 
+@dataclass(frozen=True)
+class Recovery:
+    """A new owner's recovery of the previous ledger: its last offset, what the
+    fenced replicas answered, and the responders whose stale tail (`_cut_stale`)
+    could not be cut here: left as they are, for the log's catch-up
+    (`tamto_router.replica_catch_up`), which also cuts sealed tails or replaces them."""
+
+    end: int
+    fenced: QuorumOutcome[int]
+    diverged: frozenset[str]
+
+
 async def recover_ledger_end(
     replicas: Mapping[str, StorageClient],
     quorum: int,
@@ -124,8 +136,8 @@ async def recover_ledger_end(
     epoch: int,
     read_batch_messages: int = 10_000,
     ensemble_size: int | None = None,
-) -> tuple[int, QuorumOutcome[int]]:
-    """A new owner's recovery of the previous ledger on its replicas; its last offset.
+) -> Recovery:
+    """A new owner's recovery of the previous ledger on its replicas.
 
     Fences the replicas for `epoch` (`fence_quorum`), takes the highest last
     offset among the R - Q + 1 or more that answered, and copies to every
@@ -134,23 +146,62 @@ async def recover_ledger_end(
     ends at the same offset. The caller closes the ledger there
     (`tamto_common.ledgers`). A replica that did not answer may hold entries past
     that end; they were never acknowledged.
+
+    A responder may hold such a tail too (`_cut_stale`): it is cut before the
+    copy, or, where it cannot be, the responder is left out (`Recovery.diverged`).
     """
     fenced = await fence_quorum(replicas, quorum, stream, partition, epoch, ensemble_size)
     end = max(fenced.answers.values())
     source = next(node for node, last in fenced.answers.items() if last == end)
+    diverged: set[str] = set()
     for node, last in fenced.answers.items():
+        first = last + 1
+        if node != source:
+            first = await _cut_stale(
+                replicas[source], replicas[node], stream, partition, epoch, first
+            )
+        if first is None:
+            diverged.add(node)
+            continue
         await copy_entries(
             replicas[source],
             replicas[node],
             stream,
             partition,
             epoch,
-            last + 1,
+            first,
             end + 1,
             read_batch_messages,
             f"recovery of {stream}/{partition}: {source} to {node}",
         )
-    return end, fenced
+    return Recovery(end, fenced, frozenset(diverged))
+
+
+async def _cut_stale(
+    source: StorageClient,
+    target: StorageClient,
+    stream: str,
+    partition: int,
+    epoch: int,
+    end: int,
+) -> int | None:
+    """Where `target`, whose log ends at `end`, holds what `source` holds: there, once
+    the entries past it are cut; None when they could not be (sealed, or unreadable).
+
+    Entries below `end` that `source` does not hold are a tail an older owner wrote
+    past a recovered ledger's end, which `target` kept because it missed that
+    recovery, or because the catch-up that was cutting it was interrupted by a
+    change of owner; the next ledger wrote other entries at those offsets. Copying
+    after `end` would keep them below the log's end for good."""
+    try:
+        agreed = await agreed_end(source, target, stream, partition, end)
+        if agreed == end:
+            return end
+        if await target.truncate(stream, partition, epoch, agreed) == agreed:
+            return agreed
+    except TamtoError:  # sealed, or not readable now: the log's catch-up decides
+        pass
+    return None
 
 
 async def copy_entries(
