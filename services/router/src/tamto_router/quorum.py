@@ -155,10 +155,10 @@ async def recover_ledger_end(
     source = next(node for node, last in fenced.answers.items() if last == end)
     diverged: set[str] = set()
     for node, last in fenced.answers.items():
-        first = last + 1
+        first: int | None = last + 1
         if node != source:
             first = await _cut_stale(
-                replicas[source], replicas[node], stream, partition, epoch, first
+                replicas[source], replicas[node], stream, partition, epoch, last + 1
             )
         if first is None:
             diverged.add(node)
