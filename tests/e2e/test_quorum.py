@@ -341,7 +341,7 @@ async def test_a_replica_holding_entries_past_the_recovered_end_is_truncated_and
     assert not partition_log.catch_up_errors
 
 
-async def test_a_responder_holding_a_stale_tail_is_cut_by_the_next_recovery(
+async def test_a_responder_holding_a_stale_tail_is_not_copied_over_and_is_cut_by_the_catch_up(
     nodes: dict[str, Node],
 ) -> None:
     # storage-c kept m40-m42 at offsets 2-4 (its catch-up, which would have cut them,
@@ -349,16 +349,27 @@ async def test_a_responder_holding_a_stale_tail_is_cut_by_the_next_recovery(
     await keep_a_tail_past_the_recovered_end(nodes)
     for name in ("storage-a", "storage-b"):
         await nodes[name].client.append(STREAM, PARTITION, 2, [batch(2, 3), batch(5, 4)])
-    # The next owner hears from a and c (b is down): c answers with offset 4.
-    await nodes["storage-b"].stop()
-    reachable = {n: nodes[n].client for n in ("storage-a", "storage-c")}
-    recovery = await recover_ledger_end(reachable, 2, STREAM, PARTITION, 3, ensemble_size=3)
-    assert recovery.end == 8
-    assert not recovery.diverged
-    expected = [f"m{o}".encode() for o in range(9)]
-    # Every offset holds the log's entry on c too: its stale tail was cut, then copied.
-    assert await stored(nodes["storage-c"]) == expected
-    assert await stored(nodes["storage-a"]) == expected
+    # The next owner hears from a and c: c answers with offset 4, a with 8.
+    answering = {n: nodes[n].client for n in ("storage-a", "storage-c")}
+    recovery = await recover_ledger_end(answering, 2, STREAM, PARTITION, 3, ensemble_size=3)
+    assert (recovery.end, recovery.diverged) == (8, frozenset({"storage-c"}))
+    # Nothing was copied after c's stale tail: it would have stayed below the end.
+    assert (await read_all(nodes["storage-c"].client))[1] == 5
+    # The new log appends to a and b (both at the end) and catches c up.
+    await nodes["storage-b"].client.open_partition(STREAM, PARTITION, 3)
+    partition_log = replicated_log(
+        nodes, ("storage-a", "storage-b"), clients(nodes), epoch=3, next_offset=9
+    )
+    try:
+        await eventually(lambda: not partition_log.lagging(), 60.0, "storage-c takes appends")
+        await append(partition_log, 9, 2)
+        for node in nodes.values():
+            await reaches(node.client, 11)
+    finally:
+        await partition_log.close()
+    expected = [f"m{o}".encode() for o in range(11)]
+    for node in nodes.values():
+        assert await stored(node) == expected
 
 
 async def test_a_lagging_replica_whose_log_is_sealed_is_caught_up_without_truncation(

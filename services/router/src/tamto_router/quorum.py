@@ -119,9 +119,9 @@ async def fence_quorum(
 @dataclass(frozen=True)
 class Recovery:
     """A new owner's recovery of the previous ledger: its last offset, what the
-    fenced replicas answered, and the responders whose stale tail (`_cut_stale`)
-    could not be cut here: left as they are, for the log's catch-up
-    (`tamto_router.replica_catch_up`), which also cuts sealed tails or replaces them."""
+    fenced replicas answered, and the responders whose log is not the source's
+    below their own end (`_holds_source_log`): nothing was copied to them; the
+    log's catch-up (`tamto_router.replica_catch_up`) cuts their stale tail first."""
 
     end: int
     fenced: QuorumOutcome[int]
@@ -147,20 +147,18 @@ async def recover_ledger_end(
     (`tamto_common.ledgers`). A replica that did not answer may hold entries past
     that end; they were never acknowledged.
 
-    A responder may hold such a tail too (`_cut_stale`): it is cut before the
-    copy, or, where it cannot be, the responder is left out (`Recovery.diverged`).
+    A responder whose log differs from the source's (`_holds_source_log`) gets
+    nothing copied and is named in `Recovery.diverged`: it must not take appends
+    before the log's catch-up cut its stale tail.
     """
     fenced = await fence_quorum(replicas, quorum, stream, partition, epoch, ensemble_size)
     end = max(fenced.answers.values())
     source = next(node for node, last in fenced.answers.items() if last == end)
     diverged: set[str] = set()
     for node, last in fenced.answers.items():
-        first: int | None = last + 1
-        if node != source:
-            first = await _cut_stale(
-                replicas[source], replicas[node], stream, partition, epoch, last + 1
-            )
-        if first is None:
+        if node != source and not await _holds_source_log(
+            replicas[source], replicas[node], stream, partition, last + 1
+        ):
             diverged.add(node)
             continue
         await copy_entries(
@@ -169,7 +167,7 @@ async def recover_ledger_end(
             stream,
             partition,
             epoch,
-            first,
+            last + 1,
             end + 1,
             read_batch_messages,
             f"recovery of {stream}/{partition}: {source} to {node}",
@@ -177,31 +175,21 @@ async def recover_ledger_end(
     return Recovery(end, fenced, frozenset(diverged))
 
 
-async def _cut_stale(
-    source: StorageClient,
-    target: StorageClient,
-    stream: str,
-    partition: int,
-    epoch: int,
-    end: int,
-) -> int | None:
-    """Where `target`, whose log ends at `end`, holds what `source` holds: there, once
-    the entries past it are cut; None when they could not be (sealed, or unreadable).
+async def _holds_source_log(
+    source: StorageClient, target: StorageClient, stream: str, partition: int, end: int
+) -> bool:
+    """Whether `target`, whose log ends at `end`, holds what `source` holds below it.
 
-    Entries below `end` that `source` does not hold are a tail an older owner wrote
-    past a recovered ledger's end, which `target` kept because it missed that
-    recovery, or because the catch-up that was cutting it was interrupted by a
-    change of owner; the next ledger wrote other entries at those offsets. Copying
-    after `end` would keep them below the log's end for good."""
+    Not so when one of them kept a tail an older owner wrote past a recovered
+    ledger's end (it missed that recovery, or the catch-up that was cutting it
+    was interrupted by a change of owner) and the next ledger wrote other entries
+    at those offsets. Which one is stale the offsets alone do not tell, so
+    neither is cut here; copying after `end` would keep the difference below the
+    log's end for good. False too when that cannot be read now."""
     try:
-        agreed = await agreed_end(source, target, stream, partition, end)
-        if agreed == end:
-            return end
-        if await target.truncate(stream, partition, epoch, agreed) == agreed:
-            return agreed
-    except TamtoError:  # sealed, or not readable now: the log's catch-up decides
-        pass
-    return None
+        return await agreed_end(source, target, stream, partition, end) == end
+    except Unavailable:
+        return False
 
 
 async def copy_entries(
