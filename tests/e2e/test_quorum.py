@@ -372,6 +372,20 @@ async def test_a_responder_holding_a_stale_tail_is_not_copied_over_and_is_cut_by
         assert await stored(node) == expected
 
 
+async def test_a_non_responder_ending_at_the_recovered_end_with_a_stale_tail_is_not_at_the_end(
+    nodes: dict[str, Node],
+) -> None:
+    # storage-c's stale m40-m42 end at offset 4, where epoch 2's entries on a and b do.
+    await keep_a_tail_past_the_recovered_end(nodes)
+    for name in ("storage-a", "storage-b"):
+        await nodes[name].client.append(STREAM, PARTITION, 2, [batch(2, 3)])
+    answering = {n: nodes[n].client for n in ("storage-a", "storage-b")}
+    recovery = await recover_ledger_end(answering, 2, STREAM, PARTITION, 3, ensemble_size=3)
+    assert recovery.end == 4
+    held = await recovery.holding_log(clients(nodes), STREAM, PARTITION)
+    assert set(held) == {"storage-a", "storage-b"}
+
+
 async def test_a_lagging_replica_whose_log_is_sealed_is_caught_up_without_truncation(
     nodes: dict[str, Node],
 ) -> None:

@@ -126,6 +126,23 @@ class Recovery:
     end: int
     fenced: QuorumOutcome[int]
     diverged: frozenset[str]
+    source: str
+
+    async def holding_log(
+        self, at_end: Mapping[str, StorageClient], stream: str, partition: int
+    ) -> dict[str, StorageClient]:
+        """Those of `at_end` (replicas ending at `end`) that answered the fence, or whose
+        log is the source's: one that did not answer may end there with a stale tail."""
+        source = at_end.get(self.source)
+        return {
+            node: client
+            for node, client in at_end.items()
+            if node in self.fenced.answers
+            or (
+                source is not None
+                and await _holds_source_log(source, client, stream, partition, self.end + 1)
+            )
+        }
 
 
 async def recover_ledger_end(
@@ -172,7 +189,7 @@ async def recover_ledger_end(
             read_batch_messages,
             f"recovery of {stream}/{partition}: {source} to {node}",
         )
-    return Recovery(end, fenced, frozenset(diverged))
+    return Recovery(end, fenced, frozenset(diverged), source)
 
 
 async def _holds_source_log(
