@@ -382,6 +382,7 @@ class Partitions:
                     replica=n,
                     answer=repr(answers[nodes.index(n)]),
                     wanted_next_offset=wanted,
+                    differs_from_log=n in diverged,
                 )
         if len(at_end) < quorum:
             raise no_quorum(len(at_end), len(ensemble), quorum)
