@@ -130,7 +130,8 @@ async def test_recovery_copies_the_missing_tail_to_every_responder(
     for name in ("storage-a", "storage-b"):
         await nodes[name].client.append(STREAM, PARTITION, 1, [batch(4, 3), batch(7, 2)])
     # Whichever two answer first, one of them has offset 8, and every responder ends there.
-    end, fenced = await recover_ledger_end(clients(nodes), 2, STREAM, PARTITION, 2)
+    recovery = await recover_ledger_end(clients(nodes), 2, STREAM, PARTITION, 2)
+    end, fenced = recovery.end, recovery.fenced
     assert end == 8
     for name in fenced.answers:
         batches, next_offset = await nodes[name].client.read(STREAM, PARTITION, 0, 100)
@@ -142,7 +143,8 @@ async def test_recovery_copies_the_missing_tail_to_every_responder(
     # With storage-a down, the next recovery hears from b and c: c ends at 8 too
     # (caught up now or by the first recovery).
     await nodes["storage-a"].stop()
-    end, fenced = await recover_ledger_end(clients(nodes), 2, STREAM, PARTITION, 3)
+    recovery = await recover_ledger_end(clients(nodes), 2, STREAM, PARTITION, 3)
+    end, fenced = recovery.end, recovery.fenced
     assert end == 8
     assert set(fenced.answers) == {"storage-b", "storage-c"}
     _, next_offset = await nodes["storage-c"].client.read(STREAM, PARTITION, 0, 100)
@@ -328,6 +330,51 @@ async def test_a_replica_holding_entries_past_the_recovered_end_is_truncated_and
     for node in nodes.values():
         assert await stored(node) == expected
     assert not partition_log.catch_up_errors
+
+
+async def test_a_responder_holding_a_stale_tail_is_not_copied_over_and_is_cut_by_the_catch_up(
+    nodes: dict[str, Node],
+) -> None:
+    # storage-c kept m40-m42 at offsets 2-4 (its catch-up, which would have cut them,
+    # was interrupted by a change of owner); epoch 2 wrote offsets 2-8 on a and b.
+    await keep_a_tail_past_the_recovered_end(nodes)
+    for name in ("storage-a", "storage-b"):
+        await nodes[name].client.append(STREAM, PARTITION, 2, [batch(2, 3), batch(5, 4)])
+    # The next owner hears from a and c: c answers with offset 4, a with 8.
+    answering = {n: nodes[n].client for n in ("storage-a", "storage-c")}
+    recovery = await recover_ledger_end(answering, 2, STREAM, PARTITION, 3, ensemble_size=3)
+    assert (recovery.end, recovery.diverged) == (8, frozenset({"storage-c"}))
+    # Nothing was copied after c's stale tail: it would have stayed below the end.
+    assert (await read_all(nodes["storage-c"].client))[1] == 5
+    # The new log appends to a and b (both at the end) and catches c up.
+    await nodes["storage-b"].client.open_partition(STREAM, PARTITION, 3)
+    partition_log = replicated_log(
+        nodes, ("storage-a", "storage-b"), clients(nodes), epoch=3, next_offset=9
+    )
+    try:
+        await eventually(lambda: not partition_log.lagging(), 60.0, "storage-c takes appends")
+        await append(partition_log, 9, 2)
+        for node in nodes.values():
+            await reaches(node.client, 11)
+    finally:
+        await partition_log.close()
+    expected = [f"m{o}".encode() for o in range(11)]
+    for node in nodes.values():
+        assert await stored(node) == expected
+
+
+async def test_a_non_responder_ending_at_the_recovered_end_with_a_stale_tail_is_not_at_the_end(
+    nodes: dict[str, Node],
+) -> None:
+    # storage-c's stale m40-m42 end at offset 4, where epoch 2's entries on a and b do.
+    await keep_a_tail_past_the_recovered_end(nodes)
+    for name in ("storage-a", "storage-b"):
+        await nodes[name].client.append(STREAM, PARTITION, 2, [batch(2, 3)])
+    answering = {n: nodes[n].client for n in ("storage-a", "storage-b")}
+    recovery = await recover_ledger_end(answering, 2, STREAM, PARTITION, 3, ensemble_size=3)
+    assert recovery.end == 4
+    held = await recovery.holding_log(clients(nodes), STREAM, PARTITION)
+    assert set(held) == {"storage-a", "storage-b"}
 
 
 async def test_a_lagging_replica_whose_log_is_sealed_is_caught_up_without_truncation(

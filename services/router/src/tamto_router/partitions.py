@@ -45,7 +45,7 @@ from tamto_router.ownership import (
     still_held,
 )
 from tamto_router.partition_log import PartitionLog
-from tamto_router.quorum import no_quorum, recover_ledger_end
+from tamto_router.quorum import Recovery, no_quorum, recover_ledger_end
 from tamto_router.replica_catch_up import REREPLICATE_AFTER_S, Rereplicate
 from tamto_router.storage_client import StorageClient
 
@@ -344,11 +344,13 @@ class Partitions:
         stream, partition = ledgers.stream, ledgers.partition
         ensemble, clients, quorum = self._registered_replicas(ledgers, definition)
         current = ledgers.current
-        end: int | None = None
+        recovery: Recovery | None = None
         if current is not None and current.is_open:
-            end, _ = await recover_ledger_end(
+            recovery = await recover_ledger_end(
                 clients, quorum, stream, partition, epoch, ensemble_size=len(ensemble)
             )
+        end = recovery.end if recovery is not None else None
+        diverged = recovery.diverged if recovery is not None else frozenset()
 
         async def open_one(client: StorageClient) -> LogBounds:
             return await asyncio.wait_for(
@@ -364,8 +366,12 @@ class Partitions:
             raise no_quorum(0, len(ensemble), quorum)
         wanted = end + 1 if end is not None else max(b.next_offset for b in opened.values())
         at_end = {
-            n: clients[n] for n in ensemble if n in opened and opened[n].next_offset == wanted
+            n: clients[n]
+            for n in ensemble
+            if n in opened and n not in diverged and opened[n].next_offset == wanted
         }
+        if recovery is not None:  # the catch-up cuts a stale tail ending there
+            at_end = await recovery.holding_log(at_end, stream, partition)
         for n in nodes:
             if n not in at_end:
                 # It takes no appends until the log caught it up in the background.
@@ -376,6 +382,7 @@ class Partitions:
                     replica=n,
                     answer=repr(answers[nodes.index(n)]),
                     wanted_next_offset=wanted,
+                    differs_from_log=n in diverged,
                 )
         if len(at_end) < quorum:
             raise no_quorum(len(at_end), len(ensemble), quorum)

@@ -116,6 +116,35 @@ async def fence_quorum(
     )
 
 
+@dataclass(frozen=True)
+class Recovery:
+    """A new owner's recovery of the previous ledger: its last offset, what the
+    fenced replicas answered, and the responders whose log is not the source's
+    below their own end (`_holds_source_log`): nothing was copied to them; the
+    log's catch-up (`tamto_router.replica_catch_up`) cuts their stale tail first."""
+
+    end: int
+    fenced: QuorumOutcome[int]
+    diverged: frozenset[str]
+    source: str
+
+    async def holding_log(
+        self, at_end: Mapping[str, StorageClient], stream: str, partition: int
+    ) -> dict[str, StorageClient]:
+        """Those of `at_end` (replicas ending at `end`) that answered the fence, or whose
+        log is the source's: one that did not answer may end there with a stale tail."""
+        source = at_end.get(self.source)
+        return {
+            node: client
+            for node, client in at_end.items()
+            if node in self.fenced.answers
+            or (
+                source is not None
+                and await _holds_source_log(source, client, stream, partition, self.end + 1)
+            )
+        }
+
+
 async def recover_ledger_end(
     replicas: Mapping[str, StorageClient],
     quorum: int,
@@ -124,8 +153,8 @@ async def recover_ledger_end(
     epoch: int,
     read_batch_messages: int = 10_000,
     ensemble_size: int | None = None,
-) -> tuple[int, QuorumOutcome[int]]:
-    """A new owner's recovery of the previous ledger on its replicas; its last offset.
+) -> Recovery:
+    """A new owner's recovery of the previous ledger on its replicas.
 
     Fences the replicas for `epoch` (`fence_quorum`), takes the highest last
     offset among the R - Q + 1 or more that answered, and copies to every
@@ -134,11 +163,21 @@ async def recover_ledger_end(
     ends at the same offset. The caller closes the ledger there
     (`tamto_common.ledgers`). A replica that did not answer may hold entries past
     that end; they were never acknowledged.
+
+    A responder whose log differs from the source's (`_holds_source_log`) gets
+    nothing copied and is named in `Recovery.diverged`: it must not take appends
+    before the log's catch-up cut its stale tail.
     """
     fenced = await fence_quorum(replicas, quorum, stream, partition, epoch, ensemble_size)
     end = max(fenced.answers.values())
     source = next(node for node, last in fenced.answers.items() if last == end)
+    diverged: set[str] = set()
     for node, last in fenced.answers.items():
+        if node != source and not await _holds_source_log(
+            replicas[source], replicas[node], stream, partition, last + 1
+        ):
+            diverged.add(node)
+            continue
         await copy_entries(
             replicas[source],
             replicas[node],
@@ -150,7 +189,24 @@ async def recover_ledger_end(
             read_batch_messages,
             f"recovery of {stream}/{partition}: {source} to {node}",
         )
-    return end, fenced
+    return Recovery(end, fenced, frozenset(diverged), source)
+
+
+async def _holds_source_log(
+    source: StorageClient, target: StorageClient, stream: str, partition: int, end: int
+) -> bool:
+    """Whether `target`, whose log ends at `end`, holds what `source` holds below it.
+
+    Not so when one of them kept a tail an older owner wrote past a recovered
+    ledger's end (it missed that recovery, or the catch-up that was cutting it
+    was interrupted by a change of owner) and the next ledger wrote other entries
+    at those offsets. Which one is stale the offsets alone do not tell, so
+    neither is cut here; copying after `end` would keep the difference below the
+    log's end for good. False too when that cannot be read now."""
+    try:
+        return await agreed_end(source, target, stream, partition, end) == end
+    except Unavailable:
+        return False
 
 
 async def copy_entries(
