@@ -104,6 +104,10 @@ def app_tracing(collector: tuple[Collector, str]) -> Iterator[TracerProvider]:
     trace.set_tracer_provider(provider)  # once per process: later calls are ignored
     yield provider
     provider.force_flush()
+    # The provider stays the process's (it cannot be unset): shut its exporter down, or
+    # a later test's span in this worker blocks its event loop retrying the export to
+    # the collector stopped above.
+    provider.shutdown()
 
 
 def services_env(endpoint: str) -> dict[str, str]:
