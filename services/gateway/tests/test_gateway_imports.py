@@ -9,26 +9,10 @@ if that loads polars again.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-#: Imports the gateway's entry point and prints the top-level modules loaded.
-IMPORT_AND_LIST = """
-import json, sys
-import tamto_gateway.__main__
-print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
-"""
+from tamto_testing.imports import loaded_by_import
 
 
 def test_a_gateway_loads_polars_only_to_check_a_declarative_function() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", IMPORT_AND_LIST],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    loaded = set(json.loads(done.stdout))
+    loaded = loaded_by_import("tamto_gateway.__main__")
     assert "tamto_gateway" in loaded
     assert "polars" not in loaded

@@ -9,7 +9,9 @@ do not answer, so the whole outage costs one epoch at most.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 
 import aetcd
 import pytest
@@ -58,17 +60,12 @@ async def epoch_of(etcd: aetcd.Client, stream: str) -> int:
     return int(kv.value) if kv is not None else 0
 
 
-async def tries(partitions: Partitions, stream: str) -> None:
-    for _ in range(TRIES):
-        with pytest.raises(Unavailable, match="no quorum: 1 of 3 replicas reachable, 2 needed"):
-            await partitions.get(stream, 0)
-
-
-async def test_an_outage_of_two_replicas_uses_one_epoch_at_most(
-    etcd_client: aetcd.Client,
-) -> None:
-    stream = f"noquorum-{uuid.uuid4().hex[:8]}"
-    replicas = {node: Replica() for node in NODES}
+@contextlib.asynccontextmanager
+async def replicated_partitions(
+    etcd_client: aetcd.Client, replicas: dict[str, Replica]
+) -> AsyncIterator[Partitions]:
+    """router-1's partitions of R = 3, Q = 2 streams over `replicas` (the registered
+    ones are its storage clients), on a lease of its own."""
 
     def replicas_for(
         s: str, p: int, ledgers: LedgerList, r: int
@@ -93,6 +90,24 @@ async def test_an_outage_of_two_replicas_uses_one_epoch_at_most(
         replicas_for=replicas_for,
     )
     try:
+        yield partitions
+    finally:
+        await partitions.close()
+        await lease.revoke()
+
+
+async def tries(partitions: Partitions, stream: str) -> None:
+    for _ in range(TRIES):
+        with pytest.raises(Unavailable, match="no quorum: 1 of 3 replicas reachable, 2 needed"):
+            await partitions.get(stream, 0)
+
+
+async def test_an_outage_of_two_replicas_uses_one_epoch_at_most(
+    etcd_client: aetcd.Client,
+) -> None:
+    stream = f"noquorum-{uuid.uuid4().hex[:8]}"
+    replicas = {node: Replica() for node in NODES}
+    async with replicated_partitions(etcd_client, replicas) as partitions:
         # Two nodes unregistered (down for longer than their lease): nothing is claimed.
         replicas["storage-b"].registered = replicas["storage-c"].registered = False
         await tries(partitions, stream)
@@ -112,9 +127,6 @@ async def test_an_outage_of_two_replicas_uses_one_epoch_at_most(
         assert await epoch_of(etcd_client, stream) == 1
         ledgers = await read_ledgers(etcd_client, stream, 0)
         assert [ledger.epoch for ledger in ledgers.ledgers] == [1]
-    finally:
-        await partitions.close()
-        await lease.revoke()
 
 
 async def test_a_claim_whose_open_failed_is_handed_back(etcd_client: aetcd.Client) -> None:
@@ -126,29 +138,8 @@ async def test_a_claim_whose_open_failed_is_handed_back(etcd_client: aetcd.Clien
     for node in ("storage-b", "storage-c"):
         replicas[node].down = True
 
-    def replicas_for(
-        s: str, p: int, ledgers: LedgerList, r: int
-    ) -> tuple[tuple[str, ...], dict[str, StorageClient]]:
-        return NODES, replicas  # type: ignore[return-value]
-
-    async def stream_def(name: str) -> StreamDef:
-        return StreamDef(name, 1, replication_factor=3, ack_quorum=2)
-
-    def no_single_node(s: str, p: int, ledgers: LedgerList) -> tuple[str, StorageClient]:
-        raise AssertionError("a replicated partition has no single storage node")
-
-    lease = await etcd_client.lease(30)
-    partitions = Partitions(
-        etcd_client,
-        lambda: lease,
-        "router-1",
-        no_single_node,
-        claim_timeout_s=5.0,
-        stream_def=stream_def,
-        replicas_for=replicas_for,
-    )
     owner_key = f"{OWNERS}{stream}/0".encode()
-    try:
+    async with replicated_partitions(etcd_client, replicas) as partitions:
         with pytest.raises(Unavailable, match="no quorum"):
             await partitions.get(stream, 0)
         assert await etcd_client.get(owner_key) is not None  # claimed, not opened
@@ -156,6 +147,3 @@ async def test_a_claim_whose_open_failed_is_handed_back(etcd_client: aetcd.Clien
         await partitions.hand_back(stream, 0)
         assert partitions.held() == []
         assert await etcd_client.get(owner_key) is None
-    finally:
-        await partitions.close()
-        await lease.revoke()

@@ -9,26 +9,10 @@ loads the Iceberg stack again.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
-#: Imports the storage node's entry point and prints the top-level modules loaded.
-IMPORT_AND_LIST = """
-import json, sys
-import tamto_storage.__main__
-print(json.dumps(sorted({m.split(".")[0] for m in sys.modules})))
-"""
+from tamto_testing.imports import loaded_by_import
 
 
 def test_a_storage_node_without_a_catalog_loads_no_iceberg_stack() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", IMPORT_AND_LIST],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    loaded = set(json.loads(done.stdout))
+    loaded = loaded_by_import("tamto_storage.__main__")
     assert "tamto_storage" in loaded
     assert loaded & {"pyiceberg", "pandas", "sqlalchemy"} == set()
