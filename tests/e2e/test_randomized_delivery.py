@@ -185,10 +185,15 @@ async def test_random_walk_keeps_every_delivery_guarantee(fresh_cluster: TestClu
         partitions=2,
         # A long ack timeout: every redelivery then has a cause the walk controls (a
         # nack, a consumer leaving, a kill), so a persisted ack must never be undone.
-        config=StreamConfig(max_deliveries=MAX_DELIVERIES, ack_timeout_ms=60_000),
+        # One replica, named: the default R counts the storage nodes registered at
+        # creation, and a storage node an earlier test in this worker killed stays
+        # registered until its lease ends, which once made R = 2 on this one-node cluster.
+        config=StreamConfig(
+            max_deliveries=MAX_DELIVERIES, ack_timeout_ms=60_000, replication_factor=1
+        ),
     )
     # The router creates it with the first dead letter; a walk may have none.
-    await admin.streams.ensure("walk.dlq", partitions=1)
+    await admin.streams.ensure("walk.dlq", partitions=1, config=StreamConfig(replication_factor=1))
     async with admin.producer("walk", linger_s=0.001) as producer:
         await walk(world, producer)
         await publish(world, producer)
