@@ -27,6 +27,7 @@ from tamto_common.membership import connect_etcd
 from tamto_common.service import Runtime
 from tamto_common.tokens import TokenVerifier
 from tamto_protocol.v1 import auth_pb2, auth_pb2_grpc
+from tamto_testing.grpc_servers import listen
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ async def start_auth(
         environ={"TAMTO_AUTH_DEV_API_KEY": str(dev_key), "TAMTO_AUTH_DEV_SUBJECT": "dev-user"},
     )
     server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     async with contextlib.AsyncExitStack() as resources:
         etcd = await connect_etcd(parse_endpoints(etcd_endpoint))
         resources.push_async_callback(etcd.close)

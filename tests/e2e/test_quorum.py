@@ -26,6 +26,7 @@ from tamto_storage.publisher import Publisher
 from tamto_storage.segment_store import SegmentStore
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
+from tamto_testing.grpc_servers import listen
 from tamto_testing.waiting import eventually
 from tests.stored_batches import offset_payloads
 
@@ -40,7 +41,7 @@ class Node:
         self.store = PartitionStore(data_dir, WalOptions(), publisher=publisher)
         self.server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
         serve(StorageServicer(self.store, 1 << 20), self.server)
-        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.port = listen(self.server)
         self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{self.port}")
         self.client = StorageClient(self.channel, timeout_s=5.0)
         self.stopped = False

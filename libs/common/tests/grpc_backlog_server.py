@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from tamto_common.channels import SERVER_OPTIONS
+from tamto_testing.grpc_servers import listen
 
 
 async def echo_first(
@@ -31,7 +32,7 @@ async def main() -> None:
     server.add_generic_rpc_handlers(
         [grpc.method_handlers_generic_handler("t.T", {"Echo": handler})]
     )
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     await server.start()
     print(port, flush=True)
     sys.stdin.readline()  # holds the loop, so gRPC core queues what arrives

@@ -15,6 +15,7 @@ from grpc_health.v1.health import aio as health_aio
 
 from tamto_common.health import main
 from tamto_local.ports import free_port
+from tamto_testing.grpc_servers import listen
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
@@ -26,7 +27,7 @@ async def health() -> AsyncIterator[tuple[health_aio.HealthServicer, int]]:
     server = grpc.aio.server()
     servicer = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
-    port = server.add_insecure_port("0.0.0.0:0")
+    port = listen(server, "0.0.0.0")
     await server.start()
     try:
         yield servicer, port

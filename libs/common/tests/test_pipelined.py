@@ -17,6 +17,7 @@ from tamto_local.ports import free_port
 from tamto_protocol.pipelined import STREAM_RETRY_S, PipelinedCalls
 from tamto_protocol.v1 import router_pb2
 from tamto_protocol.wire import router_append_request
+from tamto_testing.grpc_servers import listen
 from tamto_testing.waiting import eventually
 
 METHOD = "/tamto.v1.Router/AppendStream"
@@ -303,7 +304,7 @@ async def test_a_peer_without_the_stream_method_is_called_unary(
             ),
         )
     )
-    old.port = old.server.add_insecure_port("127.0.0.1:0")
+    old.port = listen(old.server)
     await old.server.start()
     now = [0.0]
     calls = PipelinedCalls(

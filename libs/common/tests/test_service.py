@@ -21,6 +21,7 @@ from tamto_common.config import ServiceConfig, load_config, parse_endpoints
 from tamto_common.health import grpc_healthy
 from tamto_common.membership import Registration, connect_etcd, list_members
 from tamto_common.service import Runtime
+from tamto_testing.grpc_servers import listen
 from tamto_testing.waiting import eventually
 
 
@@ -48,7 +49,7 @@ async def test_a_service_serves_only_once_registered(
     ports: list[int] = []
 
     async def setup(config: ServiceConfig, runtime: Runtime) -> None:
-        ports.append(runtime.server.add_insecure_port("127.0.0.1:0"))  # a port of the test's
+        ports.append(listen(runtime.server))  # a port of the test's
 
     etcd = await connect_etcd(parse_endpoints(etcd_endpoint))
     serving = asyncio.create_task(service.serve("probe", config, setup))

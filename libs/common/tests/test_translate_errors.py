@@ -12,6 +12,7 @@ import pytest
 from tamto_common import grpc_errors
 from tamto_common.errors import InvalidArgument, NotFound
 from tamto_common.grpc_errors import RPC_SECONDS, TranslateErrorsInterceptor
+from tamto_testing.grpc_servers import listen
 
 METHOD = "/tamto.test.Echo/Echo"
 
@@ -42,7 +43,7 @@ async def serving_echo() -> tuple[grpc.aio.Server, int]:
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("tamto.test.Echo", {"Echo": handler}),)
     )
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     await server.start()
     return server, port
 

@@ -22,6 +22,7 @@ from tamto_router.storage_client import StorageClient
 from tamto_storage.grpc_api import StorageServicer, serve
 from tamto_storage.store import PartitionStore
 from tamto_storage.wal import WalOptions
+from tamto_testing.grpc_servers import listen
 
 
 def batch(base_offset: int, count: int) -> Batch:
@@ -45,7 +46,7 @@ async def both_ways(data_dir: Path) -> AsyncIterator[tuple[StorageClient, Storag
     servicer = StorageServicer(store, 1 << 20)
     server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
     serve(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     await server.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     over_grpc = StorageClient(channel, timeout_s=10)

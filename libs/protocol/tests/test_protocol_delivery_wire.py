@@ -22,6 +22,7 @@ from tamto_protocol.delivery_wire import (
     raw_responses,
 )
 from tamto_protocol.v1 import messages_pb2, router_pb2
+from tamto_testing.grpc_servers import listen
 
 
 @pytest.mark.parametrize(
@@ -114,7 +115,7 @@ async def test_raw_responses_take_a_generated_method_over() -> None:
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("t.S", handlers),))
     server.add_registered_method_handlers("t.S", handlers)  # as generated code does
     raw_responses(server, "t.S", "Consume", raw, messages_pb2.ConsumeRequest.FromString)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

@@ -8,6 +8,7 @@ from sdk_fake_gateway import API_KEY, FAST, FakeGateway
 
 from tamto_protocol.v1 import gateway_pb2_grpc
 from tamto_sdk import Client, connect
+from tamto_testing.grpc_servers import listen
 
 
 @pytest.fixture
@@ -15,7 +16,7 @@ async def gateway() -> AsyncIterator[FakeGateway]:
     fake = FakeGateway()  # type: ignore[abstract]  # serves the RPCs the SDK tests use
     server = grpc.aio.server()
     gateway_pb2_grpc.add_GatewayServicer_to_server(fake, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     await server.start()
     fake.url = f"tamto://127.0.0.1:{port}"
     try:

@@ -39,6 +39,7 @@ from tamto_protocol.delivery_wire import (
 )
 from tamto_protocol.pipelined import STREAM_RETRY_S
 from tamto_protocol.v1 import messages_pb2, router_pb2
+from tamto_testing.grpc_servers import listen
 from tamto_testing.waiting import eventually
 
 
@@ -103,7 +104,7 @@ async def serve(router: Router | None) -> tuple[grpc.aio.Server, str]:
             response_serializer=None,
         )
         server.add_registered_method_handlers("tamto.v1.Router", {"ConsumeMux": handler})
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     await server.start()
     return server, f"127.0.0.1:{port}"
 

@@ -17,6 +17,7 @@ from tamto_gateway.ephemeral_api import _pipelined
 from tamto_protocol.pipelined import PipelinedCalls
 from tamto_protocol.v1 import gateway_pb2
 from tamto_protocol.wire import REQUEST, REQUEST_STREAM
+from tamto_testing.grpc_servers import listen
 from tamto_testing.waiting import eventually
 
 
@@ -61,7 +62,7 @@ async def serve(several: bool, counted: Counted) -> tuple[grpc.aio.Server, int]:
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("tamto.v1.Gateway", {"RequestStream": handler}),)
     )
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     await server.start()
     return server, port
 

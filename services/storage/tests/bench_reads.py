@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from tamto_testing.grpc_servers import listen
+
 READ_BYTES = 8 * 1024 * 1024  # storage's --read-max-bytes default
 SEGMENT_BYTES = 64 * 1024 * 1024  # storage's --segment-bytes default
 BATCH_BYTES = 4 * 1024 * 1024  # the SDK producer's batch cap
@@ -125,7 +127,7 @@ async def serve(data_dir: Path) -> None:
         register(servicer, server)
     else:
         storage_pb2_grpc.add_StorageServicer_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     await server.start()
     print(port, flush=True)
     await server.wait_for_termination()

@@ -25,6 +25,7 @@ from tamto_storage.grpc_api import StorageServicer, serve
 from tamto_storage.model import PartitionId, StoredBatch
 from tamto_storage.partition import Partition
 from tamto_storage.store import PartitionStore, partition_dir
+from tamto_testing.grpc_servers import listen
 
 REF = storage_pb2.PartitionRef(stream="orders", partition=0)
 Serve = Callable[[Path], contextlib.AbstractAsyncContextManager[Any]]
@@ -49,7 +50,7 @@ async def serving(data_dir: Path) -> AsyncIterator[Any]:
     store = PartitionStore(data_dir, DEFAULT_OPTIONS)
     server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
     serve(StorageServicer(store, 1 << 20), server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:

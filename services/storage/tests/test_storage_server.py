@@ -21,6 +21,7 @@ from tamto_storage.model import PartitionId, StoredBatch
 from tamto_storage.partition import Partition
 from tamto_storage.server import setup
 from tamto_storage.store import partition_dir
+from tamto_testing.grpc_servers import listen
 from tamto_testing.waiting import eventually
 
 
@@ -33,7 +34,7 @@ async def test_setup_serves_storage_and_closes_on_shutdown(
 ) -> None:
     config = load_config(StorageConfig, "storage", ["--data-dir", str(tmp_path / "data")], {})
     server = grpc.aio.server(interceptors=[TranslateErrorsInterceptor()])
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     ref = storage_pb2.PartitionRef(stream="orders", partition=2)
     etcd = await connect_etcd(parse_endpoints(etcd_endpoint))
     async with contextlib.AsyncExitStack() as resources:
