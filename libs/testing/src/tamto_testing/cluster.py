@@ -94,7 +94,7 @@ class TestCluster:
         # `<tmp_path>/cluster`), and clusters one after another in one etcd must
         # not share member keys, so a random part follows it.
         self._suffix = f"{workdir.name}-{secrets.token_hex(3)}"
-        forget_dead_placements(infra.etcd_endpoint)
+        forget_the_dead(infra.etcd_endpoint)
         self.tls_dir = workdir / "tls" if tls else None
         if self.tls_dir is not None:
             ensure_dev_pki(self.tls_dir)
@@ -295,20 +295,37 @@ class TestCluster:
             self.processes[name].stop()
 
 
-def forget_dead_placements(etcd_endpoint: str) -> None:
-    """Delete the ledger lists (`/tamto/ledgers/...`) whose storage nodes are all gone.
+def process_alive(pid: int) -> bool:
+    """Whether process `pid` of this machine runs (a zombie, killed but not yet
+    reaped, does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
-    A test session shares one etcd among many test clusters, and tests reuse
-    stream names ("s"): a ledger list left by an earlier cluster names storage
-    nodes that will never come back, so the router of a new cluster would refuse
-    the partition as placed on a missing node (which is right for a real cluster,
-    where etcd and the data belong together). Lists naming a node that is still
-    registered (a cluster still running, e.g. a module's) are kept.
+
+def forget_the_dead(etcd_endpoint: str) -> None:
+    """Delete the members whose process is gone, then the ledger lists
+    (`/tamto/ledgers/...`) whose storage nodes are all gone.
+
+    A test session shares one etcd among many test clusters. A service an earlier
+    test killed stays registered until its lease ends, and a new cluster would count
+    it: a stream's default replication factor counts the registered storage nodes.
+    Every test cluster's processes run on this machine, so a member whose pid is not
+    alive here is dead. Tests also reuse stream names ("s"): a ledger list left by an
+    earlier cluster names storage nodes that will never come back, so the router of a
+    new cluster would refuse the partition as placed on a missing node (which is
+    right for a real cluster, where etcd and the data belong together). Lists naming
+    a node that is still registered (a cluster still running, e.g. a module's) are kept.
     """
 
     async def forget() -> None:
         etcd = await connect_etcd(parse_endpoints(etcd_endpoint))
         try:
+            for member in await list_members(etcd):
+                if not process_alive(member.pid):
+                    await etcd.delete(member.key.encode())
             live = {m.instance_id for m in await list_members(etcd, "storage")}
             for kv in await etcd.get_prefix(LEDGERS.encode()):
                 ledgers = LedgerList.from_json("", 0, kv.value, kv.mod_revision)
