@@ -5,26 +5,33 @@ from __future__ import annotations
 import grpc
 
 from tamto_common.telemetry import client_interceptors
+from tamto_protocol.keepalive import KEEPALIVE_OPTIONS
 from tamto_protocol.reconnect import RECONNECT_OPTIONS
 
 #: Batches can be large; every Tamto hop allows this much per message.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
-CHANNEL_OPTIONS = [
+_MESSAGE_SIZES = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
+]
+
+CHANNEL_OPTIONS = [
+    *_MESSAGE_SIZES,
+    # A peer that stops answering (a network cut) is noticed within about 2 s.
+    *KEEPALIVE_OPTIONS,
     # A peer serving again is dialled within 0.3 s (gRPC's default waits up to 120 s).
     *RECONNECT_OPTIONS,
 ]
 
-#: What every service's gRPC server runs with: the channel options, and leave for
-#: the peers' keep-alive pings. gRPC servers by default accept a ping without data
-#: at most every 5 minutes and answer a third early one with GOAWAY "too many
-#: pings": an idle append stream between router and storage, pinged every 10 s
-#: (`grpc.keepalive_time_ms` above), was torn down that way after a few minutes,
-#: failing a publish with UNAVAILABLE (found by the long fuzz run).
+#: What every service's gRPC server runs with: the message sizes, keep-alive pings of
+#: its own to its clients, and leave for the peers' pings. gRPC servers by default accept
+#: a ping without data at most every 5 minutes and answer a third early one with GOAWAY
+#: "too many pings": an idle append stream between router and storage, pinged by the
+#: router, was torn down that way after a few minutes, failing a publish with
+#: UNAVAILABLE (found by the long fuzz run). Clients ping every second
+#: (`tamto_protocol.keepalive`); a server pings its clients less often, as it may
+#: have thousands.
 #:
 #: And room for a burst of new calls: gRPC's Python server takes the calls gRPC
 #: core accepted one by one from its event loop, and core resets those that wait
@@ -35,9 +42,11 @@ CHANNEL_OPTIONS = [
 #: wait their turn (gRPC still cancels a call left waiting 30 s). Measured in
 #: the crowd test (`tests/e2e/test_crowd.py`); `libs/common/tests/test_server_backlog.py`.
 SERVER_OPTIONS = [
-    *CHANNEL_OPTIONS,
+    *_MESSAGE_SIZES,
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 500),
     ("grpc.http2.max_ping_strikes", 0),
     ("grpc.server.max_pending_requests", 100_000),
     ("grpc.server.max_pending_requests_hard_limit", 200_000),

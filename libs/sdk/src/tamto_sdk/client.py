@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from tamto_protocol.keepalive import KEEPALIVE_OPTIONS
 from tamto_protocol.reconnect import RECONNECT_OPTIONS
 from tamto_protocol.v1 import gateway_pb2_grpc
 from tamto_sdk._calls import Calls
@@ -106,13 +107,16 @@ async def _connect(url: str, api_key: str, options: ClientOptions | None) -> Cli
     options = _from_environment(options if options is not None else ClientOptions())
     endpoint = parse_url(url)
     # Batches of up to 32 MiB (`MAX_BATCH_BYTES`) travel both ways; the servers allow
-    # 64 MiB per message. A gateway serving again is dialled within 0.3 s
-    # (`tamto_protocol.reconnect`). An application's own setting of these options wins.
+    # 64 MiB per message. A gateway or router that stops answering (a network cut) is
+    # noticed within about 2 s (`tamto_protocol.keepalive`), and one serving again is
+    # dialled within 0.3 s (`tamto_protocol.reconnect`). An application's own setting
+    # of these options wins.
     channel_options = list(options.channel_options)
     given = {name for name, _ in channel_options}
     defaults = [
         ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+        *KEEPALIVE_OPTIONS,
         *RECONNECT_OPTIONS,
     ]
     channel_options.extend((name, value) for name, value in defaults if name not in given)
