@@ -113,3 +113,53 @@ async def test_a_reopen_without_another_owner_keeps_the_window(etcd_client: aetc
     finally:
         await partitions.close()
         await lease.revoke()
+
+
+async def test_a_reopen_after_another_owner_and_a_failed_open_rebuilds_the_window(
+    etcd_client: aetcd.Client,
+) -> None:
+    """This router's log fails; another router owns the partition for an epoch and
+    stores ids; this router's next claim fails to open and is taken up again. That
+    claim is the epoch right after one of this router's, yet the window of the failed
+    log lacks the other router's ids: it must be rebuilt, or their retry is stored twice."""
+    stream = f"reopen-{uuid.uuid4().hex[:8]}"
+    storage = FakeStorage()
+    lease = await etcd_client.lease(30)
+    partitions = Partitions(
+        etcd_client,
+        lambda: lease,
+        "router-1",
+        lambda s, p, ledgers: ("storage-1", storage),  # type: ignore[arg-type,return-value]
+        claim_timeout_s=5.0,
+    )
+    try:
+        first = await partitions.get(stream, 0)
+        await first.append(batch_of("p:0", "p:1"), 2)
+        first.failure = Unavailable("lost")
+        # Another router's epoch: it stores "q:0" and goes.
+        await etcd_client.delete(f"{OWNERS}{stream}/0".encode())
+        other = await claim_partition(etcd_client, lease, "router-2", stream, 0)
+        assert isinstance(other, Claim)
+        storage.batches.append(Batch(storage.end, 1, 0, batch_of("q:0")))
+        await etcd_client.delete(f"{OWNERS}{stream}/0".encode())
+        # This router claims the next epoch, but its open fails once.
+        storage_open = storage.open_partition
+
+        async def failing(*args: Any) -> LogBounds:
+            raise Unavailable("storage restarting")
+
+        storage.open_partition = failing  # type: ignore[method-assign,assignment]
+        with contextlib.suppress(Unavailable):
+            await partitions.get(stream, 0)
+        storage.open_partition = storage_open  # type: ignore[method-assign]
+
+        second = await partitions.get(stream, 0)
+        assert second.epoch == other.epoch + 1
+        assert second.dedup is not first.dedup, "the window is rebuilt"
+        retry = await second.append(batch_of("q:0"), 1)
+        assert retry.offsets == [2], "the other router's id is known"
+        assert storage.end == 3, "nothing stored twice"
+        await second.close()
+    finally:
+        await partitions.close()
+        await lease.revoke()

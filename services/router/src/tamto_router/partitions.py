@@ -116,9 +116,10 @@ class Partitions:
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._claims: dict[tuple[str, int], Claim] = {}
         self._locks: dict[tuple[str, int], asyncio.Lock] = {}
-        #: The last epoch this router claimed of each partition it has opened: a claim
-        #: of the next one means nobody else owned it in between (`_dedup_window`).
-        self._epochs: dict[tuple[str, int], int] = {}
+        #: The epochs this router claimed of each partition since its last log of it
+        #: opened: when they are every epoch after that log's, nobody else owned the
+        #: partition in between, and the log's dedup window still holds (`_open`).
+        self._own_epochs: dict[tuple[str, int], set[int]] = {}
         #: Claims whose open failed before their ledger was recorded (no quorum of
         #: replicas answered, say): the next open takes the claim up again rather than
         #: claiming a new epoch, so an outage does not burn an epoch per request.
@@ -150,9 +151,7 @@ class Partitions:
                     "not this one (a partition move or drain is being applied)"
                 )
             try:
-                opened = await self._open(
-                    stream, partition, current.dedup if current is not None else None
-                )
+                opened = await self._open(stream, partition, current)
             except Exception as exc:
                 log.warning(
                     "partition open failed", stream=stream, partition=partition, error=repr(exc)
@@ -162,21 +161,23 @@ class Partitions:
             OWNERSHIP_CHANGES.labels("claimed").inc()
             return opened
 
-    async def _open(
-        self, stream: str, partition: int, previous: DedupWindow | None
-    ) -> PartitionLog:
-        """Claim and open the partition; `previous` is the dedup window of this
-        router's failed log of it, if any (kept when nobody else owned it since)."""
+    async def _open(self, stream: str, partition: int, failed: PartitionLog | None) -> PartitionLog:
+        """Claim and open the partition; `failed` is this router's failed log of it, if
+        any (its dedup window is kept when nobody else owned the partition since)."""
         started = time.monotonic()
         deadline = started + self._claim_timeout
         definition = await self._replication(stream, partition)
         result = await self._claim(stream, partition, deadline)
         claimed = time.monotonic()
-        # Nobody claimed the partition since this router's last claim of it (a failed
-        # open's included, or that claim taken up again): the log holds what this
-        # router's window recorded.
-        own_epochs = self._epochs.get((stream, partition)) in (result.epoch - 1, result.epoch)
-        self._epochs[(stream, partition)] = result.epoch
+        own = self._own_epochs.setdefault((stream, partition), set())
+        own.add(result.epoch)
+        # Every epoch since the failed log's was this router's (claims whose open
+        # failed included): nobody else wrote, and the log holds what its window
+        # recorded. One epoch in between that another router claimed, and that
+        # router's writes are missing from the window: it is rebuilt from the log.
+        previous = failed.dedup if failed is not None else None
+        if failed is not None and not own.issuperset(range(failed.epoch + 1, result.epoch + 1)):
+            previous = None
         self._unopened[(stream, partition)] = result  # until its ledger is recorded
         # Read again under the new epoch: a claimer before this one may have opened a
         # ledger meanwhile (on the node it recorded, which this one must use too).
@@ -199,8 +200,7 @@ class Partitions:
             await self._open_ledger(ledgers, result.epoch, (node,), 1, bounds)
         self._claims[(stream, partition)] = result
         opened = time.monotonic()
-        kept = previous if own_epochs else None
-        dedup = await self._dedup_window(stream, partition, storage, bounds, kept)
+        dedup = await self._dedup_window(stream, partition, storage, bounds, previous)
         log.info(
             "partition claimed",
             stream=stream,
@@ -208,7 +208,7 @@ class Partitions:
             epoch=result.epoch,
             next_offset=bounds.next_offset,
             dedup_ids=len(dedup) if dedup is not None else 0,
-            dedup_kept=kept is not None and dedup is kept,
+            dedup_kept=previous is not None and dedup is previous,
             storage_node=node,
             # Where a takeover spends its time: etcd, storage's open, the dedup rebuild.
             claim_s=round(claimed - started, 3),
@@ -231,6 +231,7 @@ class Partitions:
         # This epoch's ledger starts at the log's end (the first ledger at 0).
         earlier = tuple(x.first_offset for x in ledgers.ledgers)
         opened_log.ledger_starts = (*earlier, bounds.next_offset if earlier else 0)
+        self._own_epochs[(stream, partition)] = {result.epoch}  # the epochs after this log's
         return opened_log
 
     async def _replication(self, stream: str, partition: int) -> StreamDef | None:
@@ -500,7 +501,7 @@ class Partitions:
             opened = self._logs.pop(key, None)
             unopened = self._unopened.pop(key, None)
             claim = self._claims.pop(key, None) or unopened
-            self._epochs.pop(key, None)
+            self._own_epochs.pop(key, None)
             if opened is not None:
                 await opened.close()
             if claim is not None:
