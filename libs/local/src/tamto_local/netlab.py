@@ -30,6 +30,7 @@ import os
 import secrets
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tamto_local.delay_proxy import MARK
@@ -132,10 +133,10 @@ class NetworkLab:
     async def __aenter__(self) -> NetworkLab:
         self._created = True  # from the first command on, exit cleans up
         try:
-            await _run("ip", "link", "add", self.bridge, "type", "bridge")
-            await _run("ip", "addr", "add", f"{self.root_address}/24", "dev", self.bridge)
-            await _run("ip", "link", "set", self.bridge, "up")
-            await _run("iptables", "-I", "FORWARD", *self._forward_rule())
+            await run("ip", "link", "add", self.bridge, "type", "bridge")
+            await run("ip", "addr", "add", f"{self.root_address}/24", "dev", self.bridge)
+            await run("ip", "link", "set", self.bridge, "up")
+            await run("iptables", "-I", "FORWARD", *self._forward_rule())
             for node in self._nodes:
                 await self._add(node)
         except BaseException:
@@ -151,16 +152,12 @@ class NetworkLab:
         return ["-i", self.bridge, "-o", self.bridge, *comment, "-j", "ACCEPT"]
 
     async def _add(self, node: _Node) -> None:
-        await _run("ip", "netns", "add", node.namespace)
-        await _run(
-            "ip", "link", "add", node.root_veth, "type", "veth", "peer", "name", node.inner_veth
+        await join_namespace(
+            node.namespace,
+            (node.root_veth, node.inner_veth),
+            f"{node.address}/24",
+            ("link", "set", node.root_veth, "master", self.bridge),
         )
-        await _run("ip", "link", "set", node.inner_veth, "netns", node.namespace)
-        await _run("ip", "link", "set", node.root_veth, "master", self.bridge)
-        await _run("ip", "link", "set", node.root_veth, "up")
-        await _in(node, "ip", "addr", "add", f"{node.address}/24", "dev", node.inner_veth)
-        await _in(node, "ip", "link", "set", node.inner_veth, "up")
-        await _in(node, "ip", "link", "set", "lo", "up")
 
     async def isolate(self, i: int) -> None:
         """Drop everything node `i` sends or receives over its veth."""
@@ -220,17 +217,44 @@ class NetworkLab:
             if node.proxy is not None:  # its process would keep the namespace alive
                 await node.proxy.stop()
                 node.proxy = None
-            await _run("ip", "netns", "del", node.namespace, check=False)
-            await _run("ip", "link", "del", node.root_veth, check=False)
-        await _run("ip", "link", "del", self.bridge, check=False)
-        await _run("iptables", "-D", "FORWARD", *self._forward_rule(), check=False)
+            await leave_namespace(node.namespace, node.root_veth)
+        await run("ip", "link", "del", self.bridge, check=False)
+        await run("iptables", "-D", "FORWARD", *self._forward_rule(), check=False)
+
+
+async def join_namespace(
+    namespace: str, veths: tuple[str, str], address: str, attach_root: Sequence[str]
+) -> None:
+    """Make network namespace `namespace` joined to the root one by the veth pair
+    `veths` (root end, end moved into the namespace): `attach_root` (the arguments of
+    an `ip` command) places the root end, then both ends come up, the inner one with
+    `address` (CIDR), and so does the namespace's loopback."""
+    root_veth, inner_veth = veths
+    await run("ip", "netns", "add", namespace)
+    await run("ip", "link", "add", root_veth, "type", "veth", "peer", "name", inner_veth)
+    await run("ip", "link", "set", inner_veth, "netns", namespace)
+    await run("ip", *attach_root)
+    await run("ip", "link", "set", root_veth, "up")
+    inside = ("ip", "netns", "exec", namespace)
+    await run(*inside, "ip", "addr", "add", address, "dev", inner_veth)
+    await run(*inside, "ip", "link", "set", inner_veth, "up")
+    await run(*inside, "ip", "link", "set", "lo", "up")
+
+
+async def leave_namespace(namespace: str, root_veth: str) -> None:
+    """Delete what `join_namespace` made, as much of it as there is. Deleting the
+    namespace deletes the veth end in it, and with it the pair; the root end goes by
+    name too in case the move into the namespace failed."""
+    await run("ip", "netns", "del", namespace, check=False)
+    await run("ip", "link", "del", root_veth, check=False)
 
 
 async def _in(node: _Node, *argv: str) -> None:
-    await _run("ip", "netns", "exec", node.namespace, *argv)
+    await run("ip", "netns", "exec", node.namespace, *argv)
 
 
-async def _run(*argv: str, check: bool = True) -> None:
+async def run(*argv: str, check: bool = True) -> None:
+    """Run a command; with `check`, `NetlabError` (its stderr) if it fails."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )
