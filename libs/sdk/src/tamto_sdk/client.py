@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import os
 from collections.abc import Coroutine, Generator, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -91,12 +90,7 @@ class Connecting(Coroutine[Any, Any, "Client"]):
         self._client = await self._coroutine
         return self._client
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._client is not None:
             await self._client.close()
 
