@@ -32,6 +32,7 @@ import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Self
 
 from tamto_local.delay_proxy import MARK
 from tamto_local.delay_proxy_control import ProxyControl
@@ -77,6 +78,37 @@ def _pick_subnet() -> ipaddress.IPv4Network:
     raise NetlabError(f"no free /24 in {SUBNET} after {PICK_ATTEMPTS} attempts")
 
 
+class MadeForBlock:
+    """Mixin: what `_create` makes for an `async with` block and `_delete` deletes on
+    leaving it, and at once if making it fails part way (`_delete` then deletes as
+    much as there is, ignoring what is not there)."""
+
+    _created = False
+
+    async def _create(self) -> None:
+        raise NotImplementedError
+
+    async def _delete(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        self._created = True  # from the first command on, exit cleans up
+        try:
+            await self._create()
+        except BaseException:
+            await self._deleted()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._deleted()
+
+    async def _deleted(self) -> None:
+        if self._created:
+            self._created = False
+            await self._delete()
+
+
 @dataclass
 class _Node:
     namespace: str
@@ -86,7 +118,7 @@ class _Node:
     proxy: ProxyControl | None = None
 
 
-class NetworkLab:
+class NetworkLab(MadeForBlock):
     """A bridge and `nodes` namespaces, for an `async with` block (see the module)."""
 
     def __init__(self, nodes: int) -> None:
@@ -106,7 +138,6 @@ class NetworkLab:
             )
             for i in range(1, nodes + 1)
         ]
-        self._created = False
 
     def address(self, node: int) -> str:
         """Node `node`'s (1-based) address, inside its namespace."""
@@ -130,22 +161,13 @@ class NetworkLab:
     def namespaces(self) -> list[str]:
         return [n.namespace for n in self._nodes]
 
-    async def __aenter__(self) -> NetworkLab:
-        self._created = True  # from the first command on, exit cleans up
-        try:
-            await run("ip", "link", "add", self.bridge, "type", "bridge")
-            await run("ip", "addr", "add", f"{self.root_address}/24", "dev", self.bridge)
-            await run("ip", "link", "set", self.bridge, "up")
-            await run("iptables", "-I", "FORWARD", *self._forward_rule())
-            for node in self._nodes:
-                await self._add(node)
-        except BaseException:
-            await self._delete()
-            raise
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._delete()
+    async def _create(self) -> None:
+        await run("ip", "link", "add", self.bridge, "type", "bridge")
+        await run("ip", "addr", "add", f"{self.root_address}/24", "dev", self.bridge)
+        await run("ip", "link", "set", self.bridge, "up")
+        await run("iptables", "-I", "FORWARD", *self._forward_rule())
+        for node in self._nodes:
+            await self._add(node)
 
     def _forward_rule(self) -> list[str]:
         comment = ["-m", "comment", "--comment", f"tamto-{self.token}"]
@@ -210,9 +232,6 @@ class NetworkLab:
             await node.proxy.set_delay(0)
 
     async def _delete(self) -> None:
-        if not self._created:
-            return
-        self._created = False
         for node in self._nodes:
             if node.proxy is not None:  # its process would keep the namespace alive
                 await node.proxy.stop()

@@ -34,7 +34,7 @@ import subprocess
 from collections.abc import Iterable
 
 from tamto_local.delay_proxy_control import ProxyControl
-from tamto_local.netlab import NetlabError, join_namespace, leave_namespace, run
+from tamto_local.netlab import MadeForBlock, NetlabError, join_namespace, leave_namespace, run
 from tamto_testing.delay_proxy import MARK
 
 #: Where the /30s of test namespaces come from (private, unused by the tests otherwise).
@@ -98,7 +98,7 @@ def _pick_subnet() -> ipaddress.IPv4Network:
     raise NetnsError(f"no free /30 in {SUBNET} after {PICK_ATTEMPTS} attempts")
 
 
-class Netns:
+class Netns(MadeForBlock):
     """One namespace and its veth pair, for an `async with` block.
 
     `cut`, `heal` and `delay` may be called any number of times inside the block.
@@ -112,7 +112,6 @@ class Netns:
         net = _pick_subnet()
         self.root_address = str(net.network_address + 1)
         self.address = str(net.network_address + 2)
-        self._created = False
         self._proxy: ProxyControl | None = None
         self._redirecting = False  # the nat rules that send TCP to the proxy are in place
 
@@ -126,22 +125,13 @@ class Netns:
         """The delay proxy's process id while it runs (`delay`), else None."""
         return self._proxy.pid if self._proxy is not None else None
 
-    async def __aenter__(self) -> Netns:
-        self._created = True  # from the first command on, exit cleans up
-        try:
-            await join_namespace(
-                self.name,
-                (self.root_veth, self.inner_veth),
-                f"{self.address}/30",
-                ("addr", "add", f"{self.root_address}/30", "dev", self.root_veth),
-            )
-        except BaseException:
-            await self._delete()
-            raise
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._delete()
+    async def _create(self) -> None:
+        await join_namespace(
+            self.name,
+            (self.root_veth, self.inner_veth),
+            f"{self.address}/30",
+            ("addr", "add", f"{self.root_address}/30", "dev", self.root_veth),
+        )
 
     async def cut(self, root_ports: Iterable[int] | None = None) -> None:
         """Drop the namespace's traffic over its veth, both ways: all of it, or only
@@ -223,8 +213,5 @@ class Netns:
         await run("ip", "netns", "exec", self.name, *argv, check=check)
 
     async def _delete(self) -> None:
-        if not self._created:
-            return
-        self._created = False
         await self._stop_proxy()  # its process would keep the namespace alive
         await leave_namespace(self.name, self.root_veth)
