@@ -7,12 +7,11 @@ target got a verdict.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from .tiny_run import run_bench
+from .tiny_run import run_local_bench
 
 pytestmark = pytest.mark.e2e
 
@@ -22,24 +21,15 @@ DURABLE = ("publish_msgs_s", "publish_mb_s", "consume_msgs_s", "seq_publish_msgs
 
 @pytest.mark.timeout(480)
 def test_bench_cluster_reports_r3_beside_r1_and_jetstream_r3(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
-    md = tmp_path / "bench.md"
-    run_bench(
-        "--local",
-        "--nodes",
-        "3",
-        "--systems",
+    bench = run_local_bench(
+        tmp_path,
         "tamto",
-        "--json",
-        str(out),
-        "--markdown",
-        str(md),
-        cwd=tmp_path,
         timeout_s=470,
+        options=("--nodes", "3"),
         # the R=3 ÷ R=1 target is at 1 KiB; one size keeps the run short
         overrides=("--sizes", "1024"),
     )
-    doc = json.loads(out.read_text())
+    doc = bench.doc
     size = doc["sizes"]["1024"]
     for system in ("tamto", "tamto_r3", "jetstream_r3"):
         for metric in DURABLE:
@@ -70,5 +60,5 @@ def test_bench_cluster_reports_r3_beside_r1_and_jetstream_r3(tmp_path: Path) -> 
         "R=3 send_and_wait p50 ≤ 1 ms + rt",
         "R=3 send_and_wait p99 ≤ 3 ms + rt",
     }
-    assert "| cluster | size B | Tamto R=1 | Tamto R=3 |" in md.read_text()
-    assert "| replication round trip ms | 1024 |" in md.read_text()
+    assert "| cluster | size B | Tamto R=1 | Tamto R=3 |" in bench.markdown
+    assert "| replication round trip ms | 1024 |" in bench.markdown

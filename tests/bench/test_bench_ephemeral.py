@@ -6,32 +6,19 @@ shows in the tables and the targets.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from .tiny_run import run_bench
+from .tiny_run import run_local_bench
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.timeout(360)
 def test_bench_reports_ephemeral_rows_beside_core_nats(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
-    md = tmp_path / "bench.md"
-    proc = run_bench(
-        "--local",
-        "--systems",
-        "ephemeral,core",
-        "--json",
-        str(out),
-        "--markdown",
-        str(md),
-        cwd=tmp_path,
-        timeout_s=350,
-    )
-    size = json.loads(out.read_text())["sizes"]["100"]
+    bench = run_local_bench(tmp_path, "ephemeral,core", timeout_s=350)
+    size = bench.doc["sizes"]["100"]
     for system in ("ephemeral", "core_nats"):
         for metric in (
             "pubsub_msgs_s",
@@ -50,12 +37,12 @@ def test_bench_reports_ephemeral_rows_beside_core_nats(tmp_path: Path) -> None:
     assert size["ephemeral"]["fanout_100_deliveries_s"] > 0
     assert size["ephemeral"]["rr_per_s"] > 0
     assert size["ephemeral"]["ping_samples"] > 0
-    targets = {t["target"] for t in json.loads(out.read_text())["targets"]}
+    targets = {t["target"] for t in bench.doc["targets"]}
     assert targets >= {
         "ephemeral pub→deliver ≥ 2x core NATS",
         "request/reply ≥ 0.5x core NATS (1 requester pipelining)",
         "request/reply p50 ≤ 2 ms one at a time",
         "request/reply p99 ≤ 10 ms, 200 concurrent",
     }
-    assert "ephemeral streams" in proc.stdout
-    assert "| ephemeral | size B | Tamto ephemeral | core NATS | ratio |" in md.read_text()
+    assert "ephemeral streams" in bench.stdout
+    assert "| ephemeral | size B | Tamto ephemeral | core NATS | ratio |" in bench.markdown

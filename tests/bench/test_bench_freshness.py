@@ -8,33 +8,20 @@ windows, that probes were seen, and that the table and the targets show them.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import pytest
 
-from .tiny_run import run_bench
+from .tiny_run import run_local_bench
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.timeout(900)
 def test_bench_reports_freshness_per_reader_at_rest_and_under_load(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
-    md = tmp_path / "bench.md"
-    proc = run_bench(
-        "--local",
-        "--systems",
-        "freshness",
-        "--json",
-        str(out),
-        "--markdown",
-        str(md),
-        cwd=tmp_path,
-        timeout_s=880,
-    )
-    doc = json.loads(out.read_text())
+    bench = run_local_bench(tmp_path, "freshness", timeout_s=880)
+    doc = bench.doc
     found = doc["sizes"]["100"]["freshness"]
     assert set(found) == {"dir", "s3"}
     for store, windows in found.items():
@@ -49,5 +36,5 @@ def test_bench_reports_freshness_per_reader_at_rest_and_under_load(tmp_path: Pat
                 assert seen["p50_s"] <= seen["p99_s"] <= seen["max_s"], (store, state, reader)
     targets = {t["target"] for t in doc["targets"]}
     assert "freshness p99 ≤ 10 s (s3 iceberg)" in targets
-    assert "freshness: ack to visible in the segment store" in proc.stdout
-    assert "| Iceberg snapshot (S3 store), under load | 100 |" in md.read_text()
+    assert "freshness: ack to visible in the segment store" in bench.stdout
+    assert "| Iceberg snapshot (S3 store), under load | 100 |" in bench.markdown

@@ -7,32 +7,19 @@ in the tables and the targets.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from .tiny_run import run_bench
+from .tiny_run import run_local_bench
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.timeout(360)
 def test_bench_reports_the_processing_function_rows(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
-    md = tmp_path / "bench.md"
-    proc = run_bench(
-        "--local",
-        "--systems",
-        "functions",
-        "--json",
-        str(out),
-        "--markdown",
-        str(md),
-        cwd=tmp_path,
-        timeout_s=350,
-    )
-    doc = json.loads(out.read_text())
+    bench = run_local_bench(tmp_path, "functions", timeout_s=350)
+    doc = bench.doc
     found = doc["sizes"]["100"]["functions"]
     for metric in ("filter_project_msgs_s", "pass_through_msgs_s", "python_batch_msgs_s"):
         assert found[metric] > 0, metric
@@ -40,5 +27,5 @@ def test_bench_reports_the_processing_function_rows(tmp_path: Path) -> None:
     assert found["messages"] == 20_000
     targets = {t["target"] for t in doc["targets"]}
     assert "function filter+project ≥ 200,000 msg/s" in targets
-    assert "processing functions, stream to stream" in proc.stdout
-    assert "| declarative filter+project msg/s | 100 |" in md.read_text()
+    assert "processing functions, stream to stream" in bench.stdout
+    assert "| declarative filter+project msg/s | 100 |" in bench.markdown

@@ -3,32 +3,20 @@ Arrow batches, measured beside the SDK's send_batch in one run."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from .tiny_run import run_bench
+from .tiny_run import run_local_bench
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.mark.timeout(300)
 def test_bench_reports_http_publishing_beside_send_batch(tmp_path: Path) -> None:
-    out, md = tmp_path / "bench.json", tmp_path / "bench.md"
-    run_bench(
-        "--local",
-        "--systems",
-        "http",
-        "--json",
-        str(out),
-        "--markdown",
-        str(md),
-        cwd=tmp_path,
-        timeout_s=290,
-    )
-    tamto = json.loads(out.read_text())["sizes"]["100"]["tamto"]
+    bench = run_local_bench(tmp_path, "http", timeout_s=290)
+    tamto = bench.doc["sizes"]["100"]["tamto"]
     for metric in ("publish_batch_msgs_s", "http_ndjson_msgs_s", "http_arrow_msgs_s"):
         assert tamto[metric] > 0, metric
-    assert "| publish msg/s (HTTP, NDJSON) | 100 |" in md.read_text()
-    assert "| publish msg/s (HTTP, Arrow) | 100 |" in md.read_text()
+    assert "| publish msg/s (HTTP, NDJSON) | 100 |" in bench.markdown
+    assert "| publish msg/s (HTTP, Arrow) | 100 |" in bench.markdown

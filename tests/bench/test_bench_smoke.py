@@ -5,12 +5,11 @@ No performance assertion: only that each number was measured and is a number.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
-from .tiny_run import run_bench
+from .tiny_run import run_local_bench
 
 pytestmark = pytest.mark.e2e
 
@@ -21,21 +20,9 @@ EVERYDAY = ("seq_publish_msgs_s", "seq_p50_ms", "seq_p99_ms", "seq_samples", "it
 
 @pytest.mark.timeout(360)
 def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
-    md = tmp_path / "bench.md"
-    proc = run_bench(
-        "--local",
-        # ephemeral streams have their own smoke test (test_bench_ephemeral.py)
-        "--systems",
-        "tamto,jetstream,core,ceiling",
-        "--json",
-        str(out),
-        "--markdown",
-        str(md),
-        cwd=tmp_path,
-        timeout_s=350,
-    )
-    doc = json.loads(out.read_text())
+    # ephemeral streams have their own smoke test (test_bench_ephemeral.py)
+    bench = run_local_bench(tmp_path, "tamto,jetstream,core,ceiling", timeout_s=350)
+    doc = bench.doc
     size = doc["sizes"]["100"]
     for system in ("tamto", "jetstream"):
         for metric in THROUGHPUT:
@@ -73,8 +60,8 @@ def test_bench_quick_reports_every_metric_for_tamto_and_jetstream(tmp_path: Path
         "per-message consume ≥ 250,000 msg/s",
         "per-message consume ≥ 5x JetStream",
     }
-    assert "tamto bench" in proc.stdout
-    assert "| metric |" in md.read_text()
-    assert "| send_and_wait p50 ms | 100 |" in md.read_text()
-    assert "| per-message consume+ack msg/s | 100 |" in md.read_text()
-    assert "publish→ack p50 ms @ 500/s" in md.read_text()
+    assert "tamto bench" in bench.stdout
+    assert "| metric |" in bench.markdown
+    assert "| send_and_wait p50 ms | 100 |" in bench.markdown
+    assert "| per-message consume+ack msg/s | 100 |" in bench.markdown
+    assert "publish→ack p50 ms @ 500/s" in bench.markdown

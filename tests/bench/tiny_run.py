@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..programs import run_to_end
 
@@ -44,3 +47,40 @@ def run_bench(
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
+
+
+@dataclass(frozen=True)
+class LocalBench:
+    """What a `tamto bench --local` run printed and the two reports it wrote."""
+
+    stdout: str
+    doc: dict[str, Any]
+    markdown: str
+
+
+def run_local_bench(
+    tmp_path: Path,
+    systems: str,
+    *,
+    timeout_s: float,
+    options: Sequence[str] = (),
+    overrides: Sequence[str] = (),
+) -> LocalBench:
+    """`tamto bench --local <options> --systems <systems>` (see `run_bench`), writing its
+    JSON and Markdown reports under `tmp_path`, and what it printed and wrote."""
+    out = tmp_path / "bench.json"
+    md = tmp_path / "bench.md"
+    proc = run_bench(
+        "--local",
+        *options,
+        "--systems",
+        systems,
+        "--json",
+        str(out),
+        "--markdown",
+        str(md),
+        cwd=tmp_path,
+        timeout_s=timeout_s,
+        overrides=overrides,
+    )
+    return LocalBench(proc.stdout, json.loads(out.read_text()), md.read_text())

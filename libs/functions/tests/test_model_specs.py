@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from tamto_functions.model import State
 from tamto_functions.specs import from_json, to_json
 
 from tamto_common.errors import InvalidArgument
-
-SPEC = {
-    "name": "enrich",
-    "inputs": [{"stream": "orders", "subscription": "key_shared"}],
-    "output": "enriched",
-    "code": {"steps": [{"filter": "true"}]},
-    "identity": "fn-enrich",
-    "parallelism": 3,
-}
-
-
-def spec_json(**changes: object) -> str:
-    return json.dumps({**SPEC, **changes})
+from tamto_testing.function_specs import spec_json
 
 
 def test_a_spec_round_trips_through_its_json() -> None:

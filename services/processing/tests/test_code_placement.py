@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pytest
 from tamto_functions.model import PythonCode
@@ -12,18 +10,7 @@ from tamto_processing.placement import assigned
 from tamto_processing.python_code import load
 
 from tamto_common.errors import InvalidArgument
-
-SPEC = {
-    "name": "enrich",
-    "inputs": [{"stream": "orders", "subscription": "key_shared"}],
-    "output": "enriched",
-    "code": {"steps": [{"filter": "true"}]},
-    "identity": "fn-enrich",
-}
-
-
-def spec_json(**changes: object) -> str:
-    return json.dumps({**SPEC, **changes})
+from tamto_testing.function_specs import spec_json
 
 
 def test_uploaded_code_runs_and_an_unknown_import_is_refused() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,7 +13,7 @@ from tamto_protocol.batch import decode_batch
 from tamto_router.acks import AckSet
 from tamto_router.consumers import Consumers
 from tamto_router.model import Batch, SubscriptionType
-from tamto_router.runs import Run
+from tamto_router.runs import Run, WaitingRuns
 from tamto_router.slots import ConsumerSlot
 from tamto_router.strategies import Strategy, for_type
 from tamto_router.strategies.key_shared import KeyShared
@@ -37,7 +36,7 @@ class Handed:
 
 
 @dataclass
-class FakeHost:
+class FakeHost(WaitingRuns):
     """What a strategy may use of its subscription, recorded instead of delivered."""
 
     batches: list[Batch] = field(default_factory=list)
@@ -61,20 +60,6 @@ class FakeHost:
 
     def fresh_end(self) -> int:
         return int(self.log.durable_offset)
-
-    def waiting(self) -> Iterator[tuple[int, int]]:
-        return ((r.first, r.last) for r in self.pending)
-
-    def take_due(self, now: float) -> list[Run]:
-        due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
-        self.pending = [r for r in self.pending if r.due > now]
-        return due
-
-    def wait(self, run: Run) -> None:
-        self.pending.append(run)
-
-    def advance(self, to: int) -> None:
-        self.position = max(self.position, to)
 
     async def serve(self, slot: ConsumerSlot, now: float) -> bool:
         self.served.append(slot)

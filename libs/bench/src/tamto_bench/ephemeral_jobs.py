@@ -24,7 +24,7 @@ from nats.aio.msg import Msg
 
 import tamto_sdk
 from tamto_bench.gate import Gate
-from tamto_bench.nats_jobs import connected, subject_of
+from tamto_bench.nats_jobs import connected, run_core_push, subject_of
 from tamto_bench.receiving import PushWindow, request_loops
 from tamto_bench.spec import JobResult, JobSpec
 from tamto_bench.timing import (
@@ -135,15 +135,9 @@ async def core_fan_out(spec: JobSpec, gate: Gate) -> JobResult:
             if window.start <= time.monotonic() <= window.end:
                 result.in_window += 1
 
-        for _ in range(spec.subscribers):
-            await nc.subscribe(
-                subject_of(spec.stream),
-                cb=on_message,
-                pending_msgs_limit=1_000_000,
-                pending_bytes_limit=1 << 30,
-            )
-        await nc.flush()
-        await window.run(spec, gate, result)
+        await run_core_push(
+            nc, spec, gate, result, window, on_message, subscriptions=spec.subscribers
+        )
     return result
 
 

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import nats
@@ -227,16 +227,33 @@ async def core_subscribe(spec: JobSpec, gate: Gate) -> JobResult:
                 if sent_ns >= window.warm_ns:
                     result.latencies_ns.append(time.time_ns() - sent_ns)
 
+        await run_core_push(nc, spec, gate, result, window, on_message, queue="bench")
+    return result
+
+
+async def run_core_push(
+    nc: Any,
+    spec: JobSpec,
+    gate: Gate,
+    result: JobResult,
+    window: PushWindow,
+    on_message: Callable[[Msg], Awaitable[None]],
+    *,
+    subscriptions: int = 1,
+    queue: str = "",
+) -> None:
+    """Subscribe `on_message` to the run's core NATS subject `subscriptions` times (in
+    `queue`, if any) with room for a whole run's backlog, then hold `window` open."""
+    for _ in range(subscriptions):
         await nc.subscribe(
             subject_of(spec.stream),
-            queue="bench",
+            queue=queue,
             cb=on_message,
             pending_msgs_limit=1_000_000,
             pending_bytes_limit=1 << 30,
         )
-        await nc.flush()
-        await window.run(spec, gate, result)
-    return result
+    await nc.flush()
+    await window.run(spec, gate, result)
 
 
 JOBS = {

@@ -11,6 +11,7 @@ client sees the cause.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -142,44 +143,45 @@ async def _abort(context: grpc.aio.ServicerContext, exc: BaseException, method: 
     await context.abort(status[0], status[1], trailing_metadata_for(exc))
 
 
+@contextlib.asynccontextmanager
+async def _translating(
+    request: Any, context: grpc.aio.ServicerContext, method: str, cancelled: str
+) -> AsyncIterator[None]:
+    """One call of a handler: a request that did not decode raises its error, an
+    exception becomes the call's status (`_abort`), and the call's duration is
+    counted under its status (`cancelled`: the one a cancelled call counts as)."""
+    started, code = time.perf_counter(), "OK"
+    try:
+        if type(request) is Undecodable:
+            raise request.error()
+        yield
+    except asyncio.CancelledError:
+        code = cancelled
+        raise
+    except Exception as exc:
+        if isinstance(exc, grpc.aio.AbortError):
+            code = "ABORTED_BY_HANDLER"
+            raise
+        code = status_name(exc)
+        await _abort(context, exc, method)
+    finally:
+        _observe(method, code, time.perf_counter() - started)
+
+
 def _wrap_unary(behavior: Callable[..., Awaitable[Any]], method: str) -> Callable[..., Any]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        started, code = time.perf_counter(), "OK"
-        try:
-            if type(request) is Undecodable:
-                raise request.error()
+        # a cancelled unary call counts as OK
+        async with _translating(request, context, method, cancelled="OK"):
             return await behavior(request, context)
-        except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                code = "ABORTED_BY_HANDLER"
-                raise
-            code = status_name(exc)
-            await _abort(context, exc, method)
-        finally:
-            _observe(method, code, time.perf_counter() - started)
 
     return wrapper
 
 
 def _wrap_stream(behavior: Callable[..., AsyncIterator[Any]], method: str) -> Callable[..., Any]:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        started, code = time.perf_counter(), "OK"
-        try:
-            if type(request) is Undecodable:
-                raise request.error()
+        async with _translating(request, context, method, cancelled="CANCELLED"):
             async for item in behavior(request, context):
                 yield item
-        except asyncio.CancelledError:
-            code = "CANCELLED"
-            raise
-        except Exception as exc:
-            if isinstance(exc, grpc.aio.AbortError):
-                code = "ABORTED_BY_HANDLER"
-                raise
-            code = status_name(exc)
-            await _abort(context, exc, method)
-        finally:
-            _observe(method, code, time.perf_counter() - started)
 
     return wrapper
 

@@ -30,7 +30,9 @@ import os
 import secrets
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Self
 
 from tamto_local.delay_proxy import MARK
 from tamto_local.delay_proxy_control import ProxyControl
@@ -76,6 +78,37 @@ def _pick_subnet() -> ipaddress.IPv4Network:
     raise NetlabError(f"no free /24 in {SUBNET} after {PICK_ATTEMPTS} attempts")
 
 
+class MadeForBlock:
+    """Mixin: what `_create` makes for an `async with` block and `_delete` deletes on
+    leaving it, and at once if making it fails part way (`_delete` then deletes as
+    much as there is, ignoring what is not there)."""
+
+    _created = False
+
+    async def _create(self) -> None:
+        raise NotImplementedError
+
+    async def _delete(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        self._created = True  # from the first command on, exit cleans up
+        try:
+            await self._create()
+        except BaseException:
+            await self._deleted()
+            raise
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._deleted()
+
+    async def _deleted(self) -> None:
+        if self._created:
+            self._created = False
+            await self._delete()
+
+
 @dataclass
 class _Node:
     namespace: str
@@ -85,7 +118,7 @@ class _Node:
     proxy: ProxyControl | None = None
 
 
-class NetworkLab:
+class NetworkLab(MadeForBlock):
     """A bridge and `nodes` namespaces, for an `async with` block (see the module)."""
 
     def __init__(self, nodes: int) -> None:
@@ -105,7 +138,6 @@ class NetworkLab:
             )
             for i in range(1, nodes + 1)
         ]
-        self._created = False
 
     def address(self, node: int) -> str:
         """Node `node`'s (1-based) address, inside its namespace."""
@@ -129,38 +161,25 @@ class NetworkLab:
     def namespaces(self) -> list[str]:
         return [n.namespace for n in self._nodes]
 
-    async def __aenter__(self) -> NetworkLab:
-        self._created = True  # from the first command on, exit cleans up
-        try:
-            await _run("ip", "link", "add", self.bridge, "type", "bridge")
-            await _run("ip", "addr", "add", f"{self.root_address}/24", "dev", self.bridge)
-            await _run("ip", "link", "set", self.bridge, "up")
-            await _run("iptables", "-I", "FORWARD", *self._forward_rule())
-            for node in self._nodes:
-                await self._add(node)
-        except BaseException:
-            await self._delete()
-            raise
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._delete()
+    async def _create(self) -> None:
+        await run("ip", "link", "add", self.bridge, "type", "bridge")
+        await run("ip", "addr", "add", f"{self.root_address}/24", "dev", self.bridge)
+        await run("ip", "link", "set", self.bridge, "up")
+        await run("iptables", "-I", "FORWARD", *self._forward_rule())
+        for node in self._nodes:
+            await self._add(node)
 
     def _forward_rule(self) -> list[str]:
         comment = ["-m", "comment", "--comment", f"tamto-{self.token}"]
         return ["-i", self.bridge, "-o", self.bridge, *comment, "-j", "ACCEPT"]
 
     async def _add(self, node: _Node) -> None:
-        await _run("ip", "netns", "add", node.namespace)
-        await _run(
-            "ip", "link", "add", node.root_veth, "type", "veth", "peer", "name", node.inner_veth
+        await join_namespace(
+            node.namespace,
+            (node.root_veth, node.inner_veth),
+            f"{node.address}/24",
+            ("link", "set", node.root_veth, "master", self.bridge),
         )
-        await _run("ip", "link", "set", node.inner_veth, "netns", node.namespace)
-        await _run("ip", "link", "set", node.root_veth, "master", self.bridge)
-        await _run("ip", "link", "set", node.root_veth, "up")
-        await _in(node, "ip", "addr", "add", f"{node.address}/24", "dev", node.inner_veth)
-        await _in(node, "ip", "link", "set", node.inner_veth, "up")
-        await _in(node, "ip", "link", "set", "lo", "up")
 
     async def isolate(self, i: int) -> None:
         """Drop everything node `i` sends or receives over its veth."""
@@ -213,24 +232,48 @@ class NetworkLab:
             await node.proxy.set_delay(0)
 
     async def _delete(self) -> None:
-        if not self._created:
-            return
-        self._created = False
         for node in self._nodes:
             if node.proxy is not None:  # its process would keep the namespace alive
                 await node.proxy.stop()
                 node.proxy = None
-            await _run("ip", "netns", "del", node.namespace, check=False)
-            await _run("ip", "link", "del", node.root_veth, check=False)
-        await _run("ip", "link", "del", self.bridge, check=False)
-        await _run("iptables", "-D", "FORWARD", *self._forward_rule(), check=False)
+            await leave_namespace(node.namespace, node.root_veth)
+        await run("ip", "link", "del", self.bridge, check=False)
+        await run("iptables", "-D", "FORWARD", *self._forward_rule(), check=False)
+
+
+async def join_namespace(
+    namespace: str, veths: tuple[str, str], address: str, attach_root: Sequence[str]
+) -> None:
+    """Make network namespace `namespace` joined to the root one by the veth pair
+    `veths` (root end, end moved into the namespace): `attach_root` (the arguments of
+    an `ip` command) places the root end, then both ends come up, the inner one with
+    `address` (CIDR), and so does the namespace's loopback."""
+    root_veth, inner_veth = veths
+    await run("ip", "netns", "add", namespace)
+    await run("ip", "link", "add", root_veth, "type", "veth", "peer", "name", inner_veth)
+    await run("ip", "link", "set", inner_veth, "netns", namespace)
+    await run("ip", *attach_root)
+    await run("ip", "link", "set", root_veth, "up")
+    inside = ("ip", "netns", "exec", namespace)
+    await run(*inside, "ip", "addr", "add", address, "dev", inner_veth)
+    await run(*inside, "ip", "link", "set", inner_veth, "up")
+    await run(*inside, "ip", "link", "set", "lo", "up")
+
+
+async def leave_namespace(namespace: str, root_veth: str) -> None:
+    """Delete what `join_namespace` made, as much of it as there is. Deleting the
+    namespace deletes the veth end in it, and with it the pair; the root end goes by
+    name too in case the move into the namespace failed."""
+    await run("ip", "netns", "del", namespace, check=False)
+    await run("ip", "link", "del", root_veth, check=False)
 
 
 async def _in(node: _Node, *argv: str) -> None:
-    await _run("ip", "netns", "exec", node.namespace, *argv)
+    await run("ip", "netns", "exec", node.namespace, *argv)
 
 
-async def _run(*argv: str, check: bool = True) -> None:
+async def run(*argv: str, check: bool = True) -> None:
+    """Run a command; with `check`, `NetlabError` (its stderr) if it fails."""
     proc = await asyncio.create_subprocess_exec(
         *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
     )

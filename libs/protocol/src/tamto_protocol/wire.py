@@ -151,17 +151,9 @@ def publish_ephemeral_request(
     )
 
 
-def router_append_request(
-    stream: str,
-    partition: int,
-    arrow_ipc: Buffer,
-    count: int,
-    call_id: int = 0,
-    order: Order | None = None,
-) -> bytes:
-    """`tamto.v1.RouterAppendRequest` {stream = 1, partition = 2, batch = 3, order = 4,
-    call_id = 15}."""
-    return publish_request(stream, partition, arrow_ipc, count, call_id, order)  # the same
+#: `tamto.v1.RouterAppendRequest` {stream = 1, partition = 2, batch = 3, order = 4,
+#: call_id = 15}: the fields of a `PublishRequest`, so written the same way.
+router_append_request = publish_request
 
 
 def stored_batch_field(

@@ -11,7 +11,6 @@ import asyncio
 import dataclasses
 import os
 from collections.abc import Coroutine, Generator, Mapping
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -92,12 +91,7 @@ class Connecting(Coroutine[Any, Any, "Client"]):
         self._client = await self._coroutine
         return self._client
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._client is not None:
             await self._client.close()
 
@@ -366,17 +360,8 @@ class Client(AsyncClosing):
         from tamto_sdk import replies
 
         self._check_open()
-        return await replies.request(
-            self._calls,
-            stream,
-            payload,
-            topic=topic,
-            timeout_s=timeout_s,
-            response_stream=response_stream,
-            key=key,
-            headers=headers,
-            wait_for_responder=wait_for_responder,
-        )
+        ask = replies.Ask(stream, payload, topic, timeout_s, key, headers, wait_for_responder)
+        return await replies.request(self._calls, ask, response_stream)
 
     async def gather(
         self,
@@ -399,17 +384,8 @@ class Client(AsyncClosing):
         from tamto_sdk import replies
 
         self._check_open()
-        return await replies.gather(
-            self._calls,
-            stream,
-            payload,
-            topic=topic,
-            timeout_s=timeout_s,
-            max_replies=max_replies,
-            key=key,
-            headers=headers,
-            wait_for_responder=wait_for_responder,
-        )
+        ask = replies.Ask(stream, payload, topic, timeout_s, key, headers, wait_for_responder)
+        return await replies.gather(self._calls, ask, max_replies)
 
     async def reply(
         self,
@@ -424,7 +400,7 @@ class Client(AsyncClosing):
         from tamto_sdk import replies
 
         self._check_open()
-        await replies.reply(self._calls, response_stream, payload, key=key, headers=headers)
+        await replies.reply(self._calls, response_stream, payload, key, headers)
 
     async def reply_error(self, response_stream: str, error: BaseException) -> None:
         """Answer a request with an error status: a `TamtoError`'s own code and

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tamto_protocol.limits import MAX_RANGES_PER_REQUEST
+from tamto_protocol.offset_ranges import merge_ranges
 from tamto_protocol.v1 import messages_pb2
 from tamto_sdk.errors import UndecodableBatch
 from tamto_sdk.messages import Message, MessageBatch
@@ -43,18 +44,6 @@ class OffsetRuns:
         if not self.closed:
             return [(self.first, self.last)]
         return merge_ranges([*self.closed, (self.first, self.last)])
-
-
-def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sort inclusive ranges and merge those that overlap or touch."""
-    merged: list[tuple[int, int]] = []
-    for first, last in sorted(ranges):
-        if merged and first <= merged[-1][1] + 1:
-            if last > merged[-1][1]:
-                merged[-1] = (merged[-1][0], last)
-        else:
-            merged.append((first, last))
-    return merged
 
 
 def within_limit(ranges: list[Any]) -> list[list[Any]]:

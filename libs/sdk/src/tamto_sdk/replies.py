@@ -153,54 +153,45 @@ def _reply_message(batch: messages_pb2.RecordBatch, response_stream: str) -> Eph
     return _ReplyMessage(first.stream, "", first.payload, first.key, first.headers, response_stream)
 
 
-async def request(
-    calls: Calls,
-    stream: str,
-    payload: bytes,
-    *,
-    topic: str = "",
-    timeout_s: float | None = None,
-    response_stream: str = "",
-    key: bytes | None = None,
-    headers: Mapping[str, str] | None = None,
-    wait_for_responder: bool = False,
-) -> EphemeralMessage:
-    """Publish a request and return its reply (see `Client.request`)."""
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """A request as `Client.request` and `Client.gather` take it: the one message
+    published and how long, and whether, to wait for its replies."""
+
+    stream: str
+    payload: bytes
+    topic: str
+    timeout_s: float | None
+    key: bytes | None
+    headers: Mapping[str, str] | None
+    wait_for_responder: bool
+
+
+async def _ask(calls: Calls, ask: Ask, **fields: Any) -> Any:
+    """Send `ask` as a RequestRequest (with the other `fields` set) and return the
+    gateway's RequestResponse."""
     message = gateway_pb2.RequestRequest(
-        stream=stream,
-        topic=topic,
-        response_stream=response_stream,
-        timeout_ms=timeout_ms(timeout_s),
-        wait_for_responder=wait_for_responder,
+        stream=ask.stream,
+        topic=ask.topic,
+        timeout_ms=timeout_ms(ask.timeout_s),
+        wait_for_responder=ask.wait_for_responder,
+        **fields,
     )
-    response = await _call(calls, _one_message(calls.request_raw, message, payload, key, headers))
+    encode = _one_message(calls.request_raw, message, ask.payload, ask.key, ask.headers)
+    return await _call(calls, encode)
+
+
+async def request(calls: Calls, ask: Ask, response_stream: str) -> EphemeralMessage:
+    """Publish a request and return its reply (see `Client.request`)."""
+    response = await _ask(calls, ask, response_stream=response_stream)
     return _answer_message(response, response.response_stream)
 
 
-async def gather(
-    calls: Calls,
-    stream: str,
-    payload: bytes,
-    *,
-    topic: str = "",
-    timeout_s: float | None = None,
-    max_replies: int = 0,
-    key: bytes | None = None,
-    headers: Mapping[str, str] | None = None,
-    wait_for_responder: bool = False,
-) -> list[EphemeralMessage | TamtoError]:
+async def gather(calls: Calls, ask: Ask, max_replies: int) -> list[EphemeralMessage | TamtoError]:
     """Publish a request and return the replies that came in time (see `Client.gather`)."""
     if not isinstance(max_replies, int) or max_replies < 0:
         raise InvalidArgument(f"max_replies must be 0 (no limit) or more, got {max_replies!r}")
-    message = gateway_pb2.RequestRequest(
-        stream=stream,
-        topic=topic,
-        timeout_ms=timeout_ms(timeout_s),
-        wait_for_responder=wait_for_responder,
-        gather=True,
-        max_replies=max_replies,
-    )
-    response = await _call(calls, _one_message(calls.request_raw, message, payload, key, headers))
+    response = await _ask(calls, ask, gather=True, max_replies=max_replies)
     name = response.response_stream
     replies: list[EphemeralMessage | TamtoError] = []
     for gathered in response.replies:
@@ -219,11 +210,10 @@ async def reply(
     calls: Calls,
     response_stream: str,
     payload: bytes,
-    *,
-    key: bytes | None = None,
-    headers: Mapping[str, str] | None = None,
+    key: bytes | None,
+    headers: Mapping[str, str] | None,
 ) -> None:
-    """Answer a request (see `Client.reply`)."""
+    """Answer a request (see `Client.reply`, which holds the defaults)."""
     message = gateway_pb2.ReplyRequest(response_stream=response_stream)
     await _send_reply(calls, _one_message(calls.reply_raw, message, payload, key, headers))
 

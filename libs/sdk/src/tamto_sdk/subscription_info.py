@@ -2,7 +2,8 @@
 partition, its consumers, a stream's stats, and one row summing them up.
 
 Plain values built from the gateway's replies (`_from_proto`); the calls that
-fetch them are `tamto_sdk.subscriptions`.
+fetch them are `tamto_sdk.subscriptions`, which is also where applications import
+them from (its `__all__` lists them).
 """
 
 from __future__ import annotations
@@ -16,15 +17,6 @@ from tamto_protocol.v1 import messages_pb2
 from tamto_sdk.messages import us_to_datetime
 from tamto_sdk.overview import SubscriptionSummary
 from tamto_sdk.positions import SubscriptionType
-
-__all__ = [
-    "ConsumerInfo",
-    "PartitionStats",
-    "StreamStats",
-    "SubscriptionInfo",
-    "SubscriptionPartitionInfo",
-    "summarize",
-]
 
 _TYPE_FROM_PROTO = {
     messages_pb2.SUBSCRIPTION_TYPE_EXCLUSIVE: SubscriptionType.EXCLUSIVE,

@@ -25,7 +25,6 @@ a skip with a reason.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import ipaddress
 import os
@@ -35,6 +34,7 @@ import subprocess
 from collections.abc import Iterable
 
 from tamto_local.delay_proxy_control import ProxyControl
+from tamto_local.netlab import MadeForBlock, NetlabError, join_namespace, leave_namespace, run
 from tamto_testing.delay_proxy import MARK
 
 #: Where the /30s of test namespaces come from (private, unused by the tests otherwise).
@@ -43,8 +43,9 @@ SUBNET = ipaddress.ip_network("10.231.0.0/16")
 PICK_ATTEMPTS = 20
 
 
-class NetnsError(RuntimeError):
-    """A namespace command failed; the message has the command and its stderr."""
+#: A namespace command failed (the message has the command and its stderr), or no
+#: subnet was free: the launcher's network lab runs the same commands.
+NetnsError = NetlabError
 
 
 def unavailable() -> str | None:
@@ -97,7 +98,7 @@ def _pick_subnet() -> ipaddress.IPv4Network:
     raise NetnsError(f"no free /30 in {SUBNET} after {PICK_ATTEMPTS} attempts")
 
 
-class Netns:
+class Netns(MadeForBlock):
     """One namespace and its veth pair, for an `async with` block.
 
     `cut`, `heal` and `delay` may be called any number of times inside the block.
@@ -111,7 +112,6 @@ class Netns:
         net = _pick_subnet()
         self.root_address = str(net.network_address + 1)
         self.address = str(net.network_address + 2)
-        self._created = False
         self._proxy: ProxyControl | None = None
         self._redirecting = False  # the nat rules that send TCP to the proxy are in place
 
@@ -125,26 +125,13 @@ class Netns:
         """The delay proxy's process id while it runs (`delay`), else None."""
         return self._proxy.pid if self._proxy is not None else None
 
-    async def __aenter__(self) -> Netns:
-        self._created = True  # from the first command on, exit cleans up
-        try:
-            await _run("ip", "netns", "add", self.name)
-            await _run(
-                "ip", "link", "add", self.root_veth, "type", "veth", "peer", "name", self.inner_veth
-            )
-            await _run("ip", "link", "set", self.inner_veth, "netns", self.name)
-            await _run("ip", "addr", "add", f"{self.root_address}/30", "dev", self.root_veth)
-            await _run("ip", "link", "set", self.root_veth, "up")
-            await self._in("ip", "addr", "add", f"{self.address}/30", "dev", self.inner_veth)
-            await self._in("ip", "link", "set", self.inner_veth, "up")
-            await self._in("ip", "link", "set", "lo", "up")
-        except BaseException:
-            await self._delete()
-            raise
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._delete()
+    async def _create(self) -> None:
+        await join_namespace(
+            self.name,
+            (self.root_veth, self.inner_veth),
+            f"{self.address}/30",
+            ("addr", "add", f"{self.root_address}/30", "dev", self.root_veth),
+        )
 
     async def cut(self, root_ports: Iterable[int] | None = None) -> None:
         """Drop the namespace's traffic over its veth, both ways: all of it, or only
@@ -175,7 +162,7 @@ class Netns:
         await self._in("iptables", "-F", "OUTPUT")
         for veth, inside in ((self.inner_veth, True), (self.root_veth, False)):
             argv = ("tc", "qdisc", "del", "dev", veth, "root")
-            await (self._in(*argv, check=False) if inside else _run(*argv, check=False))
+            await (self._in(*argv, check=False) if inside else run(*argv, check=False))
         if self._proxy is not None:
             await self._proxy.set_delay(0)
 
@@ -198,7 +185,7 @@ class Netns:
         if not proxy:
             await self._in("tc", "qdisc", "replace", "dev", self.inner_veth, "root", "netem",
                            "delay", f"{ms}ms")  # fmt: skip
-            await _run("tc", "qdisc", "replace", "dev", self.root_veth, "root", "netem",
+            await run("tc", "qdisc", "replace", "dev", self.root_veth, "root", "netem",
                        "delay", f"{ms}ms")  # fmt: skip
             return
         if self._proxy is None:
@@ -223,23 +210,8 @@ class Netns:
             await proxy.stop()
 
     async def _in(self, *argv: str, check: bool = True) -> None:
-        await _run("ip", "netns", "exec", self.name, *argv, check=check)
+        await run("ip", "netns", "exec", self.name, *argv, check=check)
 
     async def _delete(self) -> None:
-        if not self._created:
-            return
-        self._created = False
         await self._stop_proxy()  # its process would keep the namespace alive
-        # Deleting the namespace deletes the veth end in it, and with it the pair; the
-        # root end is deleted by name too in case the move into the namespace failed.
-        await _run("ip", "netns", "del", self.name, check=False)
-        await _run("ip", "link", "del", self.root_veth, check=False)
-
-
-async def _run(*argv: str, check: bool = True) -> None:
-    proc = await asyncio.create_subprocess_exec(
-        *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
-    )
-    _, stderr = await proc.communicate()
-    if check and proc.returncode != 0:
-        raise NetnsError(f"{' '.join(argv)}: exit {proc.returncode}: {stderr.decode().strip()}")
+        await leave_namespace(self.name, self.root_veth)

@@ -45,15 +45,13 @@ from prometheus_client import Gauge
 
 from tamto_common.errors import InvalidArgument, TamtoError, Unavailable
 from tamto_common.grpc_errors import downstream_error, error_for, in_band_status
+from tamto_common.session_stop import WAKE, SessionStop
 from tamto_common.subscribe import check_range_count
 from tamto_gateway.consume_follow import OwnerNow
 from tamto_gateway.consume_mux import MuxSession
 from tamto_gateway.upstream import RouterConsume, Upstream
 from tamto_protocol.delivery_wire import consume_error, parse_consume_error
 from tamto_protocol.v1 import messages_pb2
-
-#: Put in the response queue to wake `responses` when the session is to stop.
-_WAKE = Unavailable("consume session stopped")
 
 #: Longest an erring consume stream waits for its client's half-close.
 END_WAIT_S = 2.0
@@ -105,7 +103,7 @@ class SetupStep:
 _STEP_GAUGES: dict[str, Gauge] = {}
 
 
-class FanOut:
+class FanOut(SessionStop):
     def __init__(self, upstream: Upstream, subscribe: messages_pb2.Subscribe) -> None:
         self._upstream = upstream
         self._subscribe = subscribe
@@ -260,41 +258,14 @@ class FanOut:
             await asyncio.wait({reader}, timeout=END_WAIT_S)
             raise
 
-    def fail(self, error: TamtoError) -> None:
-        """End `responses` with `error` (a request of the client broke a rule)."""
-        self.failure = error
+    def _wake(self) -> None:
         if self._out.empty():  # wake a `responses` waiting for the next one
-            self._out.put_nowait(_WAKE)
+            self._out.put_nowait(WAKE)
 
-    def stop_when_done(self, task: asyncio.Task[None]) -> None:
-        """End `responses` as soon as `task` (forwarding the client's requests) ends,
-        raising its error if it failed."""
-
-        def stop(_: asyncio.Task[None]) -> None:
-            self._stopped = task
-            if self._out.empty():  # wake a `responses` waiting for the next one
-                self._out.put_nowait(_WAKE)
-
-        task.add_done_callback(stop)
-
-    async def responses(self) -> AsyncIterator[bytes]:
-        """The routers' responses, merged, as encoded `ConsumeResponse` bytes.
-
-        Taken straight from the queue: no task per response, so a delivery waits
-        for no more event-loop rounds than it must.
-        """
-        while True:
-            if self.failure is not None:
-                raise self.failure
-            if self._stopped is not None:
-                self._stopped.result()
-                return
-            item = await self._out.get()
-            if item is _WAKE:
-                continue
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+    def responses(self) -> AsyncIterator[bytes]:
+        """The routers' responses, merged, as encoded `ConsumeResponse` bytes, until
+        the session stops (`SessionStop`)."""
+        return self.drain(self._out)
 
     async def finish(self, timeout_s: float = 10.0) -> None:
         """The client half-closed: half-close every router stream and let them end.

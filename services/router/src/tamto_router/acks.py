@@ -15,6 +15,8 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from tamto_protocol.offset_ranges import merge_ranges
+
 
 class TooManyRanges(Exception):
     """Acks refused: they would leave more acked ranges above the floor than allowed."""
@@ -131,14 +133,7 @@ def most_advanced(cursors: Iterable[AckSet]) -> AckSet | None:
 def normalized(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """Inclusive `ranges` sorted, with overlapping and touching ones merged
     (reversed ones dropped): O(k log k) for k ranges."""
-    merged: list[tuple[int, int]] = []
-    for first, last in sorted(r for r in ranges if r[0] <= r[1]):
-        if merged and first <= merged[-1][1] + 1:
-            if last > merged[-1][1]:
-                merged[-1] = (merged[-1][0], last)
-        else:
-            merged.append((first, last))
-    return merged
+    return merge_ranges(r for r in ranges if r[0] <= r[1])
 
 
 def _first(r: tuple[int, int]) -> int:

@@ -18,7 +18,8 @@ from typing import Literal
 
 import structlog
 
-from tamto_common.errors import InvalidArgument, OutOfRange, TamtoError, Unavailable
+from tamto_common.errors import InvalidArgument, OutOfRange, TamtoError
+from tamto_common.session_stop import WAKE, SessionStop
 from tamto_router.acks import AckSet
 from tamto_router.cursors import commit_cursor, get_cursor
 from tamto_router.dead_letters import Policy, Publish
@@ -143,11 +144,8 @@ class SubscriptionRegistry:
 #: Longest a consumer's clean leave waits for its acks to be committed.
 _LEAVE_COMMIT_S = 5.0
 
-#: Put in an outbox to wake `deliveries` when the session is to stop.
-_WAKE = Unavailable("consume session stopped")
 
-
-class ConsumeSession:
+class ConsumeSession(SessionStop):
     def __init__(self, spec: SubscribeSpec, registry: SubscriptionRegistry) -> None:
         self.spec = spec
         self._registry = registry
@@ -235,36 +233,10 @@ class ConsumeSession:
         """The client said it is leaving on purpose (see `__aexit__`)."""
         self.closed_by_client = True
 
-    def fail(self, error: TamtoError) -> None:
-        """End `deliveries` with `error` (a request of the client broke a rule)."""
-        self.failure = error
-        self.slot.outbox.put_nowait(_WAKE)
+    def _wake(self) -> None:
+        self.slot.outbox.put_nowait(WAKE)
 
-    def stop_when_done(self, task: asyncio.Task[None]) -> None:
-        """End `deliveries` as soon as `task` (the stream's request reader) ends,
-        raising its error if it failed: the consumer half-closed, or broke a rule."""
-
-        def stop(_: asyncio.Task[None]) -> None:
-            self._stopped = task
-            self.slot.outbox.put_nowait(_WAKE)
-
-        task.add_done_callback(stop)
-
-    async def deliveries(self) -> AsyncIterator[Delivery]:
-        """What the subscriptions hand this session, as they hand it out.
-
-        Taken straight from the outbox: no task per delivery, so a delivery
-        waits for no more event-loop rounds than it must.
-        """
-        while True:
-            if self.failure is not None:
-                raise self.failure
-            if self._stopped is not None:
-                self._stopped.result()
-                return
-            item = await self.slot.outbox.get()
-            if item is _WAKE:
-                continue
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+    def deliveries(self) -> AsyncIterator[Delivery]:
+        """What the subscriptions hand this session, as they hand it out, until the
+        session stops (`SessionStop`): the consumer half-closed, or broke a rule."""
+        return self.drain(self.slot.outbox)

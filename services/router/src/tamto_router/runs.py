@@ -9,7 +9,7 @@ cut runs and batches along acked ranges and along each other.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from tamto_protocol.batch import slice_batch
@@ -26,6 +26,34 @@ class Run:
     count: int
     due: float
     consumer: int = 0
+
+
+class WaitingRuns:
+    """The runs a subscription keeps waiting to be delivered (again), and its position
+    in the fresh messages: what of `strategies.base.Host` is about them."""
+
+    pending: list[Run]
+    position: int
+
+    def waiting(self) -> Iterator[tuple[int, int]]:
+        """The runs waiting to be delivered again (due or not), as (first, last)."""
+        return ((r.first, r.last) for r in self.pending)
+
+    def take_due(self, now: float) -> list[Run]:
+        """Take the waiting runs due by `now` out of `pending`, by first offset: one
+        pass over them, not a search of the list per run taken."""
+        due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
+        if due:
+            self.pending = [r for r in self.pending if r.due > now]
+        return due
+
+    def wait(self, run: Run) -> None:
+        """Keep `run` waiting to be delivered (again) from `run.due` on."""
+        self.pending.append(run)
+
+    def advance(self, to: int) -> None:
+        """Fresh messages below `to` were handed out or kept waiting: move the position."""
+        self.position = max(self.position, to)
 
 
 def unacked_runs(batch: Batch, lo: int, hi: int, acks: AckSet) -> list[tuple[int, int]]:

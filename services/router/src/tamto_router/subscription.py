@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
 
 import structlog
 
@@ -57,7 +56,7 @@ from tamto_router.dead_letters import Policy, Publish
 from tamto_router.delivering import Delivering
 from tamto_router.model import Delivery, SubscriptionType
 from tamto_router.partition_log import PartitionLog
-from tamto_router.runs import Run, cut
+from tamto_router.runs import Run, WaitingRuns, cut
 from tamto_router.slots import ConsumerSlot, Credit
 from tamto_router.strategies import Strategy, for_type
 
@@ -78,7 +77,7 @@ log = structlog.get_logger(__name__)
 MAX_TERM_REASON = 1024
 
 
-class Subscription(Delivering, DeadLettering):
+class Subscription(Delivering, DeadLettering, WaitingRuns):
     """One subscription on one partition; the type's decisions are its `strategy`'s.
 
     Its public surface: consumers `attach`/`detach`; their verbs `ack`, `nack`,
@@ -330,27 +329,7 @@ class Subscription(Delivering, DeadLettering):
             self._settled(normalized(done))
         self.poke()
 
-    # -- what strategies ask (strategies.base.Host) ------------------------
-
-    def waiting(self) -> Iterator[tuple[int, int]]:
-        """The runs waiting to be delivered again (due or not), as (first, last)."""
-        return ((r.first, r.last) for r in self.pending)
-
-    def take_due(self, now: float) -> list[Run]:
-        """Take the waiting runs due by `now` out of `pending`, by first offset: one
-        pass over them, not a search of the list per run taken."""
-        due = sorted((r for r in self.pending if r.due <= now), key=lambda r: r.first)
-        if due:
-            self.pending = [r for r in self.pending if r.due > now]
-        return due
-
-    def wait(self, run: Run) -> None:
-        """Keep `run` waiting to be delivered (again) from `run.due` on."""
-        self.pending.append(run)
-
-    def advance(self, to: int) -> None:
-        """Fresh messages below `to` were handed out or kept waiting: move the position."""
-        self.position = max(self.position, to)
+    # -- what strategies ask (strategies.base.Host; the waiting runs: WaitingRuns) --
 
     # -- dispatch ----------------------------------------------------------
 

@@ -96,18 +96,37 @@ def save_chart(
     return path
 
 
-def add_chart_option(parser: argparse.ArgumentParser) -> None:
-    """The `--no-chart` flag of a pipeline that draws a chart."""
+def report_parser(doc: str, stream_help: str) -> argparse.ArgumentParser:
+    """The command line of a report pipeline (`doc`: its module docstring): where the
+    stream is stored, which stream, where its outputs go, and `--no-chart`; a pipeline
+    adds its own options before parsing with `parse_report_args`."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--data-dir", required=True, help="storage's data directory")
+    parser.add_argument("--stream", required=True, help=stream_help)
+    parser.add_argument("--out", required=True, help="directory for Parquet outputs and the chart")
     parser.add_argument(
         "--no-chart", action="store_true", help="no PNG chart (needs no matplotlib)"
     )
+    return parser
 
 
-def check_charts(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Exit with the parser's usage error if a chart is wanted and matplotlib is missing,
-    before Spark starts."""
+def parse_report_args(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None
+) -> argparse.Namespace:
+    """`argv` parsed; exits with the parser's usage error if a chart is wanted and
+    matplotlib is missing, before Spark starts."""
+    args = parser.parse_args(argv)
     if not args.no_chart:
         try:
             pyplot()
         except ChartsUnavailable as exc:
             parser.error(str(exc))
+    return args
+
+
+def print_report(text: str, chart: Path | None) -> int:
+    """Print a report's tables, and where its chart went; the command's exit status."""
+    print(text, end="")
+    if chart is not None:
+        print(f"chart: {chart}")
+    return 0

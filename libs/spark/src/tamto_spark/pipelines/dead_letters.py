@@ -12,7 +12,6 @@ docs/segments.md): `tamto.dlq.reason`, `tamto.dlq.stream`,
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +21,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tamto_spark.pipelines.common import (
-    add_chart_option,
-    check_charts,
     format_table,
+    parse_report_args,
+    print_report,
     pyplot,
     read_stream,
+    report_parser,
     save_chart,
     write_parquet,
 )
@@ -143,18 +143,10 @@ def _chart(rows: list[dict[str, Any]], path: Path, stream: str) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", required=True, help="storage's data directory")
-    parser.add_argument("--stream", required=True, help="the stream whose dead letters to report")
+    parser = report_parser(__doc__, "the stream whose dead letters to report")
     parser.add_argument("--dlq-stream", default="", help="default: <stream>.dlq")
-    parser.add_argument("--out", required=True, help="directory for Parquet outputs and the chart")
-    add_chart_option(parser)
-    args = parser.parse_args(argv)
-    check_charts(parser, args)
+    args = parse_report_args(parser, argv)
     spark = spark_session("tamto-dead-letter-report")
     dlq = args.dlq_stream or f"{args.stream}.dlq"
     report = run(spark, args.data_dir, dlq, args.out, chart=not args.no_chart)
-    print(report.text, end="")
-    if report.chart is not None:
-        print(f"chart: {report.chart}")
-    return 0
+    return print_report(report.text, report.chart)

@@ -9,7 +9,6 @@ Latency is publish time minus event time, for messages that carry an event time.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +18,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tamto_spark.pipelines.common import (
-    add_chart_option,
-    check_charts,
     format_table,
+    parse_report_args,
+    print_report,
     pyplot,
     read_stream,
+    report_parser,
     save_chart,
     write_parquet,
 )
@@ -138,16 +138,11 @@ def _chart(minutes: list[dict[str, Any]], path: Path, stream: str) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", required=True, help="storage's data directory")
-    parser.add_argument("--stream", required=True)
-    parser.add_argument("--out", required=True, help="directory for Parquet outputs and the chart")
-    add_chart_option(parser)
+    parser = report_parser(__doc__, "the stream whose traffic to report")
     parser.add_argument("--top", type=int, default=10, help="how many keys to list")
     parser.add_argument("--start-time", default="", help="ISO-8601 publish time to start at")
     parser.add_argument("--end-time", default="", help="ISO-8601 publish time to stop before")
-    args = parser.parse_args(argv)
-    check_charts(parser, args)
+    args = parse_report_args(parser, argv)
     spark = spark_session("tamto-traffic-report")
     report = run(
         spark,
@@ -159,7 +154,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         end_time=args.end_time,
         chart=not args.no_chart,
     )
-    print(report.text, end="")
-    if report.chart is not None:
-        print(f"chart: {report.chart}")
-    return 0
+    return print_report(report.text, report.chart)

@@ -16,6 +16,7 @@ import contextlib
 import json
 import socket
 import ssl
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import structlog
@@ -34,6 +35,29 @@ TLS_HANDSHAKE = 0x16
 FIRST_BYTE_S = 10.0
 #: Pause after a failed accept (no file descriptor left) before the next.
 ACCEPT_BACKOFF_S = 0.1
+
+
+async def accept_forever(
+    sock: socket.socket,
+    serve: Callable[[socket.socket, Any], Coroutine[Any, Any, None]],
+    tasks: set[asyncio.Task[None]],
+    protocol: str,
+) -> None:
+    """Accept connections on `sock` until cancelled, each served (`serve(conn,
+    address)`) in a task of its own kept in `tasks` while it runs. A failed accept
+    (out of file descriptors, say) is logged and retried after a pause: the port
+    stays open."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            conn, address = await loop.sock_accept(sock)
+        except OSError as exc:
+            log.warning(f"{protocol} accept failed", error=str(exc))
+            await asyncio.sleep(ACCEPT_BACKOFF_S)
+            continue
+        task = asyncio.create_task(serve(conn, address))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
 
 
 def _plaintext_refusal() -> bytes:
@@ -75,20 +99,10 @@ class _Acceptor:
         self._protocol = protocol
         self._tls = tls
         self._pending: set[asyncio.Task[None]] = set()
-        self._task = asyncio.create_task(self._accept(), name="http-accept")
-
-    async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                conn, _ = await loop.sock_accept(self._sock)
-            except OSError as exc:  # out of file descriptors, say: the port stays open
-                log.warning("http accept failed", error=str(exc))
-                await asyncio.sleep(ACCEPT_BACKOFF_S)
-                continue
-            task = asyncio.create_task(self._hand_over(conn))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
+        self._task = asyncio.create_task(
+            accept_forever(sock, lambda conn, _: self._hand_over(conn), self._pending, "http"),
+            name="http-accept",
+        )
 
     async def _hand_over(self, conn: socket.socket) -> None:
         loop = asyncio.get_running_loop()

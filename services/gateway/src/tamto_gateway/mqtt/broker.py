@@ -24,13 +24,14 @@ import contextlib
 import json
 import socket
 import ssl
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from tamto_common.errors import ConfigError
 from tamto_gateway.http.auth import Credentials
-from tamto_gateway.http.listener import ACCEPT_BACKOFF_S, TLS_HANDSHAKE, edge_tls, first_byte
+from tamto_gateway.http.listener import TLS_HANDSHAKE, accept_forever, edge_tls, first_byte
 from tamto_gateway.mqtt import codec
 from tamto_gateway.mqtt.connection import Connection, Ended
 from tamto_gateway.mqtt.context import Limits, Shared, SingleStream
@@ -98,17 +99,10 @@ class Broker:
             task.cancel()
 
     async def _accept(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                conn, address = await loop.sock_accept(self._sock)
-            except OSError as exc:  # out of file descriptors, say: the port stays open
-                log.warning("mqtt accept failed", error=str(exc))
-                await asyncio.sleep(ACCEPT_BACKOFF_S)
-                continue
-            task = asyncio.create_task(self._serve(conn, f"mqtt:{address[0]}:{address[1]}"))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        def serve(conn: socket.socket, address: Any) -> Coroutine[Any, Any, None]:
+            return self._serve(conn, f"mqtt:{address[0]}:{address[1]}")
+
+        await accept_forever(self._sock, serve, self._tasks, "mqtt")
 
     async def _serve(self, conn: socket.socket, peer: str) -> None:
         conn.setblocking(False)
