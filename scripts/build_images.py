@@ -43,6 +43,10 @@ PYTHON = "3.11"
 #: glibc of Debian bookworm, which both bases are: the newest manylinux wheels they run.
 MANYLINUX = "manylinux_2_36"
 SUITE = "bookworm"
+#: The runtime image's label naming what it was built from (`runtime_key`).
+RUNTIME_LABEL = "dev.tamto.runtime-key"
+#: What uv records in an installed package's dist-info: the install's time among others.
+UV_CACHE_FILE = "uv_cache.json"
 #: What mmdebstrap puts in the local base: Debian's essential set, python3, CA
 #: certificates and the C++ runtime (grpcio, pyarrow and others link it), without
 #: documentation, manual pages or translations.
@@ -172,6 +176,54 @@ def build_context(services: Sequence[str], context: Path) -> Path:
     return context
 
 
+def tree_digest(root: Path) -> str:
+    """A digest of every path under `root`, with each file's bytes and each link's target.
+
+    Leaves out what uv writes anew at each install (`UV_CACHE_FILE`, the time of the
+    install, and its line in the package's RECORD)."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        name = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            digest.update(f"link {name} {os.readlink(path)}\n".encode())
+        elif path.name == UV_CACHE_FILE:
+            continue
+        elif path.is_file():
+            digest.update(f"file {name}\n".encode())
+            data = path.read_bytes()
+            if path.name == "RECORD":
+                kept = [x for x in data.splitlines() if UV_CACHE_FILE.encode() not in x]
+                data = b"\n".join(kept)
+            digest.update(data)
+        else:
+            digest.update(f"dir {name}\n".encode())
+    return digest.hexdigest()
+
+
+def image_label(engine: str, tag: str, label: str) -> str | None:
+    """The value of `label` on image `tag` (None when the image or the label is missing)."""
+    done = subprocess.run(
+        [engine, "image", "inspect", tag], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        return None
+    [found] = json.loads(done.stdout)
+    labels = (found.get("Config") or {}).get("Labels") or found.get("Labels") or {}
+    value = labels.get(label)
+    return value if isinstance(value, str) else None
+
+
+def runtime_key(engine: str, context: Path, base_image: str, args: Sequence[str]) -> str:
+    """What the runtime image is built from: the Dockerfile, the base image's id, the build
+    arguments, the third-party packages' pins and Tamto's own tree in the context."""
+    base_id = run([engine, "image", "inspect", "--format", "{{.Id}}", base_image]).strip()
+    digest = hashlib.sha256(DOCKERFILE.read_bytes())
+    digest.update(json.dumps([base_id, *args]).encode())
+    digest.update((context / "packages.sha256").read_bytes())
+    digest.update(tree_digest(context / "app").encode())
+    return digest.hexdigest()
+
+
 def build(engine: str, context: Path, tag: str, *args: str) -> None:
     """`podman build` of the Dockerfile in `context` into image `tag`; the docker format,
     as the OCI image format has no HEALTHCHECK."""
@@ -199,7 +251,12 @@ def build_all(
     args = ["--build-arg", f"PYTHON_VERSION={PYTHON}", "--target"]
     if base_image != PUBLIC_BASE:
         args = ["--build-arg", f"BASE_IMAGE={base_image}", *args]
-    build(engine, context, runtime, *args, "runtime")
+    # Even with every layer cached, podman takes tens of seconds to find that out (it
+    # hashes the large packages tree it would copy): an image labelled with what it was
+    # built from is kept as it is.
+    key = runtime_key(engine, context, base_image, args) if image_exists(engine, base_image) else ""
+    if not key or image_label(engine, runtime, RUNTIME_LABEL) != key:
+        build(engine, context, runtime, "--label", f"{RUNTIME_LABEL}={key}", *args, "runtime")
     runtime_s = time.monotonic() - started - base_s - context_s
     empty = cache / "empty"
     empty.mkdir(exist_ok=True)

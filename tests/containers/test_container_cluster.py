@@ -11,6 +11,7 @@ own health check (the gRPC health service) says when a container is ready.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterator
 
@@ -32,8 +33,10 @@ pytestmark = [pytest.mark.container, needs(unavailable()), pytest.mark.timeout(1
 
 #: Short leases: a dead router's partitions move within seconds.
 LEASE_TTL_S = 3
-#: Start order: each service needs the ones before it registered.
-SERVICES = ("auth", "storage", "router-1", "router-2", "gateway", "processing")
+#: Started in two waves, as `tamto up` starts them: the backends side by side, then the
+#: gateway (which so finds every router and storage node registered).
+BACKENDS = ("auth", "storage", "router-1", "router-2", "processing")
+SERVICES = (*BACKENDS, "gateway")
 STREAM = "orders"
 PARTITIONS = 4
 READY_S = 150.0
@@ -65,8 +68,8 @@ def cluster(service_images: dict[str, str]) -> Iterator[tuple[ContainerCluster, 
             "TAMTO_AUTH_DEV_API_KEY": api_key,
         }
         try:
-            for name in SERVICES:
-                start(containers, name, service_images, shared)
+            start(containers, BACKENDS, service_images, shared)
+            start(containers, ("gateway",), service_images, shared)
             host, port = containers.published("gateway", SERVICE_PORT)
             yield containers, f"tamto://{host}:{port}", api_key
         except BaseException:
@@ -76,19 +79,28 @@ def cluster(service_images: dict[str, str]) -> Iterator[tuple[ContainerCluster, 
 
 
 def start(
-    containers: ContainerCluster, name: str, images: dict[str, str], shared: dict[str, str]
+    containers: ContainerCluster,
+    names: tuple[str, ...],
+    images: dict[str, str],
+    shared: dict[str, str],
 ) -> None:
-    """Start service container `name` (`router-2`: a second router) and wait until its
-    image's health check passes."""
-    service = name.partition("-")[0]
-    env = {**shared, "TAMTO_INSTANCE_ID": name, "TAMTO_ADVERTISE_HOST": containers.address(name)}
-    options: tuple[str, ...] = ()
-    if service == "storage":
-        options = ("--restart=on-failure",)
-    elif service == "gateway":
-        options = (f"--publish=127.0.0.1::{SERVICE_PORT}",)
-    containers.run(name, images[service], env=env, options=options)
-    wait_for(lambda: containers.healthy(name), READY_S, f"{name}'s health check")
+    """Start service containers `names` (`router-2`: a second router) at once, then wait
+    until each image's health check passes."""
+    for name in names:
+        service = name.partition("-")[0]
+        env = {
+            **shared,
+            "TAMTO_INSTANCE_ID": name,
+            "TAMTO_ADVERTISE_HOST": containers.address(name),
+        }
+        options: tuple[str, ...] = ()
+        if service == "storage":
+            options = ("--restart=on-failure",)
+        elif service == "gateway":
+            options = (f"--publish=127.0.0.1::{SERVICE_PORT}",)
+        containers.run(name, images[service], env=env, options=options)
+    for name in names:
+        wait_for(functools.partial(containers.healthy, name), READY_S, f"{name}'s health check")
 
 
 async def publish(client: tamto_sdk.Client, first: int, count: int) -> None:

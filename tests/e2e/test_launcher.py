@@ -234,9 +234,13 @@ def test_up_refuses_a_discovery_setting_that_is_not_an_srv_record(tmp_path: Path
     assert not (tmp_path / "data").exists(), "nothing was started"
 
 
-def test_up_with_an_s3_segment_store_runs_seaweedfs_and_seals_into_it(tmp_path: Path) -> None:
+def test_up_with_an_s3_segment_store_runs_seaweedfs_and_seals_into_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--segment-store s3`: SeaweedFS starts under the data directory, and the demo's
     messages reach its bucket as segments (and the Iceberg catalog) once sealed."""
+    # Sealed 1 s after their ack (5 s by default): `tamto up` hands its environment on.
+    monkeypatch.setenv("TAMTO_STORAGE_SEAL_AGE_MS", "1000")
     launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
     launcher.start("--segment-store", "s3", "--demo")
     try:
@@ -250,7 +254,7 @@ def test_up_with_an_s3_segment_store_runs_seaweedfs_and_seals_into_it(tmp_path: 
             )
             return int(dataset.count_rows())
 
-        # The demo's 1000 messages are sealed 5 s after their ack (the default).
+        # The demo's 1000 messages, once sealed.
         wait_for(
             lambda: rows_in_store() == 1000,
             60,

@@ -31,7 +31,6 @@ from tamto_common.config import parse_endpoints
 from tamto_common.ledgers import read_ledgers
 from tamto_common.membership import connect_etcd
 from tamto_common.placement import Placement
-from tamto_local.layout import node_processes
 from tamto_router.ownership import OWNERS
 from tamto_sdk import MessageBatch, StreamConfig, SubscriptionType
 from tamto_sdk.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -70,9 +69,8 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]
     with running_infra(workdir / "infra") as infra:
         cluster = TestCluster(workdir / "cluster", infra, nodes=2)
         try:
-            for name in node_processes(2):
-                if name != "router-2":
-                    cluster.start(name)
+            cluster.start_together(["auth", "storage", "storage-2", "router"])
+            cluster.start_together(["gateway", "gateway-2"])
             yield cluster
         finally:
             cluster.stop_all()

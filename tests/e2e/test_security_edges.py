@@ -20,7 +20,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import tamto_sdk
 from tamto_common.tls import TlsMaterial
-from tamto_local.layout import SERVICES
 from tamto_local.tls import ensure_dev_pki
 from tamto_protocol.v1 import gateway_pb2, gateway_pb2_grpc
 from tamto_sdk import ClientOptions
@@ -81,12 +80,6 @@ def jwks_server() -> Iterator[tuple[str, dict[str, Any]]]:
         thread.join()
 
 
-def start_cluster(cluster: TestCluster, gateway_env: dict[str, str] | None = None) -> TestCluster:
-    for name in SERVICES:
-        cluster.start(name, extra_env=gateway_env if name == "gateway" else None)
-    return cluster
-
-
 async def test_external_oidc_issuers_from_a_file_and_a_url(
     tamto_infra: Infra, tmp_path: Path, jwks_server: tuple[str, dict[str, Any]]
 ) -> None:
@@ -109,7 +102,7 @@ async def test_external_oidc_issuers_from_a_file_and_a_url(
     issuers_file.write_text(json.dumps(issuers))
     cluster = TestCluster(tmp_path / "cluster", tamto_infra)
     try:
-        start_cluster(cluster, {"TAMTO_GATEWAY_OIDC_ISSUERS_FILE": str(issuers_file)})
+        cluster.start_all({"gateway": {"TAMTO_GATEWAY_OIDC_ISSUERS_FILE": str(issuers_file)}})
         stream, role = unique("oidc"), unique("oidc-role")
         async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
             await admin.streams.ensure(stream)
@@ -181,8 +174,7 @@ async def test_a_router_accepts_an_external_issuers_token_on_the_direct_path(
     # One setting for both (the shared environment): gateways and routers verify alike.
     trusted = {"TAMTO_OIDC_ISSUERS_FILE": str(issuers_file)}
     try:
-        for name in SERVICES:
-            cluster.start(name, extra_env=trusted if name in ("gateway", "router") else None)
+        cluster.start_all({"gateway": trusted, "router": trusted})
         stream, role = unique("oidc-direct"), unique("oidc-direct-role")
         async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as admin:
             await admin.streams.ensure(stream)
@@ -241,7 +233,7 @@ def test_bad_oidc_configuration_stops_the_gateway_with_one_line(
     cluster = TestCluster(tmp_path / "cluster", tamto_infra)
     try:
         with pytest.raises(AssertionError, match="algorithms must be among"):
-            start_cluster(cluster, {"TAMTO_GATEWAY_OIDC_ISSUERS_FILE": str(issuers_file)})
+            cluster.start_all({"gateway": {"TAMTO_GATEWAY_OIDC_ISSUERS_FILE": str(issuers_file)}})
     finally:
         cluster.stop_all()
 

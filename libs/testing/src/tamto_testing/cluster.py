@@ -86,6 +86,10 @@ class TestCluster:
         # A deleted stream's data goes a second after its deletion (5 min in production):
         # a test that deletes a stream can use its name again soon after.
         self._storage_env = {"TAMTO_STORAGE_STREAM_DELETE_GRACE_MS": "1000", **(storage_env or {})}
+        # A service drains its in-flight calls for 1 s on SIGTERM (5 s in production):
+        # its long-lived streams (deliveries, its peers' streams) never end by
+        # themselves, so a process stopped with clients connected waited the whole grace.
+        self._service_env = {"TAMTO_SHUTDOWN_GRACE_S": "1"}
         self.host = host
         self.infra = infra
         self.credential = dev_credential(workdir)
@@ -186,6 +190,7 @@ class TestCluster:
         self.ports.setdefault(name, free_port())
         if service == "storage":
             extra_env = {**self._storage_env, **(extra_env or {})}
+        extra_env = {**self._service_env, **(extra_env or {})}
         env = service_env(
             service,
             self.shared,

@@ -45,9 +45,13 @@ QUICK_WINDOW_S = 3.0
 #: How long after the last probe the watchers may take to show every probe.
 VISIBLE_LIMIT_S = 60.0
 #: How long the load's producers may take to start publishing, and how long they
-#: publish beyond the probes' window (their start is not seen at once).
+#: publish beyond the probes' window (their start is not seen at once). The load's
+#: window opens once its producers are connected (the pool's gate), and the probes
+#: start as soon as its first messages are seen, so `--quick`'s short lead still covers
+#: the probes' window.
 _LOAD_START_S = 60.0
 _LOAD_LEAD_S = 15.0
+_QUICK_LOAD_LEAD_S = 3.0
 
 
 def seal_settings(options_seal_age_ms: int) -> dict[str, int]:
@@ -171,7 +175,7 @@ async def _load(
     """The run's producers publishing `rate` msg/s in all into `stream` for the probes'
     window (and the time they take to start); the rate they reached."""
     o = bench.options
-    duration = window + _LOAD_LEAD_S
+    duration = window + (_QUICK_LOAD_LEAD_S if o.quick else _LOAD_LEAD_S)
     spec = JobSpec(
         system="tamto",
         role="pub",
