@@ -8,41 +8,30 @@ channel's pings. Without keep-alive pings the call would wait for its 30 s deadl
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import sys
 import time
-from asyncio.subprocess import PIPE
-from pathlib import Path
 
 import grpc
+from backlog_server_process import backlog_server
 
 from tamto_common.channels import peer_channel
 
-SERVER = Path(__file__).with_name("grpc_backlog_server.py")
 #: Ping interval plus ping timeout (2 s), with room for a loaded machine.
 NOTICED_WITHIN_S = 6.0
 
 
 async def test_a_call_to_a_stopped_peer_fails_unavailable_within_seconds() -> None:
-    server = await asyncio.create_subprocess_exec(
-        sys.executable, str(SERVER), stdin=PIPE, stdout=PIPE
-    )
-    assert server.stdin is not None
-    assert server.stdout is not None
-    try:
-        port = int(await server.stdout.readline())
-        server.stdin.write(b"go\n")  # the server's loop runs
-        await server.stdin.drain()
-        channel = peer_channel(f"127.0.0.1:{port}")
+    async with backlog_server() as server:
+        await server.release()  # the server's loop runs
+        channel = peer_channel(f"127.0.0.1:{server.port}")
         try:
             echo = channel.stream_stream("/t.T/Echo")
             answered = echo()
             await answered.write(b"x")
             assert await answered.read() == b"x"  # connected and served
             waiting = echo(timeout=30)  # open, its first message never sent: in flight
-            os.kill(server.pid, signal.SIGSTOP)
+            os.kill(server.process.pid, signal.SIGSTOP)
             started = time.monotonic()
             try:
                 await waiting.read()
@@ -51,10 +40,7 @@ async def test_a_call_to_a_stopped_peer_fails_unavailable_within_seconds() -> No
                 code = exc.code()
             took = time.monotonic() - started
         finally:
-            os.kill(server.pid, signal.SIGCONT)
+            os.kill(server.process.pid, signal.SIGCONT)
             await channel.close()
-        assert code is grpc.StatusCode.UNAVAILABLE, code
-        assert took < NOTICED_WITHIN_S, f"noticed after {took:.1f} s"
-    finally:
-        server.kill()
-        await server.wait()
+    assert code is grpc.StatusCode.UNAVAILABLE, code
+    assert took < NOTICED_WITHIN_S, f"noticed after {took:.1f} s"

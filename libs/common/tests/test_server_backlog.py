@@ -13,14 +13,11 @@ reset so, measured 2026-11-26).
 from __future__ import annotations
 
 import asyncio
-import sys
-from asyncio.subprocess import PIPE
-from pathlib import Path
 
 import grpc
+from backlog_server_process import backlog_server
 
 STREAMS = 4_000
-SERVER = Path(__file__).with_name("grpc_backlog_server.py")
 
 
 async def answer(call: grpc.aio.StreamStreamCall) -> object:
@@ -31,25 +28,15 @@ async def answer(call: grpc.aio.StreamStreamCall) -> object:
 
 
 async def test_streams_arriving_while_the_loop_is_held_wait_their_turn() -> None:
-    server = await asyncio.create_subprocess_exec(
-        sys.executable, str(SERVER), stdin=PIPE, stdout=PIPE
-    )
-    assert server.stdin is not None
-    assert server.stdout is not None
-    try:
-        port = int(await server.stdout.readline())
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    async with backlog_server() as server:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             echo = channel.stream_stream("/t.T/Echo")
             calls = [echo() for _ in range(STREAMS)]
             written = await asyncio.gather(*(c.write(b"x") for c in calls), return_exceptions=True)
-            server.stdin.write(b"go\n")  # the server's loop runs again
-            await server.stdin.drain()
+            await server.release()  # the server's loop runs again
             async with asyncio.timeout(120):
                 answers = await asyncio.gather(*(answer(c) for c in calls))
-        refused = [w for w in written if w is not None]
-        assert refused == [], f"{len(refused)} of {STREAMS} writes failed: {refused[0]}"
-        others = [a for a in answers if a != b"x"]
-        assert others == [], f"{len(others)} of {STREAMS} streams not answered: {set(others)}"
-    finally:
-        server.kill()
-        await server.wait()
+    refused = [w for w in written if w is not None]
+    assert refused == [], f"{len(refused)} of {STREAMS} writes failed: {refused[0]}"
+    others = [a for a in answers if a != b"x"]
+    assert others == [], f"{len(others)} of {STREAMS} streams not answered: {set(others)}"

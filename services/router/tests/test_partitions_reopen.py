@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import aetcd
@@ -57,8 +59,18 @@ def batch_of(*ids: str) -> bytes:
     return encode_record_batch(make_batch(payloads, ids=pa.array(ids, ID_TYPE)))
 
 
-async def test_a_reopen_without_another_owner_keeps_the_window(etcd_client: aetcd.Client) -> None:
-    stream = f"reopen-{uuid.uuid4().hex[:8]}"
+@dataclass
+class Router1:
+    """router-1's `Partitions` over one fake storage node, a stream of its own and its lease."""
+
+    stream: str
+    storage: FakeStorage
+    lease: Any
+    partitions: Partitions
+
+
+@contextlib.asynccontextmanager
+async def router_1(etcd_client: aetcd.Client) -> AsyncIterator[Router1]:
     storage = FakeStorage()
     lease = await etcd_client.lease(30)
     partitions = Partitions(
@@ -69,6 +81,20 @@ async def test_a_reopen_without_another_owner_keeps_the_window(etcd_client: aetc
         claim_timeout_s=5.0,
     )
     try:
+        yield Router1(f"reopen-{uuid.uuid4().hex[:8]}", storage, lease, partitions)
+    finally:
+        await partitions.close()
+        await lease.revoke()
+
+
+async def test_a_reopen_without_another_owner_keeps_the_window(etcd_client: aetcd.Client) -> None:
+    async with router_1(etcd_client) as router:
+        stream, storage, lease, partitions = (
+            router.stream,
+            router.storage,
+            router.lease,
+            router.partitions,
+        )
         first = await partitions.get(stream, 0)
         assert (await first.append(batch_of("p:0", "p:1"), 2)).base_offset == 0
         window = first.dedup
@@ -110,9 +136,6 @@ async def test_a_reopen_without_another_owner_keeps_the_window(etcd_client: aetc
         assert third.dedup is not None
         assert len(third.dedup) == 4
         await third.close()
-    finally:
-        await partitions.close()
-        await lease.revoke()
 
 
 async def test_a_reopen_after_another_owner_and_a_failed_open_rebuilds_the_window(
@@ -122,17 +145,13 @@ async def test_a_reopen_after_another_owner_and_a_failed_open_rebuilds_the_windo
     stores ids; this router's next claim fails to open and is taken up again. That
     claim is the epoch right after one of this router's, yet the window of the failed
     log lacks the other router's ids: it must be rebuilt, or their retry is stored twice."""
-    stream = f"reopen-{uuid.uuid4().hex[:8]}"
-    storage = FakeStorage()
-    lease = await etcd_client.lease(30)
-    partitions = Partitions(
-        etcd_client,
-        lambda: lease,
-        "router-1",
-        lambda s, p, ledgers: ("storage-1", storage),  # type: ignore[arg-type,return-value]
-        claim_timeout_s=5.0,
-    )
-    try:
+    async with router_1(etcd_client) as router:
+        stream, storage, lease, partitions = (
+            router.stream,
+            router.storage,
+            router.lease,
+            router.partitions,
+        )
         first = await partitions.get(stream, 0)
         await first.append(batch_of("p:0", "p:1"), 2)
         first.failure = Unavailable("lost")
@@ -160,6 +179,3 @@ async def test_a_reopen_after_another_owner_and_a_failed_open_rebuilds_the_windo
         assert retry.offsets == [2], "the other router's id is known"
         assert storage.end == 3, "nothing stored twice"
         await second.close()
-    finally:
-        await partitions.close()
-        await lease.revoke()
