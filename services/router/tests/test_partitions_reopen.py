@@ -14,8 +14,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import aetcd
 import pyarrow as pa
@@ -59,8 +58,7 @@ def batch_of(*ids: str) -> bytes:
     return encode_record_batch(make_batch(payloads, ids=pa.array(ids, ID_TYPE)))
 
 
-@dataclass
-class Router1:
+class Router1(NamedTuple):
     """router-1's `Partitions` over one fake storage node, a stream of its own and its lease."""
 
     stream: str
@@ -88,13 +86,7 @@ async def router_1(etcd_client: aetcd.Client) -> AsyncIterator[Router1]:
 
 
 async def test_a_reopen_without_another_owner_keeps_the_window(etcd_client: aetcd.Client) -> None:
-    async with router_1(etcd_client) as router:
-        stream, storage, lease, partitions = (
-            router.stream,
-            router.storage,
-            router.lease,
-            router.partitions,
-        )
+    async with router_1(etcd_client) as (stream, storage, lease, partitions):
         first = await partitions.get(stream, 0)
         assert (await first.append(batch_of("p:0", "p:1"), 2)).base_offset == 0
         window = first.dedup
@@ -145,13 +137,7 @@ async def test_a_reopen_after_another_owner_and_a_failed_open_rebuilds_the_windo
     stores ids; this router's next claim fails to open and is taken up again. That
     claim is the epoch right after one of this router's, yet the window of the failed
     log lacks the other router's ids: it must be rebuilt, or their retry is stored twice."""
-    async with router_1(etcd_client) as router:
-        stream, storage, lease, partitions = (
-            router.stream,
-            router.storage,
-            router.lease,
-            router.partitions,
-        )
+    async with router_1(etcd_client) as (stream, storage, lease, partitions):
         first = await partitions.get(stream, 0)
         await first.append(batch_of("p:0", "p:1"), 2)
         first.failure = Unavailable("lost")
