@@ -31,6 +31,7 @@ from tamto_common.config import parse_endpoints
 from tamto_common.ledgers import read_ledgers
 from tamto_common.membership import connect_etcd
 from tamto_common.placement import Placement
+from tamto_common.ring import HashRing, partition_key
 from tamto_router.ownership import OWNERS
 from tamto_sdk import MessageBatch, StreamConfig, SubscriptionType
 from tamto_sdk.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -76,6 +77,21 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]
             cluster.stop_all()
 
 
+def shared_with_the_joiner(cluster: TestCluster) -> str:
+    """A new stream name of whose partitions the ring gives the joining router some.
+
+    The ring places each partition by its hash, so of a random name's 4 partitions
+    the joiner would get none about one time in 16, and the join would move nothing.
+    """
+    ring = HashRing([cluster.instance_id("router"), cluster.instance_id("router-2")])
+    joiner = cluster.instance_id("router-2")
+    for _ in range(1_000):
+        stream = f"moves-{secrets.token_hex(3)}"
+        if any(ring.owner(partition_key(stream, p)) == joiner for p in range(PARTITIONS)):
+            return stream
+    raise AssertionError("no stream name of 1,000 has a partition on the joiner")
+
+
 @dataclass
 class Checker:
     """What the consumers saw: each delivery (time, partition, offset, key, payload) in
@@ -116,8 +132,8 @@ async def owners(etcd: aetcd.Client, stream: str) -> dict[int, str]:
 async def test_join_and_drain_keep_each_keys_order_for_key_shared(
     two_nodes: TestCluster, etcd: aetcd.Client
 ) -> None:
-    stream = f"moves-{secrets.token_hex(3)}"
     cluster = two_nodes
+    stream = shared_with_the_joiner(cluster)
     checker, acked, stop = Checker(), dict[bytes, tuple[int, int]](), asyncio.Event()
     failed: list[str] = []  # publishes not acknowledged (a timeout across a move)
     async with tamto_sdk.connect(cluster.url, api_key=cluster.credential) as client:
