@@ -5,11 +5,12 @@ from typing import Any
 
 import grpc
 
-from tamto_protocol.v1 import messages_pb2, storage_pb2
+from tamto_protocol.v1 import storage_pb2
 from tamto_router.batch_cache import BatchCache
 from tamto_router.model import Batch
 from tamto_router.storage_api import Piece
 from tamto_router.storage_client import StorageClient
+from tamto_router.stored_batch_proto import batch_to_proto
 
 KEY = ("s", 0)
 
@@ -101,16 +102,6 @@ def test_drop_forgets_a_partition() -> None:
     assert cache.bytes == 20
 
 
-def stored(b: Batch) -> messages_pb2.StoredBatch:
-    """What storage's Read answers with for `b` (the wire form the adapter converts)."""
-    return messages_pb2.StoredBatch(
-        base_offset=b.base_offset,
-        count=b.count,
-        publish_time_us=b.publish_time_us,
-        arrow_ipc=b.arrow_ipc,
-    )
-
-
 class CountingStub:
     """Stands in for the storage node (a `StorageApi`): answers reads from `batches`,
     counts them."""
@@ -126,7 +117,7 @@ class CountingStub:
         self.reads += 1
         found = [b for b in self.batches if b.end > request.from_offset][:2]
         return storage_pb2.ReadResponse(
-            batches=[stored(b) for b in found],
+            batches=[batch_to_proto(b) for b in found],
             next_offset=found[-1].end if found else request.from_offset,
         )
 
