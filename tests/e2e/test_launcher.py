@@ -84,6 +84,19 @@ class Launcher:
             f"tamto up:\n{self.output()[-3000:]}",
         )
 
+    def ready(self, timeout_s: float = 60) -> dict[str, Any]:
+        """The JSON line `tamto up --json` prints once up; it comes a few lines after
+        "Tamto is up", so it is waited for, not assumed there."""
+
+        def line() -> str | None:
+            return next((x for x in self.output().splitlines() if x.startswith("{")), None)
+
+        wait_for(
+            lambda: line() is not None, timeout_s, f"tamto up --json:\n{self.output()[-3000:]}"
+        )
+        ready: dict[str, Any] = json.loads(line() or "")
+        return ready
+
     def stop(self) -> int:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
@@ -115,6 +128,9 @@ def launched(tmp_path: Path, *extra: str) -> Iterator[Launcher]:
     try:
         launcher.start(*extra)  # inside: a launcher that is slow to start is stopped too
         yield launcher
+    except BaseException:
+        print(f"tamto up's output, its end:\n{launcher.output()[-6000:]}")  # in the report
+        raise
     finally:
         if launcher.proc is not None and launcher.proc.poll() is None:
             launcher.stop()

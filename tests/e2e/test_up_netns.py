@@ -6,7 +6,6 @@ launcher deletes the namespaces. Needs root and `ip`/`iptables`/`ss`."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import subprocess
 from pathlib import Path
@@ -28,7 +27,7 @@ def test_up_netns_runs_each_node_in_a_namespace_and_removes_them(tmp_path: Path)
     up = Launcher(tmp_path / "data", tmp_path / "up.log")
     up.start("--quiet", "--nodes", "2", "--netns", "--json", ready_s=300)
     try:
-        ready = json.loads(next(x for x in up.output().splitlines() if x.startswith("{")))
+        ready = up.ready()
         bridge = ready["gateway"].removeprefix("tamto://").rsplit(":", 1)[0]
         assert bridge.startswith("10.232."), ready
         found = re.search(r"network namespaces \(.*\): (.*)", up.output())

@@ -9,6 +9,7 @@ shows what the thread changes).
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from tamto_common.config import parse_endpoints
-from tamto_common.membership import KeptLease, connect_etcd
+from tamto_common.membership import KeptLease, Member, Registration, connect_etcd
 from tamto_testing.waiting import eventually
 
 TTL_S = 2
@@ -77,3 +78,43 @@ async def test_a_lease_whose_validity_lapsed_is_left_to_expire_and_replaced(
 
 async def _gone(etcd: Any, key: bytes) -> bool:
     return await etcd.get(key) is None
+
+
+class PutFailsOnce(Registration):
+    """A registration whose next put fails (an etcd put timed out under load)."""
+
+    fail_next = False
+
+    async def _put(self, lease: Any) -> None:
+        if self.fail_next:
+            self.fail_next = False
+            raise ConnectionError("the put timed out")
+        await super()._put(lease)
+
+
+async def test_a_new_lease_whose_put_failed_is_not_adopted_and_the_put_is_retried(
+    etcd_endpoint: str,
+) -> None:
+    """A registration whose lease lapsed grants a new one and puts its key with it. When
+    that put fails, keeping the new lease alive would leave the member unregistered for
+    good (its old lease expires, nothing puts the key again): the new lease must be
+    dropped and the grant and the put tried again."""
+    endpoints = parse_endpoints(etcd_endpoint)
+    etcd = await connect_etcd(endpoints)
+    member = Member(
+        "auth", f"auth-{uuid.uuid4().hex[:8]}", "127.0.0.1:1", "", "0", os.getpid(), 0.0
+    )
+    try:
+        async with PutFailsOnce(etcd, member, TTL_S, endpoints) as registration:
+            old = registration.lease
+            registration.fail_next = True
+            registration._valid_until = time.monotonic()  # as if no answer came back in time
+
+            async def registered_with_a_new_lease() -> bool:
+                found = await etcd.get(member.key.encode())
+                return found is not None and found.lease == registration.lease.id != old.id
+
+            await eventually(registered_with_a_new_lease, 10, "the key put with a new lease")
+            assert not registration.fail_next, "the failing put was tried"
+    finally:
+        await etcd.close()

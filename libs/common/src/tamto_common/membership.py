@@ -162,14 +162,24 @@ class KeptLease:
         await self._grant()
 
     async def _grant(self) -> None:
+        """Grant a lease and adopt it once `on_new_lease` succeeded with it. A lease whose
+        `on_new_lease` failed (a registration's put timed out under load) is revoked and
+        not adopted: adopted, the keep-alive would keep it alive while what it should
+        protect was never put, and the next attempt would never come."""
         regrant = self.lease is not None
         sent = time.monotonic()
-        self.lease = await self._client.lease(self._ttl)
+        lease = await self._client.lease(self._ttl)
+        if self._on_new_lease is not None:
+            try:
+                await self._on_new_lease(lease)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await lease.revoke()
+                raise
+        self.lease = lease
         if regrant:
             LEASE_REGRANTS.inc()
         self._valid_until = sent + self._ttl
-        if self._on_new_lease is not None:
-            await self._on_new_lease(self.lease)
 
     async def _keep_alive(self) -> None:
         failing = False
