@@ -105,7 +105,8 @@ async def test_a_new_lease_whose_put_failed_is_not_adopted_and_the_put_is_retrie
         "auth", f"auth-{uuid.uuid4().hex[:8]}", "127.0.0.1:1", "", "0", os.getpid(), 0.0
     )
     try:
-        async with PutFailsOnce(etcd, member, TTL_S, endpoints) as registration:
+        registration = PutFailsOnce(etcd, member, TTL_S, endpoints)
+        async with registration:
             old = registration.lease
             registration.fail_next = True
             registration._valid_until = time.monotonic()  # as if no answer came back in time

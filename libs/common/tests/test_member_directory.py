@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pytest
 
 from tamto_common import membership
+from tamto_common.errors import Unavailable
 from tamto_common.membership import Member, MemberDirectory
 from tamto_testing.waiting import eventually
 
@@ -69,3 +70,16 @@ async def test_a_wanted_service_not_seen_yet_is_looked_for_eagerly(
         assert took < 0.5, (
             "while a wanted service has no member the directory refreshes every 0.1 s"
         )
+
+
+async def test_first_refreshes_once_on_a_miss_and_names_a_missing_service() -> None:
+    """A member that joined since the last refresh is found at once; a service with none
+    is Unavailable, named."""
+    etcd = FakeEtcd()
+    async with MemberDirectory(etcd, interval_s=30.0) as directory:
+        await directory.refresh()
+        auth = member("auth")
+        etcd.members[auth.key] = auth  # joined after the last refresh
+        assert await directory.first("auth") == auth
+        with pytest.raises(Unavailable, match="no storage service is registered"):
+            await directory.first("storage")

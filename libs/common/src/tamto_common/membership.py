@@ -329,6 +329,16 @@ class MemberDirectory(RefreshedView):
     def members(self, service: str) -> list[Member]:
         return self._members.get(service, [])
 
+    async def first(self, service: str) -> Member:
+        """The first member of `service`, refreshing once on a miss (one just joined);
+        Unavailable when none is registered."""
+        if not self.members(service):
+            await self.refresh()
+        found = self.members(service)
+        if not found:
+            raise Unavailable(f"no {service} service is registered")
+        return found[0]
+
     async def refresh(self) -> None:
         grouped: dict[str, list[Member]] = {}
         for member in await list_members(self._client):

@@ -112,10 +112,4 @@ class Routes:
         return answer
 
     async def auth_address(self) -> str:
-        members = self._directory.members("auth")
-        if not members:
-            await self._directory.refresh()
-            members = self._directory.members("auth")
-        if not members:
-            raise Unavailable("no auth service is registered")
-        return members[0].address
+        return (await self._directory.first("auth")).address

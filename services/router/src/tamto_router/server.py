@@ -18,7 +18,6 @@ from tamto_common.audit import AuditLog
 from tamto_common.bus import EVENTS, RANGE_SHRUNK, STREAM_DELETED
 from tamto_common.channels import ChannelPool
 from tamto_common.config import MIB
-from tamto_common.errors import Unavailable
 from tamto_common.grpc_errors import downstream_error
 from tamto_common.guard import Guard, PolicyCache
 from tamto_common.loop_lag import LoopLagMonitor, collect_fully_less_often
@@ -304,13 +303,8 @@ async def _client_publish(
     external = external_verifiers(config.oidc_issuers_file)
 
     async def fetch_jwks() -> str:
-        members = directory.members("auth")
-        if not members:
-            await directory.refresh()
-            members = directory.members("auth")
-        if not members:
-            raise Unavailable("no auth service is registered")
-        stub = auth_pb2_grpc.AuthStub(channels.get(members[0].address))
+        auth = await directory.first("auth")
+        stub = auth_pb2_grpc.AuthStub(channels.get(auth.address))
         try:
             answer = await stub.GetJwks(auth_pb2.GetJwksRequest(), timeout=10)
         except grpc.aio.AioRpcError as exc:
