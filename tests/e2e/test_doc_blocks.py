@@ -100,7 +100,7 @@ NOT_RUN = {
     ),
     "docs/benchmarks.md: ./dev bench --local --quick                  "
     "# ~1.5 min: 1 s windows, latency at 5,000/s": (
-        "minutes of measurement at full load; tests/bench/test_bench_smoke.py runs "
+        "minutes of measurement at full load; tests/bench/test_bench_quick.py runs "
         "`tamto bench --local --quick` in a reduced form"
     ),
     "docs/recovery.md: tamto chaos --duration 600 --seed 19 --json report.json   "
