@@ -5,10 +5,10 @@ ledger is closed at the end storage reports and a ledger of the new epoch is
 opened (`tamto_common.ledgers`, docs/cluster.md section 1). The storage node
 comes from that record, never from membership alone, once a partition has one.
 
-A stream with replication factor R > 1 takes its own path (`_open_replicated`):
-the ledger's ensemble is R storage nodes, the previous open ledger is recovered
-from a quorum of them (`tamto_router.quorum.recover_ledger_end`) and closed at
-that end, and the log appends to every replica (docs/cluster.md sections 2-3).
+A stream with replication factor R > 1 takes its own path
+(`tamto_router.replicated_open`): the ledger's ensemble is R storage nodes, the
+previous open ledger is recovered from a quorum of them and closed at that end, and
+the log appends to every replica (docs/cluster.md sections 2-3).
 """
 
 from __future__ import annotations
@@ -23,15 +23,7 @@ import structlog
 from prometheus_client import Gauge
 
 from tamto_common.errors import Unavailable
-from tamto_common.ledgers import (
-    Ledger,
-    LedgerConflict,
-    LedgerList,
-    open_ledger,
-    read_ledgers,
-    replace_in_ledgers,
-)
-from tamto_common.ring import HashRing, partition_key
+from tamto_common.ledgers import LedgerConflict, LedgerList, open_ledger, read_ledgers
 from tamto_common.streams import DEFAULT_DEDUP_WINDOW_MS, StreamDef
 from tamto_router.dedup import DedupWindow
 from tamto_router.dedup_restore import restore_window
@@ -45,8 +37,8 @@ from tamto_router.ownership import (
     still_held,
 )
 from tamto_router.partition_log import PartitionLog
-from tamto_router.quorum import Recovery, no_quorum, recover_ledger_end
 from tamto_router.replica_catch_up import REREPLICATE_AFTER_S, Rereplicate
+from tamto_router.replicated_open import ReplicasFor, ReplicatedOpener
 from tamto_router.storage_client import StorageClient
 
 log = structlog.get_logger(__name__)
@@ -55,21 +47,12 @@ log = structlog.get_logger(__name__)
 #: partition's ledger list (see `Partitions`).
 StorageFor = Callable[[str, int, LedgerList], tuple[str, StorageClient]]
 
-#: A replicated partition's ensemble (its current ledger's, or R live storage nodes
-#: for a partition with none) and clients of the registered members of it.
-ReplicasFor = Callable[
-    [str, int, LedgerList, int], tuple[tuple[str, ...], dict[str, StorageClient]]
-]
-
 UNDER_REPLICATED = Gauge(
     "tamto_router_under_replicated_ledgers",
     "Open ledgers this router writes with a replica that takes no appends "
     "(down, or being caught up), plus idle partitions it owns with a ledger naming "
     "an unregistered storage node (tamto_router.ledger_audit)",
 )
-
-#: How long a claim waits for each replica to open the partition.
-REPLICA_OPEN_TIMEOUT_S = 3.0
 
 
 class Partitions:
@@ -96,8 +79,6 @@ class Partitions:
         rereplicate_after_s: float = REREPLICATE_AFTER_S,
     ) -> None:
         self._etcd = etcd
-        #: How long an ensemble member stays unregistered before a spare replaces it.
-        self._rereplicate_after_s = rereplicate_after_s
         #: The other live router a partition is placed on (a move, a drain, the ring:
         #: `tamto_common.placement`), None when it is this one's: such a partition is
         #: not claimed here, so a request routed by a stale view is refused, not
@@ -107,10 +88,14 @@ class Partitions:
         self._lease_valid = lease_valid
         self._instance = instance
         self._storage_for = storage_for
-        self._replicas_for = replicas_for
-        #: The registered storage nodes and their clients: with it, a replicated log
-        #: replaces a member that stays down by a spare (re-replication).
-        self._storage_clients = storage_clients
+        #: None: every partition lives on one storage node. With the registered storage
+        #: nodes' clients (`storage_clients`), a replicated log replaces a member that
+        #: stays down by a spare (re-replication).
+        self._replicated = (
+            ReplicatedOpener(etcd, replicas_for, storage_clients, rereplicate_after_s)
+            if replicas_for is not None
+            else None
+        )
         self._claim_timeout = claim_timeout_s
         self._stream_def = stream_def
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -188,12 +173,16 @@ class Partitions:
         client_for: Callable[[str], StorageClient | None] | None = None
         rereplicate: Rereplicate | None = None
         if definition is not None:
-            node, replicas, quorum, bounds, ensemble = await self._open_replicated(
+            assert self._replicated is not None
+            node, replicas, quorum, bounds, ensemble = await self._replicated.open(
                 ledgers, result.epoch, definition
             )
+            await self._open_ledger(ledgers, result.epoch, ensemble, quorum, bounds)
             storage = replicas[node]
-            client_for = self._client_for(stream, partition, result.epoch, ensemble, quorum)
-            rereplicate = self._rereplicate(stream, partition)
+            client_for = self._replicated.client_for(
+                stream, partition, result.epoch, ensemble, quorum
+            )
+            rereplicate = self._replicated.rereplicate(stream, partition)
         else:
             node, storage = self._storage_for(stream, partition, ledgers)
             bounds = await storage.open_partition(stream, partition, result.epoch)
@@ -242,15 +231,13 @@ class Partitions:
         claiming would only use up an epoch.
         """
         definition = await self._stream_def(stream) if self._stream_def else None
-        replicated = (
+        before = await read_ledgers(self._etcd, stream, partition)
+        if (
             definition is not None
             and definition.replication_factor > 1
-            and self._replicas_for is not None
-        )
-        before = await read_ledgers(self._etcd, stream, partition)
-        if replicated:
-            assert definition is not None
-            self._registered_replicas(before, definition)
+            and self._replicated is not None
+        ):
+            self._replicated.registered(before, definition)
             return definition
         self._storage_for(stream, partition, before)
         return None
@@ -284,113 +271,6 @@ class Partitions:
                     f"(epoch {result.epoch})"
                 )
             await asyncio.sleep(0.2)  # the holder's lease expires within its TTL
-
-    def _registered_replicas(
-        self, ledgers: LedgerList, definition: StreamDef
-    ) -> tuple[tuple[str, ...], dict[str, StorageClient], int]:
-        """A replicated partition's ensemble, clients of its registered members and ack
-        quorum; Unavailable (no quorum) when fewer members than the quorum are registered."""
-        assert self._replicas_for is not None
-        ensemble, clients = self._replicas_for(
-            ledgers.stream, ledgers.partition, ledgers, definition.replication_factor
-        )
-        current = ledgers.current
-        quorum = current.ack_quorum if current is not None else definition.ack_quorum
-        if len(clients) < quorum:
-            raise no_quorum(len(clients), len(ensemble), quorum)
-        return ensemble, clients, quorum
-
-    def _client_for(
-        self, stream: str, partition: int, epoch: int, ensemble: tuple[str, ...], quorum: int
-    ) -> Callable[[str], StorageClient | None]:
-        """How a replicated log reaches a member of its ledger's ensemble now (None
-        while it is not registered), to catch it up."""
-        storage_clients = self._storage_clients
-        if storage_clients is not None:
-            return lambda node: storage_clients().get(node)
-        assert self._replicas_for is not None
-        replicas_for = self._replicas_for
-        recorded = LedgerList(stream, partition, (Ledger(epoch, ensemble, quorum, 0),))
-
-        def client_for(node: str) -> StorageClient | None:
-            return replicas_for(stream, partition, recorded, len(ensemble))[1].get(node)
-
-        return client_for
-
-    def _rereplicate(self, stream: str, partition: int) -> Rereplicate | None:
-        """How a replicated log of the partition replaces a member that stays down: by
-        the first registered storage node outside its ensemble after the partition's
-        hash on the storage ring, recorded in every ledger of the partition."""
-        storage_clients = self._storage_clients
-        if storage_clients is None:
-            return None
-
-        def spare_for(ensemble: tuple[str, ...]) -> str | None:
-            spares = set(storage_clients()) - set(ensemble)
-            return HashRing(spares).owner(partition_key(stream, partition)) if spares else None
-
-        async def record(old: str, new: str) -> None:
-            await replace_in_ledgers(self._etcd, stream, partition, old, new)
-
-        return Rereplicate(spare_for, record, self._rereplicate_after_s)
-
-    async def _open_replicated(
-        self, ledgers: LedgerList, epoch: int, definition: StreamDef
-    ) -> tuple[str, dict[str, StorageClient], int, LogBounds, tuple[str, ...]]:
-        """Open a replicated partition for `epoch`: recover the previous open ledger
-        from a quorum of its replicas, open the partition on every registered replica,
-        record the new ledger (same ensemble: its members hold the partition's earlier
-        entries), and return the read replica, the replicas that are at the log's end,
-        the ack quorum, the bounds and the ensemble (the log catches up the others)."""
-        stream, partition = ledgers.stream, ledgers.partition
-        ensemble, clients, quorum = self._registered_replicas(ledgers, definition)
-        current = ledgers.current
-        recovery: Recovery | None = None
-        if current is not None and current.is_open:
-            recovery = await recover_ledger_end(
-                clients, quorum, stream, partition, epoch, ensemble_size=len(ensemble)
-            )
-        end = recovery.end if recovery is not None else None
-        diverged = recovery.diverged if recovery is not None else frozenset()
-
-        async def open_one(client: StorageClient) -> LogBounds:
-            return await asyncio.wait_for(
-                client.open_partition(stream, partition, epoch), REPLICA_OPEN_TIMEOUT_S
-            )
-
-        nodes = list(clients)
-        answers = await asyncio.gather(
-            *(open_one(clients[n]) for n in nodes), return_exceptions=True
-        )
-        opened = {n: b for n, b in zip(nodes, answers, strict=True) if isinstance(b, LogBounds)}
-        if not opened:
-            raise no_quorum(0, len(ensemble), quorum)
-        wanted = end + 1 if end is not None else max(b.next_offset for b in opened.values())
-        at_end = {
-            n: clients[n]
-            for n in ensemble
-            if n in opened and n not in diverged and opened[n].next_offset == wanted
-        }
-        if recovery is not None:  # the catch-up cuts a stale tail ending there
-            at_end = await recovery.holding_log(at_end, stream, partition)
-        for n in nodes:
-            if n not in at_end:
-                # It takes no appends until the log caught it up in the background.
-                log.warning(
-                    "replica not at the log's end: caught up before it takes appends",
-                    stream=stream,
-                    partition=partition,
-                    replica=n,
-                    answer=repr(answers[nodes.index(n)]),
-                    wanted_next_offset=wanted,
-                    differs_from_log=n in diverged,
-                )
-        if len(at_end) < quorum:
-            raise no_quorum(len(at_end), len(ensemble), quorum)
-        reader = next(iter(at_end))
-        bounds = opened[reader]
-        await self._open_ledger(ledgers, epoch, ensemble, quorum, bounds)
-        return reader, at_end, quorum, bounds, ensemble
 
     async def _open_ledger(
         self,
