@@ -63,12 +63,14 @@ def subscribe(
     time_us: int | None = None,
     partitions: tuple[int, ...] = (),
     consumer_name: str = "",
+    consumer_id: str = "",
 ) -> messages_pb2.ConsumeRequest:
     sub = messages_pb2.Subscribe(
         stream=stream,
         subscription=subscription,
         partitions=list(partitions),
         consumer_name=consumer_name,
+        consumer_id=consumer_id,
     )
     if time_us is not None:
         sub.start.time_us = time_us
@@ -116,8 +118,17 @@ def stream(cluster: TestCluster) -> str:
         ({"time_us": 2**63 - 1}, f"start.time_us must be .* got {2**63 - 1}"),
         ({"partitions": (0, 0, 0)}, "partitions lists partition 0 more than once"),
         ({"consumer_name": "x" * 10 * 1024}, "consumer_name has 10240 characters; at most 256"),
+        ({"consumer_id": "x" * 65}, "consumer_id has 65 characters; at most 64"),
+        ({"consumer_id": "a\nb"}, "consumer_id must not contain control characters"),
     ],
-    ids=["time-minus-one", "time-max", "partitions-repeated", "long-consumer-name"],
+    ids=[
+        "time-minus-one",
+        "time-max",
+        "partitions-repeated",
+        "long-consumer-name",
+        "long-consumer-id",
+        "control-in-consumer-id",
+    ],
 )
 async def test_bad_subscribe_fields_are_invalid_argument(
     cluster: TestCluster, stream: str, fields: dict[str, Any], message: str
@@ -150,7 +161,7 @@ async def test_an_empty_api_key_is_refused_and_audited(cluster: TestCluster) -> 
 
 
 class Consumer:
-    """A raw shared consume stream, its end watched in the background (a read
+    """A raw consume stream, its end watched in the background (a read
     cancelled by a timeout would cancel the call itself)."""
 
     def __init__(self, call: grpc.aio.StreamStreamCall) -> None:
@@ -164,11 +175,16 @@ class Consumer:
 
 
 async def open_consumer(
-    stub: gateway_pb2_grpc.GatewayStub, token: str, stream: str, sub: str
+    stub: gateway_pb2_grpc.GatewayStub,
+    token: str,
+    stream: str,
+    sub: str,
+    kind: messages_pb2.SubscriptionType = messages_pb2.SUBSCRIPTION_TYPE_SHARED,
+    consumer_id: str = "",
 ) -> Consumer:
     call = stub.Consume(metadata=[("authorization", f"Bearer {token}")])
-    request = subscribe(stream, subscription=sub)
-    request.subscribe.type = messages_pb2.SUBSCRIPTION_TYPE_SHARED
+    request = subscribe(stream, subscription=sub, consumer_id=consumer_id)
+    request.subscribe.type = kind
     await call.write(request)
     return Consumer(call)
 
@@ -244,3 +260,27 @@ async def test_consumers_over_the_per_subscription_limit_are_refused(
         assert "max_consumers_per_subscription=4" in details, details
         for consumer in held:
             await consumer.close()
+
+
+async def test_a_consumer_subscribing_again_takes_the_place_of_its_unended_session(
+    cluster: TestCluster, stream: str
+) -> None:
+    """A consumer back after a network fault subscribes again while the router still
+    holds its earlier session (that stream's end not seen yet: here, never ended).
+    With the same `consumer_id` it takes that session's place, which ends; another
+    consumer is still refused by the exclusive subscription."""
+    sub = unique("comeback")
+    exclusive = messages_pb2.SUBSCRIPTION_TYPE_EXCLUSIVE
+    async with gateway(cluster) as (stub_a, token_a), gateway(cluster) as (stub_b, token_b):
+        earlier = await open_consumer(stub_a, token_a, stream, sub, exclusive, "consumer-1")
+        await attached([earlier], cluster, stream)
+        again = await open_consumer(stub_b, token_b, stream, sub, exclusive, "consumer-1")
+        code, details = await asyncio.wait_for(earlier.ended, 10)
+        assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+        assert "a newer session of this consumer took its place" in details, details
+        await attached([again], cluster, stream)
+        other = await open_consumer(stub_a, token_a, stream, sub, exclusive, "consumer-2")
+        code, details = await asyncio.wait_for(other.ended, 10)
+        assert code == grpc.StatusCode.FAILED_PRECONDITION, details
+        assert "already has a consumer (exclusive)" in details, details
+        await again.close()

@@ -108,8 +108,8 @@ def subscription(
     return Subscription(log, "sub", AckSet(0), policy, 1000, publish_dead)
 
 
-def slot_with_credit(name: str = "", credit: int = 100) -> ConsumerSlot:
-    slot = ConsumerSlot(name)
+def slot_with_credit(name: str = "", credit: int = 100, consumer_id: str = "") -> ConsumerSlot:
+    slot = ConsumerSlot(name, consumer_id)
     slot.credit.grant(credit)
     return slot
 
@@ -137,6 +137,38 @@ async def test_exclusive_refuses_a_second_consumer_and_a_different_type() -> Non
         sub.attach(slot_with_credit(), SubscriptionType.EXCLUSIVE)
     with pytest.raises(FailedPrecondition, match="is exclusive, not shared"):
         sub.attach(slot_with_credit(), SubscriptionType.SHARED)
+    await sub.close()
+
+
+async def test_a_consumer_subscribing_again_takes_its_own_place() -> None:
+    """A session whose stream died unnoticed is displaced by a new session of the same
+    consumer (its `consumer_id`): it ends, and what it held unacked is redelivered to
+    the newcomer. Another consumer, or one without an id, is still refused."""
+    sub = subscription([batch(0, 2)])
+    stale = slot_with_credit(consumer_id="c")
+    sub.attach(stale, SubscriptionType.EXCLUSIVE)
+    assert offsets(await next_delivery(stale)) == [0, 1]
+    for other in (slot_with_credit(consumer_id="d"), slot_with_credit()):
+        with pytest.raises(FailedPrecondition, match="already has a consumer"):
+            sub.attach(other, SubscriptionType.EXCLUSIVE)
+    again = slot_with_credit(consumer_id="c")
+    sub.attach(again, SubscriptionType.EXCLUSIVE)
+    ended = await asyncio.wait_for(stale.outbox.get(), 5.0)
+    assert isinstance(ended, FailedPrecondition), ended
+    assert "a newer session of this consumer took its place" in str(ended)
+    assert list(sub.consumers) == [again]
+    assert offsets(await next_delivery(again)) == [0, 1]
+    await sub.close()
+
+
+async def test_a_shared_consumer_subscribing_again_leaves_the_others_attached() -> None:
+    sub = subscription([batch(0, 1)])
+    stale, other = slot_with_credit(consumer_id="c"), slot_with_credit(consumer_id="d")
+    sub.attach(stale, SubscriptionType.SHARED)
+    sub.attach(other, SubscriptionType.SHARED)
+    again = slot_with_credit(consumer_id="c")
+    sub.attach(again, SubscriptionType.SHARED)
+    assert set(sub.consumers) == {other, again}
     await sub.close()
 
 

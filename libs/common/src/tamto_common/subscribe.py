@@ -21,6 +21,8 @@ from tamto_protocol.limits import MAX_RANGES_PER_REQUEST
 
 #: Longest consumer name, in characters: it is logged, and orders failover consumers.
 MAX_CONSUMER_NAME_CHARS = 256
+#: Longest consumer id, in characters (the SDK's are 32 hex digits).
+MAX_CONSUMER_ID_CHARS = 64
 #: Latest start time accepted: 9999-12-31T23:59:59.999999Z, in µs since the epoch.
 MAX_START_TIME_US = 253_402_300_799_999_999
 
@@ -35,6 +37,19 @@ def check_consumer_name(name: str) -> str:
     if not name.isprintable():
         raise InvalidArgument("consumer_name must not contain control characters")
     return name
+
+
+def check_consumer_id(consumer_id: str) -> str:
+    """`consumer_id` if it is at most `MAX_CONSUMER_ID_CHARS` printable characters
+    (empty is fine: a consumer without one never takes another session's place)."""
+    if len(consumer_id) > MAX_CONSUMER_ID_CHARS:
+        raise InvalidArgument(
+            f"consumer_id has {len(consumer_id)} characters; at most {MAX_CONSUMER_ID_CHARS} "
+            "are allowed"
+        )
+    if not consumer_id.isprintable():
+        raise InvalidArgument("consumer_id must not contain control characters")
+    return consumer_id
 
 
 def check_start_time_us(time_us: int) -> int:

@@ -5,12 +5,18 @@ session (`_run`: subscribe, grant credit, read deliveries into the buffer, recon
 with backoff on retriable failures) and the writer (`_write_loop`: send credit when
 half the window was taken, and the coalesced acks, nacks and verbs). `Consumer`
 (`tamto_sdk.consumer`) adds what the application calls.
+
+Every session subscribes with the consumer's own id (`Subscribe.consumer_id`, drawn
+once): a session that comes back after a failure takes the place of its predecessor
+where a router still counts that one attached (its stream cut without the router
+noticing yet), instead of being refused by an exclusive subscription.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections import deque
 from functools import partial
 from typing import Any
@@ -68,6 +74,7 @@ class ConsumeStream:
         self._subscription = subscription
         self._type = subscription_type
         self._consumer_name = consumer_name
+        self._consumer_id = uuid.uuid4().hex
         self._start = start if start is not None else Start.earliest()
         self._window = CreditWindow(credits)
         self._refill_at = self._window.refill_at
@@ -141,6 +148,7 @@ class ConsumeStream:
                 start=self._start._to_proto(),
                 type=self._type._to_proto(),
                 consumer_name=self._consumer_name or "",
+                consumer_id=self._consumer_id,
             )
         )
 

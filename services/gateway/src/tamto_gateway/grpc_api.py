@@ -15,7 +15,12 @@ from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.policy import Permission
 from tamto_common.publishing import check_publish
-from tamto_common.subscribe import check_consumer_name, check_partitions, check_start_time_us
+from tamto_common.subscribe import (
+    check_consumer_id,
+    check_consumer_name,
+    check_partitions,
+    check_start_time_us,
+)
 from tamto_common.tokens import Principal
 from tamto_gateway.cluster_api import ClusterApi
 from tamto_gateway.consume import REFUSED_END_WAIT_S, FanOut, SetupStep
@@ -322,6 +327,7 @@ class GatewayServicer(  # type: ignore[misc]  # SubscribeEphemeral answers encod
         check_name("stream", sub.stream)
         check_name("subscription", sub.subscription)
         check_consumer_name(sub.consumer_name)
+        check_consumer_id(sub.consumer_id)
         if sub.start.WhichOneof("position") == "time_us":
             check_start_time_us(sub.start.time_us)
         step.to("authorizing")

@@ -48,6 +48,9 @@ class SubscribeSpec:
     consumer_name: str = ""
     #: The client's address as its gateway saw it ("" when not known).
     client_address: str = ""
+    #: The consumer's own id, the same in each of its sessions ("": none). A session
+    #: with the id of one still attached takes its place (`Subscription.attach`).
+    consumer_id: str = ""
 
     @property
     def cursor_name(self) -> str:
@@ -149,7 +152,7 @@ class ConsumeSession(SessionStop):
     def __init__(self, spec: SubscribeSpec, registry: SubscriptionRegistry) -> None:
         self.spec = spec
         self._registry = registry
-        self.slot = ConsumerSlot(spec.consumer_name)
+        self.slot = ConsumerSlot(spec.consumer_name, spec.consumer_id)
         self._subscriptions: dict[int, Subscription] = {}
         self._acked: set[Subscription] = set()  # whose cursors this session changed
         self._stopped: asyncio.Task[None] | None = None

@@ -14,6 +14,7 @@ from tamto_common.grpc_errors import in_band_status, status_for
 from tamto_common.names import check_name
 from tamto_common.pipelined import answer_calls
 from tamto_common.subscribe import (
+    check_consumer_id,
     check_consumer_name,
     check_partitions,
     check_range_count,
@@ -84,6 +85,7 @@ def spec_from_proto(sub: messages_pb2.Subscribe) -> SubscribeSpec:
         _TYPES[sub.type],
         check_consumer_name(sub.consumer_name),
         sub.client_address[:256],
+        check_consumer_id(sub.consumer_id),
     )
 
 

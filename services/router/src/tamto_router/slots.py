@@ -43,6 +43,8 @@ class ConsumerSlot:
     """A consumer session as subscriptions see it: its credit and its outbox."""
 
     name: str
+    #: The consumer's id across its sessions ("": none; `SubscribeSpec.consumer_id`).
+    consumer_id: str = ""
     credit: Credit = field(default_factory=Credit)
     outbox: asyncio.Queue[Delivery | BaseException] = field(default_factory=asyncio.Queue)
     id: int = field(default_factory=lambda: next(_slot_ids))

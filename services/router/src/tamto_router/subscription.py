@@ -153,6 +153,7 @@ class Subscription(Delivering, DeadLettering, WaitingRuns):
     def attach(self, slot: ConsumerSlot, kind: SubscriptionType) -> None:
         if self.closed:
             raise Unavailable(f"subscription {self.name!r} is being reloaded; retry")
+        self._take_back_place(slot)
         if self.consumers and self.type is not kind:
             assert self.type is not None
             raise FailedPrecondition(
@@ -174,6 +175,24 @@ class Subscription(Delivering, DeadLettering, WaitingRuns):
         )
         self.strategy = strategy
         self.poke()
+
+    def _take_back_place(self, slot: ConsumerSlot) -> None:
+        """A consumer subscribing again (`slot.consumer_id` that of a session still
+        attached) takes its own place: that session's stream ended without this router
+        hearing of it yet (a network cut the router's side has not noticed, or the end
+        of the session still on its way behind the new subscribe). Left there, it would
+        hold what it had unacked and, on an exclusive or failover subscription, keep
+        the consumer out. It is detached as a vanished consumer is, and ended."""
+        if not slot.consumer_id:
+            return
+        for earlier in [s for s in self.consumers if s.consumer_id == slot.consumer_id]:
+            self.detach(earlier)
+            earlier.outbox.put_nowait(
+                FailedPrecondition(
+                    f"subscription {self.name!r} on {self.log.stream}/{self.partition}: "
+                    "a newer session of this consumer took its place"
+                )
+            )
 
     def detach(self, slot: ConsumerSlot, graceful: bool = False) -> None:
         """The consumer left: everything it had unacked is due for redelivery now.

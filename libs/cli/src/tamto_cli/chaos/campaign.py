@@ -50,7 +50,7 @@ from tamto_cli.chaos.faults import run_faults
 from tamto_cli.chaos.network import storage_addresses
 from tamto_cli.chaos.options import RECOVERY_LIMIT_S, ChaosOptions
 from tamto_cli.chaos.owners import overlaps, read_router_logs, tenures
-from tamto_cli.chaos.replicas import whole_replicas
+from tamto_cli.chaos.replicas import catch_up_log, whole_replicas
 from tamto_common.membership import connect_etcd, list_members
 from tamto_local.cluster import ClusterConfig, LocalCluster
 from tamto_local.layout import split_process
@@ -127,8 +127,15 @@ async def run_campaign(
     for fault in record.faults:
         if fault.kind == "kill":
             kills.setdefault(fault.target, []).append(fault.at + wall)
-    found = tenures(read_router_logs(data_dir / "logs"), kills, end=time.time())
-    return dataclasses.replace(report, owner_epochs=len(found), owner_overlaps=overlaps(found))
+    router_logs = read_router_logs(data_dir / "logs")
+    found = tenures(router_logs, kills, end=time.time())
+    notes = report.notes
+    if report.replica_problems:  # what the routers last said of catching those up
+        why = catch_up_log(router_logs, report.replica_problems, STREAM)
+        notes = [*notes, *(f"router log: {line}" for line in why)]
+    return dataclasses.replace(
+        report, owner_epochs=len(found), owner_overlaps=overlaps(found), notes=notes
+    )
 
 
 async def _campaign(

@@ -7,14 +7,19 @@ storage node of its ledger; once the faults are over and the nodes heal
 `whole_replicas` reads every partition from every storage node (not through a
 cache: what that node holds) until each matches the final read or the deadline
 passes, and returns what was still wrong: an offset a node misses, or one it
-holds with another id (two payloads at one offset).
+holds with another id (two payloads at one offset). `catch_up_log` says what the
+routers last logged about catching up the replicas of those partitions, so a failed
+campaign shows why they stayed behind.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from tamto_common.channels import ChannelPool
 from tamto_protocol.batch import decode_batch
@@ -98,3 +103,42 @@ async def whole_replicas(
             await asyncio.sleep(RETRY_S)
     finally:
         await channels.close()
+
+
+_PARTITION = re.compile(r"partition (\d+)")
+#: Router log fields shown beside an event.
+_SHOWN = ("replica", "spare", "error", "answer", "wanted_next_offset", "next_offset")
+
+
+def _event(line: str) -> dict[str, Any] | None:
+    try:
+        found = json.loads(line)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def catch_up_log(
+    router_logs: Mapping[str, Sequence[str]], problems: Sequence[str], stream: str, last: int = 5
+) -> list[str]:
+    """The last `last` events each router logged about the replicas of each partition
+    named in `problems` (`differences`), oldest first."""
+    partitions = {int(m.group(1)) for p in problems if (m := _PARTITION.search(p))}
+    found: list[str] = []
+    for router, lines in sorted(router_logs.items()):
+        events = [e for e in map(_event, lines) if e is not None]
+        for partition in sorted(partitions):
+            about = [
+                e
+                for e in events
+                if e.get("stream") == stream
+                and e.get("partition") == partition
+                and "replica" in str(e.get("event", ""))
+            ]
+            for e in about[-last:]:
+                shown = ", ".join(f"{k}={e[k]}" for k in _SHOWN if k in e)
+                found.append(
+                    f"{router}, partition {partition}, {e.get('timestamp', '?')}: "
+                    f"{e['event']} ({shown})"
+                )
+    return found

@@ -180,7 +180,7 @@ class PartitionAcks(_message.Message):
     def __init__(self, partition: _Optional[int] = ..., ranges: _Optional[_Iterable[_Union[OffsetRange, _Mapping]]] = ...) -> None: ...
 
 class Subscribe(_message.Message):
-    __slots__ = ("stream", "subscription", "start", "partitions", "type", "consumer_name", "client_address")
+    __slots__ = ("stream", "subscription", "start", "partitions", "type", "consumer_name", "client_address", "consumer_id")
     STREAM_FIELD_NUMBER: _ClassVar[int]
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     START_FIELD_NUMBER: _ClassVar[int]
@@ -188,6 +188,7 @@ class Subscribe(_message.Message):
     TYPE_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_NAME_FIELD_NUMBER: _ClassVar[int]
     CLIENT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_ID_FIELD_NUMBER: _ClassVar[int]
     stream: str
     subscription: str
     start: StartPosition
@@ -195,7 +196,8 @@ class Subscribe(_message.Message):
     type: SubscriptionType
     consumer_name: str
     client_address: str
-    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., start: _Optional[_Union[StartPosition, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., consumer_name: _Optional[str] = ..., client_address: _Optional[str] = ...) -> None: ...
+    consumer_id: str
+    def __init__(self, stream: _Optional[str] = ..., subscription: _Optional[str] = ..., start: _Optional[_Union[StartPosition, _Mapping]] = ..., partitions: _Optional[_Iterable[int]] = ..., type: _Optional[_Union[SubscriptionType, str]] = ..., consumer_name: _Optional[str] = ..., client_address: _Optional[str] = ..., consumer_id: _Optional[str] = ...) -> None: ...
 
 class Credit(_message.Message):
     __slots__ = ("messages",)
