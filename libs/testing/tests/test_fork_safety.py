@@ -18,6 +18,8 @@ from collections import Counter
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from tamto_testing.grpc_servers import listen
+
 FORKS = 200
 
 
@@ -47,7 +49,7 @@ def test_the_harness_turns_fork_support_off() -> None:
 async def test_children_forked_while_grpc_is_busy_all_exec() -> None:
     server = grpc.aio.server()
     health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    port = listen(server)
     await server.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
