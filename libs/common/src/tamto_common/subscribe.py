@@ -29,27 +29,21 @@ MAX_START_TIME_US = 253_402_300_799_999_999
 
 def check_consumer_name(name: str) -> str:
     """`name` if it is at most `MAX_CONSUMER_NAME_CHARS` printable characters (empty is fine)."""
-    if len(name) > MAX_CONSUMER_NAME_CHARS:
-        raise InvalidArgument(
-            f"consumer_name has {len(name)} characters; at most {MAX_CONSUMER_NAME_CHARS} "
-            "are allowed"
-        )
-    if not name.isprintable():
-        raise InvalidArgument("consumer_name must not contain control characters")
-    return name
+    return _printable_up_to("consumer_name", name, MAX_CONSUMER_NAME_CHARS)
 
 
 def check_consumer_id(consumer_id: str) -> str:
     """`consumer_id` if it is at most `MAX_CONSUMER_ID_CHARS` printable characters
     (empty is fine: a consumer without one never takes another session's place)."""
-    if len(consumer_id) > MAX_CONSUMER_ID_CHARS:
-        raise InvalidArgument(
-            f"consumer_id has {len(consumer_id)} characters; at most {MAX_CONSUMER_ID_CHARS} "
-            "are allowed"
-        )
-    if not consumer_id.isprintable():
-        raise InvalidArgument("consumer_id must not contain control characters")
-    return consumer_id
+    return _printable_up_to("consumer_id", consumer_id, MAX_CONSUMER_ID_CHARS)
+
+
+def _printable_up_to(field: str, value: str, most: int) -> str:
+    if len(value) > most:
+        raise InvalidArgument(f"{field} has {len(value)} characters; at most {most} are allowed")
+    if not value.isprintable():
+        raise InvalidArgument(f"{field} must not contain control characters")
+    return value
 
 
 def check_start_time_us(time_us: int) -> int:
