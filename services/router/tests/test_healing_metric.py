@@ -1,14 +1,18 @@
 """The replicas an owner heals, and why, on its metrics page (`tamto status` reads them):
-a lagging replica that is registered is healing, one that is not is down."""
+a lagging replica that is registered is healing, one that is not is down; and the
+background catch-up that heals them outlives a round that fails."""
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import REGISTRY, generate_latest
 
+from tamto_router import replica_catch_up
 from tamto_router.healing_metric import HEALING, HEALING_METRIC
 from tamto_router.model import LogBounds
 from tamto_router.partition_log import PartitionLog
 from tamto_router.storage_client import StorageClient
+from tamto_testing.waiting import eventually
 
 ENSEMBLE = ("storage-a", "storage-b", "storage-c")
 
@@ -47,4 +51,37 @@ async def test_a_registered_lagging_replica_is_healing_and_says_why() -> None:
         assert f"{HEALING_METRIC}{{" not in generate_latest(REGISTRY).decode()
     finally:
         HEALING.source = dict
+        await log.close()
+
+
+async def test_a_repair_round_that_fails_does_not_end_the_repairs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unexpected error in one round of the background catch-up is logged and the
+    next round runs: a repair loop that died silently left a replica behind for good."""
+    monkeypatch.setattr(replica_catch_up, "REPAIR_INTERVAL_S", 0.01)
+    a, b = (StorageClient.__new__(StorageClient) for _ in range(2))  # never called here
+    asked: list[str] = []
+
+    def client_for(node: str) -> StorageClient | None:
+        asked.append(node)
+        if len(asked) == 1:
+            raise RuntimeError("a bug in the first round")
+        return None  # down
+
+    log = PartitionLog(
+        "orders",
+        3,
+        1,
+        a,
+        LogBounds(0, 0),
+        replicas={"storage-a": a, "storage-b": b},
+        quorum=2,
+        ensemble=ENSEMBLE,
+        client_for=client_for,
+    )
+    try:
+        await eventually(lambda: len(asked) >= 3, 5.0, "the rounds after the failed one")
+        assert set(asked) == {"storage-c"}
+    finally:
         await log.close()

@@ -113,52 +113,70 @@ class ReplicaCatchUp(DamageRepair):
 
     async def _repair_loop(self) -> None:
         """Catch up, every `REPAIR_INTERVAL_S`, each lagging replica that is registered."""
-        assert self._client_for is not None
         down_since: dict[str, float] = {}
         #: Registered replicas whose copy diverged where it cannot be truncated (sealed).
         diverged_since: dict[str, float] = {}
         while self.failure is None:
             await asyncio.sleep(REPAIR_INTERVAL_S)  # a period, not a wait for a condition
-            await self._record_replacements()
-            for node in self.lagging():
-                client = self._client_for(node)
-                if client is None:
-                    since = down_since.setdefault(node, time.monotonic())
-                    if self._replace_after(since):
-                        self._replace(node)
-                    continue
-                down_since.pop(node, None)
-                if node in self._joiners:
-                    continue
-                try:
-                    await self._catch_up(node, client)
-                    self.catch_up_errors.pop(node, None)
-                    diverged_since.pop(node, None)
-                except Diverged as exc:  # it will never agree: replaced like a lost one
-                    since = diverged_since.setdefault(node, time.monotonic())
-                    if self._replace_after(since):
-                        self._replace(node, "diverged")
-                    elif self.catch_up_errors.get(node) != str(exc):
-                        self.catch_up_errors[node] = str(exc)
-                        log.warning(
-                            "replica diverged in sealed data: replaced by a spare if it stays so",
-                            stream=self.stream,
-                            partition=self.partition,
-                            replica=node,
-                            error=str(exc),
-                        )
-                except Exception as exc:  # down still, or refusing: tried again later
-                    if isinstance(exc, DataLoss):  # its copy is damaged: repair it
-                        self.repair_damage(node, client, exc)
-                    if self.catch_up_errors.get(node) != str(exc):  # each new reason once
-                        self.catch_up_errors[node] = str(exc)
-                        log.warning(
-                            "replica not caught up yet",
-                            stream=self.stream,
-                            partition=self.partition,
-                            replica=node,
-                            error=str(exc),
-                        )
+            try:
+                await self._repair_round(down_since, diverged_since)
+            except Exception:  # a bug here must not end this log's repairs for good
+                log.exception(
+                    "replica repair round failed", stream=self.stream, partition=self.partition
+                )
+
+    async def _repair_round(
+        self, down_since: dict[str, float], diverged_since: dict[str, float]
+    ) -> None:
+        """One round of `_repair_loop`: each lagging replica caught up, or replaced."""
+        assert self._client_for is not None
+        await self._record_replacements()
+        for node in self.lagging():
+            client = self._client_for(node)
+            if client is None:
+                if node not in down_since:
+                    log.warning(
+                        "replica unregistered: caught up once it registers again",
+                        stream=self.stream,
+                        partition=self.partition,
+                        replica=node,
+                    )
+                since = down_since.setdefault(node, time.monotonic())
+                if self._replace_after(since):
+                    self._replace(node)
+                continue
+            down_since.pop(node, None)
+            if node in self._joiners:
+                continue
+            try:
+                await self._catch_up(node, client)
+                self.catch_up_errors.pop(node, None)
+                diverged_since.pop(node, None)
+            except Diverged as exc:  # it will never agree: replaced like a lost one
+                since = diverged_since.setdefault(node, time.monotonic())
+                if self._replace_after(since):
+                    self._replace(node, "diverged")
+                elif self.catch_up_errors.get(node) != str(exc):
+                    self.catch_up_errors[node] = str(exc)
+                    log.warning(
+                        "replica diverged in sealed data: replaced by a spare if it stays so",
+                        stream=self.stream,
+                        partition=self.partition,
+                        replica=node,
+                        error=str(exc),
+                    )
+            except Exception as exc:  # down still, or refusing: tried again later
+                if isinstance(exc, DataLoss):  # its copy is damaged: repair it
+                    self.repair_damage(node, client, exc)
+                if self.catch_up_errors.get(node) != str(exc):  # each new reason once
+                    self.catch_up_errors[node] = str(exc)
+                    log.warning(
+                        "replica not caught up yet",
+                        stream=self.stream,
+                        partition=self.partition,
+                        replica=node,
+                        error=str(exc),
+                    )
 
     def _replace_after(self, since: float) -> bool:
         """Whether a member out since `since` (monotonic) is due for replacement."""
@@ -172,7 +190,16 @@ class ReplicaCatchUp(DamageRepair):
         assert self._rereplicate is not None
         new = self._rereplicate.spare_for(self.ensemble)
         if new is None:
-            self.catch_up_errors[node] = f"{why}, and no spare storage node to re-replicate to"
+            reason = f"{why}, and no spare storage node to re-replicate to"
+            if self.catch_up_errors.get(node) != reason:  # said once
+                log.warning(
+                    "replica not re-replicated",
+                    stream=self.stream,
+                    partition=self.partition,
+                    replica=node,
+                    error=reason,
+                )
+            self.catch_up_errors[node] = reason
             return
         self.ensemble = tuple(new if n == node else n for n in self.ensemble)
         self._replacing[new] = self._replacing.pop(node, node)  # a spare that died too
