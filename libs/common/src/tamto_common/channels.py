@@ -45,6 +45,10 @@ SERVER_OPTIONS = [
     *_MESSAGE_SIZES,
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
+    # gRPC core times the keep-alive ping by this too (default 60 s): without it a
+    # router held a vanished consumer's session, and its unacked messages, for over a
+    # minute (`libs/common/tests/test_server_keepalive.py`).
+    ("grpc.http2.ping_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 500),
     ("grpc.http2.max_ping_strikes", 0),
