@@ -81,6 +81,7 @@ class Session:
     subscription: str
     type: int = 0  # messages_pb2.SubscriptionType as sent
     consumer_name: str = ""
+    consumer_id: str = ""
     start: Any = None  # the StartPosition as sent
     granted: int = 0
     credit: int = 0
@@ -327,6 +328,7 @@ class FakeGateway(gateway_pb2_grpc.GatewayServicer):
             subscription=subscribe.subscription,
             type=subscribe.type,
             consumer_name=subscribe.consumer_name,
+            consumer_id=subscribe.consumer_id,
             start=subscribe.start,
         )
         self.sessions.append(session)

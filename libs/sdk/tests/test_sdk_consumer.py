@@ -409,6 +409,25 @@ async def test_reconnects_and_receives_redeliveries_after_stream_drop(
     assert seen == list(range(10))
 
 
+async def test_every_session_of_a_consumer_carries_its_one_consumer_id(
+    client: Client, gateway: FakeGateway
+) -> None:
+    """A consumer subscribes again under the id it had (a router still holding its
+    earlier session lets the new one take its place); another consumer has its own."""
+    await _filled(client, gateway, 1)
+    async with client.consumer("s", "sub"), client.consumer("s", "other"):
+        await gateway.wait_for(lambda: len(gateway.sessions) == 2)
+        await gateway.drop_sessions()
+        await gateway.wait_for(lambda: len(gateway.sessions) == 4)
+    ids: dict[str, set[str]] = {}
+    for session in gateway.sessions:
+        ids.setdefault(session.subscription, set()).add(session.consumer_id)
+    (mine,), (theirs,) = ids["sub"], ids["other"]
+    assert mine, "the consumer sent no id"
+    assert theirs, "the other consumer sent no id"
+    assert mine != theirs
+
+
 async def test_missing_stream_stops_the_consumer_with_not_found(
     client: Client, gateway: FakeGateway
 ) -> None:

@@ -4,6 +4,8 @@ background catch-up that heals them outlives a round that fails."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
@@ -17,10 +19,15 @@ from tamto_testing.waiting import eventually
 ENSEMBLE = ("storage-a", "storage-b", "storage-c")
 
 
-async def test_a_registered_lagging_replica_is_healing_and_says_why() -> None:
-    a, b, c = (StorageClient.__new__(StorageClient) for _ in ENSEMBLE)  # never called here
-    registered: dict[str, StorageClient] = {"storage-a": a, "storage-b": b}
-    log = PartitionLog(
+def unused_client() -> StorageClient:
+    return StorageClient.__new__(StorageClient)  # never called here
+
+
+def lagging_c(
+    a: StorageClient, b: StorageClient, client_for: Callable[[str], StorageClient | None]
+) -> PartitionLog:
+    """Partition orders/3 with storage-a and storage-b taking appends, storage-c lagging."""
+    return PartitionLog(
         "orders",
         3,
         1,
@@ -29,8 +36,14 @@ async def test_a_registered_lagging_replica_is_healing_and_says_why() -> None:
         replicas={"storage-a": a, "storage-b": b},
         quorum=2,
         ensemble=ENSEMBLE,
-        client_for=registered.get,
+        client_for=client_for,
     )
+
+
+async def test_a_registered_lagging_replica_is_healing_and_says_why() -> None:
+    a, b, c = unused_client(), unused_client(), unused_client()
+    registered: dict[str, StorageClient] = {"storage-a": a, "storage-b": b}
+    log = lagging_c(a, b, registered.get)
     try:
         assert log.lagging() == ["storage-c"]
         assert log.healing() == {}, "not registered: down, not healing"
@@ -60,7 +73,6 @@ async def test_a_repair_round_that_fails_does_not_end_the_repairs(
     """An unexpected error in one round of the background catch-up is logged and the
     next round runs: a repair loop that died silently left a replica behind for good."""
     monkeypatch.setattr(replica_catch_up, "REPAIR_INTERVAL_S", 0.01)
-    a, b = (StorageClient.__new__(StorageClient) for _ in range(2))  # never called here
     asked: list[str] = []
 
     def client_for(node: str) -> StorageClient | None:
@@ -69,17 +81,7 @@ async def test_a_repair_round_that_fails_does_not_end_the_repairs(
             raise RuntimeError("a bug in the first round")
         return None  # down
 
-    log = PartitionLog(
-        "orders",
-        3,
-        1,
-        a,
-        LogBounds(0, 0),
-        replicas={"storage-a": a, "storage-b": b},
-        quorum=2,
-        ensemble=ENSEMBLE,
-        client_for=client_for,
-    )
+    log = lagging_c(unused_client(), unused_client(), client_for)
     try:
         await eventually(lambda: len(asked) >= 3, 5.0, "the rounds after the failed one")
         assert set(asked) == {"storage-c"}

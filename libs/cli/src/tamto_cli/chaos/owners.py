@@ -64,14 +64,20 @@ def tenures(
     return sorted(found.values(), key=lambda t: (t.stream, t.partition, t.epoch, t.first))
 
 
-def _record(line: str) -> dict[str, Any] | None:
-    if STARTED not in line and OVER not in line:
-        return None
+def log_event(line: str) -> dict[str, Any] | None:
+    """The record of a service's JSON log line (None: the line is not a JSON object)."""
     try:
         record = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(record, dict) or record.get("event") not in (STARTED, OVER):
+    return record if isinstance(record, dict) else None
+
+
+def _record(line: str) -> dict[str, Any] | None:
+    if STARTED not in line and OVER not in line:
+        return None
+    record = log_event(line)
+    if record is None or record.get("event") not in (STARTED, OVER):
         return None
     return record
 

@@ -15,12 +15,11 @@ campaign shows why they stayed behind.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from tamto_cli.chaos.owners import log_event
 from tamto_common.channels import ChannelPool
 from tamto_protocol.batch import decode_batch
 from tamto_router.storage_client import StorageClient
@@ -110,14 +109,6 @@ _PARTITION = re.compile(r"partition (\d+)")
 _SHOWN = ("replica", "spare", "error", "answer", "wanted_next_offset", "next_offset")
 
 
-def _event(line: str) -> dict[str, Any] | None:
-    try:
-        found = json.loads(line)
-    except ValueError:
-        return None
-    return found if isinstance(found, dict) else None
-
-
 def catch_up_log(
     router_logs: Mapping[str, Sequence[str]], problems: Sequence[str], stream: str, last: int = 5
 ) -> list[str]:
@@ -126,7 +117,7 @@ def catch_up_log(
     partitions = {int(m.group(1)) for p in problems if (m := _PARTITION.search(p))}
     found: list[str] = []
     for router, lines in sorted(router_logs.items()):
-        events = [e for e in map(_event, lines) if e is not None]
+        events = [e for e in map(log_event, lines) if e is not None]
         for partition in sorted(partitions):
             about = [
                 e
