@@ -156,27 +156,23 @@ class ReplicaCatchUp(DamageRepair):
                 since = diverged_since.setdefault(node, time.monotonic())
                 if self._replace_after(since):
                     self._replace(node, "diverged")
-                elif self.catch_up_errors.get(node) != str(exc):
-                    self.catch_up_errors[node] = str(exc)
-                    log.warning(
+                else:
+                    self._unhealed(
+                        node,
+                        str(exc),
                         "replica diverged in sealed data: replaced by a spare if it stays so",
-                        stream=self.stream,
-                        partition=self.partition,
-                        replica=node,
-                        error=str(exc),
                     )
             except Exception as exc:  # down still, or refusing: tried again later
                 if isinstance(exc, DataLoss):  # its copy is damaged: repair it
                     self.repair_damage(node, client, exc)
-                if self.catch_up_errors.get(node) != str(exc):  # each new reason once
-                    self.catch_up_errors[node] = str(exc)
-                    log.warning(
-                        "replica not caught up yet",
-                        stream=self.stream,
-                        partition=self.partition,
-                        replica=node,
-                        error=str(exc),
-                    )
+                self._unhealed(node, str(exc), "replica not caught up yet")
+
+    def _unhealed(self, node: str, reason: str, event: str) -> None:
+        """Keep why `node` is not healed (`healing`), logging each new reason once."""
+        if self.catch_up_errors.get(node) == reason:
+            return
+        self.catch_up_errors[node] = reason
+        log.warning(event, stream=self.stream, partition=self.partition, replica=node, error=reason)
 
     def _replace_after(self, since: float) -> bool:
         """Whether a member out since `since` (monotonic) is due for replacement."""
@@ -191,15 +187,7 @@ class ReplicaCatchUp(DamageRepair):
         new = self._rereplicate.spare_for(self.ensemble)
         if new is None:
             reason = f"{why}, and no spare storage node to re-replicate to"
-            if self.catch_up_errors.get(node) != reason:  # said once
-                log.warning(
-                    "replica not re-replicated",
-                    stream=self.stream,
-                    partition=self.partition,
-                    replica=node,
-                    error=reason,
-                )
-            self.catch_up_errors[node] = reason
+            self._unhealed(node, reason, "replica not re-replicated")
             return
         self.ensemble = tuple(new if n == node else n for n in self.ensemble)
         self._replacing[new] = self._replacing.pop(node, node)  # a spare that died too
