@@ -46,6 +46,7 @@ from tamto_local.layout import (
 )
 from tamto_local.ports import free_port
 from tamto_local.tls import ensure_dev_pki
+from tamto_testing.forked import ForkedProcess, forking
 from tamto_testing.infra import Infra
 from tamto_testing.processes import START_TIMEOUT_S, TestProcess
 
@@ -204,8 +205,12 @@ class TestCluster:
         prefix: list[str] = []
         if name in self._placed:  # else service_env bound it to the cluster's host
             env["TAMTO_HOST"], prefix = self._placed[name]
-        argv = [*prefix, *service_argv(service)]
-        proc = TestProcess(name, argv, self.workdir / "logs" / f"{name}.log", env)
+        log = self.workdir / "logs" / f"{name}.log"
+        proc: TestProcess
+        if prefix or not forking():
+            proc = TestProcess(name, [*prefix, *service_argv(service)], log, env)
+        else:  # the same `python -m tamto_<service>`, without its imports (tamto_testing.forked)
+            proc = ForkedProcess(name, f"tamto_{service}", log, env)
         self.processes[name] = proc.start()
         return proc
 

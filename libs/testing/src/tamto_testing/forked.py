@@ -1,0 +1,188 @@
+"""Service processes forked by the fork server (`tamto_testing.forkserver`): its client,
+one per test process, and `ForkedProcess`, which a test controls as it controls a
+`TestProcess` (start, kill -9, pause, stop, log, exit code).
+
+`TestCluster` starts its services this way unless `TAMTO_TEST_FORK=0`; processes
+started inside a network namespace, and every other command, still start with
+`subprocess`. The launcher (`tamto up`), the benchmark and the container tests start
+services as a user does, so the real entry point stays tested.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any, Self
+
+from tamto_testing.processes import START_TIMEOUT_S, TestProcess
+
+#: Set to 0 to start every test cluster's service with `subprocess` instead.
+SWITCH = "TAMTO_TEST_FORK"
+
+
+def forking() -> bool:
+    """Whether test clusters fork their services from the fork server."""
+    return os.environ.get(SWITCH, "1") != "0"
+
+
+class ForkServer:
+    """The fork server process of this test process, and what it reported: a pid per
+    request (in order), and each child's exit code once it ended."""
+
+    def __init__(self, extra_env: Mapping[str, str] | None = None) -> None:
+        """`extra_env`: more environment for the server itself (say a PYTHONPATH)."""
+        # numpy's BLAS would start a thread at import, which a fork does not copy.
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        env.update(extra_env or {})
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tamto_testing.forkserver"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+        )
+        self._lock = threading.Lock()
+        self._answers: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._ended = threading.Condition()
+        self._codes: dict[int, int] = {}
+        self._gone = False
+        assert self._proc.stdout is not None
+        self._reader = threading.Thread(
+            target=self._read, args=(self._proc.stdout,), name="forkserver", daemon=True
+        )
+        self._reader.start()
+
+    def _read(self, stdout: IO[bytes]) -> None:
+        for line in stdout:
+            fields = json.loads(line)
+            if "exited" in fields:
+                with self._ended:
+                    self._codes[int(fields["exited"])] = int(fields["code"])
+                    self._ended.notify_all()
+            else:
+                self._answers.put(fields)
+        with self._ended:
+            self._gone = True
+            self._ended.notify_all()
+        self._answers.put({"error": "the fork server ended"})
+
+    def close(self) -> None:
+        """End the server (its children go on) and wait for it."""
+        assert self._proc.stdin is not None
+        self._proc.stdin.close()
+        self._proc.wait(30)
+        self._reader.join(30)
+        assert self._proc.stdout is not None
+        self._proc.stdout.close()
+
+    def alive(self) -> bool:
+        return not self._gone and self._proc.poll() is None
+
+    def spawn(self, module: str, argv: list[str], env: Mapping[str, str], log: Path) -> int:
+        """Fork `python -m <module>` (argv, env, output appended to `log`); its pid."""
+        request = {"module": module, "argv": argv, "env": dict(env), "log": str(log)}
+        with self._lock:
+            assert self._proc.stdin is not None
+            self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self._proc.stdin.flush()
+            answer = self._answers.get(timeout=START_TIMEOUT_S)
+        if "pid" not in answer:
+            raise RuntimeError(f"the fork server could not start {module}: {answer['error']}")
+        return int(answer["pid"])
+
+    def returncode(self, pid: int) -> int | None:
+        with self._ended:
+            return self._codes.get(pid)
+
+    def wait(self, pid: int, timeout_s: float | None = None) -> int | None:
+        """Child `pid`'s exit code once it ended; None after `timeout_s`, or when the
+        server is gone and the end was never reported."""
+        with self._ended:
+            self._ended.wait_for(lambda: pid in self._codes or self._gone, timeout_s)
+            return self._codes.get(pid)
+
+
+_server: ForkServer | None = None
+_server_lock = threading.Lock()
+
+
+def fork_server() -> ForkServer:
+    """This process's fork server, started on first use (again if it ended)."""
+    global _server
+    with _server_lock:
+        if _server is None or not _server.alive():
+            _server = ForkServer()
+        return _server
+
+
+class ForkedProcess(TestProcess):
+    """A service process forked by the fork server: `python -m <module>` with `env`, its
+    output in `log_path`. Signals go to its pid; its exit code comes from the server."""
+
+    def __init__(
+        self,
+        name: str,
+        module: str,
+        log_path: Path,
+        env: Mapping[str, str] | None = None,
+        server: ForkServer | None = None,
+    ) -> None:
+        """`server`: the fork server to use (by default this process's, `fork_server`)."""
+        super().__init__(name, [sys.executable, "-m", module], log_path, env)
+        self.module = module
+        self._pid: int | None = None
+        self._server = server
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    @property
+    def returncode(self) -> int | None:
+        if self._server is None or self._pid is None:
+            return None
+        return self._server.returncode(self._pid)
+
+    def start(self) -> Self:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._server = self._server or fork_server()
+        # sys.argv as `python -m` makes it: argv[0] is the module's path (runpy sets it).
+        self._pid = self._server.spawn(self.module, [self.module], self.env, self.log_path)
+        return self
+
+    def running(self) -> bool:
+        return self._pid is not None and self.returncode is None
+
+    def send(self, sig: signal.Signals) -> None:
+        if self._pid is not None and self.running():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pid, sig)
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        """Its exit code once it ended; None after `timeout_s`."""
+        assert self._server is not None, "not started"
+        assert self._pid is not None, "not started"
+        return self._server.wait(self._pid, timeout_s)
+
+    def kill9(self) -> None:
+        if self.running():
+            self.send(signal.SIGKILL)
+            self.wait(None)
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        if self._pid is None:
+            return None
+        if self.running():
+            self.send(signal.SIGTERM)
+            if self.wait(timeout_s) is None:
+                self.send(signal.SIGKILL)
+                self.wait(None)
+        return self.returncode

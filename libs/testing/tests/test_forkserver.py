@@ -1,0 +1,74 @@
+"""A service process forked by the fork server behaves as one started with
+`python -m`: its argv, environment, log, session and exit status are the same, it runs
+with one thread, and the libraries the server preloaded are already imported."""
+
+from __future__ import annotations
+
+import signal
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tamto_testing.forked import ForkedProcess, ForkServer
+from tamto_testing.processes import wait_for
+
+PROBE = textwrap.dedent(
+    """
+    import os, signal, sys
+    print("argv0", os.path.basename(sys.argv[0]), "name", __name__)
+    print("env", os.environ.get("PROBE"), os.environ.get("SERVER_ONLY"))
+    print("threads", len(os.listdir("/proc/self/task")), file=sys.stderr)
+    print("own session", os.getsid(0) == os.getpid(), "stdin", os.read(0, 1) == b"")
+    print("preloaded", "pyarrow" in sys.modules and "grpc" in sys.modules)
+    if os.environ.get("PROBE") == "wait":
+        signal.pause()
+    if os.environ.get("PROBE") == "raise":
+        raise RuntimeError("the probe failed")
+    sys.exit(int(os.environ.get("PROBE_EXIT", "0")))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    path = tmp_path_factory.mktemp("probe")
+    (path / "fork_probe.py").write_text(PROBE)
+    server = ForkServer({"PYTHONPATH": str(path), "SERVER_ONLY": "yes"})
+    yield server
+    server.close()
+
+
+def probe(server: ForkServer, log: Path, **env: str) -> ForkedProcess:
+    return ForkedProcess("probe", "fork_probe", log, env, server=server).start()
+
+
+def test_a_child_runs_its_module_as_python_m_does(server: ForkServer, tmp_path: Path) -> None:
+    log = tmp_path / "probe.log"
+    child = probe(server, log, PROBE="one", PROBE_EXIT="3")
+    assert child.wait(30) == 3
+    text = log.read_text()
+    assert "argv0 fork_probe.py name __main__" in text
+    # the request's environment whole, nothing of the server's own
+    assert "env one None" in text
+    # stderr into the log too; a fork copies only the forking thread
+    assert "threads 1" in text
+    assert "own session True stdin True" in text
+    assert "preloaded True" in text
+
+
+def test_signals_and_failures_give_popen_exit_codes(server: ForkServer, tmp_path: Path) -> None:
+    waiting = probe(server, tmp_path / "wait.log", PROBE="wait")
+    wait_for(lambda: "preloaded" in (tmp_path / "wait.log").read_text(), 30, "the probe")
+    assert waiting.running()
+    assert waiting.pid is not None
+    waiting.kill9()
+    assert not waiting.running()
+    assert waiting.returncode == -signal.SIGKILL
+    stopped = probe(server, tmp_path / "stop.log", PROBE="wait")
+    wait_for(lambda: "preloaded" in (tmp_path / "stop.log").read_text(), 30, "the probe")
+    assert stopped.stop(30) == -signal.SIGTERM
+    failing = probe(server, tmp_path / "raise.log", PROBE="raise")
+    assert failing.wait(30) == 1
+    assert "RuntimeError: the probe failed" in (tmp_path / "raise.log").read_text()
