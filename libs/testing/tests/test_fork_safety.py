@@ -20,7 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from tamto_testing.grpc_servers import listen
 
-FORKS = 200
+FORKS = 100
 
 
 def ignore_sigint() -> None:

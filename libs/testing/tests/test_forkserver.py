@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tamto_testing.forked import ForkedProcess, ForkServer
+from tamto_testing.forked import ChildTable, ForkedProcess, ForkServer
 from tamto_testing.processes import wait_for
 
 PROBE = textwrap.dedent(
@@ -72,3 +72,17 @@ def test_signals_and_failures_give_popen_exit_codes(server: ForkServer, tmp_path
     failing = probe(server, tmp_path / "raise.log", PROBE="raise")
     assert failing.wait(30) == 1
     assert "RuntimeError: the probe failed" in (tmp_path / "raise.log").read_text()
+
+
+def test_a_new_child_with_an_ended_childs_pid_is_running() -> None:
+    """The kernel hands a pid out again once its process is gone: the new child must
+    not inherit the old one's exit code (a storage node looked as if it "exited early"
+    right after it started, and kept running unseen)."""
+    table = ChildTable()
+    old = table.forked(4242)
+    table.ended(4242, -9)
+    new = table.forked(4242)
+    assert table.code(old) == -9
+    assert table.code(new) is None
+    table.ended(4242, 0)
+    assert (table.code(old), table.code(new)) == (-9, 0)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Self
 
@@ -31,6 +32,40 @@ SWITCH = "TAMTO_TEST_FORK"
 def forking() -> bool:
     """Whether test clusters fork their services from the fork server."""
     return os.environ.get(SWITCH, "1") != "0"
+
+
+@dataclass(frozen=True)
+class Child:
+    """One forked child: its pid, and the serial number of its fork. Exit codes are kept
+    by serial, not pid: the kernel gives a pid again once its process is gone (a pid
+    range of 32,768 here), and a new child must not look like an old one that ended."""
+
+    serial: int
+    pid: int
+
+
+class ChildTable:
+    """The children a fork server reported, and the exit code of each that ended (by
+    serial number: see `Child`)."""
+
+    def __init__(self) -> None:
+        self._codes: dict[int, int] = {}  # by serial
+        self._live: dict[int, int] = {}  # serial by pid, until the child ends
+        self._forks = 0
+
+    def forked(self, pid: int) -> Child:
+        """A child forked as `pid` (reported before its end, which names it by pid)."""
+        self._forks += 1
+        self._live[pid] = self._forks
+        return Child(self._forks, pid)
+
+    def ended(self, pid: int, code: int) -> None:
+        serial = self._live.pop(pid, None)
+        if serial is not None:
+            self._codes[serial] = code
+
+    def code(self, child: Child) -> int | None:
+        return self._codes.get(child.serial)
 
 
 class ForkServer:
@@ -52,7 +87,7 @@ class ForkServer:
         self._lock = threading.Lock()
         self._answers: queue.Queue[dict[str, Any]] = queue.Queue()
         self._ended = threading.Condition()
-        self._codes: dict[int, int] = {}
+        self._children = ChildTable()
         self._gone = False
         assert self._proc.stdout is not None
         self._reader = threading.Thread(
@@ -63,12 +98,14 @@ class ForkServer:
     def _read(self, stdout: IO[bytes]) -> None:
         for line in stdout:
             fields = json.loads(line)
-            if "exited" in fields:
-                with self._ended:
-                    self._codes[int(fields["exited"])] = int(fields["code"])
+            with self._ended:
+                if "exited" in fields:
+                    self._children.ended(int(fields["exited"]), int(fields["code"]))
                     self._ended.notify_all()
-            else:
-                self._answers.put(fields)
+                    continue
+                if "pid" in fields:
+                    fields["serial"] = self._children.forked(int(fields["pid"])).serial
+            self._answers.put(fields)
         with self._ended:
             self._gone = True
             self._ended.notify_all()
@@ -86,8 +123,8 @@ class ForkServer:
     def alive(self) -> bool:
         return not self._gone and self._proc.poll() is None
 
-    def spawn(self, module: str, argv: list[str], env: Mapping[str, str], log: Path) -> int:
-        """Fork `python -m <module>` (argv, env, output appended to `log`); its pid."""
+    def spawn(self, module: str, argv: list[str], env: Mapping[str, str], log: Path) -> Child:
+        """Fork `python -m <module>` (argv, env, output appended to `log`)."""
         request = {"module": module, "argv": argv, "env": dict(env), "log": str(log)}
         with self._lock:
             assert self._proc.stdin is not None
@@ -96,18 +133,20 @@ class ForkServer:
             answer = self._answers.get(timeout=START_TIMEOUT_S)
         if "pid" not in answer:
             raise RuntimeError(f"the fork server could not start {module}: {answer['error']}")
-        return int(answer["pid"])
+        return Child(int(answer["serial"]), int(answer["pid"]))
 
-    def returncode(self, pid: int) -> int | None:
+    def returncode(self, child: Child) -> int | None:
         with self._ended:
-            return self._codes.get(pid)
+            return self._children.code(child)
 
-    def wait(self, pid: int, timeout_s: float | None = None) -> int | None:
-        """Child `pid`'s exit code once it ended; None after `timeout_s`, or when the
-        server is gone and the end was never reported."""
+    def wait(self, child: Child, timeout_s: float | None = None) -> int | None:
+        """`child`'s exit code once it ended; None after `timeout_s`, or when the server
+        is gone and the end was never reported."""
         with self._ended:
-            self._ended.wait_for(lambda: pid in self._codes or self._gone, timeout_s)
-            return self._codes.get(pid)
+            self._ended.wait_for(
+                lambda: self._children.code(child) is not None or self._gone, timeout_s
+            )
+            return self._children.code(child)
 
 
 _server: ForkServer | None = None
@@ -138,39 +177,39 @@ class ForkedProcess(TestProcess):
         """`server`: the fork server to use (by default this process's, `fork_server`)."""
         super().__init__(name, [sys.executable, "-m", module], log_path, env)
         self.module = module
-        self._pid: int | None = None
         self._server = server
+        self._forked: Child | None = None
 
     @property
     def pid(self) -> int | None:
-        return self._pid
+        return self._forked.pid if self._forked else None
 
     @property
     def returncode(self) -> int | None:
-        if self._server is None or self._pid is None:
+        if self._server is None or self._forked is None:
             return None
-        return self._server.returncode(self._pid)
+        return self._server.returncode(self._forked)
 
     def start(self) -> Self:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._server = self._server or fork_server()
         # sys.argv as `python -m` makes it: argv[0] is the module's path (runpy sets it).
-        self._pid = self._server.spawn(self.module, [self.module], self.env, self.log_path)
+        self._forked = self._server.spawn(self.module, [self.module], self.env, self.log_path)
         return self
 
     def running(self) -> bool:
-        return self._pid is not None and self.returncode is None
+        return self._forked is not None and self.returncode is None
 
     def send(self, sig: signal.Signals) -> None:
-        if self._pid is not None and self.running():
+        if self._forked is not None and self.running():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self._pid, sig)
+                os.kill(self._forked.pid, sig)
 
     def wait(self, timeout_s: float | None = None) -> int | None:
         """Its exit code once it ended; None after `timeout_s`."""
         assert self._server is not None, "not started"
-        assert self._pid is not None, "not started"
-        return self._server.wait(self._pid, timeout_s)
+        assert self._forked is not None, "not started"
+        return self._server.wait(self._forked, timeout_s)
 
     def kill9(self) -> None:
         if self.running():
@@ -178,7 +217,7 @@ class ForkedProcess(TestProcess):
             self.wait(None)
 
     def stop(self, timeout_s: float = 15.0) -> int | None:
-        if self._pid is None:
+        if self._forked is None:
             return None
         if self.running():
             self.send(signal.SIGTERM)
