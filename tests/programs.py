@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from tamto_testing.forked import forking, run_forked
 
 
 def run_to_end(
@@ -19,7 +22,14 @@ def run_to_end(
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run `argv` until it exits (or `timeout` passes), its output captured as text,
-    with `env` over `base_env` (this process's environment unless given)."""
+    with `env` over `base_env` (this process's environment unless given). A `tamto`
+    command (`python -m tamto_cli`) is forked by the fork server (`tamto_testing.forked`),
+    which imported its libraries already."""
+    full_env = {**(os.environ if base_env is None else base_env), **(env or {})}
+    if forking() and list(argv[:3]) == [sys.executable, "-m", "tamto_cli"]:
+        return run_forked(
+            "tamto_cli", argv[3:], env=full_env, stdin=stdin, timeout=timeout, cwd=cwd
+        )
     return subprocess.run(
         list(argv),
         input=stdin,
@@ -28,5 +38,5 @@ def run_to_end(
         timeout=timeout,
         check=False,
         cwd=cwd,
-        env={**(os.environ if base_env is None else base_env), **(env or {})},
+        env=full_env,
     )

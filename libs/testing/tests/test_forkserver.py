@@ -4,14 +4,18 @@ with one thread, and the libraries the server preloaded are already imported."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tamto_testing.forked import ChildTable, ForkedProcess, ForkServer
+from tamto_testing.forked import ChildTable, ForkedProcess, ForkServer, run_forked
 from tamto_testing.processes import wait_for
 
 PROBE = textwrap.dedent(
@@ -86,3 +90,39 @@ def test_a_new_child_with_an_ended_childs_pid_is_running() -> None:
     assert table.code(new) is None
     table.ended(4242, 0)
     assert (table.code(old), table.code(new)) == (-9, 0)
+
+
+def test_run_forked_answers_as_subprocess_run_does(tmp_path: Path) -> None:
+    (tmp_path / "in.json").write_text('{"b": [1]}')
+
+    def json_tool(args: list[str], stdin: str | None) -> subprocess.CompletedProcess[str]:
+        return run_forked(
+            "json.tool", args, env=dict(os.environ), stdin=stdin, timeout=60, cwd=tmp_path
+        )
+
+    # stdin in, stdout out
+    done = json_tool(["--compact"], '{"a": 1}')
+    assert (done.returncode, done.stdout, done.stderr) == (0, '{"a":1}\n', "")
+    # a relative path is read from `cwd`
+    done = json_tool(["--compact", "in.json"], None)
+    assert done.stdout == '{"b":[1]}\n'
+    # a failure's code and stderr, apart from stdout
+    done = json_tool([], "{")
+    assert done.returncode == 1
+    assert "Expecting property name" in done.stderr
+    assert done.stdout == ""
+    assert done.args[:3] == [sys.executable, "-m", "json.tool"]
+
+
+def test_run_forked_kills_a_child_that_outlives_its_timeout(tmp_path: Path) -> None:
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_forked(
+            "timeit",
+            ["-n", "1", "-r", "1", "import time; time.sleep(60)"],
+            env=dict(os.environ),
+            stdin=None,
+            timeout=1.0,
+            cwd=None,
+        )
+    assert time.monotonic() - started < 30

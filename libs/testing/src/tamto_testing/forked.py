@@ -2,9 +2,9 @@
 one per test process, and `ForkedProcess`, which a test controls as it controls a
 `TestProcess` (start, kill -9, pause, stop, log, exit code).
 
-`TestCluster` starts its services this way unless `TAMTO_TEST_FORK=0`; processes
-started inside a network namespace, and every other command, still start with
-`subprocess`. The launcher (`tamto up`), the benchmark and the container tests start
+`TestCluster` starts its services this way, and `tests/programs.run_to_end` a test's
+`tamto` commands (`run_forked`), unless `TAMTO_TEST_FORK=0`; processes started inside
+a network namespace, and every other program, still start with `subprocess`. The launcher (`tamto up`), the benchmark and the container tests start
 services as a user does, so the real entry point stays tested.
 """
 
@@ -17,8 +17,9 @@ import queue
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Self
@@ -123,9 +124,17 @@ class ForkServer:
     def alive(self) -> bool:
         return not self._gone and self._proc.poll() is None
 
-    def spawn(self, module: str, argv: list[str], env: Mapping[str, str], log: Path) -> Child:
-        """Fork `python -m <module>` (argv, env, output appended to `log`)."""
-        request = {"module": module, "argv": argv, "env": dict(env), "log": str(log)}
+    def spawn(
+        self,
+        module: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        log: Path,
+        **options: str,
+    ) -> Child:
+        """Fork `python -m <module>` (argv, env, output appended to `log`; `options`:
+        `stderr`, `stdin` and `cwd`, as `tamto_testing.forkserver.Request` takes them)."""
+        request = {"module": module, "argv": argv, "env": dict(env), "log": str(log), **options}
         with self._lock:
             assert self._proc.stdin is not None
             self._proc.stdin.write(json.dumps(request).encode() + b"\n")
@@ -225,3 +234,39 @@ class ForkedProcess(TestProcess):
                 self.send(signal.SIGKILL)
                 self.wait(None)
         return self.returncode
+
+
+def run_forked(
+    module: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    stdin: str | None,
+    timeout: float,
+    cwd: Path | None,
+) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run([python, -m, module, *args], capture_output=True, text=True,
+    check=False)` through the fork server: the same result, and the same
+    `subprocess.TimeoutExpired` (the child killed first) after `timeout`."""
+    server = fork_server()
+    argv = [sys.executable, "-m", module, *args]
+    with tempfile.TemporaryDirectory(prefix="forked-") as scratch:
+        files = {name: Path(scratch) / name for name in ("stdin", "stdout", "stderr")}
+        files["stdin"].write_text(stdin or "")
+        child = server.spawn(
+            module,
+            [module, *args],
+            env,
+            files["stdout"],
+            stderr=str(files["stderr"]),
+            stdin=str(files["stdin"]),
+            cwd=str(cwd or ""),
+        )
+        code = server.wait(child, timeout)
+        if code is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+            server.wait(child)
+            raise subprocess.TimeoutExpired(argv, timeout)
+        out, err = (files[n].read_text(errors="replace") for n in ("stdout", "stderr"))
+        return subprocess.CompletedProcess(argv, code, out, err)

@@ -15,7 +15,8 @@ would otherwise export as well as its own. Nothing here may start a thread or an
 event loop before a fork: the child has only the forking thread.
 
 Protocol, one JSON object per line. Requests on stdin:
-`{"module": "tamto_router", "argv": [...], "env": {...}, "log": "/path"}`; answers on
+`{"module": "tamto_router", "argv": [...], "env": {...}, "log": "/path"}` (optionally
+"stderr", "stdin" and "cwd": see `Request`); answers on
 stdout, in order: `{"pid": N}` per request (`{"error": "..."}` when the fork failed),
 and `{"exited": N, "code": C}` when child N ends (C as `subprocess.Popen.returncode`:
 the negative signal number for a signalled child). EOF on stdin ends the server; its
@@ -62,12 +63,16 @@ PRELOAD = (
 @dataclass(frozen=True)
 class Request:
     """What one child runs: `python -m <module>` with `argv` (its `sys.argv`), `env`
-    as its whole environment, and its output appended to `log`."""
+    as its whole environment, in `cwd` (the server's when empty), its output appended
+    to `log` (its stderr to `stderr` instead, when given), its input read from `stdin`."""
 
     module: str
     argv: list[str]
     env: dict[str, str]
     log: str
+    stderr: str = ""
+    stdin: str = os.devnull
+    cwd: str = ""
 
     @classmethod
     def from_line(cls, line: bytes) -> Request:
@@ -77,6 +82,9 @@ class Request:
             argv=[str(a) for a in fields["argv"]],
             env={str(k): str(v) for k, v in fields["env"].items()},
             log=str(fields["log"]),
+            stderr=str(fields.get("stderr") or ""),
+            stdin=str(fields.get("stdin") or os.devnull),
+            cwd=str(fields.get("cwd") or ""),
         )
 
 
@@ -97,18 +105,20 @@ def _reap() -> None:
 
 
 def _become_child(request: Request, wakeup: tuple[int, int]) -> None:
-    """In the forked child: a session of its own, stdin from /dev/null, stdout and
-    stderr appended to the log, nothing else of the server's open, the request's
-    environment and argv, default signal handling."""
+    """In the forked child: a session of its own, the request's stdin, stdout and
+    stderr, nothing else of the server's open, the request's directory, environment
+    and argv, default signal handling."""
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setsid()
-    log = os.open(request.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
+    append = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    log = os.open(request.log, append, 0o644)
+    os.dup2(os.open(request.stdin, os.O_RDONLY), 0)
     os.dup2(log, 1)
-    os.dup2(log, 2)
+    os.dup2(os.open(request.stderr, append, 0o644) if request.stderr else log, 2)
     os.closerange(3, 1 << 16)
+    if request.cwd:
+        os.chdir(request.cwd)
     del wakeup  # closed with the rest
     os.environ.clear()
     os.environ.update(request.env)
