@@ -4,8 +4,9 @@ one per test process, and `ForkedProcess`, which a test controls as it controls 
 
 `TestCluster` starts its services this way, and `tests/programs.run_to_end` a test's
 `tamto` commands (`run_forked`), unless `TAMTO_TEST_FORK=0`; processes started inside
-a network namespace, and every other program, still start with `subprocess`. The launcher (`tamto up`), the benchmark and the container tests start
-services as a user does, so the real entry point stays tested.
+a network namespace, and every other program, still start with `subprocess`. The
+launcher (`tamto up`), the benchmark and the container tests start services as a user
+does, so the real entry point stays tested.
 """
 
 from __future__ import annotations
