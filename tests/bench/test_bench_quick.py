@@ -71,6 +71,9 @@ def test_every_metric_for_tamto_and_jetstream(bench: LocalBench) -> None:
     assert isinstance(size["ceiling"]["msgs_s"], int | float)
     assert isinstance(size["tamto"]["publish_batch_msgs_s"], int | float)
     assert isinstance(doc["settle_s"], int | float)
+    # TINY_RUN's --seal-age-ms reaches the Tamto the run started, not only freshness's
+    assert doc["options"]["seal_age_ms"] == 300
+    assert "tamto: storage's seal age 300 ms (--seal-age-ms)" in doc["notes"]
     assert set(doc["memory_peak_rss_bytes"]["tamto"]) >= {"gateway", "router", "storage", "auth"}
     assert doc["memory_peak_rss_bytes"]["jetstream"]["nats-server"] > 0
     assert "sync_interval: always" in doc["jetstream_config"]

@@ -26,6 +26,9 @@ TINY_RUN = (
     "1",
     "--partitions",
     "2",
+    # each phase waits until the last one's data is sealed (storage's 5 s default age)
+    "--seal-age-ms",
+    "300",
 )
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import aetcd
 import pyarrow.dataset as ds
 import pytest
-from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 
 import tamto_sdk
@@ -25,6 +24,8 @@ from tamto_sdk.errors import FailedPrecondition, NotFound
 from tamto_testing.cluster import TestCluster
 from tamto_testing.infra import Infra
 from tamto_testing.waiting import eventually
+
+from .test_segment_store import open_catalog
 
 pytestmark = pytest.mark.e2e
 
@@ -63,7 +64,9 @@ def stored(store_dir: Path, stream: str) -> list[tuple[int, bytes]]:
 
 
 def has_table(tmp_path: Path, stream: str) -> bool:
-    catalog = SqlCatalog("tamto", uri=f"sqlite:///{tmp_path / 'iceberg.db'}")
+    catalog = open_catalog(f"sqlite:///{tmp_path / 'iceberg.db'}")
+    if catalog is None:
+        return False
     try:
         catalog.load_table(("tamto", stream))
     except NoSuchTableError:

@@ -125,8 +125,8 @@ Nodes = Annotated[
 SealAgeMs = Annotated[
     int,
     typer.Option(
-        help="storage's seal age (ms) on the Tamtos of the freshness rows (0: storage's "
-        "default); the rows run only when --systems names freshness"
+        help="storage's seal age (ms) on every Tamto the run starts (0: storage's default): "
+        "the freshness rows' subject; a phase starts once the last one's data is sealed"
     ),
 ]
 JetstreamSync = Annotated[

@@ -71,8 +71,7 @@ async def freshness(bench: Bench, store: str, size: int) -> None:
     o = bench.options
     workdir = bench.workdir / f"freshness-{store}"
     uri = "s3" if store == "s3" else f"file://{workdir / 'store'}"
-    env = {"TAMTO_STORAGE_SEAL_AGE_MS": str(o.seal_age_ms)} if o.seal_age_ms else {}
-    async with local_tamto(workdir, segment_store=uri, env=env) as target:
+    async with local_tamto(workdir, segment_store=uri, env=o.storage_env()) as target:
         storage = psutil.Process((await service_pids(target.etcd))["storage"])
         client = await tamto_sdk.connect(target.url, api_key=target.api_key)
         async with client:

@@ -58,11 +58,16 @@ class BenchOptions:
     nodes: int = CLUSTER_REPLICAS
     #: Idle MQTT connections held at once for their memory ("mqtt"; 0: not measured).
     mqtt_idle: int = 10_000
-    #: Storage's seal age for the freshness Tamtos (ms; 0: storage's default).
+    #: Storage's seal age on every Tamto the run starts (ms; 0: storage's default).
     seal_age_ms: int = 0
     #: The local Tamtos run each node's router and storage node as one process
     #: (`tamto up --colocate`).
     colocate: bool = False
+
+    def storage_env(self) -> dict[str, str]:
+        """The settings every Tamto the run starts gives its storage nodes
+        (`--seal-age-ms`)."""
+        return {"TAMTO_STORAGE_SEAL_AGE_MS": str(self.seal_age_ms)} if self.seal_age_ms else {}
 
 
 class Progress(Protocol):

@@ -67,10 +67,20 @@ class _Starter:
             mqtt = "mqtt" in self.options.systems and system == "tamto"
             colocate = self.options.colocate
             found = await self.stack.enter_async_context(
-                local_tamto(self.workdir / system, nodes=nodes, mqtt=mqtt, colocate=colocate)
+                local_tamto(
+                    self.workdir / system,
+                    nodes=nodes,
+                    mqtt=mqtt,
+                    colocate=colocate,
+                    env=self.options.storage_env(),
+                )
             )
             if colocate:
                 self.found.notes.append(f"{system}: routers and storage nodes co-located")
+            if self.options.seal_age_ms:
+                self.found.notes.append(
+                    f"{system}: storage's seal age {self.options.seal_age_ms} ms (--seal-age-ms)"
+                )
         elif self.target is None:
             raise BenchError("no Tamto to benchmark: pass --local or a gateway URL")
         else:
