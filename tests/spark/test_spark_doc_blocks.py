@@ -13,6 +13,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 import tamto_sdk
+from tamto_spark.datasource import register
 from tamto_testing.cluster import TestCluster
 from tamto_testing.waiting import eventually
 from tests.doc_blocks import DOC_URL, SPARK_BLOCKS, Block, code_blocks
@@ -29,6 +30,8 @@ def spark_blocks() -> list[Block]:
 async def test_the_docs_spark_blocks_run(
     spark: SparkSession, client: tamto_sdk.Client, sealing_cluster: TestCluster
 ) -> None:
+    # as a reader's session has it (tamto_spark.session), in the thread running the blocks
+    register(spark)
     await client.streams.ensure("orders", partitions=1)
     await client.streams.ensure("orders-copy", partitions=1)
     async with client.producer("orders") as producer:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from pyspark.sql.types import BinaryType, MapType, StringType, StructField, Stru
 
 import tamto_sdk
 from tamto_protocol.partitioning import partition_for_key
+from tamto_spark.datasource import register
 from tamto_spark.pipelines import dead_letters, replay, traffic
 from tamto_testing.cluster import TestCluster
 
@@ -67,6 +70,36 @@ async def test_write_with_a_retried_task_publishes_every_row_once(
     assert payloads == sorted(p for _, p, _ in rows), "every row once, none twice"
     assert len({r.id for r in got}) == ROWS
     assert all(r.id.split(":")[1] in {"0", "1"} for r in got), "ids: <prefix>:<partition>:<row>"
+
+
+async def test_a_thread_that_registers_the_source_writes_into_tamto(
+    spark: SparkSession, client: tamto_sdk.Client, sealing_cluster: TestCluster
+) -> None:
+    """PySpark runs a new Python thread's calls on a new JVM thread, with no active
+    session, and Spark finds the source a write names through that; `register` in the
+    thread makes the session active there (without it: DATA_SOURCE_NOT_FOUND)."""
+    stream = unique("threaded")
+    await client.streams.ensure(stream, partitions=1)
+    frame = spark.createDataFrame([(f"row-{i}".encode(),) for i in range(ROWS)], "payload binary")
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            register(spark)
+            writer = frame.write.format("tamto").mode("append")
+            writer.option("url", sealing_cluster.url).option(
+                "apiKey", sealing_cluster.credential
+            ).save(stream)
+        except BaseException as exc:  # the test's thread reports it
+            errors.append(exc)
+
+    thread = threading.Thread(target=write, name="spark-writer")
+    thread.start()
+    await asyncio.to_thread(thread.join, 120)
+    assert not thread.is_alive(), "the write did not end within 120 s"
+    assert not errors, errors
+    stats = await client.streams.stats(stream)
+    assert sum(p.end_offset for p in stats.partitions) == ROWS
 
 
 async def test_traffic_report(

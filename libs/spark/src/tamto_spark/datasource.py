@@ -65,8 +65,19 @@ class OptionError(ValueError):
 
 
 def register(spark: SparkSession) -> None:
-    """Make `format("tamto")` available in `spark`."""
+    """Make `format("tamto")` available in `spark`, and `spark` the calling thread's
+    active session.
+
+    Spark finds a Python data source a write names through the calling thread's active
+    session (a read, through its own session), and PySpark gives each Python thread a
+    JVM thread of its own, with no active session in a new one: a
+    `df.write.format("tamto")` from a thread other than the one that made the session
+    failed with DATA_SOURCE_NOT_FOUND. A thread that writes calls this first.
+    """
     spark.dataSource.register(TamtoDataSource)
+    jvm = spark._jvm
+    assert jvm is not None, "a classic (not Spark Connect) session"
+    SparkSession._get_j_spark_session_class(jvm).setActiveSession(spark._jsparkSession)
 
 
 class TamtoDataSource(DataSource):
