@@ -4,8 +4,8 @@ each service process a test cluster starts (`tamto_testing.forked` is its client
 Why it exists: a service's start is mostly its imports (pyarrow, gRPC, protobuf,
 structlog, NATS, etcd, JWT: about a second of CPU each time), and the suite's test
 clusters start hundreds of service processes. A child forked from this process has
-them already and starts
-at the service's own `__main__`, run as `python -m tamto_<service>` runs it: the same
+them already and starts at the service's own `__main__`, run as
+`python -m tamto_<service>` runs it: the same
 argv, environment, log file, session and exit status, its own pid, and the
 interpreter's normal shutdown at its end.
 
