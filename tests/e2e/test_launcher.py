@@ -136,6 +136,12 @@ def launched(tmp_path: Path, *extra: str) -> Iterator[Launcher]:
             launcher.stop()
 
 
+def forked(pid: int) -> bool:
+    """Whether process `pid` was forked from a fork server (its command line is the
+    server's: a fork without exec keeps it)."""
+    return b"tamto_local.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+
+
 async def registered_pids(etcd_endpoint: str, service: str) -> set[int]:
     """The pids `service`'s members registered in etcd."""
     etcd = await connect_etcd(parse_endpoints(etcd_endpoint))
@@ -160,6 +166,8 @@ def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Pa
         services = sorted(m["service"] for m in members)
         assert services == ["auth", "gateway", "processing", "router", "storage"]
         assert all(m["health"] == "SERVING" for m in members)
+        # Each was forked from the launcher's fork server (tamto_local.forking).
+        assert all(forked(int(m["pid"])) for m in members), members
         # The gateway's HTTP API is on the port the launcher printed.
         http_api = re.search(r"HTTP API: (http://[0-9.:]+)", up.output())
         assert http_api is not None, up.output()
@@ -201,6 +209,7 @@ def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Pa
         assert len(new) == 1
         assert new[0]["pid"] != storage_pid
         assert new[0]["health"] == "SERVING"
+        assert forked(int(new[0]["pid"]))
 
         assert up.cli("stream", "ensure", "kept").returncode == 0
         published = up.cli("pub", "kept", stdin="one\ntwo\nthree\n")
@@ -226,8 +235,11 @@ def test_up_runs_every_service_and_restarts_one_killed_with_sigkill(tmp_path: Pa
 
 def test_up_demo_publishes_and_consumes_then_stops(tmp_path: Path) -> None:
     launcher = Launcher(tmp_path / "data", tmp_path / "up.log")
-    result = launcher.run("--demo", "--once", "--quiet")
+    # --no-fork: each service starts as `python -m tamto_<service>`, the entry point
+    # users' deployments run (the other tests here fork them).
+    result = launcher.run("--demo", "--once", "--quiet", "--no-fork")
     assert result.returncode == 0, result.stdout[-3000:]
+    assert "fork server" not in result.stdout
     assert "published 1000 messages" in result.stdout
     assert "consumed and acked 1000 messages" in result.stdout
 

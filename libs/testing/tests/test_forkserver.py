@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tamto_testing.forked import ChildTable, ForkedProcess, ForkServer, run_forked
+from tamto_local.forking import ChildTable
+from tamto_testing.forked import ForkedProcess, ForkServer, run_forked
 from tamto_testing.processes import wait_for
 
 PROBE = textwrap.dedent(

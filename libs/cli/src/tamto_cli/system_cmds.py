@@ -45,6 +45,15 @@ Colocate = Annotated[
     ),
 ]
 
+#: `tamto up --fork/--no-fork`.
+Fork = Annotated[
+    bool,
+    typer.Option(
+        help="fork the services from a process that imported their libraries once "
+        "(fast starts and restarts); --no-fork starts each as `python -m tamto_<service>`"
+    ),
+]
+
 
 def up(
     data_dir: DataDir = None,
@@ -86,6 +95,7 @@ def up(
     ] = "",
     netns: Netns = False,
     colocate: Colocate = False,
+    fork: Fork = True,
 ) -> None:
     """Start etcd, NATS and every service locally; Ctrl-C stops them all."""
     with server_extra("tamto up"):
@@ -117,6 +127,7 @@ def up(
         lease_ttl_s=lease_ttl_s,
         segment_store=segment_store,
         colocate=colocate,
+        fork=fork,
     )
     shown = err if as_json else console
     code = asyncio.run(

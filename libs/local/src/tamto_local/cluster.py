@@ -15,6 +15,11 @@ see `tamto_local.layout`), each with its own data directory `<dir>/node-<i>/<ser
 and instance id (`storage-1`, `storage-2`, ...), all on loopback. With `colocate`
 (`tamto up --colocate`) each node's storage node and router run as one process
 (`tamto_local.colocate`).
+
+The services (not etcd, NATS or SeaweedFS) are forked from a fork server that imported
+their libraries once (`tamto_local.forking`), so a start or restart costs a fork, not a
+second of imports; `ClusterConfig.fork` False (`tamto up --no-fork`) starts each as
+`python -m tamto_<service>`, as do services placed elsewhere.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 from tamto_common.durable import DamagedFile
 from tamto_common.health import grpc_healthy
 from tamto_local.colocate import COLOCATED, colocated, is_node, node_argv, node_env, part
+from tamto_local.forking import AsyncForkServer, ForkedManagedProcess, forkable
 from tamto_local.infra import (
     EtcdSpec,
     NatsSpec,
@@ -54,7 +60,7 @@ from tamto_local.layout import (
 )
 from tamto_local.ports import free_port
 from tamto_local.process import LineSink, ManagedProcess
-from tamto_local.s3 import S3Spec, create_bucket, weed_argv
+from tamto_local.s3 import STOP_GRACE_S, S3Spec, create_bucket, weed_argv
 from tamto_local.tls import ensure_dev_pki
 
 #: The most nodes `tamto up --nodes` runs on one machine.
@@ -89,6 +95,9 @@ class ClusterConfig:
     placed: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     #: Each node's storage node and router as one process (`tamto_local.node`).
     colocate: bool = False
+    #: Fork the services from a fork server (`tamto_local.forking`); False: start each
+    #: as `python -m tamto_<service>` (`tamto up --no-fork`).
+    fork: bool = True
 
     @property
     def tls_dir(self) -> Path:
@@ -146,6 +155,8 @@ class LocalCluster:
         self._quick_exits: dict[str, int] = dict.fromkeys((*INFRA, *self.names), 0)
         #: What storage nodes are told about the segment store (`_start_segment_store`).
         self._store_env: dict[str, str] = {}
+        self._forker: AsyncForkServer | None = None
+        self._forker_lock = asyncio.Lock()
 
     @property
     def segment_store_uri(self) -> str:
@@ -289,14 +300,30 @@ class LocalCluster:
     async def _start_service(self, name: str) -> None:
         host, prefix = self.config.placed.get(name, (self.config.host, ()))
         argv = [*prefix, *(node_argv() if is_node(name) else service_argv(split_process(name)[0]))]
-        proc = ManagedProcess(name, argv, env=self._service_env(name), sink=self._sink)
+        proc = await self._service_process(name, argv)
         self.processes[name] = proc
         self._started_at[name] = time.monotonic()
-        await proc.start()
+        try:
+            await proc.start()
+        except OSError as exc:
+            raise LaunchError(f"{name} could not start: {exc}") from None
         tls = launcher_tls(self.config.tls_dir if self.config.tls else None)
         served = [part(name, s) for s in COLOCATED] if is_node(name) else [name]
         for address in [f"{host}:{self.ports[each]}" for each in served]:
             await self._wait(name, functools.partial(grpc_healthy, address, tls=tls))
+
+    async def _service_process(self, name: str, argv: list[str]) -> ManagedProcess:
+        """Service `name`'s process running `argv`: forked when `argv` is one the fork
+        server can run (`python -m <module>`, no prefix) and forking is on."""
+        env = self._service_env(name)
+        module = forkable(argv) if self.config.fork else None
+        if module is None:
+            return ManagedProcess(name, argv, env=env, sink=self._sink)
+        async with self._forker_lock:
+            if self._forker is None or not self._forker.alive():
+                self._forker = await AsyncForkServer.start()
+                self._notify(f"services fork from a fork server (pid {self._forker.pid})")
+        return ForkedManagedProcess(name, module, self._forker, env=env, sink=self._sink)
 
     async def _wait(self, name: str, check: Callable[[], object]) -> None:
         """Wait until `name` passes `check`; LaunchError at once if it exits first (the wait
@@ -367,5 +394,7 @@ class LocalCluster:
             proc = self.processes.get(name)
             if proc is not None and proc.running():
                 started = time.monotonic()
-                code = await proc.stop()
+                code = await proc.stop(STOP_GRACE_S if name == "seaweedfs" else 10.0)
                 self._notify(f"{name} stopped (code {code}, {time.monotonic() - started:.1f}s)")
+        if self._forker is not None:
+            await self._forker.close()

@@ -93,12 +93,12 @@ class ManagedProcess(ChildProcess):
             **SPAWN_OPTIONS,
         )
         self._child = self._proc
-        self._pump = asyncio.create_task(self._forward(), name=f"pump-{self.name}")
-
-    async def _forward(self) -> None:
-        assert self._proc is not None
         assert self._proc.stdout is not None
-        while line := await self._proc.stdout.readline():
+        self._pump = asyncio.create_task(self._forward(self._proc.stdout), name=f"pump-{self.name}")
+
+    async def _forward(self, output: asyncio.StreamReader) -> None:
+        """Pump `output` (the child's stdout and stderr) line by line until it ends."""
+        while line := await output.readline():
             text = line.decode(errors="replace").rstrip()
             self.tail = [*self.tail[-49:], text]
             if self._sink is not None:
@@ -114,7 +114,7 @@ class ManagedProcess(ChildProcess):
 
     async def stop(self, timeout_s: float = 10.0) -> int | None:
         """SIGTERM, then SIGKILL if it has not exited within `timeout_s`."""
-        if self._proc is None:
+        if self.pid is None:
             return None
         self.send(signal.SIGTERM)
         try:

@@ -102,6 +102,13 @@ def write_identities(spec: S3Spec) -> Path:
     return path
 
 
+#: How long a stop waits after SIGTERM before SIGKILL. `weed server` ends only once its
+#: filer's gRPC server stops, which waits out a 15 s timeout for the S3 gateway's open
+#: metadata stream and does nothing meanwhile: every write it acknowledged is in its
+#: stores' logs already, which a kill keeps as the timeout's forced stop does.
+STOP_GRACE_S = 0.5
+
+
 def weed_argv(spec: S3Spec) -> list[str]:
     """The command line that runs SeaweedFS with its S3 gateway for `spec`."""
     identities = write_identities(spec)

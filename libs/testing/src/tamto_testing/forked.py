@@ -1,12 +1,12 @@
-"""Service processes forked by the fork server (`tamto_testing.forkserver`): its client,
-one per test process, and `ForkedProcess`, which a test controls as it controls a
+"""Service processes forked by the fork server (`tamto_local.forkserver`): its blocking
+client, one per test process, and `ForkedProcess`, which a test controls as it controls a
 `TestProcess` (start, kill -9, pause, stop, log, exit code).
 
 `TestCluster` starts its services this way, and `tests/programs.run_to_end` a test's
 `tamto` commands (`run_forked`), unless `TAMTO_TEST_FORK=0`; processes started inside
 a network namespace, and every other program, still start with `subprocess`. The
-launcher (`tamto up`), the benchmark and the container tests start services as a user
-does, so the real entry point stays tested.
+launcher (`tamto up`, the benchmark, the campaigns) forks its services from a server of
+its own (`tamto_local.forking`); the container tests start them as `python -m` does.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import sys
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Self
 
+from tamto_local.forking import SERVER_ENV, Child, ChildTable, ForkedChild, server_argv
 from tamto_testing.processes import START_TIMEOUT_S, TestProcess
 
 #: Set to 0 to start every test cluster's service with `subprocess` instead.
@@ -36,51 +36,15 @@ def forking() -> bool:
     return os.environ.get(SWITCH, "1") != "0"
 
 
-@dataclass(frozen=True)
-class Child:
-    """One forked child: its pid, and the serial number of its fork. Exit codes are kept
-    by serial, not pid: the kernel gives a pid again once its process is gone (a pid
-    range of 32,768 here), and a new child must not look like an old one that ended."""
-
-    serial: int
-    pid: int
-
-
-class ChildTable:
-    """The children a fork server reported, and the exit code of each that ended (by
-    serial number: see `Child`)."""
-
-    def __init__(self) -> None:
-        self._codes: dict[int, int] = {}  # by serial
-        self._live: dict[int, int] = {}  # serial by pid, until the child ends
-        self._forks = 0
-
-    def forked(self, pid: int) -> Child:
-        """A child forked as `pid` (reported before its end, which names it by pid)."""
-        self._forks += 1
-        self._live[pid] = self._forks
-        return Child(self._forks, pid)
-
-    def ended(self, pid: int, code: int) -> None:
-        serial = self._live.pop(pid, None)
-        if serial is not None:
-            self._codes[serial] = code
-
-    def code(self, child: Child) -> int | None:
-        return self._codes.get(child.serial)
-
-
 class ForkServer:
     """The fork server process of this test process, and what it reported: a pid per
     request (in order), and each child's exit code once it ended."""
 
     def __init__(self, extra_env: Mapping[str, str] | None = None) -> None:
         """`extra_env`: more environment for the server itself (say a PYTHONPATH)."""
-        # numpy's BLAS would start a thread at import, which a fork does not copy.
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        env.update(extra_env or {})
+        env = {**os.environ, **SERVER_ENV, **(extra_env or {})}
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tamto_testing.forkserver"],
+            server_argv(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -134,7 +98,7 @@ class ForkServer:
         **options: str,
     ) -> Child:
         """Fork `python -m <module>` (argv, env, output appended to `log`; `options`:
-        `stderr`, `stdin` and `cwd`, as `tamto_testing.forkserver.Request` takes them)."""
+        `stderr`, `stdin` and `cwd`, as `tamto_local.forkserver.Request` takes them)."""
         request = {"module": module, "argv": argv, "env": dict(env), "log": str(log), **options}
         with self._lock:
             assert self._proc.stdin is not None
@@ -172,7 +136,7 @@ def fork_server() -> ForkServer:
         return _server
 
 
-class ForkedProcess(TestProcess):
+class ForkedProcess(ForkedChild, TestProcess):
     """A service process forked by the fork server: `python -m <module>` with `env`, its
     output in `log_path`. Signals go to its pid; its exit code comes from the server."""
 
@@ -187,18 +151,8 @@ class ForkedProcess(TestProcess):
         """`server`: the fork server to use (by default this process's, `fork_server`)."""
         super().__init__(name, [sys.executable, "-m", module], log_path, env)
         self.module = module
-        self._server = server
-        self._forked: Child | None = None
-
-    @property
-    def pid(self) -> int | None:
-        return self._forked.pid if self._forked else None
-
-    @property
-    def returncode(self) -> int | None:
-        if self._server is None or self._forked is None:
-            return None
-        return self._server.returncode(self._forked)
+        self._server: ForkServer | None = server
+        self._forked = None
 
     def start(self) -> Self:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -206,14 +160,6 @@ class ForkedProcess(TestProcess):
         # sys.argv as `python -m` makes it: argv[0] is the module's path (runpy sets it).
         self._forked = self._server.spawn(self.module, [self.module], self.env, self.log_path)
         return self
-
-    def running(self) -> bool:
-        return self._forked is not None and self.returncode is None
-
-    def send(self, sig: signal.Signals) -> None:
-        if self._forked is not None and self.running():
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._forked.pid, sig)
 
     def wait(self, timeout_s: float | None = None) -> int | None:
         """Its exit code once it ended; None after `timeout_s`."""

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tamto_local.s3 import S3Spec, create_bucket, weed_argv
+from tamto_local.s3 import STOP_GRACE_S, S3Spec, create_bucket, weed_argv
 from tamto_testing.processes import TestProcess, tcp_open
 
 
@@ -23,4 +23,4 @@ def s3_server(workdir: Path, spec: S3Spec | None = None) -> Iterator[S3Spec]:
         proc.wait_ready(lambda: tcp_open(spec.host, spec.ports["s3.port"]) and create_bucket(spec))
         yield spec
     finally:
-        proc.stop(timeout_s=3)  # its data goes with the test directory
+        proc.stop(timeout_s=STOP_GRACE_S)

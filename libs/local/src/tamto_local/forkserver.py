@@ -1,13 +1,17 @@
 """The fork server: one process that imports the services' libraries once and forks
-each service process a test cluster starts (`tamto_testing.forked` is its client).
+each service process a local system starts. Its clients: `tamto_local.forking` for
+the launcher (`tamto up`, the benchmark, the chaos campaigns) and
+`tamto_testing.forked` for the tests' clusters.
 
 Why it exists: a service's start is mostly its imports (pyarrow, gRPC, protobuf,
-structlog, NATS, etcd, JWT: about a second of CPU each time), and the suite's test
-clusters start hundreds of service processes. A child forked from this process has
-them already and starts at the service's own `__main__`, run as
-`python -m tamto_<service>` runs it: the same
-argv, environment, log file, session and exit status, its own pid, and the
-interpreter's normal shutdown at its end.
+structlog, NATS, etcd, JWT: about a second of CPU each time), which a launcher pays
+for every service it starts or restarts, and the suite's clusters start hundreds. A
+child forked from this process has them already and starts at the service's own
+`__main__`, run as `python -m tamto_<service>` runs it: the same argv, environment,
+log file, session and exit status, its own pid, and the interpreter's normal shutdown
+at its end. What a fork cannot give it afresh: every child shares the server's string
+hash seed, and Python names it by the server's command line (`ps` shows
+`python -m tamto_local.forkserver`).
 
 Only libraries every service imports are preloaded, never a service's own modules:
 those register metrics in the process's Prometheus registry, which a forked router
@@ -25,6 +29,7 @@ children go on, as a `Popen` child outlives its parent.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -129,7 +134,8 @@ def serve() -> Request | None:
     """Preload, then fork a child per request until stdin closes. Returns in a child
     only, with what it is to run; in the server, None at the end."""
     for name in PRELOAD:
-        importlib.import_module(name)
+        with contextlib.suppress(ModuleNotFoundError):  # the service's own error to report
+            importlib.import_module(name)
     wakeup = os.pipe()
     os.set_blocking(wakeup[1], False)
     signal.set_wakeup_fd(wakeup[1])
