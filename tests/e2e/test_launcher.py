@@ -71,18 +71,20 @@ class Launcher:
         # The log is appended to: a second start waits for its own "Tamto is up".
         before = self.output().count("Tamto is up")
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
+            self.proc = proc = subprocess.Popen(
                 [*TAMTO, "up", *self.args(), *extra],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, "COLUMNS": "200"},
             )
+        # Up, or ended (a failed start ends the launcher: no use waiting out `ready_s`).
         wait_for(
-            lambda: self.output().count("Tamto is up") > before,
+            lambda: self.output().count("Tamto is up") > before or proc.poll() is not None,
             ready_s,
             f"tamto up:\n{self.output()[-3000:]}",
         )
+        assert self.output().count("Tamto is up") > before, f"tamto up:\n{self.output()[-3000:]}"
 
     def ready(self, timeout_s: float = 60) -> dict[str, Any]:
         """The JSON line `tamto up --json` prints once up; it comes a few lines after

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tamto_local.ports import PORT_RANGE_VARIABLE, free_port, worker_port_range
+from tamto_local.ports import PORT_RANGE_VARIABLE, free_port, reserve, worker_port_range
 
 
 def test_free_ports_are_bindable_distinct_and_below_the_ephemeral_range() -> None:
@@ -36,3 +36,13 @@ def test_the_range_variable_confines_free_ports(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv(PORT_RANGE_VARIABLE, f"{low}-{high}")
     ports = [free_port() for _ in range(30)]
     assert all(low <= p <= high for p in ports)
+
+
+def test_reserved_ports_are_never_handed_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `LocalCluster` reserves (the ports given for etcd, NATS and the gateway,
+    bound only after the services' ports are chosen) stays out of `free_port`'s picks."""
+    monkeypatch.setenv(PORT_RANGE_VARIABLE, "24000-24600")
+    reserved = range(24000, 24300)
+    reserve(*reserved)
+    picked = [free_port() for _ in range(100)]
+    assert not set(picked) & set(reserved)

@@ -17,7 +17,10 @@ A token minted from an API key is refused once the snapshot says that key is
 disabled or gone (disabled, deleted or rotated: within milliseconds of the
 change, as for a disabled identity). A key the snapshot does not know may be
 newer than it: the snapshot is read again once (shared by concurrent callers)
-unless it was read after the token was minted.
+unless it was read after the token was minted. A permission the snapshot lacks is
+looked up the same way before the call is refused, so a grant made before a token
+was minted is in force for it even if its bus event has not arrived (as at a
+cluster's start, when auth writes the development identity while routers load).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 
 import aetcd
 import structlog
@@ -143,12 +147,15 @@ class PolicyCache:
         return event
 
     async def start(self) -> None:
-        """Load once (failing start if etcd cannot be read), subscribe, start the reload task."""
-        self._policy = await load_policy(self._etcd)
+        """Subscribe, load once (failing start if etcd cannot be read), start the reload
+        task. Subscribed first: a change made after the load is announced after it too,
+        and the event reloads (loaded first, a change between the load and the
+        subscription would wait for the timer)."""
         if self._bus is not None:
             self._subscription = await self._bus.subscribe(
                 f"{EVENTS}.{AUTH_CHANGED}", cb=self._on_event
             )
+        self._policy = await load_policy(self._etcd)
         self._task = asyncio.create_task(self._run(), name="policy-reload")
 
     async def _on_event(self, msg: Msg) -> None:
@@ -230,11 +237,24 @@ class Guard:
         if not usable:
             raise Unauthenticated(f"API key {key_id} of this token is disabled or deleted")
 
+    async def _policy_for(self, principal: Principal, allowed: Callable[[Policy], bool]) -> bool:
+        """Whether `allowed` holds in the cached policy, or, when that snapshot is older
+        than `principal`'s token, in one read after the token was minted: a grant made
+        just before (the bus event not yet here) is in force for it."""
+        if allowed(self._cache.policy):
+            return True
+        newer_than = principal.issued_at + CLOCK_SKEW_S
+        if self._cache.policy.loaded_at > newer_than:
+            return False
+        return allowed(await self._cache.fresh(newer_than))
+
     async def require(
         self, principal: Principal, permission: Permission, stream: str, source: str, action: str
     ) -> None:
         """Pass if `principal` holds `permission` on `stream`; else `PermissionDenied` (audited)."""
-        if self._cache.policy.allows(principal.subject, permission, stream):
+        if await self._policy_for(
+            principal, lambda policy: policy.allows(principal.subject, permission, stream)
+        ):
             return
         await self._deny(
             principal, denied(principal.subject, permission, f"stream {stream!r}"), source, action
@@ -244,14 +264,18 @@ class Guard:
         self, principal: Principal, stream: str, source: str, action: str
     ) -> None:
         """Pass if `principal` holds any permission on `stream` (to describe it)."""
-        if self._cache.policy.allows_any(principal.subject, stream):
+        if await self._policy_for(
+            principal, lambda policy: policy.allows_any(principal.subject, stream)
+        ):
             return
         error = denied(principal.subject, "publish, consume or admin", f"stream {stream!r}")
         await self._deny(principal, error, source, action)
 
     async def require_security_admin(self, principal: Principal, source: str, action: str) -> None:
         """Pass if `principal` holds admin on `*` (managing identities and policy)."""
-        if self._cache.policy.is_security_admin(principal.subject):
+        if await self._policy_for(
+            principal, lambda policy: policy.is_security_admin(principal.subject)
+        ):
             return
         error = denied(principal.subject, Permission.ADMIN, f"{ALL_STREAMS!r} (all streams)")
         await self._deny(principal, error, source, action)

@@ -58,7 +58,7 @@ from tamto_local.layout import (
     service_env,
     split_process,
 )
-from tamto_local.ports import free_port
+from tamto_local.ports import free_port, reserve
 from tamto_local.process import LineSink, ManagedProcess
 from tamto_local.s3 import STOP_GRACE_S, S3Spec, create_bucket, weed_argv
 from tamto_local.tls import ensure_dev_pki
@@ -239,6 +239,9 @@ class LocalCluster:
                 raise LaunchError(
                     f"{exc}: delete {c.tls_dir} to make a new development PKI"
                 ) from None
+        # etcd, NATS and the first gateway bind the ports given after the services'
+        # ports are chosen: none of those may be chosen for a service.
+        reserve(c.gateway_port, c.etcd_port, c.etcd_peer_port, c.nats_port)
         self.ports = {name: free_port(c.host) for name in self.names}
         for node in filter(is_node, self.names):
             self.ports.update({part(node, s): free_port(c.host) for s in COLOCATED})

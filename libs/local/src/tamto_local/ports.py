@@ -63,6 +63,12 @@ def _port_range() -> tuple[int, int]:
     return _LOWEST, _ephemeral_start() - 1
 
 
+def reserve(*ports: int) -> None:
+    """Never hand out `ports`: chosen elsewhere (say by the user), they are bound later,
+    after this process has looked for free ports, and would look free until then."""
+    _handed_out.update(ports)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port that is free now, outside the ephemeral range where possible."""
     low, high = _port_range()
