@@ -117,3 +117,30 @@ def test_only_python_m_of_this_interpreter_forks() -> None:
     assert forkable(["ip", "netns", "exec", "n1", sys.executable, "-m", "tamto_router"]) is None
     assert forkable([sys.executable, "-m", "tamto_router", "--flag"]) is None
     assert forkable(["/usr/bin/python3.9", "-m", "tamto_router"]) is None
+
+
+#: A fork server that starts one child, answers its pid, and dies at once.
+ANSWERS_THEN_DIES = (
+    "import json, subprocess, sys; sys.stdin.readline(); "
+    "child = subprocess.Popen(['sleep', '60'], stdout=subprocess.DEVNULL, "
+    "start_new_session=True); "
+    "print(json.dumps({'pid': child.pid}), flush=True)"
+)
+
+
+async def test_a_child_answered_just_before_the_server_died_is_killed_and_reported() -> None:
+    """The child is registered when its answer is read, so the server's end finds it
+    whether or not `spawn` has returned by then. (Here `spawn` returns first, as it
+    nearly always does: the other order could not be forced from outside.)"""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        ANSWERS_THEN_DIES,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    server = AsyncForkServer(proc)
+    child = await server.spawn("fork_probe", ["fork_probe"], dict(os.environ), os.devnull)
+    assert await asyncio.wait_for(server.wait(child), 30) == -signal.SIGKILL
+    await eventually(lambda: gone(child.pid), 30, "the orphaned child killed")
+    await server.close()

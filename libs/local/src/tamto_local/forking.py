@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from tamto_local.process import ChildProcess, LineSink, ManagedProcess
 
@@ -125,7 +125,7 @@ class AsyncForkServer:
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self._proc = proc
         self._children = ChildTable()
-        self._pids: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._pids: asyncio.Queue[Child | str] = asyncio.Queue()  # a child, or an error
         self._ends: dict[int, asyncio.Future[int]] = {}  # by serial
         self._lock = asyncio.Lock()
         self._reader = asyncio.create_task(self._read(), name="forkserver-answers")
@@ -157,9 +157,13 @@ class AsyncForkServer:
                 child = self._children.ended(int(fields["exited"]), int(fields["code"]))
                 if child is not None:
                     self._end(child, int(fields["code"]))
+            elif "pid" in fields:  # registered here, so the server's end below covers it
+                child = self._children.forked(int(fields["pid"]))
+                self._ends[child.serial] = asyncio.get_running_loop().create_future()
+                self._pids.put_nowait(child)
             else:
-                self._pids.put_nowait(fields)
-        self._pids.put_nowait({"error": "the fork server ended"})
+                self._pids.put_nowait(str(fields.get("error")))
+        self._pids.put_nowait("the fork server ended")
         for child in self._children.live():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(child.pid, signal.SIGKILL)  # nobody's to watch: see the docstring
@@ -182,11 +186,9 @@ class AsyncForkServer:
             self._proc.stdin.write(json.dumps(request).encode() + b"\n")
             await self._proc.stdin.drain()
             answer = await self._pids.get()
-            if "pid" not in answer:
-                raise OSError(f"the fork server could not start {module}: {answer['error']}")
-            child = self._children.forked(int(answer["pid"]))
-            self._ends[child.serial] = asyncio.get_running_loop().create_future()
-        return child
+        if isinstance(answer, str):
+            raise OSError(f"the fork server could not start {module}: {answer}")
+        return answer
 
     def returncode(self, child: Child) -> int | None:
         return self._children.code(child)
